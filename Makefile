@@ -1,0 +1,53 @@
+# The two commands: `make demo` runs the main job, `make test` runs every check.
+# Both install what they need: a virtual environment, the Docker engine (Debian's docker.io)
+# when none answers, and the sandbox image.
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: all setup venv engine image demo test lint types pytest bench clean
+
+all: test
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -m venv $(VENV) 2>/dev/null || { \
+	  echo "installing python3-venv"; apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv python3-pip >/dev/null && \
+	  $(PYTHON) -m venv $(VENV); }
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+engine:
+	@sandbox/image/ensure-engine.sh
+
+image: venv engine
+	@PYTHON=$(PY) sandbox/image/build.sh
+
+setup: image
+
+demo: setup
+	$(VENV)/bin/airlock demo
+
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+types: venv
+	$(VENV)/bin/mypy
+
+pytest: setup
+	$(PY) -m pytest -q
+
+test: lint types pytest
+
+bench: setup
+	$(PY) bench/sandbox_start.py
+	$(PY) bench/admission.py
+
+clean:
+	rm -rf $(VENV) .build .mypy_cache .pytest_cache .ruff_cache *.egg-info

@@ -1,0 +1,26 @@
+"""The ``airlock`` command line."""
+
+from __future__ import annotations
+
+import typer
+
+from airlock._demo import demo
+from airlock._run_cli import doctor, run
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    name="airlock",
+    help="Run model-written programs in network-isolated containers.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.command()(run)
+app.command()(doctor)
+app.command()(demo)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()

@@ -1,0 +1,28 @@
+"""Shared printing for the benchmarks: median, p99 and a ratio to a baseline."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+
+__all__ = ["percentile", "print_table"]
+
+
+def percentile(samples: Sequence[float], q: float) -> float:
+    """The q-th percentile (0-100) by nearest rank."""
+    ordered = sorted(samples)
+    index = min(len(ordered) - 1, max(0, round(q / 100 * len(ordered) + 0.5) - 1))
+    return ordered[index]
+
+
+def print_table(title: str, rows: Sequence[tuple[str, Sequence[float], str]], unit: str) -> None:
+    """Print rows of (name, samples, baseline-row-name or "") with median, p99 and ratio."""
+    medians = {name: statistics.median(samples) for name, samples, _ in rows}
+    print(f"\n{title}")
+    print(f"{'case':<34}{'n':>6}{'median ' + unit:>16}{'p99 ' + unit:>14}{'ratio':>18}")
+    for name, samples, baseline in rows:
+        ratio = f"{medians[name] / medians[baseline]:.2f}x {baseline}" if baseline else ""
+        print(
+            f"{name:<34}{len(samples):>6}{medians[name]:>16.3f}"
+            f"{percentile(samples, 99):>14.3f}{ratio:>18}"
+        )

@@ -1,0 +1,102 @@
+"""The sandbox profile: every limit and isolation setting of a run, as data."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from policies._seccomp import SECCOMP_ALLOWED_SYSCALLS, render_docker_seccomp
+
+__all__ = ["LanguageMode", "SandboxProfile"]
+
+LanguageMode = Literal["restricted", "full"]
+
+_MIB = 1024 * 1024
+
+
+class SandboxProfile(BaseModel):
+    """How a program's container is isolated and limited. Defaults are the hardened profile.
+
+    Fields that weaken isolation (network, writable root, root user, capabilities) are not
+    settings at all: they are fixed by the backend. What remains is sizing and mode.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    language_mode: LanguageMode = Field(
+        default="restricted",
+        description=(
+            "`restricted` compiles the program with RestrictedPython guards and an import "
+            "allow-list (defence in depth and clearer errors); `full` runs plain Python. "
+            "The container is the security boundary in both modes."
+        ),
+    )
+    timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        le=3600,
+        description="Wall-clock deadline of one run; the container is killed when it passes.",
+    )
+    memory_bytes: int = Field(
+        default=256 * _MIB,
+        ge=32 * _MIB,
+        description="Memory limit; memory+swap is set to the same value, so there is no swap.",
+    )
+    cpus: float = Field(
+        default=1.0, gt=0, le=64, description="CPU quota in cores (CFS quota / period)."
+    )
+    pids_limit: int = Field(
+        default=64, ge=8, le=4096, description="Most processes and threads alive at once."
+    )
+    nofile_limit: int = Field(
+        default=256, ge=32, le=65536, description="Open-files ulimit (soft and hard)."
+    )
+    tmpfs_bytes: int = Field(
+        default=16 * _MIB,
+        ge=_MIB,
+        description="Size of the writable `/tmp` (tmpfs, noexec,nosuid,nodev).",
+    )
+    output_limit_bytes: int = Field(
+        default=1 * _MIB,
+        ge=1024,
+        le=64 * _MIB,
+        description="Cap on captured stdout and stderr each; reaching it stops the program.",
+    )
+    user: str = Field(
+        default="65534:65534",
+        description="Non-root uid:gid the program runs as.",
+    )
+    seccomp_allowed: frozenset[str] = Field(
+        default=SECCOMP_ALLOWED_SYSCALLS,
+        description="System calls the program may make; everything else fails with EPERM.",
+    )
+    allowed_imports: frozenset[str] = Field(
+        default=frozenset(
+            {
+                "json", "math", "re", "datetime", "collections", "itertools", "functools",
+                "statistics", "decimal", "csv", "asyncio", "typing", "dataclasses",
+            }
+        ),
+        description="Top-level modules a `restricted` program may import.",
+    )  # fmt: skip
+
+    @field_validator("user")
+    @classmethod
+    def _not_root(cls, value: str) -> str:
+        uid, _, gid = value.partition(":")
+        if not (uid.isdigit() and gid.isdigit()):
+            raise ValueError(f"user must be numeric 'uid:gid', got {value!r}")
+        if int(uid) == 0 or int(gid) == 0:
+            raise ValueError(f"the sandbox never runs as root (uid or gid 0), got {value!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _seccomp_renders(self) -> SandboxProfile:
+        # Rendering refuses forbidden calls; doing it here reports the mistake at load time.
+        render_docker_seccomp(self.seccomp_allowed)
+        return self
+
+    def docker_seccomp(self) -> dict[str, Any]:
+        """The profile's seccomp filter as Docker's JSON."""
+        return render_docker_seccomp(self.seccomp_allowed)

@@ -1,0 +1,209 @@
+"""The Docker backend: every program in its own hardened container, warm ones pooled."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import shutil
+import socket
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Final, Self
+
+import docker
+import docker.errors
+import psutil
+
+from policies import SandboxProfile
+from sandbox._container import LABEL, OWNER_LABEL, SandboxContainer, owner_label
+from sandbox._errors import SandboxError, map_docker_errors
+from sandbox._pool import WarmPool
+from sandbox._result import ProgramError, RunResult
+
+__all__ = ["DEFAULT_IMAGE", "MAX_PROGRAM_BYTES", "DockerBackend", "reap_orphans"]
+
+DEFAULT_IMAGE: Final = "airlock-sandbox:latest"
+MAX_PROGRAM_BYTES: Final = 1024 * 1024
+_log = logging.getLogger(__name__)
+
+
+def _container_settings(profile: SandboxProfile) -> tuple[object, ...]:
+    # What is fixed when a container starts; the rest travels with each run.
+    return (
+        profile.memory_bytes,
+        profile.cpus,
+        profile.pids_limit,
+        profile.nofile_limit,
+        profile.tmpfs_bytes,
+        profile.user,
+        profile.seccomp_allowed,
+    )
+
+
+def reap_orphans(client: docker.DockerClient) -> list[str]:
+    """Remove sandbox containers whose owning process on this host no longer exists.
+
+    Containers of live airlock processes (and of other hosts sharing the engine) are left
+    alone. Returns the ids removed.
+    """
+    removed = []
+    hostname = socket.gethostname()
+    with map_docker_errors():
+        containers = client.containers.list(all=True, filters={"label": LABEL})
+    for container in containers:
+        owner = container.labels.get(OWNER_LABEL, "")
+        host, _, rest = owner.partition("/")
+        pid_text, _, rest = rest.partition("/")
+        started, _, _nonce = rest.partition("/")
+        if host != hostname or not pid_text.isdigit():
+            continue
+        try:
+            alive = f"{psutil.Process(int(pid_text)).create_time():.3f}" == started
+        except psutil.Error:
+            alive = False
+        if alive:
+            continue
+        with contextlib.suppress(docker.errors.NotFound), map_docker_errors():
+            container.remove(force=True)
+            removed.append(str(container.id))
+    return removed
+
+
+class DockerBackend:
+    """Runs programs in containers of the sandbox image, one container per run.
+
+    Use it as an async context manager (or call :meth:`start` and :meth:`close`): start-up
+    checks the engine and the image, removes containers orphaned by a crashed process and
+    fills the warm pool; closing removes every container this backend started.
+    """
+
+    def __init__(
+        self,
+        *,
+        image: str = DEFAULT_IMAGE,
+        profile: SandboxProfile | None = None,
+        pool_size: int = 0,
+        client: docker.DockerClient | None = None,
+    ) -> None:
+        self.image = image
+        self.profile = profile or SandboxProfile()
+        self._client = client
+        self._owner = owner_label()
+        self._socket_root = Path(tempfile.mkdtemp(prefix="airlock-"))
+        self._socket_root.chmod(0o755)
+        self.pool = WarmPool(self._start_container, size=pool_size)
+        self._cleanup: set[asyncio.Task[None]] = set()
+        self._started = False
+
+    @property
+    def client(self) -> docker.DockerClient:
+        """The Docker client, created on first use.
+
+        Raises:
+            EngineUnavailable: the engine does not answer.
+        """
+        if self._client is None:
+            with map_docker_errors():
+                self._client = docker.from_env(timeout=30)
+        return self._client
+
+    async def start(self) -> None:
+        """Check engine and image, reap orphans and start filling the pool.
+
+        Raises:
+            EngineUnavailable: the engine does not answer.
+            ImageMissing: the sandbox image is not built.
+        """
+        client = self.client
+        with map_docker_errors():
+            await asyncio.to_thread(client.ping)
+            await asyncio.to_thread(client.images.get, self.image)
+        removed = await asyncio.to_thread(reap_orphans, client)
+        if removed:
+            _log.info("removed %d orphaned sandbox containers", len(removed))
+        self._started = True
+        self.pool.fill()
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def _start_container(self, profile: SandboxProfile | None = None) -> SandboxContainer:
+        return await SandboxContainer.start(
+            self.client,
+            image=self.image,
+            profile=profile or self.profile,
+            labels={LABEL: "1", OWNER_LABEL: self._owner},
+            socket_root=self._socket_root,
+        )
+
+    async def run(self, program: str, *, profile: SandboxProfile | None = None) -> RunResult:
+        """Run ``program`` in a fresh container (a warm one when the pool has it).
+
+        Raises:
+            SandboxError: the engine, the image or a container start failed.
+        """
+        if not self._started:
+            await self.start()
+        profile = profile or self.profile
+        began = time.perf_counter()
+        size = len(program.encode("utf-8", errors="replace"))
+        if size > MAX_PROGRAM_BYTES:
+            return RunResult(
+                status="invalid_program",
+                exit_status=2,
+                has_value=False,
+                error=ProgramError(
+                    type="InvalidProgram",
+                    message=f"the program is {size} bytes; the limit is {MAX_PROGRAM_BYTES}",
+                ),
+                duration_s=time.perf_counter() - began,
+            )
+        container = None
+        if _container_settings(profile) == _container_settings(self.profile):
+            container = self.pool.take()
+        pooled = container is not None
+        if container is None:
+            container = await self._start_container(profile)
+        try:
+            result = await container.run(program, profile=profile, pooled=pooled)
+        finally:
+            # Removal is off the result's path; close() waits for it.
+            task = asyncio.create_task(self._destroy(container))
+            self._cleanup.add(task)
+            task.add_done_callback(self._cleanup.discard)
+        return result.model_copy(update={"duration_s": time.perf_counter() - began})
+
+    async def _destroy(self, container: SandboxContainer) -> None:
+        try:
+            await container.destroy()
+        except SandboxError as exc:
+            _log.warning("could not destroy sandbox container %s: %s", container.id, exc)
+
+    async def close(self) -> None:
+        """Destroy the pool and every container this backend started."""
+        await self.pool.close()
+        while self._cleanup:
+            await asyncio.gather(*list(self._cleanup), return_exceptions=True)
+        if self._client is not None:
+            # Anything still labelled as ours (a start interrupted mid-way) goes too.
+            with contextlib.suppress(SandboxError), map_docker_errors():
+                leftovers = await asyncio.to_thread(
+                    self._client.containers.list,
+                    all=True,
+                    filters={"label": f"{OWNER_LABEL}={self._owner}"},
+                )
+                for container in leftovers:
+                    await asyncio.to_thread(container.remove, force=True)
+        shutil.rmtree(self._socket_root, ignore_errors=True)

@@ -1,0 +1,109 @@
+"""A pool of warm containers, so a run does not wait for ``docker run``.
+
+A container leaves the pool for exactly one run and is destroyed after it. The pool refills
+in the background, starting at most :data:`_PARALLEL_STARTS` containers at a time so that
+refilling does not starve the runs in progress on a small machine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import Final
+
+from sandbox._container import SandboxContainer
+from sandbox._errors import SandboxError
+
+__all__ = ["WarmPool"]
+
+_log = logging.getLogger(__name__)
+_PARALLEL_STARTS: Final = 2
+_RETRY_DELAY_S: Final = 1.0
+
+
+class WarmPool:
+    """Keeps ``size`` containers started, connected and warm."""
+
+    def __init__(self, start: Callable[[], Awaitable[SandboxContainer]], *, size: int) -> None:
+        self._start = start
+        self.size = size
+        self._ready: deque[SandboxContainer] = deque()
+        self._starting = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._changed = asyncio.Condition()
+        self._closed = False
+
+    @property
+    def ready(self) -> int:
+        """Containers waiting for a run now."""
+        return len(self._ready)
+
+    def fill(self) -> None:
+        """Start containers in the background until the pool is, or will be, full."""
+        while (
+            not self._closed
+            and self._starting < _PARALLEL_STARTS
+            and len(self._ready) + self._starting < self.size
+        ):
+            self._starting += 1
+            task = asyncio.create_task(self._add_one())
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _add_one(self) -> None:
+        try:
+            container = await self._start()
+        except SandboxError as exc:
+            _log.warning("warm pool could not start a container: %s", exc)
+            await asyncio.sleep(_RETRY_DELAY_S)
+            container = None
+        finally:
+            self._starting -= 1
+        async with self._changed:
+            if container is not None:
+                if self._closed:
+                    await container.destroy()
+                else:
+                    self._ready.append(container)
+            self._changed.notify_all()
+        self.fill()
+
+    def take(self) -> SandboxContainer | None:
+        """A warm container for one run, or ``None`` when none is ready; refills either way."""
+        container = None
+        while self._ready and container is None:
+            candidate = self._ready.popleft()
+            if candidate.alive:
+                container = candidate
+            else:
+                self._discard(candidate)
+        self.fill()
+        return container
+
+    def _discard(self, container: SandboxContainer) -> None:
+        task = asyncio.create_task(container.destroy())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def wait_ready(self, count: int, *, timeout: float = 60.0) -> None:
+        """Wait until at least ``count`` containers are ready (for benchmarks and tests).
+
+        Raises:
+            TimeoutError: when the pool did not reach ``count`` in time.
+        """
+        count = min(count, self.size)
+        self.fill()
+        async with asyncio.timeout(timeout), self._changed:
+            await self._changed.wait_for(lambda: len(self._ready) >= count)
+
+    async def close(self) -> None:
+        """Stop refilling and destroy every pooled container."""
+        self._closed = True
+        for task in list(self._tasks):
+            with contextlib.suppress(Exception):
+                await task
+        while self._ready:
+            await self._ready.popleft().destroy()

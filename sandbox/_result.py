@@ -1,0 +1,79 @@
+"""What a run returns: one result type from every backend."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
+
+__all__ = ["LimitName", "ProgramError", "RunResult", "RunStatus"]
+
+RunStatus = Literal["ok", "error", "invalid_program", "limit_exceeded", "protocol_error"]
+"""``ok``: the program finished; ``error``: it raised or exited non-zero; ``invalid_program``:
+it was refused before running; ``limit_exceeded``: a limit stopped it; ``protocol_error``:
+the guest broke the wire protocol and the run was ended."""
+
+LimitName = Literal["timeout", "memory", "pids", "output", "disk"]
+
+
+class ProgramError(BaseModel):
+    """Why a program failed, in terms the program's author can act on."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    type: str = Field(description="Exception class name, or InvalidProgram / ProtocolError.")
+    message: str = Field(description="The exception's message or the refusal's reason.")
+    line: int | None = Field(default=None, description="Program line, when known.")
+    traceback: str | None = Field(
+        default=None, description="Traceback limited to the program's own frames."
+    )
+
+
+class RunResult(BaseModel):
+    """The outcome of one program run."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    status: RunStatus = Field(description="How the run ended.")
+    exit_status: int = Field(description="0 on success; 137 when a limit killed the program.")
+    has_value: bool = Field(description="Whether the program set a final value.")
+    value: JsonValue = Field(default=None, description="The program's final value (JSON).")
+    stdout: str = Field(default="", description="Captured standard output, capped.")
+    stderr: str = Field(default="", description="Captured standard error, capped.")
+    truncated: bool = Field(default=False, description="Whether stdout or stderr was cut.")
+    limit: LimitName | None = Field(default=None, description="The limit that stopped it.")
+    error: ProgramError | None = Field(default=None, description="Why it failed.")
+    duration_s: float = Field(description="Host wall time from request to result.")
+    program_duration_s: float | None = Field(
+        default=None, description="Guest wall time of the program itself."
+    )
+    cpu_time_s: float | None = Field(default=None, description="CPU time the program used.")
+    peak_memory_bytes: int | None = Field(
+        default=None, description="Peak resident memory of the guest's processes."
+    )
+    started_at: float | None = Field(
+        default=None, description="Wall-clock time (epoch seconds) of the first instruction."
+    )
+    pooled: bool = Field(default=False, description="Whether a warm pooled container ran it.")
+
+    @property
+    def ok(self) -> bool:
+        """True when the program finished without error."""
+        return self.status == "ok"
+
+    def reason(self) -> str:
+        """One sentence, in plain words, on how the run ended."""
+        match self.status:
+            case "ok":
+                return "the program finished"
+            case "limit_exceeded":
+                return f"the program was stopped by its {self.limit} limit"
+            case "invalid_program":
+                detail = self.error.message if self.error else "it was refused"
+                return f"the program was refused before running: {detail}"
+            case "protocol_error":
+                return "the guest broke the bridge protocol and the run was ended"
+            case "error":
+                if self.error is None:
+                    return f"the program exited with status {self.exit_status}"
+                return f"the program raised {self.error.type}: {self.error.message}"

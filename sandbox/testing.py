@@ -1,0 +1,65 @@
+"""A fake sandbox backend for tests of the layers above (no Docker).
+
+It never runs the program: it answers with results a test scripts in advance, and records
+every program and profile it was asked to run. Integration tests of the real boundary use
+:class:`sandbox.DockerBackend`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from policies import SandboxProfile
+from sandbox._result import RunResult
+
+__all__ = ["ScriptedBackend", "ok_result"]
+
+
+def ok_result(value: object = None, *, stdout: str = "") -> RunResult:
+    """A successful result with ``value`` as the program's final value."""
+    return RunResult.model_validate(
+        {
+            "status": "ok",
+            "exit_status": 0,
+            "has_value": value is not None,
+            "value": value,
+            "stdout": stdout,
+            "duration_s": 0.0,
+        }
+    )
+
+
+class ScriptedBackend:
+    """A :class:`sandbox.SandboxBackend` whose results are scripted.
+
+    ``script`` is either results returned in order, or a function of (program, profile).
+    """
+
+    def __init__(
+        self,
+        script: Iterable[RunResult] | Callable[[str, SandboxProfile], RunResult],
+        *,
+        profile: SandboxProfile | None = None,
+    ) -> None:
+        self.profile = profile or SandboxProfile()
+        self._respond = script if callable(script) else None
+        self._queue = [] if callable(script) else list(script)
+        self.calls: list[tuple[str, SandboxProfile]] = []
+        self.closed = False
+
+    async def run(self, program: str, *, profile: SandboxProfile | None = None) -> RunResult:
+        """Record the call and return the next scripted result.
+
+        Raises:
+            AssertionError: when the script has run out.
+        """
+        chosen = profile or self.profile
+        self.calls.append((program, chosen))
+        if self._respond is not None:
+            return self._respond(program, chosen)
+        assert self._queue, "ScriptedBackend ran out of scripted results"
+        return self._queue.pop(0)
+
+    async def close(self) -> None:
+        """Mark the backend closed."""
+        self.closed = True

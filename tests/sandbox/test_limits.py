@@ -1,0 +1,125 @@
+"""Each limit stops its bomb with the right reason, and the host and the pool recover."""
+
+from __future__ import annotations
+
+import textwrap
+import time
+
+import psutil
+import pytest
+
+from tests.conftest import Sandbox
+
+pytestmark = pytest.mark.docker
+
+BOMBS = {
+    "fork_bomb": (
+        """
+        import os
+        while True:
+            os.fork()
+        """,
+        "pids",
+    ),
+    "thread_bomb": (
+        """
+        import threading, time
+        while True:
+            threading.Thread(target=time.sleep, args=(60,)).start()
+        """,
+        "pids",
+    ),
+    "memory_bomb": (
+        """
+        blocks = []
+        while True:
+            blocks.append(bytearray(8 * 1024 * 1024))
+        """,
+        "memory",
+    ),
+    "single_huge_allocation": (
+        """
+        data = bytearray(4 * 1024 * 1024 * 1024)
+        """,
+        "memory",
+    ),
+    "infinite_loop": (
+        """
+        while True:
+            pass
+        """,
+        "timeout",
+    ),
+    "disk_fill": (
+        """
+        with open("/tmp/fill", "wb") as f:
+            while True:
+                f.write(b"x" * 1024 * 1024)
+                f.flush()
+        """,
+        "disk",
+    ),
+    "stdout_flood": (
+        """
+        import sys
+        chunk = "y" * (1024 * 1024)
+        for _ in range(100):
+            sys.stdout.write(chunk)
+        """,
+        "output",
+    ),
+    "fd_level_flood": (
+        """
+        import os
+        chunk = b"z" * (1024 * 1024)
+        for _ in range(100):
+            os.write(2, chunk)
+        """,
+        "output",
+    ),
+}
+
+
+def _host_process_count() -> int:
+    return len(psutil.pids())
+
+
+@pytest.mark.parametrize("bomb", sorted(BOMBS))
+def test_bomb_is_stopped_at_its_limit(sandbox: Sandbox, bomb: str) -> None:
+    program, expected = BOMBS[bomb]
+    sandbox.wait_pool()
+    before = _host_process_count()
+    result = sandbox.run(textwrap.dedent(program), language_mode="full", timeout_s=5)
+    assert result.status == "limit_exceeded", (result.status, result.error)
+    assert result.limit == expected
+    assert not result.has_value
+    if expected == "output":
+        assert result.truncated
+        assert len(result.stdout.encode()) <= sandbox.backend.profile.output_limit_bytes
+        assert len(result.stderr.encode()) <= sandbox.backend.profile.output_limit_bytes
+    # The host recovers: the container's processes are gone and the pool is full again.
+    sandbox.wait_pool()
+    deadline = time.monotonic() + 20
+    while _host_process_count() > before + 5 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _host_process_count() <= before + 5
+    assert sandbox.backend.pool.ready == sandbox.backend.pool.size
+
+
+def test_timeout_is_measured_from_the_request(sandbox: Sandbox) -> None:
+    result = sandbox.run("while True:\n    pass\n", language_mode="full", timeout_s=1)
+    assert result.limit == "timeout"
+    assert 1.0 <= result.duration_s < 3.0
+
+
+def test_resource_use_is_reported(sandbox: Sandbox) -> None:
+    result = sandbox.run(
+        "total = 0\nfor i in range(300000):\n    total += i\nblob = bytearray(40 * 1024 * 1024)\ntotal\n",
+        language_mode="full",
+    )
+    assert result.ok, result.error
+    assert result.value == sum(range(300000))
+    assert result.cpu_time_s is not None
+    assert result.cpu_time_s > 0
+    assert result.peak_memory_bytes is not None
+    assert result.peak_memory_bytes > 40 * 1024 * 1024
