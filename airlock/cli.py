@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from airlock._cli_audit import audit_app
 from airlock._demo import demo
 from airlock._run_cli import doctor, run
 
@@ -19,6 +20,7 @@ app = typer.Typer(
 app.command()(run)
 app.command()(doctor)
 app.command()(demo)
+app.add_typer(audit_app, name="audit")
 
 
 def main() -> None:

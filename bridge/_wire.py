@@ -4,7 +4,8 @@ A frame is a 4-byte big-endian length, then that many bytes of UTF-8 JSON holdin
 object with a string ``type``. The host treats every byte from a guest as hostile: the length
 is checked before the body is read, and decoding refuses duplicate keys, ``NaN`` and
 ``Infinity`` (also as an overflowing float), integers longer than :data:`MAX_INT_DIGITS`
-digits and nesting deeper than :data:`MAX_DEPTH`. Nothing that crosses is ever unpickled or evaluated.
+digits and nesting deeper than :data:`MAX_DEPTH`. Nothing that crosses is ever unpickled or
+evaluated.
 """
 
 from __future__ import annotations

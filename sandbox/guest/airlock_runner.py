@@ -25,54 +25,27 @@ import json
 import operator
 import os
 import resource
-import socket
-import struct
 import sys
 import threading
 import time
 import traceback
 from collections.abc import Callable
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
+
+if TYPE_CHECKING:
+    from sandbox.guest.airlock_bridge import Connection, RunAborted, Tools
+else:
+    # The interpreter runs isolated (-I -S): nothing is on the path but the standard
+    # library. The guest's modules and packages sit next to this file.
+    _GUEST_DIR = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:0] = [_GUEST_DIR, os.path.join(_GUEST_DIR, "lib")]
+    from airlock_bridge import Connection, RunAborted, Tools
 
 PROTOCOL_VERSION = 1
-MAX_FRAME_BYTES = 64 * 1024 * 1024
 PROGRAM_FILENAME = "<program>"
 PROGRAM_MODULE = "airlock_program"
-_HEADER = struct.Struct(">I")
 _TRACEBACK_LIMIT = 8 * 1024
 _RUNNER_PID = os.getpid()
-
-
-class Connection:
-    """Length-prefixed JSON frames over the bridge socket; sends are serialized by a lock."""
-
-    def __init__(self, path: str) -> None:
-        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._sock.connect(path)
-        self._send_lock = threading.Lock()
-
-    def send(self, message: dict[str, Any]) -> None:
-        body = json.dumps(message, separators=(",", ":"), allow_nan=False).encode()
-        with self._send_lock:
-            self._sock.sendall(_HEADER.pack(len(body)) + body)
-
-    def recv(self) -> dict[str, Any]:
-        (size,) = _HEADER.unpack(self._read_exactly(_HEADER.size))
-        if size > MAX_FRAME_BYTES:
-            raise ConnectionError(f"frame of {size} bytes is over the limit")
-        message = json.loads(self._read_exactly(size))
-        if not isinstance(message, dict):
-            raise ConnectionError("a frame must hold a JSON object")
-        return message
-
-    def _read_exactly(self, size: int) -> bytes:
-        chunks = bytearray()
-        while len(chunks) < size:
-            chunk = self._sock.recv(min(size - len(chunks), 1 << 20))
-            if not chunk:
-                raise ConnectionError("the host closed the bridge")
-            chunks += chunk
-        return bytes(chunks)
 
 
 class _StreamCapture:
@@ -231,7 +204,9 @@ def _inplace(op: str, x: Any, y: Any) -> Any:
     return _INPLACE_OPERATORS[op](x, y)
 
 
-def _restricted_globals(allowed_imports: frozenset[str], final: _FinalValue) -> dict[str, Any]:
+def _restricted_globals(
+    allowed_imports: frozenset[str], final: _FinalValue, tools: Tools
+) -> dict[str, Any]:
     from RestrictedPython.Guards import (
         full_write_guard,
         guarded_iter_unpack_sequence,
@@ -287,6 +262,7 @@ def _restricted_globals(allowed_imports: frozenset[str], final: _FinalValue) -> 
         "__builtins__": builtins,
         "__name__": PROGRAM_MODULE,
         "__metaclass__": type,
+        "tools": tools,
         "_getattr_": safer_getattr,
         "_getitem_": operator.getitem,
         "_getiter_": iter,
@@ -302,12 +278,12 @@ def _restricted_globals(allowed_imports: frozenset[str], final: _FinalValue) -> 
     }
 
 
-def _full_globals(final: _FinalValue) -> dict[str, Any]:
+def _full_globals(final: _FinalValue, tools: Tools) -> dict[str, Any]:
     import builtins
 
     namespace = dict(vars(builtins))
     namespace["result"] = final.set
-    return {"__builtins__": namespace, "__name__": PROGRAM_MODULE}
+    return {"__builtins__": namespace, "__name__": PROGRAM_MODULE, "tools": tools}
 
 
 def compile_program(source: str, mode: str, allowed_imports: frozenset[str]) -> tuple[Any, Any]:
@@ -382,8 +358,9 @@ def _usage() -> tuple[float, int]:
     return cpu, peak_kib * 1024
 
 
-def execute(request: dict[str, Any], finish: Any) -> dict[str, Any]:
+def execute(request: dict[str, Any], finish: Any, tools: Tools | None = None) -> dict[str, Any]:
     """Run one program and return the ``done`` result. ``finish(result)`` ends the run early."""
+    tools = tools if tools is not None else Tools(None, [])
     source = request["program"]
     mode = request.get("mode", "restricted")
     allowed = frozenset(request.get("allowed_imports", ()))
@@ -410,7 +387,9 @@ def execute(request: dict[str, Any], finish: Any) -> dict[str, Any]:
         return _finalize(result, clock, cpu_before, final, None, None)
 
     namespace = (
-        _restricted_globals(allowed, final) if mode == "restricted" else _full_globals(final)
+        _restricted_globals(allowed, final, tools)
+        if mode == "restricted"
+        else _full_globals(final, tools)
     )
     streams: list[_StreamCapture] = []
 
@@ -435,6 +414,9 @@ def execute(request: dict[str, Any], finish: Any) -> dict[str, Any]:
                 os._exit(0)
             sys.stdout.flush()
             sys.stderr.flush()
+    except RunAborted:
+        # The host has ended the run and will destroy the container; nothing to report.
+        os._exit(0)
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         if code:
@@ -520,9 +502,6 @@ def warm_up(allowed_imports: frozenset[str]) -> None:
 
 def main(argv: list[str]) -> int:
     socket_path = argv[1] if len(argv) > 1 else "/run/airlock/bridge.sock"
-    # The image unpacks the guest's packages next to this file; the interpreter runs with
-    # -I -S, so nothing else is on the path.
-    sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
     os.environ.clear()
     connection = Connection(socket_path)
     warm_up(_WARM_UP_IMPORTS)
@@ -530,12 +509,14 @@ def main(argv: list[str]) -> int:
     request = connection.recv()
     if request.get("type") != "run":
         return 3
+    tools = Tools(connection, request.get("tools") or [])
+    connection.start_reader()
 
     def finish(result: dict[str, Any]) -> None:
         connection.send({"type": "done", "result": result})
         os._exit(0)
 
-    finish(execute(request, finish))
+    finish(execute(request, finish, tools))
     return 0
 
 

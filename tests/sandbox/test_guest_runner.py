@@ -25,6 +25,9 @@ ALLOWED = SandboxProfile().allowed_imports
 
 
 def _load_runner() -> ModuleType:
+    # As in the image: the guest modules import each other as top-level modules.
+    if str(RUNNER.parent) not in sys.path:
+        sys.path.append(str(RUNNER.parent))
     spec = importlib.util.spec_from_file_location("airlock_runner", RUNNER)
     assert spec
     assert spec.loader
@@ -101,7 +104,7 @@ def test_full_mode_allows_any_import() -> None:
 
 def test_last_expression_is_compiled_separately() -> None:
     body, last = runner.compile_program("x = 2\nx * 21\n", "restricted", ALLOWED)
-    namespace: dict[str, Any] = runner._restricted_globals(ALLOWED, runner._FinalValue())
+    namespace: dict[str, Any] = runner._restricted_globals(ALLOWED, runner._FinalValue(), runner.Tools(None, []))
     exec(body, namespace)
     assert eval(last, namespace) == 42
 

@@ -1,0 +1,231 @@
+"""The effect vocabulary: what a tool call may do, as data.
+
+Five kinds, built with one constructor each::
+
+    read("billing:invoice/{invoice_id}")      read a resource
+    write("billing:refund/{invoice_id}")      change a resource
+    network("api.stripe.com")                 reach a network destination
+    spend("{amount_minor}", currency="USD")   spend money (integer minor units)
+    disclose("email:{recipient}")             show data to someone outside the tenant
+
+A *target* is a resource (``service:object/...``) for ``read``/``write``, and a destination
+for ``network``/``disclose``; for ``spend`` it is the currency. Targets may hold
+placeholders ``{field}`` naming a field of the tool's validated input, and the wildcards of
+:mod:`policies._patterns` (``*``, ``**``) for tools that touch many records at once.
+:meth:`Effect.resolve` substitutes the placeholders of a call; a value that is not one safe
+segment (``../admin``, ``a/b``, ``*``) is refused, so no argument can widen a resource.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Final, Literal, get_args
+
+__all__ = [
+    "EFFECT_KINDS",
+    "SIDE_EFFECT_KINDS",
+    "Effect",
+    "EffectArgumentError",
+    "EffectKind",
+    "disclose",
+    "network",
+    "read",
+    "spend",
+    "write",
+]
+
+EffectKind = Literal["read", "write", "network", "spend", "disclose"]
+EFFECT_KINDS: Final[tuple[EffectKind, ...]] = get_args(EffectKind)
+SIDE_EFFECT_KINDS: Final[frozenset[EffectKind]] = frozenset({"write", "spend", "disclose"})
+"""Kinds that change the world or let data out: never callable from code, approvable."""
+
+_PLACEHOLDER = re.compile(r"\{([a-z_][a-z0-9_]*)\}")
+_TARGET_CHARS = re.compile(r"^[A-Za-z0-9_.@+*/:-]+$")
+_RESOURCE = re.compile(r"^[a-z][a-z0-9_]*:[^:]")
+_CURRENCY = re.compile(r"^[A-Z]{3}$")
+_SAFE_VALUE = re.compile(r"^[A-Za-z0-9_@+-][A-Za-z0-9_.@+-]{0,199}$")
+_PARSE = re.compile(r"^\s*(read|write|network|spend|disclose)\((.+)\)\s*$")
+_SPEND_TEXT = re.compile(r"^\s*(\d+|\{[a-z_][a-z0-9_]*\})\s+([A-Z]{3})\s*$")
+
+
+class EffectArgumentError(ValueError):
+    """An argument cannot fill a placeholder of an effect (it is not one safe segment)."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(f"{field}: {reason}")
+        self.field = field
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class Effect:
+    """One thing a tool call may do. Build with :func:`read`, :func:`write` and the rest."""
+
+    kind: EffectKind
+    """Which of the five kinds."""
+    target: str
+    """Resource, destination or (for ``spend``) currency; may hold ``{field}`` and wildcards."""
+    amount: int | str | None = None
+    """``spend`` only: minor units, or ``"{field}"`` naming an integer input field."""
+    placeholders: frozenset[str] = field(init=False, repr=False, compare=False)
+    """Input fields this effect reads its target or amount from."""
+
+    def __post_init__(self) -> None:
+        if self.kind not in EFFECT_KINDS:
+            raise ValueError(f"unknown effect kind {self.kind!r}; use one of {EFFECT_KINDS}")
+        names = set(_PLACEHOLDER.findall(self.target))
+        if self.kind == "spend":
+            _check_spend(self.target, self.amount)
+            if isinstance(self.amount, str):
+                names.add(self.amount[1:-1])
+        else:
+            if self.amount is not None:
+                raise ValueError(f"only spend effects carry an amount, not {self.kind!r}")
+            _check_target(self.kind, self.target)
+        object.__setattr__(self, "placeholders", frozenset(names))
+
+    @property
+    def is_side_effect(self) -> bool:
+        """Whether this is a ``write``, ``spend`` or ``disclose`` effect."""
+        return self.kind in SIDE_EFFECT_KINDS
+
+    @property
+    def pattern(self) -> str:
+        """The target with each placeholder read as ``*`` (what the declaration may reach)."""
+        return _PLACEHOLDER.sub("*", self.target)
+
+    def resolve(self, args: Mapping[str, object]) -> Effect:
+        """The concrete effect of one call whose validated input is ``args``.
+
+        Raises:
+            EffectArgumentError: a placeholder's value is missing or not one safe segment.
+        """
+        if not self.placeholders:
+            return self
+        target = "".join(
+            literal if name is None else _segment(name, args)
+            for literal, name in _parts(self.target)
+        )
+        amount = self.amount
+        if isinstance(amount, str):
+            name = amount[1:-1]
+            value = args.get(name)
+            if type(value) is not int or value < 0:
+                raise EffectArgumentError(name, "must be a non-negative integer (minor units)")
+            amount = value
+        # Built without __post_init__: the template was checked once, every value just now.
+        concrete = object.__new__(Effect)
+        object.__setattr__(concrete, "kind", self.kind)
+        object.__setattr__(concrete, "target", target)
+        object.__setattr__(concrete, "amount", amount)
+        object.__setattr__(concrete, "placeholders", frozenset())
+        return concrete
+
+    def __str__(self) -> str:
+        if self.kind == "spend":
+            return f"spend({self.amount} {self.target})"
+        return f"{self.kind}({self.target})"
+
+    @classmethod
+    def parse(cls, text: str) -> Effect:
+        """Read the form :func:`str` writes: ``read(billing:invoice/*)``, ``spend(500 USD)``.
+
+        Raises:
+            ValueError: ``text`` is not an effect; the message says what is expected.
+        """
+        match = _PARSE.match(text)
+        if match is None:
+            raise ValueError(
+                f"{text!r} is not an effect; write kind(target), for example "
+                "'read(billing:invoice/*)', with kind one of " + ", ".join(EFFECT_KINDS)
+            )
+        kind, inner = match.group(1), match.group(2).strip()
+        if kind == "spend":
+            spend_match = _SPEND_TEXT.match(inner)
+            if spend_match is None:
+                raise ValueError(f"{text!r}: write spend(AMOUNT CURRENCY), e.g. 'spend(500 USD)'")
+            raw, currency = spend_match.groups()
+            return spend(raw if raw.startswith("{") else int(raw), currency=currency)
+        return cls(kind, inner)  # type: ignore[arg-type]  # kind matched the Literal's values
+
+
+def _check_target(kind: EffectKind, target: str) -> None:
+    bare = _PLACEHOLDER.sub("x", target)
+    if not target or len(target) > 256 or not _TARGET_CHARS.match(bare):
+        raise ValueError(
+            f"{kind} target {target!r} must be 1-256 characters of letters, digits and "
+            "_ . @ + * / : - with {field} placeholders"
+        )
+    if "***" in bare:
+        raise ValueError(f"{kind} target {target!r}: use '*' or '**', not '***'")
+    if kind in ("read", "write") and not _RESOURCE.match(bare):
+        raise ValueError(
+            f"{kind} target {target!r} must be a resource 'service:object/...', "
+            "for example 'billing:invoice/{invoice_id}'"
+        )
+
+
+def _check_spend(currency: str, amount: int | str | None) -> None:
+    if not _CURRENCY.match(currency):
+        raise ValueError(f"spend currency {currency!r} must be three upper-case letters")
+    if isinstance(amount, bool) or amount is None:
+        raise ValueError("spend needs an amount: minor units or '{field}'")
+    if isinstance(amount, int):
+        if amount < 0:
+            raise ValueError(f"spend amount {amount!r} must not be negative")
+    elif not _PLACEHOLDER.fullmatch(amount):
+        raise ValueError(f"spend amount {amount!r} must be an integer or '{{field}}'")
+
+
+@lru_cache(maxsize=1024)
+def _parts(target: str) -> tuple[tuple[str, str | None], ...]:
+    """``a:b/{x}/c`` -> (("a:b/", None), ("", "x"), ("/c", None))."""
+    out: list[tuple[str, str | None]] = []
+    position = 0
+    for match in _PLACEHOLDER.finditer(target):
+        out.append((target[position : match.start()], None))
+        out.append(("", match.group(1)))
+        position = match.end()
+    out.append((target[position:], None))
+    return tuple(out)
+
+
+def _segment(name: str, args: Mapping[str, object]) -> str:
+    if name not in args:
+        raise EffectArgumentError(name, "is required by the tool's declared effects")
+    value = args[name]
+    if type(value) is int:
+        return str(value)
+    if type(value) is not str or not _SAFE_VALUE.match(value):
+        raise EffectArgumentError(
+            name, "must be one id segment: letters, digits and _ . @ + - (no '/', no '*')"
+        )
+    return value
+
+
+def read(resource: str) -> Effect:
+    """The tool reads ``resource``, e.g. ``read("billing:invoice/{invoice_id}")``."""
+    return Effect("read", resource)
+
+
+def write(resource: str) -> Effect:
+    """The tool changes ``resource``; such a tool is never callable from code."""
+    return Effect("write", resource)
+
+
+def network(destination: str) -> Effect:
+    """The tool reaches ``destination`` (a host, may be a pattern such as ``*.example.com``)."""
+    return Effect("network", destination)
+
+
+def spend(amount: int | str, *, currency: str = "USD") -> Effect:
+    """The tool spends ``amount`` minor units (or the value of input ``"{field}"``)."""
+    return Effect("spend", currency, amount)
+
+
+def disclose(destination: str) -> Effect:
+    """The tool shows data to ``destination`` outside the tenant, e.g. ``email:{to}``."""
+    return Effect("disclose", destination)

@@ -1,0 +1,88 @@
+"""A run's authority, cap(u): the scopes, effect patterns and limits it may use.
+
+Admission requires req(tool, args) ⊆ cap(u): the tool's scope is in :attr:`Grant.scopes`,
+every resolved effect of the call matches one of :attr:`Grant.effects` of the same kind
+(pattern language in :mod:`policies._patterns`), and every ``spend`` stays within
+:attr:`Grant.spend_limits` for its currency. Nothing is implied: ``write`` does not imply
+``read``, and a grant without a currency in ``spend_limits`` allows no spending in it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from policies._effects import Effect
+from policies._patterns import covers
+
+__all__ = ["Grant"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Grant:
+    """What a run may do. Build one per run from a policy (:meth:`Policy.grant_for`)."""
+
+    scopes: frozenset[str] = frozenset()
+    """Scopes the run may use; a tool whose scope is missing is ``denied``."""
+    effects: tuple[Effect, ...] = ()
+    """Effect patterns the run may exercise, e.g. ``read("billing:invoice/*")``."""
+    spend_limits: Mapping[str, int] = field(default_factory=dict)
+    """Largest amount, in minor units, one call may spend per currency (``{"USD": 5000}``)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "scopes", frozenset(self.scopes))
+        object.__setattr__(self, "effects", tuple(self.effects))
+        for effect in self.effects:
+            if effect.kind == "spend":
+                raise ValueError(
+                    f"grant effect {effect} is a spend; set spend_limits={{currency: amount}}"
+                )
+            if effect.placeholders:
+                raise ValueError(
+                    f"grant effect {effect} has placeholders; grants hold patterns such as "
+                    f"{effect.kind}({effect.pattern})"
+                )
+        limits = dict(self.spend_limits)
+        for currency, limit in limits.items():
+            if type(limit) is not int or limit < 0:
+                raise ValueError(f"spend limit for {currency!r} must be a non-negative integer")
+        object.__setattr__(self, "spend_limits", MappingProxyType(limits))
+
+    def allows_scope(self, scope: str) -> bool:
+        """Whether the run may use tools that require ``scope``."""
+        return scope in self.scopes
+
+    def covers(self, effect: Effect) -> bool:
+        """Whether ``effect`` (resolved, or a declared pattern) lies inside this grant."""
+        if effect.kind == "spend":
+            limit = self.spend_limits.get(effect.target)
+            return limit is not None and isinstance(effect.amount, int) and effect.amount <= limit
+        target = effect.pattern if effect.placeholders else effect.target
+        return any(
+            allowed.kind == effect.kind and covers(allowed.target, target)
+            for allowed in self.effects
+        )
+
+    def uncovered(self, effects: Iterable[Effect]) -> Effect | None:
+        """The first effect outside this grant, or ``None`` when all are inside."""
+        for effect in effects:
+            if not self.covers(effect):
+                return effect
+        return None
+
+    def union(self, other: Grant) -> Grant:
+        """A grant allowing what either allows (the larger limit per currency)."""
+        limits = dict(self.spend_limits)
+        for currency, limit in other.spend_limits.items():
+            limits[currency] = max(limit, limits.get(currency, 0))
+        effects = self.effects + tuple(e for e in other.effects if e not in self.effects)
+        return Grant(scopes=self.scopes | other.scopes, effects=effects, spend_limits=limits)
+
+    def restrict_scopes(self, scopes: Iterable[str]) -> Grant:
+        """This grant with its scopes cut down to those in ``scopes``."""
+        return Grant(
+            scopes=self.scopes & frozenset(scopes),
+            effects=self.effects,
+            spend_limits=self.spend_limits,
+        )

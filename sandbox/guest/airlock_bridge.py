@@ -1,0 +1,323 @@
+"""The guest half of the bridge: the ``tools`` namespace a sandboxed program calls.
+
+Standard library only; shipped in the image next to the runner. Each read tool the run may
+use from code becomes a function with a real signature and docstring::
+
+    invoice = tools.billing_invoice_get(invoice_id="in_42")            # one call
+    invoices = await asyncio.gather(*(tools.billing_invoice_get.aio(invoice_id=i) for i in ids))
+    invoices = tools.billing_invoice_get.batch([{"invoice_id": i} for i in ids])
+
+A refused or failed call raises a :class:`ToolError` subclass whose ``code`` the program can
+inspect (``tools.NotFound``, ``tools.Denied``, ...). When the host ends the run (a limit, a
+protocol error), calls raise :class:`RunAborted`, which derives from ``BaseException`` so that
+``except Exception:`` in a program cannot swallow it.
+
+Frames (4-byte big-endian length, then a JSON object), guest to host: ``hello``, ``call``
+``{id, tool, args}``, ``batch`` ``{id, tool, items}``, ``log`` ``{message}``, ``done``
+``{result}``; host to guest: ``run``, ``result`` ``{id, ok, value | error}``, ``abort``
+``{code, message}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import itertools
+import json
+import socket
+import struct
+import threading
+from concurrent.futures import Future
+from typing import Any
+
+MAX_FRAME_BYTES = 64 * 1024 * 1024
+_HEADER = struct.Struct(">I")
+
+
+class ToolError(Exception):
+    """A tool call failed; ``code`` is stable, ``retryable`` says whether to try again."""
+
+    code = "tool_error"
+
+    def __init__(self, message: str, *, code: str | None = None, retryable: bool = False) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+        self.retryable = retryable
+
+
+class UnknownTool(ToolError):
+    code = "unknown_tool"
+
+
+class InvalidInput(ToolError):
+    code = "invalid_input"
+
+
+class Denied(ToolError):
+    code = "denied"
+
+
+class NotFound(ToolError):
+    code = "not_found"
+
+
+class Conflict(ToolError):
+    code = "conflict"
+
+
+class RateLimited(ToolError):
+    code = "rate_limited"
+
+
+class Upstream(ToolError):
+    code = "upstream"
+
+
+class Timeout(ToolError):
+    code = "timeout"
+
+
+class ResultTooLarge(ToolError):
+    code = "result_too_large"
+
+
+class LimitExceeded(ToolError):
+    code = "limit_exceeded"
+
+
+ERRORS: dict[str, type[ToolError]] = {
+    cls.code: cls
+    for cls in (
+        UnknownTool,
+        InvalidInput,
+        Denied,
+        NotFound,
+        Conflict,
+        RateLimited,
+        Upstream,
+        Timeout,
+        ResultTooLarge,
+        LimitExceeded,
+    )
+}
+
+
+class RunAborted(BaseException):
+    """The host ended this run. Derives from BaseException: programs cannot swallow it."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+
+
+def error_from_wire(error: Any) -> ToolError:
+    """Rebuild the typed error a host sent; unknown codes become a plain ToolError."""
+    if not isinstance(error, dict):
+        return ToolError("malformed error from the host")
+    code = str(error.get("code", "tool_error"))
+    message = str(error.get("message", ""))
+    retryable = bool(error.get("retryable", False))
+    return ERRORS.get(code, ToolError)(message, code=code, retryable=retryable)
+
+
+class Connection:
+    """Frames over the bridge socket. Sends are serialized; after :meth:`start_reader`, a
+    thread matches ``result`` frames to pending calls by id (results may come out of order).
+    """
+
+    def __init__(self, path: str) -> None:
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._sock.connect(path)
+        self._send_lock = threading.Lock()
+        self._pending: dict[int, Future[Any]] = {}
+        self._pending_lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._aborted: RunAborted | None = None
+
+    def send(self, message: dict[str, Any]) -> None:
+        body = json.dumps(message, separators=(",", ":"), allow_nan=False).encode()
+        with self._send_lock:
+            self._sock.sendall(_HEADER.pack(len(body)) + body)
+
+    def recv(self) -> dict[str, Any]:
+        (size,) = _HEADER.unpack(self._read_exactly(_HEADER.size))
+        if size > MAX_FRAME_BYTES:
+            raise ConnectionError(f"frame of {size} bytes is over the limit")
+        message = json.loads(self._read_exactly(size))
+        if not isinstance(message, dict):
+            raise ConnectionError("a frame must hold a JSON object")
+        return message
+
+    def _read_exactly(self, size: int) -> bytes:
+        chunks = bytearray()
+        while len(chunks) < size:
+            chunk = self._sock.recv(min(size - len(chunks), 1 << 20))
+            if not chunk:
+                raise ConnectionError("the host closed the bridge")
+            chunks += chunk
+        return bytes(chunks)
+
+    # -- calls ----------------------------------------------------------------------------
+
+    def start_reader(self) -> None:
+        threading.Thread(target=self._read_results, name="airlock-bridge", daemon=True).start()
+
+    def _read_results(self) -> None:
+        try:
+            while True:
+                frame = self.recv()
+                kind = frame.get("type")
+                if kind == "result":
+                    with self._pending_lock:
+                        future = self._pending.pop(frame.get("id"), None)  # type: ignore[arg-type]
+                    if future is None:
+                        continue
+                    if frame.get("ok"):
+                        future.set_result(frame.get("value"))
+                    else:
+                        future.set_exception(error_from_wire(frame.get("error")))
+                elif kind == "abort":
+                    self._abort(RunAborted(str(frame.get("code")), str(frame.get("message"))))
+                    return
+        except (ConnectionError, OSError, ValueError):
+            self._abort(RunAborted("protocol_error", "the bridge to the host is closed"))
+
+    def _abort(self, signal: RunAborted) -> None:
+        with self._pending_lock:
+            self._aborted = signal
+            pending, self._pending = self._pending, {}
+        for future in pending.values():
+            future.set_exception(signal)
+
+    def submit(self, message: dict[str, Any]) -> Future[Any]:
+        """Send a call or batch frame; the future holds its result."""
+        future: Future[Any] = Future()
+        with self._pending_lock:
+            if self._aborted is not None:
+                raise self._aborted
+            call_id = next(self._ids)
+            self._pending[call_id] = future
+        self.send({**message, "id": call_id})
+        return future
+
+
+_JSON_TYPES = {
+    "string": "str",
+    "integer": "int",
+    "number": "float",
+    "boolean": "bool",
+    "array": "list",
+    "object": "dict",
+    "null": "None",
+}
+
+
+class ToolFunction:
+    """One tool, callable from a program: ``f(...)``, ``await f.aio(...)``, ``f.batch([...])``."""
+
+    def __init__(self, connection: Connection, stub: dict[str, Any]) -> None:
+        self._connection = connection
+        self.__name__ = self.name = str(stub["name"])
+        self.__doc__ = str(stub.get("doc", ""))
+        params = [
+            inspect.Parameter(
+                str(p["name"]),
+                inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                annotation=str(p.get("annotation", "object")),
+            )
+            for p in stub.get("params", [])
+        ]
+        self.__signature__ = inspect.Signature(
+            params, return_annotation=stub.get("returns", "dict")
+        )
+
+    def _arguments(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        try:
+            bound = self.__signature__.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise InvalidInput(f"{self.name}{self.__signature__}: {exc}") from None
+        return dict(bound.arguments)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        arguments = self._arguments(args, kwargs)
+        return self._connection.submit(
+            {"type": "call", "tool": self.name, "args": arguments}
+        ).result()
+
+    def aio(self, *args: Any, **kwargs: Any) -> asyncio.Future[Any]:
+        """The same call as an awaitable, so independent calls can run concurrently."""
+        arguments = self._arguments(args, kwargs)
+        future = self._connection.submit({"type": "call", "tool": self.name, "args": arguments})
+        return asyncio.wrap_future(future)
+
+    def batch(self, items: list[dict[str, Any]], *, return_errors: bool = False) -> list[Any]:
+        """Many calls of this tool in one frame; results in the order of ``items``.
+
+        A failed item raises its error, or with ``return_errors=True`` stands in the list as
+        a :class:`ToolError` instance.
+        """
+        arguments = [self._arguments((), dict(item)) for item in items]
+        future = self._connection.submit({"type": "batch", "tool": self.name, "items": arguments})
+        results = []
+        for entry in future.result():
+            if entry.get("ok"):
+                results.append(entry.get("value"))
+                continue
+            error = error_from_wire(entry.get("error"))
+            if not return_errors:
+                raise error
+            results.append(error)
+        return results
+
+    def __repr__(self) -> str:
+        return f"<tool {self.name}{self.__signature__}>"
+
+
+class Tools:
+    """The ``tools`` namespace: one attribute per tool, plus the error classes."""
+
+    ToolError = ToolError
+    UnknownTool = UnknownTool
+    InvalidInput = InvalidInput
+    Denied = Denied
+    NotFound = NotFound
+    Conflict = Conflict
+    RateLimited = RateLimited
+    Upstream = Upstream
+    Timeout = Timeout
+    ResultTooLarge = ResultTooLarge
+    LimitExceeded = LimitExceeded
+
+    def __init__(self, connection: Connection | None, stubs: list[dict[str, Any]]) -> None:
+        self._connection = connection
+        self._names = []
+        for stub in stubs:
+            if connection is None:
+                break
+            function = ToolFunction(connection, stub)
+            setattr(self, function.name, function)
+            self._names.append(function.name)
+
+    def log(self, message: str) -> None:
+        """Send a line to the operator's log (not to the model)."""
+        if self._connection is not None:
+            self._connection.send({"type": "log", "message": str(message)[:2000]})
+
+    def __dir__(self) -> list[str]:
+        return sorted(self._names)
+
+    def __repr__(self) -> str:
+        return f"<tools: {', '.join(sorted(self._names)) or 'none'}>"
+
+
+__all__ = [
+    "ERRORS",
+    "Connection",
+    "RunAborted",
+    "ToolError",
+    "ToolFunction",
+    "Tools",
+    "error_from_wire",
+]

@@ -1,0 +1,116 @@
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from policies import Effect, EffectArgumentError, disclose, network, read, spend, write
+from policies._patterns import covers
+
+
+def test_constructors_build_each_kind() -> None:
+    assert [e.kind for e in (read("a:b/1"), write("a:b/1"), network("h.example"))] == [
+        "read",
+        "write",
+        "network",
+    ]
+    assert spend(500).amount == 500
+    assert spend(500).target == "USD"
+    assert disclose("email:{to}").placeholders == {"to"}
+    assert write("a:b/1").is_side_effect
+    assert not read("a:b/1").is_side_effect
+
+
+def test_resolve_fills_placeholders_from_validated_arguments() -> None:
+    effect = read("billing:invoice/{invoice_id}")
+    assert effect.pattern == "billing:invoice/*"
+    assert effect.resolve({"invoice_id": "inv_1"}) == read("billing:invoice/inv_1")
+    assert effect.resolve({"invoice_id": 42}) == read("billing:invoice/42")
+    assert spend("{amount}", currency="EUR").resolve({"amount": 7}) == spend(7, currency="EUR")
+
+
+def test_resolve_without_placeholders_returns_the_same_effect() -> None:
+    effect = read("billing:invoice/*")
+    assert effect.resolve({}) is effect
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["../admin", "a/b", "*", "**", "", ".hidden", "x" * 201, None, 1.5, True, ["a"], "a b"],
+)
+def test_resolve_refuses_values_that_are_not_one_safe_segment(value: object) -> None:
+    with pytest.raises(EffectArgumentError) as info:
+        read("billing:invoice/{invoice_id}").resolve({"invoice_id": value})
+    assert info.value.field == "invoice_id"
+
+
+@pytest.mark.parametrize("amount", [-1, "5", None, 2.5, True])
+def test_resolve_refuses_spend_amounts_that_are_not_minor_units(amount: object) -> None:
+    with pytest.raises(EffectArgumentError):
+        spend("{amount}").resolve({"amount": amount})
+
+
+@pytest.mark.parametrize(
+    ("build", "fragment"),
+    [
+        (lambda: read("invoice/1"), "service:object"),
+        (lambda: read(""), "1-256"),
+        (lambda: read("a:b/{Bad}"), "1-256"),
+        (lambda: read("a:b/{x"), "1-256"),
+        (lambda: read("a:b/***"), "'***'"),
+        (lambda: network("evil host"), "1-256"),
+        (lambda: spend(-5), "negative"),
+        (lambda: spend(5, currency="usd"), "three upper-case"),
+        (lambda: spend("amount"), "'{field}'"),
+        (lambda: Effect("read", "a:b", 5), "only spend"),
+        (lambda: Effect("delete", "a:b"), "unknown effect kind"),  # type: ignore[arg-type]
+    ],
+)
+def test_invalid_effects_are_refused_with_a_fix(build: object, fragment: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(fragment)):
+        build()  # type: ignore[operator]
+
+
+@pytest.mark.parametrize(
+    "effect",
+    [
+        read("billing:invoice/*"),
+        write("billing:refund/{id}"),
+        network("*.stripe.com"),
+        disclose("email:{to}"),
+        spend(500, currency="EUR"),
+        spend("{amount}"),
+    ],
+)
+def test_parse_reads_what_str_writes(effect: Effect) -> None:
+    assert Effect.parse(str(effect)) == effect
+
+
+@pytest.mark.parametrize("text", ["read billing:x", "readx(a:b)", "spend(USD)", "spend(5 usd)"])
+def test_parse_refuses_malformed_text(text: str) -> None:
+    with pytest.raises(ValueError, match=r"spend|not an effect"):
+        Effect.parse(text)
+
+
+@pytest.mark.parametrize(
+    ("grant", "declared", "expected"),
+    [
+        ("billing:invoice/*", "billing:invoice/inv_1", True),
+        ("billing:invoice/*", "billing:invoice/a/b", False),
+        ("billing:invoice/*", "billing:invoices/inv_1", False),
+        ("billing:**", "billing:invoice/a/b", True),
+        ("billing:invoice/*", "billing:invoice/*", True),
+        ("billing:invoice/inv_1", "billing:invoice/*", False),
+        ("billing:invoice/*", "billing:**", False),
+        ("billing:*/*/*", "billing:**", False),
+        ("billing:**", "billing:**", True),
+        ("billing:**", "billing:invoice/*", True),
+        ("*.stripe.com", "api.stripe.com", True),
+        ("*.stripe.com", "stripe.com", False),
+        ("api.stripe.com", "api.stripe.com.evil", False),
+        ("billing:inv*", "billing:invoice", True),
+        ("billing:inv*", "billing:*", False),
+    ],
+)
+def test_pattern_containment(grant: str, declared: str, expected: bool) -> None:
+    assert covers(grant, declared) is expected

@@ -1,0 +1,23 @@
+"""Fixtures for the tool tests."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.tools.billing import Handled, build_registry
+from tools import Registry
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def handled() -> Handled:
+    return Handled()
+
+
+@pytest.fixture
+def registry(handled: Handled) -> Registry:
+    return build_registry(handled)

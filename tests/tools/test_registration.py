@@ -1,0 +1,202 @@
+"""Registration refuses broken contracts with a UsageError that says what to change."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Annotated, Any
+
+import pytest
+from pydantic import BaseModel, ConfigDict, Field
+
+from policies import UsageError, disclose, read, spend, write
+from tools import CallContext, Registry, ToolSpec, requires
+
+DOC = "Do a thing. Use it when needed. It does not return secrets."
+Id = Annotated[str, Field(max_length=20)]
+
+
+class Out(BaseModel):
+    ok: bool
+
+
+class LooseOut(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    ok: bool
+
+
+class OpenNested(BaseModel):
+    name: Id
+
+
+async def good(item_id: Id) -> Out:
+    return Out(ok=True)
+
+
+async def uncapped(note: str) -> Out:
+    return Out(ok=True)
+
+
+async def unbounded_list(ids: list[Id]) -> Out:
+    return Out(ok=True)
+
+
+async def open_mapping(extra: dict[str, int]) -> Out:
+    return Out(ok=True)
+
+
+async def open_nested(item: OpenNested) -> Out:
+    return Out(ok=True)
+
+
+async def untyped(item_id) -> Out:  # type: ignore[no-untyped-def]
+    return Out(ok=True)
+
+
+async def star_args(*ids: Id) -> Out:
+    return Out(ok=True)
+
+
+async def no_output(item_id: Id) -> dict[str, Any]:
+    return {}
+
+
+async def late_context(item_id: Id, ctx: CallContext) -> Out:
+    return Out(ok=True)
+
+
+async def anything(value: Any) -> Out:
+    return Out(ok=True)
+
+
+R = read("svc:item/{item_id}")
+
+# function, decorator options, fragment the message must contain
+BAD: list[tuple[str, Callable[..., Any], dict[str, Any], str]] = [
+    ("name with two parts", good, {"name": "billing_get"}, "service_object_verb"),
+    ("name upper case", good, {"name": "Billing_invoice_get"}, "service_object_verb"),
+    ("name too long", good, {"name": "a_b_" + "c" * 61}, "1-64"),
+    ("two sentences", good, {"description": "Get it. Use it."}, "three or four"),
+    ("no docstring", good, {"description": ""}, "0 sentence"),
+    (
+        "write from code",
+        good,
+        {"effects": [write("svc:item/{item_id}")], "callers": {"direct", "code"}},
+        "cannot be called from code",
+    ),
+    (
+        "spend from code",
+        good,
+        {"effects": [R, spend(5)], "callers": {"direct", "code"}},
+        "cannot be called from code",
+    ),
+    (
+        "disclose from code",
+        good,
+        {"effects": [R, disclose("email:x")], "callers": {"direct", "code"}},
+        "cannot be called from code",
+    ),
+    ("code only", good, {"callers": {"code"}}, "must include 'direct'"),
+    ("unknown caller", good, {"callers": {"direct", "cron"}}, "unknown callers"),
+    ("bad scope", good, {"scope": "Billing"}, "dotted lower case"),
+    ("zero timeout", good, {"timeout": 0}, "timeout"),
+    ("huge timeout", good, {"timeout": 10_000}, "timeout"),
+    ("no effects", good, {"effects": []}, "at least one effect"),
+    (
+        "effect names unknown field",
+        good,
+        {"effects": [read("svc:item/{other}")]},
+        "not input fields",
+    ),
+    ("not an effect", good, {"effects": ["read(svc:x)"]}, "not an Effect"),
+    ("uncapped string", uncapped, {"effects": [read("svc:x")]}, "without a length cap"),
+    ("uncapped list", unbounded_list, {"effects": [read("svc:x")]}, "list without a length"),
+    ("open mapping", open_mapping, {"effects": [read("svc:x")]}, "open mapping"),
+    ("nested model allows extra", open_nested, {"effects": [read("svc:x")]}, "extra fields"),
+    ("any value", anything, {"effects": [read("svc:x")]}, "any value"),
+    ("untyped parameter", untyped, {}, "needs a type annotation"),
+    ("star args", star_args, {"effects": [read("svc:x")]}, "plain keyword parameter"),
+    ("no output model", no_output, {}, "output=SomeModel"),
+    ("context not first", late_context, {}, "must come first"),
+    ("output allows extra", good, {"output": LooseOut}, "ignore extra fields"),
+    (
+        "precondition on unknown field",
+        good,
+        {"requires": [requires("svc_item_get", "x")]},
+        "must name input fields",
+    ),
+    (
+        "precondition on a non-tool",
+        good,
+        {"requires": [requires("get", "item_id")]},
+        "not a tool name",
+    ),
+    ("result cap zero", good, {"max_result_bytes": 0}, "max_result_bytes"),
+]
+
+
+def _register(registry: Registry, fn: Callable[..., Any], **options: Any) -> None:
+    kwargs: dict[str, Any] = {
+        "effects": [R],
+        "scope": "svc.read",
+        "name": "svc_item_get",
+        "description": DOC,
+    } | options
+    registry.tool(**kwargs)(fn)
+
+
+@pytest.mark.parametrize(
+    ("fn", "options", "fragment"), [c[1:] for c in BAD], ids=[c[0] for c in BAD]
+)
+def test_registration_refuses(
+    fn: Callable[..., Any], options: dict[str, Any], fragment: str
+) -> None:
+    registry = Registry()
+    with pytest.raises(UsageError, match=re.escape(fragment)):
+        _register(registry, fn, **options)
+    assert registry.specs() == ()
+
+
+def test_a_name_is_taken_once() -> None:
+    registry = Registry()
+    _register(registry, good)
+    with pytest.raises(UsageError, match="already registered"):
+        _register(registry, good)
+
+
+def test_an_input_model_that_allows_extra_fields_is_refused() -> None:
+    class Loose(BaseModel):
+        item_id: Id
+
+    spec = ToolSpec(
+        name="svc_item_get",
+        description=DOC,
+        handler=good,
+        input_model=Loose,
+        output_model=Out,
+        effects=(R,),
+        callers=frozenset({"direct"}),
+        scope="svc.read",
+    )
+    with pytest.raises(UsageError, match="extra='forbid'"):
+        Registry().register(spec)
+
+
+def test_the_decorator_builds_a_frozen_spec_and_returns_the_function() -> None:
+    registry = Registry()
+
+    @registry.tool(effects=[write("svc:item/{item_id}")], scope="svc.write")
+    async def svc_item_delete(ctx: CallContext, item_id: Id) -> Out:
+        """Delete an item. Use it when asked to remove one. It does not return the item."""
+        return Out(ok=True)
+
+    spec = registry.get("svc_item_delete")
+    assert spec is not None
+    assert spec.takes_context
+    assert spec.callers == {"direct"}
+    assert spec.reversible is False  # side effects default to irreversible
+    assert spec.input_model.model_config.get("extra") == "forbid"
+    assert spec.output_model is Out
+    assert svc_item_delete.__name__ == "svc_item_delete"
+    with pytest.raises(AttributeError):
+        spec.name = "other"  # type: ignore[misc]

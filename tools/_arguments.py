@@ -1,0 +1,110 @@
+"""Arguments on their way in: JSON encoding, strict validation, effects, hashing."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import pydantic_core
+from pydantic import BaseModel, ValidationError
+
+from policies import Effect, EffectArgumentError
+from tools._errors import FieldIssue, InvalidInputError
+
+__all__ = [
+    "encode_arguments",
+    "raw_args_hash",
+    "resolve_effects",
+    "validate_arguments",
+    "validated_args_hash",
+]
+
+_REASONS = {
+    "extra_forbidden": "is not a parameter of this tool; remove it",
+    "missing": "is required",
+}
+
+
+def encode_arguments(args: object, *, max_bytes: int) -> bytes:
+    """The arguments as JSON bytes, for strict validation in JSON mode.
+
+    JSON mode lets strict validation accept what JSON spells as strings (dates) while still
+    refusing ``"5"`` for an integer.
+
+    Raises:
+        InvalidInputError: not an object of plain JSON values (no NaN), or over ``max_bytes``.
+    """
+    if not isinstance(args, Mapping):
+        raise InvalidInputError(issues=(FieldIssue("", "arguments must be a JSON object"),))
+    try:
+        raw = pydantic_core.to_json(args, inf_nan_mode="constants")
+        if b"NaN" in raw or b"Infinity" in raw:  # rare: only then pay for the exact check
+            json.dumps(args, allow_nan=False)
+    except (pydantic_core.PydanticSerializationError, TypeError, ValueError) as exc:
+        raise InvalidInputError(
+            issues=(FieldIssue("", "arguments must be plain JSON values (no NaN)"),),
+            detail=str(exc)[:200],
+        ) from None
+    if len(raw) > max_bytes:
+        raise InvalidInputError(
+            issues=(FieldIssue("", f"arguments are {len(raw)} bytes; the limit is {max_bytes}"),)
+        )
+    return raw
+
+
+def validate_arguments(model: type[BaseModel], raw: bytes) -> BaseModel:
+    """Validate JSON against the strict input model.
+
+    Raises:
+        InvalidInputError: with one :class:`FieldIssue` per problem (values never echoed).
+    """
+    try:
+        return model.model_validate_json(raw, strict=True)
+    except ValidationError as exc:
+        issues = tuple(
+            FieldIssue(
+                ".".join(str(part) for part in error["loc"]),
+                _REASONS.get(error["type"], error["msg"])[:200],
+            )
+            for error in exc.errors(include_url=False, include_input=False, include_context=False)
+        )
+        raise InvalidInputError(issues=issues) from None
+
+
+def resolve_effects(effects: tuple[Effect, ...], values: Mapping[str, Any]) -> tuple[Effect, ...]:
+    """The concrete effects of one call.
+
+    Raises:
+        InvalidInputError: a value cannot stand in a resource (``../admin``, ``a/b``).
+    """
+    try:
+        return tuple(effect.resolve(values) for effect in effects)
+    except EffectArgumentError as exc:
+        raise InvalidInputError(issues=(FieldIssue(exc.field, exc.reason),)) from None
+
+
+def validated_args_hash(instance: BaseModel, *, secret_fields: frozenset[str]) -> str:
+    """BLAKE2b (128 bit) of the validated arguments as JSON in field order, secrets left out.
+
+    Field order is the model's, so equal arguments hash equally however they were sent.
+    """
+    exclude = set(secret_fields) if secret_fields else None
+    data = instance.__pydantic_serializer__.to_json(instance, exclude=exclude)
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+def raw_args_hash(args: object, *, secret_fields: frozenset[str]) -> str:
+    """Hash of arguments that failed validation, as received (keys sorted), secrets left out.
+
+    Empty when they cannot be encoded at all.
+    """
+    if not isinstance(args, Mapping):
+        return ""
+    kept = {k: v for k, v in args.items() if k not in secret_fields}
+    try:
+        data = json.dumps(kept, sort_keys=True, default=repr).encode()
+    except (TypeError, ValueError):
+        return ""
+    return hashlib.blake2b(data, digest_size=16).hexdigest()

@@ -1,0 +1,92 @@
+"""The context of one tool call: who, under which authority, from where, until when."""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Final, Literal, get_args
+
+from policies import ApprovalPolicy, Grant, Principal
+from tools._errors import NotFoundError
+
+__all__ = ["CALLERS", "CallContext", "Caller", "Observations"]
+
+Caller = Literal["direct", "code"]
+"""Who made the call: the model directly, or a program running in the sandbox."""
+CALLERS: Final[tuple[Caller, ...]] = get_args(Caller)
+
+
+class Observations:
+    """What a run has observed: successful calls of tools that others require as evidence.
+
+    Only the registry records into it, after a call succeeded, so a model cannot forge
+    evidence. Bounded: the oldest observations are forgotten first.
+    """
+
+    def __init__(self, *, max_entries: int = 10_000) -> None:
+        self._entries: deque[tuple[str, tuple[tuple[str, object], ...]]] = deque(maxlen=max_entries)
+        self._lock = threading.Lock()
+
+    def record(self, tool: str, args: Mapping[str, object]) -> None:
+        """Note that ``tool`` succeeded with the validated arguments ``args``."""
+        with self._lock:
+            self._entries.append((tool, tuple(args.items())))
+
+    def has(self, tool: str, match: Mapping[str, object]) -> bool:
+        """Whether ``tool`` succeeded with arguments that include every pair of ``match``."""
+        with self._lock:
+            entries = list(self._entries)
+        for name, pairs in reversed(entries):
+            if name == tool:
+                seen = dict(pairs)
+                if all(k in seen and seen[k] == v for k, v in match.items()):
+                    return True
+        return False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CallContext:
+    """Everything about a call that does not come from the model's arguments.
+
+    The harness or the bridge builds one per call; the registry passes it to a handler that
+    asks for it (a leading parameter annotated ``CallContext``).
+    """
+
+    principal: Principal
+    """Who the run acts for; from the session, never from arguments."""
+    grant: Grant
+    """The run's authority, cap(u)."""
+    run_id: str
+    """The run this call belongs to (audit log key)."""
+    caller: Caller
+    """``direct`` (the model) or ``code`` (a sandboxed program)."""
+    call_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    """Unique id of this call within the run."""
+    deadline: float = math.inf
+    """When the run's time budget ends, on the :func:`time.monotonic` clock."""
+    approvals: ApprovalPolicy = field(default_factory=ApprovalPolicy)
+    """Approval rules; by default read-only calls are allowed and side effects need approval."""
+    observations: Observations | None = None
+    """The run's evidence for preconditions; ``None`` means no evidence exists."""
+
+    def __post_init__(self) -> None:
+        if self.caller not in CALLERS:
+            raise ValueError(f"caller {self.caller!r} must be one of {CALLERS}")
+
+    def remaining(self) -> float:
+        """Seconds left in the run's budget (negative when it is over)."""
+        return self.deadline - time.monotonic()
+
+    def ensure_tenant(self, tenant_id: str) -> None:
+        """Record-level check for handlers: a record of another tenant is "not found".
+
+        Raises:
+            NotFoundError: ``tenant_id`` is not the principal's; identical to a missing record.
+        """
+        if tenant_id != self.principal.tenant_id:
+            raise NotFoundError(detail=f"record belongs to tenant {tenant_id!r}")

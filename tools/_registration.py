@@ -1,0 +1,173 @@
+"""Registration: build a :class:`ToolSpec` from a function and refuse contracts that break
+the rules of the tool contract, each with a :class:`UsageError` that says what to change."""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Final
+
+from pydantic import BaseModel
+
+from policies import SCOPE_PATTERN, Effect, UsageError
+from tools._context import CALLERS, Caller
+from tools._json import JSONObject
+from tools._schema import schema_problems, strict_schema
+from tools._signature import shape_of_handler
+from tools._spec import Precondition, Secret, ToolSpec
+
+__all__ = ["NAME_PATTERN", "CompiledTool", "build_spec", "compile_tool"]
+
+NAME_PATTERN: Final = r"^[a-z][a-z0-9]*(?:_[a-z0-9]+){2,}$"
+"""``service_object_verb``: at least three lower-case parts joined by ``_``."""
+_SENTENCE_END = re.compile(r"[.!?](?:\s|$)")
+_MAX_TIMEOUT = 600.0
+_MAX_RESULT_BYTES = 16 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledTool:
+    """A checked spec with what admission needs precomputed."""
+
+    spec: ToolSpec
+    schema: JSONObject
+    is_async: bool
+
+
+def build_spec(
+    fn: Callable[..., Any],
+    *,
+    effects: Iterable[Effect],
+    scope: str,
+    callers: Iterable[Caller],
+    timeout: float,
+    output: type[BaseModel] | None,
+    name: str | None,
+    description: str | None,
+    reversible: bool | None,
+    preconditions: Iterable[Precondition],
+    max_result_bytes: int,
+) -> ToolSpec:
+    """A :class:`ToolSpec` for ``fn`` from its signature, docstring and the given options.
+
+    Raises:
+        UsageError: the signature cannot define a strict input model, or no output model.
+    """
+    tool_name = name or fn.__name__
+    shape = shape_of_handler(fn, tool=tool_name)
+    output_model = output or shape.returns
+    if output_model is None:
+        raise UsageError(
+            f"tool {tool_name!r}: declare the result's allow-list with output=SomeModel "
+            "or annotate the function's return type with a pydantic model"
+        )
+    effects = tuple(effects)
+    side = any(isinstance(e, Effect) and e.is_side_effect for e in effects)
+    return ToolSpec(
+        name=tool_name,
+        description=inspect.cleandoc(description or inspect.getdoc(fn) or ""),
+        handler=fn,
+        input_model=shape.input_model,
+        output_model=output_model,
+        effects=effects,
+        callers=frozenset(callers),
+        scope=scope,
+        timeout=timeout,
+        reversible=(not side) if reversible is None else reversible,
+        preconditions=tuple(preconditions),
+        max_result_bytes=max_result_bytes,
+        takes_context=shape.takes_context,
+        secret_fields=frozenset(
+            field
+            for field, info in shape.input_model.model_fields.items()
+            if any(isinstance(m, Secret) for m in info.metadata)
+        ),
+    )
+
+
+def compile_tool(spec: ToolSpec) -> CompiledTool:
+    """Check ``spec`` against the tool contract and precompute its schema.
+
+    Raises:
+        UsageError: the first rule ``spec`` breaks, and how to fix it.
+    """
+    name = spec.name
+
+    def refuse(message: str) -> UsageError:
+        return UsageError(f"tool {name!r}: {message}")
+
+    if not (1 <= len(name) <= 64 and re.match(NAME_PATTERN, name)):
+        raise UsageError(
+            f"tool name {name!r} must be service_object_verb: 1-64 lower-case letters and "
+            "digits in at least three parts joined by '_', for example 'billing_invoice_get'"
+        )
+    sentences = len(_SENTENCE_END.findall(spec.description.strip()))
+    if sentences < 3:
+        raise refuse(
+            f"the description has {sentences} sentence(s); write three or four: what the tool "
+            "does, when to use it, and what it does not return"
+        )
+    if spec.input_model.model_config.get("extra") != "forbid":
+        raise refuse("the input model must refuse extra fields; set model_config extra='forbid'")
+    raw_schema = spec.input_model.model_json_schema()
+    problems = schema_problems(raw_schema)
+    if problems:
+        raise refuse("the input " + "; ".join(problems))
+    if spec.output_model.model_config.get("extra", "ignore") != "ignore":
+        raise refuse(
+            "the output model must ignore extra fields (the pydantic default) so results are "
+            "projected onto it; remove its extra= setting"
+        )
+    for effect in spec.effects:
+        if not isinstance(effect, Effect):
+            raise refuse(f"{effect!r} is not an Effect; build it with read(), write(), ...")
+    _check_callers(spec, refuse)
+    if not re.match(SCOPE_PATTERN, spec.scope):
+        raise refuse(f"scope {spec.scope!r} must be dotted lower case, e.g. 'billing.read'")
+    if not 0 < spec.timeout <= _MAX_TIMEOUT:
+        raise refuse(f"timeout {spec.timeout!r} must be over 0 and at most {_MAX_TIMEOUT:g} s")
+    if not 0 < spec.max_result_bytes <= _MAX_RESULT_BYTES:
+        raise refuse(f"max_result_bytes must be between 1 and {_MAX_RESULT_BYTES}")
+    fields = set(spec.input_model.model_fields)
+    _check_effects(spec, fields, refuse)
+    for condition in spec.preconditions:
+        if not re.match(NAME_PATTERN, condition.tool):
+            raise refuse(f"precondition tool {condition.tool!r} is not a tool name")
+        unknown = sorted(set(condition.fields) - fields)
+        if unknown or not condition.fields:
+            raise refuse(
+                f"precondition on {condition.tool!r} must name input fields of this tool; "
+                f"unknown: {unknown or 'none given'}"
+            )
+    # An async callable object counts as async too (its __call__ is a coroutine function).
+    call_method = getattr(type(spec.handler), "__call__", None)  # noqa: B004
+    is_async = inspect.iscoroutinefunction(spec.handler) or inspect.iscoroutinefunction(call_method)
+    return CompiledTool(spec=spec, schema=strict_schema(spec.input_model), is_async=is_async)
+
+
+def _check_callers(spec: ToolSpec, refuse: Callable[[str], UsageError]) -> None:
+    unknown = sorted(set(spec.callers) - set(CALLERS))
+    if unknown:
+        raise refuse(f"unknown callers {unknown}; use {{'direct'}} or {{'direct', 'code'}}")
+    if "direct" not in spec.callers:
+        raise refuse("callers must include 'direct': use {'direct'} or {'direct', 'code'}")
+    side = [str(e) for e in spec.effects if e.is_side_effect]
+    if side and "code" in spec.callers:
+        raise refuse(
+            f"it has the side effect(s) {', '.join(side)}, so it cannot be called from code; "
+            "use callers={'direct'} (writes go through preview and approval)"
+        )
+
+
+def _check_effects(spec: ToolSpec, fields: set[str], refuse: Callable[[str], UsageError]) -> None:
+    if not spec.effects:
+        raise refuse(
+            "declare at least one effect, e.g. effects=[read('service:object/{id}')], so the "
+            "grant and the effect inventory can see what it touches"
+        )
+    for effect in spec.effects:
+        missing = sorted(effect.placeholders - fields)
+        if missing:
+            raise refuse(f"effect {effect} names {missing}, which are not input fields")

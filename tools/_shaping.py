@@ -1,0 +1,34 @@
+"""Results on their way out: projection onto the output allow-list, then the byte cap."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from tools._errors import ResultTooLargeError, UpstreamError
+from tools._json import JSONObject
+
+__all__ = ["shape_result"]
+
+
+def shape_result(model: type[BaseModel], result: Any, *, max_bytes: int) -> JSONObject:
+    """Keep only the fields ``model`` allows, as JSON values, if they fit in ``max_bytes``.
+
+    Raises:
+        UpstreamError: the handler returned something that does not fit ``model``; the
+            handler ran, so the outcome is ``unknown``.
+        ResultTooLargeError: the projected result is over ``max_bytes``; never truncated.
+    """
+    try:
+        shaped = model.model_validate(result, from_attributes=True)
+    except ValidationError as exc:
+        raise UpstreamError(
+            outcome="unknown",
+            detail=f"result does not fit {model.__name__}: {exc}",
+        ) from None
+    size = len(model.__pydantic_serializer__.to_json(shaped))
+    if size > max_bytes:
+        raise ResultTooLargeError(size_bytes=size, limit_bytes=max_bytes)
+    data: JSONObject = shaped.model_dump(mode="json")
+    return data
