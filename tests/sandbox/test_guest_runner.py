@@ -104,7 +104,9 @@ def test_full_mode_allows_any_import() -> None:
 
 def test_last_expression_is_compiled_separately() -> None:
     body, last = runner.compile_program("x = 2\nx * 21\n", "restricted", ALLOWED)
-    namespace: dict[str, Any] = runner._restricted_globals(ALLOWED, runner._FinalValue(), runner.Tools(None, []))
+    namespace: dict[str, Any] = runner._restricted_globals(
+        ALLOWED, runner._FinalValue(), runner.Tools(None, [])
+    )
     exec(body, namespace)
     assert eval(last, namespace) == 42
 
