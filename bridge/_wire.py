@@ -24,6 +24,7 @@ __all__ = [
     "decode_body",
     "encode_frame",
     "read_frame",
+    "read_sized_frame",
 ]
 
 PROTOCOL_VERSION: Final = 1
@@ -48,11 +49,23 @@ async def read_frame(reader: asyncio.StreamReader, *, max_bytes: int) -> dict[st
     Raises:
         FrameError: a frame over ``max_bytes``, a stream cut inside a frame, or a bad body.
     """
+    message, _ = await read_sized_frame(reader, max_bytes=max_bytes)
+    return message
+
+
+async def read_sized_frame(
+    reader: asyncio.StreamReader, *, max_bytes: int
+) -> tuple[dict[str, Any] | None, int]:
+    """As :func:`read_frame`, with the frame's size on the wire (header included).
+
+    Raises:
+        FrameError: as :func:`read_frame`.
+    """
     try:
         header = await reader.readexactly(_HEADER.size)
     except asyncio.IncompleteReadError as exc:
         if not exc.partial:
-            return None
+            return None, 0
         raise FrameError("the stream ended inside a frame header") from None
     (size,) = _HEADER.unpack(header)
     if size > max_bytes:
@@ -61,7 +74,7 @@ async def read_frame(reader: asyncio.StreamReader, *, max_bytes: int) -> dict[st
         body = await reader.readexactly(size)
     except asyncio.IncompleteReadError:
         raise FrameError("the stream ended inside a frame body") from None
-    return decode_body(body)
+    return decode_body(body), _HEADER.size + size
 
 
 def _reject_constant(name: str) -> Any:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from bridge import ToolSession
 from policies import SandboxProfile
 from sandbox._result import RunResult
 
@@ -13,8 +14,17 @@ __all__ = ["SandboxBackend"]
 class SandboxBackend(Protocol):
     """Runs one program per call in a fresh, isolated environment."""
 
-    async def run(self, program: str, *, profile: SandboxProfile | None = None) -> RunResult:
+    async def run(
+        self,
+        program: str,
+        *,
+        profile: SandboxProfile | None = None,
+        tools: ToolSession | None = None,
+    ) -> RunResult:
         """Run ``program`` under ``profile`` (the backend's default when ``None``).
+
+        ``tools`` is the run's tool session: the authority its ``tools.NAME(...)`` calls are
+        admitted with. Without one the program has no tools.
 
         A program that fails or hits a limit returns a result; it does not raise.
 

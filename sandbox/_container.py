@@ -28,7 +28,15 @@ from docker.models.containers import Container
 from docker.types import LogConfig, Ulimit
 from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError
 
-from bridge import PROTOCOL_VERSION, FrameError, encode_frame, read_frame
+from bridge import (
+    PROTOCOL_VERSION,
+    FrameError,
+    RunEnd,
+    ToolSession,
+    encode_frame,
+    read_frame,
+    serve_run,
+)
 from policies import SandboxProfile
 from sandbox._cgroup import CgroupEvidence, read_evidence
 from sandbox._errors import SandboxFailure, map_docker_errors
@@ -212,8 +220,15 @@ class SandboxContainer:
             raise SandboxFailure("a process other than the container's runner connected")
         return connection
 
-    async def run(self, program: str, *, profile: SandboxProfile, pooled: bool) -> RunResult:
-        """Deliver ``program``, wait for its result or a limit, and report it.
+    async def run(
+        self,
+        program: str,
+        *,
+        profile: SandboxProfile,
+        pooled: bool,
+        tools: ToolSession | None = None,
+    ) -> RunResult:
+        """Deliver ``program``, serve its tool calls, and report how it ended.
 
         The caller destroys the container afterwards, whatever happened.
         """
@@ -221,7 +236,8 @@ class SandboxContainer:
             raise RuntimeError("a sandbox container runs one program only")
         self._used = True
         began = time.perf_counter()
-        deadline = began + profile.timeout_s
+        deadline = time.monotonic() + profile.timeout_s
+        stubs = [stub.to_wire() for stub in tools.stubs()] if tools else []
         self._writer.write(
             encode_frame(
                 {
@@ -230,28 +246,39 @@ class SandboxContainer:
                     "mode": profile.language_mode,
                     "allowed_imports": sorted(profile.allowed_imports),
                     "output_limit": profile.output_limit_bytes,
+                    "tools": stubs,
                 }
             )
         )
-        max_frame = 2 * 6 * profile.output_limit_bytes + _RESULT_OVERHEAD_BYTES
         try:
             await self._writer.drain()
-            frame = await asyncio.wait_for(
-                read_frame(self._reader, max_bytes=max_frame),
-                max(deadline - time.perf_counter(), 0.0),
+            outcome = await serve_run(
+                self._reader,
+                self._writer,
+                session=tools,
+                deadline=deadline,
+                max_done_bytes=2 * 6 * profile.output_limit_bytes + _RESULT_OVERHEAD_BYTES,
             )
-        except TimeoutError:
-            return self._stopped(began, "timeout", pooled)
-        except FrameError as exc:
-            return self._protocol_error(began, str(exc), pooled)
         except (ConnectionError, OSError):
-            frame = None
-        if frame is None:
+            outcome = None
+        result = await self._result_of(outcome, began, profile, pooled)
+        return result.model_copy(update={"tool_calls": tools.calls if tools else 0})
+
+    async def _result_of(
+        self,
+        outcome: dict[str, Any] | RunEnd | None,
+        began: float,
+        profile: SandboxProfile,
+        pooled: bool,
+    ) -> RunResult:
+        if outcome is None:
             return await self._runner_died(began, pooled)
-        if frame.get("type") != "done":
-            return self._protocol_error(began, f"unexpected frame {frame.get('type')!r}", pooled)
+        if isinstance(outcome, RunEnd):
+            if outcome.code == "protocol_error":
+                return self._protocol_error(began, outcome.message, pooled)
+            return self._stopped(began, outcome.limit or "timeout", pooled, outcome.message)
         try:
-            guest = _GuestResult.model_validate(frame.get("result"))
+            guest = _GuestResult.model_validate(outcome.get("result"))
         except ValidationError as exc:
             return self._protocol_error(
                 began, f"malformed result: {exc.error_count()} errors", pooled
@@ -293,7 +320,9 @@ class SandboxContainer:
             pooled=pooled,
         )
 
-    def _stopped(self, began: float, limit: LimitName, pooled: bool) -> RunResult:
+    def _stopped(
+        self, began: float, limit: LimitName, pooled: bool, message: str | None = None
+    ) -> RunResult:
         evidence = read_evidence(self.id)
         if limit == "timeout" and evidence is not None:
             # A fork bomb keeps the runner busy until the deadline: the pids counter tells
@@ -304,6 +333,7 @@ class SandboxContainer:
             exit_status=_KILLED_EXIT_STATUS,
             has_value=False,
             limit=limit,
+            error=ProgramError(type="LimitExceeded", message=message) if message else None,
             duration_s=time.perf_counter() - began,
             peak_memory_bytes=evidence.peak_memory_bytes if evidence else None,
             pooled=pooled,

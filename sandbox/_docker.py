@@ -17,6 +17,7 @@ import docker
 import docker.errors
 import psutil
 
+from bridge import ToolSession
 from policies import SandboxProfile
 from sandbox._container import LABEL, OWNER_LABEL, SandboxContainer, owner_label
 from sandbox._errors import SandboxError, map_docker_errors
@@ -148,8 +149,17 @@ class DockerBackend:
             socket_root=self._socket_root,
         )
 
-    async def run(self, program: str, *, profile: SandboxProfile | None = None) -> RunResult:
+    async def run(
+        self,
+        program: str,
+        *,
+        profile: SandboxProfile | None = None,
+        tools: ToolSession | None = None,
+    ) -> RunResult:
         """Run ``program`` in a fresh container (a warm one when the pool has it).
+
+        With ``tools``, the program's ``tools.NAME(...)`` calls are admitted through that
+        session's registry as ``caller="code"``; without, it has no tools.
 
         Raises:
             SandboxError: the engine, the image or a container start failed.
@@ -177,7 +187,7 @@ class DockerBackend:
         if container is None:
             container = await self._start_container(profile)
         try:
-            result = await container.run(program, profile=profile, pooled=pooled)
+            result = await container.run(program, profile=profile, pooled=pooled, tools=tools)
         finally:
             # Removal is off the result's path; close() waits for it.
             task = asyncio.create_task(self._destroy(container))

@@ -13,7 +13,8 @@ RunStatus = Literal["ok", "error", "invalid_program", "limit_exceeded", "protoco
 it was refused before running; ``limit_exceeded``: a limit stopped it; ``protocol_error``:
 the guest broke the wire protocol and the run was ended."""
 
-LimitName = Literal["timeout", "memory", "pids", "output", "disk"]
+LimitName = Literal["timeout", "memory", "pids", "output", "disk", "calls", "in_flight", "bytes"]
+"""The limit that stopped a run: container limits, then the bridge's per-run limits."""
 
 
 class ProgramError(BaseModel):
@@ -55,6 +56,9 @@ class RunResult(BaseModel):
         default=None, description="Wall-clock time (epoch seconds) of the first instruction."
     )
     pooled: bool = Field(default=False, description="Whether a warm pooled container ran it.")
+    tool_calls: int = Field(
+        default=0, description="Tool calls the program made (batch items count)."
+    )
 
     @property
     def ok(self) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+from bridge import ToolSession
 from policies import SandboxProfile
 from sandbox._result import RunResult
 
@@ -45,9 +46,16 @@ class ScriptedBackend:
         self._respond = script if callable(script) else None
         self._queue = [] if callable(script) else list(script)
         self.calls: list[tuple[str, SandboxProfile]] = []
+        self.sessions: list[ToolSession | None] = []
         self.closed = False
 
-    async def run(self, program: str, *, profile: SandboxProfile | None = None) -> RunResult:
+    async def run(
+        self,
+        program: str,
+        *,
+        profile: SandboxProfile | None = None,
+        tools: ToolSession | None = None,
+    ) -> RunResult:
         """Record the call and return the next scripted result.
 
         Raises:
@@ -55,6 +63,7 @@ class ScriptedBackend:
         """
         chosen = profile or self.profile
         self.calls.append((program, chosen))
+        self.sessions.append(tools)
         if self._respond is not None:
             return self._respond(program, chosen)
         assert self._queue, "ScriptedBackend ran out of scripted results"

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 import docker
 import pytest
 
+from bridge import ToolSession
 from policies import SandboxProfile
 from sandbox import DEFAULT_IMAGE, DockerBackend, RunResult
 from sandbox._container import LABEL, OWNER_LABEL, owner_label
@@ -66,9 +67,9 @@ class Sandbox:
         self.loop = loop
         self.backend = backend
 
-    def run(self, program: str, **profile: Any) -> RunResult:
+    def run(self, program: str, *, tools: ToolSession | None = None, **profile: Any) -> RunResult:
         chosen = SandboxProfile(**profile) if profile else None
-        return self.loop.call(self.backend.run(program, profile=chosen))
+        return self.loop.call(self.backend.run(program, profile=chosen, tools=tools))
 
     def wait_pool(self, timeout: float = 60) -> None:
         self.loop.call(self.backend.pool.wait_ready(self.backend.pool.size, timeout=timeout))

@@ -32,8 +32,11 @@ __all__ = [
     "Stage",
 ]
 
-Stage = Literal["lookup", "validate", "authorize", "precondition", "execute", "shape", "done"]
-"""The admission step a call stopped at; ``done`` when it went through all of them."""
+Stage = Literal[
+    "lookup", "validate", "authorize", "precondition", "execute", "shape", "done", "bridge"
+]
+"""The admission step a call stopped at; ``done`` when it went through all of them.
+``bridge`` marks a run the bridge ended (a protocol error or a run limit) before admission."""
 AdmissionDecision = Literal["allow", "ask", "deny"]
 """Admission's verdict: ``allow`` once the call was authorized, else ``deny`` or ``ask``."""
 

@@ -241,6 +241,7 @@ def _restricted_globals(
             "all": all,
             "any": any,
             "dict": dict,
+            "dir": dir,
             "enumerate": enumerate,
             "filter": filter,
             "getattr": safer_getattr,

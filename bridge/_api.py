@@ -1,0 +1,159 @@
+"""The typed Python API of the tools a program may call, generated from the registry.
+
+One description, two renderings: :func:`tool_stubs` is what the guest receives in the ``run``
+frame (it builds functions with these signatures and docstrings), :func:`render_api` is the
+same API as Python source for the model's ``execute_code`` description. Only tools the
+principal can see from ``code`` appear: write tools never do.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from policies import Principal
+from tools import JSONObject, Registry
+
+__all__ = ["ParamStub", "ToolStub", "render_api", "tool_stubs"]
+
+_SCALARS = {
+    "string": "str",
+    "integer": "int",
+    "number": "float",
+    "boolean": "bool",
+    "null": "None",
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ParamStub:
+    """One parameter of a tool function."""
+
+    name: str
+    annotation: str
+    """The Python type, as source text (``str``, ``int | None``, ``Literal['a', 'b']``)."""
+    description: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolStub:
+    """One tool function as programs see it."""
+
+    name: str
+    doc: str
+    params: tuple[ParamStub, ...]
+    returns: str = "dict"
+
+    def to_wire(self) -> JSONObject:
+        """The stub as sent to the guest in the ``run`` frame."""
+        return json.loads(json.dumps(asdict(self)))  # type: ignore[no-any-return]
+
+
+def _annotation(schema: Any, defs: dict[str, Any]) -> str:
+    if not isinstance(schema, dict):
+        return "object"
+    if "$ref" in schema:
+        name = str(schema["$ref"]).rsplit("/", 1)[-1]
+        return _annotation(defs.get(name), defs) if name in defs else "dict"
+    if "enum" in schema:
+        return "Literal[" + ", ".join(repr(v) for v in schema["enum"]) + "]"
+    if "const" in schema:
+        return f"Literal[{schema['const']!r}]"
+    for key in ("anyOf", "oneOf"):
+        if key in schema:
+            parts = dict.fromkeys(_annotation(s, defs) for s in schema[key])
+            return " | ".join(parts)
+    kind = schema.get("type")
+    if kind == "array":
+        return f"list[{_annotation(schema.get('items'), defs)}]"
+    if kind == "object":
+        return "dict"
+    if isinstance(kind, list):
+        return " | ".join(_SCALARS.get(k, "object") for k in kind)
+    return _SCALARS.get(str(kind), "object")
+
+
+def _describe(schema: Any) -> str:
+    """A parameter's description plus the constraints a program must meet."""
+    if not isinstance(schema, dict):
+        return ""
+    rules = []
+    if "pattern" in schema:
+        rules.append(f"matches {schema['pattern']}")
+    if "maxLength" in schema:
+        rules.append(f"at most {schema['maxLength']} characters")
+    for key, word in (("minimum", ">="), ("maximum", "<=")):
+        if key in schema:
+            rules.append(f"{word} {schema[key]}")
+    text = str(schema.get("description", "")).strip()
+    if rules:
+        text = f"{text} ({'; '.join(rules)})" if text else "; ".join(rules)
+    return text
+
+
+def _returns_section(registry: Registry, name: str) -> str:
+    spec = registry.get(name)
+    if spec is None:
+        return ""
+    fields = ", ".join(spec.output_model.model_fields)
+    return f"Returns:\n    dict with keys: {fields}" if fields else ""
+
+
+def tool_stubs(registry: Registry, principal: Principal) -> list[ToolStub]:
+    """Stubs of every tool ``principal`` may call from code, sorted by name."""
+    stubs = []
+    for definition in registry.visible(principal, "code"):
+        schema = definition.parameters
+        defs = schema.get("$defs") if isinstance(schema.get("$defs"), dict) else {}
+        properties = schema.get("properties")
+        params = tuple(
+            ParamStub(
+                name=field,
+                annotation=_annotation(sub, defs),  # type: ignore[arg-type]
+                description=_describe(sub),
+            )
+            for field, sub in (properties.items() if isinstance(properties, dict) else ())
+        )
+        sections = [definition.description.strip()]
+        documented = [p for p in params if p.description]
+        if documented:
+            sections.append(
+                "Args:\n" + "\n".join(f"    {p.name}: {p.description}" for p in documented)
+            )
+        returns = _returns_section(registry, definition.name)
+        if returns:
+            sections.append(returns)
+        stubs.append(ToolStub(name=definition.name, doc="\n\n".join(sections), params=params))
+    return stubs
+
+
+_PREAMBLE = '''\
+"""Tools a program can call as `tools.NAME(...)`. Every call is checked on the host.
+
+- `tools.NAME(**args)` calls and returns the result (a dict).
+- `await tools.NAME.aio(**args)` is the same call as an awaitable: fan out independent
+  calls with `asyncio.gather(...)`.
+- `tools.NAME.batch([args, ...])` makes many calls of one tool in one round trip and
+  returns their results in order (`return_errors=True` puts failures in the list).
+- A refused or failed call raises `tools.ToolError` or a subclass with a `.code`:
+  `tools.NotFound`, `tools.Denied`, `tools.InvalidInput`, `tools.UnknownTool`,
+  `tools.RateLimited`, `tools.Timeout`, `tools.Upstream`, `tools.ResultTooLarge`,
+  `tools.LimitExceeded`, `tools.Conflict`.
+- Set the program's answer with `result(value)` or end with an expression; only that value
+  (JSON) and capped stdout return.
+"""
+'''
+
+
+def render_api(registry: Registry, principal: Principal) -> str:
+    """The typed API ``principal``'s programs can call, as Python source with docstrings."""
+    blocks = [_PREAMBLE]
+    for stub in tool_stubs(registry, principal):
+        params = ", ".join(f"{p.name}: {p.annotation}" for p in stub.params)
+        doc = textwrap.indent(stub.doc, "    ").lstrip()
+        blocks.append(f'def {stub.name}({params}) -> {stub.returns}:\n    """{doc}\n    """\n')
+    if len(blocks) == 1:
+        blocks.append("# No tools are callable from code for this principal.\n")
+    return "\n\n".join(blocks)

@@ -1,0 +1,382 @@
+"""The host side of one run: frames from the guest in, admitted tool calls out.
+
+Every ``call`` frame becomes ``Registry.call(tool, args, ctx)`` with ``caller="code"`` and a
+context the host built from the run's :class:`ToolSession`: the principal, grant and deadline
+come from the host, never from a frame. Results go back as ``result`` frames matched by the
+guest's call id, in whatever order they finish.
+
+A malformed, oversized or unexpected frame, or a run limit reached, ends the run: the guest is
+told with an ``abort`` frame, pending calls are cancelled, and the end is recorded in the audit
+log. Nothing a guest sends can raise out of :func:`serve_run`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+from bridge._api import ToolStub, tool_stubs
+from bridge._wire import FrameError, encode_frame, read_sized_frame
+from policies import ApprovalPolicy, Grant, Principal
+from tools import (
+    AuditEvent,
+    CallContext,
+    JSONObject,
+    Observations,
+    Registry,
+    ToolError,
+    UnknownToolError,
+)
+
+__all__ = ["BridgeLimits", "RunEnd", "ToolSession", "serve_run"]
+
+_log = logging.getLogger(__name__)
+_MAX_CALL_ID: Final = 2**53
+_MAX_TOOL_NAME: Final = 128
+_MAX_LOG_CHARS: Final = 2000
+
+EndCode = Literal["protocol_error", "limit_exceeded", "timeout"]
+RunLimit = Literal["calls", "in_flight", "bytes", "timeout"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BridgeLimits:
+    """Per-run limits of the bridge. Reaching one ends the run."""
+
+    max_calls: int = 10_000
+    """Logical tool calls in one run (each batch item counts)."""
+    max_in_flight: int = 256
+    """Calls sent and not yet answered; a guest that queues more is ended."""
+    max_concurrency: int = 32
+    """Calls the host executes at once; the rest wait their turn (not an error)."""
+    max_bytes_in: int = 64 * 1024 * 1024
+    """Bytes of frames the guest may send in one run (the final result included)."""
+    max_bytes_out: int = 64 * 1024 * 1024
+    """Bytes of results the host may send back in one run."""
+    max_call_frame_bytes: int = 1024 * 1024
+    """Largest ``call``, ``batch`` or ``log`` frame."""
+    max_batch_items: int = 1000
+    """Items in one ``batch`` frame."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunEnd:
+    """How the bridge ended a run that did not finish by itself."""
+
+    code: EndCode
+    limit: RunLimit | None
+    message: str
+
+
+@dataclass(kw_only=True)
+class ToolSession:
+    """The authority one run's program calls tools with, fixed by the host for the run.
+
+    Build one per run from the application's session; a program can neither see nor change
+    any of it.
+    """
+
+    registry: Registry
+    principal: Principal
+    grant: Grant
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    approvals: ApprovalPolicy = field(default_factory=ApprovalPolicy)
+    limits: BridgeLimits = field(default_factory=BridgeLimits)
+    observations: Observations = field(default_factory=Observations)
+    calls: int = 0
+    """Logical calls admitted to dispatch so far in this run."""
+
+    def stubs(self) -> list[ToolStub]:
+        """The tools this run's program may call, for the ``run`` frame."""
+        return tool_stubs(self.registry, self.principal)
+
+    def context(self, call_id: str, deadline: float) -> CallContext:
+        """The context of one call from code."""
+        return CallContext(
+            principal=self.principal,
+            grant=self.grant,
+            run_id=self.run_id,
+            caller="code",
+            call_id=call_id,
+            deadline=deadline,
+            approvals=self.approvals,
+            observations=self.observations,
+        )
+
+    def record_end(self, end: RunEnd) -> None:
+        """Append the bridge's ending of this run to the audit log."""
+        self.registry.audit.record(
+            AuditEvent(
+                ts=time.time(),
+                run_id=self.run_id,
+                call_id=f"{self.run_id}:end",
+                caller="code",
+                tool="",
+                user_id=self.principal.user_id,
+                tenant_id=self.principal.tenant_id,
+                args_hash="",
+                stage="bridge",
+                decision="deny",
+                rule=end.limit or end.code,
+                outcome="error",
+                code=end.code,
+                duration_s=0.0,
+                effects=(),
+                detail=end.message[:500],
+            )
+        )
+
+
+class _End(Exception):
+    def __init__(self, end: RunEnd) -> None:
+        super().__init__(end.message)
+        self.end = end
+
+
+def _protocol(message: str) -> _End:
+    return _End(RunEnd("protocol_error", None, message))
+
+
+class _RunServer:
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        session: ToolSession | None,
+        *,
+        deadline: float,
+        max_done_bytes: int,
+    ) -> None:
+        self._reader = reader
+        self._writer = writer
+        self._session = session
+        self._limits = session.limits if session else BridgeLimits()
+        self._deadline = deadline
+        self._max_frame = max(max_done_bytes, self._limits.max_call_frame_bytes)
+        self._semaphore = asyncio.Semaphore(self._limits.max_concurrency)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._seen_ids: set[int] = set()
+        self._in_flight = 0
+        self._bytes_in = 0
+        self._bytes_out = 0
+        self._ended: RunEnd | None = None
+
+    async def serve(self) -> dict[str, Any] | RunEnd | None:
+        try:
+            while True:
+                if self._ended is not None:
+                    raise _End(self._ended)
+                remaining = self._deadline - time.monotonic()
+                if remaining <= 0:
+                    raise _End(RunEnd("timeout", "timeout", "the run's deadline passed"))
+                try:
+                    frame, size = await asyncio.wait_for(
+                        read_sized_frame(self._reader, max_bytes=self._max_frame), remaining
+                    )
+                except TimeoutError:
+                    raise _End(RunEnd("timeout", "timeout", "the run's deadline passed")) from None
+                except FrameError as exc:
+                    raise _protocol(str(exc)) from None
+                except (ConnectionError, OSError):
+                    frame, size = None, 0
+                if frame is None:
+                    if self._ended is not None:
+                        raise _End(self._ended)
+                    return None
+                self._bytes_in += size
+                if self._bytes_in > self._limits.max_bytes_in:
+                    raise _End(RunEnd("limit_exceeded", "bytes", "the guest sent too many bytes"))
+                done = self._handle(frame, size)
+                if done is not None:
+                    return done
+        except _End as stop:
+            return await self._end(stop.end)
+        finally:
+            await self._cancel_pending()
+
+    def _handle(self, frame: dict[str, Any], size: int) -> dict[str, Any] | None:
+        kind = frame["type"]
+        if kind == "done":
+            return frame
+        if size > self._limits.max_call_frame_bytes:
+            raise _protocol(f"a {kind!r} frame of {size} bytes is over the frame limit")
+        if kind == "call":
+            call_id, tool = self._call_header(frame)
+            args = frame.get("args")
+            if not isinstance(args, dict):
+                raise _protocol("a call's 'args' must be an object")
+            self._admit_count(1)
+            self._spawn(self._answer_call(call_id, tool, args))
+        elif kind == "batch":
+            call_id, tool = self._call_header(frame)
+            items = frame.get("items")
+            if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+                raise _protocol("a batch's 'items' must be a list of objects")
+            if len(items) > self._limits.max_batch_items:
+                raise _End(
+                    RunEnd("limit_exceeded", "calls", f"a batch of {len(items)} items is too big")
+                )
+            self._admit_count(len(items))
+            self._spawn(self._answer_batch(call_id, tool, items))
+        elif kind == "log":
+            message = frame.get("message")
+            if not isinstance(message, str):
+                raise _protocol("a log frame's 'message' must be a string")
+            _log.info("guest log (%s): %s", self._run_id, message[:_MAX_LOG_CHARS])
+        else:
+            raise _protocol(f"unexpected frame type {kind[:40]!r}")
+        return None
+
+    @property
+    def _run_id(self) -> str:
+        return self._session.run_id if self._session else "-"
+
+    def _call_header(self, frame: Mapping[str, Any]) -> tuple[int, str]:
+        call_id, tool = frame.get("id"), frame.get("tool")
+        if type(call_id) is not int or not 0 < call_id < _MAX_CALL_ID:
+            raise _protocol("a call's 'id' must be a positive integer")
+        if call_id in self._seen_ids:
+            raise _protocol(f"call id {call_id} was used twice")
+        if not isinstance(tool, str) or not 0 < len(tool) <= _MAX_TOOL_NAME:
+            raise _protocol("a call's 'tool' must be a short string")
+        self._seen_ids.add(call_id)
+        return call_id, tool
+
+    def _admit_count(self, count: int) -> None:
+        if self._in_flight >= self._limits.max_in_flight:
+            raise _End(
+                RunEnd(
+                    "limit_exceeded",
+                    "in_flight",
+                    f"more than {self._limits.max_in_flight} calls were waiting for results",
+                )
+            )
+        if self._session is not None:
+            if self._session.calls + count > self._limits.max_calls:
+                raise _End(
+                    RunEnd(
+                        "limit_exceeded",
+                        "calls",
+                        f"the run's budget of {self._limits.max_calls} tool calls is spent",
+                    )
+                )
+            self._session.calls += count
+
+    def _spawn(self, coro: Any) -> None:
+        self._in_flight += 1
+        task: asyncio.Task[None] = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        self._in_flight -= 1
+
+    async def _admit(self, guest_id: str, tool: str, args: dict[str, Any]) -> JSONObject:
+        """One admitted call's wire outcome: ``{ok, value}`` or ``{ok, error}``."""
+        if self._session is None:
+            error = UnknownToolError(name=tool)
+            return {"ok": False, "error": _public(error.to_wire())}
+        ctx = self._session.context(f"{self._session.run_id}:{guest_id}", self._deadline)
+        async with self._semaphore:
+            try:
+                value = await self._session.registry.call(tool, args, ctx)
+            except ToolError as exc:
+                return {"ok": False, "error": _public(exc.to_wire())}
+            except Exception as exc:  # the registry audits it; the guest learns only the class
+                _log.exception("tool %r failed unexpectedly in run %s", tool, self._run_id)
+                return {
+                    "ok": False,
+                    "error": {
+                        "code": "upstream",
+                        "message": f"the tool failed ({type(exc).__name__})",
+                        "retryable": True,
+                    },
+                }
+        return {"ok": True, "value": value}
+
+    async def _answer_call(self, call_id: int, tool: str, args: dict[str, Any]) -> None:
+        outcome = await self._admit(str(call_id), tool, args)
+        self._send({"type": "result", "id": call_id, **outcome})
+
+    async def _answer_batch(self, call_id: int, tool: str, items: list[dict[str, Any]]) -> None:
+        outcomes = await asyncio.gather(
+            *(self._admit(f"{call_id}.{n}", tool, item) for n, item in enumerate(items))
+        )
+        self._send({"type": "result", "id": call_id, "ok": True, "value": list(outcomes)})
+
+    def _send(self, message: dict[str, Any]) -> None:
+        if self._ended is not None:
+            return
+        try:
+            frame = encode_frame(message)
+        except ValueError:  # a tool returned NaN or the like: a bug on the host side
+            frame = encode_frame(
+                {
+                    "type": "result",
+                    "id": message["id"],
+                    "ok": False,
+                    "error": {
+                        "code": "upstream",
+                        "message": "unencodable result",
+                        "retryable": False,
+                    },
+                }
+            )
+        self._bytes_out += len(frame)
+        if self._bytes_out > self._limits.max_bytes_out:
+            # Ending from a call task: stop the reader too, so the main loop sees the end.
+            self._ended = RunEnd(
+                "limit_exceeded", "bytes", "the run's results exceeded the byte cap"
+            )
+            self._writer.transport.abort()
+            return
+        self._writer.write(frame)
+
+    async def _end(self, end: RunEnd) -> RunEnd:
+        self._ended = end
+        with contextlib.suppress(ConnectionError, OSError, RuntimeError):
+            self._writer.write(
+                encode_frame({"type": "abort", "code": end.code, "message": end.message})
+            )
+        if self._session is not None:
+            self._session.record_end(end)
+        return end
+
+    async def _cancel_pending(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+def _public(wire: JSONObject) -> JSONObject:
+    return {"code": wire["code"], "message": wire["message"], "retryable": wire["retryable"]}
+
+
+async def serve_run(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    *,
+    session: ToolSession | None,
+    deadline: float,
+    max_done_bytes: int,
+) -> dict[str, Any] | RunEnd | None:
+    """Serve one run's frames until its ``done`` frame, its end, or the end of the stream.
+
+    ``deadline`` is on the :func:`time.monotonic` clock. Returns the ``done`` frame, the
+    :class:`RunEnd` that stopped the run, or ``None`` when the guest went away. Durably flushes
+    the session's audit events before returning.
+    """
+    server = _RunServer(reader, writer, session, deadline=deadline, max_done_bytes=max_done_bytes)
+    try:
+        return await server.serve()
+    finally:
+        if session is not None:
+            await asyncio.to_thread(session.registry.audit.flush)

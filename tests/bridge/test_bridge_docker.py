@@ -1,0 +1,215 @@
+"""Programs in real containers calling tools through the bridge, judged from the host."""
+
+from __future__ import annotations
+
+import textwrap
+import time
+from dataclasses import replace
+
+import pytest
+
+from bridge import BridgeLimits, ToolSession
+from policies import Grant, Principal, read
+from tests.bridge.records import ALICE, GRANT, build_registry
+from tests.conftest import Sandbox
+from tools import AuditLog, MemoryAuditStore
+
+pytestmark = pytest.mark.docker
+
+
+def session(**overrides: object) -> ToolSession:
+    registry = build_registry(audit=AuditLog(MemoryAuditStore()))
+    base = ToolSession(registry=registry, principal=ALICE, grant=GRANT)
+    return replace(base, **overrides)  # type: ignore[arg-type]
+
+
+def test_bulk_read_returns_only_the_summary(sandbox: Sandbox) -> None:
+    tools = session()
+    program = textwrap.dedent("""
+        totals = []
+        for n in range(1, 201):
+            totals.append(tools.records_item_get(record_id=f"rec_{n}")["total"])
+        big = [t for t in totals if t > 1500]
+        f"read {len(totals)} records, sum {sum(totals)}\\n{len(big)} above 1500"
+    """)
+    result = sandbox.run(program, tools=tools)
+    assert result.ok, result.error
+    assert result.value == "read 200 records, sum 201000\n50 above 1500"
+    assert result.tool_calls == 200
+    events = tools.registry.audit.events(run_id=tools.run_id)
+    code_calls = [e for e in events if e.caller == "code" and e.tool == "records_item_get"]
+    assert len(code_calls) == 200
+    assert all(e.outcome == "ok" for e in code_calls)
+    assert len({e.call_id for e in code_calls}) == 200
+    assert all(e.call_id.startswith(f"{tools.run_id}:") for e in code_calls)
+
+
+def test_fan_out_runs_concurrently_and_matches_ids(sandbox: Sandbox) -> None:
+    tools = session()
+    program = textwrap.dedent("""
+        import asyncio
+        async def main():
+            ids = [f"rec_{n}" for n in range(1, 101)]
+            records = await asyncio.gather(*(tools.records_slow_get.aio(record_id=i) for i in ids))
+            return [(i, r["record_id"]) for i, r in zip(ids, records)]
+        pairs = asyncio.run(main())
+        {"all_match": all(a == b for a, b in pairs), "count": len(pairs)}
+    """)
+    began = time.perf_counter()
+    result = sandbox.run(program, tools=tools)
+    elapsed = time.perf_counter() - began
+    assert result.ok, result.error
+    assert result.value == {"all_match": True, "count": 100}
+    assert elapsed < 100 * 0.05 / 4, f"100 reads of 50 ms took {elapsed:.2f} s"
+
+
+def test_batch_returns_results_in_order_with_errors_in_place(sandbox: Sandbox) -> None:
+    tools = session()
+    program = textwrap.dedent("""
+        items = [{"record_id": "rec_3"}, {"record_id": "rec_7777"}, {"record_id": "rec_999"}, {"record_id": "rec_1"}]
+        out = tools.records_item_get.batch(items, return_errors=True)
+        [r["record_id"] if isinstance(r, dict) else r.code for r in out]
+    """)
+    result = sandbox.run(program, tools=tools)
+    assert result.ok, result.error
+    assert result.value == ["rec_3", "not_found", "not_found", "rec_1"]
+    assert result.tool_calls == 4
+
+
+def test_unknown_tool_is_indistinguishable(sandbox: Sandbox) -> None:
+    tools = session()
+    # The program forges calls past its namespace, straight onto the bridge.
+    program = textwrap.dedent("""
+        conn = tools.records_item_get._connection
+        out = {}
+        for name in ("records_item_delete", "records_secret_get", "records_nothing_here"):
+            try:
+                conn.submit({"type": "call", "tool": name, "args": {"record_id": "rec_1"}}).result()
+                out[name] = "ran"
+            except tools.ToolError as exc:
+                out[name] = [exc.code, exc.message.replace(name, "NAME"), exc.retryable]
+        out
+    """)
+    result = sandbox.run(program, tools=tools, language_mode="full")
+    assert result.ok, result.error
+    answers = list(result.value.values())  # type: ignore[union-attr]
+    assert answers[0][0] == "unknown_tool"
+    assert answers[0] == answers[1] == answers[2]
+
+
+def test_call_outside_the_grant_is_denied(sandbox: Sandbox) -> None:
+    result = sandbox.run(
+        textwrap.dedent("""
+            try:
+                tools.records_archive_get(record_id="rec_1")
+                outcome = "ran"
+            except tools.Denied as exc:
+                outcome = exc.code
+            outcome
+        """),
+        tools=session(),
+    )
+    assert result.value == "denied"
+
+
+def test_program_cannot_change_its_principal_or_grant(sandbox: Sandbox) -> None:
+    tools = session()
+    program = textwrap.dedent("""
+        conn = tools.records_item_get._connection
+        out = []
+        forged = [
+            {"type": "call", "tool": "records_item_get", "args": {"record_id": "rec_999"},
+             "principal": {"user_id": "bob", "tenant_id": "globex", "scopes": ["records.admin"]}},
+            {"type": "call", "tool": "records_item_get",
+             "args": {"record_id": "rec_999", "tenant_id": "globex"}},
+            {"type": "call", "tool": "records_secret_get", "args": {"record_id": "rec_1"},
+             "grant": {"scopes": ["records.admin"], "effects": ["read(**)"]}, "caller": "direct"},
+        ]
+        for frame in forged:
+            try:
+                conn.submit(frame).result()
+                out.append("ran")
+            except tools.ToolError as exc:
+                out.append(exc.code)
+        out
+    """)
+    result = sandbox.run(program, tools=tools, language_mode="full")
+    assert result.ok, result.error
+    assert result.value == ["not_found", "invalid_input", "unknown_tool"]
+    events = tools.registry.audit.events(run_id=tools.run_id)
+    assert {e.user_id for e in events} == {"alice"}
+    assert {e.caller for e in events} == {"code"}
+
+
+def test_typed_errors_and_the_abort_signal(sandbox: Sandbox) -> None:
+    tools = session(limits=BridgeLimits(max_calls=3))
+    program = textwrap.dedent("""
+        seen = []
+        try:
+            tools.records_item_get(record_id="rec_404")
+        except tools.NotFound as exc:
+            seen.append(exc.code)
+        try:
+            tools.records_item_get(record_id="../admin")
+        except tools.InvalidInput as exc:
+            seen.append(exc.code)
+        tools.records_item_get(record_id="rec_1")
+        while True:
+            try:
+                tools.records_item_get(record_id="rec_2")
+            except Exception:
+                seen.append("swallowed")
+    """)
+    result = sandbox.run(program, tools=tools)
+    assert result.status == "limit_exceeded"
+    assert result.limit == "calls"
+    assert result.tool_calls == 3
+
+
+LIMITS = [
+    ("call_budget", BridgeLimits(max_calls=50),
+     "while True:\n    tools.records_item_get(record_id='rec_1')\n", "calls"),
+    ("in_flight", BridgeLimits(max_in_flight=20, max_concurrency=2),
+     "import asyncio\nasync def main():\n    await asyncio.gather(*(tools.records_slow_get.aio(record_id='rec_1') for _ in range(100)))\nasyncio.run(main())\n", "in_flight"),
+    ("bytes_in", BridgeLimits(max_bytes_in=200_000),
+     "while True:\n    try:\n        tools.records_item_get(record_id='x' * 5000)\n    except tools.InvalidInput:\n        pass\n", "bytes"),
+    ("bytes_out", BridgeLimits(max_bytes_out=3_000_000),
+     "while True:\n    tools.records_blob_get(size=1_000_000)\n", "bytes"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "limits", "program", "limit"), LIMITS, ids=[c[0] for c in LIMITS])
+def test_run_limits_stop_the_run_and_the_host_recovers(
+    sandbox: Sandbox, name: str, limits: BridgeLimits, program: str, limit: str
+) -> None:
+    tools = session(limits=limits)
+    result = sandbox.run(program, tools=tools, timeout_s=20)
+    assert result.status == "limit_exceeded", (result.status, result.error)
+    assert result.limit == limit
+    assert result.duration_s < 15
+    ends = [e for e in tools.registry.audit.events(run_id=tools.run_id) if e.stage == "bridge"]
+    assert [e.code for e in ends] == ["limit_exceeded"]
+    again = sandbox.run("tools.records_item_get(record_id='rec_7')['total']\n", tools=session())
+    assert again.value == 70
+
+
+def test_deadline_with_calls_in_flight(sandbox: Sandbox) -> None:
+    tools = session(registry=build_registry(slow_s=30))
+    program = "tools.records_slow_get(record_id='rec_1')\n"
+    result = sandbox.run(program, tools=tools, timeout_s=1)
+    assert result.limit == "timeout"
+    assert result.duration_s < 5
+
+
+def test_other_principals_see_other_tools(sandbox: Sandbox) -> None:
+    admin = Principal(
+        user_id="root", tenant_id="acme", scopes=frozenset({"records.read", "records.admin"})
+    )
+    grant = Grant(scopes=admin.scopes, effects=(read("records:**"),))
+    registry = build_registry()
+    result = sandbox.run(
+        "sorted(dir(tools))\n",
+        tools=ToolSession(registry=registry, principal=admin, grant=grant),
+    )
+    assert "records_secret_get" in result.value  # type: ignore[operator]
+    assert "records_item_delete" not in result.value  # type: ignore[operator]
