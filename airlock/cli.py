@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import typer
 
+from airlock._cli_approvals import approvals_app, receipts_app, reconcile
 from airlock._cli_audit import audit_app
+from airlock._cli_inventory import inventory, program_effects
 from airlock._demo import demo
 from airlock._run_cli import doctor, run
 
@@ -21,6 +23,11 @@ app.command()(run)
 app.command()(doctor)
 app.command()(demo)
 app.add_typer(audit_app, name="audit")
+app.add_typer(approvals_app, name="approvals")
+app.add_typer(receipts_app, name="receipts")
+app.command()(reconcile)
+app.command()(inventory)
+app.command("program-effects")(program_effects)
 
 
 def main() -> None:

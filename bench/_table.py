@@ -19,10 +19,10 @@ def print_table(title: str, rows: Sequence[tuple[str, Sequence[float], str]], un
     """Print rows of (name, samples, baseline-row-name or "") with median, p99 and ratio."""
     medians = {name: statistics.median(samples) for name, samples, _ in rows}
     print(f"\n{title}")
-    print(f"{'case':<34}{'n':>6}{'median ' + unit:>16}{'p99 ' + unit:>14}{'ratio':>18}")
+    print(f"{'case':<38}{'n':>6}{'median ' + unit:>16}{'p99 ' + unit:>14}  ratio")
     for name, samples, baseline in rows:
         ratio = f"{medians[name] / medians[baseline]:.2f}x {baseline}" if baseline else ""
         print(
-            f"{name:<34}{len(samples):>6}{medians[name]:>16.3f}"
-            f"{percentile(samples, 99):>14.3f}{ratio:>18}"
+            f"{name:<38}{len(samples):>6}{medians[name]:>16.3f}"
+            f"{percentile(samples, 99):>14.3f}  {ratio}"
         )

@@ -306,10 +306,18 @@ class _RunServer:
         self._send({"type": "result", "id": call_id, **outcome})
 
     async def _answer_batch(self, call_id: int, tool: str, items: list[dict[str, Any]]) -> None:
-        outcomes = await asyncio.gather(
-            *(self._admit(f"{call_id}.{n}", tool, item) for n, item in enumerate(items))
-        )
-        self._send({"type": "result", "id": call_id, "ok": True, "value": list(outcomes)})
+        outcomes: list[JSONObject] = [{} for _ in items]
+        pending = iter(enumerate(items))
+
+        async def worker() -> None:
+            # A few workers share the items: concurrency for slow tools without a task
+            # (and its scheduling cost) per item for fast ones.
+            for n, item in pending:
+                outcomes[n] = await self._admit(f"{call_id}.{n}", tool, item)
+
+        workers = min(len(items), self._limits.max_concurrency)
+        await asyncio.gather(*(worker() for _ in range(workers)))
+        self._send({"type": "result", "id": call_id, "ok": True, "value": outcomes})
 
     def _send(self, message: dict[str, Any]) -> None:
         if self._ended is not None:

@@ -1,5 +1,7 @@
-"""Tool contracts and the registry: admission, typed errors, the audit log."""
+"""Tool contracts and the registry: admission, typed errors, the audit log, and the write
+path (prepare, preview, approval, commit, receipt) on a durable ledger."""
 
+from tools._approvals import approve_preview, deny_preview
 from tools._audit import (
     AdmissionDecision,
     AuditEvent,
@@ -33,18 +35,27 @@ from tools._errors import (
     UpstreamError,
 )
 from tools._json import JSONObject, JSONValue
+from tools._ledger import LedgerStore, StepStateError
+from tools._preview import STEP_STATES, Approval, Preview, Receipt, StepEvent, StepState
+from tools._reconcile import Resolution
 from tools._registration import NAME_PATTERN
 from tools._registry import Registry
 from tools._schema import ToolDefinition
 from tools._spec import Precondition, Secret, ToolSpec, requires
 from tools._sqlite_audit import SQLiteAuditStore
+from tools._sqlite_ledger import SQLiteLedgerStore
+from tools._write_contract import WriteContract
+from tools._write_tool import write_tool
+from tools._writes import WritePath
 
 __all__ = [
     "CALLERS",
     "ERROR_CODES",
     "NAME_PATTERN",
+    "STEP_STATES",
     "AdmissionDecision",
     "AmbiguousWriteError",
+    "Approval",
     "ApprovalMismatchError",
     "AuditEvent",
     "AuditLog",
@@ -58,6 +69,7 @@ __all__ = [
     "InvalidInputError",
     "JSONObject",
     "JSONValue",
+    "LedgerStore",
     "LimitExceededError",
     "MemoryAuditStore",
     "NeedsApprovalError",
@@ -65,20 +77,32 @@ __all__ = [
     "Observations",
     "Outcome",
     "Precondition",
+    "Preview",
     "PreviewExpiredError",
     "ProtocolError",
     "RateLimitedError",
+    "Receipt",
     "Registry",
+    "Resolution",
     "ResultTooLargeError",
     "RunSummary",
     "SQLiteAuditStore",
+    "SQLiteLedgerStore",
     "Secret",
     "Stage",
+    "StepEvent",
+    "StepState",
+    "StepStateError",
     "ToolDefinition",
     "ToolError",
     "ToolSpec",
     "ToolTimeoutError",
     "UnknownToolError",
     "UpstreamError",
+    "WriteContract",
+    "WritePath",
+    "approve_preview",
+    "deny_preview",
     "requires",
+    "write_tool",
 ]

@@ -17,6 +17,7 @@ from tools._json import JSONObject
 from tools._schema import schema_problems, strict_schema
 from tools._signature import shape_of_handler
 from tools._spec import Precondition, Secret, ToolSpec
+from tools._write_contract import write_contract_problems
 
 __all__ = ["NAME_PATTERN", "CompiledTool", "build_spec", "compile_tool"]
 
@@ -131,7 +132,12 @@ def compile_tool(spec: ToolSpec) -> CompiledTool:
     if not 0 < spec.max_result_bytes <= _MAX_RESULT_BYTES:
         raise refuse(f"max_result_bytes must be between 1 and {_MAX_RESULT_BYTES}")
     fields = set(spec.input_model.model_fields)
-    _check_effects(spec, fields, refuse)
+    if spec.write is None:
+        _check_effects(spec, fields, refuse)
+    else:  # a write tool's effects are read from the effect that prepare computed
+        problems = write_contract_problems(spec.write, input_fields=fields, effects=spec.effects)
+        if problems:
+            raise refuse("; ".join(problems))
     for condition in spec.preconditions:
         if not re.match(NAME_PATTERN, condition.tool):
             raise refuse(f"precondition tool {condition.tool!r} is not a tool name")

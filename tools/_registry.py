@@ -53,6 +53,7 @@ from tools._registration import CompiledTool, build_spec, compile_tool
 from tools._schema import ToolDefinition
 from tools._shaping import shape_result
 from tools._spec import Precondition, ToolSpec
+from tools._write_contract import WriteRunner
 
 __all__ = ["Registry"]
 
@@ -73,6 +74,7 @@ class Registry:
         self._max_input_bytes = max_input_bytes
         self._tools: dict[str, CompiledTool] = {}
         self._evidence: set[str] = set()
+        self._writes: WriteRunner | None = None
 
     # -- registration -------------------------------------------------------------------
 
@@ -135,6 +137,16 @@ class Registry:
 
         return register
 
+    def attach_writes(self, writes: WriteRunner) -> None:
+        """Route direct calls of write tools to ``writes`` (a ``WritePath`` does this itself).
+
+        Raises:
+            UsageError: a write path is already attached.
+        """
+        if self._writes is not None and self._writes is not writes:
+            raise UsageError("this registry already has a write path; attach only one")
+        self._writes = writes
+
     # -- introspection ------------------------------------------------------------------
 
     def specs(self) -> tuple[ToolSpec, ...]:
@@ -188,7 +200,8 @@ class Registry:
             )
             digest = validated_args_hash(instance, secret_fields=secrets)
             values: dict[str, Any] = dict(instance.__dict__)
-            effects = resolve_effects(spec.effects, values)
+            if spec.write is None:  # a write's effects are known once prepare computed them
+                effects = resolve_effects(spec.effects, values)
             stage = "authorize"
             decision, rule, refusal = _authorize(spec, effects, ctx)
             if refusal is not None:
@@ -197,6 +210,10 @@ class Registry:
                 stage, rule = "precondition", "precondition"
                 _check_preconditions(spec.preconditions, values, ctx)
             stage = "execute"
+            if spec.write is not None:
+                proposal = await self._write_runner().propose(spec, instance, ctx)
+                decision, rule, effects = proposal.decision, proposal.rule, proposal.effects
+                raise proposal.answer
             result = await self._execute(tool, values, ctx)
             stage = "shape"
             shaped = shape_result(spec.output_model, result, max_bytes=spec.max_result_bytes)
@@ -245,6 +262,15 @@ class Registry:
         else:
             return tool
         raise UnknownToolError(name=str(name), detail=why)
+
+    def _write_runner(self) -> WriteRunner:
+        if self._writes is None:
+            raise DeniedError(
+                "writes are not enabled in this deployment; do not retry this call",
+                reason="policy",
+                detail="no write path attached to the registry (WritePath(registry, ledger))",
+            )
+        return self._writes
 
     @staticmethod
     async def _execute(tool: CompiledTool, values: dict[str, Any], ctx: CallContext) -> Any:
@@ -297,6 +323,8 @@ def _authorize(
                 reason="scope",
             ),
         )
+    if spec.write is not None:  # effects, spend and approval rules are checked after prepare
+        return "allow", "prepare", None
     outside = ctx.grant.uncovered(effects)
     if outside is not None:
         reason = "spend" if outside.kind == "spend" else "effect"

@@ -10,6 +10,7 @@ from pydantic import BaseModel
 
 from policies import Effect
 from tools._context import Caller
+from tools._write_contract import WriteContract
 
 __all__ = ["Precondition", "Secret", "ToolSpec", "requires"]
 
@@ -74,3 +75,6 @@ class ToolSpec:
     """Whether the handler's first parameter receives the ``CallContext``."""
     secret_fields: frozenset[str] = field(default=frozenset())
     """Input fields left out of the audit hash (marked with :class:`Secret`)."""
+    write: WriteContract | None = None
+    """Set for write tools (built with ``write_tool``): prepare and commit instead of
+    ``handler``; a direct call yields a preview, never an effect."""

@@ -123,16 +123,23 @@ def error_from_wire(error: Any) -> ToolError:
 
 
 class Connection:
-    """Frames over the bridge socket. Sends are serialized; after :meth:`start_reader`, a
-    thread matches ``result`` frames to pending calls by id (results may come out of order).
+    """Frames over the bridge socket, with results matched to pending calls by id.
+
+    Results may come back in any order. There is no permanent reader thread: a thread that
+    waits for a synchronous result reads the socket itself (one thread switch fewer per
+    call), handing other calls' results to their futures; while awaitable calls are pending,
+    a reader thread reads for the event loop and exits when none are left.
     """
 
     def __init__(self, path: str) -> None:
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._sock.connect(path)
         self._send_lock = threading.Lock()
+        self._read_lock = threading.Lock()
+        self._state_lock = threading.Lock()
         self._pending: dict[int, Future[Any]] = {}
-        self._pending_lock = threading.Lock()
+        self._awaited: set[int] = set()
+        self._reader_running = False
         self._ids = itertools.count(1)
         self._aborted: RunAborted | None = None
 
@@ -161,46 +168,86 @@ class Connection:
 
     # -- calls ----------------------------------------------------------------------------
 
-    def start_reader(self) -> None:
-        threading.Thread(target=self._read_results, name="airlock-bridge", daemon=True).start()
+    def submit(self, message: dict[str, Any], *, awaited: bool = False) -> Future[Any]:
+        """Send a call or batch frame; the future holds its result.
 
-    def _read_results(self) -> None:
-        try:
-            while True:
-                frame = self.recv()
-                kind = frame.get("type")
-                if kind == "result":
-                    with self._pending_lock:
-                        future = self._pending.pop(frame.get("id"), None)  # type: ignore[arg-type]
-                    if future is None:
-                        continue
-                    if frame.get("ok"):
-                        future.set_result(frame.get("value"))
-                    else:
-                        future.set_exception(error_from_wire(frame.get("error")))
-                elif kind == "abort":
-                    self._abort(RunAborted(str(frame.get("code")), str(frame.get("message"))))
-                    return
-        except (ConnectionError, OSError, ValueError):
-            self._abort(RunAborted("protocol_error", "the bridge to the host is closed"))
-
-    def _abort(self, signal: RunAborted) -> None:
-        with self._pending_lock:
-            self._aborted = signal
-            pending, self._pending = self._pending, {}
-        for future in pending.values():
-            future.set_exception(signal)
-
-    def submit(self, message: dict[str, Any]) -> Future[Any]:
-        """Send a call or batch frame; the future holds its result."""
+        ``awaited`` marks a call an event loop will wait for: a reader thread then reads.
+        """
         future: Future[Any] = Future()
-        with self._pending_lock:
+        with self._state_lock:
             if self._aborted is not None:
                 raise self._aborted
             call_id = next(self._ids)
             self._pending[call_id] = future
+            if awaited:
+                self._awaited.add(call_id)
+                if not self._reader_running:
+                    self._reader_running = True
+                    threading.Thread(target=self._read_for_loop, daemon=True).start()
         self.send({**message, "id": call_id})
         return future
+
+    def wait(self, future: Future[Any]) -> Any:
+        """The result of a call this thread waits for, reading the socket when nobody is."""
+        while not future.done():
+            if self._read_lock.acquire(blocking=False):
+                try:
+                    while not future.done():
+                        self._dispatch(self.recv())
+                except (ConnectionError, OSError, ValueError):
+                    self._abort(RunAborted("protocol_error", "the bridge to the host is closed"))
+                finally:
+                    self._read_lock.release()
+            else:
+                # Another thread reads and will resolve this future, or stop reading soon.
+                try:
+                    return future.result(timeout=0.001)
+                except TimeoutError:
+                    continue
+        return future.result()
+
+    def _read_for_loop(self) -> None:
+        with self._read_lock:
+            try:
+                while True:
+                    with self._state_lock:
+                        if not self._awaited or self._aborted is not None:
+                            self._reader_running = False
+                            return
+                    self._dispatch(self.recv())
+            except (ConnectionError, OSError, ValueError):
+                self._abort(RunAborted("protocol_error", "the bridge to the host is closed"))
+            finally:
+                with self._state_lock:
+                    self._reader_running = False
+
+    def _dispatch(self, frame: dict[str, Any]) -> None:
+        kind = frame.get("type")
+        if kind == "abort":
+            self._abort(RunAborted(str(frame.get("code")), str(frame.get("message"))))
+            return
+        if kind != "result":
+            return
+        with self._state_lock:
+            call_id = frame.get("id")
+            future = self._pending.pop(call_id, None)  # type: ignore[arg-type]
+            self._awaited.discard(call_id)
+        if future is None:
+            return
+        if frame.get("ok"):
+            future.set_result(frame.get("value"))
+        else:
+            future.set_exception(error_from_wire(frame.get("error")))
+
+    def _abort(self, signal: RunAborted) -> None:
+        with self._state_lock:
+            if self._aborted is None:
+                self._aborted = signal
+            pending, self._pending = self._pending, {}
+            self._awaited.clear()
+        for future in pending.values():
+            if not future.done():
+                future.set_exception(signal)
 
 
 _JSON_TYPES = {
@@ -242,14 +289,15 @@ class ToolFunction:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         arguments = self._arguments(args, kwargs)
-        return self._connection.submit(
-            {"type": "call", "tool": self.name, "args": arguments}
-        ).result()
+        future = self._connection.submit({"type": "call", "tool": self.name, "args": arguments})
+        return self._connection.wait(future)
 
     def aio(self, *args: Any, **kwargs: Any) -> asyncio.Future[Any]:
         """The same call as an awaitable, so independent calls can run concurrently."""
         arguments = self._arguments(args, kwargs)
-        future = self._connection.submit({"type": "call", "tool": self.name, "args": arguments})
+        future = self._connection.submit(
+            {"type": "call", "tool": self.name, "args": arguments}, awaited=True
+        )
         return asyncio.wrap_future(future)
 
     def batch(self, items: list[dict[str, Any]], *, return_errors: bool = False) -> list[Any]:
@@ -261,7 +309,7 @@ class ToolFunction:
         arguments = [self._arguments((), dict(item)) for item in items]
         future = self._connection.submit({"type": "batch", "tool": self.name, "items": arguments})
         results = []
-        for entry in future.result():
+        for entry in self._connection.wait(future):
             if entry.get("ok"):
                 results.append(entry.get("value"))
                 continue

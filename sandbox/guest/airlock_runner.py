@@ -511,7 +511,6 @@ def main(argv: list[str]) -> int:
     if request.get("type") != "run":
         return 3
     tools = Tools(connection, request.get("tools") or [])
-    connection.start_reader()
 
     def finish(result: dict[str, Any]) -> None:
         connection.send({"type": "done", "result": result})

@@ -84,7 +84,7 @@ def test_unknown_tool_is_indistinguishable(sandbox: Sandbox) -> None:
         out = {}
         for name in ("records_item_delete", "records_secret_get", "records_nothing_here"):
             try:
-                conn.submit({"type": "call", "tool": name, "args": {"record_id": "rec_1"}}).result()
+                conn.wait(conn.submit({"type": "call", "tool": name, "args": {"record_id": "rec_1"}}))
                 out[name] = "ran"
             except tools.ToolError as exc:
                 out[name] = [exc.code, exc.message.replace(name, "NAME"), exc.retryable]
@@ -127,7 +127,7 @@ def test_program_cannot_change_its_principal_or_grant(sandbox: Sandbox) -> None:
         ]
         for frame in forged:
             try:
-                conn.submit(frame).result()
+                conn.wait(conn.submit(frame))
                 out.append("ran")
             except tools.ToolError as exc:
                 out.append(exc.code)

@@ -1,0 +1,181 @@
+"""Tool calls from a program in a real container, against the same calls made on the host.
+
+Run: ``.venv/bin/python bench/bridge.py``. A trivial read tool returns a ~200-byte record;
+every call goes through full admission and a durable SQLite audit log (WAL, batched, flushed
+before the run's result returns). The guest measures its own calls with ``perf_counter``; the
+floor is ``Registry.call`` made directly in-process on the host, with the same audit log.
+
+Goals (issue 4, 2-core machine): round trip median <= 150 us and p99 <= 1 ms; >= 5,000
+sequential and >= 15,000 concurrent calls/s; >= 30,000 batched calls/s; a 1,000-record loop
+<= 150 ms and one 1,000-record batch <= 30 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Annotated
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from pydantic import BaseModel, Field
+
+from bench._table import percentile, print_table
+from bridge import BridgeLimits, ToolSession
+from policies import Grant, Principal, SandboxProfile, read
+from sandbox import DEFAULT_IMAGE, DockerBackend
+from tools import AuditLog, CallContext, Registry, SQLiteAuditStore
+
+RUNS = 5
+RecordId = Annotated[str, Field(pattern=r"^rec_[0-9]{1,6}$", max_length=12)]
+PRINCIPAL = Principal(user_id="bench", tenant_id="acme", scopes=frozenset({"records.read"}))
+GRANT = Grant(scopes=frozenset({"records.read"}), effects=(read("records:**"),))
+
+
+class Record(BaseModel):
+    record_id: str
+    customer: str
+    total_minor: int
+    currency: str
+    status: str
+    memo: str
+
+
+def build_registry(audit: AuditLog) -> Registry:
+    registry = Registry(audit=audit)
+
+    @registry.tool(
+        effects=[read("records:record/{record_id}")],
+        scope="records.read",
+        callers={"direct", "code"},
+    )
+    async def records_item_get(ctx: CallContext, record_id: RecordId) -> Record:
+        """Fetch one record. Use it for benchmarks.
+        It does nothing else."""
+        return Record(
+            record_id=record_id,
+            customer="cus_" + record_id[4:].rjust(8, "0"),
+            total_minor=int(record_id[4:]) * 7,
+            currency="EUR",
+            status="paid",
+            memo="m" * 110,
+        )
+
+    return registry
+
+
+PROGRAM = """
+import asyncio, time
+get = tools.records_item_get
+ids = [f"rec_{n}" for n in range(1, 1001)]
+rt_ids = [f"rec_{n % 1000 + 1}" for n in range(ROUND_TRIPS)]
+for i in ids[:200]:
+    get(record_id=i)                      # warm the path
+
+latencies = []
+for i in rt_ids:
+    t = time.perf_counter(); get(record_id=i); latencies.append(time.perf_counter() - t)
+
+def timed(times, work):
+    t = time.perf_counter(); out = work(); times.append(time.perf_counter() - t)
+    return out
+
+async def fan_out():
+    return await asyncio.gather(*(get.aio(record_id=i) for i in ids))
+
+loop_s, concurrent_s, batch_s = [], [], []
+for _ in range(RUNS):
+    loop_records = timed(loop_s, lambda: [get(record_id=i) for i in ids])
+    concurrent = timed(concurrent_s, lambda: asyncio.run(fan_out()))
+    batch = timed(batch_s, lambda: get.batch([{"record_id": i} for i in ids]))
+
+assert len(loop_records) == len(concurrent) == len(batch) == 1000
+{"latencies": latencies, "loop_s": loop_s, "concurrent_s": concurrent_s, "batch_s": batch_s,
+ "record_bytes": len(str(loop_records[0]))}
+"""
+
+
+async def host_floor(registry: Registry, calls: int) -> tuple[list[float], float]:
+    session = ToolSession(registry=registry, principal=PRINCIPAL, grant=GRANT)
+    latencies = []
+    began = time.perf_counter()
+    for n in range(1, calls + 1):
+        ctx = session.context(f"floor:{n}", time.monotonic() + 60)
+        t = time.perf_counter()
+        await registry.call("records_item_get", {"record_id": f"rec_{n % 1000 + 1}"}, ctx)
+        latencies.append(time.perf_counter() - t)
+    total = time.perf_counter() - began
+    await asyncio.to_thread(registry.audit.flush)
+    return latencies, total
+
+
+async def main(round_trips: int, image: str) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        audit = AuditLog(SQLiteAuditStore(Path(tmp) / "audit.db"), batch_size=1024)
+        registry = build_registry(audit)
+        floor_lat, floor_total = await host_floor(registry, 2000)
+        floor_per_call = floor_total / 2000
+        profile = SandboxProfile(language_mode="full", timeout_s=120)
+        async with DockerBackend(image=image, profile=profile, pool_size=1) as backend:
+            await backend.pool.wait_ready(1)
+            session = ToolSession(
+                registry=registry,
+                principal=PRINCIPAL,
+                grant=GRANT,
+                limits=BridgeLimits(max_calls=100_000, max_in_flight=2000),
+            )
+            result = await backend.run(
+                PROGRAM.replace("ROUND_TRIPS", str(round_trips)).replace("RUNS", str(RUNS)),
+                tools=session,
+            )
+        if not result.ok or not isinstance(result.value, dict):
+            raise SystemExit(f"benchmark program failed: {result.reason()} {result.error}")
+        value = result.value
+        events = len(audit.events(run_id=session.run_id))
+        audit.close()
+
+    us = [x * 1e6 for x in value["latencies"]]  # type: ignore[union-attr]
+    print_table(
+        f"bridge round trip, {len(us)} sequential calls (us)",
+        [
+            ("guest -> host -> guest", us, "host Registry.call (floor)"),
+            ("host Registry.call (floor)", [x * 1e6 for x in floor_lat], ""),
+        ],
+        "us",
+    )
+    bulk = {
+        "sequential (loop of single calls)": value["loop_s"],
+        "concurrent (asyncio.gather of .aio)": value["concurrent_s"],
+        "batched (one .batch of 1,000)": value["batch_s"],
+    }
+    floor_name = "host Registry.call loop (floor)"
+    print_table(
+        f"1,000 reads of a ~{value['record_bytes']}-byte record, {RUNS} runs each (ms)",
+        [(name, [x * 1000 for x in times], floor_name) for name, times in bulk.items()]  # type: ignore[union-attr]
+        + [(floor_name, [floor_per_call * 1000 * 1000], "")],
+        "ms",
+    )
+    for name, times in bulk.items():
+        print(f"{name:<38}{1000 / statistics.median(times):>10,.0f} calls/s at the median")  # type: ignore[arg-type]
+    print(
+        f"\nround trip median {statistics.median(us):.0f} us, p99 {percentile(us, 99):.0f} us; "
+        f"audit events for the run: {events} (every call admitted and recorded)"
+    )
+    print(
+        "goals: median <= 150 us, p99 <= 1000 us; >= 5,000 sequential, >= 15,000 concurrent, "
+        ">= 30,000 batched calls/s; loop <= 150 ms, batch <= 30 ms"
+    )
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--round-trips", type=int, default=2000)
+    parser.add_argument("--image", default=os.environ.get("AIRLOCK_IMAGE", DEFAULT_IMAGE))
+    args = parser.parse_args()
+    asyncio.run(main(args.round_trips, args.image))

@@ -1,0 +1,197 @@
+"""The SQLite ledger store: its invariants hold in single transactions, whoever calls it."""
+
+from __future__ import annotations
+
+import dataclasses
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from policies import Principal
+from tools import Approval, Preview, Receipt, SQLiteLedgerStore, StepStateError
+from tools._preview import fingerprint, idempotency_key
+
+ALICE = Principal(user_id="alice", tenant_id="acme", scopes=frozenset({"billing.write"}))
+
+
+def _preview(n: int = 1, *, key: str | None = None) -> Preview:
+    key = key or idempotency_key("run_1", "billing_refund_create", {"invoice_id": f"inv_{n}"})
+    effect = {"invoice_id": f"inv_{n}", "amount_minor": 100 * n}
+    return Preview(
+        id=f"pv_{n}",
+        run_id="run_1",
+        tool="billing_refund_create",
+        principal=ALICE,
+        effect=effect,  # type: ignore[arg-type]
+        effects=(f"spend({100 * n} USD)",),
+        summary="refund",
+        key=key,
+        fingerprint=fingerprint("billing_refund_create", effect, ALICE, key),  # type: ignore[arg-type]
+        rule="r",
+        created=1.0 + n,
+        expires=1000.0,
+        state="prepared",
+        updated=1.0 + n,
+    )
+
+
+def _approval(preview: Preview) -> Approval:
+    return Approval(
+        preview_id=preview.id,
+        fingerprint=preview.fingerprint,
+        kind="person",
+        approver="bob",
+        rule="r",
+        at=2.0,
+    )
+
+
+def _receipt(preview: Preview, preview_id: str | None = None) -> Receipt:
+    return Receipt(
+        key=preview.key,
+        preview_id=preview_id or preview.id,
+        tool=preview.tool,
+        data={"id": "re_1"},
+        stored_at=3.0,
+        resolved_by="send",
+    )
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[SQLiteLedgerStore]:
+    s = SQLiteLedgerStore(tmp_path / "ledger.db")
+    yield s
+    s.close()
+
+
+def _to(store: SQLiteLedgerStore, preview: Preview, frm: str, to: str, **kw: object) -> Preview:
+    return store.transition(
+        preview.id,
+        expect={frm},
+        to=to,
+        at=5.0,
+        actor="t",
+        how="t",
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def test_a_preview_round_trips_exactly(store: SQLiteLedgerStore) -> None:
+    preview = _preview()
+    assert store.add_preview(preview) == preview
+    assert store.preview(preview.id) == preview
+    assert store.previews(states={"prepared"}) == [preview]
+    assert store.previews(states=set()) == []
+
+
+def test_one_live_preview_per_key(store: SQLiteLedgerStore) -> None:
+    first = store.add_preview(_preview(1))
+    again = store.add_preview(dataclasses.replace(_preview(2), key=first.key, id="pv_other"))
+    assert again == first
+    assert len(store.previews()) == 1
+
+
+def test_a_failed_preview_frees_its_key(store: SQLiteLedgerStore) -> None:
+    first = store.add_preview(_preview(1))
+    _to(store, first, "prepared", "failed", error="preview_expired")
+    second = store.add_preview(dataclasses.replace(_preview(2), key=first.key))
+    assert second.id == "pv_2"
+
+
+def test_the_database_itself_refuses_two_live_previews_with_one_key(
+    store: SQLiteLedgerStore, tmp_path: Path
+) -> None:
+    store.add_preview(_preview(1))
+    with sqlite3.connect(tmp_path / "ledger.db") as conn, pytest.raises(sqlite3.IntegrityError):
+        conn.execute(
+            "INSERT INTO previews SELECT 'pv_x', run_id, tool, user_id, tenant_id, principal, "
+            "effect, effects, summary, key, fingerprint, rule, created, expires, state, updated, "
+            "attempts, owner, lease_until, error FROM previews"
+        )
+
+
+def test_transition_is_a_compare_and_set(store: SQLiteLedgerStore) -> None:
+    preview = store.add_preview(_preview())
+    with pytest.raises(StepStateError) as stale:
+        _to(store, preview, "approved", "sending")
+    assert stale.value.preview.state == "prepared"
+    approved = _to(store, preview, "prepared", "approved", approval=_approval(preview))
+    sending = _to(store, approved, "approved", "sending", consume_approval=True, owner="h:1")
+    assert (sending.attempts, sending.owner) == (1, "h:1")
+    with pytest.raises(StepStateError):
+        store.transition(
+            preview.id,
+            expect={"sending"},
+            expect_attempts=0,
+            to="unknown",
+            at=6,
+            actor="t",
+            how="t",
+        )
+    with pytest.raises(KeyError):
+        store.transition("pv_missing", expect={"prepared"}, to="denied", at=6, actor="t", how="t")
+
+
+def test_an_approval_is_consumed_once(store: SQLiteLedgerStore) -> None:
+    preview = store.add_preview(_preview())
+    _to(store, preview, "prepared", "approved", approval=_approval(preview))
+    _to(store, preview, "approved", "sending", consume_approval=True)
+    _to(store, preview, "sending", "unknown")
+    with pytest.raises(StepStateError):
+        _to(store, preview, "unknown", "sending", consume_approval=True)
+    approval = store.approval(preview.id)
+    assert approval is not None
+    assert approval.consumed_at == 5.0
+
+
+def test_a_second_receipt_for_a_key_is_refused_and_rolled_back(store: SQLiteLedgerStore) -> None:
+    first = store.add_preview(_preview(1))
+    _to(store, first, "prepared", "sending")
+    _to(store, first, "sending", "committed", receipt=_receipt(first))
+    _to(store, first, "committed", "failed")  # (not a real path: frees the key for this test)
+    second = store.add_preview(dataclasses.replace(_preview(2), key=first.key))
+    _to(store, second, "prepared", "sending")
+    with pytest.raises(StepStateError):
+        _to(store, second, "sending", "committed", receipt=_receipt(second))
+    assert store.preview(second.id).state == "sending"  # type: ignore[union-attr]
+    assert [r.preview_id for r in store.receipts()] == [first.id]
+
+
+def test_history_records_every_transition(store: SQLiteLedgerStore) -> None:
+    preview = store.add_preview(_preview())
+    _to(store, preview, "prepared", "denied", error="no")
+    assert [(e.from_state, e.to_state) for e in store.history(preview.id)] == [
+        (None, "prepared"),
+        ("prepared", "denied"),
+    ]
+
+
+def test_wal_mode_and_schema_version(store: SQLiteLedgerStore, tmp_path: Path) -> None:
+    with sqlite3.connect(tmp_path / "ledger.db") as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 1
+
+
+def test_readonly_store_reads_but_cannot_write(store: SQLiteLedgerStore, tmp_path: Path) -> None:
+    preview = store.add_preview(_preview())
+    reader = SQLiteLedgerStore(tmp_path / "ledger.db", readonly=True)
+    assert reader.preview(preview.id) == preview
+    with pytest.raises(sqlite3.OperationalError):
+        reader.add_preview(_preview(2))
+    reader.close()
+
+
+def test_in_memory_store_works_and_closed_store_refuses() -> None:
+    memory = SQLiteLedgerStore(":memory:")
+    memory.add_preview(_preview())
+    assert len(memory.previews()) == 1
+    memory.close()
+    with pytest.raises(RuntimeError):
+        memory.previews()
+
+
+def test_a_new_preview_must_start_prepared(store: SQLiteLedgerStore) -> None:
+    with pytest.raises(ValueError, match="prepared"):
+        store.add_preview(dataclasses.replace(_preview(), state="approved"))

@@ -1,0 +1,102 @@
+"""The ledger's storage protocol: previews, approvals, receipts and their history.
+
+The write path keeps its rules (check order, who may approve, when a step is stale) and the
+store keeps its invariants in single transactions, so a server database can replace SQLite
+by implementing this protocol:
+
+* at most one *live* preview per idempotency key (see :data:`~tools._preview.LIVE_STATES`);
+* at most one receipt per key, stored in the same transaction that marks the step
+  ``committed``;
+* an approval is consumed at most once;
+* :meth:`LedgerStore.transition` is a compare-and-set on (state, attempts): of two processes
+  claiming the same step, exactly one wins and the other gets :class:`StepStateError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Protocol
+
+from tools._errors import ConflictError
+from tools._preview import Approval, Preview, Receipt, StepEvent, StepState
+
+__all__ = ["LedgerStore", "StepStateError"]
+
+
+class StepStateError(ConflictError):
+    """A transition found the step in another state (or attempt) than it expected.
+
+    The write path turns this into a replayed receipt, a retry or a clearer ``conflict``,
+    depending on what :attr:`preview` shows; should one escape, it is still a ``conflict``.
+    """
+
+    def __init__(self, preview: Preview, expected: Collection[StepState]) -> None:
+        super().__init__(
+            "this change moved on meanwhile; look at it again before retrying",
+            detail=(
+                f"preview {preview.id!r} is {preview.state!r} (attempt {preview.attempts}), "
+                f"not one of {sorted(expected)}"
+            ),
+        )
+        self.preview = preview
+        self.expected = tuple(expected)
+
+
+class LedgerStore(Protocol):
+    """Durable storage of the write path. Every method is one transaction."""
+
+    def add_preview(self, preview: Preview) -> Preview:
+        """Store a new ``prepared`` preview, or return the live one that holds its key."""
+
+    def preview(self, preview_id: str) -> Preview | None:
+        """The preview with this id, if any."""
+
+    def previews(
+        self, *, states: Collection[StepState] | None = None, limit: int = 100
+    ) -> list[Preview]:
+        """Previews in the given states (all when ``None``), newest first."""
+
+    def approval(self, preview_id: str) -> Approval | None:
+        """The approval of a preview, if it has one."""
+
+    def receipt(self, key: str) -> Receipt | None:
+        """The receipt stored under an idempotency key, if any."""
+
+    def receipts(self, *, limit: int = 100) -> list[Receipt]:
+        """Stored receipts, newest first."""
+
+    def history(self, preview_id: str) -> list[StepEvent]:
+        """Every transition of a preview, oldest first."""
+
+    def transition(
+        self,
+        preview_id: str,
+        *,
+        expect: Collection[StepState],
+        to: StepState,
+        at: float,
+        actor: str,
+        how: str,
+        expect_attempts: int | None = None,
+        approval: Approval | None = None,
+        consume_approval: bool = False,
+        receipt: Receipt | None = None,
+        owner: str | None = None,
+        lease_until: float | None = None,
+        error: str | None = None,
+    ) -> Preview:
+        """Move a step from one of ``expect`` to ``to`` atomically, and return it.
+
+        In the same transaction: store ``approval``; mark the approval consumed
+        (``consume_approval``); store ``receipt`` under its key; set ``owner``,
+        ``lease_until`` and ``error``; count an attempt when ``to`` is ``sending``; append a
+        :class:`StepEvent`.
+
+        Raises:
+            KeyError: no preview has this id.
+            StepStateError: the step is not in ``expect``, its attempts differ from
+                ``expect_attempts``, or the approval was already consumed.
+        """
+
+    def close(self) -> None:
+        """Release resources; the store is unusable afterwards."""

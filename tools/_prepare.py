@@ -1,0 +1,78 @@
+"""Running a write tool's ``prepare`` and telling the model what became of its call."""
+
+from __future__ import annotations
+
+import logging
+
+import anyio
+from pydantic import BaseModel, ValidationError
+
+from policies import Principal
+from tools._errors import ToolError, ToolTimeoutError, UpstreamError
+from tools._preview import Preview
+from tools._sender import invoke
+from tools._write_contract import WriteContract
+
+__all__ = ["model_message", "run_prepare"]
+
+_log = logging.getLogger("airlock.writes")
+
+
+async def run_prepare(
+    contract: WriteContract, args: BaseModel, principal: Principal, *, budget: float
+) -> BaseModel:
+    """The effect ``prepare`` computes for ``args``, within ``budget`` seconds.
+
+    Raises:
+        ToolError: prepare's own error (``not_found``...); ``timeout``; ``upstream`` for
+            anything unexpected or an effect that does not fit the effect model. The outcome
+            is always ``error``: prepare changes nothing.
+    """
+    if budget <= 0:
+        raise ToolTimeoutError(
+            "the run's time budget is used up; finish with what you have",
+            seconds=0.0,
+            outcome="error",
+        )
+    try:
+        with anyio.fail_after(budget):
+            effect = await invoke(contract.prepare, args, principal)
+    except ToolError:
+        raise
+    except TimeoutError:
+        # prepare changes nothing, so running out of time leaves nothing undecided
+        raise ToolTimeoutError(seconds=budget, outcome="error") from None
+    except Exception as exc:
+        _log.warning("prepare raised %s", type(exc).__name__, exc_info=exc)
+        raise UpstreamError(
+            "preparing the change failed; nothing was changed",
+            detail=f"{type(exc).__name__}: {exc}"[:500],
+        ) from exc
+    model = contract.effect_model
+    if isinstance(effect, model):
+        return effect
+    try:
+        return model.model_validate(effect, from_attributes=True)
+    except ValidationError as exc:
+        raise UpstreamError(
+            "preparing the change failed; nothing was changed",
+            detail=f"prepare returned something that is not a {model.__name__}: {exc}"[:500],
+        ) from None
+
+
+def model_message(preview: Preview, now: float) -> str:
+    """What the model sees: the effect in short, the preview id, and what happens next."""
+    if preview.state == "committed":
+        return f"already done: {preview.summary} (preview {preview.id})"
+    if preview.state in ("approved", "sending", "unknown"):
+        return (
+            f"approved by policy rule {preview.rule!r}: {preview.summary} (preview "
+            f"{preview.id}); it is being committed, do not call this tool again for it"
+        )
+    if preview.state in ("denied", "failed"):
+        return f"{preview.summary} (preview {preview.id}) was {preview.state}; do not retry it"
+    minutes = max(0, round((preview.expires - now) / 60))
+    return (
+        f"needs approval: {preview.summary} (preview {preview.id}, rule {preview.rule!r}, "
+        f"expires in {minutes} min); wait for a person, do not call this tool again for it"
+    )

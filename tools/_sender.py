@@ -1,0 +1,284 @@
+"""Sending a claimed step once, and recording how it ended: receipt, refusal or unknown.
+
+A step is *claimed* (``approved``/``unknown`` → ``sending``) by a compare-and-set in the
+ledger before anything is sent, with this process as its owner and a lease. The send runs
+under the tool's timeout. A receipt is stored in the same transaction that marks the step
+``committed``; a refusal (a ``ToolError`` with outcome ``error``) marks it ``failed``; any
+other ending (timeout, lost reply, unexpected error, unusable receipt) marks it ``unknown``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import logging
+import os
+import socket
+import time
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import anyio.to_thread
+from pydantic import BaseModel
+
+from tools._audit import AdmissionDecision, AuditEvent, AuditLog, Stage
+from tools._errors import AmbiguousWriteError, ConflictError, Outcome, ToolError, UpstreamError
+from tools._ledger import LedgerStore, StepStateError
+from tools._preview import Preview, Receipt, ResolvedBy, StepState
+from tools._shaping import shape_result
+from tools._spec import ToolSpec
+from tools._write_contract import WriteContract
+
+__all__ = [
+    "Sender",
+    "contract_of",
+    "effect_of",
+    "invoke",
+    "owner_alive",
+    "owner_token",
+]
+
+_log = logging.getLogger("airlock.writes")
+
+
+class Sender:
+    """Claims, sends and settles steps on one ledger; records non-final audit events."""
+
+    def __init__(
+        self,
+        ledger: LedgerStore,
+        audit_log: AuditLog,
+        *,
+        clock: Callable[[], float],
+        lease_grace: float,
+    ) -> None:
+        self.ledger = ledger
+        self.audit_log = audit_log
+        self.clock = clock
+        self.lease_grace = lease_grace
+
+    def claim(
+        self, spec: ToolSpec, preview: Preview, *, how: str, now: float, consume: bool = False
+    ) -> Preview:
+        """Move ``preview`` to ``sending`` for this process, if nobody changed it meanwhile.
+
+        Raises:
+            StepStateError: another process claimed or resolved it first.
+        """
+        return self.ledger.transition(
+            preview.id,
+            expect={preview.state},
+            expect_attempts=preview.attempts,
+            to="sending",
+            at=now,
+            actor=owner_token(),
+            how=how,
+            consume_approval=consume,
+            owner=owner_token(),
+            lease_until=now + spec.timeout + self.lease_grace,
+        )
+
+    async def send(
+        self, spec: ToolSpec, claimed: Preview, *, resolved_by: ResolvedBy, actor: str
+    ) -> Receipt:
+        """Send the claimed step's effect once with its key, and settle the step.
+
+        Raises:
+            AmbiguousWriteError: no definite answer (timeout, lost reply, unexpected error);
+                the step is now ``unknown``.
+            ToolError: the system refused (outcome ``error``); the step is now ``failed``.
+        """
+        contract = contract_of(spec)
+        effect = effect_of(contract, claimed)
+        started = time.perf_counter()
+        try:
+            with anyio.fail_after(spec.timeout):
+                raw = await invoke(contract.commit, effect, claimed.key)
+        except ToolError as exc:
+            if exc.outcome == "error":  # the system of record refused: nothing happened
+                self.mark(claimed, "failed", how=f"refused: {exc.code}", error=exc.code)
+                self.audit(
+                    claimed,
+                    "execute",
+                    "allow",
+                    claimed.rule,
+                    "error",
+                    exc.code,
+                    f"{actor}: refused",
+                )
+                raise
+            raise self.ambiguous(claimed, f"{exc.code}: {exc.detail or exc.message}") from exc
+        except TimeoutError as exc:
+            raise self.ambiguous(claimed, f"no answer within {spec.timeout:g} s") from exc
+        except Exception as exc:
+            raise self.ambiguous(claimed, f"{type(exc).__name__}: {exc}"[:300]) from exc
+        except BaseException:
+            # Cancelled or interrupted mid-send: record what is known, if the ledger lets us.
+            try:
+                self.mark(claimed, "unknown", how="interrupted during send", error="interrupted")
+            except Exception:  # a dying process; the lease lets reconcile find the step
+                _log.warning("could not mark %s unknown", claimed.id, exc_info=True)
+            raise
+        receipt = self.store_receipt(spec, claimed, raw, resolved_by=resolved_by, actor=actor)
+        _log.debug("committed %s in %.1f ms", claimed.id, (time.perf_counter() - started) * 1000)
+        return receipt
+
+    def store_receipt(
+        self, spec: ToolSpec, claimed: Preview, raw: Any, *, resolved_by: ResolvedBy, actor: str
+    ) -> Receipt:
+        """Store the receipt under the key and mark the step committed, in one transaction.
+
+        Raises:
+            AmbiguousWriteError: the answer does not fit the receipt model (step ``unknown``).
+            ConflictError: another process took the step over and stored no receipt.
+        """
+        try:
+            data = shape_result(spec.output_model, raw, max_bytes=spec.max_result_bytes)
+        except ToolError as exc:  # the system acted but its answer is unusable: keep it open
+            raise self.ambiguous(claimed, f"unusable receipt: {exc.detail or exc.code}") from exc
+        now = self.clock()
+        receipt = Receipt(
+            key=claimed.key,
+            preview_id=claimed.id,
+            tool=claimed.tool,
+            data=data,
+            stored_at=now,
+            resolved_by=resolved_by,
+        )
+        try:
+            self.ledger.transition(
+                claimed.id,
+                expect={"sending"},
+                expect_attempts=claimed.attempts,
+                to="committed",
+                at=now,
+                actor=owner_token(),
+                how={"send": "sent", "resend": "resent with the same key", "query": "queried"}[
+                    resolved_by
+                ],
+                receipt=receipt,
+            )
+        except StepStateError as exc:
+            # Our lease ran out and a reconciler resolved it meanwhile: theirs stands.
+            stored = self.ledger.receipt(claimed.key)
+            if stored is None:
+                raise ConflictError(
+                    f"preview {claimed.id!r} was taken over while sending; reconcile it",
+                    outcome="unknown",
+                    detail=str(exc),
+                ) from None
+            return dataclasses.replace(stored, replayed=True)
+        self.audit(
+            claimed,
+            "done",
+            "allow",
+            claimed.rule,
+            "ok",
+            None,
+            f"{actor}: committed ({resolved_by})",
+        )
+        return receipt
+
+    def ambiguous(self, claimed: Preview, why: str) -> AmbiguousWriteError:
+        """Mark the step ``unknown`` and build the error that says so."""
+        self.mark(claimed, "unknown", how=f"no definite answer: {why}", error=why[:200])
+        self.audit(claimed, "execute", "allow", claimed.rule, "unknown", "ambiguous_write", why)
+        return AmbiguousWriteError(
+            "the change may have happened; commit again (same key) or wait for reconcile",
+            idempotency_key=claimed.key,
+            detail=why,
+        )
+
+    def mark(self, claimed: Preview, to: StepState, *, how: str, error: str | None) -> Preview:
+        """Settle a claimed step as ``to``; if someone settled it first, theirs stands."""
+        try:
+            return self.ledger.transition(
+                claimed.id,
+                expect={"sending"},
+                expect_attempts=claimed.attempts,
+                to=to,
+                at=self.clock(),
+                actor=owner_token(),
+                how=how,
+                error=error,
+            )
+        except StepStateError as exc:  # someone resolved it meanwhile; theirs stands
+            return exc.preview
+
+    def audit(
+        self,
+        preview: Preview,
+        stage: Stage,
+        decision: AdmissionDecision,
+        rule: str,
+        outcome: Outcome,
+        code: str | None,
+        detail: str | None,
+    ) -> None:
+        """Record a non-final audit event for a step of ``preview``."""
+        self.audit_log.record(
+            AuditEvent(
+                ts=self.clock(),
+                run_id=preview.run_id,
+                call_id=preview.id,
+                caller="direct",
+                tool=preview.tool,
+                user_id=preview.principal.user_id,
+                tenant_id=preview.principal.tenant_id,
+                args_hash=preview.fingerprint[:32],
+                stage=stage,
+                decision=decision,
+                rule=rule,
+                outcome=outcome,
+                code=code,
+                duration_s=0.0,
+                effects=preview.effects,
+                detail=detail,
+                final=False,
+            )
+        )
+
+
+def contract_of(spec: ToolSpec) -> WriteContract:
+    if spec.write is None:  # the registry routes only write tools here
+        raise UpstreamError(detail=f"{spec.name} is not a write tool")
+    return spec.write
+
+
+async def invoke(fn: Callable[..., Any], *args: Any) -> Any:
+    """Call a tool function, sync (in a worker thread) or async."""
+    call_method = getattr(type(fn), "__call__", None)  # noqa: B004
+    if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(call_method):
+        return await fn(*args)
+    return await anyio.to_thread.run_sync(lambda: fn(*args), abandon_on_cancel=True)
+
+
+def effect_of(contract: WriteContract, preview: Preview) -> BaseModel:
+    """The approved effect, rebuilt from the ledger (never recomputed)."""
+    return contract.effect_model.model_validate(preview.effect)
+
+
+def owner_token() -> str:
+    """``host:pid`` of this process, recorded on every claimed send."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def owner_alive(owner: str | None) -> bool | None:
+    """Whether the process named by ``owner`` still runs: ``None`` when this host cannot tell
+    (another host, or a malformed token)."""
+    if owner is None:
+        return None
+    host, _, pid_text = owner.rpartition(":")
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return None
+    pid = int(pid_text)
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it exists, under another user
+        return True
+    return True

@@ -1,0 +1,453 @@
+"""The ledger in one SQLite file: WAL, ``BEGIN IMMEDIATE`` per step, unique keys.
+
+Several processes may share the file. Each transaction takes the write lock up front
+(``BEGIN IMMEDIATE``), reads the step and writes it, so a compare-and-set on the state cannot
+interleave with another process's; writers wait up to ``busy_timeout`` seconds. The unique
+index on live previews' keys and the primary key on ``receipts.key`` hold the idempotency
+invariants even against a buggy caller.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+from collections.abc import Callable, Collection, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from policies import Principal
+from tools._ledger import StepStateError
+from tools._preview import (
+    LIVE_STATES,
+    STEP_STATES,
+    Approval,
+    Preview,
+    Receipt,
+    StepEvent,
+    StepState,
+    canonical_json,
+)
+
+__all__ = ["SQLiteLedgerStore"]
+
+T = TypeVar("T")
+
+_STATES = ", ".join(f"'{s}'" for s in STEP_STATES)
+_LIVE = ", ".join(f"'{s}'" for s in sorted(LIVE_STATES))
+_SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS previews (
+    id TEXT PRIMARY KEY,
+    run_id TEXT NOT NULL,
+    tool TEXT NOT NULL,
+    user_id TEXT NOT NULL,
+    tenant_id TEXT NOT NULL,
+    principal TEXT NOT NULL,
+    effect TEXT NOT NULL,
+    effects TEXT NOT NULL,
+    summary TEXT NOT NULL,
+    key TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    rule TEXT NOT NULL,
+    created REAL NOT NULL,
+    expires REAL NOT NULL,
+    state TEXT NOT NULL CHECK (state IN ({_STATES})),
+    updated REAL NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    owner TEXT,
+    lease_until REAL,
+    error TEXT
+);
+CREATE UNIQUE INDEX IF NOT EXISTS previews_live_key ON previews (key) WHERE state IN ({_LIVE});
+CREATE INDEX IF NOT EXISTS previews_state ON previews (state, created);
+CREATE TABLE IF NOT EXISTS approvals (
+    preview_id TEXT PRIMARY KEY REFERENCES previews (id),
+    fingerprint TEXT NOT NULL,
+    kind TEXT NOT NULL CHECK (kind IN ('policy', 'person')),
+    approver TEXT NOT NULL,
+    rule TEXT NOT NULL,
+    at REAL NOT NULL,
+    reason TEXT NOT NULL,
+    consumed_at REAL
+);
+CREATE TABLE IF NOT EXISTS receipts (
+    key TEXT PRIMARY KEY,
+    preview_id TEXT NOT NULL UNIQUE REFERENCES previews (id),
+    tool TEXT NOT NULL,
+    data TEXT NOT NULL,
+    stored_at REAL NOT NULL,
+    resolved_by TEXT NOT NULL CHECK (resolved_by IN ('send', 'resend', 'query'))
+);
+CREATE TABLE IF NOT EXISTS step_events (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    preview_id TEXT NOT NULL REFERENCES previews (id),
+    at REAL NOT NULL,
+    from_state TEXT,
+    to_state TEXT NOT NULL,
+    actor TEXT NOT NULL,
+    how TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS step_events_preview ON step_events (preview_id, id);
+PRAGMA user_version = 1;
+"""
+_PREVIEW_COLUMNS = (
+    "id, run_id, tool, user_id, tenant_id, principal, effect, effects, summary, key, "
+    "fingerprint, rule, created, expires, state, updated, attempts, owner, lease_until, error"
+)
+_APPROVAL_COLUMNS = "preview_id, fingerprint, kind, approver, rule, at, reason, consumed_at"
+_RECEIPT_COLUMNS = "key, preview_id, tool, data, stored_at, resolved_by"
+
+
+class SQLiteLedgerStore:
+    """A :class:`~tools.LedgerStore` in one SQLite file (or ``":memory:"``, for measuring).
+
+    ``synchronous="FULL"`` (the default) syncs every step to disk before it returns, so a
+    claimed send is on disk before anything is sent; ``"NORMAL"`` survives a crash of the
+    process but not of the machine. Within a process one connection serves all threads
+    under a lock; a forked child opens its own. ``readonly`` opens an existing file for
+    inspection without creating or changing anything.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        synchronous: Literal["FULL", "NORMAL", "OFF"] = "FULL",
+        busy_timeout: float = 30.0,
+        readonly: bool = False,
+    ) -> None:
+        self.path = str(path)
+        self._memory = self.path == ":memory:"
+        self._synchronous = synchronous
+        self._busy_timeout = busy_timeout
+        self._readonly = readonly
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+        self._conn: sqlite3.Connection | None = self._connect()
+
+    # -- connection ---------------------------------------------------------------------
+
+    def _connect(self) -> sqlite3.Connection:
+        if self._readonly:
+            uri = f"{Path(self.path).resolve().as_uri()}?mode=ro"
+            return sqlite3.connect(
+                uri, uri=True, timeout=self._busy_timeout, check_same_thread=False
+            )
+        if not self._memory:
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(
+            self.path, timeout=self._busy_timeout, check_same_thread=False, isolation_level=None
+        )
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute(f"PRAGMA synchronous={self._synchronous}")
+        conn.execute("PRAGMA foreign_keys=ON")
+        conn.executescript(_SCHEMA)
+        return conn
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise RuntimeError(f"the ledger {self.path} is closed")
+        if os.getpid() != self._pid:  # a forked child must not share the parent's handle
+            self._pid = os.getpid()
+            self._conn = self._connect()
+        return self._conn
+
+    def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        with self._lock:
+            return fn(self._connection())
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            conn = self._connection()
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+    # -- reads --------------------------------------------------------------------------
+
+    def preview(self, preview_id: str) -> Preview | None:
+        return self._read(lambda conn: _get_preview(conn, preview_id))
+
+    def previews(
+        self, *, states: Collection[StepState] | None = None, limit: int = 100
+    ) -> list[Preview]:
+        sql = f"SELECT {_PREVIEW_COLUMNS} FROM previews"
+        params: list[object] = []
+        if states is not None:
+            wanted = sorted(set(states))
+            if not wanted:
+                return []
+            sql += f" WHERE state IN ({', '.join('?' * len(wanted))})"
+            params.extend(wanted)
+        sql += " ORDER BY created DESC, id LIMIT ?"
+        params.append(int(limit))
+        rows = self._read(lambda conn: conn.execute(sql, params).fetchall())
+        return [_preview(row) for row in rows]
+
+    def approval(self, preview_id: str) -> Approval | None:
+        sql = f"SELECT {_APPROVAL_COLUMNS} FROM approvals WHERE preview_id = ?"
+        row = self._read(lambda conn: conn.execute(sql, (preview_id,)).fetchone())
+        return None if row is None else _approval(row)
+
+    def receipt(self, key: str) -> Receipt | None:
+        sql = f"SELECT {_RECEIPT_COLUMNS} FROM receipts WHERE key = ?"
+        row = self._read(lambda conn: conn.execute(sql, (key,)).fetchone())
+        return None if row is None else _receipt(row)
+
+    def receipts(self, *, limit: int = 100) -> list[Receipt]:
+        sql = f"SELECT {_RECEIPT_COLUMNS} FROM receipts ORDER BY stored_at DESC, key LIMIT ?"
+        rows = self._read(lambda conn: conn.execute(sql, (int(limit),)).fetchall())
+        return [_receipt(row) for row in rows]
+
+    def history(self, preview_id: str) -> list[StepEvent]:
+        sql = (
+            "SELECT preview_id, at, from_state, to_state, actor, how FROM step_events "
+            "WHERE preview_id = ? ORDER BY id"
+        )
+        rows = self._read(lambda conn: conn.execute(sql, (preview_id,)).fetchall())
+        return [
+            StepEvent(
+                preview_id=str(r[0]),
+                at=float(r[1]),
+                from_state=None if r[2] is None else _state(r[2]),
+                to_state=_state(r[3]),
+                actor=str(r[4]),
+                how=str(r[5]),
+            )
+            for r in rows
+        ]
+
+    # -- writes -------------------------------------------------------------------------
+
+    def add_preview(self, preview: Preview) -> Preview:
+        if preview.state != "prepared":
+            raise ValueError(f"a new preview must be 'prepared', not {preview.state!r}")
+        with self._write() as conn:
+            live = conn.execute(
+                f"SELECT {_PREVIEW_COLUMNS} FROM previews WHERE key = ? AND state IN ({_LIVE})",
+                (preview.key,),
+            ).fetchone()
+            if live is not None:
+                return _preview(live)
+            conn.execute(
+                f"INSERT INTO previews ({_PREVIEW_COLUMNS}) VALUES ({', '.join('?' * 20)})",
+                _preview_row(preview),
+            )
+            _event(conn, preview.id, preview.created, None, "prepared", "ledger", "prepared")
+        return preview
+
+    def transition(
+        self,
+        preview_id: str,
+        *,
+        expect: Collection[StepState],
+        to: StepState,
+        at: float,
+        actor: str,
+        how: str,
+        expect_attempts: int | None = None,
+        approval: Approval | None = None,
+        consume_approval: bool = False,
+        receipt: Receipt | None = None,
+        owner: str | None = None,
+        lease_until: float | None = None,
+        error: str | None = None,
+    ) -> Preview:
+        if to not in STEP_STATES:
+            raise ValueError(f"unknown step state {to!r}; use one of {STEP_STATES}")
+        with self._write() as conn:
+            current = _get_preview(conn, preview_id)
+            if current is None:
+                raise KeyError(preview_id)
+            if current.state not in expect or (
+                expect_attempts is not None and current.attempts != expect_attempts
+            ):
+                raise StepStateError(current, expect)
+            try:
+                _apply(conn, current, expect, approval, consume_approval, receipt, at)
+            except sqlite3.IntegrityError:  # a second approval or receipt: someone was first
+                raise StepStateError(current, expect) from None
+            attempts = current.attempts + (1 if to == "sending" else 0)
+            conn.execute(
+                "UPDATE previews SET state = ?, updated = ?, attempts = ?, owner = ?, "
+                "lease_until = ?, error = ? WHERE id = ?",
+                (
+                    to,
+                    at,
+                    attempts,
+                    owner if owner is not None else current.owner,
+                    lease_until,
+                    error,
+                    preview_id,
+                ),
+            )
+            _event(conn, preview_id, at, current.state, to, actor, how)
+            updated = _get_preview(conn, preview_id)
+        assert updated is not None  # written in this transaction
+        return updated
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None and os.getpid() == self._pid:
+                self._conn.close()
+            self._conn = None
+
+
+def _apply(
+    conn: sqlite3.Connection,
+    current: Preview,
+    expect: Collection[StepState],
+    approval: Approval | None,
+    consume_approval: bool,
+    receipt: Receipt | None,
+    at: float,
+) -> None:
+    """The side records of one transition: a new approval, its consumption, a receipt."""
+    preview_id = current.id
+    if approval is not None:
+        conn.execute(
+            f"INSERT INTO approvals ({_APPROVAL_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                approval.preview_id,
+                approval.fingerprint,
+                approval.kind,
+                approval.approver,
+                approval.rule,
+                approval.at,
+                approval.reason,
+                approval.consumed_at,
+            ),
+        )
+    if consume_approval:
+        used = conn.execute(
+            "UPDATE approvals SET consumed_at = ? WHERE preview_id = ? AND consumed_at IS NULL",
+            (at, preview_id),
+        ).rowcount
+        if used != 1:
+            raise StepStateError(current, expect)
+    if receipt is not None:
+        conn.execute(
+            f"INSERT INTO receipts ({_RECEIPT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)",
+            (
+                receipt.key,
+                receipt.preview_id,
+                receipt.tool,
+                canonical_json(receipt.data).decode(),
+                receipt.stored_at,
+                receipt.resolved_by,
+            ),
+        )
+
+
+def _event(
+    conn: sqlite3.Connection,
+    preview_id: str,
+    at: float,
+    from_state: StepState | None,
+    to_state: StepState,
+    actor: str,
+    how: str,
+) -> None:
+    conn.execute(
+        "INSERT INTO step_events (preview_id, at, from_state, to_state, actor, how) "
+        "VALUES (?, ?, ?, ?, ?, ?)",
+        (preview_id, at, from_state, to_state, actor, how[:500]),
+    )
+
+
+def _get_preview(conn: sqlite3.Connection, preview_id: str) -> Preview | None:
+    row = conn.execute(
+        f"SELECT {_PREVIEW_COLUMNS} FROM previews WHERE id = ?", (preview_id,)
+    ).fetchone()
+    return None if row is None else _preview(row)
+
+
+def _preview_row(p: Preview) -> tuple[object, ...]:
+    return (
+        p.id,
+        p.run_id,
+        p.tool,
+        p.principal.user_id,
+        p.principal.tenant_id,
+        p.principal.model_dump_json(),
+        canonical_json(p.effect).decode(),
+        json.dumps(list(p.effects)),
+        p.summary,
+        p.key,
+        p.fingerprint,
+        p.rule,
+        p.created,
+        p.expires,
+        p.state,
+        p.updated,
+        p.attempts,
+        p.owner,
+        p.lease_until,
+        p.error,
+    )
+
+
+def _state(value: object) -> StepState:
+    if value not in STEP_STATES:
+        raise ValueError(f"the ledger holds an unknown state {value!r}")
+    return value
+
+
+def _preview(r: tuple[Any, ...]) -> Preview:
+    return Preview(
+        id=str(r[0]),
+        run_id=str(r[1]),
+        tool=str(r[2]),
+        principal=Principal.model_validate_json(r[5]),
+        effect=json.loads(r[6]),
+        effects=tuple(str(e) for e in json.loads(r[7])),
+        summary=str(r[8]),
+        key=str(r[9]),
+        fingerprint=str(r[10]),
+        rule=str(r[11]),
+        created=float(r[12]),
+        expires=float(r[13]),
+        state=_state(r[14]),
+        updated=float(r[15]),
+        attempts=int(r[16]),
+        owner=None if r[17] is None else str(r[17]),
+        lease_until=None if r[18] is None else float(r[18]),
+        error=None if r[19] is None else str(r[19]),
+    )
+
+
+def _approval(r: tuple[Any, ...]) -> Approval:
+    kind = r[2]
+    if kind not in ("policy", "person"):
+        raise ValueError(f"the ledger holds an unknown approver kind {kind!r}")
+    return Approval(
+        preview_id=str(r[0]),
+        fingerprint=str(r[1]),
+        kind=kind,
+        approver=str(r[3]),
+        rule=str(r[4]),
+        at=float(r[5]),
+        reason=str(r[6]),
+        consumed_at=None if r[7] is None else float(r[7]),
+    )
+
+
+def _receipt(r: tuple[Any, ...]) -> Receipt:
+    resolved = r[5]
+    if resolved not in ("send", "resend", "query"):
+        raise ValueError(f"the ledger holds an unknown resolution {resolved!r}")
+    return Receipt(
+        key=str(r[0]),
+        preview_id=str(r[1]),
+        tool=str(r[2]),
+        data=json.loads(r[3]),
+        stored_at=float(r[4]),
+        resolved_by=resolved,
+    )

@@ -1,0 +1,109 @@
+"""What a write tool declares beyond the tool contract, and the registry's seam to the ledger.
+
+A write tool never runs a handler on the model's say-so. Its direct call is admitted like
+any other (look-up, validation, scope, preconditions), then :attr:`WriteContract.prepare`
+computes the exact effect without changing anything, and the write path stores a preview of
+it. Only a commit by the harness, after approval, calls :attr:`WriteContract.commit`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from pydantic import BaseModel
+
+from tools._audit import AdmissionDecision
+from tools._errors import ToolError
+
+if TYPE_CHECKING:
+    from policies import Effect
+    from tools._context import CallContext
+    from tools._spec import ToolSpec
+
+__all__ = ["Proposal", "WriteContract", "WriteRunner", "write_contract_problems"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WriteContract:
+    """The two halves of a write, and how its intent is named. Build with ``write_tool``."""
+
+    prepare: Callable[..., Any]
+    """``prepare(args, principal) -> effect``: sync or async; reads, computes, changes
+    nothing. ``args`` is the validated input model, the effect an :attr:`effect_model`.
+    Record-level checks belong here (another tenant's record is ``NotFoundError``)."""
+    commit: Callable[..., Any]
+    """``commit(effect, idempotency_key) -> receipt``: sync or async; sends the effect to the
+    system of record with the key. A ``ToolError`` whose outcome is ``error`` means the
+    system refused and nothing happened; any other failure leaves the step ``unknown``."""
+    effect_model: type[BaseModel]
+    """The exact effect; the declared effects' ``{field}`` placeholders name its fields."""
+    intent: tuple[str, ...]
+    """Input fields that name the intent; with the run id and tool they make the key."""
+    lookup: Callable[..., Any] | None = None
+    """``lookup(effect, idempotency_key) -> receipt | None``: asks the system of record
+    whether the key was committed. Reconciliation uses it when given, else resends."""
+    summarize: Callable[[Any], str] | None = None
+    """A short line describing an effect; by default the resolved effects are listed."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Proposal:
+    """What the write path made of a direct write call, for the registry's audit event."""
+
+    decision: AdmissionDecision
+    """``allow`` (approved by policy), ``ask`` (a person must approve) or ``deny``."""
+    rule: str
+    """The approval rule, ``grant`` or ``spend`` that decided."""
+    effects: tuple[Effect, ...]
+    """The resolved effects of the prepared write."""
+    answer: ToolError
+    """What the call answers: ``needs_approval`` with the preview id, or ``denied``."""
+
+
+class WriteRunner(Protocol):
+    """The write path as the registry sees it (implemented by ``WritePath``)."""
+
+    async def propose(self, spec: ToolSpec, args: BaseModel, ctx: CallContext) -> Proposal:
+        """Prepare the effect of a direct write call and store its preview.
+
+        Raises:
+            ToolError: preparing failed (``not_found``, ``timeout``, ``upstream``, ...).
+        """
+        ...
+
+
+def write_contract_problems(
+    contract: WriteContract, *, input_fields: Collection[str], effects: Collection[Effect]
+) -> list[str]:
+    """What is wrong with a write tool's contract, as sentences that say how to fix it."""
+    problems = []
+    if not (
+        isinstance(contract.effect_model, type) and issubclass(contract.effect_model, BaseModel)
+    ):
+        return [f"effect_model {contract.effect_model!r} must be a pydantic model class"]
+    if not any(e.is_side_effect for e in effects):
+        problems.append(
+            "a write tool must declare a write, spend or disclose effect; a tool without one "
+            "is a read tool, register it with @registry.tool"
+        )
+    fields: Mapping[str, object] = contract.effect_model.model_fields
+    for effect in effects:
+        missing = sorted(effect.placeholders - set(fields))
+        if missing:
+            problems.append(
+                f"effect {effect} names {missing}, which are not fields of the effect model "
+                f"{contract.effect_model.__name__} (a write tool's effects come from prepare)"
+            )
+    if not contract.intent:
+        problems.append("name the intent: intent=('invoice_id', ...) with input fields")
+    unknown = sorted(set(contract.intent) - set(input_fields))
+    if unknown:
+        problems.append(f"intent fields {unknown} are not input fields")
+    for role in ("prepare", "commit"):
+        if not callable(getattr(contract, role)):
+            problems.append(f"{role} must be callable")
+    if contract.lookup is not None and not callable(contract.lookup):
+        problems.append("lookup must be callable or None")
+    return problems

@@ -1,0 +1,72 @@
+"""``write_tool``: the spec of a tool that writes through preview, approval and commit."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from pydantic import BaseModel
+
+from policies import Effect
+from tools._spec import ToolSpec
+from tools._write_contract import WriteContract
+
+__all__ = ["write_tool"]
+
+
+def write_tool(
+    *,
+    name: str,
+    description: str,
+    input_model: type[BaseModel],
+    effect_model: type[BaseModel],
+    receipt_model: type[BaseModel],
+    prepare: Callable[..., Any],
+    commit: Callable[..., Any],
+    effects: Iterable[Effect],
+    scope: str,
+    intent: Iterable[str] | None = None,
+    lookup: Callable[..., Any] | None = None,
+    summarize: Callable[[Any], str] | None = None,
+    timeout: float = 10.0,
+    reversible: bool = False,
+    max_result_bytes: int = 64_000,
+) -> ToolSpec:
+    """The :class:`ToolSpec` of a write tool; register it with ``registry.register(spec)``.
+
+    ``input_model`` is what the model fills in (strict, ``extra="forbid"``; never an amount
+    code can compute). ``prepare(args, principal)`` computes an ``effect_model`` instance
+    without changing anything; ``commit(effect, idempotency_key)`` sends it and returns the
+    system's receipt, of which ``receipt_model`` is the allow-list. ``effects`` name fields
+    of the effect model (``spend("{amount_minor}")``), so grants and approval rules judge
+    the computed effect. ``intent`` (default: every input field) names the fields that,
+    with the run id and tool, make the idempotency key. ``lookup(effect, key)`` answers
+    whether the system of record holds the key, for reconciliation.
+
+    The tool is callable directly only; registration checks the contract.
+
+    Raises:
+        UsageError: only when registered (``Registry.register``), like every contract rule.
+    """
+    return ToolSpec(
+        name=name,
+        description=inspect.cleandoc(description),
+        handler=prepare,
+        input_model=input_model,
+        output_model=receipt_model,
+        effects=tuple(effects),
+        callers=frozenset({"direct"}),
+        scope=scope,
+        timeout=timeout,
+        reversible=reversible,
+        max_result_bytes=max_result_bytes,
+        write=WriteContract(
+            prepare=prepare,
+            commit=commit,
+            effect_model=effect_model,
+            intent=tuple(input_model.model_fields) if intent is None else tuple(intent),
+            lookup=lookup,
+            summarize=summarize,
+        ),
+    )
