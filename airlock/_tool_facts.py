@@ -5,7 +5,8 @@ hosts they reach and the credentials they send. This module reads those facts de
 from the spec and from its handler, so an adapter that exposes them is picked up without a
 change here:
 
-- ``destinations``: host names or patterns (strings); ``network(d)`` effects count too;
+- ``destinations``: host names, patterns or origins (strings; ``ToolSpec.destinations``
+  holds a REST adapter's); ``network(d)`` effects count too;
 - ``credentials``: credential *names* (strings, or objects with a string ``name``);
   anything else is ignored, so a value can never be printed by mistake;
 - ``idempotent`` (bool) or ``idempotency`` (``"keyed"``, ...) on the spec or handler; a
@@ -24,7 +25,8 @@ from tools import ToolSpec
 __all__ = ["credential_names", "destinations", "idempotency"]
 
 _NAME: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,127}$")
-_HOST: Final = re.compile(r"^[A-Za-z0-9*][A-Za-z0-9_.*:-]{0,252}$")
+# A host or pattern, optionally as an origin (``https://api.example.com:443``).
+_HOST: Final = re.compile(r"^(?:https?://)?[A-Za-z0-9*\[][A-Za-z0-9_.*:\[\]-]{0,252}$")
 _IDEMPOTENCY: Final[frozenset[str]] = frozenset(get_args(Idempotency))
 
 

@@ -1,5 +1,6 @@
 """Tool contracts and the registry: admission, typed errors, the audit log, and the write
-path (prepare, preview, approval, commit, receipt) on a durable ledger."""
+path (prepare, preview, approval, commit, receipt) on a durable ledger, and the REST adapter
+that tools over HTTP APIs share."""
 
 from tools._approvals import approve_preview, deny_preview
 from tools._audit import (
@@ -12,6 +13,7 @@ from tools._audit import (
     Stage,
 )
 from tools._context import CALLERS, CallContext, Caller, Observations
+from tools._credential import Credential
 from tools._errors import (
     ERROR_CODES,
     AmbiguousWriteError,
@@ -40,6 +42,9 @@ from tools._preview import STEP_STATES, Approval, Preview, Receipt, StepEvent, S
 from tools._reconcile import Resolution
 from tools._registration import NAME_PATTERN
 from tools._registry import Registry
+from tools._rest import RestAdapter
+from tools._rest_errors import error_for_status
+from tools._rest_paths import route_path
 from tools._schema import ToolDefinition
 from tools._spec import Precondition, Secret, ToolSpec, requires
 from tools._sqlite_audit import SQLiteAuditStore
@@ -63,6 +68,7 @@ __all__ = [
     "CallContext",
     "Caller",
     "ConflictError",
+    "Credential",
     "DeniedError",
     "ErrorCode",
     "FieldIssue",
@@ -84,6 +90,7 @@ __all__ = [
     "Receipt",
     "Registry",
     "Resolution",
+    "RestAdapter",
     "ResultTooLargeError",
     "RunSummary",
     "SQLiteAuditStore",
@@ -103,6 +110,8 @@ __all__ = [
     "WritePath",
     "approve_preview",
     "deny_preview",
+    "error_for_status",
     "requires",
+    "route_path",
     "write_tool",
 ]

@@ -50,6 +50,7 @@ def build_spec(
     reversible: bool | None,
     preconditions: Iterable[Precondition],
     max_result_bytes: int,
+    destinations: Iterable[str] = (),
 ) -> ToolSpec:
     """A :class:`ToolSpec` for ``fn`` from its signature, docstring and the given options.
 
@@ -79,6 +80,7 @@ def build_spec(
         reversible=(not side) if reversible is None else reversible,
         preconditions=tuple(preconditions),
         max_result_bytes=max_result_bytes,
+        destinations=tuple(destinations),
         takes_context=shape.takes_context,
         secret_fields=frozenset(
             field

@@ -104,6 +104,7 @@ class Registry:
         reversible: bool | None = None,
         requires: Iterable[Precondition] = (),
         max_result_bytes: int = 64_000,
+        destinations: Iterable[str] = (),
     ) -> Callable[[F], F]:
         """Register the decorated function as a tool; the function itself is unchanged.
 
@@ -111,7 +112,8 @@ class Registry:
         ``CallContext``, then one typed parameter per input field (``Annotated`` with
         ``Field(...)`` for patterns, caps and descriptions). The docstring is the description
         unless ``description`` is given. ``reversible`` defaults to true for tools with only
-        read/network effects.
+        read/network effects. ``destinations`` are the origins the tool's adapter reaches
+        (``adapter.destinations``), listed by the effect inventory.
 
         Raises:
             UsageError: as :meth:`register`.
@@ -131,6 +133,7 @@ class Registry:
                     reversible=reversible,
                     preconditions=requires,
                     max_result_bytes=max_result_bytes,
+                    destinations=destinations,
                 )
             )
             return fn

@@ -75,6 +75,9 @@ class ToolSpec:
     """Whether the handler's first parameter receives the ``CallContext``."""
     secret_fields: frozenset[str] = field(default=frozenset())
     """Input fields left out of the audit hash (marked with :class:`Secret`)."""
+    destinations: tuple[str, ...] = ()
+    """Network origins its adapter reaches (``https://api.example.com:443``), for the effect
+    inventory; a REST adapter's :attr:`~tools.RestAdapter.destinations`."""
     write: WriteContract | None = None
     """Set for write tools (built with ``write_tool``): prepare and commit instead of
     ``handler``; a direct call yields a preview, never an effect."""

@@ -1,1 +1,39 @@
-"""A small billing service and the task-level tools that wrap it (the demo's upstream)."""
+"""A small billing service and the task-level tools that wrap it (the demo's upstream).
+
+From the host::
+
+    from airlock.billing import build_billing_registry, serve_billing
+    from tools import Credential, SQLiteLedgerStore, WritePath
+
+    with serve_billing() as billing:                     # 127.0.0.1, a free port, seeded
+        credentials = {
+            tenant: Credential.from_value(token, name=f"BILLING_TOKEN_{tenant.upper()}")
+            for tenant, token in billing.tokens.items()
+        }
+        registry = build_billing_registry(billing.base_url, credentials)
+        writes = WritePath(registry, SQLiteLedgerStore("ledger.db"))  # or let the harness
+        billing.faults.drop_after_commit()               # the next refund's answer is lost
+        billing.store.count("refunds")                   # what the service holds
+
+Modules: ``store`` (SQLite records and the idempotency table), ``service`` (the Starlette
+app), ``faults`` (fault switches), ``seed`` (deterministic data), ``server`` (running it),
+``tools`` (``billing_invoice_get``, ``billing_invoice_list``, ``billing_refund_create``).
+"""
+
+from airlock.billing.faults import FaultKind, Faults, FaultSpec
+from airlock.billing.seed import TENANTS
+from airlock.billing.server import BillingServer, serve_billing
+from airlock.billing.store import BillingStore
+from airlock.billing.tools import build_billing_registry, register_billing_tools
+
+__all__ = [
+    "TENANTS",
+    "BillingServer",
+    "BillingStore",
+    "FaultKind",
+    "FaultSpec",
+    "Faults",
+    "build_billing_registry",
+    "register_billing_tools",
+    "serve_billing",
+]

@@ -17,6 +17,7 @@ PUBLIC_API = [
     "CallContext",
     "Caller",
     "ConflictError",
+    "Credential",
     "DeniedError",
     "ErrorCode",
     "FieldIssue",
@@ -38,6 +39,7 @@ PUBLIC_API = [
     "Receipt",
     "Registry",
     "Resolution",
+    "RestAdapter",
     "ResultTooLargeError",
     "RunSummary",
     "SQLiteAuditStore",
@@ -57,7 +59,9 @@ PUBLIC_API = [
     "WritePath",
     "approve_preview",
     "deny_preview",
+    "error_for_status",
     "requires",
+    "route_path",
     "write_tool",
 ]
 

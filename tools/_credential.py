@@ -1,0 +1,70 @@
+"""A named credential whose value stays on the host: never in a repr, a log or an error."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from tools._errors import DeniedError
+
+__all__ = ["Credential"]
+
+
+class Credential:
+    """A secret the REST adapter sends, known to everything else by its :attr:`name` only.
+
+    The value is read when a request needs it (from the environment or a file, so rotating
+    it needs no restart) and is never part of ``repr``/``str``, the inventory, the audit log
+    or an error. Build with :meth:`from_env`, :meth:`from_file` or :meth:`from_value`.
+    """
+
+    __slots__ = ("_read", "name")
+
+    def __init__(self, name: str, read: Callable[[], str | None]) -> None:
+        self.name = name
+        """What the inventory lists, e.g. ``BILLING_TOKEN``; never the value."""
+        self._read = read
+
+    @classmethod
+    def from_env(cls, variable: str, *, name: str | None = None) -> Credential:
+        """The value of the host environment variable ``variable`` at request time."""
+        return cls(name or variable, lambda: os.environ.get(variable))
+
+    @classmethod
+    def from_file(cls, path: str | Path, *, name: str) -> Credential:
+        """The first line of the file at ``path`` (a secrets mount) at request time."""
+        target = Path(path)
+
+        def read() -> str | None:
+            try:
+                return target.read_text(encoding="utf-8").strip() or None
+            except OSError:
+                return None
+
+        return cls(name, read)
+
+    @classmethod
+    def from_value(cls, value: str, *, name: str) -> Credential:
+        """A value the host already holds (a test, or a token the host was just issued)."""
+        return cls(name, lambda: value)
+
+    def reveal(self) -> str:
+        """The value, for the ``Authorization`` header only.
+
+        Raises:
+            DeniedError: the credential is not configured on this host.
+        """
+        value = self._read()
+        if not value or any(c in value for c in "\r\n"):
+            raise DeniedError(
+                "this tool is not configured with a credential here; do not retry it",
+                reason="policy",
+                detail=f"credential {self.name!r} is missing or malformed",
+            )
+        return value
+
+    def __repr__(self) -> str:
+        return f"Credential({self.name!r})"
+
+    __str__ = __repr__
