@@ -48,6 +48,8 @@ test: lint types pytest
 bench: setup
 	$(PY) bench/sandbox_start.py
 	$(PY) bench/admission.py
+	$(PY) bench/bridge.py
+	$(PY) bench/writes.py
 
 clean:
 	rm -rf $(VENV) .build .mypy_cache .pytest_cache .ruff_cache *.egg-info

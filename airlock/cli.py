@@ -6,7 +6,9 @@ import typer
 
 from airlock._cli_approvals import approvals_app, receipts_app, reconcile
 from airlock._cli_audit import audit_app
+from airlock._cli_chat import chat
 from airlock._cli_inventory import inventory, program_effects
+from airlock._cli_serve import serve
 from airlock._demo import demo
 from airlock._run_cli import doctor, run
 
@@ -28,6 +30,8 @@ app.add_typer(receipts_app, name="receipts")
 app.command()(reconcile)
 app.command()(inventory)
 app.command("program-effects")(program_effects)
+app.command()(serve)
+app.command()(chat)
 
 
 def main() -> None:

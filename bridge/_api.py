@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+from collections.abc import Collection
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -101,10 +102,18 @@ def _returns_section(registry: Registry, name: str) -> str:
     return f"Returns:\n    dict with keys: {fields}" if fields else ""
 
 
-def tool_stubs(registry: Registry, principal: Principal) -> list[ToolStub]:
-    """Stubs of every tool ``principal`` may call from code, sorted by name."""
+def tool_stubs(
+    registry: Registry, principal: Principal, *, names: Collection[str] | None = None
+) -> list[ToolStub]:
+    """Stubs of every tool ``principal`` may call from code, sorted by name.
+
+    ``names``, when given, narrows them further (a harness leaves out tools the run's grant
+    cannot use).
+    """
     stubs = []
     for definition in registry.visible(principal, "code"):
+        if names is not None and definition.name not in names:
+            continue
         schema = definition.parameters
         defs = schema.get("$defs") if isinstance(schema.get("$defs"), dict) else {}
         properties = schema.get("properties")
@@ -147,10 +156,15 @@ _PREAMBLE = '''\
 '''
 
 
-def render_api(registry: Registry, principal: Principal) -> str:
-    """The typed API ``principal``'s programs can call, as Python source with docstrings."""
+def render_api(
+    registry: Registry, principal: Principal, *, names: Collection[str] | None = None
+) -> str:
+    """The typed API ``principal``'s programs can call, as Python source with docstrings.
+
+    ``names``, when given, narrows the tools as in :func:`tool_stubs`.
+    """
     blocks = [_PREAMBLE]
-    for stub in tool_stubs(registry, principal):
+    for stub in tool_stubs(registry, principal, names=names):
         params = ", ".join(f"{p.name}: {p.annotation}" for p in stub.params)
         doc = textwrap.indent(stub.doc, "    ").lstrip()
         blocks.append(f'def {stub.name}({params}) -> {stub.returns}:\n    """{doc}\n    """\n')

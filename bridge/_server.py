@@ -91,10 +91,16 @@ class ToolSession:
     observations: Observations = field(default_factory=Observations)
     calls: int = 0
     """Logical calls admitted to dispatch so far in this run."""
+    tool_names: frozenset[str] | None = None
+    """When set, the program is offered only these tools (a harness leaves out what the
+    grant cannot use); admission still judges every call."""
+    call_prefix: str | None = None
+    """Prefix of this program's call ids in the audit log (default: the run id); a harness
+    running several programs in one run gives each its own."""
 
     def stubs(self) -> list[ToolStub]:
         """The tools this run's program may call, for the ``run`` frame."""
-        return tool_stubs(self.registry, self.principal)
+        return tool_stubs(self.registry, self.principal, names=self.tool_names)
 
     def context(self, call_id: str, deadline: float) -> CallContext:
         """The context of one call from code."""
@@ -283,7 +289,8 @@ class _RunServer:
         if self._session is None:
             error = UnknownToolError(name=tool)
             return {"ok": False, "error": _public(error.to_wire())}
-        ctx = self._session.context(f"{self._session.run_id}:{guest_id}", self._deadline)
+        prefix = self._session.call_prefix or self._session.run_id
+        ctx = self._session.context(f"{prefix}:{guest_id}", self._deadline)
         async with self._semaphore:
             try:
                 value = await self._session.registry.call(tool, args, ctx)

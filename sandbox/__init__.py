@@ -9,6 +9,7 @@ from sandbox._errors import (
     SandboxFailure,
     map_docker_errors,
 )
+from sandbox._kept import KeptSandbox
 from sandbox._probe import PROBE_PROGRAM, ProbeFinding, judge_probe
 from sandbox._result import LimitName, ProgramError, RunResult, RunStatus
 
@@ -19,6 +20,7 @@ __all__ = [
     "DockerBackend",
     "EngineUnavailable",
     "ImageMissing",
+    "KeptSandbox",
     "LimitName",
     "ProbeFinding",
     "ProgramError",

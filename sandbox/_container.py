@@ -136,6 +136,7 @@ class SandboxContainer:
         self._reader = reader
         self._writer = writer
         self._used = False
+        self._kept = False
 
     @property
     def id(self) -> str:
@@ -227,14 +228,18 @@ class SandboxContainer:
         profile: SandboxProfile,
         pooled: bool,
         tools: ToolSession | None = None,
+        keep: bool = False,
     ) -> RunResult:
         """Deliver ``program``, serve its tool calls, and report how it ended.
 
-        The caller destroys the container afterwards, whatever happened.
+        The caller destroys the container afterwards, whatever happened; unless ``keep``,
+        which makes the runner wait for further programs of the same conversation (every
+        run of a kept container must pass ``keep``).
         """
-        if self._used:
-            raise RuntimeError("a sandbox container runs one program only")
+        if self._used and not (keep and self._kept):
+            raise RuntimeError("a sandbox container runs one program only, unless kept")
         self._used = True
+        self._kept = keep
         began = time.perf_counter()
         deadline = time.monotonic() + profile.timeout_s
         stubs = [stub.to_wire() for stub in tools.stubs()] if tools else []
@@ -247,6 +252,7 @@ class SandboxContainer:
                     "allowed_imports": sorted(profile.allowed_imports),
                     "output_limit": profile.output_limit_bytes,
                     "tools": stubs,
+                    **({"keep": True} if keep else {}),
                 }
             )
         )

@@ -9,6 +9,7 @@ import shutil
 import socket
 import tempfile
 import time
+import weakref
 from pathlib import Path
 from types import TracebackType
 from typing import Final, Self
@@ -18,9 +19,10 @@ import docker.errors
 import psutil
 
 from bridge import ToolSession
-from policies import SandboxProfile
+from policies import Principal, SandboxProfile
 from sandbox._container import LABEL, OWNER_LABEL, SandboxContainer, owner_label
 from sandbox._errors import SandboxError, map_docker_errors
+from sandbox._kept import KeptSandbox
 from sandbox._pool import WarmPool
 from sandbox._result import ProgramError, RunResult
 
@@ -98,6 +100,7 @@ class DockerBackend:
         self.pool = WarmPool(self._start_container, size=pool_size)
         self._cleanup: set[asyncio.Task[None]] = set()
         self._started = False
+        self._kept: weakref.WeakSet[KeptSandbox] = weakref.WeakSet()
 
     @property
     def client(self) -> docker.DockerClient:
@@ -195,6 +198,35 @@ class DockerBackend:
             task.add_done_callback(self._cleanup.discard)
         return result.model_copy(update={"duration_s": time.perf_counter() - began})
 
+    def keep(
+        self,
+        owner: Principal,
+        *,
+        idle_timeout: float = 300.0,
+        profile: SandboxProfile | None = None,
+    ) -> KeptSandbox:
+        """A kept sandbox for one conversation of ``owner``: programs run one after another
+        in one container and see the top-level names earlier ones left (see
+        :class:`KeptSandbox`). :meth:`close` removes it with everything else."""
+        kept = KeptSandbox(
+            self._start_kept,
+            owner=owner,
+            profile=profile or self.profile,
+            idle_timeout=idle_timeout,
+            max_program_bytes=MAX_PROGRAM_BYTES,
+            container_settings=_container_settings,
+        )
+        self._kept.add(kept)
+        return kept
+
+    async def _start_kept(self, profile: SandboxProfile) -> SandboxContainer:
+        if not self._started:
+            await self.start()
+        container = None
+        if _container_settings(profile) == _container_settings(self.profile):
+            container = self.pool.take()  # a warm runner that never ran anything
+        return container if container is not None else await self._start_container(profile)
+
     async def _destroy(self, container: SandboxContainer) -> None:
         try:
             await container.destroy()
@@ -203,6 +235,8 @@ class DockerBackend:
 
     async def close(self) -> None:
         """Destroy the pool and every container this backend started."""
+        for kept in list(self._kept):
+            await kept.close()
         await self.pool.close()
         while self._cleanup:
             await asyncio.gather(*list(self._cleanup), return_exceptions=True)

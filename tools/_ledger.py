@@ -52,9 +52,14 @@ class LedgerStore(Protocol):
         """The preview with this id, if any."""
 
     def previews(
-        self, *, states: Collection[StepState] | None = None, limit: int = 100
+        self,
+        *,
+        states: Collection[StepState] | None = None,
+        limit: int = 100,
+        run_id: str | None = None,
     ) -> list[Preview]:
-        """Previews in the given states (all when ``None``), newest first."""
+        """Previews in the given states (all when ``None``), of one run when ``run_id`` is
+        given, newest first."""
 
     def approval(self, preview_id: str) -> Approval | None:
         """The approval of a preview, if it has one."""

@@ -62,6 +62,7 @@ CREATE TABLE IF NOT EXISTS previews (
 );
 CREATE UNIQUE INDEX IF NOT EXISTS previews_live_key ON previews (key) WHERE state IN ({_LIVE});
 CREATE INDEX IF NOT EXISTS previews_state ON previews (state, created);
+CREATE INDEX IF NOT EXISTS previews_run ON previews (run_id, created);
 CREATE TABLE IF NOT EXISTS approvals (
     preview_id TEXT PRIMARY KEY REFERENCES previews (id),
     fingerprint TEXT NOT NULL,
@@ -176,16 +177,26 @@ class SQLiteLedgerStore:
         return self._read(lambda conn: _get_preview(conn, preview_id))
 
     def previews(
-        self, *, states: Collection[StepState] | None = None, limit: int = 100
+        self,
+        *,
+        states: Collection[StepState] | None = None,
+        limit: int = 100,
+        run_id: str | None = None,
     ) -> list[Preview]:
         sql = f"SELECT {_PREVIEW_COLUMNS} FROM previews"
+        where: list[str] = []
         params: list[object] = []
         if states is not None:
             wanted = sorted(set(states))
             if not wanted:
                 return []
-            sql += f" WHERE state IN ({', '.join('?' * len(wanted))})"
+            where.append(f"state IN ({', '.join('?' * len(wanted))})")
             params.extend(wanted)
+        if run_id is not None:
+            where.append("run_id = ?")
+            params.append(run_id)
+        if where:
+            sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY created DESC, id LIMIT ?"
         params.append(int(limit))
         rows = self._read(lambda conn: conn.execute(sql, params).fetchall())

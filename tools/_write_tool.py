@@ -32,6 +32,7 @@ def write_tool(
     timeout: float = 10.0,
     reversible: bool = False,
     max_result_bytes: int = 64_000,
+    destinations: Iterable[str] = (),
 ) -> ToolSpec:
     """The :class:`ToolSpec` of a write tool; register it with ``registry.register(spec)``.
 
@@ -42,7 +43,8 @@ def write_tool(
     of the effect model (``spend("{amount_minor}")``), so grants and approval rules judge
     the computed effect. ``intent`` (default: every input field) names the fields that,
     with the run id and tool, make the idempotency key. ``lookup(effect, key)`` answers
-    whether the system of record holds the key, for reconciliation.
+    whether the system of record holds the key, for reconciliation. ``destinations`` are the origins
+    its adapter reaches, for the effect inventory.
 
     The tool is callable directly only; registration checks the contract.
 
@@ -61,6 +63,7 @@ def write_tool(
         timeout=timeout,
         reversible=reversible,
         max_result_bytes=max_result_bytes,
+        destinations=tuple(destinations),
         write=WriteContract(
             prepare=prepare,
             commit=commit,

@@ -14,6 +14,10 @@ Life of a runner (one per container, one program per runner):
 4. run the program with stdout/stderr captured at the file-descriptor level and capped;
 5. send ``done`` with the structured result and exit. The host then destroys the container.
 
+A ``run`` frame with ``"keep": true`` starts a kept runner instead (one conversation of one
+principal): after ``done`` it waits for the next ``run`` frame, and each program starts with
+the top-level names earlier programs left. It exits when the host closes the bridge.
+
 Frames are a 4-byte big-endian length followed by a UTF-8 JSON object.
 """
 
@@ -359,8 +363,17 @@ def _usage() -> tuple[float, int]:
     return cpu, peak_kib * 1024
 
 
-def execute(request: dict[str, Any], finish: Any, tools: Tools | None = None) -> dict[str, Any]:
-    """Run one program and return the ``done`` result. ``finish(result)`` ends the run early."""
+def execute(
+    request: dict[str, Any],
+    finish: Any,
+    tools: Tools | None = None,
+    state: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Run one program and return the ``done`` result. ``finish(result)`` ends the run early.
+
+    ``state`` (kept runners only) holds the top-level names of earlier programs: the program
+    starts with them and leaves its own there.
+    """
     tools = tools if tools is not None else Tools(None, [])
     source = request["program"]
     mode = request.get("mode", "restricted")
@@ -392,6 +405,9 @@ def execute(request: dict[str, Any], finish: Any, tools: Tools | None = None) ->
         if mode == "restricted"
         else _full_globals(final, tools)
     )
+    fresh = set(namespace)
+    if state:
+        namespace.update(state)
     streams: list[_StreamCapture] = []
 
     def overflow() -> None:
@@ -438,6 +454,10 @@ def execute(request: dict[str, Any], finish: Any, tools: Tools | None = None) ->
     finally:
         for stream in streams:
             stream.close()
+        if state is not None:
+            # The run's own bindings (result, tools, guards) are rebuilt each time.
+            state.clear()
+            state.update((k, v) for k, v in namespace.items() if k not in fresh)
     return _finalize(result, clock, cpu_before, final, *streams)
 
 
@@ -516,8 +536,18 @@ def main(argv: list[str]) -> int:
         connection.send({"type": "done", "result": result})
         os._exit(0)
 
-    finish(execute(request, finish, tools))
-    return 0
+    if not request.get("keep"):
+        finish(execute(request, finish, tools))
+    state: dict[str, Any] = {}
+    while True:
+        connection.send({"type": "done", "result": execute(request, finish, tools, state)})
+        try:
+            request = connection.recv()
+        except (ConnectionError, OSError, ValueError):
+            os._exit(0)  # the host closed the bridge: the conversation is over
+        if request.get("type") != "run":
+            os._exit(3)
+        tools = Tools(connection, request.get("tools") or [])
 
 
 if __name__ == "__main__":

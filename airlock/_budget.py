@@ -1,0 +1,77 @@
+"""A run's budget: how long a session may run, how many calls it may make, and how many
+bytes of results may enter the model's context."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["Budget", "BudgetMeter"]
+
+
+class Budget(BaseModel):
+    """The limits of one session (one model conversation), set by the application."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    seconds: float = Field(
+        default=600.0, gt=0, le=86_400, description="Wall-clock time the session may run."
+    )
+    calls: int = Field(
+        default=200, ge=1, le=100_000, description="Model tool calls the session may make."
+    )
+    bytes: int = Field(
+        default=2_000_000,
+        ge=1024,
+        description="Bytes of results the session may return into the model's context.",
+    )
+    result_bytes: int = Field(
+        default=32_000,
+        ge=256,
+        description="Largest single result; a larger one is refused as result_too_large.",
+    )
+    stdout_bytes: int = Field(
+        default=4_000,
+        ge=0,
+        description="Most of a program's stdout returned to the model; the rest is cut "
+        "and the result says so.",
+    )
+    program_calls: int = Field(
+        default=10_000, ge=1, description="Tool calls one program may make through the bridge."
+    )
+
+
+@dataclass
+class BudgetMeter:
+    """What a session has used of its budget. Single event loop: no awaits between a check
+    and its update, so concurrent calls cannot both take the last unit."""
+
+    budget: Budget
+    deadline: float = field(default=0.0)
+    """On the :func:`time.monotonic` clock."""
+    calls: int = 0
+    bytes: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.deadline:
+            self.deadline = time.monotonic() + self.budget.seconds
+
+    def remaining(self) -> float:
+        """Seconds left (negative when the time is up)."""
+        return self.deadline - time.monotonic()
+
+    def exhausted(self) -> str | None:
+        """The name of a limit already used up (``time``, ``calls``, ``bytes``), or None."""
+        if self.remaining() <= 0:
+            return "time"
+        if self.calls >= self.budget.calls:
+            return "calls"
+        if self.bytes >= self.budget.bytes:
+            return "bytes"
+        return None
+
+    def result_cap(self) -> int:
+        """Largest result that may be returned now: the per-result cap or what is left."""
+        return max(0, min(self.budget.result_bytes, self.budget.bytes - self.bytes))

@@ -1,0 +1,173 @@
+"""A kept sandbox: one container for one conversation, so programs build on earlier state.
+
+Every other run gets a fresh container; a kept sandbox instead sends each program of one
+principal's conversation to the same runner, which starts it with the top-level names the
+earlier programs left. It is never shared: programs of another principal are refused. The
+container goes away after ``idle_timeout`` seconds without a program, after a program hits
+a limit or breaks the protocol (the runner may be in any state then), and on :meth:`close`;
+the next program then starts a new container with empty state, and :attr:`starts` counts up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Final
+
+from bridge import ToolSession
+from policies import Principal, SandboxProfile, UsageError
+from sandbox._container import SandboxContainer
+from sandbox._errors import SandboxError, SandboxFailure
+from sandbox._result import ProgramError, RunResult
+
+__all__ = ["KeptSandbox"]
+
+_log = logging.getLogger(__name__)
+_DROP_AFTER: Final = frozenset({"limit_exceeded", "protocol_error"})
+
+
+class KeptSandbox:
+    """Programs of one principal's conversation, one at a time, in one kept container.
+
+    Build it with :meth:`DockerBackend.keep`. Programs run one after another (a second
+    waits for the first). Close it when the conversation ends.
+    """
+
+    def __init__(
+        self,
+        start: Callable[[SandboxProfile], Awaitable[SandboxContainer]],
+        *,
+        owner: Principal,
+        profile: SandboxProfile,
+        idle_timeout: float,
+        max_program_bytes: int,
+        container_settings: Callable[[SandboxProfile], object],
+    ) -> None:
+        if idle_timeout <= 0:
+            raise ValueError(f"idle_timeout must be positive, not {idle_timeout!r}")
+        self.owner = owner
+        self.profile = profile
+        self.idle_timeout = idle_timeout
+        self.starts = 0
+        """Containers started so far; a new one means earlier state is gone."""
+        self._start = start
+        self._max_program_bytes = max_program_bytes
+        self._settings = container_settings
+        self._container: SandboxContainer | None = None
+        self._lock = asyncio.Lock()
+        self._timer: asyncio.TimerHandle | None = None
+        self._expiring: set[asyncio.Task[None]] = set()
+        self._closed = False
+
+    @property
+    def alive(self) -> bool:
+        """Whether a container with state is waiting for the next program."""
+        return self._container is not None and self._container.alive
+
+    async def run(
+        self,
+        program: str,
+        *,
+        profile: SandboxProfile | None = None,
+        tools: ToolSession | None = None,
+    ) -> RunResult:
+        """Run ``program`` in the kept container (starting one when there is none).
+
+        ``profile`` may change per-run settings (deadline, output cap, language mode), not
+        what is fixed when a container starts (memory, cpus, pids...).
+
+        Raises:
+            UsageError: ``tools`` acts for another principal than the owner, the profile
+                changes container settings, or the sandbox is closed.
+            SandboxError: a container could not be started.
+        """
+        profile = profile or self.profile
+        if self._settings(profile) != self._settings(self.profile):
+            raise UsageError("a kept sandbox's memory, cpus and pids cannot change per run")
+        if tools is not None and _identity(tools.principal) != _identity(self.owner):
+            raise UsageError(
+                f"this kept sandbox belongs to {self.owner.user_id!r}@{self.owner.tenant_id!r}; "
+                "another principal's programs run in their own"
+            )
+        size = len(program.encode("utf-8", errors="replace"))
+        if size > self._max_program_bytes:
+            return RunResult(
+                status="invalid_program",
+                exit_status=2,
+                has_value=False,
+                error=ProgramError(
+                    type="InvalidProgram",
+                    message=f"the program is {size} bytes; the limit is {self._max_program_bytes}",
+                ),
+                duration_s=0.0,
+            )
+        async with self._lock:
+            if self._closed:
+                raise UsageError("this kept sandbox is closed; open another")
+            self._cancel_timer()
+            began = time.perf_counter()
+            container = self._container
+            if container is not None and not container.alive:
+                await self._drop()
+                container = None
+            if container is None:
+                container = await self._start(self.profile)
+                self._container = container
+                self.starts += 1
+            try:
+                result = await container.run(
+                    program, profile=profile, pooled=False, tools=tools, keep=True
+                )
+            except BaseException:
+                await self._drop()
+                raise
+            died = result.error is not None and result.error.type == "RunnerDied"
+            if result.status in _DROP_AFTER or died or not container.alive:
+                await self._drop()
+            else:
+                self._timer = asyncio.get_running_loop().call_later(self.idle_timeout, self._expire)
+            return result.model_copy(update={"duration_s": time.perf_counter() - began})
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _expire(self) -> None:
+        task = asyncio.get_running_loop().create_task(self._expire_now(self._timer))
+        self._expiring.add(task)
+        task.add_done_callback(self._expiring.discard)
+
+    async def _expire_now(self, timer: asyncio.TimerHandle | None) -> None:
+        async with self._lock:
+            # A program that started meanwhile replaced the timer: the container stays.
+            if timer is not None and self._timer is timer:
+                self._timer = None
+                _log.info("kept sandbox of %s idle: container removed", self.owner.user_id)
+                await self._drop()
+
+    async def _drop(self) -> None:
+        container, self._container = self._container, None
+        if container is not None:
+            try:
+                await container.destroy()
+            except SandboxError as exc:
+                _log.warning("could not destroy kept container %s: %s", container.id, exc)
+
+    async def close(self) -> None:
+        """Remove the container; later programs are refused."""
+        async with self._lock:
+            self._closed = True
+            self._cancel_timer()
+            await self._drop()
+        for task in list(self._expiring):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, SandboxFailure):
+                await task
+
+
+def _identity(principal: Principal) -> tuple[str, str]:
+    return principal.user_id, principal.tenant_id
