@@ -50,6 +50,7 @@ bench: setup
 	$(PY) bench/admission.py
 	$(PY) bench/bridge.py
 	$(PY) bench/writes.py
+	$(PY) bench/context_bytes.py
 
 clean:
 	rm -rf $(VENV) .build .mypy_cache .pytest_cache .ruff_cache *.egg-info

@@ -1,84 +1,147 @@
-"""`airlock demo`: the main job, end to end on this machine."""
+"""`airlock demo`: the main job, end to end on this machine (see :mod:`airlock._demo_story`)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
+from typing import Any
 
 import typer
 from rich.console import Console
 from rich.panel import Panel
 from rich.syntax import Syntax
+from rich.table import Table
 
+from airlock._demo_story import DemoError, DemoReport, run_story
+from airlock._model_tools import ModelResult
 from airlock._settings import Settings
-from sandbox import DockerBackend, RunResult, SandboxError
+from airlock.billing import DEMO_POLICY
+from policies import AirlockError
+from sandbox import SandboxError
 
 __all__ = ["demo"]
 
-# A model-written program: it crunches data inside the sandbox and returns only a summary.
-DEMO_PROGRAM = """\
-import statistics
-from collections import Counter
+_RESULT_CHARS = 600  # long tool results are shortened on screen, never in the context
+_ATTEMPT = {"": "receipt", "ambiguous_write": "answer lost"}
 
-invoices = [
-    {"id": f"in_{n:04d}", "tenant": "acme", "amount": 1000 + (n * 37) % 900,
-     "payments": 2 if n % 41 == 0 else 1}
-    for n in range(500)
-]
-duplicates = [i["id"] for i in invoices if i["payments"] > 1]
-print(f"scanned {len(invoices)} invoices")
-{
-    "invoices": len(invoices),
-    "duplicate_payments": duplicates,
-    "median_amount": statistics.median(i["amount"] for i in invoices),
-    "by_payments": dict(Counter(i["payments"] for i in invoices)),
-}
-"""
 
-ESCAPE_PROGRAM = """\
-import socket
-socket.create_connection(("1.1.1.1", 443), timeout=2)
-"""
+class RichNarrator:
+    """Prints the conversation and each step as it happens."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+
+    def message(self, message: dict[str, Any]) -> None:
+        content = message["content"]
+        if isinstance(content, str):
+            self.console.print(Panel(content, title="user", title_align="left"))
+            return
+        for block in content:
+            kind = block.get("type")
+            if kind == "text":
+                self.console.print(f"[bold cyan]model:[/] {block['text']}")
+            elif kind == "tool_use" and block["name"] == "execute_code":
+                code = Syntax(block["input"]["code"], "python", word_wrap=True)
+                self.console.print(Panel(code, title="model → execute_code", title_align="left"))
+            elif kind == "tool_use":
+                args = json.dumps(block["input"])
+                self.console.print(f"[bold cyan]model → {block['name']}[/] {args}")
+            elif kind == "tool_result":
+                self._result(block)
+
+    def _result(self, block: dict[str, Any]) -> None:
+        text = str(block.get("content", ""))
+        shown = text if len(text) <= _RESULT_CHARS else text[:_RESULT_CHARS] + " …"
+        style = "red" if block.get("is_error") else "green"
+        self.console.print(
+            Panel(
+                shown,
+                title=f"result → model ({len(text.encode()):,} bytes)",
+                title_align="left",
+                border_style=style,
+            )
+        )
+
+    def step(self, title: str, text: str) -> None:
+        self.console.print(Panel(text, title=title, title_align="left", border_style="yellow"))
+
+    def attempt(self, label: str, result: ModelResult) -> None:
+        body = json.loads(result.content)
+        if result.is_error:
+            said = f"[red]{result.code}[/]: {body.get('message', '')}"
+        else:
+            receipt = body["receipt"]
+            said = (
+                f"[green]{body['status']}[/], receipt {receipt['id']}: "
+                f"{receipt['amount_minor'] / 100:,.2f} {receipt['currency']} "
+                f"({receipt['status']})"
+            )
+        self.console.print(f"  [bold]{label}[/] → {said}")
 
 
 def demo() -> None:
-    """Run an example program, then an escape attempt, in the hardened sandbox."""
+    """Find duplicate payments with one sandboxed program, then refund with approval."""
     console = Console()
     settings = Settings.from_env()
-
-    async def go() -> tuple[RunResult, RunResult, RunResult, RunResult]:
-        async with DockerBackend(image=settings.image, pool_size=1) as backend:
-            first = await backend.run(DEMO_PROGRAM)
-            await backend.pool.wait_ready(1)
-            warm = await backend.run(DEMO_PROGRAM)
-            escape = await backend.run(ESCAPE_PROGRAM)
-            # Without the language guard the container itself is the boundary.
-            unguarded = await backend.run(
-                ESCAPE_PROGRAM, profile=backend.profile.model_copy(update={"language_mode": "full"})
-            )
-            return first, warm, escape, unguarded
-
-    console.print(Panel(Syntax(DEMO_PROGRAM, "python"), title="model-written program"))
+    console.rule("airlock demo: duplicate payments, found by code, refunded with approval")
     try:
-        first, warm, escape, unguarded = asyncio.run(go())
+        report = run_story(settings.home, image=settings.image, narrator=RichNarrator(console))
     except SandboxError as exc:
         console.print(f"[red]sandbox unavailable ({exc.code}):[/] {exc}")
         raise typer.Exit(3) from None
-    console.print(f"stdout: {first.stdout.strip()}")
-    console.print("final value (all that returns to the model):")
-    console.print_json(json.dumps(first.value))
+    except (DemoError, AirlockError) as exc:
+        console.print(f"[red]the demo failed ({exc.code}):[/] {exc}")
+        raise typer.Exit(1) from None
+    _summary(console, report)
+
+
+def _summary(console: Console, report: DemoReport) -> None:
+    console.rule("what happened")
+    code, direct = report.code_path, report.direct_path
+    context = Table(title="bytes into the model's context to find the duplicates")
+    for column in ("way", "model calls", "call bytes", "result bytes", "total"):
+        context.add_column(column, justify="left" if column == "way" else "right")
+    for name, row in (("one program (execute_code)", code), ("direct calls", direct)):
+        context.add_row(
+            name,
+            str(row.calls),
+            f"{row.call_bytes:,}",
+            f"{row.result_bytes:,}",
+            f"{row.total:,}",
+        )
+    console.print(context)
     console.print(
-        f"cold run {first.duration_s * 1000:.0f} ms, warm pooled run "
-        f"{warm.duration_s * 1000:.1f} ms"
+        f"{report.saved_percent:.1f}% fewer bytes; the program scanned {report.scanned} "
+        f"invoices with [bold]{report.code_calls}[/] tool calls from code and returned "
+        f"{len(report.duplicates)} duplicates"
     )
-    console.print(Panel(Syntax(ESCAPE_PROGRAM, "python"), title="an escape attempt"))
-    console.print(f"restricted mode: [bold]{escape.reason()}[/]")
-    console.print(f"full mode, the container alone: [bold]{unguarded.reason()}[/]")
-    if not (
-        first.ok
-        and warm.ok
-        and escape.status == "invalid_program"
-        and unguarded.error is not None
-        and unguarded.error.type == "OSError"
-    ):
-        raise typer.Exit(1)
+
+    refunds = Table(title="refunds")
+    for column in ("invoice", "amount", "attempts", "refund", "held by the service"):
+        refunds.add_column(column)
+    for step in report.refunds:
+        receipt = step.receipt["receipt"]
+        refunds.add_row(
+            step.invoice_id,
+            f"{receipt['amount_minor'] / 100:,.2f} {receipt['currency']}",
+            " → ".join(_ATTEMPT.get(a.code or "", a.code or "receipt") for a in step.attempts),
+            str(receipt["id"]),
+            str(step.service_refunds),
+        )
+    console.print(refunds)
+
+    effects = Table(title=f"effects exercised by {report.run_id} (from the audit log)")
+    for column in ("tool", "callers", "calls", "effects"):
+        effects.add_column(column)
+    for found in report.effects:
+        more = len(found.effects) - 2
+        shown = "\n".join(found.effects[:2]) + (f"\n… {more} more" if more > 0 else "")
+        effects.add_row(found.tool, ", ".join(found.callers), str(found.calls), shown)
+    console.print(effects)
+    console.print(f"audit log: {report.audit_db}")
+    console.print(f"ledger:    {report.ledger_db}")
+    console.print(
+        f"look again: airlock audit show {report.run_id} --db {report.audit_db}\n"
+        f"            airlock receipts list --ledger {report.ledger_db}\n"
+        f"policy:     {DEMO_POLICY}"
+    )
+    console.print(f"[bold green]done in {report.seconds:.1f} s[/]")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ from airlock._model_tools import ModelToolSurface
 from airlock._providers import handle_turn
 from policies import UsageError
 
-__all__ = ["ReplayError", "ReplayModel", "ReplayTurn", "Transcript"]
+__all__ = ["ContextBytes", "ReplayError", "ReplayModel", "ReplayTurn", "Transcript"]
 
 
 class ReplayError(UsageError):
@@ -147,3 +148,35 @@ class Transcript(BaseModel):
     def context_bytes(self) -> int:
         """Bytes of tool results that went back into the model's context."""
         return sum(len(str(block.get("content", "")).encode()) for block in self.results())
+
+    def context(self, *, upto: str | None = None) -> ContextBytes:
+        """What the tool calls put into the model's context: the calls themselves (a
+        program's text, or each call's arguments) and their results, up to and including
+        the result of the call ``upto`` (all of them when None)."""
+        calls = results = call_bytes = 0
+        blocks = (b for m in self.messages if isinstance(m["content"], list) for b in m["content"])
+        for block in blocks:
+            if block.get("type") == "tool_use":
+                calls += 1
+                call_bytes += len(json.dumps(block, separators=(",", ":")).encode())
+            elif block.get("type") == "tool_result":
+                results += len(str(block.get("content", "")).encode())
+                if upto is not None and block.get("tool_use_id") == upto:
+                    break
+        return ContextBytes(calls=calls, result_bytes=results, call_bytes=call_bytes)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContextBytes:
+    """What a conversation's tool calls put into the model's context."""
+
+    calls: int
+    """Tool calls the model made."""
+    result_bytes: int
+    """Bytes of the tool results sent back to the model."""
+    call_bytes: int
+    """Bytes of the model's own tool calls (a program's text, or each call's arguments)."""
+
+    @property
+    def total(self) -> int:
+        return self.result_bytes + self.call_bytes

@@ -7,8 +7,9 @@ change here:
 
 - ``destinations``: host names, patterns or origins (strings; ``ToolSpec.destinations``
   holds a REST adapter's); ``network(d)`` effects count too;
-- ``credentials``: credential *names* (strings, or objects with a string ``name``);
-  anything else is ignored, so a value can never be printed by mistake;
+- ``credentials``: credential *names* (strings, or objects with a string ``name``;
+  ``ToolSpec.credentials`` holds a REST adapter's); anything else is ignored, so a value
+  can never be printed by mistake;
 - ``idempotent`` (bool) or ``idempotency`` (``"keyed"``, ...) on the spec or handler; a
   write tool (``spec.write`` set) commits with an idempotency key.
 """

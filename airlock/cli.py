@@ -37,3 +37,7 @@ app.command()(chat)
 def main() -> None:
     """Console-script entry point."""
     app()
+
+
+if __name__ == "__main__":
+    main()

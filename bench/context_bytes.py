@@ -23,14 +23,13 @@ import json
 import os
 import sys
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from airlock import Budget, Harness, Session
-from airlock._replay import ReplayModel, Transcript
+from airlock._replay import ContextBytes, ReplayModel, Transcript
 from policies import load_policy
 from sandbox import DEFAULT_IMAGE, DockerBackend
 from tests.airlock.conversation_registry import ALICE, INVOICE_COUNT, build_registry
@@ -42,20 +41,6 @@ FIXTURE = ROOT / "tests" / "airlock" / "fixtures" / "conversations" / "bulk_read
 POLICY = ROOT / "tests" / "airlock" / "conversation_policy.toml"
 # Direct calls must not be cut short by the session's default budget.
 BUDGET = Budget(calls=1_000, bytes=50_000_000)
-
-
-@dataclass(frozen=True, slots=True)
-class Measured:
-    """What one way of doing the task put into the model's context."""
-
-    case: str
-    calls: int
-    result_bytes: int
-    call_bytes: int
-
-    @property
-    def total(self) -> int:
-        return self.result_bytes + self.call_bytes
 
 
 def direct_replay() -> ReplayModel:
@@ -78,23 +63,11 @@ def direct_replay() -> ReplayModel:
     return ReplayModel.model_validate({"turns": [{"content": [listing]}, {"content": reads}]})
 
 
-def _call_bytes(transcript: Transcript) -> tuple[int, int]:
-    calls = [
-        block
-        for message in transcript.messages
-        if message["role"] == "assistant"
-        for block in message["content"]
-        if block.get("type") == "tool_use"
-    ]
-    size = sum(len(json.dumps(b, separators=(",", ":")).encode()) for b in calls)
-    return len(calls), size
-
-
 def _errors(transcript: Transcript) -> list[Any]:
     return [b["content"] for b in transcript.results() if b.get("is_error")]
 
 
-async def measure(session: Session) -> tuple[Measured, Measured, Any]:
+async def measure(session: Session) -> tuple[ContextBytes, ContextBytes, Any]:
     """Play both conversations; returns both measurements and the program's answer."""
     measured = []
     answer: Any = None
@@ -107,8 +80,7 @@ async def measure(session: Session) -> tuple[Measured, Measured, Any]:
             raise RuntimeError(f"{case}: a call failed: {errors[0]}")
         if case == "execute_code":
             answer = json.loads(next(transcript.results())["content"])["value"]
-        calls, call_bytes = _call_bytes(transcript)
-        measured.append(Measured(case, calls, transcript.context_bytes(), call_bytes))
+        measured.append(transcript.context())
     return measured[0], measured[1], answer
 
 
@@ -117,14 +89,13 @@ def reduction(code: int, direct: int) -> float:
     return 100.0 * (1 - code / direct)
 
 
-def print_figure(code: Measured, direct: Measured) -> None:
+def print_figure(code: ContextBytes, direct: ContextBytes) -> None:
     """A table in the style of the other benchmarks, and the reduction."""
     print(f"\nbytes into the model's context: {INVOICE_COUNT} invoices, find the duplicates")
     print(f"{'case':<38}{'calls':>6}{'result bytes':>16}{'call bytes':>14}{'total':>10}")
-    for row in (code, direct):
+    for case, row in (("execute_code", code), ("direct calls", direct)):
         print(
-            f"{row.case:<38}{row.calls:>6}{row.result_bytes:>16,}{row.call_bytes:>14,}"
-            f"{row.total:>10,}"
+            f"{case:<38}{row.calls:>6}{row.result_bytes:>16,}{row.call_bytes:>14,}{row.total:>10,}"
         )
     print(
         f"reduction through execute_code: {reduction(code.result_bytes, direct.result_bytes):.1f}%"

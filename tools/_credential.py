@@ -5,10 +5,14 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Final
 
 from tools._errors import DeniedError
 
-__all__ = ["Credential"]
+__all__ = ["CREDENTIAL_NAME", "Credential"]
+
+CREDENTIAL_NAME: Final = r"^[A-Za-z_][A-Za-z0-9_.:-]{0,127}$"
+"""What a credential name declared for the effect inventory looks like: ``BILLING_TOKEN``."""
 
 
 class Credential:

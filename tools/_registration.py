@@ -13,6 +13,7 @@ from pydantic import BaseModel
 
 from policies import SCOPE_PATTERN, Effect, UsageError
 from tools._context import CALLERS, Caller
+from tools._credential import CREDENTIAL_NAME
 from tools._json import JSONObject
 from tools._schema import schema_problems, strict_schema
 from tools._signature import shape_of_handler
@@ -51,6 +52,7 @@ def build_spec(
     preconditions: Iterable[Precondition],
     max_result_bytes: int,
     destinations: Iterable[str] = (),
+    credentials: Iterable[str] = (),
 ) -> ToolSpec:
     """A :class:`ToolSpec` for ``fn`` from its signature, docstring and the given options.
 
@@ -81,6 +83,7 @@ def build_spec(
         preconditions=tuple(preconditions),
         max_result_bytes=max_result_bytes,
         destinations=tuple(destinations),
+        credentials=tuple(credentials),
         takes_context=shape.takes_context,
         secret_fields=frozenset(
             field
@@ -133,6 +136,12 @@ def compile_tool(spec: ToolSpec) -> CompiledTool:
         raise refuse(f"timeout {spec.timeout!r} must be over 0 and at most {_MAX_TIMEOUT:g} s")
     if not 0 < spec.max_result_bytes <= _MAX_RESULT_BYTES:
         raise refuse(f"max_result_bytes must be between 1 and {_MAX_RESULT_BYTES}")
+    for credential in spec.credentials:
+        if not (isinstance(credential, str) and re.match(CREDENTIAL_NAME, credential)):
+            raise refuse(
+                f"credential {credential!r} must be a credential's name (letters, digits, "
+                "'_', '.', ':', '-'), e.g. 'BILLING_TOKEN': pass Credential.name, never a value"
+            )
     fields = set(spec.input_model.model_fields)
     if spec.write is None:
         _check_effects(spec, fields, refuse)

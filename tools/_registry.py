@@ -105,6 +105,7 @@ class Registry:
         requires: Iterable[Precondition] = (),
         max_result_bytes: int = 64_000,
         destinations: Iterable[str] = (),
+        credentials: Iterable[str] = (),
     ) -> Callable[[F], F]:
         """Register the decorated function as a tool; the function itself is unchanged.
 
@@ -113,7 +114,8 @@ class Registry:
         ``Field(...)`` for patterns, caps and descriptions). The docstring is the description
         unless ``description`` is given. ``reversible`` defaults to true for tools with only
         read/network effects. ``destinations`` are the origins the tool's adapter reaches
-        (``adapter.destinations``), listed by the effect inventory.
+        (``adapter.destinations``) and ``credentials`` the names of the credentials it sends
+        (``adapter.credentials``), both listed by the effect inventory.
 
         Raises:
             UsageError: as :meth:`register`.
@@ -134,6 +136,7 @@ class Registry:
                     preconditions=requires,
                     max_result_bytes=max_result_bytes,
                     destinations=destinations,
+                    credentials=credentials,
                 )
             )
             return fn

@@ -5,6 +5,8 @@ model, made once, here.
   inventory. Routes are built from segments, each percent-encoded whole
   (:func:`route_path`), so an id cannot change the route.
 - **Who**: a :class:`Credential` per request, sent as a bearer token and never logged.
+  :attr:`RestAdapter.credentials` lists the names it may send, for the effect inventory;
+  once declared, a request with any other credential is refused before it is sent.
   Environment proxies and ``.netrc`` are ignored (``trust_env=False``).
 - **Redirects**: never followed. Any 3xx is ``upstream``, so the token never reaches
   another host.
@@ -23,18 +25,20 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 import ssl
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Final
 
 import anyio
 import certifi
 import httpx
 
-from tools._credential import Credential
+from tools._credential import CREDENTIAL_NAME, Credential
 from tools._errors import (
     AmbiguousWriteError,
+    DeniedError,
     LimitExceededError,
     ResultTooLargeError,
     ToolError,
@@ -68,6 +72,9 @@ class RestAdapter:
         backoff: first wait before retrying a 5xx or a failed connection (doubles).
         max_retry_wait: the longest ``Retry-After`` honoured; a longer one is answered
             with ``rate_limited`` at once.
+        credentials: the credentials (or their names) requests may send, listed by the
+            effect inventory; when given, a request with any other credential is
+            ``denied``. Values are never read here.
         transport: an ``httpx`` transport (tests); the network by default.
     """
 
@@ -81,11 +88,19 @@ class RestAdapter:
         max_attempts: int = 4,
         backoff: float = 0.05,
         max_retry_wait: float = 10.0,
+        credentials: Iterable[str | Credential] = (),
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         origin = origin_of(base_url)
         if not (timeout > 0 and max_response_bytes > 0 and max_pages > 0 and max_attempts > 0):
             raise ValueError("timeout, max_response_bytes, max_pages and max_attempts must be > 0")
+        names = {c if isinstance(c, str) else c.name for c in credentials}
+        for name in sorted(names):
+            if not re.match(CREDENTIAL_NAME, name):
+                raise ValueError(
+                    f"credential name {name!r} must be letters, digits, '_', '.', ':' or '-' "
+                    "(e.g. 'BILLING_TOKEN'); pass a Credential or its name, never a value"
+                )
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
         self.max_response_bytes = max_response_bytes
@@ -95,6 +110,8 @@ class RestAdapter:
         self.max_retry_wait = max_retry_wait
         self.destinations: tuple[str, ...] = (origin,)
         """``scheme://host:port`` this adapter reaches: the effect inventory lists them."""
+        self.credentials: tuple[str, ...] = tuple(sorted(names))
+        """Names of the credentials requests may send (sorted): the inventory lists them."""
         self._transport = transport
         # Built once: a client per request is cheap, a fresh TLS context (CA bundle) is not.
         self._tls = ssl.create_default_context(cafile=certifi.where())
@@ -203,6 +220,14 @@ class RestAdapter:
         Raises:
             ToolError: see :meth:`get` and :meth:`post`.
         """
+        if self.credentials and credential.name not in self.credentials:
+            # The inventory lists self.credentials; a request must not use what it omits.
+            raise DeniedError(
+                "this tool is not configured with a credential here; do not retry it",
+                reason="policy",
+                detail=f"credential {credential.name!r} is not one of {self}'s "
+                f"declared credentials {list(self.credentials)}",
+            )
         method = method.upper()
         safe = method in SAFE_METHODS
         retry_allowed = safe or idempotency_key is not None

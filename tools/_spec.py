@@ -78,6 +78,9 @@ class ToolSpec:
     destinations: tuple[str, ...] = ()
     """Network origins its adapter reaches (``https://api.example.com:443``), for the effect
     inventory; a REST adapter's :attr:`~tools.RestAdapter.destinations`."""
+    credentials: tuple[str, ...] = ()
+    """Names of the credentials its adapter sends (``BILLING_TOKEN_ACME``), never their
+    values, for the effect inventory; a REST adapter's :attr:`~tools.RestAdapter.credentials`."""
     write: WriteContract | None = None
     """Set for write tools (built with ``write_tool``): prepare and commit instead of
     ``handler``; a direct call yields a preview, never an effect."""

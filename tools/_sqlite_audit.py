@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
-import sqlite3
-import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 from tools._audit import AuditEvent, RunSummary
+from tools._sqlite_connection import SQLiteConnection
 
 __all__ = ["SQLiteAuditStore"]
 
@@ -64,38 +62,14 @@ class SQLiteAuditStore:
         readonly: bool = False,
     ) -> None:
         self.path = Path(path)
-        self._synchronous = synchronous
-        self._busy_timeout = busy_timeout
-        self._readonly = readonly
-        self._lock = threading.Lock()
-        self._pid = os.getpid()
-        self._conn: sqlite3.Connection | None = self._connect()
-
-    def _connect(self) -> sqlite3.Connection:
-        if self._readonly:
-            conn = sqlite3.connect(
-                f"{self.path.resolve().as_uri()}?mode=ro",
-                uri=True,
-                timeout=self._busy_timeout,
-                check_same_thread=False,
-            )
-            return conn
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(
-            self.path, timeout=self._busy_timeout, check_same_thread=False, isolation_level=None
+        self._db = SQLiteConnection(
+            self.path,
+            _SCHEMA,
+            label="the audit store",
+            synchronous=synchronous,
+            busy_timeout=busy_timeout,
+            readonly=readonly,
         )
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute(f"PRAGMA synchronous={self._synchronous}")
-        conn.executescript(_SCHEMA)
-        return conn
-
-    def _connection(self) -> sqlite3.Connection:
-        if self._conn is None:
-            raise RuntimeError(f"the audit store {self.path} is closed")
-        if os.getpid() != self._pid:  # a forked child must not share the parent's handle
-            self._pid = os.getpid()
-            self._conn = self._connect()
-        return self._conn
 
     def append(self, events: Sequence[AuditEvent]) -> None:
         rows = [
@@ -120,15 +94,8 @@ class SQLiteAuditStore:
             )
             for e in events
         ]
-        with self._lock:
-            conn = self._connection()
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                conn.executemany(_INSERT, rows)
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
+        with self._db.transaction() as conn:
+            conn.executemany(_INSERT, rows)
 
     def query(
         self, *, run_id: str | None = None, tool: str | None = None, limit: int | None = None
@@ -146,8 +113,7 @@ class SQLiteAuditStore:
         sql += " ORDER BY id"
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
-        with self._lock:
-            rows = self._connection().execute(sql, params).fetchall()
+        rows = self._db.read(lambda conn: conn.execute(sql, params).fetchall())
         return [_event(row) for row in rows]
 
     def runs(self, *, limit: int = 50) -> list[RunSummary]:
@@ -158,8 +124,7 @@ class SQLiteAuditStore:
                    GROUP_CONCAT(DISTINCT user_id)
             FROM audit_events GROUP BY run_id ORDER BY MAX(id) DESC LIMIT ?
         """
-        with self._lock:
-            rows = self._connection().execute(sql, (int(limit),)).fetchall()
+        rows = self._db.read(lambda conn: conn.execute(sql, (int(limit),)).fetchall())
         return [
             RunSummary(
                 run_id=r[0],
@@ -175,10 +140,7 @@ class SQLiteAuditStore:
         ]
 
     def close(self) -> None:
-        with self._lock:
-            if self._conn is not None and os.getpid() == self._pid:
-                self._conn.close()
-            self._conn = None
+        self._db.close()
 
 
 def _event(row: tuple[Any, ...]) -> AuditEvent:

@@ -10,13 +10,10 @@ invariants even against a buggy caller.
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
-import threading
-from collections.abc import Callable, Collection, Iterator
-from contextlib import contextmanager
+from collections.abc import Collection
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 from policies import Principal
 from tools._ledger import StepStateError
@@ -30,10 +27,9 @@ from tools._preview import (
     StepState,
     canonical_json,
 )
+from tools._sqlite_connection import SQLiteConnection
 
 __all__ = ["SQLiteLedgerStore"]
-
-T = TypeVar("T")
 
 _STATES = ", ".join(f"'{s}'" for s in STEP_STATES)
 _LIVE = ", ".join(f"'{s}'" for s in sorted(LIVE_STATES))
@@ -120,61 +116,20 @@ class SQLiteLedgerStore:
         readonly: bool = False,
     ) -> None:
         self.path = str(path)
-        self._memory = self.path == ":memory:"
-        self._synchronous = synchronous
-        self._busy_timeout = busy_timeout
-        self._readonly = readonly
-        self._lock = threading.Lock()
-        self._pid = os.getpid()
-        self._conn: sqlite3.Connection | None = self._connect()
-
-    # -- connection ---------------------------------------------------------------------
-
-    def _connect(self) -> sqlite3.Connection:
-        if self._readonly:
-            uri = f"{Path(self.path).resolve().as_uri()}?mode=ro"
-            return sqlite3.connect(
-                uri, uri=True, timeout=self._busy_timeout, check_same_thread=False
-            )
-        if not self._memory:
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(
-            self.path, timeout=self._busy_timeout, check_same_thread=False, isolation_level=None
+        self._db = SQLiteConnection(
+            self.path,
+            _SCHEMA,
+            label="the ledger",
+            pragmas=("foreign_keys=ON",),
+            synchronous=synchronous,
+            busy_timeout=busy_timeout,
+            readonly=readonly,
         )
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute(f"PRAGMA synchronous={self._synchronous}")
-        conn.execute("PRAGMA foreign_keys=ON")
-        conn.executescript(_SCHEMA)
-        return conn
-
-    def _connection(self) -> sqlite3.Connection:
-        if self._conn is None:
-            raise RuntimeError(f"the ledger {self.path} is closed")
-        if os.getpid() != self._pid:  # a forked child must not share the parent's handle
-            self._pid = os.getpid()
-            self._conn = self._connect()
-        return self._conn
-
-    def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        with self._lock:
-            return fn(self._connection())
-
-    @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
-            conn = self._connection()
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield conn
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
 
     # -- reads --------------------------------------------------------------------------
 
     def preview(self, preview_id: str) -> Preview | None:
-        return self._read(lambda conn: _get_preview(conn, preview_id))
+        return self._db.read(lambda conn: _get_preview(conn, preview_id))
 
     def previews(
         self,
@@ -199,22 +154,22 @@ class SQLiteLedgerStore:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY created DESC, id LIMIT ?"
         params.append(int(limit))
-        rows = self._read(lambda conn: conn.execute(sql, params).fetchall())
+        rows = self._db.read(lambda conn: conn.execute(sql, params).fetchall())
         return [_preview(row) for row in rows]
 
     def approval(self, preview_id: str) -> Approval | None:
         sql = f"SELECT {_APPROVAL_COLUMNS} FROM approvals WHERE preview_id = ?"
-        row = self._read(lambda conn: conn.execute(sql, (preview_id,)).fetchone())
+        row = self._db.read(lambda conn: conn.execute(sql, (preview_id,)).fetchone())
         return None if row is None else _approval(row)
 
     def receipt(self, key: str) -> Receipt | None:
         sql = f"SELECT {_RECEIPT_COLUMNS} FROM receipts WHERE key = ?"
-        row = self._read(lambda conn: conn.execute(sql, (key,)).fetchone())
+        row = self._db.read(lambda conn: conn.execute(sql, (key,)).fetchone())
         return None if row is None else _receipt(row)
 
     def receipts(self, *, limit: int = 100) -> list[Receipt]:
         sql = f"SELECT {_RECEIPT_COLUMNS} FROM receipts ORDER BY stored_at DESC, key LIMIT ?"
-        rows = self._read(lambda conn: conn.execute(sql, (int(limit),)).fetchall())
+        rows = self._db.read(lambda conn: conn.execute(sql, (int(limit),)).fetchall())
         return [_receipt(row) for row in rows]
 
     def history(self, preview_id: str) -> list[StepEvent]:
@@ -222,7 +177,7 @@ class SQLiteLedgerStore:
             "SELECT preview_id, at, from_state, to_state, actor, how FROM step_events "
             "WHERE preview_id = ? ORDER BY id"
         )
-        rows = self._read(lambda conn: conn.execute(sql, (preview_id,)).fetchall())
+        rows = self._db.read(lambda conn: conn.execute(sql, (preview_id,)).fetchall())
         return [
             StepEvent(
                 preview_id=str(r[0]),
@@ -240,7 +195,7 @@ class SQLiteLedgerStore:
     def add_preview(self, preview: Preview) -> Preview:
         if preview.state != "prepared":
             raise ValueError(f"a new preview must be 'prepared', not {preview.state!r}")
-        with self._write() as conn:
+        with self._db.transaction() as conn:
             live = conn.execute(
                 f"SELECT {_PREVIEW_COLUMNS} FROM previews WHERE key = ? AND state IN ({_LIVE})",
                 (preview.key,),
@@ -273,7 +228,7 @@ class SQLiteLedgerStore:
     ) -> Preview:
         if to not in STEP_STATES:
             raise ValueError(f"unknown step state {to!r}; use one of {STEP_STATES}")
-        with self._write() as conn:
+        with self._db.transaction() as conn:
             current = _get_preview(conn, preview_id)
             if current is None:
                 raise KeyError(preview_id)
@@ -305,10 +260,7 @@ class SQLiteLedgerStore:
         return updated
 
     def close(self) -> None:
-        with self._lock:
-            if self._conn is not None and os.getpid() == self._pid:
-                self._conn.close()
-            self._conn = None
+        self._db.close()
 
 
 def _apply(

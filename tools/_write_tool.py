@@ -33,6 +33,7 @@ def write_tool(
     reversible: bool = False,
     max_result_bytes: int = 64_000,
     destinations: Iterable[str] = (),
+    credentials: Iterable[str] = (),
 ) -> ToolSpec:
     """The :class:`ToolSpec` of a write tool; register it with ``registry.register(spec)``.
 
@@ -44,7 +45,8 @@ def write_tool(
     the computed effect. ``intent`` (default: every input field) names the fields that,
     with the run id and tool, make the idempotency key. ``lookup(effect, key)`` answers
     whether the system of record holds the key, for reconciliation. ``destinations`` are the origins
-    its adapter reaches, for the effect inventory.
+    its adapter reaches and ``credentials`` the names of the credentials it sends, for the
+    effect inventory.
 
     The tool is callable directly only; registration checks the contract.
 
@@ -64,6 +66,7 @@ def write_tool(
         reversible=reversible,
         max_result_bytes=max_result_bytes,
         destinations=tuple(destinations),
+        credentials=tuple(credentials),
         write=WriteContract(
             prepare=prepare,
             commit=commit,

@@ -15,6 +15,13 @@ From the host::
         billing.faults.drop_after_commit()               # the next refund's answer is lost
         billing.store.count("refunds")                   # what the service holds
 
+The demo's registry, for the CLI, is ``airlock.billing:demo_registry`` (the service expected
+at ``DEMO_BASE_URL``, each tenant's token in ``BILLING_TOKEN_<TENANT>``), with its policy
+``airlock/billing/demo_policy.toml`` (``DEMO_POLICY``)::
+
+    airlock inventory --registry airlock.billing:demo_registry \
+        --policy airlock/billing/demo_policy.toml --all
+
 Modules: ``store`` (SQLite records and the idempotency table), ``service`` (the Starlette
 app), ``faults`` (fault switches), ``seed`` (deterministic data), ``server`` (running it),
 ``tools`` (``billing_invoice_get``, ``billing_invoice_list``, ``billing_refund_create``).
@@ -24,9 +31,18 @@ from airlock.billing.faults import FaultKind, Faults, FaultSpec
 from airlock.billing.seed import TENANTS
 from airlock.billing.server import BillingServer, serve_billing
 from airlock.billing.store import BillingStore
-from airlock.billing.tools import build_billing_registry, register_billing_tools
+from airlock.billing.tools import (
+    DEMO_BASE_URL,
+    DEMO_POLICY,
+    build_billing_registry,
+    demo_credentials,
+    demo_registry,
+    register_billing_tools,
+)
 
 __all__ = [
+    "DEMO_BASE_URL",
+    "DEMO_POLICY",
     "TENANTS",
     "BillingServer",
     "BillingStore",
@@ -34,6 +50,8 @@ __all__ = [
     "FaultSpec",
     "Faults",
     "build_billing_registry",
+    "demo_credentials",
+    "demo_registry",
     "register_billing_tools",
     "serve_billing",
 ]

@@ -12,17 +12,20 @@ addresses, e-mails and internal notes are dropped). Transport rules belong to th
 
 Build them with :func:`build_billing_registry` (or :func:`register_billing_tools` on an
 existing registry). The registry gets no write path here: the harness attaches one on its
-ledger (``WritePath(registry, ledger)``).
+ledger (``WritePath(registry, ledger)``). :func:`demo_registry` is the demo's registry, for
+``--registry airlock.billing:demo_registry`` with the policy in ``DEMO_POLICY``.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from typing import Annotated, Any, Literal
+from pathlib import Path
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from airlock.billing.seed import TENANTS
 from policies import Principal, read, spend, write
 from tools import (
     AmbiguousWriteError,
@@ -40,6 +43,8 @@ from tools import (
 )
 
 __all__ = [
+    "DEMO_BASE_URL",
+    "DEMO_POLICY",
     "Invoice",
     "InvoiceList",
     "Payment",
@@ -47,8 +52,15 @@ __all__ = [
     "RefundArgs",
     "RefundReceipt",
     "build_billing_registry",
+    "demo_credentials",
+    "demo_registry",
     "register_billing_tools",
 ]
+
+DEMO_BASE_URL: Final = "http://127.0.0.1:8400"
+"""Where the demo registry expects the billing service."""
+DEMO_POLICY: Final = Path(__file__).with_name("demo_policy.toml")
+"""The demo's policy file (packaged): who may read invoices, and when a refund asks a person."""
 
 InvoiceId = Annotated[
     str,
@@ -60,7 +72,8 @@ InvoiceId = Annotated[
 ]
 RefundReason = Literal["duplicate", "fraudulent", "requested_by_customer"]
 CredentialSource = Mapping[str, Credential] | Callable[[str], Credential | None]
-"""Tenant id -> the credential of that tenant's billing account (host-side only)."""
+"""Tenant id -> the credential of that tenant's billing account (host-side only). A mapping
+declares its credentials' names for the effect inventory; a function declares none."""
 
 
 class Payment(BaseModel):
@@ -161,9 +174,13 @@ def register_billing_tools(
     """Register the three billing tools on ``registry``, calling the service through
     ``adapter`` (whose base URL ends in ``/v1``) with the principal's tenant credential.
 
+    Each tool declares the adapter's destinations and the names of the credentials it may
+    send (the adapter's and the mapping's), for the effect inventory.
+
     Raises:
         UsageError: a tool of the same name is registered already.
     """
+    used = tuple(sorted({*adapter.credentials, *_credential_names(credentials)}))
 
     def credential_for(tenant_id: str) -> Credential:
         found = credentials(tenant_id) if callable(credentials) else credentials.get(tenant_id)
@@ -192,6 +209,7 @@ def register_billing_tools(
         callers={"direct", "code"},
         timeout=10.0,
         destinations=adapter.destinations,
+        credentials=used,
     )
     async def billing_invoice_get(ctx: CallContext, invoice_id: InvoiceId) -> Invoice:
         """Fetch one invoice of your account by id, with its payments (id, amount, time,
@@ -206,6 +224,7 @@ def register_billing_tools(
         timeout=20.0,
         max_result_bytes=512_000,
         destinations=adapter.destinations,
+        credentials=used,
     )
     async def billing_invoice_list(
         ctx: CallContext,
@@ -316,6 +335,7 @@ def register_billing_tools(
             ),
             timeout=10.0,
             destinations=adapter.destinations,
+            credentials=used,
         )
     )
     return registry
@@ -333,11 +353,39 @@ def build_billing_registry(
     (``http://127.0.0.1:<port>``, as :func:`~airlock.billing.server.serve_billing` gives).
 
     ``credentials`` maps a tenant id to its :class:`~tools.Credential` (a mapping or a
-    function); a principal of another tenant is ``denied``. ``timeout`` bounds each HTTP
-    attempt. Attach the write path on a ledger (the harness does) before a refund can be
-    committed.
+    function); a principal of another tenant is ``denied``. A mapping's credential names
+    are declared on the adapter (the inventory lists them, and the adapter sends no other).
+    ``timeout`` bounds each HTTP attempt. Attach the write path on a ledger (the harness
+    does) before a refund can be committed.
     """
     adapter = RestAdapter(
-        base_url.rstrip("/") + "/v1", timeout=timeout, max_response_bytes=max_response_bytes
+        base_url.rstrip("/") + "/v1",
+        timeout=timeout,
+        max_response_bytes=max_response_bytes,
+        credentials=_credential_names(credentials),
     )
     return register_billing_tools(Registry(audit=audit), adapter, credentials)
+
+
+def demo_credentials() -> dict[str, Credential]:
+    """Each seeded tenant's credential, read from the host environment variable
+    ``BILLING_TOKEN_<TENANT>`` at request time (so building needs no value)."""
+    return {tenant: Credential.from_env(f"BILLING_TOKEN_{tenant.upper()}") for tenant in TENANTS}
+
+
+def demo_registry() -> Registry:
+    """The demo's registry: the three billing tools over the service at
+    :data:`DEMO_BASE_URL`, with :func:`demo_credentials`.
+
+    Loadable as ``--registry airlock.billing:demo_registry`` (with ``--policy``
+    ``airlock/billing/demo_policy.toml``, :data:`DEMO_POLICY`). Building it reads no secret
+    and opens no connection; a call needs the service running there and the tenant's
+    ``BILLING_TOKEN_<TENANT>`` set.
+    """
+    return build_billing_registry(DEMO_BASE_URL, demo_credentials())
+
+
+def _credential_names(credentials: CredentialSource) -> tuple[str, ...]:
+    if isinstance(credentials, Mapping):
+        return tuple(sorted({c.name for c in credentials.values()}))
+    return ()  # a function: which credentials it can return is not known in advance

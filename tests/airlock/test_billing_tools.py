@@ -15,7 +15,7 @@ import pytest
 
 from airlock._inventory import subject_inventory
 from airlock._inventory_subjects import load_policy_document
-from airlock._tool_facts import destinations
+from airlock._tool_facts import credential_names, destinations
 from airlock.billing.server import BillingServer, serve_billing
 from airlock.billing.tools import build_billing_registry
 from policies import ApprovalPolicy, ApprovalRule, Grant, Principal, read, write
@@ -147,7 +147,7 @@ async def test_a_tenant_without_a_credential_is_denied(billing: BillingServer) -
         await registry.call("billing_invoice_list", {"status": "any"}, ctx())
 
 
-async def test_refund_is_direct_only_and_destinations_are_declared(
+async def test_refund_is_direct_only_and_destinations_and_credentials_are_declared(
     billing: BillingServer, registry: Registry
 ) -> None:
     with pytest.raises(UnknownToolError):
@@ -156,8 +156,10 @@ async def test_refund_is_direct_only_and_destinations_are_declared(
             {"invoice_id": "inv_1", "reason": "duplicate"},
             ctx(caller="code"),
         )
+    names = tuple(sorted(f"BILLING_TOKEN_{t.upper()}" for t in billing.tokens))
     for spec in registry.specs():
         assert destinations(spec) == (billing.base_url,)
+        assert spec.credentials == credential_names(spec) == names
     assert billing.tokens["acme"] not in repr(registry.specs())
 
 

@@ -10,7 +10,7 @@ import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
 from policies import UsageError, disclose, read, spend, write
-from tools import CallContext, Registry, ToolSpec, requires
+from tools import CallContext, Credential, Registry, ToolSpec, requires
 
 DOC = "Do a thing. Use it when needed. It does not return secrets."
 Id = Annotated[str, Field(max_length=20)]
@@ -132,6 +132,18 @@ BAD: list[tuple[str, Callable[..., Any], dict[str, Any], str]] = [
         "not a tool name",
     ),
     ("result cap zero", good, {"max_result_bytes": 0}, "max_result_bytes"),
+    (
+        "credential not a name",
+        good,
+        {"credentials": ["Bearer tok_123"]},
+        "must be a credential's name",
+    ),
+    (
+        "credential object, not its name",
+        good,
+        {"credentials": [Credential.from_value("tok_123", name="SVC_TOKEN")]},
+        "pass Credential.name",
+    ),
 ]
 
 
@@ -200,3 +212,17 @@ def test_the_decorator_builds_a_frozen_spec_and_returns_the_function() -> None:
     assert svc_item_delete.__name__ == "svc_item_delete"
     with pytest.raises(AttributeError):
         spec.name = "other"  # type: ignore[misc]
+
+
+def test_destinations_and_credential_names_are_declared_on_the_spec() -> None:
+    registry = Registry()
+    _register(
+        registry,
+        good,
+        destinations=["https://api.svc.example:443"],
+        credentials=["SVC_TOKEN"],
+    )
+    spec = registry.get("svc_item_get")
+    assert spec is not None
+    assert spec.destinations == ("https://api.svc.example:443",)
+    assert spec.credentials == ("SVC_TOKEN",)

@@ -259,6 +259,27 @@ def test_destinations_are_origins() -> None:
             origin_of(bad)
 
 
+def test_credentials_lists_declared_names_sorted_and_refuses_a_malformed_name() -> None:
+    declared = RestAdapter("http://127.0.0.1:8080/v1", credentials=[CRED, "A_TOKEN", CRED])
+    assert declared.credentials == ("A_TOKEN", "UPSTREAM_TOKEN")
+    assert TOKEN not in repr(declared.credentials)
+    assert RestAdapter("http://127.0.0.1:8080/v1").credentials == ()
+    for bad in ("", "has space", "line\nbreak", "x" * 129):
+        with pytest.raises(ValueError, match="credential name"):
+            RestAdapter("http://127.0.0.1:8080/v1", credentials=[bad])
+
+
+async def test_a_credential_the_adapter_does_not_declare_is_never_sent(upstream: Upstream) -> None:
+    declared = RestAdapter(upstream.base_url + "/v1", credentials=["OTHER_TOKEN"])
+    with pytest.raises(DeniedError) as info:
+        await declared.get(("a",), credential=CRED)
+    assert upstream.seen == []
+    assert "UPSTREAM_TOKEN" in (info.value.detail or "")
+    assert TOKEN not in f"{info.value} {info.value.detail}"
+    allowed = RestAdapter(upstream.base_url + "/v1", credentials=[CRED])
+    assert await allowed.get(("a",), credential=CRED) == {"raw_path": "/v1/a"}
+
+
 # -- retries within the deadline -----------------------------------------------------------
 
 
