@@ -24,7 +24,6 @@ from airlock._cli_approvals import default_ledger
 from airlock._cli_inventory import PolicyOption, RegistryOption, TenantOption, usage_errors
 from airlock._harness import Harness
 from airlock._inventory_subjects import load_policy_document
-from airlock._mcp_server import build_mcp_server, serve_http, serve_stdio
 from airlock._registry_ref import load_registry
 from airlock._session import Session
 from airlock._settings import Settings
@@ -124,6 +123,10 @@ def serve(
     # Logs go to stderr: on stdio, stdout is the protocol's.
     logging.basicConfig(level=logging.WARNING)
     settings = Settings.from_env()
+
+    # Imported here: the MCP SDK takes a third of a second to load, and every other
+    # command would pay for it.
+    from airlock._mcp_server import build_mcp_server, serve_http, serve_stdio
 
     async def go() -> None:
         async with open_session(
