@@ -146,6 +146,8 @@ def program_result(
                     extra=extra,
                 )
             detail: dict[str, object] = {"type": error.type}
+            if error.code is not None:
+                detail["tool_error"] = error.code  # e.g. unknown_tool: a tool it was not given
             if error.line is not None:
                 detail["line"] = error.line
             if error.traceback:

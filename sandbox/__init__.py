@@ -1,7 +1,7 @@
 """Running programs: hardened per-run containers, a warm pool, and one result type."""
 
 from sandbox._backend import SandboxBackend
-from sandbox._docker import DEFAULT_IMAGE, MAX_PROGRAM_BYTES, DockerBackend, reap_orphans
+from sandbox._docker import DEFAULT_IMAGE, MAX_PROGRAM_BYTES, DockerBackend
 from sandbox._errors import (
     EngineUnavailable,
     ImageMissing,
@@ -10,6 +10,7 @@ from sandbox._errors import (
     map_docker_errors,
 )
 from sandbox._kept import KeptSandbox
+from sandbox._owner import reap_orphans
 from sandbox._probe import PROBE_PROGRAM, ProbeFinding, judge_probe
 from sandbox._result import LimitName, ProgramError, RunResult, RunStatus
 

@@ -11,19 +11,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import shutil
 import socket
 import struct
 import tempfile
 import time
-import uuid
 from pathlib import Path
 from typing import Any, Final
 
 import docker
 import docker.errors
-import psutil
 from docker.models.containers import Container
 from docker.types import LogConfig, Ulimit
 from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError
@@ -42,10 +39,8 @@ from sandbox._cgroup import CgroupEvidence, read_evidence
 from sandbox._errors import SandboxFailure, map_docker_errors
 from sandbox._result import LimitName, ProgramError, RunResult, RunStatus
 
-__all__ = ["GUEST_MOUNT", "LABEL", "OWNER_LABEL", "SandboxContainer", "container_config"]
+__all__ = ["GUEST_MOUNT", "SandboxContainer", "container_config"]
 
-LABEL: Final = "io.airlock.sandbox"
-OWNER_LABEL: Final = "io.airlock.owner"
 GUEST_MOUNT: Final = "/run/airlock"
 _SOCKET_NAME: Final = "bridge.sock"
 _STARTUP_TIMEOUT_S: Final = 30.0
@@ -421,13 +416,3 @@ async def _remove(container: Container) -> None:
         # Gone already, or "removal already in progress": success from our side.
         if exc.status_code not in (404, 409):
             raise SandboxFailure(f"could not remove container {container.id}: {exc}") from exc
-
-
-def owner_label() -> str:
-    """A new owner identity: host name, pid and start time of this process, and a nonce.
-
-    The first three parts let a later process tell whether the owner is still alive; the
-    nonce keeps two backends in one process from removing each other's containers.
-    """
-    me = psutil.Process(os.getpid())
-    return f"{socket.gethostname()}/{me.pid}/{me.create_time():.3f}/{uuid.uuid4().hex[:12]}"

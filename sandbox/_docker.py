@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import logging
 import shutil
-import socket
 import tempfile
 import time
 import weakref
@@ -16,17 +15,24 @@ from typing import Final, Self
 
 import docker
 import docker.errors
-import psutil
 
 from bridge import ToolSession
 from policies import Principal, SandboxProfile
-from sandbox._container import LABEL, OWNER_LABEL, SandboxContainer, owner_label
+from sandbox._container import SandboxContainer
 from sandbox._errors import SandboxError, map_docker_errors
 from sandbox._kept import KeptSandbox
+from sandbox._owner import (
+    LABEL,
+    OWNER_LABEL,
+    labelled_containers,
+    owner_labels,
+    reap_orphans,
+    remove_container,
+)
 from sandbox._pool import WarmPool
 from sandbox._result import ProgramError, RunResult
 
-__all__ = ["DEFAULT_IMAGE", "MAX_PROGRAM_BYTES", "DockerBackend", "reap_orphans"]
+__all__ = ["DEFAULT_IMAGE", "MAX_PROGRAM_BYTES", "DockerBackend"]
 
 DEFAULT_IMAGE: Final = "airlock-sandbox:latest"
 MAX_PROGRAM_BYTES: Final = 1024 * 1024
@@ -44,35 +50,6 @@ def _container_settings(profile: SandboxProfile) -> tuple[object, ...]:
         profile.user,
         profile.seccomp_allowed,
     )
-
-
-def reap_orphans(client: docker.DockerClient) -> list[str]:
-    """Remove sandbox containers whose owning process on this host no longer exists.
-
-    Containers of live airlock processes (and of other hosts sharing the engine) are left
-    alone. Returns the ids removed.
-    """
-    removed = []
-    hostname = socket.gethostname()
-    with map_docker_errors():
-        containers = client.containers.list(all=True, filters={"label": LABEL})
-    for container in containers:
-        owner = container.labels.get(OWNER_LABEL, "")
-        host, _, rest = owner.partition("/")
-        pid_text, _, rest = rest.partition("/")
-        started, _, _nonce = rest.partition("/")
-        if host != hostname or not pid_text.isdigit():
-            continue
-        try:
-            alive = f"{psutil.Process(int(pid_text)).create_time():.3f}" == started
-        except psutil.Error:
-            alive = False
-        if alive:
-            continue
-        with contextlib.suppress(docker.errors.NotFound), map_docker_errors():
-            container.remove(force=True)
-            removed.append(str(container.id))
-    return removed
 
 
 class DockerBackend:
@@ -94,7 +71,8 @@ class DockerBackend:
         self.image = image
         self.profile = profile or SandboxProfile()
         self._client = client
-        self._owner = owner_label()
+        self._owner_labels = owner_labels()
+        self._owner = self._owner_labels[OWNER_LABEL]
         self._socket_root = Path(tempfile.mkdtemp(prefix="airlock-"))
         self._socket_root.chmod(0o755)
         self.pool = WarmPool(self._start_container, size=pool_size)
@@ -148,7 +126,7 @@ class DockerBackend:
             self.client,
             image=self.image,
             profile=profile or self.profile,
-            labels={LABEL: "1", OWNER_LABEL: self._owner},
+            labels={LABEL: "1", **self._owner_labels},
             socket_root=self._socket_root,
         )
 
@@ -241,13 +219,12 @@ class DockerBackend:
         while self._cleanup:
             await asyncio.gather(*list(self._cleanup), return_exceptions=True)
         if self._client is not None:
-            # Anything still labelled as ours (a start interrupted mid-way) goes too.
-            with contextlib.suppress(SandboxError), map_docker_errors():
+            # Anything still labelled as ours (a start interrupted mid-way) goes too; only
+            # ours, by this backend's own owner label.
+            with contextlib.suppress(SandboxError):
                 leftovers = await asyncio.to_thread(
-                    self._client.containers.list,
-                    all=True,
-                    filters={"label": f"{OWNER_LABEL}={self._owner}"},
+                    labelled_containers, self._client, owner=self._owner
                 )
-                for container in leftovers:
-                    await asyncio.to_thread(container.remove, force=True)
+                for entry in leftovers:
+                    await asyncio.to_thread(remove_container, self._client, str(entry["Id"]))
         shutil.rmtree(self._socket_root, ignore_errors=True)

@@ -6,6 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
+from tools import ErrorCode
+
 __all__ = ["LimitName", "ProgramError", "RunResult", "RunStatus"]
 
 RunStatus = Literal["ok", "error", "invalid_program", "limit_exceeded", "protocol_error"]
@@ -27,6 +29,11 @@ class ProgramError(BaseModel):
     line: int | None = Field(default=None, description="Program line, when known.")
     traceback: str | None = Field(
         default=None, description="Traceback limited to the program's own frames."
+    )
+    code: ErrorCode | None = Field(
+        default=None,
+        description="The stable code (`unknown_tool`, `not_found`, ...) when the program did "
+        "not catch a tool error.",
     )
 
 
@@ -80,4 +87,5 @@ class RunResult(BaseModel):
             case "error":
                 if self.error is None:
                     return f"the program exited with status {self.exit_status}"
-                return f"the program raised {self.error.type}: {self.error.message}"
+                code = f" ({self.error.code})" if self.error.code else ""
+                return f"the program raised {self.error.type}{code}: {self.error.message}"

@@ -18,7 +18,7 @@ import pytest
 from bridge import ToolSession
 from policies import SandboxProfile
 from sandbox import DEFAULT_IMAGE, DockerBackend, RunResult
-from sandbox._container import LABEL, OWNER_LABEL, owner_label
+from sandbox._owner import OWNER_LABEL, labelled_containers, owner_label
 
 T = TypeVar("T")
 IMAGE = os.environ.get("AIRLOCK_IMAGE", DEFAULT_IMAGE)
@@ -86,12 +86,12 @@ def sandbox() -> Iterator[Sandbox]:
     finally:
         loop.call(backend.close())
         loop.stop()
-        client = docker.from_env()
+        # Only this process's containers: other test runs may share the engine.
         mine = owner_label().rsplit("/", 1)[0] + "/"
         left = [
-            c.id
-            for c in client.containers.list(all=True, filters={"label": LABEL})
-            if c.labels.get(OWNER_LABEL, "").startswith(mine)
+            entry["Id"]
+            for entry in labelled_containers(docker.from_env())
+            if (entry.get("Labels") or {}).get(OWNER_LABEL, "").startswith(mine)
         ]
         assert not left, f"sandbox containers left behind by this test session: {left}"
 
@@ -102,4 +102,4 @@ def docker_client() -> docker.DockerClient:
     return docker.from_env()
 
 
-__all__ = ["LABEL", "Sandbox"]
+__all__ = ["IMAGE", "Sandbox", "require_docker"]

@@ -8,9 +8,11 @@ use from code becomes a function with a real signature and docstring::
     invoices = tools.billing_invoice_get.batch([{"invoice_id": i} for i in ids])
 
 A refused or failed call raises a :class:`ToolError` subclass whose ``code`` the program can
-inspect (``tools.NotFound``, ``tools.Denied``, ...). When the host ends the run (a limit, a
-protocol error), calls raise :class:`RunAborted`, which derives from ``BaseException`` so that
-``except Exception:`` in a program cannot swallow it.
+inspect (``tools.NotFound``, ``tools.Denied``, ...). A tool the run was not given (a write
+tool, one hidden from the principal, a name that does not exist) is ``tools.UnknownTool`` as
+soon as the program reaches for it, the same for each, and nothing is sent. When the host ends
+the run (a limit, a protocol error), calls raise :class:`RunAborted`, which derives from
+``BaseException`` so that ``except Exception:`` in a program cannot swallow it.
 
 Frames (4-byte big-endian length, then a JSON object), guest to host: ``hello``, ``call``
 ``{id, tool, args}``, ``batch`` ``{id, tool, items}``, ``log`` ``{message}``, ``done``
@@ -47,7 +49,13 @@ class ToolError(Exception):
         self.retryable = retryable
 
 
-class UnknownTool(ToolError):
+class UnknownTool(ToolError, AttributeError):
+    """No tool of that name is available to this program: missing, hidden, or a write.
+
+    Also an ``AttributeError``, so ``hasattr(tools, name)`` and ``getattr(tools, name, None)``
+    answer as they do for any object.
+    """
+
     code = "unknown_tool"
 
 
@@ -323,8 +331,37 @@ class ToolFunction:
         return f"<tool {self.name}{self.__signature__}>"
 
 
+_LISTED_NAMES = 30
+
+
+def unknown_tool(name: str, offered: list[str]) -> UnknownTool:
+    """The error for a tool this run was not given, naming it and what the run can call.
+
+    Write tools, tools hidden from the principal and names that do not exist get the same
+    answer: the program learns nothing about which one it was.
+    """
+    shown = sorted(offered)[:_LISTED_NAMES]
+    if not shown:
+        choice = "this run has no tools"
+    else:
+        more = ", ..." if len(offered) > len(shown) else ""
+        choice = f"call one of: {', '.join(shown)}{more}"
+    error = UnknownTool(
+        f"no tool named {name!r} is available to this program; {choice}. "
+        "Write tools are never callable from code: return what should change as the "
+        "program's value and call the write tool directly."
+    )
+    error.name = name
+    return error
+
+
 class Tools:
-    """The ``tools`` namespace: one attribute per tool, plus the error classes."""
+    """The ``tools`` namespace: one attribute per tool, plus the error classes.
+
+    Any other public name is a tool this run was not given: reaching for it raises
+    :class:`UnknownTool` (never ``None``, which RestrictedPython's attribute guard would
+    otherwise hand back, and which failed later as "'NoneType' object is not callable").
+    """
 
     ToolError = ToolError
     UnknownTool = UnknownTool
@@ -348,6 +385,12 @@ class Tools:
             setattr(self, function.name, function)
             self._names.append(function.name)
 
+    def __getattr__(self, name: str) -> Any:
+        # Only reached when no tool, error class or method has that name.
+        if name.startswith("_"):
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        raise unknown_tool(name, self._names)
+
     def log(self, message: str) -> None:
         """Send a line to the operator's log (not to the model)."""
         if self._connection is not None:
@@ -368,4 +411,5 @@ __all__ = [
     "ToolFunction",
     "Tools",
     "error_from_wire",
+    "unknown_tool",
 ]

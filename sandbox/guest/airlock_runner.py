@@ -37,13 +37,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
-    from sandbox.guest.airlock_bridge import Connection, RunAborted, Tools
+    from sandbox.guest.airlock_bridge import ERRORS, Connection, RunAborted, ToolError, Tools
 else:
     # The interpreter runs isolated (-I -S): nothing is on the path but the standard
     # library. The guest's modules and packages sit next to this file.
     _GUEST_DIR = os.path.dirname(os.path.abspath(__file__))
     sys.path[:0] = [_GUEST_DIR, os.path.join(_GUEST_DIR, "lib")]
-    from airlock_bridge import Connection, RunAborted, Tools
+    from airlock_bridge import ERRORS, Connection, RunAborted, ToolError, Tools
 
 PROTOCOL_VERSION = 1
 PROGRAM_FILENAME = "<program>"
@@ -215,6 +215,7 @@ def _restricted_globals(
         full_write_guard,
         guarded_iter_unpack_sequence,
         guarded_unpack_sequence,
+        raise_,
         safe_builtins,
         safer_getattr,
     )
@@ -227,6 +228,12 @@ def _restricted_globals(
         if level or name.partition(".")[0] not in allowed_imports:
             raise ImportError(f"import of {name!r} is not allowed in restricted mode")
         return __import__(name, globals, locals, fromlist, level)
+
+    def guarded_getattr(ob: Any, name: str, *default: Any) -> Any:
+        # safer_getattr answers None for a missing attribute unless told to raise: then
+        # ``tools.not_given(...)`` failed as "'NoneType' object is not callable" and a typo
+        # read as None. Attribute access and getattr() without a default raise as in Python.
+        return cast(Any, safer_getattr)(ob, name, default[0] if default else raise_)
 
     def write_guard(ob: Any) -> Any:
         # Objects of classes the program defined itself may have attributes set; anything
@@ -248,7 +255,7 @@ def _restricted_globals(
             "dir": dir,
             "enumerate": enumerate,
             "filter": filter,
-            "getattr": safer_getattr,
+            "getattr": guarded_getattr,
             "iter": iter,
             "list": list,
             "map": map,
@@ -268,7 +275,7 @@ def _restricted_globals(
         "__name__": PROGRAM_MODULE,
         "__metaclass__": type,
         "tools": tools,
-        "_getattr_": safer_getattr,
+        "_getattr_": guarded_getattr,
         "_getitem_": operator.getitem,
         "_getiter_": iter,
         "_iter_unpack_sequence_": guarded_iter_unpack_sequence,
@@ -441,15 +448,18 @@ def execute(
             result["error"] = {"type": "SystemExit", "message": f"exit status {code}"}
     except BaseException as exc:
         limit = _limit_of(exc)
+        error = {
+            "type": type(exc).__name__,
+            "message": str(exc)[:_TRACEBACK_LIMIT],
+            "traceback": _program_traceback(exc),
+        }
+        if isinstance(exc, ToolError) and exc.code in ERRORS:
+            error["code"] = exc.code  # a tool error the program did not catch
         result.update(
             status="limit_exceeded" if limit else "error",
             exit_status=1,
             limit=limit,
-            error={
-                "type": type(exc).__name__,
-                "message": str(exc)[:_TRACEBACK_LIMIT],
-                "traceback": _program_traceback(exc),
-            },
+            error=error,
         )
     finally:
         for stream in streams:

@@ -114,7 +114,7 @@ def test_execute_code_reads_through_the_bridge(sandbox: Sandbox, world: World) -
         (
             "tools.billing_refund_create(invoice_id='inv_1', reason='duplicate')",
             "program_error",
-            None,
+            ("tool_error", "unknown_tool"),
         ),
         ("import socket", "invalid_program", None),
     ],

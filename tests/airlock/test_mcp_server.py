@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 from airlock._mcp_server import build_mcp_server, serve_http
 from airlock._model_tools import ModelResult, ModelTool
 from airlock.cli import app
-from sandbox._container import LABEL, OWNER_LABEL
+from sandbox._owner import OWNER_LABEL, labelled_containers
 from tests.airlock.conversation_registry import DUPLICATES
 from tests.airlock.fake_surface import INVOICE_TOOL, EchoSurface
 from tests.conftest import require_docker
@@ -233,10 +233,12 @@ def test_sigterm_stops_serving_and_removes_the_sandbox_containers(
     client = docker.from_env()
 
     def containers() -> list[str]:
+        # One listing, no inspection: other processes' containers may go meanwhile.
         return [
-            c.status
-            for c in client.containers.list(all=True, filters={"label": LABEL})
-            if c.labels.get(OWNER_LABEL, "").split("/")[1:2] == [str(process.pid)]
+            str(entry.get("State"))
+            for entry in labelled_containers(client)
+            if (entry.get("Labels") or {}).get(OWNER_LABEL, "").split("/")[1:2]
+            == [str(process.pid)]
         ]
 
     try:

@@ -29,8 +29,13 @@ class Blob(BaseModel):
     data: str
 
 
-def build_registry(*, audit: AuditLog | None = None, slow_s: float = 0.05) -> Registry:
+def build_registry(
+    *, audit: AuditLog | None = None, slow_s: float = 0.05, invoked: list[str] | None = None
+) -> Registry:
+    """The record tools; ``invoked`` collects the name of every handler that must never run
+    (the write and the admin-only read) if one ever does."""
     registry = Registry(audit=audit or AuditLog(MemoryAuditStore()))
+    never: list[str] = invoked if invoked is not None else []
 
     @registry.tool(effects=[read("records:record/{record_id}")], scope="records.read",
                    callers={"direct", "code"})  # fmt: skip
@@ -69,6 +74,7 @@ def build_registry(*, audit: AuditLog | None = None, slow_s: float = 0.05) -> Re
     async def records_item_delete(record_id: RecordId) -> Record:
         """Delete a record. Use it when a record was created by mistake.
         It does not delete archives."""
+        never.append("records_item_delete")
         raise AssertionError("a write must never run from code")
 
     @registry.tool(effects=[read("records:secret/{record_id}")], scope="records.admin",
@@ -76,6 +82,7 @@ def build_registry(*, audit: AuditLog | None = None, slow_s: float = 0.05) -> Re
     async def records_secret_get(record_id: RecordId) -> Record:
         """Fetch a record's secret form. Use it for administration only.
         It does not return the owner."""
+        never.append("records_secret_get")
         raise AssertionError("a hidden tool must never run")
 
     return registry

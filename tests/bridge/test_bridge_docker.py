@@ -97,6 +97,96 @@ def test_unknown_tool_is_indistinguishable(sandbox: Sandbox) -> None:
     assert answers[0] == answers[1] == answers[2]
 
 
+# Tools a program was not given, reached through its namespace: a write tool, a read hidden
+# from the principal, a read the harness left out (``tool_names``) and a name that does not
+# exist. Each is a typed ``unknown_tool`` the program can catch, in both language modes and
+# every call form, and none reaches the host.
+UNOFFERED = [
+    # (name, tool, language mode, call)
+    ("write", "records_item_delete", "restricted", "tools.{tool}(record_id='rec_1')"),
+    ("write_full", "records_item_delete", "full", "tools.{tool}(record_id='rec_1')"),
+    ("write_aio", "records_item_delete", "restricted", "asyncio.run(fan_out())"),
+    ("write_batch", "records_item_delete", "restricted", "tools.{tool}.batch([{{'record_id': 'rec_1'}}])"),
+    ("write_getattr", "records_item_delete", "restricted", "getattr(tools, '{tool}')(record_id='rec_1')"),
+    ("hidden", "records_secret_get", "restricted", "tools.{tool}(record_id='rec_1')"),
+    ("hidden_full", "records_secret_get", "full", "tools.{tool}.aio(record_id='rec_1')"),
+    ("left_out", "records_blob_get", "restricted", "tools.{tool}(size=1)"),
+    ("missing", "billing_refund_create", "restricted", "tools.{tool}(invoice_id='in_1')"),
+    ("missing_full", "billing_refund_create", "full", "tools.{tool}(invoice_id='in_1')"),
+]  # fmt: skip
+
+UNOFFERED_PROGRAM = """
+import asyncio
+async def fan_out():
+    return await asyncio.gather(tools.{tool}.aio(record_id="rec_1"))
+try:
+    {call}
+    outcome = "ran"
+except tools.UnknownTool as exc:
+    outcome = [exc.code, exc.retryable, isinstance(exc, tools.ToolError), exc.message]
+outcome
+"""
+
+
+@pytest.mark.parametrize(("name", "tool", "mode", "call"), UNOFFERED, ids=[c[0] for c in UNOFFERED])
+def test_a_tool_the_program_was_not_given_is_unknown_tool(
+    sandbox: Sandbox, name: str, tool: str, mode: str, call: str
+) -> None:
+    invoked: list[str] = []
+    tools = session(
+        registry=build_registry(invoked=invoked),
+        tool_names=frozenset({"records_item_get", "records_archive_get"}),
+    )
+    program = UNOFFERED_PROGRAM.format(tool=tool, call=call.format(tool=tool))
+    result = sandbox.run(program, tools=tools, language_mode=mode)
+    assert result.ok, result.error
+    code, retryable, is_tool_error, message = result.value  # type: ignore[misc]
+    assert (code, retryable, is_tool_error) == ("unknown_tool", False, True)
+    assert f"no tool named {tool!r} is available" in message
+    assert "records_item_get" in message  # what it can call instead
+    # Judged from the host: the call never crossed the bridge, no handler ran.
+    assert result.tool_calls == 0
+    assert invoked == []
+    assert tools.registry.audit.events(run_id=tools.run_id) == []
+
+
+def test_unoffered_tools_are_refused_identically(sandbox: Sandbox) -> None:
+    program = textwrap.dedent("""
+        out = []
+        for name in ("records_item_delete", "records_secret_get", "records_nothing_here"):
+            try:
+                getattr(tools, name)(record_id="rec_1")
+                out.append("ran")
+            except tools.ToolError as exc:
+                out.append([exc.code, exc.message.replace(name, "NAME")])
+        out.append([getattr(tools, "records_item_delete", None), "records_item_delete" in dir(tools)])
+        out
+    """)
+    result = sandbox.run(program, tools=session())
+    assert result.ok, result.error
+    first, second, third, probes = result.value  # type: ignore[misc]
+    assert first[0] == "unknown_tool"
+    assert first == second == third
+    assert probes == [None, False]  # getattr with a default answers as for any object
+
+
+@pytest.mark.parametrize("mode", ["restricted", "full"])
+def test_an_uncaught_unknown_tool_names_the_tool_in_the_result(sandbox: Sandbox, mode: str) -> None:
+    invoked: list[str] = []
+    tools = session(registry=build_registry(invoked=invoked))
+    result = sandbox.run(
+        "tools.records_item_delete(record_id='rec_1')\n", tools=tools, language_mode=mode
+    )
+    assert result.status == "error"
+    assert result.error is not None
+    assert (result.error.type, result.error.code) == ("UnknownTool", "unknown_tool")
+    assert "'records_item_delete'" in result.error.message
+    assert "NoneType" not in result.error.message
+    assert "records_item_delete" in result.reason()
+    assert invoked == []
+    assert tools.registry.audit.events(run_id=tools.run_id) == []
+
+
 def test_call_outside_the_grant_is_denied(sandbox: Sandbox) -> None:
     result = sandbox.run(
         textwrap.dedent("""

@@ -128,6 +128,23 @@ def test_runner_results(program: str, status: str, value: Any, stdout: str) -> N
     assert result["stdout"] == stdout
 
 
+@pytest.mark.parametrize("mode", ["restricted", "full"])
+def test_a_tool_the_run_was_not_given_raises_unknown_tool(mode: str) -> None:
+    caught = run_in_process(
+        "try:\n    tools.billing_refund_create(invoice_id='in_1')\n"
+        "except tools.UnknownTool as exc:\n    result([exc.code, exc.message])\n",
+        mode=mode,
+    )
+    assert caught["status"] == "ok", caught["error"]
+    assert caught["value"][0] == "unknown_tool"
+    assert "'billing_refund_create'" in caught["value"][1]
+    uncaught = run_in_process("tools.billing_refund_create(invoice_id='in_1')\n", mode=mode)
+    assert uncaught["status"] == "error"
+    assert uncaught["error"]["type"] == "UnknownTool"
+    assert uncaught["error"]["code"] == "unknown_tool"
+    assert "'billing_refund_create'" in uncaught["error"]["message"]
+
+
 def test_output_cap_stops_the_program_with_truncated_output() -> None:
     result = run_in_process("while True:\n    print('y' * 100)\n", output_limit=1000)
     assert result["status"] == "limit_exceeded"

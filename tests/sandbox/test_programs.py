@@ -25,6 +25,17 @@ CASES = [
     ("exec_call", "exec('1')\n", "invalid_program", "InvalidProgram", 1),
     ("unserializable_value", "result({1, 2})\n", "error", "InvalidResult", None),
     ("system_exit", "raise SystemExit(3)\n", "error", "SystemExit", None),
+    # A missing attribute raises as in Python, not a silent None that fails later.
+    ("missing_attribute", "'abc'.no_such_method()\n", "error", "AttributeError", None),
+    ("missing_getattr", "getattr('abc', 'no_such_method')\n", "error", "AttributeError", None),
+    # A run without tools: any tool is one the program was not given.
+    (
+        "unknown_tool",
+        "tools.billing_refund_create(invoice_id='in_1')\n",
+        "error",
+        "UnknownTool",
+        None,
+    ),
 ]
 
 
