@@ -61,8 +61,10 @@ def serve_billing(
     tenants: Sequence[str] = TENANTS,
     invoices_per_tenant: int = 80,
     startup_timeout: float = 10.0,
+    port: int = 0,
 ) -> Iterator[BillingServer]:
-    """Seed a store and serve it on 127.0.0.1 on a free port, in a background thread.
+    """Seed a store and serve it on 127.0.0.1 on ``port`` (a free one when 0), in a
+    background thread.
 
     A new file (or ``:memory:``) is seeded; an existing seeded file is served as it is, but
     its tokens are not known, so pass a fresh path.
@@ -78,7 +80,7 @@ def serve_billing(
     app = billing_app(store, faults, admin_token=admin_token)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
+    sock.bind(("127.0.0.1", port))
     port = sock.getsockname()[1]
     config = uvicorn.Config(
         app,
@@ -117,11 +119,12 @@ def serve_billing(
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Serve until interrupted; print the base URL and tokens as one JSON line first."""
-    parser = argparse.ArgumentParser(prog="python -m airlock.billing.server")
+    parser = argparse.ArgumentParser(prog="python -m airlock.billing")
     parser.add_argument("--db", default=":memory:", help="SQLite file (new) or :memory:")
     parser.add_argument("--seed", type=int, default=7, help="seed of the generated records")
+    parser.add_argument("--port", type=int, default=8400, help="port on 127.0.0.1 (0: a free one)")
     args = parser.parse_args(argv)
-    with serve_billing(db_path=args.db, seed=args.seed) as billing:
+    with serve_billing(db_path=args.db, seed=args.seed, port=args.port) as billing:
         print(
             json.dumps(
                 {
@@ -137,7 +140,3 @@ def main(argv: Sequence[str] | None = None) -> None:
                 time.sleep(3600)
         except KeyboardInterrupt:
             pass
-
-
-if __name__ == "__main__":
-    main()
