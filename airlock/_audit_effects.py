@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from airlock._execute_code import EXECUTE_CODE
 from airlock._inventory_model import SubjectInventory, ToolEntry
 from policies import Effect, Grant, UsageError
 from tools import AuditEvent
@@ -70,8 +71,9 @@ def parse_since(text: str) -> float:
 
 
 def exercised(events: Iterable[AuditEvent]) -> list[AuditEvent]:
-    """The final events of calls that ran."""
-    return [e for e in events if e.final and e.stage in EXERCISED_STAGES]
+    """The final events of tool calls that ran. A program's own record (``execute_code``)
+    is not one: what a program exercised is its tool calls, each recorded on its own."""
+    return [e for e in events if e.final and e.stage in EXERCISED_STAGES and e.tool != EXECUTE_CODE]
 
 
 def run_effects(events: Iterable[AuditEvent], subject: SubjectInventory) -> list[ExercisedTool]:

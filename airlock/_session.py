@@ -25,6 +25,7 @@ arguments, which is exactly what must not happen.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import json
 import logging
@@ -51,6 +52,7 @@ from bridge import BridgeLimits, ToolSession, render_api
 from policies import ApprovalPolicy, Grant, Principal, SandboxProfile, UsageError
 from sandbox import KeptSandbox, SandboxBackend, SandboxError
 from tools import (
+    AdmissionDecision,
     AuditEvent,
     CallContext,
     Caller,
@@ -64,6 +66,7 @@ from tools import (
     Observations,
     Preview,
     Registry,
+    Stage,
     StepState,
     ToolError,
     UnknownToolError,
@@ -222,24 +225,47 @@ class Session:
 
     def _audit_unknown(self, name: str, call_id: str) -> None:
         """Record a call of a tool the session does not offer (the registry never saw it)."""
+        self._audit(
+            name,
+            call_id,
+            stage="lookup",
+            decision="deny",
+            rule="lookup",
+            code="unknown_tool",
+            detail="not in this session's tool list",
+        )
+
+    def _audit(
+        self,
+        tool: str,
+        call_id: str,
+        *,
+        stage: Stage,
+        decision: AdmissionDecision,
+        rule: str,
+        code: str | None,
+        detail: str,
+        args_hash: str = "",
+        duration_s: float = 0.0,
+    ) -> None:
         self._registry.audit.record(
             AuditEvent(
                 ts=time.time(),
                 run_id=self.run_id,
                 call_id=call_id,
                 caller="direct",
-                tool=name,
+                tool=tool,
                 user_id=self.principal.user_id,
                 tenant_id=self.principal.tenant_id,
-                args_hash="",
-                stage="lookup",
-                decision="deny",
-                rule="lookup",
-                outcome="error",
-                code="unknown_tool",
-                duration_s=0.0,
+                args_hash=args_hash,
+                stage=stage,
+                decision=decision,
+                rule=rule,
+                outcome="ok" if code is None else "error",
+                code=code,
+                duration_s=duration_s,
                 effects=(),
-                detail="not in this session's tool list",
+                detail=detail,
             )
         )
 
@@ -287,7 +313,22 @@ class Session:
             run.tool_calls,
             f", stderr: {run.stderr[-500:]!r}" if run.stderr else "",
         )
-        return program_result(run, stdout_bytes=self.budget.stdout_bytes, notes=notes)
+        result = program_result(run, stdout_bytes=self.budget.stdout_bytes, notes=notes)
+        # One record per program, beside its tool calls (call ids call_id:1, :2, ...): a
+        # reviewer sees which program ran (by hash), how it ended, and what it called.
+        self._audit(
+            EXECUTE_CODE,
+            call_id,
+            stage="done",
+            decision="allow",
+            rule=EXECUTE_CODE,
+            code=result.code,
+            detail=f"program {run.status}, {run.tool_calls} tool calls"
+            + (f", limit {run.limit}" if run.limit else ""),
+            args_hash=hashlib.blake2b(args.code.encode(), digest_size=16).hexdigest(),
+            duration_s=time.perf_counter() - began,
+        )
+        return result
 
     def _kept_sandbox(self) -> KeptSandbox:
         if self._kept is None:

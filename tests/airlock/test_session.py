@@ -3,6 +3,7 @@ errors, budget, concurrency."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections.abc import Iterator
@@ -215,6 +216,36 @@ async def test_program_failures_become_stable_codes(
     assert fields.items() <= answer.items()
     if code == "result_too_large":
         assert answer["size_bytes"] > 40_000  # the size is reported, nothing is cut
+
+
+@pytest.mark.parametrize(
+    ("run", "code"),
+    [
+        (ok_result({"n": 1}), None),
+        (run_result(status="limit_exceeded", exit_status=137, limit="timeout"), "limit_exceeded"),
+    ],
+    ids=["ok", "limit"],
+)
+async def test_each_program_leaves_one_audit_record_with_its_hash(
+    tmp_path: Path, run: RunResult, code: str | None
+) -> None:
+    world = World(tmp_path, ScriptedBackend([run]))
+    program = "tools.billing_invoice_get(invoice_id='inv_1')"
+    try:
+        session = world.session()
+        await session.call("execute_code", {"code": program})
+        events = world.registry.audit.events(run_id=session.run_id)
+    finally:
+        world.close()
+
+    [event] = [e for e in events if e.tool == "execute_code"]
+    assert (event.caller, event.stage, event.code) == ("direct", "done", code)
+    assert event.outcome == ("ok" if code is None else "error")
+    assert event.args_hash == hashlib.blake2b(program.encode(), digest_size=16).hexdigest()
+    assert event.detail is not None
+    assert event.detail.startswith(f"program {run.status}, 0 tool calls")
+    assert event.effects == ()  # a program exercises only its tool calls' effects
+    assert program not in repr(event)  # the hash, never the text
 
 
 async def test_long_stdout_is_cut_and_says_so(tmp_path: Path) -> None:
