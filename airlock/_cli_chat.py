@@ -18,7 +18,6 @@ import typer
 from rich.console import Console
 
 from airlock._chat import DEFAULT_MODEL, AnthropicModel, ModelAPIError, chat_loop
-from airlock._cli_approvals import default_ledger
 from airlock._cli_inventory import PolicyOption, RegistryOption, TenantOption, usage_errors
 from airlock._cli_serve import open_session
 from airlock._replay import ReplayModel, Transcript
@@ -98,7 +97,7 @@ def chat(
             policy,
             user=user,
             tenant=tenant,
-            ledger=ledger if ledger is not None else default_ledger(),
+            ledger=ledger,
             settings=settings,
         ) as session:
             if recorded is not None:

@@ -41,11 +41,11 @@ async def open_session(
     *,
     user: str,
     tenant: str | None,
-    ledger: Path,
+    ledger: Path | None,
     settings: Settings,
 ) -> AsyncIterator[Session]:
-    """A session for ``user`` over the registry, the policy, a Docker sandbox and the ledger,
-    open for as long as the block runs.
+    """A session for ``user`` over the registry, the policy, a Docker sandbox and the ledger
+    (``ledger.db`` in ``AIRLOCK_HOME`` when None), open for as long as the block runs.
 
     Raises:
         RegistryRefError, PolicyFileError, UsageError: the registry, policy or principal is
@@ -60,6 +60,8 @@ async def open_session(
         )
     document = load_policy_document(policy)
     subject = document.principal(user, tenant=tenant)
+    if ledger is None:
+        ledger = default_ledger()
     ledger.parent.mkdir(parents=True, exist_ok=True)
     store = SQLiteLedgerStore(ledger)
     try:
@@ -134,7 +136,7 @@ def serve(
             policy,
             user=user,
             tenant=tenant,
-            ledger=ledger if ledger is not None else default_ledger(),
+            ledger=ledger,
             settings=settings,
         ) as session:
             server = build_mcp_server(session)

@@ -93,6 +93,16 @@ class PendingWrite:
     tool: str
     summary: str
 
+    @classmethod
+    def of(cls, preview: Preview) -> PendingWrite:
+        """The pending write of ``preview``, bound to the fingerprint it has now."""
+        return cls(
+            preview_id=preview.id,
+            fingerprint=preview.fingerprint,
+            tool=preview.tool,
+            summary=preview.summary,
+        )
+
 
 class Session:
     """One conversation: principal, grant, budget, run id, and the tools the model may call.
@@ -366,15 +376,7 @@ class Session:
         if spec is None or spec.write is None or self._writes is None:
             return success(await self._registry.call(name, arguments, ctx))
         preview = await self._writes.preview_call(name, arguments, ctx)
-        self._pending.setdefault(
-            preview.id,
-            PendingWrite(
-                preview_id=preview.id,
-                fingerprint=preview.fingerprint,
-                tool=preview.tool,
-                summary=preview.summary,
-            ),
-        )
+        self._pending.setdefault(preview.id, PendingWrite.of(preview))
         if preview.state == "prepared":
             return self._paused(preview)
         # Approved by a policy rule (or the same intent was prepared before): finish it now.
@@ -502,15 +504,7 @@ class Session:
                 self.principal.tenant_id,
             )
             if same:
-                self._pending.setdefault(
-                    preview.id,
-                    PendingWrite(
-                        preview_id=preview.id,
-                        fingerprint=preview.fingerprint,
-                        tool=preview.tool,
-                        summary=preview.summary,
-                    ),
-                )
+                self._pending.setdefault(preview.id, PendingWrite.of(preview))
         return self.pending()
 
     @classmethod

@@ -28,6 +28,7 @@ from tools import (
     DeniedError,
     InvalidInputError,
     NotFoundError,
+    Preview,
     Registry,
     ResultTooLargeError,
     SQLiteLedgerStore,
@@ -224,20 +225,29 @@ async def test_another_tenants_invoice_cannot_be_previewed(
         )
 
 
-async def test_lost_response_retry_returns_the_same_receipt_and_one_refund(
-    billing: BillingServer, writes: WritePath
-) -> None:
+async def lose_a_refund(
+    billing: BillingServer, writes: WritePath, run_id: str
+) -> tuple[dict[str, Any], Preview]:
+    """Preview and approve a refund, then commit it with its answer dropped after the
+    service committed it."""
     record = duplicates(billing, "acme")[0]
     preview = await writes.preview_call(
         "billing_refund_create",
         {"invoice_id": record["id"], "reason": "duplicate"},
-        ctx(run_id="run_lost"),
+        ctx(run_id=run_id),
     )
     writes.approve(preview.id, approver="bob", fingerprint=preview.fingerprint)
     billing.faults.drop_after_commit()
     with pytest.raises(AmbiguousWriteError) as lost:
         await writes.commit(preview.id, preview.fingerprint, ALICE)
     assert lost.value.idempotency_key == preview.key
+    return record, preview
+
+
+async def test_lost_response_retry_returns_the_same_receipt_and_one_refund(
+    billing: BillingServer, writes: WritePath
+) -> None:
+    record, preview = await lose_a_refund(billing, writes, "run_lost")
     assert len(billing.store.refunds("acme", invoice_id=record["id"])) == 1  # it did commit
     receipt = await writes.commit(preview.id, preview.fingerprint, ALICE)  # same key, resent
     assert receipt.resolved_by == "resend"
@@ -250,16 +260,7 @@ async def test_lost_response_retry_returns_the_same_receipt_and_one_refund(
 async def test_reconcile_finds_a_lost_refund_by_its_key(
     billing: BillingServer, writes: WritePath
 ) -> None:
-    record = duplicates(billing, "acme")[0]
-    preview = await writes.preview_call(
-        "billing_refund_create",
-        {"invoice_id": record["id"], "reason": "duplicate"},
-        ctx(run_id="run_reconcile"),
-    )
-    writes.approve(preview.id, approver="bob", fingerprint=preview.fingerprint)
-    billing.faults.drop_after_commit()
-    with pytest.raises(AmbiguousWriteError):
-        await writes.commit(preview.id, preview.fingerprint, ALICE)
+    record, _ = await lose_a_refund(billing, writes, "run_reconcile")
     [resolution] = await writes.reconcile()
     assert (resolution.outcome, resolution.how) == (
         "committed",
