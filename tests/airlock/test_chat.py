@@ -17,6 +17,14 @@ from tests.airlock.fake_surface import INVOICE_TOOL, EchoSurface
 from tests.conftest import require_docker
 
 HERE = Path(__file__).parent
+SESSION_ARGS = (
+    "--registry",
+    "tests.airlock.conversation_registry:registry",
+    "--policy",
+    str(HERE / "conversation_policy.toml"),
+    "--user",
+    "alice",
+)
 
 
 def anthropic_api(replies: list[dict[str, Any]], seen: list[dict[str, Any]]) -> httpx.AsyncClient:
@@ -122,16 +130,7 @@ def test_chat_without_a_key_or_a_replay_is_a_usage_error(
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     result = CliRunner().invoke(
         app,
-        [
-            "chat",
-            "hi",
-            "--registry",
-            "tests.airlock.conversation_registry:registry",
-            "--policy",
-            str(HERE / "conversation_policy.toml"),
-            "--user",
-            "alice",
-        ],
+        ["chat", "hi", *SESSION_ARGS],
     )
     assert result.exit_code == 2
     assert "ANTHROPIC_API_KEY" in result.output
@@ -149,12 +148,7 @@ def test_chat_replays_the_bulk_read_in_the_real_sandbox(
         app,
         [
             "chat",
-            "--registry",
-            "tests.airlock.conversation_registry:registry",
-            "--policy",
-            str(HERE / "conversation_policy.toml"),
-            "--user",
-            "alice",
+            *SESSION_ARGS,
             "--replay",
             str(HERE / "fixtures" / "conversations" / "bulk_read.json"),
         ],
