@@ -31,13 +31,14 @@ image: venv engine
 setup: image
 
 demo: setup
-	$(VENV)/bin/airlock demo
+	$(PY) -m examples.billing.demo
 
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
 types: venv
+	@$(PY) scripts/import_tree.py >/dev/null
 	$(VENV)/bin/mypy
 
 pytest: setup

@@ -25,8 +25,8 @@ from typing import Annotated
 import anyio
 from pydantic import BaseModel, Field
 
-from policies import Grant, Principal, read
-from tools import AuditLog, CallContext, MemoryAuditStore, Registry, SQLiteAuditStore
+from airlock.policies import Grant, Principal, read
+from airlock.tools import AuditLog, CallContext, MemoryAuditStore, Registry, SQLiteAuditStore
 
 InvoiceId = Annotated[str, Field(pattern=r"^inv_[a-z0-9]{1,32}$", max_length=36)]
 RECORD = {"invoice_id": "inv_1", "tenant_id": "acme", "amount_minor": 1200, "note": "internal"}

@@ -26,11 +26,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from pydantic import BaseModel, Field
 
+from airlock.bridge import BridgeLimits, ToolSession
+from airlock.policies import Grant, Principal, SandboxProfile, read
+from airlock.sandbox import DEFAULT_IMAGE, DockerBackend
+from airlock.tools import AuditLog, CallContext, Registry, SQLiteAuditStore
 from bench._table import percentile, print_table
-from bridge import BridgeLimits, ToolSession
-from policies import Grant, Principal, SandboxProfile, read
-from sandbox import DEFAULT_IMAGE, DockerBackend
-from tools import AuditLog, CallContext, Registry, SQLiteAuditStore
 
 RUNS = 5
 RecordId = Annotated[str, Field(pattern=r"^rec_[0-9]{1,6}$", max_length=12)]

@@ -29,12 +29,12 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from airlock import Budget, Harness, Session
-from airlock._replay import ContextBytes, ReplayModel, Transcript
-from policies import load_policy
-from sandbox import DEFAULT_IMAGE, DockerBackend
+from airlock.frontends import ContextBytes, ReplayModel, Transcript
+from airlock.policies import load_policy
+from airlock.sandbox import DEFAULT_IMAGE, DockerBackend
+from airlock.tools import SQLiteLedgerStore
+from airlock.tools.testing import SystemOfRecord
 from tests.airlock.conversation_registry import ALICE, INVOICE_COUNT, build_registry
-from tools import SQLiteLedgerStore
-from tools.testing import SystemOfRecord
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "tests" / "airlock" / "fixtures" / "conversations" / "bulk_read.json"

@@ -19,8 +19,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from airlock.sandbox import DEFAULT_IMAGE, DockerBackend
 from bench._table import print_table
-from sandbox import DEFAULT_IMAGE, DockerBackend
 
 PROGRAM = "x = 1\nx + 1\n"
 

@@ -29,10 +29,17 @@ import anyio
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from airlock.policies import ApprovalPolicy, ApprovalRule, Grant, Principal, write
+from airlock.tools import (
+    AuditLog,
+    CallContext,
+    MemoryAuditStore,
+    Registry,
+    SQLiteLedgerStore,
+    WritePath,
+)
+from airlock.tools.testing import SystemOfRecord, refund_tool
 from bench._table import print_table
-from policies import ApprovalPolicy, ApprovalRule, Grant, Principal, write
-from tools import AuditLog, CallContext, MemoryAuditStore, Registry, SQLiteLedgerStore, WritePath
-from tools.testing import SystemOfRecord, refund_tool
 
 PRINCIPAL = Principal(user_id="alice", tenant_id="acme", scopes=frozenset({"billing.write"}))
 GRANT = Grant(

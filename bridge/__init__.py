@@ -5,9 +5,9 @@ Guest programs call read tools through the sandbox's Unix socket; the host side
 :class:`ToolSession`. :func:`render_api` is the typed API the model sees.
 """
 
-from bridge._api import ParamStub, ToolStub, render_api, tool_stubs
-from bridge._server import BridgeLimits, RunEnd, ToolSession, serve_run
-from bridge._wire import (
+from airlock.bridge._api import ParamStub, ToolStub, render_api, tool_stubs
+from airlock.bridge._server import BridgeLimits, RunEnd, ToolSession, serve_run
+from airlock.bridge._wire import (
     MAX_DEPTH,
     MAX_INT_DIGITS,
     PROTOCOL_VERSION,

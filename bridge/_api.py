@@ -14,8 +14,8 @@ from collections.abc import Collection
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from policies import Principal
-from tools import JSONObject, Registry
+from airlock.policies import Principal
+from airlock.tools import JSONObject, Registry
 
 __all__ = ["ParamStub", "ToolStub", "render_api", "tool_stubs"]
 

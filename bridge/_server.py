@@ -21,10 +21,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from bridge._api import ToolStub, tool_stubs
-from bridge._wire import FrameError, encode_frame, read_sized_frame
-from policies import ApprovalPolicy, Grant, Principal
-from tools import (
+from airlock.bridge._api import ToolStub, tool_stubs
+from airlock.bridge._wire import FrameError, encode_frame, read_sized_frame
+from airlock.policies import ApprovalPolicy, Grant, Principal
+from airlock.tools import (
     AuditEvent,
     CallContext,
     JSONObject,

@@ -1,7 +1,7 @@
 """The authority model: who may do what, under which limits. Pure and I/O-free."""
 
-from policies._approval import ApprovalPolicy, ApprovalRule, Decision, Verdict
-from policies._effects import (
+from airlock.policies._approval import ApprovalPolicy, ApprovalRule, Decision, Verdict
+from airlock.policies._effects import (
     EFFECT_KINDS,
     SIDE_EFFECT_KINDS,
     Effect,
@@ -13,12 +13,23 @@ from policies._effects import (
     spend,
     write,
 )
-from policies._errors import AirlockError, UsageError
-from policies._grant import Grant
-from policies._policy_file import Policy, PolicyFileError, load_policy, parse_policy
-from policies._principal import SCOPE_PATTERN, Principal
-from policies._sandbox_profile import LanguageMode, SandboxProfile
-from policies._seccomp import (
+from airlock.policies._errors import AirlockError, UsageError
+from airlock.policies._grant import Grant
+from airlock.policies._policy_file import Policy, PolicyFileError, load_policy, parse_policy
+from airlock.policies._principal import SCOPE_PATTERN, Principal
+from airlock.policies._reach import (
+    SPEND_LIMIT_RULE,
+    STRICTNESS,
+    ApprovalCase,
+    Coverage,
+    approval_cases,
+    breakpoints,
+    coverage,
+    refusal,
+    verdict_at,
+)
+from airlock.policies._sandbox_profile import LanguageMode, SandboxProfile
+from airlock.policies._seccomp import (
     FORBIDDEN_SYSCALLS,
     SECCOMP_ALLOWED_SYSCALLS,
     render_docker_seccomp,
@@ -31,9 +42,13 @@ __all__ = [
     "SCOPE_PATTERN",
     "SECCOMP_ALLOWED_SYSCALLS",
     "SIDE_EFFECT_KINDS",
+    "SPEND_LIMIT_RULE",
+    "STRICTNESS",
     "AirlockError",
+    "ApprovalCase",
     "ApprovalPolicy",
     "ApprovalRule",
+    "Coverage",
     "Decision",
     "Effect",
     "EffectArgumentError",
@@ -46,13 +61,18 @@ __all__ = [
     "SandboxProfile",
     "UsageError",
     "Verdict",
+    "approval_cases",
+    "breakpoints",
+    "coverage",
     "disclose",
     "load_policy",
     "network",
     "parse_policy",
     "read",
+    "refusal",
     "render_docker_seccomp",
     "seccomp_profile_hash",
     "spend",
+    "verdict_at",
     "write",
 ]

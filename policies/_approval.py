@@ -1,6 +1,6 @@
 """Approval rules as data: whether a call may go ahead, must be asked about, or is refused.
 
-A rule matches a call by tool name (globs of :mod:`policies._patterns`), effect kind, amount
+A rule matches a call by tool name (globs of :mod:`airlock.policies._patterns`), effect kind, amount
 threshold and reversibility; every condition a rule sets must hold. Among the rules that
 match, the strictest verdict wins (``deny`` > ``ask`` > ``allow``), and among equally strict
 ones the first listed, so the order of rules never loosens a policy. When no rule matches, a
@@ -15,8 +15,8 @@ from typing import Annotated, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from policies._effects import SIDE_EFFECT_KINDS, Effect, EffectKind
-from policies._patterns import glob_regex
+from airlock.policies._effects import SIDE_EFFECT_KINDS, Effect, EffectKind
+from airlock.policies._patterns import glob_regex
 
 __all__ = ["ApprovalPolicy", "ApprovalRule", "Decision", "Verdict"]
 

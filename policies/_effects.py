@@ -11,7 +11,7 @@ Five kinds, built with one constructor each::
 A *target* is a resource (``service:object/...``) for ``read``/``write``, and a destination
 for ``network``/``disclose``; for ``spend`` it is the currency. Targets may hold
 placeholders ``{field}`` naming a field of the tool's validated input, and the wildcards of
-:mod:`policies._patterns` (``*``, ``**``) for tools that touch many records at once.
+:mod:`airlock.policies._patterns` (``*``, ``**``) for tools that touch many records at once.
 :meth:`Effect.resolve` substitutes the placeholders of a call; a value that is not one safe
 segment (``../admin``, ``a/b``, ``*``) is refused, so no argument can widen a resource.
 """

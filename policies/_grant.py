@@ -2,7 +2,7 @@
 
 Admission requires req(tool, args) ⊆ cap(u): the tool's scope is in :attr:`Grant.scopes`,
 every resolved effect of the call matches one of :attr:`Grant.effects` of the same kind
-(pattern language in :mod:`policies._patterns`), and every ``spend`` stays within
+(pattern language in :mod:`airlock.policies._patterns`), and every ``spend`` stays within
 :attr:`Grant.spend_limits` for its currency. Nothing is implied: ``write`` does not imply
 ``read``, and a grant without a currency in ``spend_limits`` allows no spending in it.
 """
@@ -13,8 +13,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from policies._effects import Effect
-from policies._patterns import covers
+from airlock.policies._effects import Effect
+from airlock.policies._patterns import covers
 
 __all__ = ["Grant"]
 

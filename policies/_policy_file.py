@@ -50,11 +50,11 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StringConstraints, ValidationError
 
-from policies._approval import ApprovalPolicy, ApprovalRule
-from policies._effects import Effect
-from policies._errors import UsageError
-from policies._grant import Grant
-from policies._principal import SCOPE_PATTERN, Principal
+from airlock.policies._approval import ApprovalPolicy, ApprovalRule
+from airlock.policies._effects import Effect
+from airlock.policies._errors import UsageError
+from airlock.policies._grant import Grant
+from airlock.policies._principal import SCOPE_PATTERN, Principal
 
 __all__ = ["Policy", "PolicyFileError", "load_policy", "parse_policy"]
 

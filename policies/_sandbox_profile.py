@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from policies._seccomp import SECCOMP_ALLOWED_SYSCALLS, render_docker_seccomp
+from airlock.policies._seccomp import SECCOMP_ALLOWED_SYSCALLS, render_docker_seccomp
 
 __all__ = ["LanguageMode", "SandboxProfile"]
 

@@ -1,18 +1,18 @@
 """Running programs: hardened per-run containers, a warm pool, and one result type."""
 
-from sandbox._backend import SandboxBackend
-from sandbox._docker import DEFAULT_IMAGE, MAX_PROGRAM_BYTES, DockerBackend
-from sandbox._errors import (
+from airlock.sandbox._backend import SandboxBackend
+from airlock.sandbox._docker import DEFAULT_IMAGE, MAX_PROGRAM_BYTES, DockerBackend
+from airlock.sandbox._errors import (
     EngineUnavailable,
     ImageMissing,
     SandboxError,
     SandboxFailure,
     map_docker_errors,
 )
-from sandbox._kept import KeptSandbox
-from sandbox._owner import reap_orphans
-from sandbox._probe import PROBE_PROGRAM, ProbeFinding, judge_probe
-from sandbox._result import LimitName, ProgramError, RunResult, RunStatus
+from airlock.sandbox._kept import KeptSandbox
+from airlock.sandbox._owner import reap_orphans
+from airlock.sandbox._probe import PROBE_PROGRAM, ProbeFinding, judge_probe
+from airlock.sandbox._result import LimitName, ProgramError, RunResult, RunStatus
 
 __all__ = [
     "DEFAULT_IMAGE",

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from bridge import ToolSession
-from policies import SandboxProfile
-from sandbox._result import RunResult
+from airlock.bridge import ToolSession
+from airlock.policies import SandboxProfile
+from airlock.sandbox._result import RunResult
 
 __all__ = ["SandboxBackend"]
 

@@ -25,7 +25,7 @@ from docker.models.containers import Container
 from docker.types import LogConfig, Ulimit
 from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError
 
-from bridge import (
+from airlock.bridge import (
     PROTOCOL_VERSION,
     FrameError,
     RunEnd,
@@ -34,10 +34,10 @@ from bridge import (
     read_frame,
     serve_run,
 )
-from policies import SandboxProfile
-from sandbox._cgroup import CgroupEvidence, read_evidence
-from sandbox._errors import SandboxFailure, map_docker_errors
-from sandbox._result import LimitName, ProgramError, RunResult, RunStatus
+from airlock.policies import SandboxProfile
+from airlock.sandbox._cgroup import CgroupEvidence, read_evidence
+from airlock.sandbox._errors import SandboxFailure, map_docker_errors
+from airlock.sandbox._result import LimitName, ProgramError, RunResult, RunStatus
 
 __all__ = ["GUEST_MOUNT", "SandboxContainer", "container_config"]
 

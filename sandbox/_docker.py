@@ -16,12 +16,12 @@ from typing import Final, Self
 import docker
 import docker.errors
 
-from bridge import ToolSession
-from policies import Principal, SandboxProfile
-from sandbox._container import SandboxContainer
-from sandbox._errors import SandboxError, map_docker_errors
-from sandbox._kept import KeptSandbox
-from sandbox._owner import (
+from airlock.bridge import ToolSession
+from airlock.policies import Principal, SandboxProfile
+from airlock.sandbox._container import SandboxContainer
+from airlock.sandbox._errors import SandboxError, map_docker_errors
+from airlock.sandbox._kept import KeptSandbox
+from airlock.sandbox._owner import (
     LABEL,
     OWNER_LABEL,
     labelled_containers,
@@ -29,8 +29,8 @@ from sandbox._owner import (
     reap_orphans,
     remove_container,
 )
-from sandbox._pool import WarmPool
-from sandbox._result import ProgramError, RunResult
+from airlock.sandbox._pool import WarmPool
+from airlock.sandbox._result import ProgramError, RunResult
 
 __all__ = ["DEFAULT_IMAGE", "MAX_PROGRAM_BYTES", "DockerBackend"]
 

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 import docker.errors
 import requests.exceptions
 
-from policies import AirlockError
+from airlock.policies import AirlockError
 
 __all__ = [
     "EngineUnavailable",

@@ -17,11 +17,11 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Final
 
-from bridge import ToolSession
-from policies import Principal, SandboxProfile, UsageError
-from sandbox._container import SandboxContainer
-from sandbox._errors import SandboxError, SandboxFailure
-from sandbox._result import ProgramError, RunResult
+from airlock.bridge import ToolSession
+from airlock.policies import Principal, SandboxProfile, UsageError
+from airlock.sandbox._container import SandboxContainer
+from airlock.sandbox._errors import SandboxError, SandboxFailure
+from airlock.sandbox._result import ProgramError, RunResult
 
 __all__ = ["KeptSandbox"]
 

@@ -33,7 +33,7 @@ import docker
 import docker.errors
 import psutil
 
-from sandbox._errors import SandboxError, map_docker_errors
+from airlock.sandbox._errors import SandboxError, map_docker_errors
 
 __all__ = [
     "LABEL",

@@ -14,8 +14,8 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Final
 
-from sandbox._container import SandboxContainer
-from sandbox._errors import SandboxError
+from airlock.sandbox._container import SandboxContainer
+from airlock.sandbox._errors import SandboxError
 
 __all__ = ["WarmPool"]
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from policies import SandboxProfile
-from sandbox._result import RunResult
+from airlock.policies import SandboxProfile
+from airlock.sandbox._result import RunResult
 
 __all__ = ["PROBE_PROGRAM", "ProbeFinding", "judge_probe"]
 

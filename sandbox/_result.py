@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
-from tools import ErrorCode
+from airlock.tools import ErrorCode
 
 __all__ = ["LimitName", "ProgramError", "RunResult", "RunStatus"]
 

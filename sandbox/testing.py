@@ -2,16 +2,16 @@
 
 It never runs the program: it answers with results a test scripts in advance, and records
 every program and profile it was asked to run. Integration tests of the real boundary use
-:class:`sandbox.DockerBackend`.
+:class:`airlock.sandbox.DockerBackend`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from bridge import ToolSession
-from policies import SandboxProfile
-from sandbox._result import RunResult
+from airlock.bridge import ToolSession
+from airlock.policies import SandboxProfile
+from airlock.sandbox._result import RunResult
 
 __all__ = ["ScriptedBackend", "ok_result"]
 
@@ -31,7 +31,7 @@ def ok_result(value: object = None, *, stdout: str = "") -> RunResult:
 
 
 class ScriptedBackend:
-    """A :class:`sandbox.SandboxBackend` whose results are scripted.
+    """A :class:`airlock.sandbox.SandboxBackend` whose results are scripted.
 
     ``script`` is either results returned in order, or a function of (program, profile).
     """

@@ -15,10 +15,10 @@ from typing import Any, TypeVar
 import docker
 import pytest
 
-from bridge import ToolSession
-from policies import SandboxProfile
-from sandbox import DEFAULT_IMAGE, DockerBackend, RunResult
-from sandbox._owner import OWNER_LABEL, labelled_containers, owner_label
+from airlock.bridge import ToolSession
+from airlock.policies import SandboxProfile
+from airlock.sandbox import DEFAULT_IMAGE, DockerBackend, RunResult
+from airlock.sandbox._owner import OWNER_LABEL, labelled_containers, owner_label
 
 T = TypeVar("T")
 IMAGE = os.environ.get("AIRLOCK_IMAGE", DEFAULT_IMAGE)

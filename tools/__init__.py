@@ -2,8 +2,8 @@
 path (prepare, preview, approval, commit, receipt) on a durable ledger, and the REST adapter
 that tools over HTTP APIs share."""
 
-from tools._approvals import approve_preview, deny_preview
-from tools._audit import (
+from airlock.tools._approvals import approve_preview, deny_preview
+from airlock.tools._audit import (
     AdmissionDecision,
     AuditEvent,
     AuditLog,
@@ -12,9 +12,9 @@ from tools._audit import (
     RunSummary,
     Stage,
 )
-from tools._context import CALLERS, CallContext, Caller, Observations
-from tools._credential import Credential
-from tools._errors import (
+from airlock.tools._context import CALLERS, CallContext, Caller, Observations
+from airlock.tools._credential import Credential
+from airlock.tools._errors import (
     ERROR_CODES,
     AmbiguousWriteError,
     ApprovalMismatchError,
@@ -36,22 +36,22 @@ from tools._errors import (
     UnknownToolError,
     UpstreamError,
 )
-from tools._json import JSONObject, JSONValue
-from tools._ledger import LedgerStore, StepStateError
-from tools._preview import STEP_STATES, Approval, Preview, Receipt, StepEvent, StepState
-from tools._reconcile import Resolution
-from tools._registration import NAME_PATTERN
-from tools._registry import Registry
-from tools._rest import RestAdapter
-from tools._rest_errors import error_for_status
-from tools._rest_paths import route_path
-from tools._schema import ToolDefinition
-from tools._spec import Precondition, Secret, ToolSpec, requires
-from tools._sqlite_audit import SQLiteAuditStore
-from tools._sqlite_ledger import SQLiteLedgerStore
-from tools._write_contract import WriteContract
-from tools._write_tool import write_tool
-from tools._writes import WritePath
+from airlock.tools._json import JSONObject, JSONValue
+from airlock.tools._ledger import LedgerStore, StepStateError
+from airlock.tools._preview import STEP_STATES, Approval, Preview, Receipt, StepEvent, StepState
+from airlock.tools._reconcile import Resolution
+from airlock.tools._registration import NAME_PATTERN
+from airlock.tools._registry import Registry
+from airlock.tools._rest import RestAdapter
+from airlock.tools._rest_errors import error_for_status
+from airlock.tools._rest_paths import route_path
+from airlock.tools._schema import ToolDefinition
+from airlock.tools._spec import Precondition, Secret, ToolSpec, requires
+from airlock.tools._sqlite_audit import SQLiteAuditStore
+from airlock.tools._sqlite_ledger import SQLiteLedgerStore
+from airlock.tools._write_contract import WriteContract
+from airlock.tools._write_tool import write_tool
+from airlock.tools._writes import WritePath
 
 __all__ = [
     "CALLERS",

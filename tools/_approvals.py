@@ -10,15 +10,15 @@ from __future__ import annotations
 import hmac
 import re
 
-from tools._errors import (
+from airlock.tools._errors import (
     ApprovalMismatchError,
     ConflictError,
     InvalidInputError,
     NotFoundError,
     PreviewExpiredError,
 )
-from tools._ledger import LedgerStore, StepStateError
-from tools._preview import Approval, Preview
+from airlock.tools._ledger import LedgerStore, StepStateError
+from airlock.tools._preview import Approval, Preview
 
 __all__ = ["approve_preview", "deny_preview", "load_preview"]
 

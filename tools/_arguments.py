@@ -10,8 +10,8 @@ from typing import Any
 import pydantic_core
 from pydantic import BaseModel, ValidationError
 
-from policies import Effect, EffectArgumentError
-from tools._errors import FieldIssue, InvalidInputError
+from airlock.policies import Effect, EffectArgumentError
+from airlock.tools._errors import FieldIssue, InvalidInputError
 
 __all__ = [
     "encode_arguments",

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Literal, Protocol
 
-from tools._context import Caller
-from tools._errors import Outcome
+from airlock.tools._context import Caller
+from airlock.tools._errors import Outcome
 
 __all__ = [
     "AdmissionDecision",

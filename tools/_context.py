@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final, Literal, get_args
 
-from policies import ApprovalPolicy, Grant, Principal
-from tools._errors import NotFoundError
+from airlock.policies import ApprovalPolicy, Grant, Principal
+from airlock.tools._errors import NotFoundError
 
 __all__ = ["CALLERS", "CallContext", "Caller", "Observations"]
 

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
-from tools._errors import DeniedError
+from airlock.tools._errors import DeniedError
 
 __all__ = ["CREDENTIAL_NAME", "Credential"]
 

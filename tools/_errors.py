@@ -32,8 +32,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar, Literal, get_args
 
-from policies import AirlockError
-from tools._json import JSONObject, JSONValue
+from airlock.policies import AirlockError
+from airlock.tools._json import JSONObject, JSONValue
 
 __all__ = [
     "ERROR_CODES",

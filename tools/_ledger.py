@@ -4,7 +4,7 @@ The write path keeps its rules (check order, who may approve, when a step is sta
 store keeps its invariants in single transactions, so a server database can replace SQLite
 by implementing this protocol:
 
-* at most one *live* preview per idempotency key (see :data:`~tools._preview.LIVE_STATES`);
+* at most one *live* preview per idempotency key (see :data:`~airlock.tools._preview.LIVE_STATES`);
 * at most one receipt per key, stored in the same transaction that marks the step
   ``committed``;
 * an approval is consumed at most once;
@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Protocol
 
-from tools._errors import ConflictError
-from tools._preview import Approval, Preview, Receipt, StepEvent, StepState
+from airlock.tools._errors import ConflictError
+from airlock.tools._preview import Approval, Preview, Receipt, StepEvent, StepState
 
 __all__ = ["LedgerStore", "StepStateError"]
 

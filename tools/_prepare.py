@@ -7,11 +7,11 @@ import logging
 import anyio
 from pydantic import BaseModel, ValidationError
 
-from policies import Principal
-from tools._errors import ToolError, ToolTimeoutError, UpstreamError
-from tools._preview import Preview
-from tools._sender import invoke
-from tools._write_contract import WriteContract
+from airlock.policies import Principal
+from airlock.tools._errors import ToolError, ToolTimeoutError, UpstreamError
+from airlock.tools._preview import Preview
+from airlock.tools._sender import invoke
+from airlock.tools._write_contract import WriteContract
 
 __all__ = ["model_message", "run_prepare"]
 

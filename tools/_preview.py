@@ -22,8 +22,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final, Literal, get_args
 
-from policies import Principal
-from tools._json import JSONObject
+from airlock.policies import Principal
+from airlock.tools._json import JSONObject
 
 __all__ = [
     "LIVE_STATES",

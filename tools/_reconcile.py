@@ -11,12 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from tools._approvals import load_preview
-from tools._errors import AmbiguousWriteError, ToolError
-from tools._ledger import StepStateError
-from tools._preview import Preview, Receipt, StepState
-from tools._registry import Registry
-from tools._sender import Sender, effect_of, invoke, owner_alive
+from airlock.tools._approvals import load_preview
+from airlock.tools._errors import AmbiguousWriteError, ToolError
+from airlock.tools._ledger import StepStateError
+from airlock.tools._preview import Preview, Receipt, StepState
+from airlock.tools._registry import Registry
+from airlock.tools._sender import Sender, effect_of, invoke, owner_alive
 
 __all__ = ["Resolution", "ResolutionOutcome", "needs_resolving", "resolve"]
 

@@ -11,14 +11,14 @@ from typing import Any, Final
 
 from pydantic import BaseModel
 
-from policies import SCOPE_PATTERN, Effect, UsageError
-from tools._context import CALLERS, Caller
-from tools._credential import CREDENTIAL_NAME
-from tools._json import JSONObject
-from tools._schema import schema_problems, strict_schema
-from tools._signature import shape_of_handler
-from tools._spec import Precondition, Secret, ToolSpec
-from tools._write_contract import write_contract_problems
+from airlock.policies import SCOPE_PATTERN, Effect, UsageError
+from airlock.tools._context import CALLERS, Caller
+from airlock.tools._credential import CREDENTIAL_NAME
+from airlock.tools._json import JSONObject
+from airlock.tools._schema import schema_problems, strict_schema
+from airlock.tools._signature import shape_of_handler
+from airlock.tools._spec import Precondition, Secret, ToolSpec
+from airlock.tools._write_contract import write_contract_problems
 
 __all__ = ["NAME_PATTERN", "CompiledTool", "build_spec", "compile_tool"]
 

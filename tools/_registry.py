@@ -27,17 +27,17 @@ import anyio
 import anyio.to_thread
 from pydantic import BaseModel
 
-from policies import Effect, Principal, UsageError
-from tools._arguments import (
+from airlock.policies import Effect, Principal, UsageError
+from airlock.tools._arguments import (
     encode_arguments,
     raw_args_hash,
     resolve_effects,
     validate_arguments,
     validated_args_hash,
 )
-from tools._audit import AdmissionDecision, AuditEvent, AuditLog, MemoryAuditStore, Stage
-from tools._context import CallContext, Caller
-from tools._errors import (
+from airlock.tools._audit import AdmissionDecision, AuditEvent, AuditLog, MemoryAuditStore, Stage
+from airlock.tools._context import CallContext, Caller
+from airlock.tools._errors import (
     ConflictError,
     DeniedError,
     NeedsApprovalError,
@@ -48,12 +48,12 @@ from tools._errors import (
     UnknownToolError,
     UpstreamError,
 )
-from tools._json import JSONObject
-from tools._registration import CompiledTool, build_spec, compile_tool
-from tools._schema import ToolDefinition
-from tools._shaping import shape_result
-from tools._spec import Precondition, ToolSpec
-from tools._write_contract import WriteRunner
+from airlock.tools._json import JSONObject
+from airlock.tools._registration import CompiledTool, build_spec, compile_tool
+from airlock.tools._schema import ToolDefinition
+from airlock.tools._shaping import shape_result
+from airlock.tools._spec import Precondition, ToolSpec
+from airlock.tools._write_contract import WriteRunner
 
 __all__ = ["Registry"]
 

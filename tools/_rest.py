@@ -35,8 +35,8 @@ import anyio
 import certifi
 import httpx
 
-from tools._credential import CREDENTIAL_NAME, Credential
-from tools._errors import (
+from airlock.tools._credential import CREDENTIAL_NAME, Credential
+from airlock.tools._errors import (
     AmbiguousWriteError,
     DeniedError,
     LimitExceededError,
@@ -45,9 +45,9 @@ from tools._errors import (
     ToolTimeoutError,
     UpstreamError,
 )
-from tools._json import JSONObject, JSONValue
-from tools._rest_errors import SAFE_METHODS, error_for_status, parse_retry_after
-from tools._rest_paths import origin_of, route_path
+from airlock.tools._json import JSONObject, JSONValue
+from airlock.tools._rest_errors import SAFE_METHODS, error_for_status, parse_retry_after
+from airlock.tools._rest_paths import origin_of, route_path
 
 __all__ = ["RETRY_STATUSES", "RestAdapter"]
 

@@ -24,7 +24,7 @@ import math
 import time
 from typing import Final
 
-from tools._errors import (
+from airlock.tools._errors import (
     ConflictError,
     DeniedError,
     InvalidInputError,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import urllib.parse
 
-from tools._errors import InvalidInputError
+from airlock.tools._errors import InvalidInputError
 
 __all__ = ["origin_of", "route_path"]
 

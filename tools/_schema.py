@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel
 
-from tools._json import JSONObject, JSONValue
+from airlock.tools._json import JSONObject, JSONValue
 
 __all__ = ["ToolDefinition", "schema_problems", "strict_schema"]
 

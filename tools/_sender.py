@@ -22,13 +22,19 @@ import anyio
 import anyio.to_thread
 from pydantic import BaseModel
 
-from tools._audit import AdmissionDecision, AuditEvent, AuditLog, Stage
-from tools._errors import AmbiguousWriteError, ConflictError, Outcome, ToolError, UpstreamError
-from tools._ledger import LedgerStore, StepStateError
-from tools._preview import Preview, Receipt, ResolvedBy, StepState
-from tools._shaping import shape_result
-from tools._spec import ToolSpec
-from tools._write_contract import WriteContract
+from airlock.tools._audit import AdmissionDecision, AuditEvent, AuditLog, Stage
+from airlock.tools._errors import (
+    AmbiguousWriteError,
+    ConflictError,
+    Outcome,
+    ToolError,
+    UpstreamError,
+)
+from airlock.tools._ledger import LedgerStore, StepStateError
+from airlock.tools._preview import Preview, Receipt, ResolvedBy, StepState
+from airlock.tools._shaping import shape_result
+from airlock.tools._spec import ToolSpec
+from airlock.tools._write_contract import WriteContract
 
 __all__ = [
     "Sender",

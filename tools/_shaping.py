@@ -6,8 +6,8 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from tools._errors import ResultTooLargeError, UpstreamError
-from tools._json import JSONObject
+from airlock.tools._errors import ResultTooLargeError, UpstreamError
+from airlock.tools._json import JSONObject
 
 __all__ = ["shape_result"]
 

@@ -9,8 +9,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, create_model
 
-from policies import UsageError
-from tools._context import CallContext
+from airlock.policies import UsageError
+from airlock.tools._context import CallContext
 
 __all__ = ["HandlerShape", "shape_of_handler"]
 

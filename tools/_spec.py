@@ -8,9 +8,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from policies import Effect
-from tools._context import Caller
-from tools._write_contract import WriteContract
+from airlock.policies import Effect
+from airlock.tools._context import Caller
+from airlock.tools._write_contract import WriteContract
 
 __all__ = ["Precondition", "Secret", "ToolSpec", "requires"]
 
@@ -77,10 +77,11 @@ class ToolSpec:
     """Input fields left out of the audit hash (marked with :class:`Secret`)."""
     destinations: tuple[str, ...] = ()
     """Network origins its adapter reaches (``https://api.example.com:443``), for the effect
-    inventory; a REST adapter's :attr:`~tools.RestAdapter.destinations`."""
+    inventory; a REST adapter's :attr:`~airlock.tools.RestAdapter.destinations`."""
     credentials: tuple[str, ...] = ()
     """Names of the credentials its adapter sends (``BILLING_TOKEN_ACME``), never their
-    values, for the effect inventory; a REST adapter's :attr:`~tools.RestAdapter.credentials`."""
+    values, for the effect inventory; a REST adapter's
+    :attr:`~airlock.tools.RestAdapter.credentials`."""
     write: WriteContract | None = None
     """Set for write tools (built with ``write_tool``): prepare and commit instead of
     ``handler``; a direct call yields a preview, never an effect."""

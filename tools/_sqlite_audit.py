@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from tools._audit import AuditEvent, RunSummary
-from tools._sqlite_connection import SQLiteConnection
+from airlock.tools._audit import AuditEvent, RunSummary
+from airlock.tools._sqlite_connection import SQLiteConnection
 
 __all__ = ["SQLiteAuditStore"]
 
@@ -44,7 +44,7 @@ _INSERT = f"INSERT INTO audit_events ({_COLUMNS}) VALUES ({', '.join('?' * 17)})
 
 
 class SQLiteAuditStore:
-    """An :class:`~tools.AuditStore` in one SQLite file.
+    """An :class:`~airlock.tools.AuditStore` in one SQLite file.
 
     WAL mode lets readers (``airlock audit``) work while a harness writes; writers in other
     processes wait up to ``busy_timeout`` seconds. Within a process one connection serves all

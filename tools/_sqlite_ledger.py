@@ -15,9 +15,9 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any, Literal
 
-from policies import Principal
-from tools._ledger import StepStateError
-from tools._preview import (
+from airlock.policies import Principal
+from airlock.tools._ledger import StepStateError
+from airlock.tools._preview import (
     LIVE_STATES,
     STEP_STATES,
     Approval,
@@ -27,7 +27,7 @@ from tools._preview import (
     StepState,
     canonical_json,
 )
-from tools._sqlite_connection import SQLiteConnection
+from airlock.tools._sqlite_connection import SQLiteConnection
 
 __all__ = ["SQLiteLedgerStore"]
 
@@ -98,7 +98,7 @@ _RECEIPT_COLUMNS = "key, preview_id, tool, data, stored_at, resolved_by"
 
 
 class SQLiteLedgerStore:
-    """A :class:`~tools.LedgerStore` in one SQLite file (or ``":memory:"``, for measuring).
+    """A :class:`~airlock.tools.LedgerStore` in one SQLite file (or ``":memory:"``, for measuring).
 
     ``synchronous="FULL"`` (the default) syncs every step to disk before it returns, so a
     claimed send is on disk before anything is sent; ``"NORMAL"`` survives a crash of the

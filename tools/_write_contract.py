@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel
 
-from tools._audit import AdmissionDecision
-from tools._errors import ToolError
+from airlock.tools._audit import AdmissionDecision
+from airlock.tools._errors import ToolError
 
 if TYPE_CHECKING:
-    from policies import Effect
-    from tools._context import CallContext
-    from tools._spec import ToolSpec
+    from airlock.policies import Effect
+    from airlock.tools._context import CallContext
+    from airlock.tools._spec import ToolSpec
 
 __all__ = ["Proposal", "WriteContract", "WriteRunner", "write_contract_problems"]
 

@@ -8,9 +8,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from policies import Effect
-from tools._spec import ToolSpec
-from tools._write_contract import WriteContract
+from airlock.policies import Effect
+from airlock.tools._spec import ToolSpec
+from airlock.tools._write_contract import WriteContract
 
 __all__ = ["write_tool"]
 

@@ -1,8 +1,8 @@
 """The write path: prepare → preview → approve → commit → receipt, on a durable ledger.
 
-:class:`WritePath` attaches itself to a :class:`~tools.Registry`. A direct call of a write
+:class:`WritePath` attaches itself to a :class:`~airlock.tools.Registry`. A direct call of a write
 tool then goes through admission as usual and, instead of running a handler, prepares the
-exact effect and stores a :class:`~tools.Preview`; the call answers ``needs_approval`` with
+exact effect and stores a :class:`~airlock.tools.Preview`; the call answers ``needs_approval`` with
 the preview id. An ``allow`` rule approves the preview by policy on the spot (the harness may
 commit at once); ``ask`` leaves it for a person (:meth:`WritePath.approve`, or
 ``airlock approvals approve``); ``deny`` refuses the call.
@@ -34,11 +34,11 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from policies import Effect, EffectArgumentError, Principal
-from tools._approvals import approve_preview, deny_preview, load_preview
-from tools._audit import AdmissionDecision
-from tools._context import CallContext
-from tools._errors import (
+from airlock.policies import Effect, EffectArgumentError, Principal
+from airlock.tools._approvals import approve_preview, deny_preview, load_preview
+from airlock.tools._audit import AdmissionDecision
+from airlock.tools._context import CallContext
+from airlock.tools._errors import (
     ApprovalMismatchError,
     ConflictError,
     DeniedError,
@@ -47,14 +47,21 @@ from tools._errors import (
     UnknownToolError,
     UpstreamError,
 )
-from tools._ledger import LedgerStore, StepStateError
-from tools._prepare import model_message, run_prepare
-from tools._preview import Approval, Preview, Receipt, ResolvedBy, fingerprint, idempotency_key
-from tools._reconcile import Resolution, resolve
-from tools._registry import Registry
-from tools._sender import Sender, contract_of
-from tools._spec import ToolSpec
-from tools._write_contract import Proposal, WriteContract
+from airlock.tools._ledger import LedgerStore, StepStateError
+from airlock.tools._prepare import model_message, run_prepare
+from airlock.tools._preview import (
+    Approval,
+    Preview,
+    Receipt,
+    ResolvedBy,
+    fingerprint,
+    idempotency_key,
+)
+from airlock.tools._reconcile import Resolution, resolve
+from airlock.tools._registry import Registry
+from airlock.tools._sender import Sender, contract_of
+from airlock.tools._spec import ToolSpec
+from airlock.tools._write_contract import Proposal, WriteContract
 
 __all__ = ["WritePath"]
 
@@ -180,10 +187,10 @@ class WritePath:
     def approve(
         self, preview_id: str, *, approver: str, fingerprint: str | None = None, reason: str = ""
     ) -> Approval:
-        """A person approves the preview (see :func:`~tools.approve_preview`).
+        """A person approves the preview (see :func:`~airlock.tools.approve_preview`).
 
         Raises:
-            ToolError: as :func:`~tools.approve_preview`.
+            ToolError: as :func:`~airlock.tools.approve_preview`.
         """
         approval = approve_preview(
             self.ledger,
@@ -200,10 +207,10 @@ class WritePath:
         return approval
 
     def deny(self, preview_id: str, *, approver: str, reason: str) -> Preview:
-        """A person refuses the preview (see :func:`~tools.deny_preview`).
+        """A person refuses the preview (see :func:`~airlock.tools.deny_preview`).
 
         Raises:
-            ToolError: as :func:`~tools.deny_preview`.
+            ToolError: as :func:`~airlock.tools.deny_preview`.
         """
         preview = deny_preview(
             self.ledger, preview_id, approver=approver, reason=reason, now=self.clock()

@@ -22,12 +22,12 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from policies import Principal, spend, write
-from tools._errors import ConflictError, NotFoundError
-from tools._json import JSONObject
-from tools._preview import canonical_json
-from tools._spec import ToolSpec
-from tools._write_tool import write_tool
+from airlock.policies import Principal, spend, write
+from airlock.tools._errors import ConflictError, NotFoundError
+from airlock.tools._json import JSONObject
+from airlock.tools._preview import canonical_json
+from airlock.tools._spec import ToolSpec
+from airlock.tools._write_tool import write_tool
 
 __all__ = [
     "Refund",

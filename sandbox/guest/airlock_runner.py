@@ -37,7 +37,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
-    from sandbox.guest.airlock_bridge import ERRORS, Connection, RunAborted, ToolError, Tools
+    from airlock.sandbox.guest.airlock_bridge import (
+        ERRORS,
+        Connection,
+        RunAborted,
+        ToolError,
+        Tools,
+    )
 else:
     # The interpreter runs isolated (-I -S): nothing is on the path but the standard
     # library. The guest's modules and packages sit next to this file.

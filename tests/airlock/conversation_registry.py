@@ -11,9 +11,9 @@ from typing import Annotated, Any, Final
 
 from pydantic import BaseModel, Field
 
-from policies import Grant, Principal, read, write
-from tools import CallContext, NotFoundError, Registry
-from tools.testing import SystemOfRecord, refund_tool
+from airlock.policies import Grant, Principal, read, write
+from airlock.tools import CallContext, NotFoundError, Registry
+from airlock.tools.testing import SystemOfRecord, refund_tool
 
 __all__ = [
     "ALICE",

@@ -6,7 +6,7 @@ import asyncio
 import json
 from typing import Any
 
-from airlock._model_tools import ModelResult, ModelTool
+from airlock.harness import ModelResult, ModelTool
 
 INVOICE_TOOL = ModelTool(
     name="billing_invoice_get",

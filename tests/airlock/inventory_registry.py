@@ -17,8 +17,8 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from policies import network, read, spend, write
-from tools import Registry, ToolSpec
+from airlock.policies import network, read, spend, write
+from airlock.tools import Registry, ToolSpec
 
 POLICY = Path(__file__).with_name("inventory_policy.toml")
 CREDENTIAL = "BILLING_API_KEY"

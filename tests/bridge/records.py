@@ -7,8 +7,8 @@ from typing import Annotated
 
 from pydantic import BaseModel, Field
 
-from policies import Grant, Principal, read, write
-from tools import AuditLog, CallContext, MemoryAuditStore, NotFoundError, Registry
+from airlock.policies import Grant, Principal, read, write
+from airlock.tools import AuditLog, CallContext, MemoryAuditStore, NotFoundError, Registry
 
 RecordId = Annotated[str, Field(pattern=r"^rec_[0-9]{1,6}$", max_length=12)]
 RECORDS = {

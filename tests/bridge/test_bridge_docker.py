@@ -8,11 +8,11 @@ from dataclasses import replace
 
 import pytest
 
-from bridge import BridgeLimits, ToolSession
-from policies import Grant, Principal, read
+from airlock.bridge import BridgeLimits, ToolSession
+from airlock.policies import Grant, Principal, read
+from airlock.tools import AuditLog, MemoryAuditStore
 from tests.bridge.records import ALICE, GRANT, build_registry
 from tests.conftest import Sandbox
-from tools import AuditLog, MemoryAuditStore
 
 pytestmark = pytest.mark.docker
 

@@ -16,9 +16,9 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bridge import BridgeLimits, RunEnd, ToolSession, encode_frame, serve_run
+from airlock.bridge import BridgeLimits, RunEnd, ToolSession, encode_frame, serve_run
+from airlock.tools import AuditLog, MemoryAuditStore
 from tests.bridge.records import ALICE, GRANT, build_registry
-from tools import AuditLog, MemoryAuditStore
 
 REGISTRY = build_registry(audit=AuditLog(MemoryAuditStore()), slow_s=0.0)
 TOOL_NAMES = [

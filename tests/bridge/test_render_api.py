@@ -3,8 +3,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from bridge import render_api, tool_stubs
-from policies import Principal
+from airlock.bridge import render_api, tool_stubs
+from airlock.policies import Principal
 from tests.bridge.records import ALICE, build_registry
 
 SNAPSHOT = Path(__file__).parent / "snapshots" / "records_api.py.txt"

@@ -5,7 +5,7 @@ import struct
 
 import pytest
 
-from bridge import MAX_DEPTH, FrameError, decode_body, encode_frame, read_frame
+from airlock.bridge import MAX_DEPTH, FrameError, decode_body, encode_frame, read_frame
 
 
 @pytest.fixture

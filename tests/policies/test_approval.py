@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from policies import ApprovalPolicy, ApprovalRule, Effect, read, spend, write
+from airlock.policies import ApprovalPolicy, ApprovalRule, Effect, read, spend, write
 
 POLICY = ApprovalPolicy(
     (

@@ -4,8 +4,8 @@ import re
 
 import pytest
 
-from policies import Effect, EffectArgumentError, disclose, network, read, spend, write
-from policies._patterns import covers
+from airlock.policies import Effect, EffectArgumentError, disclose, network, read, spend, write
+from airlock.policies._patterns import covers
 
 
 def test_constructors_build_each_kind() -> None:

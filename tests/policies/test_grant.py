@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from policies import Effect, Grant, network, read, spend, write
+from airlock.policies import Effect, Grant, network, read, spend, write
 
 GRANT = Grant(
     scopes=frozenset({"billing.read"}),

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from policies import (
+from airlock.policies import (
     Policy,
     PolicyFileError,
     Principal,
@@ -63,7 +63,7 @@ def policy(tmp_path: Path) -> Policy:
 
 
 def test_the_documented_example_is_in_the_module_docstring() -> None:
-    import policies._policy_file as module
+    import airlock.policies._policy_file as module
 
     assert module.__doc__ is not None
     assert "[[roles.billing_agent.rules]]" in module.__doc__

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from policies import Principal
+from airlock.policies import Principal
 
 
 def test_principal_is_frozen_and_hashable() -> None:

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-import policies
+from airlock import policies
 
 # The names this package owes the tool layer; other parts of policies add their own.
 AUTHORITY_API = {

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from policies import (
+from airlock.policies import (
     FORBIDDEN_SYSCALLS,
     SECCOMP_ALLOWED_SYSCALLS,
     SandboxProfile,

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox._cgroup import CgroupEvidence, read_evidence
+from airlock.sandbox._cgroup import CgroupEvidence, read_evidence
 
 CID = "abc123"
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from policies import SandboxProfile
-from sandbox._container import GUEST_MOUNT, container_config
+from airlock.policies import SandboxProfile
+from airlock.sandbox._container import GUEST_MOUNT, container_config
 
 
 def test_config_carries_every_hardening_setting() -> None:

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from policies import SandboxProfile
+from airlock.policies import SandboxProfile
 
 RUNNER = Path(__file__).resolve().parents[2] / "sandbox" / "guest" / "airlock_runner.py"
 ALLOWED = SandboxProfile().allowed_imports

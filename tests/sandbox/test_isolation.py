@@ -220,7 +220,7 @@ def test_host_process_is_not_visible(sandbox: Sandbox) -> None:
 
 
 def test_probe_finds_the_whole_profile_in_force(sandbox: Sandbox) -> None:
-    from sandbox import PROBE_PROGRAM, judge_probe
+    from airlock.sandbox import PROBE_PROGRAM, judge_probe
 
     result = sandbox.run(PROBE_PROGRAM, language_mode="full")
     findings = judge_probe(result, sandbox.backend.profile)

@@ -18,8 +18,8 @@ import docker
 import psutil
 import pytest
 
-from sandbox import reap_orphans
-from sandbox._owner import LABEL, OWNER_LABEL, START_LABEL, owner_labels
+from airlock.sandbox import reap_orphans
+from airlock.sandbox._owner import LABEL, OWNER_LABEL, START_LABEL, owner_labels
 from tests.conftest import IMAGE
 
 pytestmark = pytest.mark.docker

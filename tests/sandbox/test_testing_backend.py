@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import pytest
 
-from policies import SandboxProfile
-from sandbox import SandboxBackend
-from sandbox.testing import ScriptedBackend, ok_result
+from airlock.policies import SandboxProfile
+from airlock.sandbox import SandboxBackend
+from airlock.sandbox.testing import ScriptedBackend, ok_result
 
 
 @pytest.fixture

@@ -8,8 +8,8 @@ from typing import Annotated
 import anyio
 from pydantic import BaseModel, Field
 
-from policies import Grant, Principal, network, read, write
-from tools import (
+from airlock.policies import Grant, Principal, network, read, write
+from airlock.tools import (
     AuditLog,
     CallContext,
     MemoryAuditStore,

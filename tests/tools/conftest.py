@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from airlock.tools import Registry
 from tests.tools.billing import Handled, build_registry
-from tools import Registry
 
 
 @pytest.fixture

@@ -10,9 +10,8 @@ import anyio
 import pytest
 from pydantic import BaseModel, Field
 
-from policies import ApprovalPolicy, ApprovalRule, Grant, Principal, read
-from tests.tools.billing import ALICE, FULL_GRANT, Handled, build_registry, context
-from tools import (
+from airlock.policies import ApprovalPolicy, ApprovalRule, Grant, Principal, read
+from airlock.tools import (
     CallContext,
     MemoryAuditStore,
     Observations,
@@ -21,6 +20,7 @@ from tools import (
     ToolError,
     UnknownToolError,
 )
+from tests.tools.billing import ALICE, FULL_GRANT, Handled, build_registry, context
 
 ADMIN = ALICE.model_copy(update={"scopes": ALICE.scopes | {"billing.admin"}})
 READ_ONLY_ORDERS = Grant(

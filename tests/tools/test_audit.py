@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tools import AuditEvent, AuditLog, MemoryAuditStore, SQLiteAuditStore
+from airlock.tools import AuditEvent, AuditLog, MemoryAuditStore, SQLiteAuditStore
 
 
 def event(run: str = "r1", call: str = "c1", tool: str = "billing_invoice_get", **kw: object):

@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import pytest
 
-import tools
-from policies import AirlockError
-from tools import (
+from airlock import tools
+from airlock.policies import AirlockError
+from airlock.tools import (
     ERROR_CODES,
     AmbiguousWriteError,
     ConflictError,

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from policies import Principal
-from tools import Approval, Preview, Receipt, SQLiteLedgerStore, StepStateError
-from tools._preview import fingerprint, idempotency_key
+from airlock.policies import Principal
+from airlock.tools import Approval, Preview, Receipt, SQLiteLedgerStore, StepStateError
+from airlock.tools._preview import fingerprint, idempotency_key
 
 ALICE = Principal(user_id="alice", tenant_id="acme", scopes=frozenset({"billing.write"}))
 

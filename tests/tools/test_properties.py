@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, Field
 
-from policies import (
+from airlock.policies import (
     ApprovalPolicy,
     ApprovalRule,
     Effect,
@@ -22,7 +22,7 @@ from policies import (
     spend,
     write,
 )
-from tools import CallContext, Registry, ToolError
+from airlock.tools import CallContext, Registry, ToolError
 
 SCOPES = ["billing.read", "billing.write", "orders.read"]
 Segment = Annotated[str, Field(max_length=40)]

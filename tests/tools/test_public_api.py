@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-import tools
+from airlock import tools
 
 PUBLIC_API = [
     "CALLERS",
@@ -76,7 +76,7 @@ def test_every_public_name_resolves() -> None:
 
 
 def test_tool_errors_share_one_root() -> None:
-    from policies import AirlockError
+    from airlock.policies import AirlockError
 
     errors = [getattr(tools, n) for n in tools.__all__ if n.endswith("Error")]
     assert all(issubclass(e, tools.ToolError) and issubclass(e, AirlockError) for e in errors)

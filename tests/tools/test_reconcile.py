@@ -8,8 +8,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from tools import AmbiguousWriteError, Registry, SQLiteLedgerStore, WritePath
-from tools.testing import SystemOfRecord
+from airlock.tools import AmbiguousWriteError, Registry, SQLiteLedgerStore, WritePath
+from airlock.tools.testing import SystemOfRecord
 
 from .test_write_world import ALICE, World
 

@@ -9,8 +9,8 @@ from typing import Annotated, Any
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
-from policies import UsageError, disclose, read, spend, write
-from tools import CallContext, Credential, Registry, ToolSpec, requires
+from airlock.policies import UsageError, disclose, read, spend, write
+from airlock.tools import CallContext, Credential, Registry, ToolSpec, requires
 
 DOC = "Do a thing. Use it when needed. It does not return secrets."
 Id = Annotated[str, Field(max_length=20)]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tools import (
+from airlock.tools import (
     ERROR_CODES,
     AmbiguousWriteError,
     ConflictError,
@@ -26,8 +26,8 @@ from tools import (
     error_for_status,
     route_path,
 )
-from tools._rest_errors import parse_retry_after
-from tools._rest_paths import origin_of
+from airlock.tools._rest_errors import parse_retry_after
+from airlock.tools._rest_paths import origin_of
 
 from .loopback import Reply, Upstream, serve
 

@@ -6,9 +6,9 @@ from typing import Annotated
 
 from pydantic import BaseModel, Field
 
-from policies import Principal, read
+from airlock.policies import Principal, read
+from airlock.tools import Registry
 from tests.tools.billing import ALICE, Handled, build_registry
-from tools import Registry
 
 INVOICE_GET = {
     "name": "billing_invoice_get",

@@ -18,9 +18,9 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from policies import ApprovalPolicy
-from tools import Registry, SQLiteLedgerStore, ToolError, WritePath
-from tools.testing import SystemOfRecord, refund_tool
+from airlock.policies import ApprovalPolicy
+from airlock.tools import Registry, SQLiteLedgerStore, ToolError, WritePath
+from airlock.tools.testing import SystemOfRecord, refund_tool
 
 from .test_write_world import ALICE, ALLOW, ASK, INVOICES, TOOL, Clock, context
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from policies import ApprovalPolicy, Grant, UsageError, read, write
-from tools import (
+from airlock.policies import ApprovalPolicy, Grant, UsageError, read, write
+from airlock.tools import (
     AmbiguousWriteError,
     ConflictError,
     DeniedError,
@@ -21,7 +21,7 @@ from tools import (
     ToolSpec,
     write_tool,
 )
-from tools.testing import Refund, SystemOfRecord, refund_tool
+from airlock.tools.testing import Refund, SystemOfRecord, refund_tool
 
 from .test_write_world import ALICE, ALLOW, ASK, BOB, DENY, GRANT, MALLORY, TOOL, World
 

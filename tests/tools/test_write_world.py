@@ -10,9 +10,9 @@ from typing import Any
 
 import anyio
 
-from policies import ApprovalPolicy, ApprovalRule, Grant, Principal, write
-from tools import CallContext, Preview, Registry, SQLiteLedgerStore, ToolError, WritePath
-from tools.testing import SystemOfRecord, refund_tool
+from airlock.policies import ApprovalPolicy, ApprovalRule, Grant, Principal, write
+from airlock.tools import CallContext, Preview, Registry, SQLiteLedgerStore, ToolError, WritePath
+from airlock.tools.testing import SystemOfRecord, refund_tool
 
 TOOL = "billing_refund_create"
 ALICE = Principal(user_id="alice", tenant_id="acme", scopes=frozenset({"billing.write"}))

@@ -1,0 +1,312 @@
+"""``airlock approvals``, ``airlock receipts`` and ``airlock reconcile``: the person who
+approves writes, and the operator who resolves writes a crash left undecided."""
+
+from __future__ import annotations
+
+import datetime as dt
+import getpass
+import importlib
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import anyio
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from airlock.cli._settings import Settings
+from airlock.tools import (
+    Preview,
+    Registry,
+    SQLiteLedgerStore,
+    ToolError,
+    WritePath,
+    approve_preview,
+    deny_preview,
+)
+
+__all__ = ["approvals_app", "default_ledger", "receipts_app", "reconcile"]
+
+approvals_app = typer.Typer(
+    name="approvals",
+    help="Previews of writes waiting for a person: list, show, approve, deny.",
+    no_args_is_help=True,
+)
+receipts_app = typer.Typer(
+    name="receipts",
+    help="Receipts of committed writes, as the system of record answered.",
+    no_args_is_help=True,
+)
+
+LedgerOption = Annotated[
+    Path | None,
+    typer.Option("--ledger", help="Ledger database (default: ledger.db in AIRLOCK_HOME)."),
+]
+
+
+def default_ledger() -> Path:
+    """``ledger.db`` in the airlock home directory."""
+    return Settings.from_env().home / "ledger.db"
+
+
+def _open(ledger: Path | None, *, readonly: bool) -> SQLiteLedgerStore:
+    path = ledger if ledger is not None else default_ledger()
+    if not path.exists():
+        Console(stderr=True).print(
+            f"no ledger at {path}; nothing was prepared yet, or pass --ledger"
+        )
+        raise typer.Exit(code=1)
+    return SQLiteLedgerStore(path, readonly=readonly)
+
+
+def _fail(exc: ToolError) -> typer.Exit:
+    Console(stderr=True).print(f"[red]{exc.code}[/]: {exc.message}", highlight=False)
+    return typer.Exit(code=1)
+
+
+def _time(ts: float) -> str:
+    return dt.datetime.fromtimestamp(ts, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _age(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m"
+    return f"{seconds / 3600:.1f}h"
+
+
+@approvals_app.command("list")
+def list_pending(
+    ledger: LedgerOption = None,
+    all_states: Annotated[
+        bool, typer.Option("--all", help="Every preview, not only those waiting.")
+    ] = False,
+    limit: Annotated[int, typer.Option(min=1, help="Show at most this many.")] = 100,
+) -> None:
+    """List previews waiting for approval: principal, tool, effect summary, age, expiry."""
+    store = _open(ledger, readonly=True)
+    try:
+        previews = store.previews(states=None if all_states else {"prepared"}, limit=limit)
+    finally:
+        store.close()
+    now = time.time()
+    table = Table(title="previews" if all_states else "previews waiting for approval")
+    for column in ("id", "state", "principal", "tool", "effect", "age", "expires in"):
+        table.add_column(column)
+    for p in previews:
+        expiry = "expired" if p.expired(now) else _age(p.expires - now)
+        table.add_row(
+            p.id,
+            p.state,
+            f"{p.principal.user_id}@{p.principal.tenant_id}",
+            p.tool,
+            p.summary,
+            _age(now - p.created),
+            expiry,
+        )
+    Console(width=220).print(table if previews else "nothing waits for approval")
+
+
+@approvals_app.command("show")
+def show(
+    preview_id: Annotated[str, typer.Argument(help="The preview id, pv_...")],
+    ledger: LedgerOption = None,
+) -> None:
+    """Show the full effect as code computed it, the fingerprint, the rule and the history."""
+    store = _open(ledger, readonly=True)
+    try:
+        preview = store.preview(preview_id)
+        if preview is None:
+            Console(stderr=True).print(f"no preview {preview_id!r}")
+            raise typer.Exit(code=1)
+        approval = store.approval(preview_id)
+        history = store.history(preview_id)
+        receipt = store.receipt(preview.key)
+    finally:
+        store.close()
+    console = Console(width=200)
+    console.print(_describe(preview), highlight=False)
+    console.print("effect (computed by the tool's prepare):")
+    console.print_json(json.dumps(preview.effect))
+    if approval is not None:
+        console.print(
+            f"approval: {approval.kind} {approval.approver} at {_time(approval.at)}"
+            + (f", consumed at {_time(approval.consumed_at)}" if approval.consumed_at else "")
+            + (f" ({approval.reason})" if approval.reason else ""),
+            highlight=False,
+        )
+    if receipt is not None and receipt.preview_id == preview.id:
+        console.print(f"receipt ({receipt.resolved_by}):")
+        console.print_json(json.dumps(receipt.data))
+    table = Table(title="history")
+    for column in ("time (UTC)", "from", "to", "by", "how"):
+        table.add_column(column)
+    for event in history:
+        table.add_row(
+            _time(event.at), event.from_state or "", event.to_state, event.actor, event.how
+        )
+    console.print(table)
+
+
+def _describe(p: Preview) -> str:
+    return "\n".join(
+        [
+            f"preview      {p.id}  [{p.state}]",
+            f"tool         {p.tool}",
+            f"principal    {p.principal.user_id}@{p.principal.tenant_id}  (run {p.run_id})",
+            f"summary      {p.summary}",
+            f"effects      {', '.join(p.effects)}",
+            f"rule         {p.rule}",
+            f"fingerprint  {p.fingerprint}",
+            f"key          {p.key}",
+            f"created      {_time(p.created)} UTC, expires {_time(p.expires)} UTC",
+        ]
+        + ([f"error        {p.error}"] if p.error else [])
+    )
+
+
+@approvals_app.command("approve")
+def approve(
+    preview_id: Annotated[str, typer.Argument(help="The preview id, pv_...")],
+    ledger: LedgerOption = None,
+    fingerprint: Annotated[
+        str | None,
+        typer.Option(help="The fingerprint you reviewed (from `show`); refused if it changed."),
+    ] = None,
+    approver: Annotated[
+        str | None, typer.Option("--as", help="Your id (default: your login name).")
+    ] = None,
+    reason: Annotated[str, typer.Option(help="A note kept with the approval.")] = "",
+) -> None:
+    """Approve a preview's fingerprint; the harness then commits it once."""
+    store = _open(ledger, readonly=False)
+    try:
+        approval = approve_preview(
+            store,
+            preview_id,
+            approver=approver or getpass.getuser(),
+            now=time.time(),
+            fingerprint=fingerprint,
+            reason=reason,
+        )
+    except ToolError as exc:
+        raise _fail(exc) from None
+    finally:
+        store.close()
+    Console().print(
+        f"approved {preview_id} (fingerprint {approval.fingerprint[:16]}…) as {approval.approver}",
+        highlight=False,
+    )
+
+
+@approvals_app.command("deny")
+def deny(
+    preview_id: Annotated[str, typer.Argument(help="The preview id, pv_...")],
+    reason: Annotated[str, typer.Option(help="Why; the run's owner sees it.")],
+    ledger: LedgerOption = None,
+    approver: Annotated[
+        str | None, typer.Option("--as", help="Your id (default: your login name).")
+    ] = None,
+) -> None:
+    """Refuse a preview; it can never be committed."""
+    store = _open(ledger, readonly=False)
+    try:
+        deny_preview(
+            store,
+            preview_id,
+            approver=approver or getpass.getuser(),
+            reason=reason,
+            now=time.time(),
+        )
+    except ToolError as exc:
+        raise _fail(exc) from None
+    finally:
+        store.close()
+    Console().print(f"denied {preview_id}: {reason}", highlight=False)
+
+
+@receipts_app.command("list")
+def list_receipts(
+    ledger: LedgerOption = None,
+    limit: Annotated[int, typer.Option(min=1, help="Show at most this many.")] = 100,
+) -> None:
+    """List stored receipts, newest first."""
+    store = _open(ledger, readonly=True)
+    try:
+        receipts = store.receipts(limit=limit)
+    finally:
+        store.close()
+    table = Table(title="receipts (newest first)")
+    for column in ("stored (UTC)", "preview", "tool", "how", "receipt"):
+        table.add_column(column)
+    for r in receipts:
+        table.add_row(_time(r.stored_at), r.preview_id, r.tool, r.resolved_by, json.dumps(r.data))
+    Console(width=220).print(table if receipts else "no receipts yet")
+
+
+def _load_registry(spec: str) -> Registry:
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise typer.BadParameter(f"--registry {spec!r}: write MODULE:OBJECT")
+    if os.getcwd() not in sys.path and "" not in sys.path:  # as `python -m` would
+        sys.path.insert(0, os.getcwd())
+    try:
+        found = getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError) as exc:
+        raise typer.BadParameter(f"--registry {spec!r}: {exc}") from None
+    registry = found() if callable(found) and not isinstance(found, Registry) else found
+    if not isinstance(registry, Registry):
+        raise typer.BadParameter(
+            f"--registry {spec!r} is not a Registry or a function returning one"
+        )
+    return registry
+
+
+def reconcile(
+    ledger: LedgerOption = None,
+    tools: Annotated[
+        str | None,
+        typer.Option(
+            "--registry",
+            help="MODULE:OBJECT of the Registry (or a function returning it) whose write "
+            "tools can query or resend; without it, undecided steps are only listed.",
+        ),
+    ] = None,
+) -> None:
+    """Resolve every write a timeout or crash left undecided: query the system of record or
+    resend with the same key, never a fresh write. Exits 1 while any stays undecided."""
+    if tools is None:
+        store = _open(ledger, readonly=True)
+        try:
+            undecided = store.previews(states={"unknown", "sending"})
+        finally:
+            store.close()
+        for p in undecided:
+            Console().print(f"{p.id} {p.tool} [{p.state}] {p.summary}", highlight=False)
+        if undecided:
+            Console(stderr=True).print(
+                f"{len(undecided)} undecided; pass --registry to resolve them"
+            )
+            raise typer.Exit(code=1)
+        Console().print("nothing to reconcile")
+        return
+    registry = _load_registry(tools)
+    store = _open(ledger, readonly=False)
+    try:
+        resolutions = anyio.run(WritePath(registry, store).reconcile)
+    finally:
+        store.close()
+    table = Table(title="reconcile")
+    for column in ("preview", "tool", "before", "after", "outcome", "how"):
+        table.add_column(column)
+    for r in resolutions:
+        table.add_row(r.preview_id, r.tool, r.before, r.after, r.outcome, r.how)
+    Console(width=200).print(table if resolutions else "nothing to reconcile")
+    if any(r.outcome in ("unresolved", "in_flight") for r in resolutions):
+        raise typer.Exit(code=1)

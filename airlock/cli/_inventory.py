@@ -1,0 +1,234 @@
+"""``airlock inventory`` and ``airlock program-effects``: what an agent can reach.
+
+Exit codes: 0 done (and, with ``--check``, the reachable set did not grow); 1 the reachable
+set grew (``--check``), or a program has unresolved or unknown tool uses; 2 a usage error
+(bad ``--registry``, policy file, lock file, ...), printed with its stable code.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Final
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from airlock.cli._settings import Settings
+from airlock.inventory import (
+    Format,
+    Inventory,
+    PolicyDocument,
+    ProgramEffects,
+    Selection,
+    ToolCatalog,
+    build_inventory,
+    check_program,
+    compare_locks,
+    load_policy_document,
+    load_registry,
+    lock_from_inventory,
+    read_image_digest,
+    read_lock,
+    render,
+    render_changes,
+    sandbox_effects,
+    write_lock,
+)
+from airlock.policies import AirlockError, SandboxProfile, UsageError
+
+__all__ = ["inventory", "load_inventory", "program_effects", "usage_errors"]
+
+_FORMATS: Final = ("table", "json", "markdown")
+
+RegistryOption = Annotated[
+    str, typer.Option("--registry", help="The tool registry, as MODULE:OBJECT.", show_default=False)
+]
+PolicyOption = Annotated[
+    Path,
+    typer.Option("--policy", help="The policy file (TOML).", dir_okay=False, show_default=False),
+]
+TenantOption = Annotated[
+    str | None,
+    typer.Option(help="Tenant to evaluate principals in (default: the one the policy names)."),
+]
+
+
+@contextmanager
+def usage_errors() -> Iterator[None]:
+    """Print an :class:`AirlockError` as ``error (code): message`` and exit with status 2."""
+    try:
+        yield
+    except AirlockError as exc:
+        Console(stderr=True, highlight=False, soft_wrap=True).print(
+            f"error ({exc.code}): {exc}", markup=False
+        )
+        raise typer.Exit(2) from None
+
+
+@dataclass(frozen=True, slots=True)
+class Loaded:
+    """An inventory and what it was built from."""
+
+    inventory: Inventory
+    catalog: ToolCatalog
+    document: PolicyDocument
+
+
+def load_inventory(
+    registry: str,
+    policy: Path,
+    *,
+    selection: Selection,
+    image_digest: str | None = None,
+) -> Loaded:
+    """Import the registry, read the policy and build the inventory of ``selection``.
+
+    Raises:
+        RegistryRefError, PolicyFileError, UnknownSubjectError, UnsafeRegistryError: see
+            their docstrings.
+    """
+    catalog = load_registry(registry)
+    document = load_policy_document(policy)
+    subjects = document.select(
+        principals=selection.principals,
+        roles=selection.roles,
+        every_principal=selection.every_principal,
+        tenant=selection.tenant,
+    )
+    image = Settings.from_env().image
+    digest = image_digest if image_digest is not None else read_image_digest(image)
+    built = build_inventory(
+        catalog,
+        subjects,
+        sandbox=sandbox_effects(SandboxProfile(), image=image, image_digest=digest),
+        registry=registry,
+        policy=str(policy),
+    )
+    return Loaded(built, catalog, document)
+
+
+def _format(value: str) -> Format:
+    for known in _FORMATS:
+        if value == known:
+            return known
+    raise UsageError(f"--format {value!r} is not one of {', '.join(_FORMATS)}")
+
+
+def inventory(
+    registry: RegistryOption,
+    policy: PolicyOption,
+    principal: Annotated[
+        list[str] | None,
+        typer.Option(help="A principal's user id ('*': anyone not named); repeatable."),
+    ] = None,
+    role: Annotated[
+        list[str] | None, typer.Option(help="A role of the policy; repeatable.")
+    ] = None,
+    every: Annotated[
+        bool, typer.Option("--all", help="Every principal the policy names (the default).")
+    ] = False,
+    tenant: TenantOption = None,
+    fmt: Annotated[str, typer.Option("--format", help="table, json or markdown.")] = "table",
+    lock: Annotated[
+        Path | None, typer.Option(help="Write the reachable set to this lock file.")
+    ] = None,
+    check: Annotated[
+        Path | None,
+        typer.Option(help="Compare with this lock file; exit 1 when the reachable set grew."),
+    ] = None,
+) -> None:
+    """List every tool a principal can reach, with its effects, destinations, credential
+    names and approval rule, the sandbox's own effects, and the composed reachable set."""
+    with usage_errors():
+        chosen = _format(fmt)
+        if every and principal:
+            raise UsageError("give --principal or --all, not both")
+        if lock is not None and check is not None:
+            raise UsageError("give --lock or --check, not both")
+        selection = Selection(
+            every_principal=every,
+            principals=tuple(principal or ()),
+            roles=tuple(role or ()),
+            tenant=tenant,
+        )
+        if check is not None:
+            old = read_lock(check)
+            if not (every or principal or role or tenant):
+                selection = old.selection
+            loaded = load_inventory(registry, policy, selection=selection)
+            changes = compare_locks(old, lock_from_inventory(loaded.inventory, selection))
+            typer.echo(render_changes(changes), nl=False)
+            raise typer.Exit(1 if any(c.direction == "growth" for c in changes) else 0)
+        loaded = load_inventory(registry, policy, selection=selection)
+        if lock is not None:
+            write_lock(lock_from_inventory(loaded.inventory, selection), lock)
+            count = len(loaded.inventory.subjects)
+            typer.echo(f"wrote the reachable set of {count} subject(s) to {lock}")
+            return
+        typer.echo(render(loaded.inventory, chosen), nl=False)
+
+
+def program_effects(
+    program: Annotated[
+        Path, typer.Argument(exists=True, dir_okay=False, help="The program to check.")
+    ],
+    registry: RegistryOption,
+    policy: PolicyOption,
+    principal: Annotated[
+        str, typer.Option(help="The principal the program would run for ('*': anyone).")
+    ] = "*",
+    tenant: TenantOption = None,
+    fmt: Annotated[str, typer.Option("--format", help="table or json.")] = "table",
+) -> None:
+    """Before a program runs: the tools it can call and their effects, from its source.
+
+    Exits 1 when a call cannot be resolved (a computed name, ...) or names a tool the
+    principal cannot call from code.
+    """
+    with usage_errors():
+        chosen = _format(fmt)
+        catalog = load_registry(registry)
+        document = load_policy_document(policy)
+        subject = document.principal(principal, tenant=tenant)
+        try:
+            source = program.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"cannot read the program {str(program)!r}: {exc}") from exc
+        report = check_program(source, catalog, subject.principal)
+    if chosen == "json":
+        typer.echo(json.dumps({**report.model_dump(mode="json"), "complete": report.complete}))
+    else:
+        typer.echo(_program_table(report), nl=False)
+    raise typer.Exit(0 if report.complete else 1)
+
+
+def _program_table(report: ProgramEffects) -> str:
+    console = Console(width=160, color_system=None, highlight=False)
+    with console.capture() as captured:
+        table = Table("line", "tool", "form", "via")
+        for use in report.uses:
+            table.add_row(str(use.line), use.tool, use.form, use.via or "")
+        console.print(table if report.uses else "no tool calls found")
+        console.print(f"tools: {', '.join(report.tools) or 'none'}", markup=False)
+        console.print(f"effects: {', '.join(report.effects) or 'none'}", markup=False)
+        for unknown in report.unknown:
+            console.print(
+                f"unknown tool {unknown.name!r} at line {unknown.line}: {unknown.reason}",
+                markup=False,
+            )
+        for item in report.unresolved:
+            console.print(
+                f"unresolved at line {item.line}: {item.reason}: {item.source}", markup=False
+            )
+        if report.unresolved:
+            console.print(
+                f"the program may reach every effect callable from code: "
+                f"{', '.join(report.may_reach) or 'none'}",
+                markup=False,
+            )
+    return captured.get()

@@ -1,0 +1,157 @@
+"""``airlock serve --mcp``: one principal's session offered to an MCP client.
+
+The principal comes from the command line (the operator who starts the server decides whom
+it acts for), never from the client. Exit codes: 0 the client disconnected; 2 a usage error
+(bad ``--registry``, policy file, principal), printed with its stable code; 3 the sandbox is
+unavailable.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
+from types import FrameType
+from typing import Annotated
+
+import anyio
+import typer
+from rich.console import Console
+
+from airlock.cli._approvals import default_ledger
+from airlock.cli._inventory import PolicyOption, RegistryOption, TenantOption, usage_errors
+from airlock.cli._settings import Settings
+from airlock.harness import Harness, Session
+from airlock.inventory import load_policy_document, load_registry
+from airlock.policies import UsageError
+from airlock.sandbox import DockerBackend, SandboxError
+from airlock.tools import Registry, SQLiteLedgerStore
+
+__all__ = ["open_session", "serve"]
+
+
+@asynccontextmanager
+async def open_session(
+    registry_ref: str,
+    policy: Path,
+    *,
+    user: str,
+    tenant: str | None,
+    ledger: Path | None,
+    settings: Settings,
+) -> AsyncIterator[Session]:
+    """A session for ``user`` over the registry, the policy, a Docker sandbox and the ledger
+    (``ledger.db`` in ``AIRLOCK_HOME`` when None), open for as long as the block runs.
+
+    Raises:
+        RegistryRefError, PolicyFileError, UsageError: the registry, policy or principal is
+            not usable.
+        SandboxError: the Docker engine or the sandbox image is unavailable.
+    """
+    catalog = load_registry(registry_ref)
+    if not isinstance(catalog, Registry):
+        raise UsageError(
+            f"--registry {registry_ref!r} is a {type(catalog).__name__}; serving needs a "
+            "tools.Registry, which can run its tools"
+        )
+    document = load_policy_document(policy)
+    subject = document.principal(user, tenant=tenant)
+    if ledger is None:
+        ledger = default_ledger()
+    ledger.parent.mkdir(parents=True, exist_ok=True)
+    store = SQLiteLedgerStore(ledger)
+    try:
+        async with DockerBackend(image=settings.image, pool_size=settings.pool_size) as backend:
+            harness = Harness(catalog, document.policy, backend, store)
+            if harness.writes is not None:
+                # Writes a crash left undecided are resolved before this session commits any.
+                await harness.writes.reconcile()
+            yield harness.session(subject.principal)
+    finally:
+        store.close()
+
+
+async def _stop_on_signal(scope: anyio.CancelScope) -> None:
+    # SIGTERM or SIGINT ends serving by cancellation, so the sandbox's containers and the
+    # ledger are closed on the way out instead of being left to the next start-up's reaper.
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as received:
+        async for _ in received:
+            scope.cancel()
+            return
+
+
+@contextmanager
+def _signals_after_uvicorn() -> Iterator[None]:
+    # uvicorn shuts down gracefully on SIGTERM/SIGINT and then raises the signal again under
+    # the handler it found; a no-op there lets the sandbox and the ledger close on the way
+    # out instead of the process dying at once.
+    found = {sig: signal.signal(sig, _ignore) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in found.items():
+            signal.signal(sig, handler)
+
+
+def _ignore(signum: int, frame: FrameType | None) -> None:
+    return None
+
+
+def serve(
+    registry: RegistryOption,
+    policy: PolicyOption,
+    user: Annotated[str, typer.Option(help="The principal the session acts for (user id).")],
+    mcp: Annotated[bool, typer.Option("--mcp", help="Speak the Model Context Protocol.")] = False,
+    http: Annotated[
+        int | None,
+        typer.Option(
+            help="Serve streamable HTTP on 127.0.0.1:PORT (path /mcp) instead of stdio.",
+            min=1,
+            max=65535,
+        ),
+    ] = None,
+    tenant: TenantOption = None,
+    ledger: Annotated[
+        Path | None,
+        typer.Option(help="Ledger database (default: ledger.db in AIRLOCK_HOME)."),
+    ] = None,
+) -> None:
+    """Serve a session's tools (execute_code, direct reads, writes that answer with a
+    preview) to an MCP client, over stdio or streamable HTTP on loopback."""
+    # Logs go to stderr: on stdio, stdout is the protocol's.
+    logging.basicConfig(level=logging.WARNING)
+    settings = Settings.from_env()
+
+    async def go() -> None:
+        async with open_session(
+            registry,
+            policy,
+            user=user,
+            tenant=tenant,
+            ledger=ledger,
+            settings=settings,
+        ) as session:
+            server = build_mcp_server(session)
+            if http is not None:
+                with _signals_after_uvicorn():
+                    await serve_http(server, port=http)
+                return
+            async with anyio.create_task_group() as group:
+                group.start_soon(_stop_on_signal, group.cancel_scope)
+                await serve_stdio(server)
+                group.cancel_scope.cancel()
+
+    with usage_errors():
+        if not mcp:
+            raise UsageError("give --mcp: the Model Context Protocol is the one served today")
+        # Imported here: the MCP SDK takes a third of a second to load, and every other
+        # command would pay for it; without the ``mcp`` extra this says which to install.
+        from airlock.frontends.mcp import build_mcp_server, serve_http, serve_stdio
+
+        try:
+            anyio.run(go)
+        except SandboxError as exc:
+            Console(stderr=True).print(f"[red]sandbox unavailable ({exc.code}):[/] {exc}")
+            raise typer.Exit(3) from None

@@ -1,0 +1,141 @@
+"""A live model loop over the Anthropic Messages API, for ``airlock chat``.
+
+The loop is the same as a replay's: the model's tool_use blocks go to
+:func:`~airlock.handle_turn` and the answers become the next user message, until the model
+stops asking for tools. Only the HTTP call is live, and it goes through an injectable
+``httpx.AsyncClient`` so tests drive the loop with ``httpx.MockTransport``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, Final
+
+import httpx
+
+from airlock.frontends._provider_wire import anthropic_tools
+from airlock.frontends._providers import handle_turn
+from airlock.frontends._replay import Transcript
+from airlock.harness import ModelToolSurface
+from airlock.policies import AirlockError
+
+__all__ = ["ANTHROPIC_URL", "DEFAULT_MODEL", "AnthropicModel", "ModelAPIError", "chat_loop"]
+
+ANTHROPIC_URL: Final = "https://api.anthropic.com/v1/messages"
+ANTHROPIC_VERSION: Final = "2023-06-01"
+DEFAULT_MODEL: Final = "claude-sonnet-4-5"
+
+
+class ModelAPIError(AirlockError):
+    """The model provider refused or failed a request; :attr:`status` is its HTTP status
+    (None when no answer arrived). Rate limits and server errors are retryable."""
+
+    code = "model_api"
+
+    def __init__(self, message: str, *, status: int | None, retryable: bool) -> None:
+        super().__init__(message)
+        self.status = status
+        self.retryable = retryable  # type: ignore[misc]  # per instance: depends on status
+
+
+class AnthropicModel:
+    """One Anthropic model, called over HTTPS with an API key.
+
+    Args:
+        api_key: the key (from the environment; never logged, never sent to a tool).
+        model: the model name.
+        client: the HTTP client (tests pass one with a mock transport).
+        max_tokens: the most tokens one answer may have.
+    """
+
+    def __init__(
+        self,
+        api_key: str,
+        *,
+        model: str = DEFAULT_MODEL,
+        client: httpx.AsyncClient | None = None,
+        max_tokens: int = 4096,
+        system: str = "",
+    ) -> None:
+        self.model = model
+        self.max_tokens = max_tokens
+        self.system = system
+        self._key = api_key
+        self._client = client or httpx.AsyncClient(timeout=120.0)
+
+    async def respond(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
+    ) -> dict[str, Any]:
+        """The model's next message.
+
+        Raises:
+            ModelAPIError: the request failed or the answer is not a message.
+        """
+        request: dict[str, Any] = {
+            "model": self.model,
+            "max_tokens": self.max_tokens,
+            "tools": tools,
+            "messages": messages,
+        }
+        if self.system:
+            request["system"] = self.system
+        headers = {"x-api-key": self._key, "anthropic-version": ANTHROPIC_VERSION}
+        try:
+            response = await self._client.post(ANTHROPIC_URL, json=request, headers=headers)
+        except httpx.HTTPError as exc:
+            raise ModelAPIError(
+                f"the model API did not answer ({type(exc).__name__}); try again",
+                status=None,
+                retryable=True,
+            ) from exc
+        if response.status_code != 200:
+            status = response.status_code
+            raise ModelAPIError(
+                f"the model API answered HTTP {status}: {response.text[:300]!r}",
+                status=status,
+                retryable=status == 429 or status >= 500,
+            )
+        message: object = response.json()
+        if not isinstance(message, dict) or not isinstance(message.get("content"), list):
+            raise ModelAPIError(
+                "the model API answered something that is not a message",
+                status=response.status_code,
+                retryable=False,
+            )
+        return message
+
+    async def aclose(self) -> None:
+        """Close the HTTP client."""
+        await self._client.aclose()
+
+
+async def chat_loop(
+    model: AnthropicModel,
+    surface: ModelToolSurface,
+    prompt: str,
+    *,
+    max_turns: int = 20,
+    on_message: Callable[[dict[str, Any]], Awaitable[None]] | None = None,
+) -> Transcript:
+    """Talk with ``model`` until it stops calling tools (or ``max_turns`` model turns).
+
+    Raises:
+        ModelAPIError: a request to the model failed.
+        MalformedBlockError: the model sent a tool call without an id.
+    """
+    transcript = Transcript(messages=[{"role": "user", "content": prompt}])
+    tools = anthropic_tools(surface.tools())
+    for _ in range(max_turns):
+        reply = await model.respond(transcript.messages, tools)
+        said = {"role": "assistant", "content": reply["content"]}
+        transcript.messages.append(said)
+        if on_message is not None:
+            await on_message(said)
+        if reply.get("stop_reason") != "tool_use":
+            break
+        answers = await handle_turn(surface, reply["content"])
+        answered = {"role": "user", "content": answers}
+        transcript.messages.append(answered)
+        if on_message is not None:
+            await on_message(answered)
+    return transcript

@@ -1,0 +1,87 @@
+"""Answer a model's tool calls in the model's own wire format.
+
+A front end hands over the call blocks of one model turn; each is parsed
+(:mod:`airlock._provider_wire`), run through a :class:`~airlock.ModelToolSurface`, and answered
+with a result block carrying the call's own id. Calls of one turn run concurrently; the answers
+come back in the order the calls were made, which is the order every provider expects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+from airlock.frontends._provider_wire import (
+    MalformedBlockError,
+    ToolCall,
+    parse_block,
+    render_result,
+)
+from airlock.harness import ModelResult, ModelToolSurface, failure
+
+__all__ = ["call_blocks", "handle_block", "handle_turn"]
+
+# Content blocks an assistant turn may carry next to its calls; they need no answer.
+_NOT_CALLS: Final = frozenset(
+    {"text", "thinking", "redacted_thinking", "message", "reasoning", "output_text"}
+)
+
+
+async def handle_block(surface: ModelToolSurface, block: Mapping[str, Any]) -> dict[str, Any]:
+    """Run one tool call block and return the provider's result block for it.
+
+    A call whose id is known never raises: bad JSON arguments, a missing name or a non-object
+    input answer ``invalid_input`` to the model, and tool errors come back from the surface as
+    results.
+
+    Raises:
+        MalformedBlockError: the block is no tool call of a known format, or has no id.
+    """
+    return await _answer(surface, parse_block(block))
+
+
+async def handle_turn(
+    surface: ModelToolSurface, blocks: Sequence[Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """Answer every tool call of one model turn, concurrently, in the order they were made.
+
+    ``blocks`` may be an assistant message's whole content (text and thinking blocks are
+    skipped) or a Chat Completions assistant message (its ``tool_calls`` are answered).
+    Every block is checked before any call runs, so a malformed turn changes nothing.
+
+    Raises:
+        MalformedBlockError: a block is malformed (see :func:`handle_block`), two calls share
+            an id, or the calls mix formats.
+    """
+    calls = [parse_block(block) for block in call_blocks(blocks)]
+    seen: set[str] = set()
+    for call in calls:
+        if call.call_id in seen:
+            raise MalformedBlockError(f"two calls in one turn share the id {call.call_id!r}")
+        seen.add(call.call_id)
+    if len({call.provider for call in calls}) > 1:
+        raise MalformedBlockError("one turn mixes tool call formats")
+    return list(await asyncio.gather(*(_answer(surface, call) for call in calls)))
+
+
+def call_blocks(blocks: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The tool call blocks of a turn, without the content that needs no answer."""
+    found: list[Mapping[str, Any]] = []
+    for block in blocks:
+        if isinstance(block, Mapping) and block.get("role") == "assistant":
+            found.extend(call_blocks(block.get("tool_calls") or []))
+        elif isinstance(block, Mapping) and block.get("type") in _NOT_CALLS:
+            continue
+        else:
+            found.append(block)  # unknown shapes are reported by parse_block, never dropped
+    return found
+
+
+async def _answer(surface: ModelToolSurface, call: ToolCall) -> dict[str, Any]:
+    result: ModelResult
+    if call.problem is not None:
+        result = failure("invalid_input", f"{call.problem}; fix the call and send it again")
+    else:
+        result = await surface.call(call.name, call.arguments)
+    return render_result(call, result)

@@ -1,0 +1,28 @@
+"""The harness: a model's tool calls become admitted reads, sandboxed programs and write
+previews, one :class:`Session` per conversation, within its :class:`Budget`.
+
+:class:`ModelTool` and :class:`ModelResult` are the provider-neutral surface every front end
+(:mod:`airlock.frontends`) renders.
+"""
+
+from airlock.harness._budget import Budget
+from airlock.harness._execute_code import EXECUTE_CODE, ExecuteCodeArgs
+from airlock.harness._harness import Harness
+from airlock.harness._model_tools import ModelResult, ModelTool, ModelToolSurface
+from airlock.harness._results import HARNESS_CODES, HarnessCode, failure
+from airlock.harness._session import PendingWrite, Session
+
+__all__ = [
+    "EXECUTE_CODE",
+    "HARNESS_CODES",
+    "Budget",
+    "ExecuteCodeArgs",
+    "Harness",
+    "HarnessCode",
+    "ModelResult",
+    "ModelTool",
+    "ModelToolSurface",
+    "PendingWrite",
+    "Session",
+    "failure",
+]

@@ -1,0 +1,123 @@
+"""The harness: the composition root that turns a model's proposals into admitted calls,
+sandboxed programs and write previews, one :class:`~airlock.Session` per conversation."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from airlock.harness._budget import Budget
+from airlock.harness._session import Session
+from airlock.policies import Grant, Policy, Principal, SandboxProfile, UsageError
+from airlock.sandbox import SandboxBackend
+from airlock.tools import LedgerStore, Registry, WritePath
+
+__all__ = ["Harness"]
+
+
+class Harness:
+    """Tools, policy, sandbox and ledger of one deployment.
+
+    Args:
+        registry: the tools. When it has write tools and no write path yet, the harness
+            attaches one on ``ledger`` (``WritePath(registry, ledger)``).
+        policy: grants and approval rules per principal (``load_policy``).
+        sandbox: what runs ``execute_code`` programs (``DockerBackend``; ``ScriptedBackend``
+            in tests). The harness does not start or close it.
+        ledger: the write path's durable store (``SQLiteLedgerStore``); ``None`` when the
+            deployment has no writes, and then write tools are not offered.
+        writes: an already attached write path to use instead of building one (it must be
+            on ``ledger``).
+        profile: the sandbox profile of programs; the sandbox's own when omitted.
+        budget: the default budget of a session.
+        ttl: seconds a preview stays committable, for the write path the harness builds.
+        clock: wall-clock time for the write path the harness builds (tests move it).
+        idle_timeout: seconds a kept container (``keep_state`` sessions) waits for the next
+            program before it is removed.
+
+    Raises:
+        UsageError: the registry already has another write path attached (pass it as
+            ``writes``), or ``writes`` is on another ledger.
+    """
+
+    def __init__(
+        self,
+        registry: Registry,
+        policy: Policy,
+        sandbox: SandboxBackend,
+        ledger: LedgerStore | None = None,
+        *,
+        writes: WritePath | None = None,
+        profile: SandboxProfile | None = None,
+        budget: Budget | None = None,
+        ttl: float = 900.0,
+        clock: Callable[[], float] = time.time,
+        idle_timeout: float = 300.0,
+    ) -> None:
+        self.registry = registry
+        self.policy = policy
+        self.sandbox = sandbox
+        self.budget = budget or Budget()
+        self.idle_timeout = idle_timeout
+        found = getattr(sandbox, "profile", None)
+        default = found if isinstance(found, SandboxProfile) else SandboxProfile()
+        self.profile: SandboxProfile = profile or default
+        if writes is not None:
+            if ledger is not None and writes.ledger is not ledger:
+                raise UsageError("writes= is on another ledger than ledger=; pass one ledger")
+            self.writes: WritePath | None = writes
+        elif ledger is not None and any(s.write is not None for s in registry.specs()):
+            self.writes = WritePath(registry, ledger, ttl=ttl, clock=clock)
+        else:
+            self.writes = None
+        self.ledger = ledger if ledger is not None else (writes.ledger if writes else None)
+
+    def session(
+        self,
+        principal: Principal,
+        grant: Grant | None = None,
+        *,
+        budget: Budget | None = None,
+        run_id: str | None = None,
+        keep_state: bool = False,
+    ) -> Session:
+        """A new session (one model conversation) acting for ``principal``.
+
+        ``principal`` comes from the application's authentication, never from the model.
+        ``grant`` defaults to the policy's grant for the principal; the approval rules are
+        always the policy's. ``run_id`` defaults to a fresh one. ``keep_state`` runs the
+        session's programs in one kept container (``DockerBackend.keep``), so they build on
+        earlier state; call :meth:`Session.close` when the conversation ends.
+
+        Raises:
+            UsageError: ``keep_state`` with a sandbox backend that cannot keep containers.
+        """
+        if keep_state and not callable(getattr(self.sandbox, "keep", None)):
+            raise UsageError("keep_state needs a sandbox backend with keep() (DockerBackend)")
+        return Session(
+            registry=self.registry,
+            sandbox=self.sandbox,
+            writes=self.writes,
+            profile=self.profile,
+            principal=principal,
+            grant=grant if grant is not None else self.policy.grant_for(principal),
+            approvals=self.policy.approvals_for(principal),
+            budget=budget or self.budget,
+            run_id=run_id,
+            keep_state=keep_state,
+            idle_timeout=self.idle_timeout,
+        )
+
+    def resume_session(
+        self,
+        principal: Principal,
+        run_id: str,
+        *,
+        grant: Grant | None = None,
+        budget: Budget | None = None,
+    ) -> Session:
+        """The session of ``run_id`` again, in this process, with its paused writes loaded
+        from the ledger (only those of ``principal``); :meth:`Session.resume` goes on."""
+        session = self.session(principal, grant, budget=budget, run_id=run_id)
+        session.restore_pending()
+        return session

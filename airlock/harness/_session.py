@@ -1,0 +1,528 @@
+"""A session: one model conversation's tools and the answers to its tool calls.
+
+The application creates a session for a principal it authenticated (never one the model
+names); the model sees :meth:`Session.tools` and every call it makes goes through
+:meth:`Session.call`, which never raises for anything the model did::
+
+    call(name, arguments)
+    ├── execute_code ─► sandbox run with a ToolSession (reads only, caller "code")
+    │                   ─► final value + capped stdout, or program_error / limit_exceeded
+    ├── direct read  ─► Registry.call(caller "direct") ─► shaped result
+    ├── direct write ─► WritePath.preview_call ─► needs_approval (the pause; recorded)
+    │                   └─ approved by a policy rule ─► commit at once ─► receipt
+    └── anything else ─► unknown_tool
+
+A paused write goes on with :meth:`Session.resume` once a person (``airlock approvals
+approve``, :func:`airlock.tools.approve_preview`) or a policy approved it: the session commits once
+and returns the receipt; a denial returns ``denied``; still waiting returns
+``needs_approval`` again. Pending writes live in the ledger under the session's run id, so
+another process can rebuild the session (:meth:`Harness.resume_session`) and resume them.
+
+``needs_approval`` is answered with ``is_error=False``: the call did what it should (a
+preview now waits for a person), and an error flag invites a model to retry with other
+arguments, which is exactly what must not happen.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+import anyio
+from pydantic import ValidationError
+
+from airlock.bridge import BridgeLimits, ToolSession, render_api
+from airlock.harness._budget import Budget, BudgetMeter
+from airlock.harness._execute_code import (
+    EXECUTE_CODE,
+    ExecuteCodeArgs,
+    describe_execute_code,
+    program_result,
+)
+from airlock.harness._model_tools import ModelResult, ModelTool
+from airlock.harness._results import failure, from_tool_error, sized, success
+from airlock.harness._usable import usable
+from airlock.policies import ApprovalPolicy, Grant, Principal, SandboxProfile, UsageError
+from airlock.sandbox import KeptSandbox, SandboxBackend, SandboxError
+from airlock.tools import (
+    AdmissionDecision,
+    AuditEvent,
+    CallContext,
+    Caller,
+    DeniedError,
+    FieldIssue,
+    InvalidInputError,
+    LedgerStore,
+    LimitExceededError,
+    NeedsApprovalError,
+    NotFoundError,
+    Observations,
+    Preview,
+    Registry,
+    Stage,
+    StepState,
+    ToolError,
+    UnknownToolError,
+    WritePath,
+)
+
+if TYPE_CHECKING:
+    from airlock.harness._harness import Harness
+
+__all__ = ["PendingWrite", "Session"]
+
+_log = logging.getLogger("airlock.harness")
+_WAITING: Final[frozenset[StepState]] = frozenset({"prepared", "approved", "sending", "unknown"})
+"""States of a write the session still has to finish (commit, or learn it was denied)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PendingWrite:
+    """A write of this session that paused for approval and has no final answer yet."""
+
+    preview_id: str
+    fingerprint: str
+    """The fingerprint the session was shown; the commit must present the same one."""
+    tool: str
+    summary: str
+
+    @classmethod
+    def of(cls, preview: Preview) -> PendingWrite:
+        """The pending write of ``preview``, bound to the fingerprint it has now."""
+        return cls(
+            preview_id=preview.id,
+            fingerprint=preview.fingerprint,
+            tool=preview.tool,
+            summary=preview.summary,
+        )
+
+
+class Session:
+    """One conversation: principal, grant, budget, run id, and the tools the model may call.
+
+    Build it with :meth:`Harness.session`; it implements
+    :class:`~airlock.ModelToolSurface`. :meth:`call` is safe to run concurrently for
+    several calls of one model turn.
+    """
+
+    def __init__(
+        self,
+        *,
+        registry: Registry,
+        sandbox: SandboxBackend,
+        writes: WritePath | None,
+        profile: SandboxProfile,
+        principal: Principal,
+        grant: Grant,
+        approvals: ApprovalPolicy,
+        budget: Budget,
+        run_id: str | None = None,
+        keep_state: bool = False,
+        idle_timeout: float = 300.0,
+    ) -> None:
+        self.principal = principal
+        self.grant = grant
+        self.approvals = approvals
+        self.budget = budget
+        self.run_id = run_id or "run_" + uuid.uuid4().hex
+        self._registry = registry
+        self._sandbox = sandbox
+        self._writes = writes
+        self._profile = profile
+        self._meter = BudgetMeter(budget)
+        self._nonce = uuid.uuid4().hex[:6]
+        self._observations = Observations()
+        self._pending: dict[str, PendingWrite] = {}
+        self._locks: dict[str, anyio.Lock] = {}
+        self._keep_state = keep_state
+        self._idle_timeout = idle_timeout
+        self._kept: KeptSandbox | None = None
+        self._direct = self._usable_names("direct")
+        self._code = self._usable_names("code")
+        self._tools = self._build_tools()
+
+    # -- the tool list -------------------------------------------------------------------
+
+    def _usable_names(self, caller: Caller) -> frozenset[str]:
+        names = set()
+        for definition in self._registry.visible(self.principal, caller):
+            spec = self._registry.get(definition.name)
+            if spec is None or not usable(spec, self.grant, self.approvals):
+                continue
+            if spec.write is not None and self._writes is None:
+                continue  # no ledger, no write path: the call could only be refused
+            names.add(definition.name)
+        return frozenset(names)
+
+    def _build_tools(self) -> list[ModelTool]:
+        api = render_api(self._registry, self.principal, names=self._code)
+        listed = [
+            describe_execute_code(
+                api,
+                self._profile,
+                result_bytes=self.budget.result_bytes,
+                stdout_bytes=self.budget.stdout_bytes,
+                calls=self.budget.program_calls,
+                kept_idle_s=self._idle_timeout if self._keep_state else None,
+            )
+        ]
+        for definition in self._registry.visible(self.principal, "direct"):
+            spec = self._registry.get(definition.name)
+            if spec is None or definition.name not in self._direct:
+                continue
+            changes = any(e.is_side_effect for e in spec.effects)
+            listed.append(
+                ModelTool(
+                    name=definition.name,
+                    description=definition.description,
+                    input_schema=dict(definition.parameters),
+                    read_only=not changes,
+                    destructive=changes and not spec.reversible,
+                    # A write's idempotency key (run, tool, intent) makes a repeated call of
+                    # the same intent in this session answer with the same preview.
+                    idempotent=not changes or spec.write is not None,
+                )
+            )
+        return listed
+
+    def tools(self) -> list[ModelTool]:
+        """The tools this session's principal may use, ``execute_code`` first."""
+        return list(self._tools)
+
+    # -- calls ---------------------------------------------------------------------------
+
+    async def call(self, name: str, arguments: dict[str, Any]) -> ModelResult:
+        """Run one model tool call to its model-facing result; never raises for tool errors.
+
+        Every result, error or not, is at most the budget's ``result_bytes`` (or what is
+        left of its ``bytes``): a larger one is ``result_too_large`` with its size.
+        """
+        used_up = self._meter.exhausted()
+        if used_up is not None:
+            return from_tool_error(LimitExceededError(limit=used_up))
+        self._meter.calls += 1
+        # The nonce keeps call ids unique when another process resumes the same run.
+        call_id = f"{self.run_id}:m{self._meter.calls}-{self._nonce}"
+        try:
+            if not isinstance(arguments, Mapping):
+                raise InvalidInputError("the arguments must be a JSON object")
+            if name == EXECUTE_CODE:
+                result = await self._execute_code(arguments, call_id)
+            elif isinstance(name, str) and name in self._direct:
+                result = await self._call_direct(name, arguments, call_id)
+            else:
+                self._audit_unknown(str(name)[:128], call_id)
+                raise UnknownToolError(name=str(name), detail="not in this session's tool list")
+        except ToolError as exc:
+            if exc.detail:
+                _log.info("run %s call %s: %s (%s)", self.run_id, call_id, exc.code, exc.detail)
+            result = from_tool_error(exc)
+        except SandboxError as exc:
+            _log.warning("run %s: the sandbox could not run a program: %s", self.run_id, exc)
+            result = failure(
+                "sandbox_unavailable",
+                "the sandbox could not run the program; try again shortly",
+                retryable=bool(getattr(exc, "retryable", False)),
+            )
+        return self._account(result)
+
+    def _audit_unknown(self, name: str, call_id: str) -> None:
+        """Record a call of a tool the session does not offer (the registry never saw it)."""
+        self._audit(
+            name,
+            call_id,
+            stage="lookup",
+            decision="deny",
+            rule="lookup",
+            code="unknown_tool",
+            detail="not in this session's tool list",
+        )
+
+    def _audit(
+        self,
+        tool: str,
+        call_id: str,
+        *,
+        stage: Stage,
+        decision: AdmissionDecision,
+        rule: str,
+        code: str | None,
+        detail: str,
+        args_hash: str = "",
+        duration_s: float = 0.0,
+    ) -> None:
+        self._registry.audit.record(
+            AuditEvent(
+                ts=time.time(),
+                run_id=self.run_id,
+                call_id=call_id,
+                caller="direct",
+                tool=tool,
+                user_id=self.principal.user_id,
+                tenant_id=self.principal.tenant_id,
+                args_hash=args_hash,
+                stage=stage,
+                decision=decision,
+                rule=rule,
+                outcome="ok" if code is None else "error",
+                code=code,
+                duration_s=duration_s,
+                effects=(),
+                detail=detail,
+            )
+        )
+
+    def _account(self, result: ModelResult) -> ModelResult:
+        result = sized(result, self._meter.result_cap())
+        self._meter.bytes += len(result.content.encode())
+        return result
+
+    async def _execute_code(self, arguments: Mapping[str, Any], call_id: str) -> ModelResult:
+        try:
+            args = ExecuteCodeArgs.model_validate(dict(arguments))
+        except ValidationError as exc:
+            raise InvalidInputError(issues=_issues(exc)) from None
+        remaining = self._meter.remaining()
+        profile = self._profile
+        if remaining < profile.timeout_s:
+            # The program may not outlive the session; the pool ignores the deadline.
+            profile = profile.model_copy(update={"timeout_s": max(remaining, 0.5)})
+        tools = ToolSession(
+            registry=self._registry,
+            principal=self.principal,
+            grant=self.grant,
+            run_id=self.run_id,
+            approvals=self.approvals,
+            limits=BridgeLimits(max_calls=self.budget.program_calls),
+            observations=self._observations,
+            tool_names=self._code,
+            call_prefix=call_id,  # the program's calls: RUN:mN:1, RUN:mN:2, ...
+        )
+        began = time.perf_counter()
+        notes: dict[str, object] = {}
+        if self._keep_state:
+            kept = self._kept_sandbox()
+            starts = kept.starts
+            run = await kept.run(args.code, profile=profile, tools=tools)
+            if starts and kept.starts > starts:
+                notes["state_reset"] = True  # earlier programs' names are gone
+        else:
+            run = await self._sandbox.run(args.code, profile=profile, tools=tools)
+        _log.info(
+            "run %s: program %s in %.1f ms, %d tool calls%s",
+            self.run_id,
+            run.status,
+            (time.perf_counter() - began) * 1000,
+            run.tool_calls,
+            f", stderr: {run.stderr[-500:]!r}" if run.stderr else "",
+        )
+        result = program_result(run, stdout_bytes=self.budget.stdout_bytes, notes=notes)
+        # One record per program, beside its tool calls (call ids call_id:1, :2, ...): a
+        # reviewer sees which program ran (by hash), how it ended, and what it called.
+        self._audit(
+            EXECUTE_CODE,
+            call_id,
+            stage="done",
+            decision="allow",
+            rule=EXECUTE_CODE,
+            code=result.code,
+            detail=f"program {run.status}, {run.tool_calls} tool calls"
+            + (f", limit {run.limit}" if run.limit else ""),
+            args_hash=hashlib.blake2b(args.code.encode(), digest_size=16).hexdigest(),
+            duration_s=time.perf_counter() - began,
+        )
+        return result
+
+    def _kept_sandbox(self) -> KeptSandbox:
+        if self._kept is None:
+            keep = getattr(self._sandbox, "keep", None)
+            if keep is None:
+                raise UsageError("this sandbox backend cannot keep a container; use DockerBackend")
+            self._kept = keep(
+                self.principal, idle_timeout=self._idle_timeout, profile=self._profile
+            )
+        return self._kept
+
+    async def close(self) -> None:
+        """Release what the session holds (its kept container, in session mode)."""
+        if self._kept is not None:
+            await self._kept.close()
+            self._kept = None
+
+    def _context(self, call_id: str) -> CallContext:
+        return CallContext(
+            principal=self.principal,
+            grant=self.grant,
+            run_id=self.run_id,
+            caller="direct",
+            call_id=call_id,
+            deadline=self._meter.deadline,
+            approvals=self.approvals,
+            observations=self._observations,
+        )
+
+    async def _call_direct(
+        self, name: str, arguments: Mapping[str, Any], call_id: str
+    ) -> ModelResult:
+        spec = self._registry.get(name)
+        ctx = self._context(call_id)
+        if spec is None or spec.write is None or self._writes is None:
+            return success(await self._registry.call(name, arguments, ctx))
+        preview = await self._writes.preview_call(name, arguments, ctx)
+        self._pending.setdefault(preview.id, PendingWrite.of(preview))
+        if preview.state == "prepared":
+            return self._paused(preview)
+        # Approved by a policy rule (or the same intent was prepared before): finish it now.
+        return await self._finish(preview.id)
+
+    # -- the approval pause --------------------------------------------------------------
+
+    def pending(self) -> list[PendingWrite]:
+        """Writes of this session waiting for approval or commit, oldest first."""
+        return list(self._pending.values())
+
+    async def resume(self, preview_id: str | None = None) -> ModelResult:
+        """Go on with a paused write (the oldest one when ``preview_id`` is None).
+
+        Approved: commit once and return the receipt (again on every later resume, the
+        same receipt; nothing is sent twice). Denied: ``denied`` with the reason. Still
+        waiting: ``needs_approval`` again. Never raises for tool errors.
+        """
+        if preview_id is None:
+            if not self._pending:
+                return self._account(
+                    failure(
+                        "not_found", "no write of this session waits; there is nothing to resume"
+                    )
+                )
+            preview_id = next(iter(self._pending))
+        try:
+            result = await self._finish(preview_id)
+        except ToolError as exc:
+            result = from_tool_error(exc)
+        return self._account(result)
+
+    async def resume_all(self) -> dict[str, ModelResult]:
+        """:meth:`resume` every pending write, by preview id."""
+        return {p.preview_id: await self.resume(p.preview_id) for p in self.pending()}
+
+    async def _finish(self, preview_id: str) -> ModelResult:
+        preview = self._own_preview(preview_id)
+        if self._writes is None:
+            raise DeniedError("writes are not enabled in this deployment; do not retry")
+        pending = self._pending.get(preview.id)
+        fingerprint = pending.fingerprint if pending is not None else preview.fingerprint
+        lock = self._locks.setdefault(preview.id, anyio.Lock())
+        async with lock:  # one commit per preview at a time in this session
+            try:
+                receipt = await self._writes.commit(preview.id, fingerprint, self.principal)
+            except NeedsApprovalError:
+                return self._paused(self._own_preview(preview_id))
+            except DeniedError:
+                current = self._own_preview(preview_id)
+                if current.state != "denied":
+                    raise
+                self._pending.pop(preview.id, None)
+                reason = (current.error or "no reason given").removeprefix("denied: ")
+                return failure(
+                    "denied",
+                    f"a person denied this change ({reason[:200]}); do not retry it",
+                    preview_id=preview.id,
+                )
+            except ToolError as exc:
+                expired = exc.code == "preview_expired" and exc.outcome == "error"
+                if expired or self._own_preview(preview_id).state not in _WAITING:
+                    self._pending.pop(preview.id, None)  # final: nothing left to resume
+                raise
+        self._pending.pop(preview.id, None)
+        if receipt.replayed:
+            _log.info("run %s: receipt of %s returned again", self.run_id, preview.id)
+        return success(
+            {
+                "status": "committed",
+                "preview_id": preview.id,
+                "tool": preview.tool,
+                "summary": preview.summary,
+                # Sorted, so a receipt read back from the ledger reads exactly like the first.
+                "receipt": json.loads(json.dumps(receipt.data, sort_keys=True)),
+            }
+        )
+
+    def _own_preview(self, preview_id: str) -> Preview:
+        """The preview, if it belongs to this session's run and principal; else not_found."""
+        ledger = self._ledger()
+        preview = ledger.preview(preview_id) if ledger is not None else None
+        if (
+            preview is None
+            or preview.run_id != self.run_id
+            or (preview.principal.user_id, preview.principal.tenant_id)
+            != (self.principal.user_id, self.principal.tenant_id)
+        ):
+            raise NotFoundError(
+                f"no write {preview_id[:64]!r} in this session; resume one it paused",
+                detail=f"preview {preview_id[:64]!r} missing or of another run or principal",
+            )
+        return preview
+
+    def _ledger(self) -> LedgerStore | None:
+        return None if self._writes is None else self._writes.ledger
+
+    def _paused(self, preview: Preview) -> ModelResult:
+        minutes = max(0, round((preview.expires - time.time()) / 60))
+        return success(
+            {
+                "status": "needs_approval",
+                "preview_id": preview.id,
+                "fingerprint": preview.fingerprint,
+                "tool": preview.tool,
+                "summary": preview.summary,
+                "effects": list(preview.effects),
+                "expires_in_min": minutes,
+                "message": "this change waits for a person to approve it; tell the user, and "
+                "do not call the tool again for it",
+            },
+            code="needs_approval",
+        )
+
+    def restore_pending(self) -> list[PendingWrite]:
+        """Load this run's unfinished writes from the ledger (another process may have
+        paused them); returns the pending writes, oldest first."""
+        ledger = self._ledger()
+        if ledger is None:
+            return []
+        found = ledger.previews(states=_WAITING, run_id=self.run_id, limit=10_000)
+        for preview in reversed(found):  # the ledger answers newest first
+            same = (preview.principal.user_id, preview.principal.tenant_id) == (
+                self.principal.user_id,
+                self.principal.tenant_id,
+            )
+            if same:
+                self._pending.setdefault(preview.id, PendingWrite.of(preview))
+        return self.pending()
+
+    @classmethod
+    def restore(
+        cls,
+        harness: Harness,
+        principal: Principal,
+        run_id: str,
+        *,
+        grant: Grant | None = None,
+        budget: Budget | None = None,
+    ) -> Session:
+        """A session of ``run_id`` rebuilt from the ledger (see
+        :meth:`Harness.resume_session`)."""
+        return harness.resume_session(principal, run_id, grant=grant, budget=budget)
+
+
+def _issues(exc: ValidationError) -> tuple[FieldIssue, ...]:
+    return tuple(
+        FieldIssue(".".join(str(p) for p in error["loc"]) or "(arguments)", error["msg"][:200])
+        for error in exc.errors()[:10]
+    )

@@ -1,0 +1,147 @@
+"""The effect inventory: what a principal can reach, written down, locked and checked.
+
+- :func:`build_inventory` / :func:`subject_inventory`: every tool a subject can see, its
+  effects, destinations, credential names and approval rules, and the sandbox's own
+  effects (:func:`sandbox_effects`), as an :class:`Inventory`;
+- :func:`render`: a table, Markdown or JSON (the schema: :func:`inventory_json_schema`);
+- the lock file (:func:`lock_from_inventory`, :func:`compare_locks`): the reachable set
+  written down, and the check that fails when it grows;
+- :func:`check_program`: which tools a program can call, read from its text;
+- audit views (:func:`run_effects`, :func:`unused_effects`, :func:`users_of`): what runs
+  actually touched, set against what was reachable.
+"""
+
+from airlock.inventory._audit_effects import (
+    EXERCISED_STAGES,
+    ExercisedTool,
+    UnusedEffect,
+    exercised,
+    parse_since,
+    run_effects,
+    unused_effects,
+    users_of,
+)
+from airlock.inventory._build import ToolCatalog, build_inventory, effect_label, subject_inventory
+from airlock.inventory._errors import (
+    LockFileError,
+    ProgramSyntaxError,
+    RegistryRefError,
+    UnknownSubjectError,
+    UnsafeRegistryError,
+)
+from airlock.inventory._lock import (
+    NOT_LOCKED,
+    Change,
+    EffectLock,
+    LockedSubject,
+    LockedTool,
+    Selection,
+    compare_locks,
+    lock_from_inventory,
+    lock_text,
+    read_lock,
+    render_changes,
+    write_lock,
+)
+from airlock.inventory._model import (
+    ApprovalCase,
+    BroadTool,
+    ComposedView,
+    EffectEntry,
+    EffectTotal,
+    GrantCoverage,
+    GrantSummary,
+    Idempotency,
+    Inventory,
+    Mount,
+    PathView,
+    Reach,
+    SandboxEffects,
+    SandboxLimits,
+    SubjectInventory,
+    SubjectKind,
+    ToolEntry,
+    inventory_json_schema,
+)
+from airlock.inventory._registry_ref import load_registry
+from airlock.inventory._render import Format, render
+from airlock.inventory._sandbox_effects import UNKNOWN_DIGEST, read_image_digest, sandbox_effects
+from airlock.inventory._static_check import (
+    CallForm,
+    ProgramEffects,
+    ToolUse,
+    UnknownUse,
+    Unresolved,
+    check_program,
+)
+from airlock.inventory._subjects import ANY_PRINCIPAL, PolicyDocument, Subject, load_policy_document
+from airlock.inventory._tool_facts import credential_names, destinations, idempotency
+
+__all__ = [
+    "ANY_PRINCIPAL",
+    "EXERCISED_STAGES",
+    "NOT_LOCKED",
+    "UNKNOWN_DIGEST",
+    "ApprovalCase",
+    "BroadTool",
+    "CallForm",
+    "Change",
+    "ComposedView",
+    "EffectEntry",
+    "EffectLock",
+    "EffectTotal",
+    "ExercisedTool",
+    "Format",
+    "GrantCoverage",
+    "GrantSummary",
+    "Idempotency",
+    "Inventory",
+    "LockFileError",
+    "LockedSubject",
+    "LockedTool",
+    "Mount",
+    "PathView",
+    "PolicyDocument",
+    "ProgramEffects",
+    "ProgramSyntaxError",
+    "Reach",
+    "RegistryRefError",
+    "SandboxEffects",
+    "SandboxLimits",
+    "Selection",
+    "Subject",
+    "SubjectInventory",
+    "SubjectKind",
+    "ToolCatalog",
+    "ToolEntry",
+    "ToolUse",
+    "UnknownSubjectError",
+    "UnknownUse",
+    "Unresolved",
+    "UnsafeRegistryError",
+    "UnusedEffect",
+    "build_inventory",
+    "check_program",
+    "compare_locks",
+    "credential_names",
+    "destinations",
+    "effect_label",
+    "exercised",
+    "idempotency",
+    "inventory_json_schema",
+    "load_policy_document",
+    "load_registry",
+    "lock_from_inventory",
+    "lock_text",
+    "parse_since",
+    "read_image_digest",
+    "read_lock",
+    "render",
+    "render_changes",
+    "run_effects",
+    "sandbox_effects",
+    "subject_inventory",
+    "unused_effects",
+    "users_of",
+    "write_lock",
+]

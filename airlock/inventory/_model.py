@@ -1,0 +1,224 @@
+"""The effect inventory as data: what each principal can reach, and what the sandbox allows.
+
+These frozen records are the one source of every rendering (table, Markdown, JSON) and of
+the lock file. Their JSON Schema is published as ``airlock/inventory.schema.json``
+(:func:`inventory_json_schema`; a test keeps the file up to date).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from airlock.policies import ApprovalCase, Coverage, EffectKind, LanguageMode
+from airlock.tools import Caller
+
+__all__ = [
+    "ApprovalCase",
+    "BroadTool",
+    "ComposedView",
+    "EffectEntry",
+    "EffectTotal",
+    "GrantCoverage",
+    "GrantSummary",
+    "Idempotency",
+    "Inventory",
+    "Mount",
+    "PathView",
+    "Reach",
+    "SandboxEffects",
+    "SandboxLimits",
+    "SubjectInventory",
+    "SubjectKind",
+    "ToolEntry",
+    "inventory_json_schema",
+]
+
+INVENTORY_VERSION: Final = 1
+
+Reach = Literal["code", "direct", "after_approval"]
+"""How a tool can be reached: from a sandboxed program, by the model directly without
+approval, or directly once a person or policy approves the preview."""
+GrantCoverage = Coverage
+Idempotency = Literal["safe", "keyed", "idempotent", "not_idempotent", "unknown"]
+"""``safe``: no side effects, repeating a call changes nothing. ``keyed``: committed through
+the write path with an idempotency key. ``idempotent`` / ``not_idempotent``: declared by the
+tool. ``unknown``: a tool with side effects that says neither."""
+SubjectKind = Literal["principal", "role"]
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class EffectEntry(_Record):
+    """One declared effect of a tool, and how much of it the subject's grant allows."""
+
+    kind: EffectKind = Field(description="read, write, network, spend or disclose.")
+    declared: str = Field(
+        description="The effect as the tool declares it, e.g. 'read(billing:invoice/{id})'."
+    )
+    pattern: str = Field(
+        description=(
+            "What the declaration may reach: the target with each placeholder read as '*' "
+            "(for spend: the currency)."
+        )
+    )
+    grant: GrantCoverage = Field(description="How much of the pattern the grant covers.")
+
+
+class ToolEntry(_Record):
+    """One tool the subject can see, with everything a call of it can touch."""
+
+    name: str = Field(description="Tool name, service_object_verb.")
+    callers: tuple[Caller, ...] = Field(description="Who may call it: direct and/or code.")
+    scope: str = Field(description="Scope needed to see and call it.")
+    reversible: bool = Field(description="Whether its effects can be undone.")
+    effects: tuple[EffectEntry, ...] = Field(description="Declared effects, sorted.")
+    destinations: tuple[str, ...] = Field(
+        description="Network destinations of the tool and its adapter (hosts or patterns)."
+    )
+    credentials: tuple[str, ...] = Field(
+        description="Names of the credentials the adapter uses; never their values."
+    )
+    approval: tuple[ApprovalCase, ...] = Field(
+        description="The approval verdict by amount, from the subject's approval rules."
+    )
+    idempotency: Idempotency = Field(description="Whether repeating a call is safe.")
+    reach: tuple[Reach, ...] = Field(
+        description="How the subject can reach it; empty when every call would be refused."
+    )
+    denied_because: str | None = Field(description="Why no call can succeed, when reach is empty.")
+    broader_than_scope: tuple[str, ...] = Field(
+        description="Ways its effects go beyond what its scope's name suggests."
+    )
+
+
+class GrantSummary(_Record):
+    """The subject's grant, cap(u), as the policy file gives it."""
+
+    scopes: tuple[str, ...] = Field(description="Scopes the subject may use.")
+    effects: tuple[str, ...] = Field(description="Effect patterns the subject may exercise.")
+    spend_limits: dict[str, int] = Field(
+        description="Largest spend per call, in minor units, by currency."
+    )
+
+
+class PathView(_Record):
+    """The tools reachable one way, and the union of their effect patterns."""
+
+    tools: tuple[str, ...] = Field(description="Tool names, sorted.")
+    effects: tuple[str, ...] = Field(description="Effect patterns, e.g. 'read(billing:*)'.")
+
+
+class EffectTotal(_Record):
+    """How much of one effect kind the subject can reach."""
+
+    kind: EffectKind = Field(description="The effect kind.")
+    tools: int = Field(ge=0, description="Reachable tools declaring an effect of this kind.")
+    patterns: tuple[str, ...] = Field(description="Distinct reachable patterns of this kind.")
+
+
+class BroadTool(_Record):
+    """A tool whose effects reach further than its scope's name suggests."""
+
+    tool: str = Field(description="Tool name.")
+    reasons: tuple[str, ...] = Field(description="What makes it broader, one line each.")
+
+
+class ComposedView(_Record):
+    """Everything the subject can reach, by path, with totals."""
+
+    from_code: PathView = Field(
+        description="Reachable from a sandboxed program without approval: reads only."
+    )
+    direct: PathView = Field(description="Reachable by the model directly, without approval.")
+    after_approval: PathView = Field(
+        description="Reachable directly only once a person or policy approves (some amounts)."
+    )
+    totals: tuple[EffectTotal, ...] = Field(description="Per effect kind, every kind listed.")
+    broader_than_scope: tuple[BroadTool, ...] = Field(
+        description="Reachable tools whose effects go beyond their scope's name."
+    )
+
+
+class SubjectInventory(_Record):
+    """The inventory of one principal (or role)."""
+
+    kind: SubjectKind = Field(description="principal or role.")
+    name: str = Field(description="User id ('*': any principal not named), or role name.")
+    user_id: str = Field(description="User id the inventory was computed for.")
+    tenant_id: str = Field(description="Tenant the inventory was computed for.")
+    grant: GrantSummary = Field(description="The subject's grant.")
+    tools: tuple[ToolEntry, ...] = Field(description="Every tool the subject can see, sorted.")
+    composed: ComposedView = Field(description="The reachable set, composed.")
+
+
+class Mount(_Record):
+    """A file system mounted into the sandbox container."""
+
+    path: str = Field(description="Path inside the container.")
+    mode: str = Field(description="Mount options, e.g. 'ro' or 'rw,noexec,nosuid,nodev'.")
+    size_bytes: int | None = Field(description="Size cap of a tmpfs, in bytes.")
+
+
+class SandboxLimits(_Record):
+    """Resource limits of one run."""
+
+    timeout_s: float = Field(description="Wall-clock deadline; the container is killed after.")
+    memory_bytes: int = Field(description="Memory limit.")
+    swap_bytes: int = Field(description="Swap allowed beyond the memory limit.")
+    cpus: float = Field(description="CPU quota in cores.")
+    pids: int = Field(description="Most processes and threads at once.")
+    open_files: int = Field(description="Open-files limit.")
+    output_bytes: int = Field(description="Cap on captured stdout and stderr, each.")
+
+
+class SandboxEffects(_Record):
+    """What a program in the sandbox can do by itself, read from the container configuration
+    the Docker backend uses and from the active sandbox profile."""
+
+    network: str = Field(description="Docker network mode: 'none' means no network at all.")
+    root_filesystem: Literal["read-only", "writable"] = Field(
+        description="Whether the image's file system is mounted read-only."
+    )
+    mounts: tuple[Mount, ...] = Field(description="tmpfs and bind mounts, sorted by path.")
+    user: str = Field(description="uid:gid the program runs as.")
+    capabilities: tuple[str, ...] = Field(
+        description="Linux capabilities left to the program (empty when all are dropped)."
+    )
+    no_new_privileges: bool = Field(description="Whether set-uid binaries cannot gain rights.")
+    environment: tuple[str, ...] = Field(
+        description="Names of environment variables passed in; never their values."
+    )
+    limits: SandboxLimits = Field(description="Resource limits.")
+    language_mode: LanguageMode = Field(description="restricted or full Python.")
+    allowed_imports: tuple[str, ...] = Field(description="Modules a restricted program may import.")
+    seccomp_sha256: str = Field(description="SHA-256 of the seccomp profile's canonical JSON.")
+    seccomp_allowed: tuple[str, ...] = Field(
+        description="System calls the filter allows; every other fails."
+    )
+    image: str = Field(description="The sandbox image reference.")
+    image_digest: str = Field(
+        description="The image's content digest, or 'unknown' when no engine was reachable."
+    )
+
+
+class Inventory(_Record):
+    """The effect inventory of a registry under a policy file."""
+
+    inventory_version: Literal[1] = Field(default=INVENTORY_VERSION, description="Format version.")
+    registry: str = Field(description="The registry, as MODULE:OBJECT.")
+    policy: str = Field(description="The policy file.")
+    sandbox: SandboxEffects = Field(description="The sandbox's own effect set.")
+    subjects: tuple[SubjectInventory, ...] = Field(description="One entry per subject.")
+
+
+def inventory_json_schema() -> dict[str, Any]:
+    """The JSON Schema of :class:`Inventory` as published in ``inventory.schema.json``."""
+    schema = Inventory.model_json_schema()
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        **schema,
+    }

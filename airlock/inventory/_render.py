@@ -1,0 +1,217 @@
+"""Renderings of an inventory: a readable table, Markdown for a pull request, and JSON.
+
+All three are pure functions of :class:`Inventory`, so they say the same thing; the JSON one
+follows the published schema (``airlock/inventory.schema.json``).
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+from typing import Literal, assert_never
+
+from rich.console import Console
+from rich.table import Table
+
+from airlock.inventory._model import (
+    ApprovalCase,
+    Inventory,
+    PathView,
+    SandboxEffects,
+    SubjectInventory,
+    ToolEntry,
+)
+
+__all__ = ["Format", "approval_text", "render", "sandbox_rows"]
+
+Format = Literal["table", "json", "markdown"]
+_WIDTH = 200
+
+
+def render(inventory: Inventory, fmt: Format) -> str:
+    """``inventory`` as text in ``fmt``, ending with a newline."""
+    if fmt == "json":
+        return inventory.model_dump_json(indent=2) + "\n"
+    if fmt == "markdown":
+        return _markdown(inventory)
+    if fmt == "table":
+        return _table(inventory)
+    assert_never(fmt)
+
+
+def approval_text(cases: Sequence[ApprovalCase]) -> str:
+    """``allow (default)``, or by amount: ``allow (r1); ≥ 10000 USD ask (r2)``."""
+    parts = []
+    for case in cases:
+        amount = f"≥ {case.from_amount} {case.currency or ''}".rstrip() + " "
+        prefix = amount if case.from_amount else ""
+        parts.append(f"{prefix}{case.verdict} ({case.rule})")
+    return "; ".join(parts)
+
+
+def _reach_text(tool: ToolEntry) -> str:
+    if tool.reach:
+        return ", ".join(r.replace("_", " ") for r in tool.reach)
+    return f"denied: {tool.denied_because}"
+
+
+def _effects_text(tool: ToolEntry) -> list[str]:
+    return [
+        e.declared + ("" if e.grant == "full" else f" [grant: {e.grant}]") for e in tool.effects
+    ]
+
+
+def _grant_line(subject: SubjectInventory) -> str:
+    grant = subject.grant
+    limits = ", ".join(f"{amount} {cur}" for cur, amount in grant.spend_limits.items())
+    return (
+        f"scopes: {', '.join(grant.scopes) or 'none'}; effects: "
+        f"{', '.join(grant.effects) or 'none'}; spend limits: {limits or 'none'}"
+    )
+
+
+def _heading(subject: SubjectInventory) -> str:
+    if subject.kind == "role":
+        return f"role {subject.name}"
+    if subject.name == "*":
+        return f"principal * (any principal not named; tenant {subject.tenant_id})"
+    return f"principal {subject.name} (tenant {subject.tenant_id})"
+
+
+def _path_text(view: PathView) -> str:
+    if not view.tools:
+        return "nothing"
+    return f"{', '.join(view.tools)} — {', '.join(view.effects)}"
+
+
+def sandbox_rows(sandbox: SandboxEffects) -> list[tuple[str, str]]:
+    """The sandbox's effect set as (setting, value) rows, shortest form first."""
+    limits = sandbox.limits
+    return [
+        ("network", sandbox.network),
+        ("root file system", sandbox.root_filesystem),
+        *[
+            (f"mount {m.path}", m.mode + (f", {m.size_bytes} bytes" if m.size_bytes else ""))
+            for m in sandbox.mounts
+        ],
+        ("user", sandbox.user),
+        ("capabilities", ", ".join(sandbox.capabilities) or "none (all dropped)"),
+        ("no new privileges", "yes" if sandbox.no_new_privileges else "NO"),
+        ("environment", ", ".join(sandbox.environment) or "empty"),
+        ("timeout", f"{limits.timeout_s:g} s"),
+        ("memory", f"{limits.memory_bytes} bytes, swap {limits.swap_bytes} bytes"),
+        ("cpus", f"{limits.cpus:g}"),
+        ("processes", str(limits.pids)),
+        ("open files", str(limits.open_files)),
+        ("output", f"{limits.output_bytes} bytes per stream"),
+        ("language mode", sandbox.language_mode),
+        ("imports (restricted)", ", ".join(sandbox.allowed_imports)),
+        ("seccomp", f"sha256 {sandbox.seccomp_sha256}, {len(sandbox.seccomp_allowed)} calls"),
+        ("image", f"{sandbox.image} ({sandbox.image_digest})"),
+    ]
+
+
+# -- table -------------------------------------------------------------------------------
+
+
+def _table(inventory: Inventory) -> str:
+    out = io.StringIO()
+    console = Console(file=out, width=_WIDTH, color_system=None, highlight=False, soft_wrap=False)
+    console.print(f"effect inventory of {inventory.registry} under {inventory.policy}")
+    for subject in inventory.subjects:
+        console.print()
+        console.print(_heading(subject), markup=False)
+        console.print(_grant_line(subject), markup=False)
+        table = Table(show_lines=True)
+        for column in ("tool", "callers", "scope", "effects", "destinations", "credentials"):
+            table.add_column(column, no_wrap=True)
+        for column in ("approval", "idempotency", "reach"):
+            table.add_column(column, overflow="fold")
+        for tool in subject.tools:
+            table.add_row(
+                tool.name,
+                ", ".join(tool.callers),
+                tool.scope,
+                "\n".join(_effects_text(tool)),
+                "\n".join(tool.destinations) or "-",
+                "\n".join(tool.credentials) or "-",
+                approval_text(tool.approval),
+                tool.idempotency,
+                _reach_text(tool),
+            )
+        console.print(table if subject.tools else "no visible tools")
+        composed = subject.composed
+        console.print(f"from code (reads only): {_path_text(composed.from_code)}", markup=False)
+        console.print(f"directly: {_path_text(composed.direct)}", markup=False)
+        console.print(f"after approval: {_path_text(composed.after_approval)}", markup=False)
+        totals = "; ".join(
+            f"{t.kind} {t.tools} tool(s), {len(t.patterns)} pattern(s)" for t in composed.totals
+        )
+        console.print(f"totals: {totals}", markup=False)
+        for broad in composed.broader_than_scope:
+            console.print(
+                f"broader than scope: {broad.tool}: {'; '.join(broad.reasons)}", markup=False
+            )
+    console.print()
+    table = Table("sandbox", "value", title=None)
+    for name, value in sandbox_rows(inventory.sandbox):
+        table.add_row(name, value)
+    console.print(table)
+    return out.getvalue()
+
+
+# -- markdown ----------------------------------------------------------------------------
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", "<br>") or "-"
+
+
+def _code(items: Sequence[str]) -> str:
+    return "<br>".join(f"`{item}`" for item in items) or "-"
+
+
+def _markdown(inventory: Inventory) -> str:
+    lines = [
+        "# Effect inventory",
+        "",
+        f"Registry `{inventory.registry}`, policy `{inventory.policy}`.",
+    ]
+    for subject in inventory.subjects:
+        composed = subject.composed
+        lines += ["", f"## {_cell(_heading(subject))}", "", _cell(_grant_line(subject)), ""]
+        lines += [
+            "| tool | callers | scope | effects | destinations | credentials | approval "
+            "| idempotency | reach |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for tool in subject.tools:
+            cells = [
+                f"`{tool.name}`",
+                ", ".join(tool.callers),
+                f"`{tool.scope}`",
+                _code(_effects_text(tool)),
+                _code(tool.destinations),
+                _code(tool.credentials),
+                _cell(approval_text(tool.approval)),
+                tool.idempotency,
+                _cell(_reach_text(tool)),
+            ]
+            lines.append("| " + " | ".join(cells) + " |")
+        lines += [
+            "",
+            f"- **From code** (reads only): {_cell(_path_text(composed.from_code))}",
+            f"- **Directly**: {_cell(_path_text(composed.direct))}",
+            f"- **After approval**: {_cell(_path_text(composed.after_approval))}",
+            "- **Totals**: "
+            + "; ".join(
+                f"{t.kind} {t.tools} tool(s), {len(t.patterns)} pattern(s)" for t in composed.totals
+            ),
+        ]
+        for broad in composed.broader_than_scope:
+            lines.append(
+                f"- **Broader than scope**: `{broad.tool}`: {_cell('; '.join(broad.reasons))}"
+            )
+    lines += ["", "## Sandbox", "", "| setting | value |", "|---|---|"]
+    lines += [f"| {name} | {_cell(value)} |" for name, value in sandbox_rows(inventory.sandbox)]
+    return "\n".join(lines) + "\n"

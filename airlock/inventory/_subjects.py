@@ -1,0 +1,183 @@
+"""Whom an inventory is about: principals and roles of a policy file, with their authority.
+
+A *subject* is a principal (or a role) with the grant and approval rules the policy gives it.
+The session normally decides a principal's scopes; an inventory has no session, so it assumes
+the largest one: every scope the policy grants. What it lists is therefore the most the
+principal can reach under this policy.
+
+``*`` stands for any principal the file does not name (only ``[principals."*"]`` applies to
+it). A role's subject carries the role's own authority, without ``*``.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from airlock.inventory._errors import UnknownSubjectError
+from airlock.inventory._model import SubjectKind
+from airlock.policies import (
+    ApprovalPolicy,
+    ApprovalRule,
+    Effect,
+    Grant,
+    Policy,
+    PolicyFileError,
+    Principal,
+    UsageError,
+    parse_policy,
+)
+
+__all__ = ["ANY_PRINCIPAL", "PolicyDocument", "Subject", "load_policy_document"]
+
+ANY_PRINCIPAL = "*"
+_DEFAULT_TENANT = "default"
+# The user id standing in for "any principal the file does not name"; never a named one.
+_ANONYMOUS = "any-unnamed-principal"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Subject:
+    """A principal or role, and the authority the policy gives it."""
+
+    kind: SubjectKind
+    name: str
+    """User id, ``*``, or role name."""
+    principal: Principal
+    """Who the registry's visibility is computed for (scopes = the grant's)."""
+    grant: Grant
+    approvals: ApprovalPolicy
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyDocument:
+    """A validated policy file with the names it declares."""
+
+    policy: Policy
+    principals: tuple[str, ...]
+    """Keys of ``[principals]``, sorted with ``*`` (when present) first."""
+    tenants: dict[str, str | None]
+    """The ``tenant`` of each principal entry."""
+    roles: dict[str, dict[str, Any]]
+    """Each role's table as written (already validated by the policy parser)."""
+    scopes: frozenset[str]
+    """Every scope the file mentions."""
+
+    def principal(self, user_id: str, *, tenant: str | None = None) -> Subject:
+        """The subject for ``user_id`` (``*``: any principal the file does not name).
+
+        The tenant is ``tenant`` when given, else the one the file binds the user (or ``*``)
+        to, else ``default``.
+
+        Raises:
+            UsageError: ``user_id`` or ``tenant`` is not a valid id.
+        """
+        lookup = user_id if user_id != ANY_PRINCIPAL else None
+        chosen = (
+            tenant
+            or (self.tenants.get(lookup) if lookup else None)
+            or self.tenants.get(ANY_PRINCIPAL)
+            or _DEFAULT_TENANT
+        )
+        real_id = user_id if lookup else self._anonymous_id()
+        try:
+            widest = Principal(user_id=real_id, tenant_id=chosen, scopes=self.scopes)
+        except ValidationError:
+            raise UsageError(
+                f"principal {user_id!r} in tenant {chosen!r} is not a valid id: use letters, "
+                "digits and _ . @ : - (starting with a letter or digit)"
+            ) from None
+        grant = self.policy.grant_for(widest)
+        return Subject(
+            kind="principal",
+            name=user_id,
+            principal=Principal(user_id=real_id, tenant_id=chosen, scopes=grant.scopes),
+            grant=grant,
+            approvals=self.policy.approvals_for(widest),
+        )
+
+    def role(self, name: str) -> Subject:
+        """The subject holding exactly the role ``name``.
+
+        Raises:
+            UnknownSubjectError: the file declares no such role.
+        """
+        table = self.roles.get(name)
+        if table is None:
+            raise UnknownSubjectError("role", name, list(self.roles))
+        grant = Grant(
+            scopes=frozenset(table.get("scopes", ())),
+            effects=tuple(Effect.parse(text) for text in table.get("effects", ())),
+            spend_limits=dict(table.get("spend_limits", {})),
+        )
+        rules = tuple(ApprovalRule.model_validate(rule) for rule in table.get("rules", ()))
+        return Subject(
+            kind="role",
+            name=name,
+            principal=Principal(
+                user_id=f"role.{name}", tenant_id=_DEFAULT_TENANT, scopes=grant.scopes
+            ),
+            grant=grant,
+            approvals=ApprovalPolicy(rules),
+        )
+
+    def select(
+        self,
+        *,
+        principals: Sequence[str] = (),
+        roles: Sequence[str] = (),
+        every_principal: bool = False,
+        tenant: str | None = None,
+    ) -> list[Subject]:
+        """Subjects in a stable order: the chosen principals (all named ones with
+        ``every_principal``), then the chosen roles; every principal when nothing is chosen.
+
+        Raises:
+            UnknownSubjectError: a role the file does not declare.
+        """
+        users = list(dict.fromkeys(principals))
+        if every_principal or not (principals or roles):
+            users = list(dict.fromkeys([*self.principals, *users]))
+        return [self.principal(user, tenant=tenant) for user in users] + [
+            self.role(name) for name in dict.fromkeys(roles)
+        ]
+
+    def _anonymous_id(self) -> str:
+        candidate = _ANONYMOUS
+        while candidate in self.tenants:
+            candidate += "-x"
+        return candidate
+
+
+def load_policy_document(path: str | Path) -> PolicyDocument:
+    """Read and validate the policy file at ``path`` and list the names it declares.
+
+    Raises:
+        PolicyFileError: the file cannot be read, is not TOML, or breaks the format.
+    """
+    source = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PolicyFileError(f"cannot read the policy file: {exc}", path=source) from exc
+    policy = parse_policy(text, source=source)
+    # The text parsed and validated above, so the raw tables have the documented shape.
+    data = tomllib.loads(text)
+    entries: dict[str, dict[str, Any]] = data.get("principals", {})
+    roles: dict[str, dict[str, Any]] = data.get("roles", {})
+    scopes: set[str] = set()
+    for table in (*entries.values(), *roles.values()):
+        scopes.update(table.get("scopes", ()))
+    ordered = sorted(entries, key=lambda key: (key != ANY_PRINCIPAL, key))
+    return PolicyDocument(
+        policy=policy,
+        principals=tuple(ordered),
+        tenants={key: entry.get("tenant") for key, entry in entries.items()},
+        roles=roles,
+        scopes=frozenset(scopes),
+    )

@@ -1,0 +1,1 @@
+"""Worked examples built on airlock; they live beside the library, not inside it."""

@@ -1,0 +1,165 @@
+"""``airlock approvals``, ``receipts`` and ``reconcile`` against a real ledger file."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+from typer.testing import CliRunner
+
+from airlock.cli import app, approvals_app, default_ledger
+from airlock.tools import AmbiguousWriteError, Preview, Registry
+from airlock.tools.testing import SystemOfRecord, refund_tool
+from tests.tools.test_write_world import ALICE, ASK, INVOICES, World
+
+runner = CliRunner()
+
+
+def registry() -> Registry:
+    """The tools ``airlock reconcile --registry`` loads in the test below."""
+    system = SystemOfRecord(os.environ["AIRLOCK_TEST_SYSTEM"])
+    tools = Registry()
+    tools.register(refund_tool(system, INVOICES))
+    return tools
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[World]:
+    w = World(tmp_path)
+    yield w
+    w.close()
+
+
+@pytest.fixture
+def waiting(world: World) -> Preview:
+    return anyio.run(lambda: world.prepare("inv_3", approvals=ASK))
+
+
+def _ledger(world: World) -> list[str]:
+    return ["--ledger", str(world.root / "ledger.db")]
+
+
+def test_list_shows_waiting_previews(world: World, waiting: Preview) -> None:
+    result = runner.invoke(approvals_app, ["list", *_ledger(world)])
+    assert result.exit_code == 0, result.output
+    assert waiting.id in result.output
+    assert "alice@acme" in result.output
+    assert "refund 10.03 USD on inv_3" in result.output
+
+
+def test_show_prints_the_full_effect_fingerprint_and_rule(world: World, waiting: Preview) -> None:
+    result = runner.invoke(approvals_app, ["show", waiting.id, *_ledger(world)])
+    assert result.exit_code == 0, result.output
+    assert waiting.fingerprint in result.output
+    assert "refunds-ask" in result.output
+    assert '"amount_minor": 1003' in result.output
+    assert '"recipient": "cus_3"' in result.output
+
+
+def test_approve_then_the_harness_commits(world: World, waiting: Preview) -> None:
+    result = runner.invoke(
+        approvals_app,
+        [
+            "approve",
+            waiting.id,
+            "--fingerprint",
+            waiting.fingerprint,
+            "--as",
+            "carol",
+            *_ledger(world),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    approval = world.ledger.approval(waiting.id)
+    assert approval is not None
+    assert (approval.kind, approval.approver) == ("person", "carol")
+
+    receipt = anyio.run(world.writes.commit, waiting.id, waiting.fingerprint, ALICE)
+    listed = runner.invoke(app, ["receipts", "list", *_ledger(world)])
+    assert listed.exit_code == 0, listed.output
+    assert receipt.preview_id in listed.output
+    assert str(receipt.data["id"]) in listed.output
+
+
+def test_approving_a_changed_preview_is_refused(world: World, waiting: Preview) -> None:
+    with sqlite3.connect(world.root / "ledger.db") as conn:
+        conn.execute(
+            "UPDATE previews SET effect = replace(effect, '1003', '99999') WHERE id = ?",
+            (waiting.id,),
+        )
+    result = runner.invoke(approvals_app, ["approve", waiting.id, "--as", "carol", *_ledger(world)])
+    assert result.exit_code == 1
+    assert "approval_mismatch" in result.output
+    assert world.ledger.approval(waiting.id) is None
+
+
+def test_approving_with_a_stale_fingerprint_is_refused(world: World, waiting: Preview) -> None:
+    result = runner.invoke(
+        approvals_app, ["approve", waiting.id, "--fingerprint", "0" * 64, *_ledger(world)]
+    )
+    assert result.exit_code == 1
+    assert "approval_mismatch" in result.output
+
+
+def test_deny_needs_a_reason_and_blocks_the_commit(world: World, waiting: Preview) -> None:
+    missing = runner.invoke(approvals_app, ["deny", waiting.id, *_ledger(world)])
+    assert missing.exit_code != 0
+    result = runner.invoke(
+        approvals_app, ["deny", waiting.id, "--reason", "wrong customer", *_ledger(world)]
+    )
+    assert result.exit_code == 0, result.output
+    stored = world.ledger.preview(waiting.id)
+    assert stored is not None
+    assert stored.state == "denied"
+    listed = runner.invoke(approvals_app, ["list", *_ledger(world)])
+    assert waiting.id not in listed.output
+
+
+def test_unknown_preview_and_missing_ledger(world: World, tmp_path: Path) -> None:
+    unknown = runner.invoke(approvals_app, ["approve", "pv_nope", *_ledger(world)])
+    assert unknown.exit_code == 1
+    assert "not_found" in unknown.output
+    missing = runner.invoke(approvals_app, ["list", "--ledger", str(tmp_path / "none.db")])
+    assert missing.exit_code == 1
+    assert "no ledger" in missing.output
+
+
+def test_default_ledger_lives_in_airlock_home(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AIRLOCK_HOME", str(tmp_path))
+    assert default_ledger() == tmp_path / "ledger.db"
+
+
+def test_reconcile_lists_then_resolves_with_the_tools(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    preview = anyio.run(world.prepare, "inv_4")
+    world.system.inject("lose_reply")
+    with pytest.raises(AmbiguousWriteError):
+        anyio.run(world.writes.commit, preview.id, preview.fingerprint, ALICE)
+
+    listed = runner.invoke(app, ["reconcile", *_ledger(world)])
+    assert listed.exit_code == 1
+    assert preview.id in listed.output
+
+    monkeypatch.setenv("AIRLOCK_TEST_SYSTEM", str(world.root / "system.db"))
+    tools = "tests.airlock.cli.test_approvals:registry"
+    result = runner.invoke(app, ["reconcile", *_ledger(world), "--registry", tools])
+    assert result.exit_code == 0, result.output
+    assert "committed" in result.output
+    assert world.system.effects() == 1
+    assert len(world.ledger.receipts()) == 1
+    again = runner.invoke(app, ["reconcile", *_ledger(world)])
+    assert again.exit_code == 0
+    assert "nothing to reconcile" in again.output
+
+
+def test_reconcile_refuses_a_bad_tools_reference(world: World) -> None:
+    anyio.run(world.prepare, "inv_5")
+    result = runner.invoke(app, ["reconcile", *_ledger(world), "--registry", "no_such_module:x"])
+    assert result.exit_code != 0

@@ -1,0 +1,90 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from airlock.cli import app, parse_size
+from tests.conftest import require_docker
+
+cli = CliRunner()
+
+
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [
+        ("65536", 65536),
+        ("256m", 256 * 2**20),
+        ("1g", 2**30),
+        ("512MiB", 512 * 2**20),
+        ("64k", 65536),
+    ],
+)
+def test_parse_size(text: str, size: int) -> None:
+    assert parse_size(text) == size
+
+
+@pytest.mark.parametrize("text", ["", "lots", "-5m", "1.5g", "12t"])
+def test_parse_size_refuses(text: str) -> None:
+    with pytest.raises(typer.BadParameter, match="is not a size"):
+        parse_size(text)
+
+
+def test_bad_mode_is_refused(tmp_path: Path) -> None:
+    program = tmp_path / "p.py"
+    program.write_text("1\n")
+    outcome = cli.invoke(app, ["run", str(program), "--mode", "unsafe"])
+    assert outcome.exit_code == 2
+    assert "restricted or full" in outcome.output
+
+
+@pytest.mark.docker
+def test_run_prints_value_and_exits_zero(tmp_path: Path) -> None:
+    require_docker()
+    program = tmp_path / "ok.py"
+    program.write_text("print('hello')\n{'answer': 42}\n")
+    outcome = cli.invoke(app, ["run", str(program), "--json"])
+    assert outcome.exit_code == 0, outcome.output
+    result = json.loads(outcome.output)
+    assert result["value"] == {"answer": 42}
+    assert result["stdout"] == "hello\n"
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize(
+    ("source", "args", "reason"),
+    [
+        (
+            "while True:\n    pass\n",
+            ["--timeout", "1", "--mode", "full"],
+            "stopped by its timeout limit",
+        ),
+        ("import os\n", [], "refused before running"),
+        ("1 / 0\n", [], "raised ZeroDivisionError"),
+        (
+            "x = bytearray(200 * 1024 * 1024)\n",
+            ["--memory", "64m", "--mode", "full"],
+            "memory limit",
+        ),
+    ],
+)
+def test_run_failure_exits_non_zero_with_reason(
+    tmp_path: Path, source: str, args: list[str], reason: str
+) -> None:
+    require_docker()
+    program = tmp_path / "bad.py"
+    program.write_text(source)
+    outcome = cli.invoke(app, ["run", str(program), *args])
+    assert outcome.exit_code == 1
+    assert reason in " ".join(outcome.output.split())
+
+
+@pytest.mark.docker
+def test_doctor_passes_on_this_engine() -> None:
+    require_docker()
+    outcome = cli.invoke(app, ["doctor"])
+    assert outcome.exit_code == 0, outcome.output
+    assert "FAIL" not in outcome.output

@@ -1,0 +1,159 @@
+"""The live model loop and ``airlock chat``, without the network: a mock transport plays
+the Anthropic Messages API, and ``--replay`` plays recorded turns."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from typer.testing import CliRunner
+
+from airlock.cli import app
+from airlock.frontends import ANTHROPIC_URL, AnthropicModel, ModelAPIError, chat_loop
+from tests.airlock.fake_surface import INVOICE_TOOL, EchoSurface
+from tests.conftest import require_docker
+
+HERE = Path(__file__).resolve().parents[1]
+SESSION_ARGS = (
+    "--registry",
+    "tests.airlock.conversation_registry:registry",
+    "--policy",
+    str(HERE / "conversation_policy.toml"),
+    "--user",
+    "alice",
+)
+
+
+def anthropic_api(replies: list[dict[str, Any]], seen: list[dict[str, Any]]) -> httpx.AsyncClient:
+    """A client whose every POST answers the next reply and records the request."""
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        assert str(request.url) == ANTHROPIC_URL
+        assert request.headers["x-api-key"] == "test-key"
+        assert request.headers["anthropic-version"] == "2023-06-01"
+        seen.append(json.loads(request.content))
+        return httpx.Response(200, json=replies[len(seen) - 1])
+
+    return httpx.AsyncClient(transport=httpx.MockTransport(handle))
+
+
+def reply(content: list[dict[str, Any]], stop: str) -> dict[str, Any]:
+    return {"type": "message", "role": "assistant", "content": content, "stop_reason": stop}
+
+
+@pytest.mark.anyio
+async def test_the_loop_answers_tool_calls_until_the_model_stops() -> None:
+    seen: list[dict[str, Any]] = []
+    replies = [
+        reply(
+            [
+                {"type": "text", "text": "Looking."},
+                {
+                    "type": "tool_use",
+                    "id": "toolu_1",
+                    "name": "billing_invoice_get",
+                    "input": {"invoice_id": "inv_1"},
+                },
+                {
+                    "type": "tool_use",
+                    "id": "toolu_2",
+                    "name": "billing_invoice_get",
+                    "input": {"invoice_id": "inv_2"},
+                },
+            ],
+            "tool_use",
+        ),
+        reply([{"type": "text", "text": "Both exist."}], "end_turn"),
+    ]
+    model = AnthropicModel("test-key", model="m", client=anthropic_api(replies, seen))
+    transcript = await chat_loop(model, EchoSurface(), "check inv_1 and inv_2")
+
+    assert len(seen) == 2
+    assert seen[0]["tools"] == [
+        {
+            "name": INVOICE_TOOL.name,
+            "description": INVOICE_TOOL.description,
+            "input_schema": INVOICE_TOOL.input_schema,
+        }
+    ]
+    assert seen[0]["messages"] == [{"role": "user", "content": "check inv_1 and inv_2"}]
+    answers = seen[1]["messages"][2]
+    assert answers["role"] == "user"
+    assert [(a["type"], a["tool_use_id"]) for a in answers["content"]] == [
+        ("tool_result", "toolu_1"),
+        ("tool_result", "toolu_2"),
+    ]
+    assert [m["role"] for m in transcript.messages] == ["user", "assistant", "user", "assistant"]
+
+
+@pytest.mark.anyio
+async def test_the_loop_stops_after_max_turns() -> None:
+    seen: list[dict[str, Any]] = []
+    forever = reply(
+        [
+            {
+                "type": "tool_use",
+                "id": "toolu_x",
+                "name": "billing_invoice_get",
+                "input": {"invoice_id": "inv_1"},
+            }
+        ],
+        "tool_use",
+    )
+    model = AnthropicModel("test-key", client=anthropic_api([forever] * 5, seen))
+    await chat_loop(model, EchoSurface(), "loop", max_turns=3)
+    assert len(seen) == 3
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("status", "retryable"), [(429, True), (529, True), (400, False)])
+async def test_a_failed_request_is_a_typed_error(status: int, retryable: bool) -> None:
+    client = httpx.AsyncClient(
+        transport=httpx.MockTransport(lambda r: httpx.Response(status, text="no"))
+    )
+    model = AnthropicModel("test-key", client=client)
+    with pytest.raises(ModelAPIError) as raised:
+        await chat_loop(model, EchoSurface(), "hi")
+    assert (raised.value.code, raised.value.status, raised.value.retryable) == (
+        "model_api",
+        status,
+        retryable,
+    )
+
+
+def test_chat_without_a_key_or_a_replay_is_a_usage_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    result = CliRunner().invoke(
+        app,
+        ["chat", "hi", *SESSION_ARGS],
+    )
+    assert result.exit_code == 2
+    assert "ANTHROPIC_API_KEY" in result.output
+
+
+@pytest.mark.docker
+def test_chat_replays_the_bulk_read_in_the_real_sandbox(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    require_docker()
+    monkeypatch.setenv("AIRLOCK_HOME", str(tmp_path))
+    monkeypatch.setenv("AIRLOCK_POOL_SIZE", "1")
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    result = CliRunner().invoke(
+        app,
+        [
+            "chat",
+            *SESSION_ARGS,
+            "--replay",
+            str(HERE / "fixtures" / "conversations" / "bulk_read.json"),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert "→ execute_code" in result.output
+    assert '"scanned":200' in result.output.replace("\n", "")
+    assert "bytes of tool results entered the context" in result.output

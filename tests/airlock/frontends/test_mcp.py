@@ -1,0 +1,256 @@
+"""The MCP server, driven by the SDK's own client."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import docker
+import httpx
+import mcp_types as types
+import pytest
+from mcp import Client, StdioServerParameters
+from typer.testing import CliRunner
+
+from airlock.cli import app
+from airlock.frontends.mcp import build_mcp_server, serve_http
+from airlock.harness import ModelResult, ModelTool
+from airlock.sandbox._owner import OWNER_LABEL, labelled_containers
+from tests.airlock.conversation_registry import DUPLICATES
+from tests.airlock.fake_surface import INVOICE_TOOL, EchoSurface
+from tests.conftest import require_docker
+
+VOID_TOOL = ModelTool(
+    name="billing_invoice_void",
+    description="Void an invoice. Answers with a preview to approve.",
+    input_schema=INVOICE_TOOL.input_schema,
+    read_only=False,
+    destructive=True,
+    idempotent=True,
+)
+
+
+class TwoTools(EchoSurface):
+    def tools(self) -> list[ModelTool]:
+        return [INVOICE_TOOL, VOID_TOOL]
+
+    async def call(self, name: str, arguments: dict[str, Any]) -> ModelResult:
+        if name == VOID_TOOL.name:
+            self.calls.append((name, arguments))
+            return ModelResult(
+                is_error=False,
+                content='{"status":"needs_approval","preview_id":"pv_1"}',
+                code="needs_approval",
+            )
+        return await super().call(name, arguments)
+
+
+@pytest.mark.anyio
+async def test_tools_are_listed_with_schema_and_behaviour_hints() -> None:
+    async with Client(build_mcp_server(TwoTools())) as client:
+        listed = {t.name: t for t in (await client.list_tools()).tools}
+    assert list(listed) == ["billing_invoice_get", "billing_invoice_void"]
+    read = listed["billing_invoice_get"]
+    assert read.input_schema == INVOICE_TOOL.input_schema
+    assert read.description == INVOICE_TOOL.description
+    assert read.annotations == types.ToolAnnotations(
+        read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=True
+    )
+    write = listed["billing_invoice_void"].annotations
+    assert write is not None
+    assert (write.read_only_hint, write.destructive_hint) == (False, True)
+
+
+@pytest.mark.anyio
+async def test_a_call_goes_to_the_surface_and_its_result_comes_back_as_text() -> None:
+    surface = TwoTools()
+    async with Client(build_mcp_server(surface)) as client:
+        ok = await client.call_tool("billing_invoice_get", {"invoice_id": "inv_1"})
+        paused = await client.call_tool("billing_invoice_void", {"invoice_id": "inv_1"})
+        unknown = await client.call_tool("nope_tool", {})
+    assert isinstance(ok, types.CallToolResult)
+    assert not ok.is_error
+    assert ok.content == [types.TextContent(text='{"invoice_id":"inv_1"}')]
+    assert isinstance(paused, types.CallToolResult)
+    assert not paused.is_error
+    assert isinstance(paused.content[0], types.TextContent)
+    assert json.loads(paused.content[0].text)["preview_id"] == "pv_1"
+    assert isinstance(unknown, types.CallToolResult)
+    assert unknown.is_error
+    assert surface.calls[-1] == ("nope_tool", {})
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.anyio
+async def test_streamable_http_serves_on_loopback_only() -> None:
+    port = _free_port()
+    async with anyio.create_task_group() as group:
+        group.start_soon(functools.partial(serve_http, build_mcp_server(TwoTools()), port=port))
+        url = f"http://127.0.0.1:{port}/mcp"
+        for _ in range(100):
+            try:
+                async with httpx.AsyncClient() as http:
+                    await http.get(url)
+                break
+            except httpx.ConnectError:
+                await anyio.sleep(0.05)
+        async with Client(url) as client:
+            result = await client.call_tool("billing_invoice_get", {"invoice_id": "inv_2"})
+        assert isinstance(result, types.CallToolResult)
+        assert result.content == [types.TextContent(text='{"invoice_id":"inv_2"}')]
+        # A page on another origin cannot drive the server (DNS-rebinding protection).
+        async with httpx.AsyncClient() as http:
+            refused = await http.post(
+                url, headers={"Host": "evil.example", "Content-Type": "application/json"}, json={}
+            )
+        assert refused.status_code in (400, 403, 421)
+        group.cancel_scope.cancel()
+
+
+# --- `airlock serve --mcp` over stdio, with the real sandbox --------------------------------
+
+ROOT = Path(__file__).resolve().parents[3]
+# The program of the bulk-read fixture conversation: 200 invoices, find the duplicates.
+BULK_PROGRAM = json.loads(
+    (ROOT / "tests" / "airlock" / "fixtures" / "conversations" / "bulk_read.json").read_text()
+)["turns"][0]["content"][1]["input"]["code"]
+
+
+def _text(result: object) -> str:
+    assert isinstance(result, types.CallToolResult), result
+    block = result.content[0]
+    assert isinstance(block, types.TextContent)
+    return block.text
+
+
+@pytest.mark.docker
+@pytest.mark.anyio
+async def test_airlock_serve_mcp_over_stdio_lists_runs_code_and_previews_a_write(
+    tmp_path: Path,
+) -> None:
+    require_docker()
+    params = StdioServerParameters(
+        command=str(Path(sys.executable).parent / "airlock"),
+        args=[
+            "serve",
+            "--mcp",
+            "--registry",
+            "tests.airlock.conversation_registry:registry",
+            "--policy",
+            str(ROOT / "tests" / "airlock" / "conversation_policy.toml"),
+            "--user",
+            "alice",
+        ],
+        env={**os.environ, "AIRLOCK_HOME": str(tmp_path), "AIRLOCK_POOL_SIZE": "1"},
+        cwd=ROOT,
+    )
+    with anyio.fail_after(120):
+        async with Client(params) as client:
+            listed = {t.name: t for t in (await client.list_tools()).tools}
+            assert next(iter(listed)) == "execute_code"
+            assert {"billing_invoice_get", "billing_refund_create"} <= set(listed)
+            refund = listed["billing_refund_create"].annotations
+            assert refund is not None
+            assert (refund.read_only_hint, refund.destructive_hint) == (False, True)
+            code = listed["execute_code"].annotations
+            assert code is not None
+            assert code.read_only_hint is True
+
+            ran = await client.call_tool("execute_code", {"code": BULK_PROGRAM})
+            value = json.loads(_text(ran))["value"]
+            assert value == {"scanned": 200, "duplicates": DUPLICATES}
+
+            paused = await client.call_tool(
+                "billing_refund_create", {"invoice_id": "inv_007", "reason": "duplicate"}
+            )
+            assert isinstance(paused, types.CallToolResult)
+            assert not paused.is_error
+            preview = json.loads(_text(paused))
+            assert preview["status"] == "needs_approval"
+            assert preview["summary"].startswith("refund ")
+            assert preview["preview_id"].startswith("pv_")
+    assert (tmp_path / "ledger.db").exists()
+
+
+POLICY_ARGS = [
+    "--policy",
+    str(ROOT / "tests" / "airlock" / "conversation_policy.toml"),
+    "--user",
+    "alice",
+]
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["--registry", "tests.airlock.conversation_registry:registry"], "give --mcp"),
+        (["--mcp", "--registry", "nowhere_at_all:registry"], "registry_ref"),
+    ],
+)
+def test_serve_usage_errors_exit_2_with_their_code(args: list[str], fragment: str) -> None:
+    result = CliRunner().invoke(app, ["serve", *args, *POLICY_ARGS])
+    assert result.exit_code == 2, result.output
+    assert fragment in result.output
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("transport", [[], ["--http"]], ids=["stdio", "http"])
+def test_sigterm_stops_serving_and_removes_the_sandbox_containers(
+    transport: list[str], tmp_path: Path
+) -> None:
+    require_docker()
+    if transport:
+        transport = ["--http", str(_free_port())]
+    process = subprocess.Popen(
+        [
+            str(Path(sys.executable).parent / "airlock"),
+            "serve",
+            "--mcp",
+            *transport,
+            "--registry",
+            "tests.airlock.conversation_registry:registry",
+            *POLICY_ARGS,
+        ],
+        cwd=ROOT,
+        env={**os.environ, "AIRLOCK_HOME": str(tmp_path), "AIRLOCK_POOL_SIZE": "1"},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+    )
+    client = docker.from_env()
+
+    def containers() -> list[str]:
+        # One listing, no inspection: other processes' containers may go meanwhile.
+        return [
+            str(entry.get("State"))
+            for entry in labelled_containers(client)
+            if (entry.get("Labels") or {}).get(OWNER_LABEL, "").split("/")[1:2]
+            == [str(process.pid)]
+        ]
+
+    try:
+        deadline = time.monotonic() + 60
+        while "running" not in containers():
+            assert process.poll() is None, "the server ended before its sandbox started"
+            assert time.monotonic() < deadline, "no sandbox container started"
+            time.sleep(0.2)
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(30) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
+    assert containers() == []

@@ -1,0 +1,231 @@
+"""The static check over a table of programs: what resolves, what is unknown, what is not."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from airlock.inventory import (
+    ProgramEffects,
+    ProgramSyntaxError,
+    check_program,
+    load_policy_document,
+)
+from tests.airlock.inventory_registry import POLICY, registry
+
+GET = "billing_invoice_get"
+LIST = "billing_invoice_list"
+FETCH = "web_page_fetch"
+ALICE = load_policy_document(POLICY).principal("alice").principal
+
+
+def _check(source: str) -> ProgramEffects:
+    return check_program(textwrap.dedent(source), registry, ALICE)
+
+
+# (program, tools it can call, forms seen, unresolved count, unknown names)
+PROGRAMS: dict[str, tuple[str, set[str], set[str], int, set[str]]] = {
+    "direct call": ('tools.billing_invoice_get(invoice_id="inv_1")', {GET}, {"call"}, 0, set()),
+    "alias": (
+        """
+        get = tools.billing_invoice_get
+        get(invoice_id="inv_1")
+        """,
+        {GET},
+        {"alias", "call"},
+        0,
+        set(),
+    ),
+    "alias of an alias": (
+        """
+        get = tools.billing_invoice_get
+        fetch_one = get
+        fetch_one(invoice_id="inv_1")
+        """,
+        {GET},
+        {"alias", "call"},
+        0,
+        set(),
+    ),
+    "namespace alias": (
+        "t = tools\nt.billing_invoice_list(customer_id='cus_1')",
+        {LIST},
+        {"call"},
+        0,
+        set(),
+    ),
+    "loop": (
+        """
+        for i in ["inv_1", "inv_2"]:
+            tools.billing_invoice_get(invoice_id=i)
+        """,
+        {GET},
+        {"call"},
+        0,
+        set(),
+    ),
+    "comprehension": (
+        "[tools.billing_invoice_get(invoice_id=i) for i in ids if i]",
+        {GET},
+        {"call"},
+        0,
+        set(),
+    ),
+    "async gather": (
+        """
+        import asyncio
+        async def main(ids):
+            return await asyncio.gather(*(tools.web_page_fetch.aio(path=p) for p in ids))
+        """,
+        {FETCH},
+        {"aio"},
+        0,
+        set(),
+    ),
+    "batch": (
+        'tools.billing_invoice_get.batch([{"invoice_id": "inv_1"}])',
+        {GET},
+        {"batch"},
+        0,
+        set(),
+    ),
+    "alias batch": (
+        "g = tools.billing_invoice_get\ng.batch([])",
+        {GET},
+        {"alias", "batch"},
+        0,
+        set(),
+    ),
+    "nested function and lambda": (
+        """
+        def outer():
+            def inner():
+                return tools.billing_invoice_list(customer_id="cus_1")
+            return inner()
+        pick = lambda i: tools.billing_invoice_get(invoice_id=i)
+        """,
+        {GET, LIST},
+        {"call"},
+        0,
+        set(),
+    ),
+    "literal getattr": (
+        'getattr(tools, "billing_invoice_get")(invoice_id="inv_1")',
+        {GET},
+        {"getattr"},
+        0,
+        set(),
+    ),
+    "reference in a list": (
+        "fs = [tools.billing_invoice_get, tools.web_page_fetch]",
+        {GET, FETCH},
+        {"reference"},
+        0,
+        set(),
+    ),
+    "namespace members are not tools": (
+        """
+        try:
+            tools.log("hello")
+        except tools.NotFound:
+            pass
+        """,
+        set(),
+        set(),
+        0,
+        set(),
+    ),
+    "no tools": ("x = sum(range(10))", set(), set(), 0, set()),
+    "computed getattr": (
+        'name = "billing_" + "invoice_get"\ngetattr(tools, name)(invoice_id="inv_1")',
+        set(),
+        set(),
+        1,
+        set(),
+    ),
+    "dunder dict": ('tools.__dict__["billing_refund_create"]', set(), set(), 1, set()),
+    "private attribute": (
+        'tools._connection.submit({"tool": "billing_refund_create"})',
+        set(),
+        set(),
+        1,
+        set(),
+    ),
+    "namespace passed as a value": (
+        "def call(ns):\n    return ns.x()\ncall(tools)",
+        set(),
+        set(),
+        1,
+        set(),
+    ),
+    "eval": ('eval("tools.billing_refund_create()")', set(), set(), 1, set()),
+    "globals": ('globals()["tools"]', set(), set(), 1, set()),
+    "bridge import": ("import airlock_bridge", set(), set(), 1, set()),
+    "write tool is unknown from code": (
+        'tools.billing_refund_create(invoice_id="inv_1", amount_minor=5)',
+        set(),
+        set(),
+        0,
+        {"billing_refund_create"},
+    ),
+    "hidden tool is unknown": (
+        'tools.crm_customer_get(customer_id="cus_1")',
+        set(),
+        set(),
+        0,
+        {"crm_customer_get"},
+    ),
+    "misspelled tool is unknown": (
+        "tools.billing_invoice_gte()",
+        set(),
+        set(),
+        0,
+        {"billing_invoice_gte"},
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(PROGRAMS))
+def test_program_table(case: str) -> None:
+    source, tools, forms, unresolved, unknown = PROGRAMS[case]
+    report = _check(source)
+    assert set(report.tools) == tools
+    assert {use.form for use in report.uses} == forms
+    assert len(report.unresolved) == unresolved, report.unresolved
+    assert {u.name for u in report.unknown} == unknown
+    assert report.complete == (not unresolved and not unknown)
+
+
+def test_effects_are_those_of_the_resolved_tools() -> None:
+    report = _check('tools.billing_invoice_get(invoice_id="inv_1")')
+    assert report.effects == ("network(api.billing.example)", "read(billing:invoice/{invoice_id})")
+    assert report.may_reach == report.effects
+
+
+def test_an_unresolved_call_may_reach_everything_callable_from_code() -> None:
+    report = _check("getattr(tools, name)()")
+    assert report.tools == ()
+    assert "read(web:page/*)" in report.may_reach
+    assert not [e for e in report.may_reach if e.startswith(("write", "spend"))]
+    assert report.unresolved[0].source == "getattr(tools, name)"
+    assert report.unresolved[0].line == 1
+
+
+def test_unknown_names_say_why() -> None:
+    reasons = {
+        u.name: u.reason for u in _check(PROGRAMS["write tool is unknown from code"][0]).unknown
+    }
+    assert "direct only" in reasons["billing_refund_create"]
+
+
+def test_alias_calls_name_the_alias() -> None:
+    uses = _check(PROGRAMS["alias"][0]).uses
+    assert [(u.line, u.form, u.via) for u in uses] == [(2, "alias", None), (3, "call", "get")]
+
+
+def test_a_syntax_error_is_a_usage_error() -> None:
+    with pytest.raises(ProgramSyntaxError) as info:
+        _check("def broken(:\n")
+    assert info.value.code == "program_syntax"
+    assert info.value.line == 1
