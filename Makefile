@@ -41,8 +41,9 @@ types: venv
 	@$(PY) scripts/import_tree.py >/dev/null
 	$(VENV)/bin/mypy
 
+# Slow tests (the bridge fuzzer) run under CI=true; a local run deselects them.
 pytest: setup
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $(if $(filter true,$(CI)),,-m "not slow")
 
 test: lint types pytest
 

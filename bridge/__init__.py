@@ -3,24 +3,28 @@
 Guest programs call read tools through the sandbox's Unix socket; the host side
 (:func:`serve_run`) admits each call through the registry as ``caller="code"`` with the run's
 :class:`ToolSession`. :func:`render_api` is the typed API the model sees.
+:mod:`airlock.bridge.airlock_wire` is the contract the guest shares with the host (frame
+types, protocol version, error shapes); it is shipped into the sandbox image as it is.
 """
 
 from airlock.bridge._api import ParamStub, ToolStub, render_api, tool_stubs
-from airlock.bridge._server import BridgeLimits, RunEnd, ToolSession, serve_run
-from airlock.bridge._wire import (
+from airlock.bridge._codec import (
     MAX_DEPTH,
     MAX_INT_DIGITS,
-    PROTOCOL_VERSION,
     FrameError,
     decode_body,
     encode_frame,
     read_frame,
     read_sized_frame,
 )
+from airlock.bridge._program_errors import program_error
+from airlock.bridge._server import BridgeLimits, RunEnd, ToolSession, serve_run
+from airlock.bridge.airlock_wire import NAMESPACE_MEMBERS, PROTOCOL_VERSION
 
 __all__ = [
     "MAX_DEPTH",
     "MAX_INT_DIGITS",
+    "NAMESPACE_MEMBERS",
     "PROTOCOL_VERSION",
     "BridgeLimits",
     "FrameError",
@@ -30,6 +34,7 @@ __all__ = [
     "ToolStub",
     "decode_body",
     "encode_frame",
+    "program_error",
     "read_frame",
     "read_sized_frame",
     "render_api",

@@ -14,6 +14,7 @@ from collections.abc import Collection
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from airlock.bridge.airlock_wire import ERRORS
 from airlock.policies import Principal
 from airlock.tools import JSONObject, Registry
 
@@ -138,7 +139,38 @@ def tool_stubs(
     return stubs
 
 
-_PREAMBLE = '''\
+_FIELD_NOTES = {
+    "issues": "a list of {'field': ..., 'reason': ...}",
+    "retry_after": "seconds to wait, or None",
+}
+
+
+def _errors_item() -> str:
+    """The preamble's list item on errors, from the contract's table of error classes."""
+    classes = []
+    for shape in ERRORS.values():
+        fields = ", ".join(
+            f"`.{name}`" + (f": {_FIELD_NOTES[name]}" if name in _FIELD_NOTES else "")
+            for name in shape.fields
+        )
+        classes.append(f"`tools.{shape.name}`" + (f" ({fields})" if fields else ""))
+    text = (
+        "A refused or failed call raises `tools.ToolError`, or the subclass for its code, "
+        "with `.code`, `.message`, `.retryable` and the typed attributes listed here: "
+        + "; ".join(classes)
+        + "."
+    )
+    return textwrap.fill(
+        text,
+        width=92,
+        initial_indent="- ",
+        subsequent_indent="  ",
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
+
+
+_PREAMBLE = f'''\
 """Tools a program can call as `tools.NAME(...)`. Every call is checked on the host.
 
 - `tools.NAME(**args)` calls and returns the result (a dict).
@@ -146,10 +178,7 @@ _PREAMBLE = '''\
   calls with `asyncio.gather(...)`.
 - `tools.NAME.batch([args, ...])` makes many calls of one tool in one round trip and
   returns their results in order (`return_errors=True` puts failures in the list).
-- A refused or failed call raises `tools.ToolError` or a subclass with a `.code`:
-  `tools.NotFound`, `tools.Denied`, `tools.InvalidInput`, `tools.UnknownTool`,
-  `tools.RateLimited`, `tools.Timeout`, `tools.Upstream`, `tools.ResultTooLarge`,
-  `tools.LimitExceeded`, `tools.Conflict`.
+{_errors_item()}
 - Set the program's answer with `result(value)` or end with an expression; only that value
   (JSON) and capped stdout return.
 """

@@ -21,17 +21,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
+from airlock.bridge import airlock_wire as wire
 from airlock.bridge._api import ToolStub, tool_stubs
-from airlock.bridge._wire import FrameError, encode_frame, read_sized_frame
+from airlock.bridge._codec import FrameError, encode_frame, read_sized_frame
+from airlock.bridge._program_errors import program_error
 from airlock.policies import ApprovalPolicy, Grant, Principal
 from airlock.tools import (
-    AuditEvent,
     CallContext,
     JSONObject,
     Observations,
     Registry,
+    RunAuthority,
     ToolError,
     UnknownToolError,
+    audit_event,
 )
 
 __all__ = ["BridgeLimits", "RunEnd", "ToolSession", "serve_run"]
@@ -39,7 +42,6 @@ __all__ = ["BridgeLimits", "RunEnd", "ToolSession", "serve_run"]
 _log = logging.getLogger(__name__)
 _MAX_CALL_ID: Final = 2**53
 _MAX_TOOL_NAME: Final = 128
-_MAX_LOG_CHARS: Final = 2000
 
 EndCode = Literal["protocol_error", "limit_exceeded", "timeout"]
 RunLimit = Literal["calls", "in_flight", "bytes", "timeout"]
@@ -97,6 +99,17 @@ class ToolSession:
     call_prefix: str | None = None
     """Prefix of this program's call ids in the audit log (default: the run id); a harness
     running several programs in one run gives each its own."""
+    authority: RunAuthority = field(init=False, repr=False)
+    """The run's authority, from the fields above; every call's context comes from it."""
+
+    def __post_init__(self) -> None:
+        self.authority = RunAuthority(
+            principal=self.principal,
+            grant=self.grant,
+            run_id=self.run_id,
+            approvals=self.approvals,
+            observations=self.observations,
+        )
 
     def stubs(self) -> list[ToolStub]:
         """The tools this run's program may call, for the ``run`` frame."""
@@ -104,36 +117,19 @@ class ToolSession:
 
     def context(self, call_id: str, deadline: float) -> CallContext:
         """The context of one call from code."""
-        return CallContext(
-            principal=self.principal,
-            grant=self.grant,
-            run_id=self.run_id,
-            caller="code",
-            call_id=call_id,
-            deadline=deadline,
-            approvals=self.approvals,
-            observations=self.observations,
-        )
+        return self.authority.context("code", call_id, deadline=deadline)
 
     def record_end(self, end: RunEnd) -> None:
         """Append the bridge's ending of this run to the audit log."""
         self.registry.audit.record(
-            AuditEvent(
-                ts=time.time(),
-                run_id=self.run_id,
-                call_id=f"{self.run_id}:end",
-                caller="code",
-                tool="",
-                user_id=self.principal.user_id,
-                tenant_id=self.principal.tenant_id,
-                args_hash="",
+            audit_event(
+                self.authority.context("code", f"{self.run_id}:end"),
+                "",
                 stage="bridge",
                 decision="deny",
                 rule=end.limit or end.code,
                 outcome="error",
                 code=end.code,
-                duration_s=0.0,
-                effects=(),
                 detail=end.message[:500],
             )
         )
@@ -208,18 +204,18 @@ class _RunServer:
 
     def _handle(self, frame: dict[str, Any], size: int) -> dict[str, Any] | None:
         kind = frame["type"]
-        if kind == "done":
+        if kind == wire.DONE:
             return frame
         if size > self._limits.max_call_frame_bytes:
             raise _protocol(f"a {kind!r} frame of {size} bytes is over the frame limit")
-        if kind == "call":
+        if kind == wire.CALL:
             call_id, tool = self._call_header(frame)
             args = frame.get("args")
             if not isinstance(args, dict):
                 raise _protocol("a call's 'args' must be an object")
             self._admit_count(1)
             self._spawn(self._answer_call(call_id, tool, args))
-        elif kind == "batch":
+        elif kind == wire.BATCH:
             call_id, tool = self._call_header(frame)
             items = frame.get("items")
             if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
@@ -230,11 +226,11 @@ class _RunServer:
                 )
             self._admit_count(len(items))
             self._spawn(self._answer_batch(call_id, tool, items))
-        elif kind == "log":
+        elif kind == wire.LOG:
             message = frame.get("message")
             if not isinstance(message, str):
                 raise _protocol("a log frame's 'message' must be a string")
-            _log.info("guest log (%s): %s", self._run_id, message[:_MAX_LOG_CHARS])
+            _log.info("guest log (%s): %s", self._run_id, message[: wire.MAX_LOG_CHARS])
         else:
             raise _protocol(f"unexpected frame type {kind[:40]!r}")
         return None
@@ -288,14 +284,14 @@ class _RunServer:
         """One admitted call's wire outcome: ``{ok, value}`` or ``{ok, error}``."""
         if self._session is None:
             error = UnknownToolError(name=tool)
-            return {"ok": False, "error": _public(error.to_wire())}
+            return {"ok": False, "error": program_error(error)}
         prefix = self._session.call_prefix or self._session.run_id
         ctx = self._session.context(f"{prefix}:{guest_id}", self._deadline)
         async with self._semaphore:
             try:
                 value = await self._session.registry.call(tool, args, ctx)
             except ToolError as exc:
-                return {"ok": False, "error": _public(exc.to_wire())}
+                return {"ok": False, "error": program_error(exc)}
             except Exception as exc:  # the registry audits it; the guest learns only the class
                 _log.exception("tool %r failed unexpectedly in run %s", tool, self._run_id)
                 return {
@@ -310,7 +306,7 @@ class _RunServer:
 
     async def _answer_call(self, call_id: int, tool: str, args: dict[str, Any]) -> None:
         outcome = await self._admit(str(call_id), tool, args)
-        self._send({"type": "result", "id": call_id, **outcome})
+        self._send({"type": wire.RESULT, "id": call_id, **outcome})
 
     async def _answer_batch(self, call_id: int, tool: str, items: list[dict[str, Any]]) -> None:
         outcomes: list[JSONObject] = [{} for _ in items]
@@ -324,7 +320,7 @@ class _RunServer:
 
         workers = min(len(items), self._limits.max_concurrency)
         await asyncio.gather(*(worker() for _ in range(workers)))
-        self._send({"type": "result", "id": call_id, "ok": True, "value": outcomes})
+        self._send({"type": wire.RESULT, "id": call_id, "ok": True, "value": outcomes})
 
     def _send(self, message: dict[str, Any]) -> None:
         if self._ended is not None:
@@ -334,7 +330,7 @@ class _RunServer:
         except ValueError:  # a tool returned NaN or the like: a bug on the host side
             frame = encode_frame(
                 {
-                    "type": "result",
+                    "type": wire.RESULT,
                     "id": message["id"],
                     "ok": False,
                     "error": {
@@ -358,7 +354,7 @@ class _RunServer:
         self._ended = end
         with contextlib.suppress(ConnectionError, OSError, RuntimeError):
             self._writer.write(
-                encode_frame({"type": "abort", "code": end.code, "message": end.message})
+                encode_frame({"type": wire.ABORT, "code": end.code, "message": end.message})
             )
         if self._session is not None:
             self._session.record_end(end)
@@ -369,10 +365,6 @@ class _RunServer:
             task.cancel()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
-
-
-def _public(wire: JSONObject) -> JSONObject:
-    return {"code": wire["code"], "message": wire["message"], "retryable": wire["retryable"]}
 
 
 async def serve_run(

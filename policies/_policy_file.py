@@ -46,6 +46,7 @@ import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StringConstraints, ValidationError
@@ -121,13 +122,33 @@ class _Binding:
 
 @dataclass(frozen=True, slots=True)
 class Policy:
-    """A loaded policy file: ask it for a principal's grant and approval rules."""
+    """A loaded policy file: ask it for a principal's grant and approval rules, a role's
+    own authority, and the names the file declares (for the effect inventory)."""
 
     source: str
     """Where the policy came from (a path, or the name given to :func:`parse_policy`)."""
     roles: frozenset[str]
     """Names of the roles the file declares."""
     _bindings: Mapping[str, _Binding] = field(repr=False)
+    _roles: Mapping[str, _Authority] = field(repr=False, default_factory=dict)
+
+    @property
+    def principals(self) -> tuple[str, ...]:
+        """Keys of ``[principals]`` (user ids, and ``*`` for every principal), in file order."""
+        return tuple(self._bindings)
+
+    @property
+    def tenants(self) -> Mapping[str, str | None]:
+        """The ``tenant`` each ``[principals]`` entry is bound to (``None``: any tenant)."""
+        return MappingProxyType({key: b.tenant for key, b in self._bindings.items()})
+
+    @property
+    def scopes(self) -> frozenset[str]:
+        """Every scope the file grants, to a role or a principal entry."""
+        found: set[str] = set()
+        for authority in (*self._roles.values(), *(b.authority for b in self._bindings.values())):
+            found |= authority.grant.scopes
+        return frozenset(found)
 
     def grant_for(self, principal: Principal) -> Grant:
         """The grant (cap(u)) for ``principal``: its entries' union, scopes cut to the session's."""
@@ -142,6 +163,29 @@ class Policy:
         for authority in self._applicable(principal):
             rules.extend(r for r in authority.rules if r not in rules)
         return ApprovalPolicy(tuple(rules))
+
+    def role_grant(self, role: str) -> Grant:
+        """The grant the role ``role`` gives by itself: its scopes, effects and limits.
+
+        Raises:
+            KeyError: the file declares no role ``role`` (see :attr:`roles`).
+        """
+        return self._role(role).grant
+
+    def role_approvals(self, role: str) -> ApprovalPolicy:
+        """The approval rules of the role ``role``, in file order.
+
+        Raises:
+            KeyError: the file declares no role ``role`` (see :attr:`roles`).
+        """
+        return ApprovalPolicy(self._role(role).rules)
+
+    def _role(self, role: str) -> _Authority:
+        found = self._roles.get(role)
+        if found is None:
+            known = ", ".join(sorted(self._roles)) or "none"
+            raise KeyError(f"{self.source}: no role {role!r}; the policy declares: {known}")
+        return found
 
     def _applicable(self, principal: Principal) -> list[_Authority]:
         found = []
@@ -204,7 +248,7 @@ def parse_policy(text: str, *, source: str = "<policy>") -> Policy:
             merged = authority.grant.union(roles[role_name].grant)
             authority = _Authority(merged, roles[role_name].rules + authority.rules)
         bindings[user] = _Binding(entry.tenant, authority)
-    return Policy(source=source, roles=frozenset(roles), _bindings=bindings)
+    return Policy(source=source, roles=frozenset(roles), _bindings=bindings, _roles=roles)
 
 
 def _authority(

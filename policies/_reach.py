@@ -60,7 +60,8 @@ class ApprovalCase(BaseModel):
 
 
 def coverage(grant: Grant, effect: Effect) -> Coverage:
-    """How much of the declared ``effect`` (a pattern, or resolved) ``grant`` covers."""
+    """How much of the declared ``effect`` (a pattern, or resolved) ``grant`` covers: a
+    fixed target or amount is ``full`` or ``none``; only a pattern can be ``partial``."""
     if effect.kind == "spend":
         limit = grant.spend_limits.get(effect.target)
         if limit is None:
@@ -70,6 +71,8 @@ def coverage(grant: Grant, effect: Effect) -> Coverage:
         return "partial"  # amounts up to the limit
     if grant.covers(effect):
         return "full"
+    if not effect.placeholders and "*" not in effect.target:
+        return "none"  # one fixed target, judged exactly by Grant.covers
     declared = _literal_prefix(effect.pattern)
     for allowed in grant.effects:
         granted = _literal_prefix(allowed.target)

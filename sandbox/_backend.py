@@ -5,14 +5,30 @@ from __future__ import annotations
 from typing import Protocol
 
 from airlock.bridge import ToolSession
-from airlock.policies import SandboxProfile
+from airlock.policies import Principal, SandboxProfile
+from airlock.sandbox._kept import KeptSandbox
 from airlock.sandbox._result import RunResult
 
 __all__ = ["SandboxBackend"]
 
 
 class SandboxBackend(Protocol):
-    """Runs one program per call in a fresh, isolated environment."""
+    """Runs one program per call in a fresh, isolated environment, and (when it can) keeps
+    one environment for the programs of one conversation.
+
+    :class:`~airlock.sandbox.DockerBackend` is the real one; ``ScriptedBackend`` in
+    :mod:`airlock.sandbox.testing` is the fake for tests of the layers above.
+    """
+
+    @property
+    def profile(self) -> SandboxProfile:
+        """The profile programs run under when a call gives none."""
+        ...
+
+    @property
+    def can_keep(self) -> bool:
+        """Whether :meth:`keep` works with this backend."""
+        ...
 
     async def run(
         self,
@@ -30,6 +46,21 @@ class SandboxBackend(Protocol):
 
         Raises:
             SandboxError: when the backend itself cannot run programs.
+        """
+        ...
+
+    def keep(
+        self,
+        owner: Principal,
+        *,
+        idle_timeout: float = 300.0,
+        profile: SandboxProfile | None = None,
+    ) -> KeptSandbox:
+        """A kept sandbox for one conversation of ``owner``: its programs run one after
+        another in one environment and see what earlier ones left (:class:`KeptSandbox`).
+
+        Raises:
+            UsageError: the backend cannot keep an environment (:attr:`can_keep` is false).
         """
         ...
 

@@ -2,8 +2,9 @@
 
 A :class:`SandboxContainer` serves exactly one program and is then destroyed. The program is
 delivered as a ``run`` frame over a Unix socket that lives in a per-container host directory
-bind-mounted read-only at ``/run/airlock``; the result comes back as a ``done`` frame. Nothing
-is copied in or out of the container's file system.
+bind-mounted read-only at ``/run/airlock``; the result comes back as a ``done`` frame, which
+:func:`~airlock.sandbox._outcome.judge_outcome` turns into the run's result. Nothing is copied
+in or out of the container's file system.
 """
 
 from __future__ import annotations
@@ -23,32 +24,30 @@ import docker
 import docker.errors
 from docker.models.containers import Container
 from docker.types import LogConfig, Ulimit
-from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError
 
 from airlock.bridge import (
     PROTOCOL_VERSION,
     FrameError,
-    RunEnd,
     ToolSession,
     encode_frame,
     read_frame,
     serve_run,
 )
+from airlock.bridge import airlock_wire as wire
 from airlock.policies import SandboxProfile
-from airlock.sandbox._cgroup import CgroupEvidence, read_evidence
+from airlock.sandbox._cgroup import read_evidence
 from airlock.sandbox._errors import SandboxFailure, map_docker_errors
-from airlock.sandbox._result import LimitName, ProgramError, RunResult, RunStatus
+from airlock.sandbox._outcome import judge_outcome
+from airlock.sandbox._result import RunResult
 
 __all__ = ["GUEST_MOUNT", "SandboxContainer", "container_config"]
 
-GUEST_MOUNT: Final = "/run/airlock"
-_SOCKET_NAME: Final = "bridge.sock"
+GUEST_MOUNT: Final = wire.SOCKET_DIR
 _STARTUP_TIMEOUT_S: Final = 30.0
 _HELLO_MAX_BYTES: Final = 4096
 # A done frame holds two capped streams (JSON escaping can grow text up to 6x), an error
 # with a traceback and a final value.
 _RESULT_OVERHEAD_BYTES: Final = 256 * 1024
-_KILLED_EXIT_STATUS: Final = 137
 
 
 def container_config(
@@ -85,26 +84,6 @@ def container_config(
         "hostname": "sandbox",
         "working_dir": "/tmp",
     }
-
-
-class _GuestResult(BaseModel):
-    """The ``done`` frame's result as the guest reports it; validated, then re-checked."""
-
-    model_config = ConfigDict(extra="ignore", strict=True)
-
-    status: RunStatus
-    exit_status: int
-    has_value: bool
-    value: JsonValue = None
-    stdout: str = ""
-    stderr: str = ""
-    truncated: bool = False
-    limit: LimitName | None = None
-    error: ProgramError | None = None
-    duration_s: float | None = None
-    cpu_time_s: float | None = None
-    peak_memory_bytes: int | None = None
-    started_at: float | None = None
 
 
 def _peer_pid(sock: socket.socket) -> int:
@@ -166,7 +145,7 @@ class SandboxContainer:
             # The runner is not root and not the host's user: it needs to traverse the
             # directory and connect to the socket. Who connects is checked below.
             socket_dir.chmod(0o755)
-            path = socket_dir / _SOCKET_NAME
+            path = socket_dir / wire.SOCKET_NAME
             listener.bind(str(path))
             path.chmod(0o666)
             listener.listen(1)
@@ -180,7 +159,7 @@ class SandboxContainer:
             )
             if (
                 not hello
-                or hello.get("type") != "hello"
+                or hello.get("type") != wire.HELLO
                 or hello.get("version") != PROTOCOL_VERSION
             ):
                 writer.close()
@@ -241,7 +220,7 @@ class SandboxContainer:
         self._writer.write(
             encode_frame(
                 {
-                    "type": "run",
+                    "type": wire.RUN,
                     "program": program,
                     "mode": profile.language_mode,
                     "allowed_imports": sorted(profile.allowed_imports),
@@ -262,115 +241,10 @@ class SandboxContainer:
             )
         except (ConnectionError, OSError):
             outcome = None
-        result = await self._result_of(outcome, began, profile, pooled)
+        result = await judge_outcome(
+            outcome, container=self.container, began=began, profile=profile, pooled=pooled
+        )
         return result.model_copy(update={"tool_calls": tools.calls if tools else 0})
-
-    async def _result_of(
-        self,
-        outcome: dict[str, Any] | RunEnd | None,
-        began: float,
-        profile: SandboxProfile,
-        pooled: bool,
-    ) -> RunResult:
-        if outcome is None:
-            return await self._runner_died(began, pooled)
-        if isinstance(outcome, RunEnd):
-            if outcome.code == "protocol_error":
-                return self._protocol_error(began, outcome.message, pooled)
-            return self._stopped(began, outcome.limit or "timeout", pooled, outcome.message)
-        try:
-            guest = _GuestResult.model_validate(outcome.get("result"))
-        except ValidationError as exc:
-            return self._protocol_error(
-                began, f"malformed result: {exc.error_count()} errors", pooled
-            )
-        return self._checked(guest, began, profile, pooled)
-
-    def _checked(
-        self, guest: _GuestResult, began: float, profile: SandboxProfile, pooled: bool
-    ) -> RunResult:
-        cap = profile.output_limit_bytes
-        stdout, cut_out = _cap_text(guest.stdout, cap)
-        stderr, cut_err = _cap_text(guest.stderr, cap)
-        status, limit, exit_status = guest.status, guest.limit, guest.exit_status
-        evidence = read_evidence(self.id)
-        if status != "ok" and limit is None and evidence is not None:
-            # A failure caused by a limit surfaces in the guest as an ordinary exception
-            # (fork fails with EAGAIN); the kernel's counters say which limit it was.
-            limit = _limit_from(evidence)
-            if limit is not None:
-                status, exit_status = "limit_exceeded", _KILLED_EXIT_STATUS
-        peak = guest.peak_memory_bytes
-        if evidence is not None and evidence.peak_memory_bytes is not None:
-            peak = max(peak or 0, evidence.peak_memory_bytes)
-        return RunResult(
-            status=status,
-            exit_status=exit_status,
-            has_value=guest.has_value,
-            value=guest.value,
-            stdout=stdout,
-            stderr=stderr,
-            truncated=guest.truncated or cut_out or cut_err,
-            limit=limit,
-            error=guest.error,
-            duration_s=time.perf_counter() - began,
-            program_duration_s=guest.duration_s,
-            cpu_time_s=guest.cpu_time_s,
-            peak_memory_bytes=peak,
-            started_at=guest.started_at,
-            pooled=pooled,
-        )
-
-    def _stopped(
-        self, began: float, limit: LimitName, pooled: bool, message: str | None = None
-    ) -> RunResult:
-        evidence = read_evidence(self.id)
-        if limit == "timeout" and evidence is not None:
-            # A fork bomb keeps the runner busy until the deadline: the pids counter tells
-            # what actually stopped the program.
-            limit = _limit_from(evidence) or limit
-        return RunResult(
-            status="limit_exceeded",
-            exit_status=_KILLED_EXIT_STATUS,
-            has_value=False,
-            limit=limit,
-            error=ProgramError(type="LimitExceeded", message=message) if message else None,
-            duration_s=time.perf_counter() - began,
-            peak_memory_bytes=evidence.peak_memory_bytes if evidence else None,
-            pooled=pooled,
-        )
-
-    async def _runner_died(self, began: float, pooled: bool) -> RunResult:
-        evidence = read_evidence(self.id)
-        limit = _limit_from(evidence) if evidence else None
-        if limit is None:
-            with contextlib.suppress(docker.errors.DockerException), map_docker_errors():
-                await asyncio.to_thread(self.container.wait, timeout=5)
-                await asyncio.to_thread(self.container.reload)
-                if self.container.attrs["State"].get("OOMKilled"):
-                    limit = "memory"
-        if limit is not None:
-            return self._stopped(began, limit, pooled)
-        return RunResult(
-            status="error",
-            exit_status=_KILLED_EXIT_STATUS,
-            has_value=False,
-            error=ProgramError(
-                type="RunnerDied", message="the sandbox runner exited before reporting"
-            ),
-            duration_s=time.perf_counter() - began,
-            pooled=pooled,
-        )
-
-    def _protocol_error(self, began: float, detail: str, pooled: bool) -> RunResult:
-        return RunResult(
-            status="protocol_error",
-            exit_status=_KILLED_EXIT_STATUS,
-            has_value=False,
-            error=ProgramError(type="ProtocolError", message=detail),
-            duration_s=time.perf_counter() - began,
-            pooled=pooled,
-        )
 
     def memory_bytes(self) -> int | None:
         """Memory currently charged to the container, from its cgroup."""
@@ -384,21 +258,6 @@ class SandboxContainer:
             await self._writer.wait_closed()
         await _remove(self.container)
         shutil.rmtree(self._socket_dir, ignore_errors=True)
-
-
-def _limit_from(evidence: CgroupEvidence) -> LimitName | None:
-    if evidence.oom_killed:
-        return "memory"
-    if evidence.pids_limit_hit:
-        return "pids"
-    return None
-
-
-def _cap_text(text: str, cap: int) -> tuple[str, bool]:
-    data = text.encode("utf-8", errors="replace")
-    if len(data) <= cap:
-        return text, False
-    return data[:cap].decode("utf-8", errors="ignore"), True
 
 
 def _run_detached(client: docker.DockerClient, config: dict[str, Any]) -> Container:

@@ -81,6 +81,11 @@ class DockerBackend:
         self._kept: weakref.WeakSet[KeptSandbox] = weakref.WeakSet()
 
     @property
+    def can_keep(self) -> bool:
+        """Always: :meth:`keep` keeps a container per conversation."""
+        return True
+
+    @property
     def client(self) -> docker.DockerClient:
         """The Docker client, created on first use.
 

@@ -1,4 +1,5 @@
-"""Errors of the sandbox layer, and the one place Docker's errors are translated.
+"""Errors of the sandbox layer, and the one place Docker's errors are translated
+(:func:`map_docker_errors`, private to the sandbox package).
 
     AirlockError
     └── SandboxError               the sandbox could not run a program
@@ -60,14 +61,49 @@ class SandboxFailure(SandboxError):
 
 @contextmanager
 def map_docker_errors() -> Iterator[None]:
-    """Translate the Docker SDK's and its HTTP stack's errors into :class:`SandboxError`."""
+    """Translate the Docker SDK's and its HTTP stack's errors into :class:`SandboxError`.
+
+    The one translation of the sandbox package, and private to it: nothing outside
+    ``airlock.sandbox`` talks to Docker. Every class of ``docker.errors`` and
+    ``requests.exceptions`` lands on one row, the first that matches:
+
+    ===========================================  =================  ========================
+    raised                                       becomes            why
+    ===========================================  =================  ========================
+    ``ImageNotFound``                            ImageMissing       the image is not built
+    ``ConnectionError``, ``Timeout``,            EngineUnavailable  no answer came; a retry
+    ``ChunkedEncodingError``, ``RetryError``                        may reach the engine
+    ``APIError`` (``NotFound``, ...)             SandboxFailure     the engine refused
+    other ``DockerException``, ``InvalidURL``,   EngineUnavailable  no engine is configured
+    ``MissingSchema``, ``InvalidSchema``,                           or reachable where it
+    ``URLRequired``                                                 is configured
+    other ``RequestException``,                  SandboxFailure     an answer came that
+    ``StreamParseError``                                            cannot be used
+    ===========================================  =================  ========================
+
+    The warning categories of ``requests.exceptions`` are issued, never raised, and pass
+    through.
+    """
     try:
         yield
     except docker.errors.ImageNotFound as exc:
         raise ImageMissing(str(exc.explanation or exc)) from exc
-    except (requests.exceptions.ConnectionError, requests.exceptions.Timeout) as exc:
+    except (
+        requests.exceptions.ConnectionError,
+        requests.exceptions.Timeout,
+        requests.exceptions.ChunkedEncodingError,
+        requests.exceptions.RetryError,
+    ) as exc:
         raise EngineUnavailable(f"the Docker engine did not answer: {exc}") from exc
     except docker.errors.APIError as exc:
         raise SandboxFailure(f"the Docker engine refused: {exc.explanation or exc}") from exc
-    except docker.errors.DockerException as exc:
+    except (
+        docker.errors.DockerException,
+        requests.exceptions.InvalidURL,
+        requests.exceptions.MissingSchema,
+        requests.exceptions.InvalidSchema,
+        requests.exceptions.URLRequired,
+    ) as exc:
         raise EngineUnavailable(f"the Docker engine is not reachable: {exc}") from exc
+    except (requests.exceptions.RequestException, docker.errors.StreamParseError) as exc:
+        raise SandboxFailure(f"the Docker engine's answer could not be used: {exc}") from exc

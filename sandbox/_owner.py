@@ -13,27 +13,22 @@ and that start exists now (it exited, is a zombie, or its pid was reused, or the
 rebooted since). Whatever cannot be judged (another host, another PID namespace, a label this
 version cannot read, a process it may not inspect) is left alone.
 
-A process's wall-clock start time is derived from the boot time, which moves when the clock is
-stepped, so two processes can compute different values for the same process: the boot id and
-the start in clock ticks since boot are compared instead wherever the kernel offers them, and
-the wall-clock value only with some slack.
+Whether an owner still runs is judged by :class:`airlock.tools.ProcessMark`, the one
+liveness check (the write path's leases use it too): the labels are a mark written out.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import uuid
 from collections.abc import Mapping
-from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Any, Final
 
 import docker
 import docker.errors
-import psutil
 
 from airlock.sandbox._errors import SandboxError, map_docker_errors
+from airlock.tools import ProcessMark, ProcessState
 
 __all__ = [
     "LABEL",
@@ -52,54 +47,10 @@ LABEL: Final = "io.airlock.sandbox"
 OWNER_LABEL: Final = "io.airlock.owner"
 START_LABEL: Final = "io.airlock.owner.start"
 
-OwnerState = Literal["alive", "dead", "unknown"]
+OwnerState = ProcessState
 """``dead`` is the only state whose containers are removed."""
 
-_PROC: Final = Path("/proc")
-_BOOT_ID: Final = _PROC / "sys" / "kernel" / "random" / "boot_id"
-# Wall-clock start times of one process computed in two processes differ by up to a second
-# (the boot time is whole seconds); a pid reused within this window is not told apart.
-_WALL_CLOCK_SLACK_S: Final = 2.0
 _log = logging.getLogger(__name__)
-
-
-class _Gone(Exception):
-    """No live process has that pid: it exited, or it is a zombie."""
-
-
-def _boot_and_pid_namespace() -> tuple[str, str] | None:
-    """This kernel's boot id and this process's PID namespace: a pid means one process only
-    within both. None where the kernel does not say (not Linux)."""
-    try:
-        boot = _BOOT_ID.read_text().strip()
-        namespace = os.readlink(_PROC / "self" / "ns" / "pid")  # "pid:[4026531836]"
-    except OSError:
-        return None
-    inode = namespace.partition("[")[2].rstrip("]")
-    if not boot or not inode.isdigit():
-        return None
-    return boot, inode
-
-
-def _start_ticks(pid: int) -> int | None:
-    """When ``pid`` started, in clock ticks since boot; None where /proc does not say.
-
-    Raises:
-        _Gone: no such process, or a zombie.
-    """
-    try:
-        stat = (_PROC / str(pid) / "stat").read_bytes()
-    except (FileNotFoundError, ProcessLookupError):
-        if _PROC.joinpath("self").exists():
-            raise _Gone from None
-        return None  # no /proc here: not Linux
-    except OSError:
-        return None
-    # The command name (field 2) may hold spaces and parentheses: count after the last ')'.
-    fields = stat[stat.rfind(b")") + 2 :].split()
-    if fields[0] in (b"Z", b"X"):
-        raise _Gone
-    return int(fields[19])  # field 22, starttime
 
 
 def owner_labels(pid: int | None = None) -> dict[str, str]:
@@ -112,19 +63,10 @@ def owner_labels(pid: int | None = None) -> dict[str, str]:
     Raises:
         psutil.NoSuchProcess: ``pid`` does not exist.
     """
-    process = psutil.Process(os.getpid() if pid is None else pid)
-    owner = (
-        f"{socket.gethostname()}/{process.pid}/{process.create_time():.3f}/{uuid.uuid4().hex[:12]}"
-    )
-    labels = {OWNER_LABEL: owner}
-    here = _boot_and_pid_namespace()
-    try:
-        ticks = _start_ticks(process.pid)
-    except _Gone:
-        ticks = None
-    if here is not None and ticks is not None:
-        boot, namespace = here
-        labels[START_LABEL] = f"{boot}:{namespace}:{ticks}"
+    mark = ProcessMark.of(pid)
+    labels = {OWNER_LABEL: f"{mark.host}/{mark.pid}/{mark.created:.3f}/{uuid.uuid4().hex[:12]}"}
+    if mark.start is not None:
+        labels[START_LABEL] = mark.start
     return labels
 
 
@@ -138,41 +80,14 @@ def owner_state(labels: Mapping[str, str]) -> OwnerState:
     host, _, rest = labels.get(OWNER_LABEL, "").partition("/")
     pid_text, _, rest = rest.partition("/")
     created_text, _, _nonce = rest.partition("/")
-    if host != socket.gethostname() or not pid_text.isdigit():
-        return "unknown"
-    pid = int(pid_text)
-    mark = labels.get(START_LABEL, "").split(":")
-    here = _boot_and_pid_namespace()
-    if len(mark) == 3 and mark[2].isdigit() and here is not None:
-        boot, namespace, ticks_text = mark
-        if boot != here[0]:
-            return "dead"  # every process of an earlier boot is gone
-        if namespace != here[1]:
-            return "unknown"  # its pid names another process here, or none
-        try:
-            ticks = _start_ticks(pid)
-        except _Gone:
-            return "dead"
-        if ticks is not None:
-            return "alive" if ticks == int(ticks_text) else "dead"
-    return _wall_clock_state(pid, created_text)
-
-
-def _wall_clock_state(pid: int, created_text: str) -> OwnerState:
     try:
         created = float(created_text)
     except ValueError:
+        return "unknown"  # a label this version cannot read: leave its containers alone
+    if not pid_text.isdigit():
         return "unknown"
-    try:
-        process = psutil.Process(pid)
-        if process.status() == psutil.STATUS_ZOMBIE:
-            return "dead"
-        started = process.create_time()
-    except psutil.NoSuchProcess:
-        return "dead"
-    except psutil.Error:
-        return "unknown"  # not ours to inspect: keep its containers
-    return "alive" if abs(started - created) <= _WALL_CLOCK_SLACK_S else "dead"
+    start = labels.get(START_LABEL) or None
+    return ProcessMark(host=host, pid=int(pid_text), created=created, start=start).state()
 
 
 def labelled_containers(

@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from airlock.bridge import ToolSession
-from airlock.policies import SandboxProfile
+from airlock.policies import Principal, SandboxProfile, UsageError
+from airlock.sandbox._kept import KeptSandbox
 from airlock.sandbox._result import RunResult
 
 __all__ = ["ScriptedBackend", "ok_result"]
@@ -68,6 +69,28 @@ class ScriptedBackend:
             return self._respond(program, chosen)
         assert self._queue, "ScriptedBackend ran out of scripted results"
         return self._queue.pop(0)
+
+    @property
+    def can_keep(self) -> bool:
+        """Never: scripted results have no state to keep between programs."""
+        return False
+
+    def keep(
+        self,
+        owner: Principal,
+        *,
+        idle_timeout: float = 300.0,
+        profile: SandboxProfile | None = None,
+    ) -> KeptSandbox:
+        """Refuse: a scripted backend cannot keep a container.
+
+        Raises:
+            UsageError: always; kept sandboxes need :class:`airlock.sandbox.DockerBackend`.
+        """
+        raise UsageError(
+            f"ScriptedBackend cannot keep a container for {owner.user_id!r}; "
+            "kept sandboxes (keep_state sessions) need DockerBackend"
+        )
 
     async def close(self) -> None:
         """Mark the backend closed."""

@@ -2,17 +2,20 @@
 path (prepare, preview, approval, commit, receipt) on a durable ledger, and the REST adapter
 that tools over HTTP APIs share."""
 
+from airlock.tools._admission import Admission
 from airlock.tools._approvals import approve_preview, deny_preview
 from airlock.tools._audit import (
     AdmissionDecision,
     AuditEvent,
     AuditLog,
     AuditStore,
+    CallOutcome,
     MemoryAuditStore,
     RunSummary,
     Stage,
+    audit_event,
 )
-from airlock.tools._context import CALLERS, CallContext, Caller, Observations
+from airlock.tools._context import CALLERS, CallContext, Caller, Observations, RunAuthority
 from airlock.tools._credential import Credential
 from airlock.tools._errors import (
     ERROR_CODES,
@@ -39,6 +42,7 @@ from airlock.tools._errors import (
 from airlock.tools._json import JSONObject, JSONValue
 from airlock.tools._ledger import LedgerStore, StepStateError
 from airlock.tools._preview import STEP_STATES, Approval, Preview, Receipt, StepEvent, StepState
+from airlock.tools._process import ProcessMark, ProcessState
 from airlock.tools._reconcile import Resolution
 from airlock.tools._registration import NAME_PATTERN
 from airlock.tools._registry import Registry
@@ -58,6 +62,7 @@ __all__ = [
     "ERROR_CODES",
     "NAME_PATTERN",
     "STEP_STATES",
+    "Admission",
     "AdmissionDecision",
     "AmbiguousWriteError",
     "Approval",
@@ -66,6 +71,7 @@ __all__ = [
     "AuditLog",
     "AuditStore",
     "CallContext",
+    "CallOutcome",
     "Caller",
     "ConflictError",
     "Credential",
@@ -85,6 +91,8 @@ __all__ = [
     "Precondition",
     "Preview",
     "PreviewExpiredError",
+    "ProcessMark",
+    "ProcessState",
     "ProtocolError",
     "RateLimitedError",
     "Receipt",
@@ -92,6 +100,7 @@ __all__ = [
     "Resolution",
     "RestAdapter",
     "ResultTooLargeError",
+    "RunAuthority",
     "RunSummary",
     "SQLiteAuditStore",
     "SQLiteLedgerStore",
@@ -109,6 +118,7 @@ __all__ = [
     "WriteContract",
     "WritePath",
     "approve_preview",
+    "audit_event",
     "deny_preview",
     "error_for_status",
     "requires",

@@ -1,8 +1,9 @@
 """The audit log: one final event per call, buffered and written durably in batches.
 
 Each call that reaches the registry ends with exactly one *final* event, written whichever
-step stopped it. The event names that step (:attr:`AuditEvent.stage`), so it stands for the
-whole admission trail: a call stopped at ``authorize`` passed ``lookup`` and ``validate``.
+step stopped it, built by :func:`audit_event` (the one place events are made). The event
+names that step (:attr:`AuditEvent.stage`), so it stands for the whole admission trail: a
+call stopped at ``authorize`` passed ``lookup`` and ``validate``.
 Later layers (the write path) may add non-final events (``final=False``) for steps with
 their own durable state; a reader counts calls by final events.
 
@@ -14,11 +15,13 @@ before a run's result is returned (the harness does; the registry never blocks a
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Literal, Protocol
 
+from airlock.policies import Effect, Principal
 from airlock.tools._context import Caller
 from airlock.tools._errors import Outcome
 
@@ -27,9 +30,12 @@ __all__ = [
     "AuditEvent",
     "AuditLog",
     "AuditStore",
+    "CallIdentity",
+    "CallOutcome",
     "MemoryAuditStore",
     "RunSummary",
     "Stage",
+    "audit_event",
 ]
 
 Stage = Literal[
@@ -39,6 +45,10 @@ Stage = Literal[
 ``bridge`` marks a run the bridge ended (a protocol error or a run limit) before admission."""
 AdmissionDecision = Literal["allow", "ask", "deny"]
 """Admission's verdict: ``allow`` once the call was authorized, else ``deny`` or ``ask``."""
+CallOutcome = Outcome | Literal["preview"]
+"""How a call ended: an :data:`~airlock.tools.Outcome` (``ok``, ``error``, ``unknown``), or
+``preview``: a write call that stored its preview (waiting for approval, or approved by
+policy) and changed nothing yet."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -61,9 +71,9 @@ class AuditEvent:
     rule: str
     """What decided: ``lookup``, ``input``, ``scope``, ``grant``, ``spend``, ``precondition``,
     an approval rule id, or ``default``."""
-    outcome: Outcome
+    outcome: CallOutcome
     code: str | None
-    """The error code when the outcome is not ``ok``."""
+    """The answer's code when the outcome is not ``ok`` (``needs_approval`` for a preview)."""
     duration_s: float
     effects: tuple[str, ...]
     """The call's resolved effects, e.g. ``read(billing:invoice/inv_1)``; exercised when the
@@ -85,6 +95,60 @@ class RunSummary:
     error: int
     unknown: int
     users: tuple[str, ...]
+    previews: int = 0
+    """Write calls that stored a preview: neither ``ok`` nor ``error``."""
+
+
+class CallIdentity(Protocol):
+    """Whose call an event records: a :class:`~airlock.tools.CallContext`, or anything else
+    that names the principal, run, call and caller (a write step names its preview)."""
+
+    @property
+    def principal(self) -> Principal: ...
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def call_id(self) -> str: ...
+    @property
+    def caller(self) -> Caller: ...
+
+
+def audit_event(
+    who: CallIdentity,
+    tool: str,
+    *,
+    stage: Stage,
+    decision: AdmissionDecision,
+    rule: str,
+    outcome: CallOutcome,
+    code: str | None = None,
+    args_hash: str = "",
+    effects: Iterable[Effect | str] = (),
+    detail: str | None = None,
+    duration_s: float = 0.0,
+    final: bool = True,
+    ts: float | None = None,
+) -> AuditEvent:
+    """The audit event of ``who``'s call of ``tool``, ending at ``ts`` (default: now)."""
+    return AuditEvent(
+        ts=time.time() if ts is None else ts,
+        run_id=who.run_id,
+        call_id=who.call_id,
+        caller=who.caller,
+        tool=tool,
+        user_id=who.principal.user_id,
+        tenant_id=who.principal.tenant_id,
+        args_hash=args_hash,
+        stage=stage,
+        decision=decision,
+        rule=rule,
+        outcome=outcome,
+        code=code,
+        duration_s=duration_s,
+        effects=tuple(str(e) for e in effects),
+        detail=detail,
+        final=final,
+    )
 
 
 class AuditStore(Protocol):
@@ -153,6 +217,7 @@ def summarize(run_id: str, events: Sequence[AuditEvent]) -> RunSummary:
         error=sum(e.outcome == "error" for e in final),
         unknown=sum(e.outcome == "unknown" for e in final),
         users=tuple(sorted({e.user_id for e in events})),
+        previews=sum(e.outcome == "preview" for e in final),
     )
 
 

@@ -14,7 +14,7 @@ from typing import Final, Literal, get_args
 from airlock.policies import ApprovalPolicy, Grant, Principal
 from airlock.tools._errors import NotFoundError
 
-__all__ = ["CALLERS", "CallContext", "Caller", "Observations"]
+__all__ = ["CALLERS", "CallContext", "Caller", "Observations", "RunAuthority"]
 
 Caller = Literal["direct", "code"]
 """Who made the call: the model directly, or a program running in the sandbox."""
@@ -90,3 +90,34 @@ class CallContext:
         """
         if tenant_id != self.principal.tenant_id:
             raise NotFoundError(detail=f"record belongs to tenant {tenant_id!r}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunAuthority:
+    """What every call of one run is admitted with, fixed by the host for the run: the one
+    place a :class:`CallContext` is made, for the model's direct calls and a program's
+    calls from code alike."""
+
+    principal: Principal
+    """Who the run acts for; from the session, never from arguments."""
+    grant: Grant
+    """The run's authority, cap(u)."""
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    """The run every call belongs to (audit log key)."""
+    approvals: ApprovalPolicy = field(default_factory=ApprovalPolicy)
+    """Approval rules of the run."""
+    observations: Observations | None = None
+    """The run's evidence for preconditions, shared by all its calls."""
+
+    def context(self, caller: Caller, call_id: str, *, deadline: float = math.inf) -> CallContext:
+        """The context of one call by ``caller``."""
+        return CallContext(
+            principal=self.principal,
+            grant=self.grant,
+            run_id=self.run_id,
+            caller=caller,
+            call_id=call_id,
+            deadline=deadline,
+            approvals=self.approvals,
+            observations=self.observations,
+        )

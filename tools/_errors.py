@@ -22,8 +22,11 @@
 ``outcome`` is per instance: ``"error"`` means known and nothing committed, ``"unknown"`` means
 the tool may have acted (it raised something unexpected or ran out of time), so the caller
 must not assume either way. The wire form carries only what the model may see: code,
-message, retryable, outcome and typed attributes. :attr:`ToolError.detail` is for the operator
-log and never leaves the host.
+message, retryable, outcome and typed attributes (:meth:`ToolError.wire_fields`).
+:attr:`ToolError.detail` is for the operator log and never leaves the host.
+
+The whole tree is one module, over the usual size, on purpose: each class is a few lines of
+one pattern, and the wire form (:meth:`ToolError.from_wire` over every code) needs them all.
 """
 
 from __future__ import annotations
@@ -137,6 +140,11 @@ class ToolError(AirlockError):
             return target(message, outcome=outcome, **kwargs)  # type: ignore[arg-type]
         except (TypeError, ValueError):
             return ProtocolError(reason=f"malformed attributes in a {code!r} error frame")
+
+    @classmethod
+    def wire_fields(cls) -> tuple[str, ...]:
+        """Names of the typed attributes in this error's wire form (besides the common keys)."""
+        return tuple(cls._fields)
 
     def _field_to_wire(self, name: str) -> JSONValue:
         value: JSONValue = getattr(self, name)

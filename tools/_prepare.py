@@ -9,8 +9,8 @@ from pydantic import BaseModel, ValidationError
 
 from airlock.policies import Principal
 from airlock.tools._errors import ToolError, ToolTimeoutError, UpstreamError
+from airlock.tools._invoke import invoke
 from airlock.tools._preview import Preview
-from airlock.tools._sender import invoke
 from airlock.tools._write_contract import WriteContract
 
 __all__ = ["model_message", "run_prepare"]

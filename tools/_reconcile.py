@@ -13,10 +13,11 @@ from typing import Literal
 
 from airlock.tools._approvals import load_preview
 from airlock.tools._errors import AmbiguousWriteError, ToolError
+from airlock.tools._invoke import invoke
 from airlock.tools._ledger import StepStateError
 from airlock.tools._preview import Preview, Receipt, StepState
 from airlock.tools._registry import Registry
-from airlock.tools._sender import Sender, effect_of, invoke, owner_alive
+from airlock.tools._sender import Sender, effect_of, owner_alive
 
 __all__ = ["Resolution", "ResolutionOutcome", "needs_resolving", "resolve"]
 

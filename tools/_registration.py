@@ -14,6 +14,7 @@ from pydantic import BaseModel
 from airlock.policies import SCOPE_PATTERN, Effect, UsageError
 from airlock.tools._context import CALLERS, Caller
 from airlock.tools._credential import CREDENTIAL_NAME
+from airlock.tools._invoke import is_async_callable
 from airlock.tools._json import JSONObject
 from airlock.tools._schema import schema_problems, strict_schema
 from airlock.tools._signature import shape_of_handler
@@ -158,10 +159,9 @@ def compile_tool(spec: ToolSpec) -> CompiledTool:
                 f"precondition on {condition.tool!r} must name input fields of this tool; "
                 f"unknown: {unknown or 'none given'}"
             )
-    # An async callable object counts as async too (its __call__ is a coroutine function).
-    call_method = getattr(type(spec.handler), "__call__", None)  # noqa: B004
-    is_async = inspect.iscoroutinefunction(spec.handler) or inspect.iscoroutinefunction(call_method)
-    return CompiledTool(spec=spec, schema=strict_schema(spec.input_model), is_async=is_async)
+    return CompiledTool(
+        spec=spec, schema=strict_schema(spec.input_model), is_async=is_async_callable(spec.handler)
+    )
 
 
 def _check_callers(spec: ToolSpec, refuse: Callable[[str], UsageError]) -> None:

@@ -1,6 +1,7 @@
 """The registry: the one place that decides whether a tool call runs, and what comes back.
 
-:meth:`Registry.call` runs the admission order of the design, and each failure stops it:
+:meth:`Registry.admit` runs steps 1–4 of the admission order of the design, and
+:meth:`Registry.call` is admit, run and shape; each failure stops the call:
 
 1. look-up      missing, hidden and wrong-caller tools all raise ``unknown_tool``, identically
 2. validation   canonical JSON, size cap, strict model, effect placeholders: ``invalid_input``
@@ -11,7 +12,10 @@
                 is ``upstream`` with outcome ``unknown``, never success
 6. shaping      projection onto the output allow-list, byte cap: ``result_too_large``
 
-Whatever happens, exactly one final :class:`AuditEvent` is recorded for the call.
+Whatever happens, exactly one final :class:`AuditEvent` is recorded for the call. A write
+tool's call runs steps 1–4 here, then the write path (:mod:`airlock.tools._writes`) prepares
+its effect, authorizes it with the same :func:`~airlock.tools._admission.authorize`, and
+stores its preview: the call's normal outcome, audited as ``preview``.
 """
 
 from __future__ import annotations
@@ -19,7 +23,6 @@ from __future__ import annotations
 import copy
 import functools
 import logging
-import time
 from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any, TypeVar
 
@@ -28,21 +31,20 @@ import anyio.to_thread
 from pydantic import BaseModel
 
 from airlock.policies import Effect, Principal, UsageError
+from airlock.tools._admission import Admission, CallTrail, authorize
 from airlock.tools._arguments import (
     encode_arguments,
-    raw_args_hash,
     resolve_effects,
     validate_arguments,
     validated_args_hash,
 )
-from airlock.tools._audit import AdmissionDecision, AuditEvent, AuditLog, MemoryAuditStore, Stage
+from airlock.tools._audit import AuditLog, MemoryAuditStore
 from airlock.tools._context import CallContext, Caller
 from airlock.tools._errors import (
     ConflictError,
     DeniedError,
     NeedsApprovalError,
     NotFoundError,
-    Outcome,
     ToolError,
     ToolTimeoutError,
     UnknownToolError,
@@ -178,84 +180,83 @@ class Registry:
 
     # -- admission ----------------------------------------------------------------------
 
-    async def call(self, name: str, args: Mapping[str, Any], ctx: CallContext) -> JSONObject:
-        """Admit and run one call; the shaped, JSON-able result.
+    def admit(self, name: str, args: Mapping[str, Any], ctx: CallContext) -> Admission:
+        """Steps 1–4 of the admission order: look-up, validation, authorization (scope;
+        then, for a read, its resolved effects against the grant and the approval rules),
+        preconditions. The caller runs what was admitted and records how it ended on
+        :attr:`Admission.trail`; a refusal is recorded here.
 
         ``ctx`` carries the principal and grant; nothing in ``args`` can change them.
 
         Raises:
-            ToolError: the stable code of the first step that refused or failed.
+            ToolError: the stable code of the first step that refused.
         """
-        started = time.perf_counter()
-        stage: Stage = "lookup"
-        decision: AdmissionDecision = "deny"
-        rule = "lookup"
-        outcome: Outcome = "unknown"
-        code: str | None = None
-        detail: str | None = None
-        digest = ""
-        secrets: frozenset[str] = frozenset()
-        effects: tuple[Effect, ...] = ()
-        try:
-            tool = self._lookup(name, ctx)
-            spec = tool.spec
-            stage, rule = "validate", "input"
-            secrets = spec.secret_fields
+        trail = CallTrail(self.audit, name, args, ctx)
+        try:  # (not `with trail.recording()`: this path runs on every call, and is hot)
+            spec = self._lookup(name, ctx).spec
+            trail.stage, trail.rule = "validate", "input"
+            trail.secret_fields = spec.secret_fields
             instance = validate_arguments(
                 spec.input_model, encode_arguments(args, max_bytes=self._max_input_bytes)
             )
-            digest = validated_args_hash(instance, secret_fields=secrets)
+            trail.args_hash = validated_args_hash(instance, secret_fields=spec.secret_fields)
             values: dict[str, Any] = dict(instance.__dict__)
-            if spec.write is None:  # a write's effects are known once prepare computed them
-                effects = resolve_effects(spec.effects, values)
-            stage = "authorize"
-            decision, rule, refusal = _authorize(spec, effects, ctx)
-            if refusal is not None:
-                raise refusal
-            if spec.preconditions:
-                stage, rule = "precondition", "precondition"
-                _check_preconditions(spec.preconditions, values, ctx)
-            stage = "execute"
-            if spec.write is not None:
-                proposal = await self._write_runner().propose(spec, instance, ctx)
-                decision, rule, effects = proposal.decision, proposal.rule, proposal.effects
-                raise proposal.answer
-            result = await self._execute(tool, values, ctx)
-            stage = "shape"
-            shaped = shape_result(spec.output_model, result, max_bytes=spec.max_result_bytes)
-            stage, outcome = "done", "ok"
-            if spec.name in self._evidence and ctx.observations is not None:
-                ctx.observations.record(spec.name, values)
-            return shaped
-        except ToolError as exc:
-            outcome, code, detail = exc.outcome, exc.code, exc.detail
-            raise
-        except BaseException as exc:  # a bug, or cancellation from outside: never success
-            detail = f"{type(exc).__name__}: {exc}"[:500]
-            raise
-        finally:
-            if not digest and stage == "validate":
-                digest = raw_args_hash(args, secret_fields=secrets)
-            self.audit.record(
-                AuditEvent(
-                    ts=time.time(),
-                    run_id=ctx.run_id,
-                    call_id=ctx.call_id,
-                    caller=ctx.caller,
-                    tool=name[:128] if isinstance(name, str) else repr(name)[:128],
-                    user_id=ctx.principal.user_id,
-                    tenant_id=ctx.principal.tenant_id,
-                    args_hash=digest,
-                    stage=stage,
-                    decision=decision,
-                    rule=rule,
-                    outcome=outcome,
-                    code=code,
-                    duration_s=time.perf_counter() - started,
-                    effects=tuple(str(e) for e in effects),
-                    detail=detail,
+            trail.stage, trail.rule = "authorize", "scope"
+            if not ctx.grant.allows_scope(spec.scope):
+                raise DeniedError(
+                    f"this run's grant lacks scope {spec.scope!r}; "
+                    "do not call this tool in this run",
+                    reason="scope",
                 )
-            )
+            if spec.write is None:  # a write's effects are known once prepare computed them
+                trail.effects = resolve_effects(spec.effects, values)
+                verdict = authorize(spec, trail.effects, ctx)
+                trail.decision, trail.rule = verdict.decision, verdict.rule
+                if verdict.refusal is not None:
+                    raise verdict.refusal
+                if verdict.decision == "ask":
+                    raise NeedsApprovalError(rule=verdict.rule, detail=verdict.reason)
+            else:
+                trail.decision, trail.rule = "allow", "prepare"
+            if spec.preconditions:
+                trail.stage, trail.rule = "precondition", "precondition"
+                _check_preconditions(spec.preconditions, values, ctx)
+            trail.stage = "execute"
+        except BaseException as exc:
+            trail.failed(exc)
+            raise
+        return Admission(
+            spec=spec, input=instance, values=values, effects=trail.effects, trail=trail
+        )
+
+    async def call(self, name: str, args: Mapping[str, Any], ctx: CallContext) -> JSONObject:
+        """Admit and run one call; the shaped, JSON-able result.
+
+        A write tool's call stores a preview through the attached write path and answers
+        ``needs_approval`` with its id (a harness uses ``WritePath.preview_call`` to get the
+        preview itself).
+
+        Raises:
+            ToolError: the stable code of the first step that refused or failed.
+        """
+        admission = self.admit(name, args, ctx)
+        spec = admission.spec
+        if spec.write is not None:
+            writes = self._write_runner(admission)
+            raise writes.waiting(await writes.propose(admission, ctx))
+        trail = admission.trail
+        try:
+            result = await self._execute(self._tools[spec.name], admission.values, ctx)
+            trail.stage = "shape"
+            shaped = shape_result(spec.output_model, result, max_bytes=spec.max_result_bytes)
+        except BaseException as exc:
+            trail.failed(exc)
+            raise
+        trail.stage = "done"
+        trail.record("ok")
+        if spec.name in self._evidence and ctx.observations is not None:
+            ctx.observations.record(spec.name, admission.values)
+        return shaped
 
     def _lookup(self, name: str, ctx: CallContext) -> CompiledTool:
         tool = self._tools.get(name) if isinstance(name, str) else None
@@ -269,17 +270,18 @@ class Registry:
             return tool
         raise UnknownToolError(name=str(name), detail=why)
 
-    def _write_runner(self) -> WriteRunner:
+    def _write_runner(self, admission: Admission) -> WriteRunner:
         if self._writes is None:
-            raise DeniedError(
-                "writes are not enabled in this deployment; do not retry this call",
-                reason="policy",
-                detail="no write path attached to the registry (WritePath(registry, ledger))",
-            )
+            with admission.trail.recording():
+                raise DeniedError(
+                    "writes are not enabled in this deployment; do not retry this call",
+                    reason="policy",
+                    detail="no write path attached to the registry (WritePath(registry, ledger))",
+                )
         return self._writes
 
     @staticmethod
-    async def _execute(tool: CompiledTool, values: dict[str, Any], ctx: CallContext) -> Any:
+    async def _execute(tool: CompiledTool, values: Mapping[str, Any], ctx: CallContext) -> Any:
         spec = tool.spec
         budget = min(spec.timeout, ctx.remaining())
         if budget <= 0:
@@ -295,6 +297,7 @@ class Registry:
         )
         try:
             with anyio.move_on_after(budget) as scope:
+                # Whether the handler is async was decided at registration (see invoke()).
                 if tool.is_async:
                     result = await call()
                 else:
@@ -314,40 +317,6 @@ class Registry:
         if scope.cancelled_caught:
             raise ToolTimeoutError(seconds=budget)
         return result
-
-
-def _authorize(
-    spec: ToolSpec, effects: tuple[Effect, ...], ctx: CallContext
-) -> tuple[AdmissionDecision, str, ToolError | None]:
-    """Scope, then effects against the grant, then approval rules: (decision, rule, refusal)."""
-    if not ctx.grant.allows_scope(spec.scope):
-        return (
-            "deny",
-            "scope",
-            DeniedError(
-                f"this run's grant lacks scope {spec.scope!r}; do not call this tool in this run",
-                reason="scope",
-            ),
-        )
-    if spec.write is not None:  # effects, spend and approval rules are checked after prepare
-        return "allow", "prepare", None
-    outside = ctx.grant.uncovered(effects)
-    if outside is not None:
-        reason = "spend" if outside.kind == "spend" else "effect"
-        message = f"{outside} is outside this run's grant; do not retry it"
-        return "deny", "grant", DeniedError(message, reason=reason)
-    verdict = ctx.approvals.decide(spec.name, effects, reversible=spec.reversible)
-    if verdict.verdict == "deny":
-        message = "a policy rule forbids this call; do not retry it"
-        refusal = DeniedError(message, reason="policy", detail=verdict.reason)
-        return "deny", verdict.rule_id, refusal
-    if verdict.verdict == "ask":
-        return (
-            "ask",
-            verdict.rule_id,
-            NeedsApprovalError(rule=verdict.rule_id, detail=verdict.reason),
-        )
-    return "allow", verdict.rule_id, None
 
 
 def _check_preconditions(

@@ -18,6 +18,11 @@ model, made once, here.
   before anything was sent, for GET and for writes with an ``Idempotency-Key`` only, while
   the deadline allows the wait. A write without a key is sent once.
 - **Statuses**: mapped to tool errors in one place, :func:`error_for_status`.
+
+It is one module over 400 lines on purpose: every rule above acts inside one request loop
+(:meth:`RestAdapter.request`), and splitting the loop would scatter one decision over several
+files; the parts that stand alone live beside it (statuses in ``_rest_errors``, routes in
+``_rest_paths``).
 """
 
 from __future__ import annotations

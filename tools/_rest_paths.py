@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import urllib.parse
+from typing import Final
 
 from airlock.tools._errors import InvalidInputError
 
-__all__ = ["origin_of", "route_path"]
+__all__ = ["CONTROL_CHARACTERS", "DOT_SEGMENTS", "MAX_SEGMENT", "origin_of", "route_path"]
 
-_MAX_SEGMENT = 200
+MAX_SEGMENT: Final = 200
+"""The longest segment, in characters, as given."""
+DOT_SEGMENTS: Final = frozenset({".", ".."})
+"""Segments a URL parser collapses (``a/./b``, ``a/../b``): refused as given and decoded."""
+CONTROL_CHARACTERS: Final = frozenset(chr(code) for code in (*range(0x20), 0x7F))
+"""Characters a segment may not hold: a server or proxy may cut or split the line at them."""
 
 
 def route_path(*segments: str) -> str:
@@ -18,18 +24,18 @@ def route_path(*segments: str) -> str:
     same route. Segments that a URL parser would collapse or drop are refused.
 
     Raises:
-        InvalidInputError: a segment is empty, ``.``/``..`` (also percent-encoded), holds a
-            control character, or is over 200 characters.
+        InvalidInputError: a segment is empty, in :data:`DOT_SEGMENTS` (also
+            percent-encoded), holds one of :data:`CONTROL_CHARACTERS`, or is over
+            :data:`MAX_SEGMENT` characters.
     """
     parts = []
     for segment in segments:
-        decoded = urllib.parse.unquote(segment)
         if (
             not segment
-            or len(segment) > _MAX_SEGMENT
-            or decoded in (".", "..")
-            or segment in (".", "..")
-            or any(ord(c) < 0x20 or ord(c) == 0x7F for c in segment)
+            or len(segment) > MAX_SEGMENT
+            or segment in DOT_SEGMENTS
+            or urllib.parse.unquote(segment) in DOT_SEGMENTS
+            or not CONTROL_CHARACTERS.isdisjoint(segment)
         ):
             raise InvalidInputError(
                 f"{segment[:40]!r} is not a valid id; use the id exactly as a tool returned it",

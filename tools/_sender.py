@@ -10,28 +10,29 @@ other ending (timeout, lost reply, unexpected error, unusable receipt) marks it 
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import logging
 import os
-import socket
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
-import anyio.to_thread
 from pydantic import BaseModel
 
-from airlock.tools._audit import AdmissionDecision, AuditEvent, AuditLog, Stage
+from airlock.policies import Principal
+from airlock.tools._audit import AdmissionDecision, AuditLog, CallOutcome, Stage, audit_event
+from airlock.tools._context import Caller
 from airlock.tools._errors import (
     AmbiguousWriteError,
     ConflictError,
-    Outcome,
     ToolError,
     UpstreamError,
 )
+from airlock.tools._invoke import invoke
 from airlock.tools._ledger import LedgerStore, StepStateError
 from airlock.tools._preview import Preview, Receipt, ResolvedBy, StepState
+from airlock.tools._process import ProcessMark
 from airlock.tools._shaping import shape_result
 from airlock.tools._spec import ToolSpec
 from airlock.tools._write_contract import WriteContract
@@ -40,7 +41,6 @@ __all__ = [
     "Sender",
     "contract_of",
     "effect_of",
-    "invoke",
     "owner_alive",
     "owner_token",
 ]
@@ -218,32 +218,38 @@ class Sender:
         stage: Stage,
         decision: AdmissionDecision,
         rule: str,
-        outcome: Outcome,
+        outcome: CallOutcome,
         code: str | None,
         detail: str | None,
     ) -> None:
         """Record a non-final audit event for a step of ``preview``."""
         self.audit_log.record(
-            AuditEvent(
-                ts=self.clock(),
-                run_id=preview.run_id,
-                call_id=preview.id,
-                caller="direct",
-                tool=preview.tool,
-                user_id=preview.principal.user_id,
-                tenant_id=preview.principal.tenant_id,
-                args_hash=preview.fingerprint[:32],
+            audit_event(
+                _StepCall(preview.principal, preview.run_id, preview.id),
+                preview.tool,
                 stage=stage,
                 decision=decision,
                 rule=rule,
                 outcome=outcome,
                 code=code,
-                duration_s=0.0,
+                args_hash=preview.fingerprint[:32],
                 effects=preview.effects,
                 detail=detail,
                 final=False,
+                ts=self.clock(),
             )
         )
+
+
+@dataclass(frozen=True, slots=True)
+class _StepCall:
+    """Whose call a write step's audit event records: the preview's principal and run, the
+    preview id as the call id (a step has no call of its own)."""
+
+    principal: Principal
+    run_id: str
+    call_id: str
+    caller: Caller = "direct"
 
 
 def contract_of(spec: ToolSpec) -> WriteContract:
@@ -252,39 +258,27 @@ def contract_of(spec: ToolSpec) -> WriteContract:
     return spec.write
 
 
-async def invoke(fn: Callable[..., Any], *args: Any) -> Any:
-    """Call a tool function, sync (in a worker thread) or async."""
-    call_method = getattr(type(fn), "__call__", None)  # noqa: B004
-    if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(call_method):
-        return await fn(*args)
-    return await anyio.to_thread.run_sync(lambda: fn(*args), abandon_on_cancel=True)
-
-
 def effect_of(contract: WriteContract, preview: Preview) -> BaseModel:
     """The approved effect, rebuilt from the ledger (never recomputed)."""
     return contract.effect_model.model_validate(preview.effect)
 
 
 def owner_token() -> str:
-    """``host:pid`` of this process, recorded on every claimed send."""
-    return f"{socket.gethostname()}:{os.getpid()}"
+    """This process's :class:`~airlock.tools.ProcessMark` token, recorded on every claimed
+    send so that reconciliation can tell when its sender is gone (pid reuse included)."""
+    pid = os.getpid()
+    token = _TOKENS.get(pid)  # keyed by pid: a forked child is another sender
+    if token is None:
+        token = _TOKENS[pid] = ProcessMark.of(pid).token()
+    return token
 
 
 def owner_alive(owner: str | None) -> bool | None:
     """Whether the process named by ``owner`` still runs: ``None`` when this host cannot tell
-    (another host, or a malformed token)."""
-    if owner is None:
-        return None
-    host, _, pid_text = owner.rpartition(":")
-    if host != socket.gethostname() or not pid_text.isdigit():
-        return None
-    pid = int(pid_text)
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # it exists, under another user
-        return True
-    return True
+    (another host, another PID namespace, or a malformed token)."""
+    mark = None if owner is None else ProcessMark.parse(owner)
+    state = "unknown" if mark is None else mark.state()
+    return None if state == "unknown" else state == "alive"
+
+
+_TOKENS: dict[int, str] = {}

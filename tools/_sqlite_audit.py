@@ -121,7 +121,7 @@ class SQLiteAuditStore:
             SELECT run_id, MIN(ts - duration_s), MAX(ts),
                    SUM(final), SUM(final AND outcome = 'ok'),
                    SUM(final AND outcome = 'error'), SUM(final AND outcome = 'unknown'),
-                   GROUP_CONCAT(DISTINCT user_id)
+                   GROUP_CONCAT(DISTINCT user_id), SUM(final AND outcome = 'preview')
             FROM audit_events GROUP BY run_id ORDER BY MAX(id) DESC LIMIT ?
         """
         rows = self._db.read(lambda conn: conn.execute(sql, (int(limit),)).fetchall())
@@ -135,6 +135,7 @@ class SQLiteAuditStore:
                 error=r[5],
                 unknown=r[6],
                 users=tuple(sorted(str(r[7]).split(","))),
+                previews=r[8],
             )
             for r in rows
         ]

@@ -5,6 +5,9 @@ Several processes may share the file. Each transaction takes the write lock up f
 interleave with another process's; writers wait up to ``busy_timeout`` seconds. The unique
 index on live previews' keys and the primary key on ``receipts.key`` hold the idempotency
 invariants even against a buggy caller.
+
+It is one module over 400 lines on purpose: the schema, the transactions and the mapping
+between rows and records are one job, and a column added changes all three together.
 """
 
 from __future__ import annotations

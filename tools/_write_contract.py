@@ -3,7 +3,8 @@
 A write tool never runs a handler on the model's say-so. Its direct call is admitted like
 any other (look-up, validation, scope, preconditions), then :attr:`WriteContract.prepare`
 computes the exact effect without changing anything, and the write path stores a preview of
-it. Only a commit by the harness, after approval, calls :attr:`WriteContract.commit`.
+it: the call's normal outcome, returned as a value (:meth:`WriteRunner.propose`). Only a
+commit by the harness, after approval, calls :attr:`WriteContract.commit`.
 """
 
 from __future__ import annotations
@@ -14,15 +15,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel
 
-from airlock.tools._audit import AdmissionDecision
-from airlock.tools._errors import ToolError
-
 if TYPE_CHECKING:
     from airlock.policies import Effect
+    from airlock.tools._admission import Admission
     from airlock.tools._context import CallContext
-    from airlock.tools._spec import ToolSpec
+    from airlock.tools._errors import NeedsApprovalError
+    from airlock.tools._preview import Preview
 
-__all__ = ["Proposal", "WriteContract", "WriteRunner", "write_contract_problems"]
+__all__ = ["WriteContract", "WriteRunner", "write_contract_problems"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -48,29 +48,21 @@ class WriteContract:
     """A short line describing an effect; by default the resolved effects are listed."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Proposal:
-    """What the write path made of a direct write call, for the registry's audit event."""
-
-    decision: AdmissionDecision
-    """``allow`` (approved by policy), ``ask`` (a person must approve) or ``deny``."""
-    rule: str
-    """The approval rule, ``grant`` or ``spend`` that decided."""
-    effects: tuple[Effect, ...]
-    """The resolved effects of the prepared write."""
-    answer: ToolError
-    """What the call answers: ``needs_approval`` with the preview id, or ``denied``."""
-
-
 class WriteRunner(Protocol):
     """The write path as the registry sees it (implemented by ``WritePath``)."""
 
-    async def propose(self, spec: ToolSpec, args: BaseModel, ctx: CallContext) -> Proposal:
-        """Prepare the effect of a direct write call and store its preview.
+    async def propose(self, admission: Admission, ctx: CallContext) -> Preview:
+        """Prepare the effect of an admitted write call, authorize it, store its preview,
+        and record the call's final audit event.
 
         Raises:
-            ToolError: preparing failed (``not_found``, ``timeout``, ``upstream``, ...).
+            ToolError: preparing failed (``not_found``, ``timeout``, ``upstream``, ...), or
+                the grant or a policy rule refused the prepared effect (``denied``).
         """
+        ...
+
+    def waiting(self, preview: Preview) -> NeedsApprovalError:
+        """What a caller that knows only answers and errors is told about ``preview``."""
         ...
 
 

@@ -1,11 +1,13 @@
 """The write path: prepare → preview → approve → commit → receipt, on a durable ledger.
 
-:class:`WritePath` attaches itself to a :class:`~airlock.tools.Registry`. A direct call of a write
-tool then goes through admission as usual and, instead of running a handler, prepares the
-exact effect and stores a :class:`~airlock.tools.Preview`; the call answers ``needs_approval`` with
-the preview id. An ``allow`` rule approves the preview by policy on the spot (the harness may
-commit at once); ``ask`` leaves it for a person (:meth:`WritePath.approve`, or
-``airlock approvals approve``); ``deny`` refuses the call.
+:class:`WritePath` attaches itself to a :class:`~airlock.tools.Registry`. A direct call of a
+write tool is admitted as usual (:meth:`Registry.admit <airlock.tools.Registry.admit>`) and,
+instead of running a handler, prepares the exact effect, authorizes it, and stores a
+:class:`~airlock.tools.Preview`: :meth:`WritePath.preview_call` returns it, and a plain
+:meth:`Registry.call` answers ``needs_approval`` with its id. An ``allow`` rule approves the
+preview by policy on the spot (the harness may commit at once); ``ask`` leaves it for a
+person (:meth:`WritePath.approve`, or ``airlock approvals approve``); ``deny`` refuses the
+call.
 
 :meth:`WritePath.commit` runs its checks in a fixed order, each failure stopping it::
 
@@ -24,19 +26,15 @@ resolves it by querying the system of record or resending with the same key, nev
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hmac
-import secrets
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from pydantic import BaseModel
-
-from airlock.policies import Effect, EffectArgumentError, Principal
+from airlock.policies import Principal
+from airlock.tools._admission import Admission
 from airlock.tools._approvals import approve_preview, deny_preview, load_preview
-from airlock.tools._audit import AdmissionDecision
 from airlock.tools._context import CallContext
 from airlock.tools._errors import (
     ApprovalMismatchError,
@@ -48,20 +46,13 @@ from airlock.tools._errors import (
     UpstreamError,
 )
 from airlock.tools._ledger import LedgerStore, StepStateError
-from airlock.tools._prepare import model_message, run_prepare
-from airlock.tools._preview import (
-    Approval,
-    Preview,
-    Receipt,
-    ResolvedBy,
-    fingerprint,
-    idempotency_key,
-)
+from airlock.tools._prepare import model_message
+from airlock.tools._preview import Approval, Preview, Receipt, ResolvedBy
+from airlock.tools._proposals import propose_write
 from airlock.tools._reconcile import Resolution, resolve
 from airlock.tools._registry import Registry
-from airlock.tools._sender import Sender, contract_of
+from airlock.tools._sender import Sender
 from airlock.tools._spec import ToolSpec
-from airlock.tools._write_contract import Proposal, WriteContract
 
 __all__ = ["WritePath"]
 
@@ -104,68 +95,33 @@ class WritePath:
 
     # -- prepare (the registry calls this for a direct write call) -----------------------
 
-    async def propose(self, spec: ToolSpec, args: BaseModel, ctx: CallContext) -> Proposal:
-        """Prepare the effect, check it against the grant and the approval rules, and store
-        its preview (approved at once when a rule allows it).
+    async def propose(self, admission: Admission, ctx: CallContext) -> Preview:
+        """Prepare the effect of an admitted write call, check it against the grant and the
+        approval rules, and store its preview (approved at once when a rule allows it); the
+        call's final audit event says ``preview``.
 
         Raises:
             ToolError: ``prepare`` failed: its own error (``not_found``...), ``timeout``,
                 or ``upstream`` for anything unexpected (prepare changes nothing, so the
-                outcome is ``error``); ``conflict`` when the run id was reused by another
-                principal.
+                outcome is ``error``); ``denied`` when the grant or a rule refuses the
+                prepared effect; ``conflict`` when the run id was reused by another principal.
         """
-        contract = contract_of(spec)
-        budget = min(spec.timeout, ctx.remaining())
-        effect = await run_prepare(contract, args, ctx.principal, budget=budget)
-        effect_json = effect.model_dump(mode="json")
-        try:
-            resolved = tuple(e.resolve(effect_json) for e in spec.effects)
-        except EffectArgumentError as exc:
-            raise UpstreamError(
-                "the tool computed an effect it cannot describe; report this to its owner",
-                detail=f"prepare of {spec.name}: {exc}",
-            ) from None
-        outside = ctx.grant.uncovered(resolved)
-        if outside is not None:
-            rule = "spend" if outside.kind == "spend" else "grant"
-            answer = DeniedError(
-                f"{outside} is outside this run's grant; do not retry it",
-                reason="spend" if outside.kind == "spend" else "effect",
-            )
-            return Proposal(decision="deny", rule=rule, effects=resolved, answer=answer)
-        verdict = ctx.approvals.decide(spec.name, resolved, reversible=spec.reversible)
-        if verdict.verdict == "deny":
-            answer = DeniedError(
-                "a policy rule forbids this change; do not retry it",
-                reason="policy",
-                detail=verdict.reason,
-            )
-            return Proposal(decision="deny", rule=verdict.rule_id, effects=resolved, answer=answer)
-        preview = self._store_preview(
-            spec, contract, args, effect, effect_json, resolved, ctx, rule=verdict.rule_id
+        return await propose_write(
+            admission, ctx, ledger=self.ledger, sender=self._sender, ttl=self.ttl, clock=self.clock
         )
-        if verdict.verdict == "allow" and preview.state == "prepared":
-            preview = self._approve_by_policy(preview, verdict.rule_id)
-        approval = self.ledger.approval(preview.id)
-        decision: AdmissionDecision = (
-            "allow" if approval is not None and approval.kind == "policy" else "ask"
-        )
-        return Proposal(
-            decision=decision,
-            rule=verdict.rule_id,
-            effects=resolved,
-            answer=NeedsApprovalError(
-                model_message(preview, self.clock()),
-                rule=preview.rule,
-                preview_id=preview.id,
-            ),
+
+    def waiting(self, preview: Preview) -> NeedsApprovalError:
+        """What a caller that knows only answers and errors is told about ``preview``: its
+        summary, id and what happens next, as ``needs_approval``."""
+        return NeedsApprovalError(
+            model_message(preview, self.clock()), rule=preview.rule, preview_id=preview.id
         )
 
     async def preview_call(self, name: str, args: Mapping[str, Any], ctx: CallContext) -> Preview:
-        """Make a direct write call through the registry and return the preview it stored.
+        """Make a direct write call (admission, prepare, policy) and return its preview.
 
-        What a harness does with a model's write call: admission, prepare, policy; then it
-        commits at once when :attr:`Preview.state` is ``approved``, or pauses for a person.
+        What a harness does with a model's write call: it commits at once when
+        :attr:`Preview.state` is ``approved``, or pauses for a person.
 
         Raises:
             ToolError: admission or prepare refused the call (``denied``, ``invalid_input``,
@@ -174,13 +130,7 @@ class WritePath:
         spec = self.registry.get(name)
         if spec is None or spec.write is None:
             raise UnknownToolError(name=name, detail="no write tool of that name")
-        try:
-            await self.registry.call(name, args, ctx)
-        except NeedsApprovalError as exc:
-            if exc.preview_id is None:  # pragma: no cover - the write path always sets it
-                raise
-            return load_preview(self.ledger, exc.preview_id)
-        raise AssertionError("a write call always ends in needs_approval or an error")
+        return await self.propose(self.registry.admit(name, args, ctx), ctx)
 
     # -- approval ------------------------------------------------------------------------
 
@@ -339,8 +289,6 @@ class WritePath:
             results.append(await resolve(self._sender, self.registry, preview))
         return results
 
-    # -- sending -------------------------------------------------------------------------
-
     # -- helpers -------------------------------------------------------------------------
 
     def _spec(self, preview: Preview) -> ToolSpec:
@@ -351,94 +299,6 @@ class WritePath:
                 detail=f"tool {preview.tool!r} is not a registered write tool",
             )
         return spec
-
-    def _store_preview(
-        self,
-        spec: ToolSpec,
-        contract: WriteContract,
-        args: BaseModel,
-        effect: BaseModel,
-        effect_json: dict[str, Any],
-        resolved: tuple[Effect, ...],
-        ctx: CallContext,
-        *,
-        rule: str,
-    ) -> Preview:
-        intent = args.model_dump(mode="json", include=set(contract.intent))
-        key = idempotency_key(ctx.run_id, spec.name, intent)
-        summary = (
-            contract.summarize(effect)
-            if contract.summarize is not None
-            else ", ".join(str(e) for e in resolved)
-        )[:300]
-        for _ in range(2):
-            now = self.clock()
-            fresh = Preview(
-                id="pv_" + secrets.token_hex(12),
-                run_id=ctx.run_id,
-                tool=spec.name,
-                principal=ctx.principal,
-                effect=effect_json,
-                effects=tuple(str(e) for e in resolved),
-                summary=summary,
-                key=key,
-                fingerprint=fingerprint(spec.name, effect_json, ctx.principal, key),
-                rule=rule,
-                created=now,
-                expires=now + self.ttl,
-                state="prepared",
-                updated=now,
-            )
-            stored = self.ledger.add_preview(fresh)
-            if stored.id == fresh.id:
-                return fresh
-            owner = stored.principal
-            if (owner.user_id, owner.tenant_id) != (ctx.principal.user_id, ctx.principal.tenant_id):
-                raise ConflictError(
-                    "this run id is in use by another principal; start a new run",
-                    detail=f"key {key} belongs to {owner.user_id}@{owner.tenant_id}",
-                )
-            if not (stored.state in ("prepared", "approved") and stored.expired(now)):
-                return stored  # the same intent in this run: one preview for it
-            # An expired, never-sent preview of the same intent gives way to a new one.
-            with contextlib.suppress(StepStateError):
-                self.ledger.transition(
-                    stored.id,
-                    expect={stored.state},
-                    expect_attempts=stored.attempts,
-                    to="failed",
-                    at=now,
-                    actor="ledger",
-                    how="expired; the same intent was prepared again",
-                    error="preview_expired",
-                )
-        raise ConflictError("the same change is being prepared concurrently; call again")
-
-    def _approve_by_policy(self, preview: Preview, rule: str) -> Preview:
-        now = self.clock()
-        approval = Approval(
-            preview_id=preview.id,
-            fingerprint=preview.fingerprint,
-            kind="policy",
-            approver=f"policy:{rule}",
-            rule=rule,
-            at=now,
-            reason="approved by policy",
-        )
-        try:
-            approved = self.ledger.transition(
-                preview.id,
-                expect={"prepared"},
-                to="approved",
-                at=now,
-                actor=f"policy:{rule}",
-                how=f"approved by policy rule {rule!r}",
-                approval=approval,
-            )
-        except StepStateError as exc:
-            return exc.preview
-        self._sender.audit(approved, "authorize", "allow", rule, "ok", None, "approved by policy")
-        return approved
 
 
 def _fingerprint_holds(preview: Preview, given: str, approval: Approval | None) -> bool:

@@ -5,10 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import getpass
-import importlib
 import json
-import os
-import sys
 import time
 from pathlib import Path
 from typing import Annotated
@@ -18,10 +15,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from airlock.cli._inventory import usage_errors
 from airlock.cli._settings import Settings
+from airlock.inventory import load_tool_registry
 from airlock.tools import (
     Preview,
-    Registry,
     SQLiteLedgerStore,
     ToolError,
     WritePath,
@@ -250,24 +248,6 @@ def list_receipts(
     Console(width=220).print(table if receipts else "no receipts yet")
 
 
-def _load_registry(spec: str) -> Registry:
-    module_name, _, attribute = spec.partition(":")
-    if not module_name or not attribute:
-        raise typer.BadParameter(f"--registry {spec!r}: write MODULE:OBJECT")
-    if os.getcwd() not in sys.path and "" not in sys.path:  # as `python -m` would
-        sys.path.insert(0, os.getcwd())
-    try:
-        found = getattr(importlib.import_module(module_name), attribute)
-    except (ImportError, AttributeError) as exc:
-        raise typer.BadParameter(f"--registry {spec!r}: {exc}") from None
-    registry = found() if callable(found) and not isinstance(found, Registry) else found
-    if not isinstance(registry, Registry):
-        raise typer.BadParameter(
-            f"--registry {spec!r} is not a Registry or a function returning one"
-        )
-    return registry
-
-
 def reconcile(
     ledger: LedgerOption = None,
     tools: Annotated[
@@ -280,7 +260,8 @@ def reconcile(
     ] = None,
 ) -> None:
     """Resolve every write a timeout or crash left undecided: query the system of record or
-    resend with the same key, never a fresh write. Exits 1 while any stays undecided."""
+    resend with the same key, never a fresh write. Exits 1 while any stays undecided, and 2
+    when ``--registry`` does not name a tools.Registry (printed with its code)."""
     if tools is None:
         store = _open(ledger, readonly=True)
         try:
@@ -296,7 +277,8 @@ def reconcile(
             raise typer.Exit(code=1)
         Console().print("nothing to reconcile")
         return
-    registry = _load_registry(tools)
+    with usage_errors():
+        registry = load_tool_registry(tools)
     store = _open(ledger, readonly=False)
     try:
         resolutions = anyio.run(WritePath(registry, store).reconcile)

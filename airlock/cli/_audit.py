@@ -15,7 +15,6 @@ from airlock.cli._inventory import load_inventory, usage_errors
 from airlock.cli._settings import Settings
 from airlock.inventory import (
     ANY_PRINCIPAL,
-    UNKNOWN_DIGEST,
     Selection,
     parse_since,
     run_effects,
@@ -23,6 +22,7 @@ from airlock.inventory import (
     users_of,
 )
 from airlock.policies import UsageError
+from airlock.sandbox import UNKNOWN_DIGEST
 from airlock.tools import AuditEvent, SQLiteAuditStore
 
 __all__ = ["audit_app"]
@@ -63,14 +63,16 @@ def list_runs(
     finally:
         store.close()
     table = Table(title="airlock runs (most recent first)")
-    for column in ("run", "started (UTC)", "calls", "ok", "error", "unknown", "users"):
-        table.add_column(column, justify="right" if column in ("calls", "ok") else "left")
+    counts = ("calls", "ok", "preview", "error", "unknown")
+    for column in ("run", "started (UTC)", *counts, "users"):
+        table.add_column(column, justify="right" if column in counts else "left")
     for run in runs:
         table.add_row(
             run.run_id,
             _time(run.started),
             str(run.calls),
             str(run.ok),
+            str(run.previews),
             str(run.error),
             str(run.unknown),
             ", ".join(run.users),

@@ -32,7 +32,6 @@ from airlock.inventory import (
     load_policy_document,
     load_registry,
     lock_from_inventory,
-    read_image_digest,
     read_lock,
     render,
     render_changes,
@@ -40,6 +39,7 @@ from airlock.inventory import (
     write_lock,
 )
 from airlock.policies import AirlockError, SandboxProfile, UsageError
+from airlock.sandbox import read_image_digest
 
 __all__ = ["inventory", "load_inventory", "program_effects", "usage_errors"]
 

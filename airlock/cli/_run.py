@@ -8,7 +8,6 @@ import re
 from pathlib import Path
 from typing import Annotated
 
-import docker
 import typer
 from rich.console import Console
 from rich.table import Table
@@ -21,8 +20,8 @@ from airlock.sandbox import (
     ProbeFinding,
     RunResult,
     SandboxError,
+    check_engine,
     judge_probe,
-    map_docker_errors,
 )
 
 __all__ = ["doctor", "parse_size", "run"]
@@ -107,25 +106,7 @@ def doctor() -> None:
     settings = Settings.from_env()
     console = Console()
     table = Table("check", "result", "seen", "what to do")
-    findings: list[ProbeFinding] = []
-    try:
-        with map_docker_errors():
-            client = docker.from_env(timeout=10)
-            version = client.version().get("Version", "?")
-        findings.append(ProbeFinding("engine reachable", True, f"Docker {version}", ""))
-        with map_docker_errors():
-            image = client.images.get(settings.image)
-        findings.append(
-            ProbeFinding("sandbox image", True, f"{settings.image} {image.short_id}", "")
-        )
-    except SandboxError as exc:
-        check = "engine reachable" if exc.code == "sandbox_unavailable" else "sandbox image"
-        fix = (
-            "run `make engine` (installs docker.io and starts dockerd)"
-            if exc.code == "sandbox_unavailable"
-            else "run `make image`"
-        )
-        findings.append(ProbeFinding(check, False, str(exc), fix))
+    findings: list[ProbeFinding] = check_engine(settings.image)
     if all(f.ok for f in findings):
         profile = SandboxProfile(language_mode="full")
 

@@ -24,10 +24,10 @@ from airlock.cli._approvals import default_ledger
 from airlock.cli._inventory import PolicyOption, RegistryOption, TenantOption, usage_errors
 from airlock.cli._settings import Settings
 from airlock.harness import Harness, Session
-from airlock.inventory import load_policy_document, load_registry
+from airlock.inventory import load_policy_document, load_tool_registry
 from airlock.policies import UsageError
 from airlock.sandbox import DockerBackend, SandboxError
-from airlock.tools import Registry, SQLiteLedgerStore
+from airlock.tools import SQLiteLedgerStore
 
 __all__ = ["open_session", "serve"]
 
@@ -50,12 +50,7 @@ async def open_session(
             not usable.
         SandboxError: the Docker engine or the sandbox image is unavailable.
     """
-    catalog = load_registry(registry_ref)
-    if not isinstance(catalog, Registry):
-        raise UsageError(
-            f"--registry {registry_ref!r} is a {type(catalog).__name__}; serving needs a "
-            "tools.Registry, which can run its tools"
-        )
+    catalog = load_tool_registry(registry_ref)
     document = load_policy_document(policy)
     subject = document.principal(user, tenant=tenant)
     if ledger is None:

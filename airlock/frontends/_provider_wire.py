@@ -14,9 +14,13 @@
                                     "arguments": "<json>"}}   (an assistant message's tool_calls)
                             answer {"role": "tool", "tool_call_id", "content"}
 
+Blocks may also be the provider SDKs' own objects (Anthropic and OpenAI content blocks are
+pydantic models): :func:`plain_block` turns anything with ``model_dump()`` or ``to_dict()`` into
+the dict of its wire shape, the one place such objects are translated.
+
 Parsing turns a call block into a provider-neutral :class:`ToolCall`; rendering turns a
 :class:`~airlock.ModelResult` back into the answer block of the same provider. Running the call
-is :mod:`airlock._providers`' job.
+is :mod:`airlock.frontends._providers`' job.
 """
 
 from __future__ import annotations
@@ -24,20 +28,24 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Literal, assert_never
+from typing import Any, Final, Literal, Protocol, TypeAlias, assert_never
 
 from airlock.harness import ModelResult, ModelTool
 from airlock.policies import AirlockError
 
 __all__ = [
+    "Block",
     "MalformedBlockError",
     "Provider",
+    "SupportsModelDump",
+    "SupportsToDict",
     "ToolCall",
     "anthropic_tools",
     "is_tool_call",
     "openai_chat_tools",
     "openai_responses_tools",
     "parse_block",
+    "plain_block",
     "render_result",
     "render_tools",
 ]
@@ -65,6 +73,52 @@ class MalformedBlockError(AirlockError):
         self.block_type = block_type
 
 
+class SupportsModelDump(Protocol):
+    """A pydantic model, such as an Anthropic or OpenAI SDK content block."""
+
+    def model_dump(self) -> Any:
+        """The model as plain Python data (a dict for a block)."""
+        ...
+
+
+class SupportsToDict(Protocol):
+    """An SDK object that turns itself into a dict."""
+
+    def to_dict(self) -> Any:
+        """The object as plain Python data (a dict for a block)."""
+        ...
+
+
+Block: TypeAlias = Mapping[str, Any] | SupportsModelDump | SupportsToDict
+"""A block as a front end receives it: a dict of the wire shape, or an SDK object."""
+
+
+def plain_block(block: object) -> object:
+    """``block`` as plain data: a mapping as it is, an SDK object through its ``model_dump()``
+    (or else ``to_dict()``), anything else unchanged (so parsing reports it).
+
+    Raises:
+        MalformedBlockError: the object's own conversion failed or gave no mapping.
+    """
+    if isinstance(block, Mapping):
+        return block
+    for method in ("model_dump", "to_dict"):
+        convert = getattr(block, method, None)
+        if not callable(convert):
+            continue
+        kind = type(block).__name__
+        try:
+            plain = convert()
+        except Exception as exc:
+            raise MalformedBlockError(f"{kind}.{method}() failed: {exc!r}"[:300]) from exc
+        if not isinstance(plain, Mapping):
+            raise MalformedBlockError(
+                f"{kind}.{method}() gave {type(plain).__name__}, not a JSON object"
+            )
+        return plain
+    return block
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ToolCall:
     """One model tool call, whatever format it came in."""
@@ -85,12 +139,13 @@ def is_tool_call(block: object) -> bool:
     return kind in ("tool_use", "function_call") or (kind == "function" and "function" in block)
 
 
-def parse_block(block: object) -> ToolCall:
-    """Read a call block of any of the three formats.
+def parse_block(given: object) -> ToolCall:
+    """Read a call block of any of the three formats, as a dict or an SDK object.
 
     Raises:
         MalformedBlockError: the block is no known tool call, or its id is missing.
     """
+    block = plain_block(given)
     if not isinstance(block, Mapping):
         raise MalformedBlockError(f"a tool call must be a JSON object, not {type(block).__name__}")
     kind = block.get("type")

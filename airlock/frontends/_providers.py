@@ -1,9 +1,11 @@
 """Answer a model's tool calls in the model's own wire format.
 
-A front end hands over the call blocks of one model turn; each is parsed
-(:mod:`airlock._provider_wire`), run through a :class:`~airlock.ModelToolSurface`, and answered
-with a result block carrying the call's own id. Calls of one turn run concurrently; the answers
-come back in the order the calls were made, which is the order every provider expects.
+A front end hands over the call blocks of one model turn, as dicts of the wire shape or as the
+provider SDK's own objects (converted by :func:`plain_block` as they are read); each is parsed
+(:mod:`airlock.frontends._provider_wire`), run through a :class:`~airlock.ModelToolSurface`,
+and answered with a result block carrying the call's own id. Calls of one turn run
+concurrently; the answers come back in the order the calls were made, which is the order every
+provider expects.
 """
 
 from __future__ import annotations
@@ -13,9 +15,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from airlock.frontends._provider_wire import (
+    Block,
     MalformedBlockError,
     ToolCall,
     parse_block,
+    plain_block,
     render_result,
 )
 from airlock.harness import ModelResult, ModelToolSurface, failure
@@ -28,11 +32,13 @@ _NOT_CALLS: Final = frozenset(
 )
 
 
-async def handle_block(surface: ModelToolSurface, block: Mapping[str, Any]) -> dict[str, Any]:
+async def handle_block(surface: ModelToolSurface, block: Block) -> dict[str, Any]:
     """Run one tool call block and return the provider's result block for it.
 
-    A call whose id is known never raises: bad JSON arguments, a missing name or a non-object
-    input answer ``invalid_input`` to the model, and tool errors come back from the surface as
+    ``block`` is a dict of the provider's wire shape or the provider SDK's object for it
+    (anything with ``model_dump()`` or ``to_dict()``); the answer is always a dict. A call
+    whose id is known never raises: bad JSON arguments, a missing name or a non-object input
+    answer ``invalid_input`` to the model, and tool errors come back from the surface as
     results.
 
     Raises:
@@ -41,13 +47,13 @@ async def handle_block(surface: ModelToolSurface, block: Mapping[str, Any]) -> d
     return await _answer(surface, parse_block(block))
 
 
-async def handle_turn(
-    surface: ModelToolSurface, blocks: Sequence[Mapping[str, Any]]
-) -> list[dict[str, Any]]:
+async def handle_turn(surface: ModelToolSurface, blocks: Sequence[Block]) -> list[dict[str, Any]]:
     """Answer every tool call of one model turn, concurrently, in the order they were made.
 
     ``blocks`` may be an assistant message's whole content (text and thinking blocks are
-    skipped) or a Chat Completions assistant message (its ``tool_calls`` are answered).
+    skipped), a Responses API ``output``, or a Chat Completions assistant message in a list
+    (its ``tool_calls`` are answered); as dicts or as the provider SDK's objects (anything
+    with ``model_dump()`` or ``to_dict()``). The answers are dicts, which every SDK accepts.
     Every block is checked before any call runs, so a malformed turn changes nothing.
 
     Raises:
@@ -65,10 +71,16 @@ async def handle_turn(
     return list(await asyncio.gather(*(_answer(surface, call) for call in calls)))
 
 
-def call_blocks(blocks: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    """The tool call blocks of a turn, without the content that needs no answer."""
-    found: list[Mapping[str, Any]] = []
-    for block in blocks:
+def call_blocks(blocks: Sequence[Block]) -> list[object]:
+    """The tool call blocks of a turn as plain data, without the content that needs no
+    answer; SDK objects are converted with :func:`plain_block`.
+
+    Raises:
+        MalformedBlockError: an SDK object's conversion failed.
+    """
+    found: list[object] = []
+    for given in blocks:
+        block = plain_block(given)
         if isinstance(block, Mapping) and block.get("role") == "assistant":
             found.extend(call_blocks(block.get("tool_calls") or []))
         elif isinstance(block, Mapping) and block.get("type") in _NOT_CALLS:

@@ -7,10 +7,11 @@ previews, one :class:`Session` per conversation, within its :class:`Budget`.
 
 from airlock.harness._budget import Budget
 from airlock.harness._execute_code import EXECUTE_CODE, ExecuteCodeArgs
-from airlock.harness._harness import Harness
+from airlock.harness._harness import Harness, NoToolsWarning
 from airlock.harness._model_tools import ModelResult, ModelTool, ModelToolSurface
+from airlock.harness._paused import PendingWrite
 from airlock.harness._results import HARNESS_CODES, HarnessCode, failure
-from airlock.harness._session import PendingWrite, Session
+from airlock.harness._session import Session
 
 __all__ = [
     "EXECUTE_CODE",
@@ -22,6 +23,7 @@ __all__ = [
     "ModelResult",
     "ModelTool",
     "ModelToolSurface",
+    "NoToolsWarning",
     "PendingWrite",
     "Session",
     "failure",

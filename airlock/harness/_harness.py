@@ -4,15 +4,43 @@ sandboxed programs and write previews, one :class:`~airlock.Session` per convers
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable
 
 from airlock.harness._budget import Budget
+from airlock.harness._execute_code import EXECUTE_CODE
 from airlock.harness._session import Session
-from airlock.policies import Grant, Policy, Principal, SandboxProfile, UsageError
+from airlock.policies import (
+    Grant,
+    Policy,
+    Principal,
+    SandboxProfile,
+    UsageError,
+    approval_cases,
+    refusal,
+)
 from airlock.sandbox import SandboxBackend
 from airlock.tools import LedgerStore, Registry, WritePath
 
-__all__ = ["Harness"]
+__all__ = ["Harness", "NoToolsWarning"]
+
+
+class NoToolsWarning(UserWarning):
+    """A session reaches no tool of the registry: the model gets ``execute_code`` with an
+    empty ``tools`` namespace. Usually the :class:`~airlock.policies.Principal` lacks the
+    scopes its tools need, or the policy grants it nothing; :attr:`reason` says which."""
+
+    def __init__(self, principal: Principal, reason: str) -> None:
+        scopes = ", ".join(sorted(principal.scopes)) or "none"
+        super().__init__(
+            f"principal {principal.user_id!r} in tenant {principal.tenant_id!r} (scopes: "
+            f"{scopes}) reaches no tool: {reason}; give the Principal the scopes its tools "
+            "need and check that the policy grants them"
+        )
+        self.user_id = principal.user_id
+        self.tenant_id = principal.tenant_id
+        self.scopes = principal.scopes
+        self.reason = reason
 
 
 class Harness:
@@ -59,9 +87,7 @@ class Harness:
         self.sandbox = sandbox
         self.budget = budget or Budget()
         self.idle_timeout = idle_timeout
-        found = getattr(sandbox, "profile", None)
-        default = found if isinstance(found, SandboxProfile) else SandboxProfile()
-        self.profile: SandboxProfile = profile or default
+        self.profile: SandboxProfile = profile or sandbox.profile
         if writes is not None:
             if ledger is not None and writes.ledger is not ledger:
                 raise UsageError("writes= is on another ledger than ledger=; pass one ledger")
@@ -89,12 +115,20 @@ class Harness:
         session's programs in one kept container (``DockerBackend.keep``), so they build on
         earlier state; call :meth:`Session.close` when the conversation ends.
 
+        Warns:
+            NoToolsWarning: the session reaches no tool of the registry (the principal has
+                no scopes, or its grant refuses every tool), so the model would get
+                ``execute_code`` alone.
+
         Raises:
             UsageError: ``keep_state`` with a sandbox backend that cannot keep containers.
         """
-        if keep_state and not callable(getattr(self.sandbox, "keep", None)):
-            raise UsageError("keep_state needs a sandbox backend with keep() (DockerBackend)")
-        return Session(
+        if keep_state and not self.sandbox.can_keep:
+            raise UsageError(
+                "keep_state needs a sandbox backend that can keep a container (DockerBackend), "
+                f"not {type(self.sandbox).__name__}"
+            )
+        session = Session(
             registry=self.registry,
             sandbox=self.sandbox,
             writes=self.writes,
@@ -107,6 +141,31 @@ class Harness:
             keep_state=keep_state,
             idle_timeout=self.idle_timeout,
         )
+        if self.registry.specs() and all(t.name == EXECUTE_CODE for t in session.tools()):
+            warnings.warn(NoToolsWarning(principal, self._why_no_tool(session)), stacklevel=2)
+        return session
+
+    def _why_no_tool(self, session: Session) -> str:
+        """Why ``session`` offers no tool of the registry: the first tool's refusal."""
+        if not session.principal.scopes:
+            needed = sorted({spec.scope for spec in self.registry.specs()})
+            return f"it has no scopes; its tools need one of {', '.join(needed)}"
+        for spec in sorted(self.registry.specs(), key=lambda s: s.name):
+            if not session.principal.has_scope(spec.scope):
+                reason = f"the principal lacks scope {spec.scope!r}"
+            else:
+                cases = approval_cases(
+                    spec.name,
+                    spec.effects,
+                    reversible=spec.reversible,
+                    approvals=session.approvals,
+                    grant=session.grant,
+                )
+                reason = refusal(spec.scope, spec.effects, cases, session.grant) or (
+                    "it is a write and the harness has no ledger"
+                )
+            return f"every tool is refused, first {spec.name}: {reason}"
+        return "the registry has no tools"
 
     def resume_session(
         self,

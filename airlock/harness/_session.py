@@ -26,15 +26,12 @@ arguments, which is exactly what must not happen.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import time
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
-import anyio
 from pydantic import ValidationError
 
 from airlock.bridge import BridgeLimits, ToolSession, render_api
@@ -46,61 +43,34 @@ from airlock.harness._execute_code import (
     program_result,
 )
 from airlock.harness._model_tools import ModelResult, ModelTool
+from airlock.harness._paused import PausedWrites, PendingWrite
 from airlock.harness._results import failure, from_tool_error, sized, success
 from airlock.harness._usable import usable
-from airlock.policies import ApprovalPolicy, Grant, Principal, SandboxProfile, UsageError
+from airlock.policies import ApprovalPolicy, Grant, Principal, SandboxProfile
 from airlock.sandbox import KeptSandbox, SandboxBackend, SandboxError
 from airlock.tools import (
     AdmissionDecision,
-    AuditEvent,
     CallContext,
     Caller,
-    DeniedError,
     FieldIssue,
     InvalidInputError,
-    LedgerStore,
     LimitExceededError,
-    NeedsApprovalError,
-    NotFoundError,
     Observations,
-    Preview,
     Registry,
+    RunAuthority,
     Stage,
-    StepState,
     ToolError,
     UnknownToolError,
     WritePath,
+    audit_event,
 )
 
 if TYPE_CHECKING:
     from airlock.harness._harness import Harness
 
-__all__ = ["PendingWrite", "Session"]
+__all__ = ["Session"]
 
 _log = logging.getLogger("airlock.harness")
-_WAITING: Final[frozenset[StepState]] = frozenset({"prepared", "approved", "sending", "unknown"})
-"""States of a write the session still has to finish (commit, or learn it was denied)."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PendingWrite:
-    """A write of this session that paused for approval and has no final answer yet."""
-
-    preview_id: str
-    fingerprint: str
-    """The fingerprint the session was shown; the commit must present the same one."""
-    tool: str
-    summary: str
-
-    @classmethod
-    def of(cls, preview: Preview) -> PendingWrite:
-        """The pending write of ``preview``, bound to the fingerprint it has now."""
-        return cls(
-            preview_id=preview.id,
-            fingerprint=preview.fingerprint,
-            tool=preview.tool,
-            summary=preview.summary,
-        )
 
 
 class Session:
@@ -138,8 +108,14 @@ class Session:
         self._meter = BudgetMeter(budget)
         self._nonce = uuid.uuid4().hex[:6]
         self._observations = Observations()
-        self._pending: dict[str, PendingWrite] = {}
-        self._locks: dict[str, anyio.Lock] = {}
+        self._authority = RunAuthority(
+            principal=principal,
+            grant=grant,
+            run_id=self.run_id,
+            approvals=approvals,
+            observations=self._observations,
+        )
+        self._paused = PausedWrites(writes, principal, self.run_id)
         self._keep_state = keep_state
         self._idle_timeout = idle_timeout
         self._kept: KeptSandbox | None = None
@@ -258,23 +234,17 @@ class Session:
         duration_s: float = 0.0,
     ) -> None:
         self._registry.audit.record(
-            AuditEvent(
-                ts=time.time(),
-                run_id=self.run_id,
-                call_id=call_id,
-                caller="direct",
-                tool=tool,
-                user_id=self.principal.user_id,
-                tenant_id=self.principal.tenant_id,
-                args_hash=args_hash,
+            audit_event(
+                self._context(call_id),
+                tool,
                 stage=stage,
                 decision=decision,
                 rule=rule,
                 outcome="ok" if code is None else "error",
                 code=code,
-                duration_s=duration_s,
-                effects=(),
+                args_hash=args_hash,
                 detail=detail,
+                duration_s=duration_s,
             )
         )
 
@@ -341,10 +311,8 @@ class Session:
 
     def _kept_sandbox(self) -> KeptSandbox:
         if self._kept is None:
-            keep = getattr(self._sandbox, "keep", None)
-            if keep is None:
-                raise UsageError("this sandbox backend cannot keep a container; use DockerBackend")
-            self._kept = keep(
+            # Raises UsageError when the backend cannot keep (Harness.session checks first).
+            self._kept = self._sandbox.keep(
                 self.principal, idle_timeout=self._idle_timeout, profile=self._profile
             )
         return self._kept
@@ -356,16 +324,7 @@ class Session:
             self._kept = None
 
     def _context(self, call_id: str) -> CallContext:
-        return CallContext(
-            principal=self.principal,
-            grant=self.grant,
-            run_id=self.run_id,
-            caller="direct",
-            call_id=call_id,
-            deadline=self._meter.deadline,
-            approvals=self.approvals,
-            observations=self._observations,
-        )
+        return self._authority.context("direct", call_id, deadline=self._meter.deadline)
 
     async def _call_direct(
         self, name: str, arguments: Mapping[str, Any], call_id: str
@@ -375,17 +334,17 @@ class Session:
         if spec is None or spec.write is None or self._writes is None:
             return success(await self._registry.call(name, arguments, ctx))
         preview = await self._writes.preview_call(name, arguments, ctx)
-        self._pending.setdefault(preview.id, PendingWrite.of(preview))
+        self._paused.hold(preview)
         if preview.state == "prepared":
-            return self._paused(preview)
+            return self._paused.paused(preview)
         # Approved by a policy rule (or the same intent was prepared before): finish it now.
-        return await self._finish(preview.id)
+        return await self._paused.finish(preview.id)
 
     # -- the approval pause --------------------------------------------------------------
 
     def pending(self) -> list[PendingWrite]:
         """Writes of this session waiting for approval or commit, oldest first."""
-        return list(self._pending.values())
+        return self._paused.waiting()
 
     async def resume(self, preview_id: str | None = None) -> ModelResult:
         """Go on with a paused write (the oldest one when ``preview_id`` is None).
@@ -395,15 +354,16 @@ class Session:
         waiting: ``needs_approval`` again. Never raises for tool errors.
         """
         if preview_id is None:
-            if not self._pending:
+            waiting = self._paused.waiting()
+            if not waiting:
                 return self._account(
                     failure(
                         "not_found", "no write of this session waits; there is nothing to resume"
                     )
                 )
-            preview_id = next(iter(self._pending))
+            preview_id = waiting[0].preview_id
         try:
-            result = await self._finish(preview_id)
+            result = await self._paused.finish(preview_id)
         except ToolError as exc:
             result = from_tool_error(exc)
         return self._account(result)
@@ -412,99 +372,10 @@ class Session:
         """:meth:`resume` every pending write, by preview id."""
         return {p.preview_id: await self.resume(p.preview_id) for p in self.pending()}
 
-    async def _finish(self, preview_id: str) -> ModelResult:
-        preview = self._own_preview(preview_id)
-        if self._writes is None:
-            raise DeniedError("writes are not enabled in this deployment; do not retry")
-        pending = self._pending.get(preview.id)
-        fingerprint = pending.fingerprint if pending is not None else preview.fingerprint
-        lock = self._locks.setdefault(preview.id, anyio.Lock())
-        async with lock:  # one commit per preview at a time in this session
-            try:
-                receipt = await self._writes.commit(preview.id, fingerprint, self.principal)
-            except NeedsApprovalError:
-                return self._paused(self._own_preview(preview_id))
-            except DeniedError:
-                current = self._own_preview(preview_id)
-                if current.state != "denied":
-                    raise
-                self._pending.pop(preview.id, None)
-                reason = (current.error or "no reason given").removeprefix("denied: ")
-                return failure(
-                    "denied",
-                    f"a person denied this change ({reason[:200]}); do not retry it",
-                    preview_id=preview.id,
-                )
-            except ToolError as exc:
-                expired = exc.code == "preview_expired" and exc.outcome == "error"
-                if expired or self._own_preview(preview_id).state not in _WAITING:
-                    self._pending.pop(preview.id, None)  # final: nothing left to resume
-                raise
-        self._pending.pop(preview.id, None)
-        if receipt.replayed:
-            _log.info("run %s: receipt of %s returned again", self.run_id, preview.id)
-        return success(
-            {
-                "status": "committed",
-                "preview_id": preview.id,
-                "tool": preview.tool,
-                "summary": preview.summary,
-                # Sorted, so a receipt read back from the ledger reads exactly like the first.
-                "receipt": json.loads(json.dumps(receipt.data, sort_keys=True)),
-            }
-        )
-
-    def _own_preview(self, preview_id: str) -> Preview:
-        """The preview, if it belongs to this session's run and principal; else not_found."""
-        ledger = self._ledger()
-        preview = ledger.preview(preview_id) if ledger is not None else None
-        if (
-            preview is None
-            or preview.run_id != self.run_id
-            or (preview.principal.user_id, preview.principal.tenant_id)
-            != (self.principal.user_id, self.principal.tenant_id)
-        ):
-            raise NotFoundError(
-                f"no write {preview_id[:64]!r} in this session; resume one it paused",
-                detail=f"preview {preview_id[:64]!r} missing or of another run or principal",
-            )
-        return preview
-
-    def _ledger(self) -> LedgerStore | None:
-        return None if self._writes is None else self._writes.ledger
-
-    def _paused(self, preview: Preview) -> ModelResult:
-        minutes = max(0, round((preview.expires - time.time()) / 60))
-        return success(
-            {
-                "status": "needs_approval",
-                "preview_id": preview.id,
-                "fingerprint": preview.fingerprint,
-                "tool": preview.tool,
-                "summary": preview.summary,
-                "effects": list(preview.effects),
-                "expires_in_min": minutes,
-                "message": "this change waits for a person to approve it; tell the user, and "
-                "do not call the tool again for it",
-            },
-            code="needs_approval",
-        )
-
     def restore_pending(self) -> list[PendingWrite]:
         """Load this run's unfinished writes from the ledger (another process may have
         paused them); returns the pending writes, oldest first."""
-        ledger = self._ledger()
-        if ledger is None:
-            return []
-        found = ledger.previews(states=_WAITING, run_id=self.run_id, limit=10_000)
-        for preview in reversed(found):  # the ledger answers newest first
-            same = (preview.principal.user_id, preview.principal.tenant_id) == (
-                self.principal.user_id,
-                self.principal.tenant_id,
-            )
-            if same:
-                self._pending.setdefault(preview.id, PendingWrite.of(preview))
-        return self.pending()
+        return self._paused.restore()
 
     @classmethod
     def restore(

@@ -31,18 +31,16 @@ from airlock.inventory._errors import (
 )
 from airlock.inventory._lock import (
     NOT_LOCKED,
-    Change,
     EffectLock,
     LockedSubject,
     LockedTool,
     Selection,
-    compare_locks,
     lock_from_inventory,
     lock_text,
     read_lock,
-    render_changes,
     write_lock,
 )
+from airlock.inventory._lock_check import Change, compare_locks, render_changes
 from airlock.inventory._model import (
     ApprovalCase,
     BroadTool,
@@ -63,10 +61,12 @@ from airlock.inventory._model import (
     ToolEntry,
     inventory_json_schema,
 )
-from airlock.inventory._registry_ref import load_registry
+from airlock.inventory._registry_ref import load_registry, load_tool_registry
 from airlock.inventory._render import Format, render
-from airlock.inventory._sandbox_effects import UNKNOWN_DIGEST, read_image_digest, sandbox_effects
+from airlock.inventory._sandbox_effects import sandbox_effects
 from airlock.inventory._static_check import (
+    DYNAMIC_CALLS,
+    ESCAPE_MODULES,
     CallForm,
     ProgramEffects,
     ToolUse,
@@ -79,9 +79,10 @@ from airlock.inventory._tool_facts import credential_names, destinations, idempo
 
 __all__ = [
     "ANY_PRINCIPAL",
+    "DYNAMIC_CALLS",
+    "ESCAPE_MODULES",
     "EXERCISED_STAGES",
     "NOT_LOCKED",
-    "UNKNOWN_DIGEST",
     "ApprovalCase",
     "BroadTool",
     "CallForm",
@@ -131,10 +132,10 @@ __all__ = [
     "inventory_json_schema",
     "load_policy_document",
     "load_registry",
+    "load_tool_registry",
     "lock_from_inventory",
     "lock_text",
     "parse_since",
-    "read_image_digest",
     "read_lock",
     "render",
     "render_changes",

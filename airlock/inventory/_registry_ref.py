@@ -5,24 +5,44 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from typing import TypeGuard
+from collections.abc import Callable
+from typing import TypeGuard, TypeVar
 
 from airlock.inventory._build import ToolCatalog
 from airlock.inventory._errors import RegistryRefError
+from airlock.tools import Registry
 
-__all__ = ["load_registry"]
+__all__ = ["load_registry", "load_tool_registry"]
+
+_Found = TypeVar("_Found")
 
 
 def load_registry(ref: str) -> ToolCatalog:
     """Import ``MODULE:OBJECT`` (``OBJECT`` may be dotted, or a function returning a registry).
 
     The current directory is importable, as it is for ``python -m``, so
-    ``--registry myapp.tools:registry`` works from a project's root.
+    ``--registry myapp.tools:registry`` works from a project's root. Anything with the
+    registry's ``specs`` and ``visible`` will do: the inventory only reads it.
 
     Raises:
         RegistryRefError: the text is malformed, the module does not import, the object is
             missing or is not a registry.
     """
+    return _load(ref, _is_catalog, "not a tools.Registry")
+
+
+def load_tool_registry(ref: str) -> Registry:
+    """Like :func:`load_registry`, for commands that run tools (``reconcile``, ``serve``):
+    the object must be an :class:`airlock.tools.Registry` (or a function returning one).
+
+    Raises:
+        RegistryRefError: as for :func:`load_registry`, and when the object is a registry
+            look-alike rather than an :class:`airlock.tools.Registry`.
+    """
+    return _load(ref, _is_registry, "not a tools.Registry, which can run its tools")
+
+
+def _load(ref: str, accepts: Callable[[object], TypeGuard[_Found]], refusal: str) -> _Found:
     module_name, sep, attribute = ref.partition(":")
     if not sep or not module_name or not attribute:
         raise RegistryRefError(ref, "expected one ':' between a module and an object")
@@ -37,14 +57,21 @@ def load_registry(ref: str) -> ToolCatalog:
             target = getattr(target, part)
         except AttributeError:
             raise RegistryRefError(ref, f"{module_name!r} has no {attribute!r}") from None
-    if not _is_catalog(target) and callable(target):
+    if not accepts(target) and callable(target):
         target = target()
-    if not _is_catalog(target):
-        raise RegistryRefError(
-            ref, f"{attribute!r} is a {type(target).__name__}, not a tools.Registry"
-        )
+    if not accepts(target):
+        raise RegistryRefError(ref, f"{attribute!r} is a {type(target).__name__}, {refusal}")
     return target
 
 
 def _is_catalog(target: object) -> TypeGuard[ToolCatalog]:
-    return callable(getattr(target, "specs", None)) and callable(getattr(target, "visible", None))
+    # A class has the methods too, unbound: it is a factory to call, not a registry.
+    return (
+        not isinstance(target, type)
+        and callable(getattr(target, "specs", None))
+        and callable(getattr(target, "visible", None))
+    )
+
+
+def _is_registry(target: object) -> TypeGuard[Registry]:
+    return isinstance(target, Registry)

@@ -30,26 +30,37 @@ from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from airlock.bridge import NAMESPACE_MEMBERS
 from airlock.inventory._build import ToolCatalog
 from airlock.inventory._errors import ProgramSyntaxError
 from airlock.policies import Principal
-from airlock.sandbox.guest.airlock_bridge import Tools
 from airlock.tools import ToolSpec
 
-__all__ = ["CallForm", "ProgramEffects", "ToolUse", "UnknownUse", "Unresolved", "check_program"]
+__all__ = [
+    "DYNAMIC_CALLS",
+    "ESCAPE_MODULES",
+    "CallForm",
+    "ProgramEffects",
+    "ToolUse",
+    "UnknownUse",
+    "Unresolved",
+    "check_program",
+]
 
 CallForm = Literal["call", "aio", "batch", "getattr", "alias", "reference"]
 NAMESPACE: Final = "tools"
 # Members of the guest's ``tools`` namespace that are not tools: log() and the error classes.
-_MEMBERS: Final = frozenset(name for name in vars(Tools) if not name.startswith("_"))
+_MEMBERS: Final = NAMESPACE_MEMBERS
 _HARMLESS: Final = frozenset({"dir", "hasattr", "isinstance", "print", "repr", "str"})
-_DYNAMIC: Final = frozenset({"eval", "exec", "compile", "__import__", "globals", "locals"})
-_ESCAPES: Final = frozenset(
+DYNAMIC_CALLS: Final = frozenset({"eval", "exec", "compile", "__import__", "globals", "locals"})
+"""Built-ins that reach names the check cannot see; a call of one is unresolved."""
+ESCAPE_MODULES: Final = frozenset(
     {
         "airlock_bridge", "airlock_runner", "builtins", "ctypes", "gc", "importlib",
         "inspect", "io", "_io", "os", "socket", "_socket", "sys",
     }
 )  # fmt: skip
+"""Modules (and their submodules) whose import can reach the bridge without the namespace."""
 _MAX_SOURCE: Final = 120
 
 
@@ -236,14 +247,14 @@ class _Scan:
                 self._unresolved(node, f"{node.attr} can reach the tools namespace indirectly")
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
             name = node.func.id
-            if name in _DYNAMIC or (name == "vars" and not node.args):
+            if name in DYNAMIC_CALLS or (name == "vars" and not node.args):
                 self._unresolved(node, f"{name}() can call tools by a computed name")
         elif isinstance(node, ast.Import | ast.ImportFrom):
             modules = [a.name for a in node.names] if isinstance(node, ast.Import) else []
             if isinstance(node, ast.ImportFrom) and node.module:
                 modules.append(node.module)
             for module in modules:
-                if module.split(".", 1)[0] in _ESCAPES:
+                if module.split(".", 1)[0] in ESCAPE_MODULES:
                     self._unresolved(
                         node, f"import of {module!r} can reach the bridge without the namespace"
                     )

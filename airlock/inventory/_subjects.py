@@ -11,27 +11,15 @@ it). A role's subject carries the role's own authority, without ``*``.
 
 from __future__ import annotations
 
-import tomllib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from pydantic import ValidationError
 
 from airlock.inventory._errors import UnknownSubjectError
 from airlock.inventory._model import SubjectKind
-from airlock.policies import (
-    ApprovalPolicy,
-    ApprovalRule,
-    Effect,
-    Grant,
-    Policy,
-    PolicyFileError,
-    Principal,
-    UsageError,
-    parse_policy,
-)
+from airlock.policies import ApprovalPolicy, Grant, Policy, Principal, UsageError, load_policy
 
 __all__ = ["ANY_PRINCIPAL", "PolicyDocument", "Subject", "load_policy_document"]
 
@@ -56,17 +44,29 @@ class Subject:
 
 @dataclass(frozen=True, slots=True)
 class PolicyDocument:
-    """A validated policy file with the names it declares."""
+    """A validated policy file, and the subjects it names."""
 
     policy: Policy
-    principals: tuple[str, ...]
-    """Keys of ``[principals]``, sorted with ``*`` (when present) first."""
-    tenants: dict[str, str | None]
-    """The ``tenant`` of each principal entry."""
-    roles: dict[str, dict[str, Any]]
-    """Each role's table as written (already validated by the policy parser)."""
-    scopes: frozenset[str]
-    """Every scope the file mentions."""
+
+    @property
+    def principals(self) -> tuple[str, ...]:
+        """Keys of ``[principals]``, sorted with ``*`` (when present) first."""
+        return tuple(sorted(self.policy.principals, key=lambda key: (key != ANY_PRINCIPAL, key)))
+
+    @property
+    def tenants(self) -> Mapping[str, str | None]:
+        """The ``tenant`` of each principal entry."""
+        return self.policy.tenants
+
+    @property
+    def roles(self) -> frozenset[str]:
+        """Names of the roles the file declares."""
+        return self.policy.roles
+
+    @property
+    def scopes(self) -> frozenset[str]:
+        """Every scope the file grants."""
+        return self.policy.scopes
 
     def principal(self, user_id: str, *, tenant: str | None = None) -> Subject:
         """The subject for ``user_id`` (``*``: any principal the file does not name).
@@ -107,15 +107,9 @@ class PolicyDocument:
         Raises:
             UnknownSubjectError: the file declares no such role.
         """
-        table = self.roles.get(name)
-        if table is None:
-            raise UnknownSubjectError("role", name, list(self.roles))
-        grant = Grant(
-            scopes=frozenset(table.get("scopes", ())),
-            effects=tuple(Effect.parse(text) for text in table.get("effects", ())),
-            spend_limits=dict(table.get("spend_limits", {})),
-        )
-        rules = tuple(ApprovalRule.model_validate(rule) for rule in table.get("rules", ()))
+        if name not in self.policy.roles:
+            raise UnknownSubjectError("role", name, list(self.policy.roles))
+        grant = self.policy.role_grant(name)
         return Subject(
             kind="role",
             name=name,
@@ -123,7 +117,7 @@ class PolicyDocument:
                 user_id=f"role.{name}", tenant_id=_DEFAULT_TENANT, scopes=grant.scopes
             ),
             grant=grant,
-            approvals=ApprovalPolicy(rules),
+            approvals=self.policy.role_approvals(name),
         )
 
     def select(
@@ -155,29 +149,9 @@ class PolicyDocument:
 
 
 def load_policy_document(path: str | Path) -> PolicyDocument:
-    """Read and validate the policy file at ``path`` and list the names it declares.
+    """Read and validate the policy file at ``path``.
 
     Raises:
         PolicyFileError: the file cannot be read, is not TOML, or breaks the format.
     """
-    source = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise PolicyFileError(f"cannot read the policy file: {exc}", path=source) from exc
-    policy = parse_policy(text, source=source)
-    # The text parsed and validated above, so the raw tables have the documented shape.
-    data = tomllib.loads(text)
-    entries: dict[str, dict[str, Any]] = data.get("principals", {})
-    roles: dict[str, dict[str, Any]] = data.get("roles", {})
-    scopes: set[str] = set()
-    for table in (*entries.values(), *roles.values()):
-        scopes.update(table.get("scopes", ()))
-    ordered = sorted(entries, key=lambda key: (key != ANY_PRINCIPAL, key))
-    return PolicyDocument(
-        policy=policy,
-        principals=tuple(ordered),
-        tenants={key: entry.get("tenant") for key, entry in entries.items()},
-        roles=roles,
-        scopes=frozenset(scopes),
-    )
+    return PolicyDocument(load_policy(path))

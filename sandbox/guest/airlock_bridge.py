@@ -7,17 +7,13 @@ use from code becomes a function with a real signature and docstring::
     invoices = await asyncio.gather(*(tools.billing_invoice_get.aio(invoice_id=i) for i in ids))
     invoices = tools.billing_invoice_get.batch([{"invoice_id": i} for i in ids])
 
-A refused or failed call raises a :class:`ToolError` subclass whose ``code`` the program can
-inspect (``tools.NotFound``, ``tools.Denied``, ...). A tool the run was not given (a write
-tool, one hidden from the principal, a name that does not exist) is ``tools.UnknownTool`` as
-soon as the program reaches for it, the same for each, and nothing is sent. When the host ends
-the run (a limit, a protocol error), calls raise :class:`RunAborted`, which derives from
-``BaseException`` so that ``except Exception:`` in a program cannot swallow it.
-
-Frames (4-byte big-endian length, then a JSON object), guest to host: ``hello``, ``call``
-``{id, tool, args}``, ``batch`` ``{id, tool, items}``, ``log`` ``{message}``, ``done``
-``{result}``; host to guest: ``run``, ``result`` ``{id, ok, value | error}``, ``abort``
-``{code, message}``.
+A refused or failed call raises the ``airlock_errors`` class of its code, which the program
+can inspect (``tools.NotFound``, ``tools.InvalidInput`` with its ``issues``, ...). A tool the
+run was not given (a write tool, one hidden from the principal, a name that does not exist) is
+``tools.UnknownTool`` as soon as the program reaches for it, the same for each, and nothing is
+sent. When the host ends the run (a limit, a protocol error), calls raise ``RunAborted``,
+which derives from ``BaseException`` so that ``except Exception:`` in a program cannot swallow
+it. Frames and their types are the shared contract in ``airlock_wire``.
 """
 
 from __future__ import annotations
@@ -30,104 +26,16 @@ import socket
 import struct
 import threading
 from concurrent.futures import Future
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-MAX_FRAME_BYTES = 64 * 1024 * 1024
-_HEADER = struct.Struct(">I")
+if TYPE_CHECKING:
+    from airlock.bridge import airlock_wire as wire
+    from airlock.sandbox.guest import airlock_errors as errors
+else:  # in the image, the guest's modules sit side by side on the runner's path
+    import airlock_errors as errors
+    import airlock_wire as wire
 
-
-class ToolError(Exception):
-    """A tool call failed; ``code`` is stable, ``retryable`` says whether to try again."""
-
-    code = "tool_error"
-
-    def __init__(self, message: str, *, code: str | None = None, retryable: bool = False) -> None:
-        super().__init__(message)
-        self.message = message
-        if code is not None:
-            self.code = code
-        self.retryable = retryable
-
-
-class UnknownTool(ToolError, AttributeError):
-    """No tool of that name is available to this program: missing, hidden, or a write.
-
-    Also an ``AttributeError``, so ``hasattr(tools, name)`` and ``getattr(tools, name, None)``
-    answer as they do for any object.
-    """
-
-    code = "unknown_tool"
-
-
-class InvalidInput(ToolError):
-    code = "invalid_input"
-
-
-class Denied(ToolError):
-    code = "denied"
-
-
-class NotFound(ToolError):
-    code = "not_found"
-
-
-class Conflict(ToolError):
-    code = "conflict"
-
-
-class RateLimited(ToolError):
-    code = "rate_limited"
-
-
-class Upstream(ToolError):
-    code = "upstream"
-
-
-class Timeout(ToolError):
-    code = "timeout"
-
-
-class ResultTooLarge(ToolError):
-    code = "result_too_large"
-
-
-class LimitExceeded(ToolError):
-    code = "limit_exceeded"
-
-
-ERRORS: dict[str, type[ToolError]] = {
-    cls.code: cls
-    for cls in (
-        UnknownTool,
-        InvalidInput,
-        Denied,
-        NotFound,
-        Conflict,
-        RateLimited,
-        Upstream,
-        Timeout,
-        ResultTooLarge,
-        LimitExceeded,
-    )
-}
-
-
-class RunAborted(BaseException):
-    """The host ended this run. Derives from BaseException: programs cannot swallow it."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(f"{code}: {message}")
-        self.code = code
-
-
-def error_from_wire(error: Any) -> ToolError:
-    """Rebuild the typed error a host sent; unknown codes become a plain ToolError."""
-    if not isinstance(error, dict):
-        return ToolError("malformed error from the host")
-    code = str(error.get("code", "tool_error"))
-    message = str(error.get("message", ""))
-    retryable = bool(error.get("retryable", False))
-    return ERRORS.get(code, ToolError)(message, code=code, retryable=retryable)
+_HEADER = struct.Struct(wire.HEADER_FORMAT)
 
 
 class Connection:
@@ -149,7 +57,7 @@ class Connection:
         self._awaited: set[int] = set()
         self._reader_running = False
         self._ids = itertools.count(1)
-        self._aborted: RunAborted | None = None
+        self._aborted: errors.RunAborted | None = None
 
     def send(self, message: dict[str, Any]) -> None:
         body = json.dumps(message, separators=(",", ":"), allow_nan=False).encode()
@@ -158,7 +66,7 @@ class Connection:
 
     def recv(self) -> dict[str, Any]:
         (size,) = _HEADER.unpack(self._read_exactly(_HEADER.size))
-        if size > MAX_FRAME_BYTES:
+        if size > wire.MAX_HOST_FRAME_BYTES:
             raise ConnectionError(f"frame of {size} bytes is over the limit")
         message = json.loads(self._read_exactly(size))
         if not isinstance(message, dict):
@@ -203,7 +111,9 @@ class Connection:
                     while not future.done():
                         self._dispatch(self.recv())
                 except (ConnectionError, OSError, ValueError):
-                    self._abort(RunAborted("protocol_error", "the bridge to the host is closed"))
+                    self._abort(
+                        errors.RunAborted("protocol_error", "the bridge to the host is closed")
+                    )
                 finally:
                     self._read_lock.release()
             else:
@@ -224,17 +134,17 @@ class Connection:
                             return
                     self._dispatch(self.recv())
             except (ConnectionError, OSError, ValueError):
-                self._abort(RunAborted("protocol_error", "the bridge to the host is closed"))
+                self._abort(errors.RunAborted("protocol_error", "the bridge to the host is closed"))
             finally:
                 with self._state_lock:
                     self._reader_running = False
 
     def _dispatch(self, frame: dict[str, Any]) -> None:
         kind = frame.get("type")
-        if kind == "abort":
-            self._abort(RunAborted(str(frame.get("code")), str(frame.get("message"))))
+        if kind == wire.ABORT:
+            self._abort(errors.RunAborted(str(frame.get("code")), str(frame.get("message"))))
             return
-        if kind != "result":
+        if kind != wire.RESULT:
             return
         with self._state_lock:
             call_id = frame.get("id")
@@ -245,9 +155,9 @@ class Connection:
         if frame.get("ok"):
             future.set_result(frame.get("value"))
         else:
-            future.set_exception(error_from_wire(frame.get("error")))
+            future.set_exception(errors.error_from_wire(frame.get("error")))
 
-    def _abort(self, signal: RunAborted) -> None:
+    def _abort(self, signal: errors.RunAborted) -> None:
         with self._state_lock:
             if self._aborted is None:
                 self._aborted = signal
@@ -292,19 +202,22 @@ class ToolFunction:
         try:
             bound = self.__signature__.bind(*args, **kwargs)
         except TypeError as exc:
-            raise InvalidInput(f"{self.name}{self.__signature__}: {exc}") from None
+            raise errors.InvalidInput(
+                f"{self.name}{self.__signature__}: {exc}",
+                issues=[{"field": "", "reason": str(exc)}],
+            ) from None
         return dict(bound.arguments)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         arguments = self._arguments(args, kwargs)
-        future = self._connection.submit({"type": "call", "tool": self.name, "args": arguments})
+        future = self._connection.submit({"type": wire.CALL, "tool": self.name, "args": arguments})
         return self._connection.wait(future)
 
     def aio(self, *args: Any, **kwargs: Any) -> asyncio.Future[Any]:
         """The same call as an awaitable, so independent calls can run concurrently."""
         arguments = self._arguments(args, kwargs)
         future = self._connection.submit(
-            {"type": "call", "tool": self.name, "args": arguments}, awaited=True
+            {"type": wire.CALL, "tool": self.name, "args": arguments}, awaited=True
         )
         return asyncio.wrap_future(future)
 
@@ -312,16 +225,18 @@ class ToolFunction:
         """Many calls of this tool in one frame; results in the order of ``items``.
 
         A failed item raises its error, or with ``return_errors=True`` stands in the list as
-        a :class:`ToolError` instance.
+        a ``ToolError`` instance.
         """
         arguments = [self._arguments((), dict(item)) for item in items]
-        future = self._connection.submit({"type": "batch", "tool": self.name, "items": arguments})
+        future = self._connection.submit(
+            {"type": wire.BATCH, "tool": self.name, "items": arguments}
+        )
         results = []
         for entry in self._connection.wait(future):
             if entry.get("ok"):
                 results.append(entry.get("value"))
                 continue
-            error = error_from_wire(entry.get("error"))
+            error = errors.error_from_wire(entry.get("error"))
             if not return_errors:
                 raise error
             results.append(error)
@@ -334,7 +249,7 @@ class ToolFunction:
 _LISTED_NAMES = 30
 
 
-def unknown_tool(name: str, offered: list[str]) -> UnknownTool:
+def unknown_tool(name: str, offered: list[str]) -> errors.UnknownTool:
     """The error for a tool this run was not given, naming it and what the run can call.
 
     Write tools, tools hidden from the principal and names that do not exist get the same
@@ -346,34 +261,41 @@ def unknown_tool(name: str, offered: list[str]) -> UnknownTool:
     else:
         more = ", ..." if len(offered) > len(shown) else ""
         choice = f"call one of: {', '.join(shown)}{more}"
-    error = UnknownTool(
+    return errors.UnknownTool(
         f"no tool named {name!r} is available to this program; {choice}. "
         "Write tools are never callable from code: return what should change as the "
-        "program's value and call the write tool directly."
+        "program's value and call the write tool directly.",
+        name=name,
     )
-    error.name = name
-    return error
 
 
 class Tools:
-    """The ``tools`` namespace: one attribute per tool, plus the error classes.
+    """The ``tools`` namespace: one attribute per tool, plus ``log()`` and the error classes.
+
+    Its members that are not tools are ``airlock_wire.NAMESPACE_MEMBERS``, which the host's
+    static check of programs reads.
 
     Any other public name is a tool this run was not given: reaching for it raises
-    :class:`UnknownTool` (never ``None``, which RestrictedPython's attribute guard would
+    ``UnknownTool`` (never ``None``, which RestrictedPython's attribute guard would
     otherwise hand back, and which failed later as "'NoneType' object is not callable").
     """
 
-    ToolError = ToolError
-    UnknownTool = UnknownTool
-    InvalidInput = InvalidInput
-    Denied = Denied
-    NotFound = NotFound
-    Conflict = Conflict
-    RateLimited = RateLimited
-    Upstream = Upstream
-    Timeout = Timeout
-    ResultTooLarge = ResultTooLarge
-    LimitExceeded = LimitExceeded
+    ToolError = errors.ToolError
+    UnknownTool = errors.UnknownTool
+    InvalidInput = errors.InvalidInput
+    Denied = errors.Denied
+    NotFound = errors.NotFound
+    Conflict = errors.Conflict
+    RateLimited = errors.RateLimited
+    Upstream = errors.Upstream
+    Timeout = errors.Timeout
+    AmbiguousWrite = errors.AmbiguousWrite
+    ResultTooLarge = errors.ResultTooLarge
+    ApprovalMismatch = errors.ApprovalMismatch
+    PreviewExpired = errors.PreviewExpired
+    NeedsApproval = errors.NeedsApproval
+    LimitExceeded = errors.LimitExceeded
+    ProtocolError = errors.ProtocolError
 
     def __init__(self, connection: Connection | None, stubs: list[dict[str, Any]]) -> None:
         self._connection = connection
@@ -394,7 +316,7 @@ class Tools:
     def log(self, message: str) -> None:
         """Send a line to the operator's log (not to the model)."""
         if self._connection is not None:
-            self._connection.send({"type": "log", "message": str(message)[:2000]})
+            self._connection.send({"type": wire.LOG, "message": str(message)[: wire.MAX_LOG_CHARS]})
 
     def __dir__(self) -> list[str]:
         return sorted(self._names)
@@ -403,13 +325,4 @@ class Tools:
         return f"<tools: {', '.join(sorted(self._names)) or 'none'}>"
 
 
-__all__ = [
-    "ERRORS",
-    "Connection",
-    "RunAborted",
-    "ToolError",
-    "ToolFunction",
-    "Tools",
-    "error_from_wire",
-    "unknown_tool",
-]
+__all__ = ["Connection", "ToolFunction", "Tools", "unknown_tool"]

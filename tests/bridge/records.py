@@ -1,4 +1,5 @@
-"""A registry of record tools for the bridge tests: reads, a slow read, a write, a hidden tool."""
+"""A registry of record tools for the bridge tests: reads, a slow read, a rate-limited read, a
+write, a hidden tool."""
 
 from __future__ import annotations
 
@@ -8,7 +9,14 @@ from typing import Annotated
 from pydantic import BaseModel, Field
 
 from airlock.policies import Grant, Principal, read, write
-from airlock.tools import AuditLog, CallContext, MemoryAuditStore, NotFoundError, Registry
+from airlock.tools import (
+    AuditLog,
+    CallContext,
+    MemoryAuditStore,
+    NotFoundError,
+    RateLimitedError,
+    Registry,
+)
 
 RecordId = Annotated[str, Field(pattern=r"^rec_[0-9]{1,6}$", max_length=12)]
 RECORDS = {
@@ -16,6 +24,8 @@ RECORDS = {
     for n in range(1, 501)
 }
 RECORDS["rec_999"] = {"record_id": "rec_999", "tenant_id": "globex", "total": 1, "owner": "bob"}
+RETRY_AFTER_S = 1.5
+"""What ``records_limited_get`` asks a caller to wait, every time."""
 
 
 class Record(BaseModel):
@@ -62,6 +72,13 @@ def build_registry(
         """Return a blob of a given size. Use it to test byte caps.
         It does not store anything."""
         return Blob(data="b" * size)
+
+    @registry.tool(effects=[read("records:record/{record_id}")], scope="records.read",
+                   callers={"direct", "code"})  # fmt: skip
+    async def records_limited_get(record_id: RecordId) -> Record:
+        """Fetch a record from a rate-limited store. Use it to test rate limits.
+        It does not return the record's owner."""
+        raise RateLimitedError(retry_after=RETRY_AFTER_S, detail=f"quota spent for {record_id}")
 
     @registry.tool(effects=[read("archive:record/{record_id}")], scope="records.read",
                    callers={"direct", "code"})  # fmt: skip

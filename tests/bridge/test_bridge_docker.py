@@ -11,7 +11,7 @@ import pytest
 from airlock.bridge import BridgeLimits, ToolSession
 from airlock.policies import Grant, Principal, read
 from airlock.tools import AuditLog, MemoryAuditStore
-from tests.bridge.records import ALICE, GRANT, build_registry
+from tests.bridge.records import ALICE, GRANT, RETRY_AFTER_S, build_registry
 from tests.conftest import Sandbox
 
 pytestmark = pytest.mark.docker
@@ -254,6 +254,43 @@ def test_typed_errors_and_the_abort_signal(sandbox: Sandbox) -> None:
     assert result.status == "limit_exceeded"
     assert result.limit == "calls"
     assert result.tool_calls == 3
+
+
+def test_a_program_reads_the_issues_of_invalid_input(sandbox: Sandbox) -> None:
+    program = textwrap.dedent("""
+        try:
+            tools.records_item_get(record_id="../admin")
+            outcome = "ran"
+        except tools.InvalidInput as exc:
+            outcome = [exc.code, exc.retryable, [[i["field"], i["reason"]] for i in exc.issues]]
+        outcome
+    """)
+    result = sandbox.run(program, tools=session())
+    assert result.ok, result.error
+    assert result.value == [
+        "invalid_input",
+        False,
+        [["record_id", "String should match pattern '^rec_[0-9]{1,6}$'"]],
+    ]
+
+
+def test_a_program_reads_retry_after_of_rate_limited(sandbox: Sandbox) -> None:
+    tools = session()
+    program = textwrap.dedent("""
+        try:
+            tools.records_limited_get(record_id="rec_1")
+            outcome = "ran"
+        except tools.RateLimited as exc:
+            outcome = [exc.code, exc.retryable, exc.retry_after]
+        outcome
+    """)
+    result = sandbox.run(program, tools=tools)
+    assert result.ok, result.error
+    assert result.value == ["rate_limited", True, RETRY_AFTER_S]
+    # The operator's detail stays in the audit log on the host.
+    events = tools.registry.audit.events(run_id=tools.run_id)
+    assert [e.code for e in events if e.tool == "records_limited_get"] == ["rate_limited"]
+    assert "quota" not in str(result.value)
 
 
 LIMITS = [

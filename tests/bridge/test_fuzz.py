@@ -13,6 +13,7 @@ import random
 import struct
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -204,6 +205,7 @@ def _fuzz_one(frames: list[tuple[int, int]]) -> None:
         )
 
 
+@pytest.mark.slow
 def test_fuzzed_frames_never_escape_the_run() -> None:
     _fuzz_one()
     assert FRAMES_GENERATED >= 100_000, FRAMES_GENERATED

@@ -4,6 +4,7 @@ import os
 from pathlib import Path
 
 from airlock.bridge import render_api, tool_stubs
+from airlock.bridge.airlock_wire import ERRORS
 from airlock.policies import Principal
 from tests.bridge.records import ALICE, build_registry
 
@@ -36,3 +37,11 @@ def test_stubs_follow_the_principal() -> None:
     nobody = Principal(user_id="eve", tenant_id="acme", scopes=frozenset())
     assert tool_stubs(build_registry(), nobody) == []
     assert "No tools are callable" in render_api(build_registry(), nobody)
+
+
+def test_rendered_api_names_every_error_class_with_its_attributes() -> None:
+    text = " ".join(render_api(build_registry(), ALICE).split())
+    for shape in ERRORS.values():
+        fields = ", ".join(f"`.{name}`" for name in shape.fields)
+        assert f"`tools.{shape.name}`" + (f" ({fields}" if fields else "") in text, shape
+    assert "`.retry_after`: seconds to wait, or None" in text

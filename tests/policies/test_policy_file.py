@@ -102,6 +102,28 @@ def test_an_unnamed_principal_gets_only_the_wildcard_entry() -> None:
     assert policy.grant_for(stranger).scopes == frozenset()
 
 
+def test_the_names_the_file_declares(policy: Policy) -> None:
+    assert policy.principals == ("*", "alice")
+    assert dict(policy.tenants) == {"*": None, "alice": "acme"}
+    assert policy.scopes == {"billing.read", "billing.write"}
+    extra = parse_policy('version = 1\n[principals.bob]\nscopes = ["x.read"]\n[roles.r]\n')
+    assert (extra.principals, extra.roles, extra.scopes) == (("bob",), {"r"}, {"x.read"})
+
+
+def test_a_role_has_its_own_authority_without_the_wildcard(policy: Policy) -> None:
+    agent = policy.role_grant("billing_agent")
+    assert agent.scopes == {"billing.read", "billing.write"}
+    assert agent.covers(write("billing:refund/r_1"))
+    assert not agent.covers(read("billing:invoice/inv_1"))  # that is billing_reader's
+    assert dict(agent.spend_limits) == {"USD": 50_000}
+    assert [r.id for r in policy.role_approvals("billing_agent").rules] == ["large-refund"]
+    assert policy.role_approvals("billing_reader").rules == ()
+    with pytest.raises(KeyError, match="no role 'auditor'; the policy declares: billing_agent"):
+        policy.role_grant("auditor")
+    with pytest.raises(KeyError, match="auditor"):
+        policy.role_approvals("auditor")
+
+
 def _replace(old: str, new: str) -> str:
     assert old in EXAMPLE
     return EXAMPLE.replace(old, new, 1)

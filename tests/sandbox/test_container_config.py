@@ -3,8 +3,18 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from airlock.policies import SandboxProfile
+from airlock.sandbox import (
+    UNKNOWN_DIGEST,
+    ContainerMount,
+    check_engine,
+    describe_container,
+    read_image_digest,
+)
 from airlock.sandbox._container import GUEST_MOUNT, container_config
+from tests.conftest import IMAGE, require_docker
 
 
 def test_config_carries_every_hardening_setting() -> None:
@@ -33,3 +43,48 @@ def test_config_carries_every_hardening_setting() -> None:
     assert config["log_config"]["Type"] == "none"
     assert "privileged" not in config
     assert "devices" not in config
+
+
+def test_the_description_says_what_the_config_says() -> None:
+    profile = SandboxProfile(memory_bytes=128 * 2**20, pids_limit=32, cpus=0.5, tmpfs_bytes=2**21)
+    described = describe_container(profile, image="img")
+    assert described.image == "img"
+    assert described.network_mode == "none"
+    assert described.read_only_root
+    assert described.user == "65534:65534"
+    assert described.capabilities == ()
+    assert described.no_new_privileges
+    assert described.environment == ()
+    assert (described.memory_bytes, described.swap_bytes) == (128 * 2**20, 0)
+    assert (described.cpus, described.pids_limit, described.open_files) == (0.5, 32, 256)
+    assert described.seccomp_filter == profile.docker_seccomp()
+    assert described.mounts == (
+        ContainerMount(path=GUEST_MOUNT, kind="bind", options="ro", size_bytes=None),
+        ContainerMount(
+            path="/tmp", kind="tmpfs", options="rw,noexec,nosuid,nodev", size_bytes=2**21
+        ),
+    )
+
+
+def test_engine_questions_answer_without_an_engine(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/airlock-test-docker.sock")
+    assert read_image_digest("airlock-sandbox:latest", timeout=1) == UNKNOWN_DIGEST == "unknown"
+    [finding] = check_engine("airlock-sandbox:latest", timeout=1)
+    assert (finding.check, finding.ok) == ("engine reachable", False)
+    assert "not reachable" in finding.seen or "did not answer" in finding.seen
+    assert "make engine" in finding.fix
+
+
+@pytest.mark.docker
+def test_engine_questions_answer_from_the_engine() -> None:
+    require_docker()
+    found = check_engine(IMAGE)
+    assert [(f.check, f.ok) for f in found] == [("engine reachable", True), ("sandbox image", True)]
+    assert "sha256:" in read_image_digest(IMAGE)
+    missing = check_engine("airlock-no-such-image:never")
+    assert [(f.check, f.ok) for f in missing] == [
+        ("engine reachable", True),
+        ("sandbox image", False),
+    ]
+    assert "make image" in missing[1].fix
+    assert read_image_digest("airlock-no-such-image:never") == UNKNOWN_DIGEST

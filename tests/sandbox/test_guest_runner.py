@@ -1,6 +1,7 @@
 """The guest runner as a process on the host (no container): compile rules and results.
 
-The container tests cover the boundary; these cover the runner's own logic quickly.
+The container tests cover the boundary; these cover the runner's own logic quickly, from the
+guest's modules laid out as in the image (:mod:`tests.sandbox.guest_image`).
 """
 
 from __future__ import annotations
@@ -12,22 +13,26 @@ import struct
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable, Collection
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
 
+from airlock.bridge import PROTOCOL_VERSION, program_error
+from airlock.bridge.airlock_wire import ERRORS
 from airlock.policies import SandboxProfile
+from tests.bridge.error_examples import EXAMPLES
+from tests.sandbox.guest_image import RUNNER, load_guest
 
-RUNNER = Path(__file__).resolve().parents[2] / "sandbox" / "guest" / "airlock_runner.py"
 ALLOWED = SandboxProfile().allowed_imports
+Answer = Callable[[dict[str, Any]], dict[str, Any]]
+"""A fake host's answer to a call frame: the result frame's ``ok`` and ``value`` or ``error``."""
 
 
 def _load_runner() -> ModuleType:
     # As in the image: the guest modules import each other as top-level modules.
-    if str(RUNNER.parent) not in sys.path:
-        sys.path.append(str(RUNNER.parent))
     spec = importlib.util.spec_from_file_location("airlock_runner", RUNNER)
     assert spec
     assert spec.loader
@@ -37,12 +42,24 @@ def _load_runner() -> ModuleType:
 
 
 runner = _load_runner()
+language = load_guest("airlock_language")
 
 
 def run_in_process(
-    program: str, mode: str = "restricted", output_limit: int = 4096
+    program: str,
+    mode: str = "restricted",
+    output_limit: int = 4096,
+    *,
+    allowed_imports: Collection[str] = ALLOWED,
+    tools: Collection[str] = (),
+    answer: Answer | None = None,
+    hello: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """Run the real runner as a child process connected over a Unix socket."""
+    """Run the real runner as a child process connected over a Unix socket.
+
+    The test plays the host: the run offers ``tools`` (each with one ``arg`` parameter),
+    ``answer`` answers their calls, and the runner's hello frame is appended to ``hello``.
+    """
     with tempfile.TemporaryDirectory() as tmp:
         path = str(Path(tmp) / "bridge.sock")
         listener = socket.socket(socket.AF_UNIX)
@@ -58,14 +75,25 @@ def run_in_process(
                 (size,) = struct.unpack(">I", stream.read(4))
                 return json.loads(stream.read(size))
 
-            assert recv()["type"] == "hello"
-            body = json.dumps(
+            def send(message: dict[str, Any]) -> None:
+                body = json.dumps(message).encode()
+                stream.write(struct.pack(">I", len(body)) + body)
+                stream.flush()
+
+            greeting = recv()
+            assert greeting["type"] == "hello"
+            if hello is not None:
+                hello.append(greeting)
+            stubs = [{"name": name, "doc": "", "params": [{"name": "arg"}]} for name in tools]
+            send(
                 {"type": "run", "program": program, "mode": mode,
-                 "allowed_imports": sorted(ALLOWED), "output_limit": output_limit}
-            ).encode()  # fmt: skip
-            stream.write(struct.pack(">I", len(body)) + body)
-            stream.flush()
+                 "allowed_imports": sorted(allowed_imports), "output_limit": output_limit,
+                 "tools": stubs}
+            )  # fmt: skip
             done = recv()
+            while done["type"] == "call" and answer is not None:
+                send({"type": "result", "id": done["id"], **answer(done)})
+                done = recv()
             assert done["type"] == "done"
             return done["result"]  # type: ignore[no-any-return]
         finally:
@@ -104,8 +132,8 @@ def test_full_mode_allows_any_import() -> None:
 
 def test_last_expression_is_compiled_separately() -> None:
     body, last = runner.compile_program("x = 2\nx * 21\n", "restricted", ALLOWED)
-    namespace: dict[str, Any] = runner._restricted_globals(
-        ALLOWED, runner._FinalValue(), runner.Tools(None, [])
+    namespace: dict[str, Any] = language.restricted_globals(
+        ALLOWED, runner._FinalValue().set, runner.Tools(None, [])
     )
     exec(body, namespace)
     assert eval(last, namespace) == 42
@@ -178,3 +206,103 @@ def test_forked_child_never_reports_for_the_runner() -> None:
 def test_environment_is_cleared() -> None:
     result = run_in_process("import os\ndict(os.environ)\n", mode="full")
     assert result["value"] == {}
+
+
+def test_hello_carries_the_hosts_protocol_version() -> None:
+    hello: list[dict[str, Any]] = []
+    run_in_process("1\n", hello=hello)
+    assert hello[0]["version"] == PROTOCOL_VERSION
+
+
+@pytest.mark.parametrize("mode", ["restricted", "full"])
+def test_the_warm_up_program_runs_with_the_warm_up_imports(mode: str) -> None:
+    # A warm-up refused in restricted mode would warm nothing, silently.
+    imports = load_guest("airlock_wire").WARM_UP_IMPORTS
+    result = run_in_process(runner._WARM_UP_PROGRAM, mode=mode, allowed_imports=imports)
+    assert result["status"] == "ok", result["error"]
+    assert result["stdout"] == "50\n"
+
+
+def _answer_with(errors: list[dict[str, Any]]) -> Answer:
+    return lambda call: {"ok": False, "error": errors[call["args"]["arg"]]}
+
+
+# Every error a host can send, caught by a full-mode program: its class, common attributes and
+# typed fields.
+EVERY_ERROR_PROGRAM = """
+out = []
+for n, fields in enumerate(FIELDS):
+    try:
+        tools.records_any_get(n)
+    except tools.ToolError as exc:
+        out.append([type(exc).__name__, exc.code, exc.message, exc.retryable,
+                    {name: getattr(exc, name) for name in fields}])
+out
+"""
+
+
+def test_a_program_reads_the_typed_fields_of_every_error() -> None:
+    sent = [program_error(error) for error, _ in EXAMPLES]
+    fields = [list(typed) for _, typed in EXAMPLES]
+    program = f"FIELDS = {fields!r}\n" + EVERY_ERROR_PROGRAM
+    result = run_in_process(
+        program, mode="full", tools=["records_any_get"], answer=_answer_with(sent)
+    )
+    assert result["status"] == "ok", result["error"]
+    expected = [
+        [ERRORS[e["code"]].name, e["code"], e["message"], e["retryable"], typed]
+        for e, (_, typed) in zip(sent, EXAMPLES, strict=True)
+    ]
+    assert result["value"] == expected
+
+
+# The two a restricted program needs most: what to fix, and how long to wait.
+RESTRICTED_READS = [
+    # (name, error the host sends, program, value)
+    ("issues",
+     {"code": "invalid_input", "message": "m", "retryable": False,
+      "issues": [{"field": "record_id", "reason": "is required"}]},
+     "try:\n    tools.records_any_get(0)\nexcept tools.InvalidInput as exc:\n"
+     "    result([exc.issues[0]['field'], exc.issues[0]['reason'], len(exc.issues)])\n",
+     ["record_id", "is required", 1]),
+    ("retry_after",
+     {"code": "rate_limited", "message": "m", "retryable": True, "retry_after": 2.5},
+     "try:\n    tools.records_any_get(0)\nexcept tools.RateLimited as exc:\n"
+     "    result([exc.retry_after, exc.retryable])\n",
+     [2.5, True]),
+    ("missing_field",
+     {"code": "rate_limited", "message": "m", "retryable": True},
+     "try:\n    tools.records_any_get(0)\nexcept tools.RateLimited as exc:\n"
+     "    result(exc.retry_after)\n",
+     None),
+    ("malformed_issues",
+     {"code": "invalid_input", "message": "m", "retryable": False, "issues": "not a list"},
+     "try:\n    tools.records_any_get(0)\nexcept tools.InvalidInput as exc:\n"
+     "    result(exc.issues)\n",
+     []),
+    ("unknown_code",
+     {"code": "new_code", "message": "m", "retryable": False, "extra": 1},
+     "try:\n    tools.records_any_get(0)\nexcept tools.ToolError as exc:\n"
+     "    result([exc.code, getattr(exc, 'extra', 'absent')])\n",
+     ["new_code", "absent"]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("name", "error", "program", "value"), RESTRICTED_READS, ids=[r[0] for r in RESTRICTED_READS]
+)
+def test_a_restricted_program_reads_error_fields(
+    name: str, error: dict[str, Any], program: str, value: Any
+) -> None:
+    result = run_in_process(program, tools=["records_any_get"], answer=_answer_with([error]))
+    assert result["status"] == "ok", result["error"]
+    assert result["value"] == value
+
+
+def test_a_bad_call_on_the_guest_lists_its_issue() -> None:
+    program = (
+        "try:\n    tools.records_any_get(1, 2)\nexcept tools.InvalidInput as exc:\n"
+        "    result(exc.issues)\n"
+    )
+    result = run_in_process(program, tools=["records_any_get"])
+    assert result["value"] == [{"field": "", "reason": "too many positional arguments"}]

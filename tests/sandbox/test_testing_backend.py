@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from airlock.policies import SandboxProfile
-from airlock.sandbox import SandboxBackend
+from airlock.policies import Principal, SandboxProfile, UsageError
+from airlock.sandbox import DockerBackend, KeptSandbox, SandboxBackend
 from airlock.sandbox.testing import ScriptedBackend, ok_result
 
 
@@ -31,3 +31,29 @@ async def test_scripted_results_in_order_and_calls_recorded() -> None:
 async def test_scripted_function() -> None:
     backend = ScriptedBackend(lambda program, profile: ok_result(len(program)))
     assert (await backend.run("abcd")).value == 4
+
+
+def test_the_scripted_backend_declares_what_the_harness_uses() -> None:
+    full = SandboxProfile(language_mode="full")
+    backend = ScriptedBackend([], profile=full)
+    checked: SandboxBackend = backend
+    assert checked.profile is full
+    assert ScriptedBackend([]).profile == SandboxProfile()
+    assert checked.can_keep is False
+    owner = Principal(user_id="alice", tenant_id="acme")
+    with pytest.raises(UsageError, match="ScriptedBackend cannot keep a container for 'alice'"):
+        checked.keep(owner, idle_timeout=5.0)
+
+
+@pytest.mark.anyio
+async def test_the_docker_backend_can_keep() -> None:
+    backend = DockerBackend()  # no engine is asked before the first program
+    checked: SandboxBackend = backend
+    try:
+        assert checked.can_keep is True
+        assert checked.profile == SandboxProfile()
+        kept = checked.keep(Principal(user_id="alice", tenant_id="acme"), idle_timeout=5.0)
+        assert isinstance(kept, KeptSandbox)
+        assert not kept.alive
+    finally:
+        await backend.close()

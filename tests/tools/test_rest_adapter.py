@@ -27,7 +27,12 @@ from airlock.tools import (
     route_path,
 )
 from airlock.tools._rest_errors import parse_retry_after
-from airlock.tools._rest_paths import origin_of
+from airlock.tools._rest_paths import (
+    CONTROL_CHARACTERS,
+    DOT_SEGMENTS,
+    MAX_SEGMENT,
+    origin_of,
+)
 
 from .loopback import Reply, Upstream, serve
 
@@ -248,6 +253,37 @@ async def test_segments_a_url_parser_would_collapse_are_refused(
     with pytest.raises(InvalidInputError):
         await adapter(upstream).get(("invoices", segment), credential=CRED)
     assert upstream.seen == []
+
+
+def _spellings(segment: str) -> list[str]:
+    """``segment`` with each character as given, ``%2e`` or ``%2E``: every way to write it."""
+    forms = [""]
+    for char in segment:
+        encoded = f"%{ord(char):02x}"
+        forms = [f + c for f in forms for c in (char, encoded, encoded.upper())]
+    return sorted(set(forms))
+
+
+REFUSED_SEGMENTS = (
+    [pytest.param(s, id=f"dot:{s}") for dot in sorted(DOT_SEGMENTS) for s in _spellings(dot)]
+    + [pytest.param(f"inv{c}1", id=f"control:{ord(c):#04x}") for c in sorted(CONTROL_CHARACTERS)]
+    + [pytest.param("", id="empty"), pytest.param("x" * (MAX_SEGMENT + 1), id="too-long")]
+)
+
+
+@pytest.mark.parametrize("segment", REFUSED_SEGMENTS)
+def test_every_path_rule_refuses_before_sending(segment: str) -> None:
+    with pytest.raises(InvalidInputError) as refused:
+        route_path("invoices", segment)
+    assert refused.value.code == "invalid_input"
+    assert "is not a valid id" in refused.value.message
+
+
+@pytest.mark.parametrize(
+    "segment", ["x" * MAX_SEGMENT, "...", "a.b", "%2e%2e%2e", "inv\u00a01", "inv~1"]
+)
+def test_segments_just_inside_the_rules_pass(segment: str) -> None:
+    assert route_path("invoices", segment).count("/") == 2
 
 
 def test_destinations_are_origins() -> None:

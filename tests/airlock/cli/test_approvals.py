@@ -163,3 +163,24 @@ def test_reconcile_refuses_a_bad_tools_reference(world: World) -> None:
     anyio.run(world.prepare, "inv_5")
     result = runner.invoke(app, ["reconcile", *_ledger(world), "--registry", "no_such_module:x"])
     assert result.exit_code != 0
+
+
+@pytest.mark.parametrize(
+    ("ref", "reason"),
+    [
+        ("no_such_module:x", "cannot import 'no_such_module'"),
+        ("tests.airlock.cli.test_approvals:nothing_here", "has no 'nothing_here'"),
+        (
+            "tests.airlock.inventory.test_registry_ref:look_alike",
+            "is a LookAlike, not a tools.Registry, which can run its tools",
+        ),
+        ("no_colon", "expected one ':'"),
+    ],
+)
+def test_reconcile_needs_a_registry_that_runs_tools(world: World, ref: str, reason: str) -> None:
+    anyio.run(world.prepare, "inv_5")
+    result = runner.invoke(app, ["reconcile", *_ledger(world), "--registry", ref])
+    assert result.exit_code == 2
+    assert "error (registry_ref)" in result.output
+    assert reason in " ".join(result.output.split())
+    assert world.system.sends() == 0

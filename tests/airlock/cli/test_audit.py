@@ -61,6 +61,19 @@ def test_list_shows_runs_with_counts(db: Path) -> None:
     assert "alice" in result.output
 
 
+def test_list_counts_a_preview_apart_from_errors(tmp_path: Path) -> None:
+    path = tmp_path / "audit.db"
+    with AuditLog(SQLiteAuditStore(path)) as log:
+        log.record(_event("run_w", "c1", stage="execute", decision="ask", outcome="preview"))
+    result = runner.invoke(audit_app, ["list", "--db", str(path)])
+
+    assert result.exit_code == 0, result.output
+    [row] = [line for line in result.output.splitlines() if "run_w" in line]
+    cells = [c.strip() for c in row.strip("│| ").split("│")]
+    # run, started, calls, ok, preview, error, unknown, users
+    assert cells[2:7] == ["1", "0", "1", "0", "0"], cells
+
+
 def test_show_prints_every_call_of_a_run(db: Path) -> None:
     result = runner.invoke(audit_app, ["show", "run_a", "--db", str(db)])
     assert result.exit_code == 0, result.output

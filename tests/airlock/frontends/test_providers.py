@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
+from pydantic import BaseModel
 
 from airlock.frontends import (
     MalformedBlockError,
@@ -104,6 +106,174 @@ async def test_tool_errors_keep_the_error_flag_in_anthropic_format() -> None:
         "content": '{"error":"unknown_tool"}',
         "is_error": True,
     }
+
+
+# --- provider SDK objects -----------------------------------------------------------------
+# Stand-ins for the SDKs' content blocks, which are pydantic models of the same wire shapes.
+
+
+class TextBlock(BaseModel):
+    type: Literal["text"]
+    text: str
+
+
+class ToolUseBlock(BaseModel):
+    type: Literal["tool_use"]
+    id: str
+    name: str
+    input: dict[str, Any]
+
+
+class ResponseReasoningItem(BaseModel):
+    type: Literal["reasoning"]
+    id: str
+    summary: list[Any]
+
+
+class ResponseFunctionToolCall(BaseModel):
+    type: Literal["function_call"]
+    id: str | None = None
+    call_id: str
+    name: str
+    arguments: str
+    status: str | None = None
+
+
+class Function(BaseModel):
+    name: str
+    arguments: str
+
+
+class ChatCompletionMessageToolCall(BaseModel):
+    id: str
+    type: Literal["function"]
+    function: Function
+
+
+class ChatCompletionMessage(BaseModel):
+    role: Literal["assistant"]
+    content: str | None = None
+    refusal: str | None = None
+    tool_calls: list[ChatCompletionMessageToolCall] | None = None
+
+
+class ToDictBlock:
+    """An SDK object that is no pydantic model but turns itself into a dict."""
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        self._data = data
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self._data)
+
+
+def anthropic_sdk_content() -> list[TextBlock | ToolUseBlock]:
+    return [
+        TextBlock.model_validate(b) if b["type"] == "text" else ToolUseBlock.model_validate(b)
+        for b in fixture("anthropic_response.json")["content"]
+    ]
+
+
+@pytest.mark.anyio
+async def test_anthropic_sdk_blocks_are_answered_like_their_dicts() -> None:
+    surface = EchoSurface()
+    answers = await handle_turn(surface, anthropic_sdk_content())
+    assert answers == fixture("anthropic_request.json")["messages"][2]["content"]
+    assert surface.calls == [
+        ("billing_invoice_get", {"invoice_id": "inv_1"}),
+        ("billing_invoice_get", {"invoice_id": "inv_2"}),
+    ]
+
+
+@pytest.mark.anyio
+async def test_openai_responses_sdk_items_are_answered_like_their_dicts() -> None:
+    items: list[ResponseReasoningItem | ResponseFunctionToolCall] = [
+        ResponseReasoningItem.model_validate(i)
+        if i["type"] == "reasoning"
+        else ResponseFunctionToolCall.model_validate(i)
+        for i in fixture("openai_responses_response.json")["output"]
+    ]
+    answers = await handle_turn(EchoSurface(), items)
+    assert answers == fixture("openai_responses_request.json")["input"]
+
+
+@pytest.mark.anyio
+async def test_openai_chat_sdk_message_and_tool_calls_are_answered_like_their_dicts() -> None:
+    raw = fixture("openai_chat_response.json")["choices"][0]["message"]
+    message = ChatCompletionMessage.model_validate(raw)
+    expected = fixture("openai_chat_request.json")["messages"]
+    assert await handle_turn(EchoSurface(), [message]) == expected
+    assert message.tool_calls is not None
+    assert await handle_turn(EchoSurface(), message.tool_calls) == expected
+    # A dict message whose tool calls are SDK objects reads the same.
+    mixed = {"role": "assistant", "content": None, "tool_calls": message.tool_calls}
+    assert await handle_turn(EchoSurface(), [mixed]) == expected
+
+
+@pytest.mark.anyio
+async def test_handle_block_takes_an_sdk_block_and_answers_with_a_dict() -> None:
+    block = anthropic_sdk_content()[1]
+    answer = await handle_block(EchoSurface(), block)
+    assert answer == {
+        "type": "tool_result",
+        "tool_use_id": "toolu_01A09q90qw90lq917835lq9",
+        "content": '{"invoice_id":"inv_1"}',
+        "is_error": False,
+    }
+
+
+@pytest.mark.anyio
+async def test_an_object_with_to_dict_is_read_through_it() -> None:
+    block = ToDictBlock(
+        {
+            "type": "function_call",
+            "call_id": "call_1",
+            "name": "billing_invoice_get",
+            "arguments": '{"invoice_id":"inv_9"}',
+        }
+    )
+    answer = await handle_block(EchoSurface(), block)
+    assert answer == {
+        "type": "function_call_output",
+        "call_id": "call_1",
+        "output": '{"invoice_id":"inv_9"}',
+    }
+    assert parse_block(block).arguments == {"invoice_id": "inv_9"}
+
+
+class BrokenDump:
+    def model_dump(self) -> dict[str, Any]:
+        raise RuntimeError("cannot serialize")
+
+
+class ListDump:
+    def model_dump(self) -> list[str]:
+        return ["tool_use"]
+
+
+class NoConversion:
+    pass
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("block", "fragment"),
+    [
+        (BrokenDump(), "BrokenDump.model_dump() failed"),
+        (ListDump(), "ListDump.model_dump() gave list, not a JSON object"),
+        (NoConversion(), "must be a JSON object, not NoConversion"),
+    ],
+)
+async def test_an_object_that_gives_no_block_is_malformed_and_runs_no_call(
+    block: object, fragment: str
+) -> None:
+    surface = EchoSurface()
+    good = anthropic_sdk_content()[1]
+    with pytest.raises(MalformedBlockError, match=re.escape(fragment)):
+        await handle_turn(surface, [good, block])  # type: ignore[list-item]
+    with pytest.raises(MalformedBlockError):
+        await handle_block(surface, block)  # type: ignore[arg-type]
+    assert surface.calls == []
 
 
 # --- malformed blocks ----------------------------------------------------------------------
@@ -210,21 +380,3 @@ def test_parse_block_is_provider_neutral() -> None:
     b = parse_block({"type": "function_call", "call_id": "t", "name": "n", "arguments": '{"k":1}'})
     assert (a.name, a.arguments, a.call_id) == (b.name, b.arguments, b.call_id)
     assert (a.provider, b.provider) == ("anthropic", "openai_responses")
-
-
-def test_the_front_end_api_is_exported() -> None:
-    import airlock
-
-    for name in (
-        "MalformedBlockError",
-        "ReplayModel",
-        "Transcript",
-        "anthropic_tools",
-        "handle_block",
-        "handle_turn",
-        "openai_chat_tools",
-        "openai_responses_tools",
-        "render_tools",
-    ):
-        assert name in airlock.__all__
-        assert getattr(airlock, name) is not None

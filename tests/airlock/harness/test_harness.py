@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import textwrap
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,24 +14,113 @@ from typing import Any
 import pytest
 
 import airlock
-from airlock import Harness, ModelResult, Session
+from airlock import Harness, ModelResult, Session, harness
 from airlock.bridge import ToolSession
-from airlock.policies import Grant, SandboxProfile, UsageError
+from airlock.harness import NoToolsWarning
+from airlock.policies import Grant, Principal, SandboxProfile, UsageError, parse_policy
 from airlock.sandbox.testing import ScriptedBackend
-from airlock.tools import SQLiteLedgerStore, WritePath, approve_preview
+from airlock.tools import Registry, SQLiteLedgerStore, WritePath, approve_preview
 from airlock.tools.testing import SystemOfRecord
 from tests.airlock.session_world import ALICE, World, policy, registry
 from tests.conftest import Sandbox
+from tests.public_api import assert_public_api
 
 
 def body(result: ModelResult) -> Any:
     return json.loads(result.content)
 
 
+# The harness's public API, changed only on purpose: a name added or removed fails this test.
+HARNESS_API = [
+    "EXECUTE_CODE",
+    "HARNESS_CODES",
+    "Budget",
+    "ExecuteCodeArgs",
+    "Harness",
+    "HarnessCode",
+    "ModelResult",
+    "ModelTool",
+    "ModelToolSurface",
+    "NoToolsWarning",
+    "PendingWrite",
+    "Session",
+    "failure",
+]
+
+
 def test_public_api_is_pinned() -> None:
-    assert airlock.__all__ == sorted(airlock.__all__)
-    for name in ("Harness", "ModelResult", "ModelTool", "ModelToolSurface", "Session"):
+    assert_public_api(harness, HARNESS_API)
+    # The root re-exports the names a session needs (pinned in tests/airlock), the same objects.
+    for name in ("Budget", "Harness", "ModelResult", "ModelTool", "ModelToolSurface", "Session"):
         assert name in airlock.__all__
+        assert getattr(airlock, name) is getattr(harness, name)
+
+
+DENY_ALL = """
+version = 1
+[principals.alice]
+scopes = ["billing.read", "notes.read"]
+effects = ["read(billing:**)", "read(notes:note/*)", "network(api.orders.example)"]
+[[principals.alice.rules]]
+id = "frozen"
+action = "deny"
+"""
+
+
+@pytest.mark.parametrize(
+    ("principal", "rules", "reason"),
+    [
+        (Principal(user_id="alice", tenant_id="acme"), None, "it has no scopes; its tools need"),
+        (
+            Principal(user_id="mallory", tenant_id="acme", scopes=frozenset({"billing.read"})),
+            None,
+            "every tool is refused, first billing_broken_get: the grant lacks scope 'billing.read'",
+        ),
+        (
+            ALICE,
+            DENY_ALL,
+            "every tool is refused, first billing_broken_get: approval rule(s) frozen deny "
+            "every call",
+        ),
+    ],
+    ids=["no-scopes", "not-in-the-policy", "every-call-denied"],
+)
+def test_a_session_that_reaches_no_tool_warns_why(
+    tmp_path: Path, principal: Principal, rules: str | None, reason: str
+) -> None:
+    system = SystemOfRecord(tmp_path / "system.db")
+    chosen = policy() if rules is None else parse_policy(rules)
+    try:
+        harness = Harness(registry(system), chosen, ScriptedBackend([]))
+        with pytest.warns(NoToolsWarning) as warned:
+            session = harness.session(principal)
+    finally:
+        system.close()
+    assert [t.name for t in session.tools()] == ["execute_code"]
+    [warning] = warned.list
+    found = warning.message
+    assert isinstance(found, NoToolsWarning)
+    assert found.reason.startswith(reason), found.reason
+    assert (found.user_id, found.tenant_id, found.scopes) == (
+        principal.user_id,
+        principal.tenant_id,
+        principal.scopes,
+    )
+    text = str(found)
+    assert f"principal {principal.user_id!r} in tenant 'acme'" in text
+    assert f"(scopes: {', '.join(sorted(principal.scopes)) or 'none'})" in text
+    assert warning.filename == __file__  # points at the caller of Harness.session
+
+
+def test_a_session_that_reaches_a_tool_does_not_warn(tmp_path: Path) -> None:
+    system = SystemOfRecord(tmp_path / "system.db")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            Harness(registry(system), policy(), ScriptedBackend([])).session(ALICE)
+            Harness(Registry(), policy(), ScriptedBackend([])).session(ALICE)  # no tools at all
+    finally:
+        system.close()
 
 
 def test_harness_without_ledger_offers_no_write_tools(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ import anyio
 import pytest
 
 from airlock import Budget, ModelResult, ModelToolSurface, Session, handle_block, handle_turn
+from airlock.harness import NoToolsWarning
 from airlock.policies import Principal, SandboxProfile
 from airlock.sandbox import ProgramError, RunResult
 from airlock.sandbox.testing import ScriptedBackend, ok_result
@@ -81,8 +83,12 @@ def body(result: ModelResult) -> Any:
 def test_tool_list_holds_only_what_the_principal_can_use(
     world: World, principal: Principal, direct: list[str], code: list[str]
 ) -> None:
-    tools = world.session(principal).tools()
+    with warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always")
+        tools = world.session(principal).tools()
     names = [t.name for t in tools]
+    # A principal that reaches no tool is told so at session creation; the others are not.
+    assert [type(w.message) for w in warned] == ([NoToolsWarning] if not direct else [])
 
     assert names == ["execute_code", *direct]
     # hidden (billing.admin), and outside the grant (write on invoices): never listed

@@ -23,7 +23,6 @@ from airlock.inventory import (
     build_inventory,
     inventory_json_schema,
     load_policy_document,
-    read_image_digest,
     sandbox_effects,
     subject_inventory,
 )
@@ -39,6 +38,7 @@ from airlock.policies import (
     spend,
     write,
 )
+from airlock.sandbox import read_image_digest
 from airlock.tools import Caller, ToolDefinition, ToolSpec
 from tests.airlock.inventory_registry import POLICY, POLICY_ARG, REGISTRY_REF, REPO, registry
 

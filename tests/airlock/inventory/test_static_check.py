@@ -7,6 +7,8 @@ import textwrap
 import pytest
 
 from airlock.inventory import (
+    DYNAMIC_CALLS,
+    ESCAPE_MODULES,
     ProgramEffects,
     ProgramSyntaxError,
     check_program,
@@ -195,6 +197,43 @@ def test_program_table(case: str) -> None:
     assert len(report.unresolved) == unresolved, report.unresolved
     assert {u.name for u in report.unknown} == unknown
     assert report.complete == (not unresolved and not unknown)
+
+
+# Every form of import of every module on the escape list (and of a submodule) is reported.
+ESCAPE_IMPORTS = [
+    pytest.param(form.format(module=module), module, id=f"{module}-{kind}")
+    for module in sorted(ESCAPE_MODULES)
+    for kind, form in {
+        "import": "import {module}",
+        "import-as": "import {module} as m",
+        "from": "from {module} import x",
+        "submodule": "import {module}.sub",
+        "from-submodule": "from {module}.sub import x",
+        "among-others": "import json, {module}",
+    }.items()
+]
+
+
+@pytest.mark.parametrize(("source", "module"), ESCAPE_IMPORTS)
+def test_every_escape_import_is_unresolved(source: str, module: str) -> None:
+    report = _check(source)
+    assert len(report.unresolved) == 1, report.unresolved
+    assert f"import of {module}" in report.unresolved[0].reason.replace("'", "")
+    assert not report.complete
+
+
+@pytest.mark.parametrize("name", sorted(DYNAMIC_CALLS))
+def test_every_dynamic_call_is_unresolved(name: str) -> None:
+    report = _check(f'{name}("tools.billing_refund_create()")')
+    assert [u.reason for u in report.unresolved] == [f"{name}() can call tools by a computed name"]
+
+
+@pytest.mark.parametrize(
+    "source",
+    ["import json", "from collections import Counter", "import osmosis", "import system"],
+)
+def test_modules_off_the_escape_list_are_not_reported(source: str) -> None:
+    assert _check(source).unresolved == ()
 
 
 def test_effects_are_those_of_the_resolved_tools() -> None:

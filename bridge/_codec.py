@@ -1,11 +1,11 @@
-"""Frames between a guest program and the host.
+"""Frames between a guest program and the host, encoded and strictly decoded on the host.
 
 A frame is a 4-byte big-endian length, then that many bytes of UTF-8 JSON holding one
-object with a string ``type``. The host treats every byte from a guest as hostile: the length
-is checked before the body is read, and decoding refuses duplicate keys, ``NaN`` and
-``Infinity`` (also as an overflowing float), integers longer than :data:`MAX_INT_DIGITS`
-digits and nesting deeper than :data:`MAX_DEPTH`. Nothing that crosses is ever unpickled or
-evaluated.
+object with a string ``type`` (the frame types are in :mod:`airlock.bridge.airlock_wire`).
+The host treats every byte from a guest as hostile: the length is checked before the body is
+read, and decoding refuses duplicate keys, ``NaN`` and ``Infinity`` (also as an overflowing
+float), integers longer than :data:`MAX_INT_DIGITS` digits and nesting deeper than
+:data:`MAX_DEPTH`. Nothing that crosses is ever unpickled or evaluated.
 """
 
 from __future__ import annotations
@@ -16,10 +16,11 @@ import math
 import struct
 from typing import Any, Final
 
+from airlock.bridge.airlock_wire import HEADER_FORMAT
+
 __all__ = [
     "MAX_DEPTH",
     "MAX_INT_DIGITS",
-    "PROTOCOL_VERSION",
     "FrameError",
     "decode_body",
     "encode_frame",
@@ -27,10 +28,9 @@ __all__ = [
     "read_sized_frame",
 ]
 
-PROTOCOL_VERSION: Final = 1
 MAX_DEPTH: Final = 64
 MAX_INT_DIGITS: Final = 30
-_HEADER: Final = struct.Struct(">I")
+_HEADER: Final = struct.Struct(HEADER_FORMAT)
 
 
 class FrameError(ValueError):

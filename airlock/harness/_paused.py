@@ -1,0 +1,183 @@
+"""The approval pause: a session's writes that wait for a person, and finishing them.
+
+A write call whose preview waits answers ``needs_approval`` (:meth:`PausedWrites.paused`);
+:meth:`PausedWrites.finish` commits it once approved, with the fingerprint the session was
+shown, one commit per preview at a time, and the same receipt on every later call. Pending
+writes live in the ledger under the run id, so another process can :meth:`restore` them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from typing import Final
+
+import anyio
+
+from airlock.harness._model_tools import ModelResult
+from airlock.harness._results import failure, success
+from airlock.policies import Principal
+from airlock.tools import (
+    DeniedError,
+    LedgerStore,
+    NeedsApprovalError,
+    NotFoundError,
+    Preview,
+    StepState,
+    ToolError,
+    WritePath,
+)
+
+__all__ = ["PausedWrites", "PendingWrite"]
+
+_log = logging.getLogger("airlock.harness")
+_WAITING: Final[frozenset[StepState]] = frozenset({"prepared", "approved", "sending", "unknown"})
+"""States of a write the session still has to finish (commit, or learn it was denied)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PendingWrite:
+    """A write of this session that paused for approval and has no final answer yet."""
+
+    preview_id: str
+    fingerprint: str
+    """The fingerprint the session was shown; the commit must present the same one."""
+    tool: str
+    summary: str
+
+    @classmethod
+    def of(cls, preview: Preview) -> PendingWrite:
+        """The pending write of ``preview``, bound to the fingerprint it has now."""
+        return cls(
+            preview_id=preview.id,
+            fingerprint=preview.fingerprint,
+            tool=preview.tool,
+            summary=preview.summary,
+        )
+
+
+class PausedWrites:
+    """The writes of one run and principal that wait for approval or commit, oldest first."""
+
+    def __init__(self, writes: WritePath | None, principal: Principal, run_id: str) -> None:
+        self._writes = writes
+        self.principal = principal
+        self.run_id = run_id
+        self._pending: dict[str, PendingWrite] = {}
+        self._locks: dict[str, anyio.Lock] = {}
+
+    def hold(self, preview: Preview) -> None:
+        """Keep ``preview`` as pending, bound to the fingerprint it has now."""
+        self._pending.setdefault(preview.id, PendingWrite.of(preview))
+
+    def waiting(self) -> list[PendingWrite]:
+        """The pending writes, oldest first."""
+        return list(self._pending.values())
+
+    async def finish(self, preview_id: str) -> ModelResult:
+        """Commit the paused write once it is approved; its receipt, ``denied``, or
+        ``needs_approval`` again while it waits.
+
+        Raises:
+            ToolError: the commit failed (``preview_expired``, ``ambiguous_write``...), or
+                ``not_found`` for a preview of another run or principal.
+        """
+        preview = self.own(preview_id)
+        if self._writes is None:
+            raise DeniedError("writes are not enabled in this deployment; do not retry")
+        pending = self._pending.get(preview.id)
+        fingerprint = pending.fingerprint if pending is not None else preview.fingerprint
+        lock = self._locks.setdefault(preview.id, anyio.Lock())
+        async with lock:  # one commit per preview at a time in this session
+            try:
+                receipt = await self._writes.commit(preview.id, fingerprint, self.principal)
+            except NeedsApprovalError:
+                return self.paused(self.own(preview_id))
+            except DeniedError:
+                current = self.own(preview_id)
+                if current.state != "denied":
+                    raise
+                self._pending.pop(preview.id, None)
+                reason = (current.error or "no reason given").removeprefix("denied: ")
+                return failure(
+                    "denied",
+                    f"a person denied this change ({reason[:200]}); do not retry it",
+                    preview_id=preview.id,
+                )
+            except ToolError as exc:
+                expired = exc.code == "preview_expired" and exc.outcome == "error"
+                if expired or self.own(preview_id).state not in _WAITING:
+                    self._pending.pop(preview.id, None)  # final: nothing left to resume
+                raise
+        self._pending.pop(preview.id, None)
+        if receipt.replayed:
+            _log.info("run %s: receipt of %s returned again", self.run_id, preview.id)
+        return success(
+            {
+                "status": "committed",
+                "preview_id": preview.id,
+                "tool": preview.tool,
+                "summary": preview.summary,
+                # Sorted, so a receipt read back from the ledger reads exactly like the first.
+                "receipt": json.loads(json.dumps(receipt.data, sort_keys=True)),
+            }
+        )
+
+    def own(self, preview_id: str) -> Preview:
+        """The preview, if it belongs to this run and principal.
+
+        Raises:
+            NotFoundError: no such preview, or one of another run or principal.
+        """
+        ledger = self._ledger()
+        preview = ledger.preview(preview_id) if ledger is not None else None
+        if (
+            preview is None
+            or preview.run_id != self.run_id
+            or (preview.principal.user_id, preview.principal.tenant_id)
+            != (self.principal.user_id, self.principal.tenant_id)
+        ):
+            raise NotFoundError(
+                f"no write {preview_id[:64]!r} in this session; resume one it paused",
+                detail=f"preview {preview_id[:64]!r} missing or of another run or principal",
+            )
+        return preview
+
+    def _ledger(self) -> LedgerStore | None:
+        return None if self._writes is None else self._writes.ledger
+
+    def paused(self, preview: Preview) -> ModelResult:
+        """What the model is told about a write that waits for a person."""
+        minutes = max(0, round((preview.expires - time.time()) / 60))
+        return success(
+            {
+                "status": "needs_approval",
+                "preview_id": preview.id,
+                "fingerprint": preview.fingerprint,
+                "tool": preview.tool,
+                "summary": preview.summary,
+                "effects": list(preview.effects),
+                "expires_in_min": minutes,
+                "message": "this change waits for a person to approve it; tell the user, and "
+                "do not call the tool again for it",
+            },
+            code="needs_approval",
+        )
+
+    def restore(self) -> list[PendingWrite]:
+        """Load this run's unfinished writes from the ledger (another process may have
+        paused them); the pending writes, oldest first."""
+        ledger = self._ledger()
+        if ledger is None:
+            return []
+        found = ledger.previews(states=_WAITING, run_id=self.run_id, limit=10_000)
+        for preview in reversed(found):  # the ledger answers newest first
+            same = (preview.principal.user_id, preview.principal.tenant_id) == (
+                self.principal.user_id,
+                self.principal.tenant_id,
+            )
+            if same:
+                self._pending.setdefault(preview.id, PendingWrite.of(preview))
+        return self.waiting()

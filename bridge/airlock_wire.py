@@ -1,0 +1,99 @@
+"""The wire contract between the guest runner and the host: frame types and shared constants.
+
+Both sides read this one file. The host imports it as ``airlock.bridge.airlock_wire``;
+``Dockerfile.sandbox`` copies it unchanged next to the guest runner in the image, where the
+guest imports it as the top-level module ``airlock_wire``. It is named like the guest's own
+modules (``airlock_runner``, ``airlock_bridge``) so that it has one name on both sides, and
+so that its prefix keeps it from shadowing, or being shadowed by, a module a program imports
+(the guest's directory is first on its ``sys.path``). Constants only, standard library only:
+the guest imports it under ``python3 -I -S`` before any program runs.
+
+Frames are a 4-byte big-endian length (:data:`HEADER_FORMAT`), then that many bytes of UTF-8
+JSON holding one object whose ``type`` is one of the frame types below.
+
+Guest to host: :data:`HELLO` ``{version, pid}`` once the runner is warm; :data:`CALL`
+``{id, tool, args}``; :data:`BATCH` ``{id, tool, items}``; :data:`LOG` ``{message}``;
+:data:`DONE` ``{result}``. Host to guest: :data:`RUN` ``{program, mode, allowed_imports,
+output_limit, tools, keep?}``; :data:`RESULT` ``{id, ok, value | error}``; :data:`ABORT`
+``{code, message}``. A result's ``error`` is ``{code, message, retryable}`` plus the typed
+fields :data:`ERRORS` names for its code.
+
+Host code that cannot import this module keeps its own copy of two values, pinned to these by
+tests: the default sandbox profile's allowed imports (:data:`WARM_UP_IMPORTS`) and the typed
+fields of each ``airlock.tools`` error class (:data:`ERRORS`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Final, NamedTuple
+
+PROTOCOL_VERSION: Final = 1
+"""Sent in ``hello``; the host refuses a runner that speaks another version."""
+
+HELLO: Final = "hello"
+CALL: Final = "call"
+BATCH: Final = "batch"
+LOG: Final = "log"
+DONE: Final = "done"
+RUN: Final = "run"
+RESULT: Final = "result"
+ABORT: Final = "abort"
+
+HEADER_FORMAT: Final = ">I"
+"""The :mod:`struct` format of a frame's length prefix."""
+MAX_HOST_FRAME_BYTES: Final = 64 * 1024 * 1024
+"""The largest frame body the guest reads from the host; a bigger one ends its connection."""
+MAX_LOG_CHARS: Final = 2000
+"""Characters of one ``log`` message the guest sends and the host records."""
+
+SOCKET_DIR: Final = "/run/airlock"
+"""Where the host mounts the bridge socket's directory inside the container (read-only)."""
+SOCKET_NAME: Final = "bridge.sock"
+"""The bridge socket's file name in :data:`SOCKET_DIR`."""
+
+WARM_UP_IMPORTS: Final = frozenset(
+    {
+        "json", "math", "re", "datetime", "collections", "itertools", "functools",
+        "statistics", "decimal", "csv", "asyncio", "typing", "dataclasses",
+    }
+)  # fmt: skip
+"""Modules the runner imports while it warms up, before any ``run`` frame says which profile
+applies: the default ``SandboxProfile.allowed_imports``, so that a default program's first
+import costs nothing. A profile that allows other modules still works; only their first import
+is not paid in advance."""
+
+
+class ErrorShape(NamedTuple):
+    """How a tool error of one code looks to a program."""
+
+    name: str
+    """The error's class in the program's ``tools`` namespace (``tools.NotFound``)."""
+    fields: tuple[str, ...]
+    """Its typed attributes, as the host error class puts them in its wire form."""
+
+
+ERRORS: Final[Mapping[str, ErrorShape]] = {
+    "unknown_tool": ErrorShape("UnknownTool", ("name",)),
+    "invalid_input": ErrorShape("InvalidInput", ("issues",)),
+    "denied": ErrorShape("Denied", ("reason",)),
+    "not_found": ErrorShape("NotFound", ()),
+    "conflict": ErrorShape("Conflict", ("requires",)),
+    "rate_limited": ErrorShape("RateLimited", ("retry_after",)),
+    "upstream": ErrorShape("Upstream", ()),
+    "timeout": ErrorShape("Timeout", ("seconds",)),
+    "ambiguous_write": ErrorShape("AmbiguousWrite", ("idempotency_key",)),
+    "result_too_large": ErrorShape("ResultTooLarge", ("size_bytes", "limit_bytes")),
+    "approval_mismatch": ErrorShape("ApprovalMismatch", ()),
+    "preview_expired": ErrorShape("PreviewExpired", ()),
+    "needs_approval": ErrorShape("NeedsApproval", ("rule", "preview_id")),
+    "limit_exceeded": ErrorShape("LimitExceeded", ("limit",)),
+    "protocol_error": ErrorShape("ProtocolError", ("reason",)),
+}
+"""Every tool error code, by the class a program catches and the typed fields it carries."""
+
+NAMESPACE_MEMBERS: Final = frozenset(
+    {"ToolError", "log", *(shape.name for shape in ERRORS.values())}
+)
+"""Members of a program's ``tools`` namespace that are not tools: ``log()`` and the error
+classes. No tool can have one of these names (tool names are lower-case ``a_b_c``)."""

@@ -1,0 +1,70 @@
+"""Questions to the container engine that need no container: is it there, and which image.
+
+``airlock doctor`` starts with :func:`check_engine`; the effect inventory names the image
+by :func:`read_image_digest`.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import docker
+
+from airlock.sandbox._errors import SandboxError, map_docker_errors
+from airlock.sandbox._probe import ProbeFinding
+
+__all__ = ["UNKNOWN_DIGEST", "check_engine", "read_image_digest"]
+
+UNKNOWN_DIGEST: Final = "unknown"
+"""What :func:`read_image_digest` answers when no engine or no image answered."""
+
+
+def read_image_digest(image: str, *, timeout: float = 3.0) -> str:
+    """The content digest of ``image`` on the local engine, or ``"unknown"``.
+
+    A repository digest (``name@sha256:...``) when the image was pulled, else the image id
+    (``sha256:...``) of a local build. Never raises: no engine, no image and engine errors
+    all answer ``"unknown"``.
+    """
+    try:
+        with map_docker_errors():
+            client = docker.from_env(timeout=int(max(1, timeout)))
+            try:
+                attrs = client.images.get(image).attrs
+            finally:
+                client.close()
+    except SandboxError:
+        return UNKNOWN_DIGEST
+    digests = [str(d) for d in attrs.get("RepoDigests") or []]
+    return digests[0] if digests else str(attrs.get("Id") or UNKNOWN_DIGEST)
+
+
+def check_engine(image: str, *, timeout: float = 10.0) -> list[ProbeFinding]:
+    """Whether the engine answers and holds ``image``: one finding per check, the first
+    failed one last (a missing engine says nothing about the image). Never raises."""
+    findings: list[ProbeFinding] = []
+    try:
+        with map_docker_errors():
+            client = docker.from_env(timeout=int(max(1, timeout)))
+        try:
+            with map_docker_errors():
+                version = client.version().get("Version", "?")
+            findings.append(ProbeFinding("engine reachable", True, f"Docker {version}", ""))
+            with map_docker_errors():
+                found = client.images.get(image)
+            findings.append(ProbeFinding("sandbox image", True, f"{image} {found.short_id}", ""))
+        finally:
+            client.close()
+    except SandboxError as exc:
+        unavailable = exc.code == "sandbox_unavailable"
+        findings.append(
+            ProbeFinding(
+                "engine reachable" if unavailable else "sandbox image",
+                False,
+                str(exc),
+                "run `make engine` (installs docker.io and starts dockerd)"
+                if unavailable
+                else "run `make image`",
+            )
+        )
+    return findings

@@ -1,0 +1,258 @@
+"""How a program is compiled, and the globals it runs with, in each language mode.
+
+Standard library only, plus RestrictedPython (shipped in the image) for the ``restricted``
+mode: its guards, an import allow-list and coroutines, so programs can fan out reads. The
+``full`` mode is plain Python. Either way the container is the boundary; this is defence in
+depth and clearer errors.
+"""
+
+from __future__ import annotations
+
+import ast
+import operator
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, cast
+
+if TYPE_CHECKING:
+    from airlock.sandbox.guest.airlock_bridge import Tools
+
+PROGRAM_FILENAME = "<program>"
+PROGRAM_MODULE = "airlock_program"
+
+
+class _Printer:
+    """RestrictedPython's ``_print_`` hook: ``print`` in a restricted program writes stdout."""
+
+    def __init__(self, _getattr_: Any = None) -> None:
+        pass
+
+    def _call_print(self, *objects: Any, **kwargs: Any) -> None:
+        print(*objects, **kwargs)
+
+
+class ProgramRejected(Exception):
+    """The program cannot run: syntax error, forbidden import or restricted construct."""
+
+    def __init__(self, message: str, line: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.line = line
+
+
+def _import_checker(allowed: frozenset[str]) -> Any:
+    def check(node: ast.AST) -> None:
+        for child in ast.walk(node):
+            if isinstance(child, ast.Import):
+                names = [alias.name for alias in child.names]
+            elif isinstance(child, ast.ImportFrom):
+                if child.level:
+                    raise ProgramRejected("relative imports are not allowed", child.lineno)
+                names = [child.module or ""]
+            else:
+                continue
+            for name in names:
+                if name.partition(".")[0] not in allowed:
+                    raise ProgramRejected(
+                        f"import of {name!r} is not allowed in restricted mode; "
+                        f"allowed modules: {', '.join(sorted(allowed))}",
+                        child.lineno,
+                    )
+
+    return check
+
+
+def _restricted_policy() -> Any:
+    from RestrictedPython.transformer import RestrictingNodeTransformer
+
+    class AirlockPolicy(RestrictingNodeTransformer):
+        """RestrictedPython's policy, plus coroutines so programs can fan out reads.
+
+        ``async``/``await`` add no way to reach an object the guards do not already see.
+        """
+
+        def visit_AsyncFunctionDef(self, node: ast.AsyncFunctionDef) -> Any:
+            self.check_name(node, node.name, allow_magic_methods=True)
+            self.check_function_argument_names(node)
+            with self.print_info.new_print_scope():
+                node = self.node_contents_visit(node)
+                self.inject_print_collector(cast(Any, node))
+            return node
+
+        def visit_Await(self, node: ast.Await) -> Any:
+            return self.node_contents_visit(node)
+
+        def visit_AsyncFor(self, node: ast.AsyncFor) -> Any:
+            return self.guard_iter(cast(Any, node))
+
+        def visit_AsyncWith(self, node: ast.AsyncWith) -> Any:
+            return self.visit_With(cast(Any, node))
+
+    return AirlockPolicy
+
+
+_INPLACE_OPERATORS: dict[str, Callable[[Any, Any], Any]] = {
+    "+=": operator.iadd,
+    "-=": operator.isub,
+    "*=": operator.imul,
+    "/=": operator.itruediv,
+    "//=": operator.ifloordiv,
+    "%=": operator.imod,
+    "**=": operator.ipow,
+    "<<=": operator.ilshift,
+    ">>=": operator.irshift,
+    "&=": operator.iand,
+    "|=": operator.ior,
+    "^=": operator.ixor,
+    "@=": operator.imatmul,
+}
+
+
+def _inplace(op: str, x: Any, y: Any) -> Any:
+    return _INPLACE_OPERATORS[op](x, y)
+
+
+def restricted_globals(
+    allowed_imports: frozenset[str], result: Callable[[Any], None], tools: Tools
+) -> dict[str, Any]:
+    """The globals of a ``restricted`` program: guarded builtins, ``result`` and ``tools``."""
+    from RestrictedPython.Guards import (
+        full_write_guard,
+        guarded_iter_unpack_sequence,
+        guarded_unpack_sequence,
+        raise_,
+        safe_builtins,
+        safer_getattr,
+    )
+    from RestrictedPython.Limits import limited_builtins
+    from RestrictedPython.Utilities import utility_builtins
+
+    def guarded_import(
+        name: str, globals: Any = None, locals: Any = None, fromlist: Any = (), level: int = 0
+    ) -> Any:
+        if level or name.partition(".")[0] not in allowed_imports:
+            raise ImportError(f"import of {name!r} is not allowed in restricted mode")
+        return __import__(name, globals, locals, fromlist, level)
+
+    def guarded_getattr(ob: Any, name: str, *default: Any) -> Any:
+        # safer_getattr answers None for a missing attribute unless told to raise: then
+        # ``tools.not_given(...)`` failed as "'NoneType' object is not callable" and a typo
+        # read as None. Attribute access and getattr() without a default raise as in Python.
+        return cast(Any, safer_getattr)(ob, name, default[0] if default else raise_)
+
+    def write_guard(ob: Any) -> Any:
+        # Objects of classes the program defined itself may have attributes set; anything
+        # else goes through RestrictedPython's guard.
+        if getattr(type(ob), "__module__", None) == PROGRAM_MODULE:
+            return ob
+        return full_write_guard(ob)
+
+    builtins: dict[str, Any] = {}
+    builtins.update(safe_builtins)
+    builtins.update(limited_builtins)
+    builtins.update(utility_builtins)
+    builtins.update(
+        {
+            "__import__": guarded_import,
+            "all": all,
+            "any": any,
+            "dict": dict,
+            "dir": dir,
+            "enumerate": enumerate,
+            "filter": filter,
+            "getattr": guarded_getattr,
+            "iter": iter,
+            "list": list,
+            "map": map,
+            "max": max,
+            "min": min,
+            "next": next,
+            "range": range,
+            "result": result,
+            "reversed": reversed,
+            "sorted": sorted,
+            "sum": sum,
+            "zip": zip,
+        }
+    )
+    return {
+        "__builtins__": builtins,
+        "__name__": PROGRAM_MODULE,
+        "__metaclass__": type,
+        "tools": tools,
+        "_getattr_": guarded_getattr,
+        "_getitem_": operator.getitem,
+        "_getiter_": iter,
+        "_iter_unpack_sequence_": guarded_iter_unpack_sequence,
+        "_unpack_sequence_": guarded_unpack_sequence,
+        "_write_": write_guard,
+        "_inplacevar_": _inplace,
+        "_print_": _Printer,
+        # RestrictedPython binds ``_print`` per scope, but not in an expression compiled on
+        # its own (a program's final expression), so a module-level one is provided.
+        "_print": _Printer(),
+        "_apply_": lambda f, *a, **kw: f(*a, **kw),
+    }
+
+
+def full_globals(result: Callable[[Any], None], tools: Tools) -> dict[str, Any]:
+    """The globals of a ``full`` program: every builtin, ``result`` and ``tools``."""
+    import builtins
+
+    namespace = dict(vars(builtins))
+    namespace["result"] = result
+    return {"__builtins__": namespace, "__name__": PROGRAM_MODULE, "tools": tools}
+
+
+def compile_program(source: str, mode: str, allowed_imports: frozenset[str]) -> tuple[Any, Any]:
+    """Compile ``source`` into (body code, last-expression code or None).
+
+    A program ending in an expression statement has that expression's value as its final
+    value, as in a notebook cell.
+
+    Raises:
+        ProgramRejected: on a syntax error, a forbidden import or a restricted construct.
+    """
+    try:
+        tree = ast.parse(source, PROGRAM_FILENAME)
+    except SyntaxError as exc:
+        raise ProgramRejected(f"syntax error: {exc.msg}", exc.lineno) from None
+    last: ast.Expression | None = None
+    final_statement = tree.body[-1] if tree.body else None
+    if isinstance(final_statement, ast.Expr):
+        tree.body.pop()
+        last = ast.Expression(final_statement.value)
+    if mode == "full":
+        body_code = compile(tree, PROGRAM_FILENAME, "exec")
+        last_code = compile(last, PROGRAM_FILENAME, "eval") if last else None
+        return body_code, last_code
+    _import_checker(allowed_imports)(tree)
+    from RestrictedPython.compile import compile_restricted_eval, compile_restricted_exec
+
+    policy = _restricted_policy()
+    compiled = compile_restricted_exec(tree, PROGRAM_FILENAME, policy=policy)
+    errors = list(compiled.errors)
+    last_code = None
+    if last is not None and not errors:
+        compiled_last = compile_restricted_eval(last, PROGRAM_FILENAME, policy=policy)
+        errors.extend(compiled_last.errors)
+        last_code = compiled_last.code
+    if errors:
+        raise ProgramRejected("; ".join(errors), _line_of(errors[0]))
+    return compiled.code, last_code
+
+
+def _line_of(message: str) -> int | None:
+    # RestrictedPython formats errors as "Line N: ...".
+    head, _, _ = message.partition(":")
+    number = head.removeprefix("Line ").strip()
+    return int(number) if number.isdigit() else None
+
+
+__all__ = [
+    "PROGRAM_FILENAME",
+    "PROGRAM_MODULE",
+    "ProgramRejected",
+    "compile_program",
+    "full_globals",
+    "restricted_globals",
+]

@@ -1,0 +1,690 @@
+"""Every code block of ``README.md`` and ``docs/your-own-tools.md`` runs, so the docs cannot
+drift from the code.
+
+A document's fenced blocks are read in order and each one is accounted for:
+
+- a block whose first line is ``# NAME.py`` or ``# NAME.toml`` is that file, written into the
+  document's working directory (``# NAME.py, continued`` appends to it); a Python file is
+  compiled and a TOML file loaded as a policy when written, and later blocks use them;
+- a ``python`` block without a file name runs in the document's interpreter: one fresh
+  process per document, its blocks in order, top-level ``await`` allowed, as in
+  ``python -m asyncio`` (which the guide tells its readers to use);
+- a ``sh`` block runs with bash (``set -eo pipefail``) in the working directory, with
+  ``.venv/bin`` first on ``PATH``, ``AIRLOCK_HOME`` in the temporary directory and nothing on
+  stdin; its placeholders (``PREVIEW_ID``, ``FP``, ``RUN``...) are replaced first by values
+  earlier blocks produced;
+- a ``text`` block right after another block is what that block prints (``...`` matches
+  anything; runs of whitespace compare equal);
+- a block that cannot run in a test is in :data:`NOT_RUN`, by its exact text (trailing spaces
+  aside), with the reason.
+
+:func:`test_every_block_is_run_or_listed` fails for a block that is none of these, for a listed
+block the documents no longer have, and when the number of blocks of any kind changes without
+this file changing with it.
+"""
+
+from __future__ import annotations
+
+import doctest
+import fcntl
+import json
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Final, Literal
+
+import pytest
+
+from airlock.policies import load_policy
+from tests.conftest import require_docker
+
+REPO: Final = Path(__file__).resolve().parent.parent
+README: Final = REPO / "README.md"
+GUIDE: Final = REPO / "docs" / "your-own-tools.md"
+BIN: Final = REPO / ".venv" / "bin"
+STEP_TIMEOUT: Final = 120.0
+
+# -- what cannot run, by exact text ----------------------------------------------------------
+
+_PERFORMANCE = "a recorded benchmark result (make bench measures it anew; figures vary by machine)"
+
+NOT_RUN: Final[dict[Path, dict[str, str]]] = {
+    README: {
+        """\
+make demo   # the main job: installs what it needs, then runs the demo end to end
+make test   # lint (ruff), types (mypy --strict), and every test, Docker ones included""": (
+            "installs packages and the engine; the demo runs in tests/examples/billing/"
+            "test_demo.py and CI runs make test itself"
+        ),
+        """\
+model proposal ──► Harness ──┬─ execute_code(code) ─► Sandbox (container, no network)
+                             │                          └─ tools.x(...) ─► Bridge ─► Registry ─► read tool
+                             ├─ direct read ──────────────────────────────────► Registry ─► read tool
+                             └─ direct write ─► Registry: prepare ─► preview ─► approval ─► commit once ─► receipt""": (
+            "a diagram"
+        ),
+        """\
+.venv/bin/python -m examples.billing &          # the example's service on 127.0.0.1:8400
+export BILLING_TOKEN_ACME=tok_...              # a host secret: never in a container or a result""": (
+            "leaves a service running and needs the token it prints; the test starts the same "
+            "command itself (billing_service below) and exports every tenant's token"
+        ),
+        """\
+sandbox start, 50 runs each (ms)
+case                                       n       median ms        p99 ms  ratio
+cold: request -> first instruction        50         187.848       242.700  1335.41x warm: request -> first instruction
+warm: request -> first instruction        50           0.141         6.063
+cold: request -> result                   50         188.721       243.763  72.74x warm: request -> result
+warm: request -> result                   50           2.594        12.763
+
+idle pooled container memory (cgroup): median 12.9 MiB over 2 containers
+goals: warm median <= 10 ms, p99 <= 50 ms; idle pooled container <= 32 MiB""": _PERFORMANCE,
+        """\
+50000 calls per row; audit rows stored: 52000
+path                        median us    p99 us  overhead us   ratio    calls/s
+-------------------------------------------------------------------------------
+handler (no admission)           0.21      0.31         0.00     1.0  3,229,311
+admission, memory audit         15.88     36.07        15.67    75.6     53,267
+admission, SQLite audit         15.62     39.39        15.41    74.4     43,272""": _PERFORMANCE,
+        """\
+bridge round trip, 2000 sequential calls (us)
+case                                       n       median us        p99 us  ratio
+guest -> host -> guest                  2000         117.736       434.529  6.80x host Registry.call (floor)
+host Registry.call (floor)              2000          17.306        41.421
+
+1,000 reads of a ~227-byte record, 5 runs each (ms)
+case                                       n       median ms        p99 ms  ratio
+sequential (loop of single calls)          5         148.242       151.233  5.24x host Registry.call loop (floor)
+concurrent (asyncio.gather of .aio)        5          78.620        82.210  2.78x host Registry.call loop (floor)
+batched (one .batch of 1,000)              5          30.340        36.369  1.07x host Registry.call loop (floor)
+host Registry.call loop (floor)            1          28.287        28.287
+sequential (loop of single calls)          6,746 calls/s at the median
+concurrent (asyncio.gather of .aio)       12,719 calls/s at the median
+batched (one .batch of 1,000)             32,960 calls/s at the median
+
+round trip median 118 us, p99 435 us; audit events for the run: 17200 (every call admitted and recorded)
+goals: median <= 150 us, p99 <= 1000 us; >= 5,000 sequential, >= 15,000 concurrent, >= 30,000 batched calls/s; loop <= 150 ms, batch <= 30 ms""": _PERFORMANCE,
+        """\
+one write (prepare + approve(policy) + commit) by ledger, 1000 writes per case
+case                                       n       median ms        p99 ms  ratio
+memory                                  1000           0.629         0.750
+  prepare+approve, memory               1000           0.313         0.388
+  commit, memory                        1000           0.314         0.404
+disk NORMAL                             1000           0.916         5.082  1.46x memory
+  prepare+approve, disk NORMAL          1000           0.446         4.174
+  commit, disk NORMAL                   1000           0.462         4.281
+disk FULL                               1000           1.754         3.546  2.79x memory
+  prepare+approve, disk FULL            1000           0.875         2.052
+  commit, disk FULL                     1000           0.866         2.102
+
+throughput (one writer, sequential)
+ledger memory                          1,541 writes/s
+ledger disk NORMAL                       927 writes/s
+ledger disk FULL                         534 writes/s""": _PERFORMANCE,
+        """\
+bytes into the model's context: 200 invoices, find the duplicates
+case                                   calls    result bytes    call bytes     total
+execute_code                               1             216           530       746
+direct calls                             201          46,167        20,489    66,656
+reduction through execute_code: 99.5% of result bytes, 98.9% of all bytes (goal >= 90%)
+duplicates found by the program: [['inv_006', 'inv_007'], ['inv_031', 'inv_032'], ['inv_056', 'inv_057'], ['inv_081', 'inv_082'], ['inv_106', 'inv_107'], ['inv_131', 'inv_132'], ['inv_156', 'inv_157'], ['inv_181', 'inv_182']]""": _PERFORMANCE,
+        """\
+make lint types pytest        # the parts of make test
+make bench                    # the benchmarks
+UPDATE_SNAPSHOTS=1 .venv/bin/pytest tests/bridge/test_render_api.py   # refresh the API snapshot
+AIRLOCK_UPDATE_GOLDEN=1 .venv/bin/pytest tests/airlock tests/examples  # refresh inventory goldens""": (
+            "runs the whole suite and the benchmarks, or rewrites snapshots and goldens"
+        ),
+    },
+    GUIDE: {
+        """\
+import anthropic
+
+client = anthropic.AsyncAnthropic()
+messages = [{"role": "user", "content": "Which meeting notes record a decision?"}]
+while True:
+    response = await client.messages.create(
+        model="claude-sonnet-4-5",
+        max_tokens=2048,
+        messages=messages,
+        tools=render_tools(session.tools(), "anthropic"),
+    )
+    messages.append({"role": "assistant", "content": response.content})
+    if response.stop_reason != "tool_use":
+        break
+    messages.append({"role": "user", "content": await handle_turn(session, response.content)})
+
+print(response.content[-1].text)""": (
+            "needs the anthropic SDK (not a dependency) and a live API key; handle_turn's "
+            "acceptance of SDK objects is tested in tests/airlock/frontends/test_providers.py"
+        ),
+    },
+}
+
+# -- how many blocks of each kind: a change to the docs shows here ------------------------
+
+Kind = Literal["file", "python", "sh", "output", "not_run"]
+
+EXPECTED_KINDS: Final[dict[Path, dict[Kind, int]]] = {
+    README: {"file": 4, "python": 0, "sh": 7, "output": 0, "not_run": 9},
+    GUIDE: {"file": 5, "python": 14, "sh": 6, "output": 16, "not_run": 1},
+}
+
+
+# -- reading the documents -------------------------------------------------------------------
+
+_OPEN = re.compile(r"^```([\w-]*)\s*$")
+_CLOSE = re.compile(r"^```\s*$")
+_FILE = re.compile(r"^# (?P<name>[\w.-]+\.(?:py|toml))(?P<continued>, continued)?(?::.*)?$")
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    """One fenced block: its info string, its text and the line it starts on."""
+
+    doc: Path
+    line: int
+    lang: str
+    text: str
+
+    @property
+    def where(self) -> str:
+        return f"{self.doc.relative_to(REPO)}:{self.line}"
+
+
+def extract(doc: Path) -> list[Block]:
+    """The fenced blocks of ``doc``, in order."""
+    blocks: list[Block] = []
+    lines = doc.read_text(encoding="utf-8").splitlines()
+    start: int | None = None
+    lang = ""
+    body: list[str] = []
+    for number, line in enumerate(lines, start=1):
+        if start is None:
+            opened = _OPEN.match(line)
+            if opened:
+                start, lang, body = number, opened.group(1), []
+        elif _CLOSE.match(line):
+            blocks.append(Block(doc, start, lang, "\n".join(body)))
+            start = None
+        else:
+            body.append(line)
+    assert start is None, f"{doc.name}:{start}: a fenced block is never closed"
+    return blocks
+
+
+def _normalized(text: str) -> str:
+    return "\n".join(line.rstrip() for line in text.strip("\n").splitlines())
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """What the test does with one block."""
+
+    kind: Kind
+    block: Block
+    reason: str = ""
+    file: str | None = None
+    appends: bool = False
+    output: Block | None = None
+    """The ``text`` block that shows what this one prints."""
+
+
+def plan(doc: Path) -> list[Step]:
+    """Every block of ``doc`` as a step; an output block is attached to the step before it.
+
+    Fails the test for a block that is neither runnable nor listed (a ``text`` block that
+    follows no runnable block is such a block).
+    """
+    listed = {_normalized(text): reason for text, reason in NOT_RUN[doc].items()}
+    steps: list[Step] = []
+    for block in extract(doc):
+        text = _normalized(block.text)
+        first = text.splitlines()[0] if text else ""
+        named = _FILE.match(first)
+        if text in listed:
+            steps.append(Step("not_run", block, reason=listed[text]))
+        elif block.lang == "text" and steps and steps[-1].kind in ("file", "python", "sh"):
+            previous = steps[-1]
+            assert previous.output is None, f"{block.where}: two output blocks for one block"
+            steps[-1] = Step(
+                previous.kind,
+                previous.block,
+                file=previous.file,
+                appends=previous.appends,
+                output=block,
+            )
+            steps.append(Step("output", block))
+        elif block.lang in ("python", "toml") and named:
+            steps.append(Step("file", block, file=named["name"], appends=bool(named["continued"])))
+        elif block.lang == "python":
+            steps.append(Step("python", block))
+        elif block.lang == "sh":
+            steps.append(Step("sh", block))
+        else:
+            pytest.fail(
+                f"{block.where}: a {block.lang or 'plain'!r} block the test neither runs nor "
+                "lists; run it (python, sh, a file, the output of the block before) or add "
+                "it to NOT_RUN with the reason"
+            )
+    return steps
+
+
+# -- the accounting (no Docker needed) -------------------------------------------------------
+
+
+@pytest.mark.parametrize("doc", [README, GUIDE], ids=["README", "guide"])
+def test_every_block_is_run_or_listed(doc: Path) -> None:
+    steps = plan(doc)
+    counts = {kind: sum(1 for s in steps if s.kind == kind) for kind in EXPECTED_KINDS[doc]}
+    assert counts == EXPECTED_KINDS[doc], "the documents changed: check the new blocks run"
+    assert len(steps) == len(extract(doc)) == sum(EXPECTED_KINDS[doc].values())
+    present = {_normalized(s.block.text) for s in steps}
+    stale = [text[:60] for text in NOT_RUN[doc] if _normalized(text) not in present]
+    assert not stale, f"NOT_RUN lists blocks {doc.name} no longer has: {stale}"
+    for step in steps:
+        if step.kind == "file" and step.appends:
+            earlier = [s.file for s in steps[: steps.index(step)] if s.kind == "file"]
+            assert step.file in earlier, f"{step.block.where}: continues a file never begun"
+
+
+def test_every_document_is_covered() -> None:
+    # A new page under docs/ needs its entry in NOT_RUN and EXPECTED_KINDS, and a run test.
+    assert sorted(REPO.glob("docs/**/*.md")) == [GUIDE]
+    assert set(NOT_RUN) == set(EXPECTED_KINDS) == {README, GUIDE}
+
+
+def test_extract_reads_fences_in_order_with_their_info_strings(tmp_path: Path) -> None:
+    doc = tmp_path / "doc.md"
+    doc.write_text("text\n```sh\necho 1\n```\n\n```\nplain\n```\n```python\n# a.py\nx = 1\n```\n")
+    blocks = extract(doc)
+    assert [(b.lang, b.text, b.line) for b in blocks] == [
+        ("sh", "echo 1", 2),
+        ("", "plain", 6),
+        ("python", "# a.py\nx = 1", 9),
+    ]
+
+
+# -- running a document ----------------------------------------------------------------------
+
+_DRIVER = r"""
+import ast, asyncio, contextlib, io, json, sys, traceback
+
+async def main():
+    namespace = {"__name__": "__main__"}
+    loop = asyncio.get_running_loop()
+    reply = sys.stdout
+    while True:
+        line = await loop.run_in_executor(None, sys.stdin.readline)
+        if not line:
+            return
+        request = json.loads(line)
+        out, ok = io.StringIO(), True
+        try:
+            with contextlib.redirect_stdout(out):
+                if request["kind"] == "exec":
+                    code = compile(request["source"], request["name"], "exec",
+                                   flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+                    done = eval(code, namespace)
+                    if asyncio.iscoroutine(done):
+                        await done
+                else:
+                    print(eval(request["source"], namespace), end="")
+        except BaseException:
+            ok = False
+            out.write(traceback.format_exc())
+        reply.write(json.dumps({"ok": ok, "output": out.getvalue()}) + "\n")
+        reply.flush()
+
+asyncio.run(main())
+"""
+
+
+def _lines_of(stream: IO[str], into: queue.Queue[str | None]) -> None:
+    for line in stream:
+        into.put(line)
+    into.put(None)
+
+
+class Interpreter:
+    """One Python process that runs blocks in order in one namespace, on one event loop."""
+
+    def __init__(self, cwd: Path, env: dict[str, str], log: Path) -> None:
+        self._log = log.open("w")
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", _DRIVER],
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            text=True,
+        )
+        self._answers: queue.Queue[str | None] = queue.Queue()
+        assert self.process.stdout is not None
+        threading.Thread(
+            target=_lines_of, args=(self.process.stdout, self._answers), daemon=True
+        ).start()
+        self.log = log
+
+    def _ask(self, kind: str, source: str, name: str) -> tuple[bool, str]:
+        assert self.process.stdin is not None
+        self.process.stdin.write(json.dumps({"kind": kind, "source": source, "name": name}))
+        self.process.stdin.write("\n")
+        self.process.stdin.flush()
+        try:
+            line = self._answers.get(timeout=STEP_TIMEOUT)
+        except queue.Empty:
+            pytest.fail(f"{name}: no answer within {STEP_TIMEOUT:g} s; {self._stderr()}")
+        if line is None:
+            pytest.fail(f"{name}: the interpreter exited; {self._stderr()}")
+        answer = json.loads(line)
+        return bool(answer["ok"]), str(answer["output"])
+
+    def run(self, block: Block) -> str:
+        ok, output = self._ask("exec", block.text, f"<{block.where}>")
+        assert ok, f"{block.where} failed:\n{output}\n{self._stderr()}"
+        return output
+
+    def value(self, expression: str) -> str:
+        ok, output = self._ask("eval", expression, f"<{expression}>")
+        assert ok, f"{expression!r} failed:\n{output}"
+        return output
+
+    def _stderr(self) -> str:
+        self._log.flush()
+        return "stderr:\n" + self.log.read_text()[-3000:]
+
+    def close(self) -> None:
+        if self.process.stdin is not None:
+            self.process.stdin.close()
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self._log.close()
+
+
+@dataclass(frozen=True, slots=True)
+class Background:
+    """A shell block that keeps running (a script waiting for an approval): started, read
+    until every ``ready`` pattern matched (their named groups become placeholders), and
+    required to exit 0 once the block after it ran."""
+
+    ready: tuple[str, ...]
+
+
+BACKGROUND: Final[dict[str, Background]] = {
+    ".venv/bin/python example.py": Background(
+        ready=(
+            r"^run: (?P<RUN>run_\w+)$",
+            r"^waiting for: airlock approvals approve (?P<PREVIEW_ID>pv_\w+) "
+            r"--fingerprint (?P<FP>\w+)$",
+        )
+    ),
+}
+
+PLACEHOLDERS_FROM_PYTHON: Final[dict[Path, dict[str, str]]] = {
+    README: {},
+    GUIDE: {"PREVIEW_ID": 'pause["preview_id"]', "FINGERPRINT": 'pause["fingerprint"]'},
+}
+"""Placeholders of shell blocks whose values are Python expressions in the interpreter."""
+
+
+@dataclass
+class Running:
+    """A background block's process and what it printed so far."""
+
+    block: Block
+    process: subprocess.Popen[str]
+    lines: list[str] = field(default_factory=list)
+    reader: queue.Queue[str | None] = field(default_factory=queue.Queue)
+
+    def __post_init__(self) -> None:
+        assert self.process.stdout is not None
+        threading.Thread(
+            target=_lines_of, args=(self.process.stdout, self.reader), daemon=True
+        ).start()
+
+    def wait_ready(self, spec: Background) -> dict[str, str]:
+        found: dict[str, str] = {}
+        pending = [re.compile(p) for p in spec.ready]
+        while pending:
+            try:
+                line = self.reader.get(timeout=STEP_TIMEOUT)
+            except queue.Empty:
+                pytest.fail(f"{self.block.where}: not ready in time:\n{''.join(self.lines)}")
+            if line is None:
+                pytest.fail(
+                    f"{self.block.where} exited before it was ready:\n{''.join(self.lines)}"
+                )
+            self.lines.append(line)
+            for pattern in list(pending):
+                match = pattern.search(line.rstrip("\n"))
+                if match:
+                    found.update(match.groupdict())
+                    pending.remove(pattern)
+        return found
+
+    def join(self) -> None:
+        try:
+            code = self.process.wait(timeout=STEP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            pytest.fail(f"{self.block.where} did not finish:\n{''.join(self.lines)}")
+        while (line := self.reader.get(timeout=10)) is not None:
+            self.lines.append(line)
+        assert code == 0, f"{self.block.where} exited with {code}:\n{''.join(self.lines)}"
+
+
+def check_output(step: Step, got: str) -> None:
+    if step.output is None:
+        return
+    checker = doctest.OutputChecker()
+    flags = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
+    want = step.output.text + "\n"
+    assert checker.check_output(want, got, flags), (
+        f"{step.block.where} printed what {step.output.where} does not show:\n"
+        f"--- shown\n{want}--- printed\n{got}"
+    )
+
+
+class DocumentRun:
+    """Runs the steps of one document in order in ``workdir``."""
+
+    def __init__(self, doc: Path, workdir: Path, env: dict[str, str]) -> None:
+        self.doc = doc
+        self.workdir = workdir
+        self.env = env
+        self.python: Interpreter | None = None
+        self.values: dict[str, str] = {}
+        self.ran: list[Step] = []
+        self._waiting: Running | None = None
+
+    def run(self, steps: list[Step]) -> None:
+        try:
+            for step in steps:
+                if step.kind in ("not_run", "output"):
+                    continue
+                self._run(step)
+                self.ran.append(step)
+                if self._waiting is not None and step.block is not self._waiting.block:
+                    waiting, self._waiting = self._waiting, None
+                    waiting.join()
+        finally:
+            if self.python is not None:
+                self.python.close()
+            if self._waiting is not None and self._waiting.process.poll() is None:
+                os.killpg(self._waiting.process.pid, signal.SIGKILL)
+
+    def _run(self, step: Step) -> None:
+        if step.kind == "file":
+            self._write(step)
+        elif step.kind == "python":
+            if self.python is None:
+                self.python = Interpreter(self.workdir, self.env, self.workdir / "python.log")
+            check_output(step, self.python.run(step.block))
+        elif step.kind == "sh":
+            self._shell(step)
+
+    def _write(self, step: Step) -> None:
+        assert step.file is not None
+        path = self.workdir / step.file
+        text = step.block.text + "\n"
+        if step.appends:
+            text = path.read_text() + "\n" + text
+        path.write_text(text)
+        if path.suffix == ".py":
+            compile(path.read_text(), str(path), "exec")
+        else:
+            load_policy(path)  # a policy shown in the docs is a valid one
+
+    def _shell(self, step: Step) -> None:
+        script = self._substitute(step.block)
+        spec = BACKGROUND.get(_normalized(step.block.text))
+        command = ["bash", "-c", "set -eo pipefail\n" + script]
+        if spec is not None:
+            process = subprocess.Popen(
+                command,
+                cwd=self.workdir,
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                start_new_session=True,
+            )
+            self._waiting = Running(step.block, process)
+            self.values.update(self._waiting.wait_ready(spec))
+            return
+        try:
+            done = subprocess.run(
+                command,
+                cwd=self.workdir,
+                env=self.env,
+                input="",
+                capture_output=True,
+                text=True,
+                timeout=STEP_TIMEOUT,
+            )
+        except subprocess.TimeoutExpired as exc:
+            pytest.fail(f"{step.block.where} ran past {STEP_TIMEOUT:g} s: {exc.stdout!r}")
+        assert done.returncode == 0, (
+            f"{step.block.where} exited with {done.returncode}:\n{script}\n"
+            f"--- stdout\n{done.stdout[-4000:]}\n--- stderr\n{done.stderr[-4000:]}"
+        )
+        check_output(step, done.stdout)
+
+    def _substitute(self, block: Block) -> str:
+        text = block.text
+        for name, expression in PLACEHOLDERS_FROM_PYTHON[self.doc].items():
+            if re.search(rf"\b{name}\b", text):
+                assert self.python is not None, f"{block.where}: {name} before any Python ran"
+                self.values[name] = self.python.value(expression)
+        for name, value in self.values.items():
+            text = re.sub(rf"\b{name}\b", value, text)
+        return text
+
+
+def _environment(tmp_path: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    env["AIRLOCK_HOME"] = str(tmp_path / "home")
+    env["PYTHONUNBUFFERED"] = "1"  # a background script's lines arrive as it prints them
+    return env
+
+
+BILLING_PORT: Final = 8400
+"""The port ``python -m examples.billing`` and ``examples.billing:demo_registry`` use."""
+
+
+@contextmanager
+def billing_service(workdir: Path, env: dict[str, str]) -> Iterator[dict[str, str]]:
+    """The README's ``python -m examples.billing`` on its fixed port, for as long as the
+    block runs; yields ``BILLING_TOKEN_<TENANT>`` for every tenant.
+
+    The port is fixed, so concurrent runs of this test take turns (a file lock).
+    """
+    lock_path = Path(tempfile.gettempdir()) / f"airlock-docs-billing-{BILLING_PORT}.lock"
+    with lock_path.open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        process = subprocess.Popen(
+            [str(BIN / "python"), "-m", "examples.billing", "--port", str(BILLING_PORT)],
+            cwd=workdir,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        try:
+            assert process.stdout is not None
+            first = process.stdout.readline()
+            try:
+                started = json.loads(first)
+            except json.JSONDecodeError:
+                process.wait(timeout=10)
+                rest = process.stdout.read()
+                pytest.fail(f"the billing service did not start on {BILLING_PORT}: {first}{rest}")
+            yield {
+                f"BILLING_TOKEN_{tenant.upper()}": token
+                for tenant, token in started["tokens"].items()
+            }
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def _runnable(steps: list[Step]) -> int:
+    return sum(1 for s in steps if s.kind in ("file", "python", "sh"))
+
+
+@pytest.mark.docker
+def test_readme_blocks_run(tmp_path: Path) -> None:
+    require_docker()
+    steps = plan(README)
+    workdir = tmp_path / "checkout"
+    workdir.mkdir()
+    # The README's commands run from the repository's root: .venv and examples are there.
+    (workdir / ".venv").symlink_to(REPO / ".venv")
+    (workdir / "examples").symlink_to(REPO / "examples")
+    env = _environment(tmp_path)
+    with billing_service(workdir, env) as tokens:
+        env.update(tokens)
+        run = DocumentRun(README, workdir, env)
+        run.run(steps)
+    assert len(run.ran) == _runnable(steps) > 0
+    assert set(run.values) == {"RUN", "PREVIEW_ID", "FP"}
+    assert (workdir / "effects.lock").exists()
+
+
+@pytest.mark.docker
+def test_guide_blocks_run(tmp_path: Path) -> None:
+    require_docker()
+    steps = plan(GUIDE)
+    workdir = tmp_path / "notes"
+    workdir.mkdir()
+    run = DocumentRun(GUIDE, workdir, _environment(tmp_path))
+    run.run(steps)
+    assert len(run.ran) == _runnable(steps) > 0
+    assert set(run.values) == {"PREVIEW_ID", "FINGERPRINT"}
+    assert sorted(p.name for p in workdir.iterdir() if p.suffix in (".py", ".toml")) == [
+        "find_decisions.py",
+        "notes.py",
+        "notes_policy.toml",
+        "wider.toml",
+    ]

@@ -1,0 +1,176 @@
+"""What admission decides about one call, and the trail it leaves in the audit log.
+
+:meth:`Registry.admit <airlock.tools.Registry.admit>` runs steps 1–4 of the admission order
+(look-up, validation, authorization, preconditions) and returns an :class:`Admission`; the
+caller then runs it: :meth:`Registry.call` executes a read and shapes its result, the write
+path prepares a write and stores its preview. :func:`authorize` is the one check of resolved
+effects against the grant and the approval rules, for reads before they run and for writes
+once ``prepare`` has computed their effects.
+
+A :class:`CallTrail` follows the call through every step and records its one final audit
+event: where it stopped, what decided, and how it ended.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, NamedTuple
+
+from pydantic import BaseModel
+
+from airlock.policies import Effect
+from airlock.tools._arguments import raw_args_hash
+from airlock.tools._audit import (
+    AdmissionDecision,
+    AuditLog,
+    CallOutcome,
+    Stage,
+    audit_event,
+)
+from airlock.tools._context import CallContext
+from airlock.tools._errors import DeniedError, ToolError
+from airlock.tools._spec import ToolSpec
+
+__all__ = ["Admission", "Authorization", "CallTrail", "authorize"]
+
+
+class Authorization(NamedTuple):
+    """The verdict on a call's resolved effects: ``allow``, ``ask`` (a person must approve)
+    or ``deny`` with the refusal to raise. (A tuple: built on every call, it must be cheap.)"""
+
+    decision: AdmissionDecision
+    rule: str
+    """What decided: ``grant``, ``spend``, an approval rule id, or ``default``."""
+    refusal: DeniedError | None = None
+    reason: str = ""
+    """Why the approval rules decided so (operator detail)."""
+
+
+def authorize(spec: ToolSpec, effects: tuple[Effect, ...], ctx: CallContext) -> Authorization:
+    """Resolved ``effects`` of a call of ``spec`` against the run's grant, then its approval
+    rules (scope is checked at admission, before anything is resolved)."""
+    action = "change" if spec.write is not None else "call"
+    outside = ctx.grant.uncovered(effects)
+    if outside is not None:
+        spent = outside.kind == "spend"
+        return Authorization(
+            decision="deny",
+            rule="spend" if spent else "grant",
+            refusal=DeniedError(
+                f"{outside} is outside this run's grant; do not retry it",
+                reason="spend" if spent else "effect",
+            ),
+        )
+    verdict = ctx.approvals.decide(spec.name, effects, reversible=spec.reversible)
+    refusal = None
+    if verdict.verdict == "deny":
+        refusal = DeniedError(
+            f"a policy rule forbids this {action}; do not retry it",
+            reason="policy",
+            detail=verdict.reason,
+        )
+    return Authorization(
+        decision=verdict.verdict, rule=verdict.rule_id, refusal=refusal, reason=verdict.reason
+    )
+
+
+class CallTrail:
+    """Where one call stands in the admission order; :meth:`record` writes its one final
+    audit event (exactly once, whatever happens)."""
+
+    __slots__ = (
+        "_args",
+        "_audit",
+        "_ctx",
+        "_recorded",
+        "args_hash",
+        "decision",
+        "effects",
+        "rule",
+        "secret_fields",
+        "stage",
+        "started",
+        "tool",
+    )
+
+    def __init__(self, audit: AuditLog, name: object, args: object, ctx: CallContext) -> None:
+        self.started = time.perf_counter()
+        self.tool = name[:128] if isinstance(name, str) else repr(name)[:128]
+        self.stage: Stage = "lookup"
+        self.decision: AdmissionDecision = "deny"
+        self.rule = "lookup"
+        self.args_hash = ""
+        self.secret_fields: frozenset[str] = frozenset()
+        self.effects: tuple[Effect, ...] = ()
+        self._audit = audit
+        self._args = args
+        self._ctx = ctx
+        self._recorded = False
+
+    def record(
+        self, outcome: CallOutcome, *, code: str | None = None, detail: str | None = None
+    ) -> None:
+        """Write the final event; later calls do nothing."""
+        if self._recorded:
+            return
+        self._recorded = True
+        if not self.args_hash and self.stage == "validate":  # invalid input: hash it as sent
+            self.args_hash = raw_args_hash(self._args, secret_fields=self.secret_fields)
+        self._audit.record(
+            audit_event(
+                self._ctx,
+                self.tool,
+                stage=self.stage,
+                decision=self.decision,
+                rule=self.rule,
+                outcome=outcome,
+                code=code,
+                args_hash=self.args_hash,
+                effects=self.effects,
+                detail=detail,
+                duration_s=time.perf_counter() - self.started,
+            )
+        )
+
+    def recording(self) -> CallTrail:
+        """Use as ``with trail.recording():`` around a step: how the block failed, if it
+        did, is recorded (see :meth:`__exit__`)."""
+        return self
+
+    def __enter__(self) -> CallTrail:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc is not None:
+            self.failed(exc)
+
+    def failed(self, exc: BaseException) -> None:
+        """Record how the call failed: a tool error with its outcome and code; anything else
+        (a bug, a cancellation) as ``unknown``, never as success."""
+        if isinstance(exc, ToolError):
+            self.record(exc.outcome, code=exc.code, detail=exc.detail)
+        else:
+            self.record("unknown", detail=f"{type(exc).__name__}: {exc}"[:500])
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Admission:
+    """A call that passed look-up, validation, authorization and preconditions."""
+
+    spec: ToolSpec
+    input: BaseModel
+    """The validated arguments."""
+    values: Mapping[str, Any]
+    """The validated arguments by field name, as the handler receives them."""
+    effects: tuple[Effect, ...]
+    """The call's resolved effects; empty for a write until ``prepare`` computed them."""
+    trail: CallTrail
+    """Where the call's final audit event is recorded once it has run."""

@@ -1,0 +1,158 @@
+"""Which host process holds something (a claimed write, a sandbox container), and whether it
+still runs: the one liveness check, safe against pid reuse.
+
+A :class:`ProcessMark` names a process by host, pid and start. A process is judged ``dead``
+only when it ran on this host and no process with that pid *and that start* exists now (it
+exited, is a zombie, its pid was reused, or the machine rebooted since); whatever cannot be
+judged (another host, another PID namespace, a process it may not inspect) is ``unknown``.
+
+A process's wall-clock start is derived from the boot time, which moves when the clock is
+stepped, so two processes can compute different values for the same process: the boot id
+and the start in clock ticks since boot are compared wherever the kernel offers them, and the
+wall-clock start only with some slack.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final, Literal
+
+import psutil
+
+__all__ = ["ProcessMark", "ProcessState"]
+
+ProcessState = Literal["alive", "dead", "unknown"]
+"""Only ``dead`` lets another process take over what the marked process held."""
+
+_PROC: Final = Path("/proc")
+_BOOT_ID: Final = _PROC / "sys" / "kernel" / "random" / "boot_id"
+# Wall-clock start times of one process computed in two processes differ by up to a second
+# (the boot time is whole seconds); a pid reused within this window is not told apart.
+_WALL_CLOCK_SLACK_S: Final = 2.0
+
+
+class _Gone(Exception):
+    """No live process has that pid: it exited, or it is a zombie."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProcessMark:
+    """A process, named so that a later process with the same pid is not mistaken for it."""
+
+    host: str
+    pid: int
+    created: float | None
+    """Wall-clock start, epoch seconds; ``None`` when not recorded."""
+    start: str | None = None
+    """``BOOT_ID:PID_NS:TICKS``: the start in a form that does not move with the clock, where
+    the kernel offers it."""
+
+    @classmethod
+    def of(cls, pid: int | None = None) -> ProcessMark:
+        """The mark of ``pid`` (default: this process).
+
+        Raises:
+            psutil.NoSuchProcess: ``pid`` does not exist.
+        """
+        process = psutil.Process(os.getpid() if pid is None else pid)
+        here = _boot_and_pid_namespace()
+        try:
+            ticks = _start_ticks(process.pid)
+        except _Gone:
+            ticks = None
+        start = None if here is None or ticks is None else f"{here[0]}:{here[1]}:{ticks}"
+        return cls(
+            host=socket.gethostname(), pid=process.pid, created=process.create_time(), start=start
+        )
+
+    def token(self) -> str:
+        """One-string form, ``HOST@CREATED@START:PID`` (:meth:`parse` reads it back)."""
+        created = "" if self.created is None else f"{self.created:.3f}"
+        return f"{self.host}@{created}@{self.start or ''}:{self.pid}"
+
+    @classmethod
+    def parse(cls, token: str) -> ProcessMark | None:
+        """Read a :meth:`token` (or a bare ``HOST:PID``); ``None`` when it is neither."""
+        head, _, pid_text = token.rpartition(":")
+        if not pid_text.isdigit() or not head:
+            return None
+        host, _, rest = head.partition("@")
+        created_text, _, start = rest.partition("@")
+        try:
+            created = float(created_text) if created_text else None
+        except ValueError:
+            return None
+        return cls(host=host, pid=int(pid_text), created=created, start=start or None)
+
+    def state(self) -> ProcessState:
+        """Whether the marked process still runs, judged on this host."""
+        if self.host != socket.gethostname():
+            return "unknown"
+        mark = (self.start or "").split(":")
+        here = _boot_and_pid_namespace()
+        if len(mark) == 3 and mark[2].isdigit() and here is not None:
+            boot, namespace, ticks_text = mark
+            if boot != here[0]:
+                return "dead"  # every process of an earlier boot is gone
+            if namespace != here[1]:
+                return "unknown"  # its pid names another process here, or none
+            try:
+                ticks = _start_ticks(self.pid)
+            except _Gone:
+                return "dead"
+            if ticks is not None:
+                return "alive" if ticks == int(ticks_text) else "dead"
+        return _wall_clock_state(self.pid, self.created)
+
+
+def _wall_clock_state(pid: int, created: float | None) -> ProcessState:
+    try:
+        process = psutil.Process(pid)
+        if process.status() == psutil.STATUS_ZOMBIE:
+            return "dead"
+        started = process.create_time()
+    except psutil.NoSuchProcess:
+        return "dead"
+    except psutil.Error:
+        return "unknown"  # not ours to inspect: leave what it holds alone
+    if created is None:  # a mark without its start: the pid is all there is to go on
+        return "alive"
+    return "alive" if abs(started - created) <= _WALL_CLOCK_SLACK_S else "dead"
+
+
+def _boot_and_pid_namespace() -> tuple[str, str] | None:
+    """This kernel's boot id and this process's PID namespace: a pid means one process only
+    within both. None where the kernel does not say (not Linux)."""
+    try:
+        boot = _BOOT_ID.read_text().strip()
+        namespace = os.readlink(_PROC / "self" / "ns" / "pid")  # "pid:[4026531836]"
+    except OSError:
+        return None
+    inode = namespace.partition("[")[2].rstrip("]")
+    if not boot or not inode.isdigit():
+        return None
+    return boot, inode
+
+
+def _start_ticks(pid: int) -> int | None:
+    """When ``pid`` started, in clock ticks since boot; None where /proc does not say.
+
+    Raises:
+        _Gone: no such process, or a zombie.
+    """
+    try:
+        stat = (_PROC / str(pid) / "stat").read_bytes()
+    except (FileNotFoundError, ProcessLookupError):
+        if _PROC.joinpath("self").exists():
+            raise _Gone from None
+        return None  # no /proc here: not Linux
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces and parentheses: count after the last ')'.
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    if fields[0] in (b"Z", b"X"):
+        raise _Gone
+    return int(fields[19])  # field 22, starttime
