@@ -53,6 +53,8 @@ bench: setup
 	$(PY) bench/bridge.py
 	$(PY) bench/writes.py
 	$(PY) bench/context_bytes.py
+	$(PY) bench/hostile_frames.py
+	$(PY) bench/audit.py
 
 clean:
 	rm -rf $(VENV) .build .mypy_cache .pytest_cache .ruff_cache *.egg-info

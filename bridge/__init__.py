@@ -10,19 +10,23 @@ types, protocol version, error shapes); it is shipped into the sandbox image as 
 from airlock.bridge._api import ParamStub, ToolStub, render_api, tool_stubs
 from airlock.bridge._codec import (
     MAX_DEPTH,
+    MAX_ELEMENTS,
     MAX_INT_DIGITS,
     FrameError,
+    count_elements,
     decode_body,
     encode_frame,
     read_frame,
     read_sized_frame,
 )
 from airlock.bridge._program_errors import program_error
-from airlock.bridge._server import BridgeLimits, RunEnd, ToolSession, serve_run
+from airlock.bridge._server import serve_run
+from airlock.bridge._session import BridgeLimits, RunEnd, ToolSession
 from airlock.bridge.airlock_wire import NAMESPACE_MEMBERS, PROTOCOL_VERSION
 
 __all__ = [
     "MAX_DEPTH",
+    "MAX_ELEMENTS",
     "MAX_INT_DIGITS",
     "NAMESPACE_MEMBERS",
     "PROTOCOL_VERSION",
@@ -32,6 +36,7 @@ __all__ = [
     "RunEnd",
     "ToolSession",
     "ToolStub",
+    "count_elements",
     "decode_body",
     "encode_frame",
     "program_error",

@@ -1,27 +1,47 @@
 """Frames between a guest program and the host, encoded and strictly decoded on the host.
 
-A frame is a 4-byte big-endian length, then that many bytes of UTF-8 JSON holding one
-object with a string ``type`` (the frame types are in :mod:`airlock.bridge.airlock_wire`).
-The host treats every byte from a guest as hostile: the length is checked before the body is
-read, and decoding refuses duplicate keys, ``NaN`` and ``Infinity`` (also as an overflowing
-float), integers longer than :data:`MAX_INT_DIGITS` digits and nesting deeper than
-:data:`MAX_DEPTH`. Nothing that crosses is ever unpickled or evaluated.
+A frame is a 4-byte big-endian length, then that many bytes of JSON holding one object with a
+string ``type`` (the frame types are in :mod:`airlock.bridge.airlock_wire`). The guest writes
+ASCII JSON (every other character as a ``\\u`` escape), which is also UTF-8.
+
+The host treats every byte from a guest as hostile, and what a frame may cost it is bounded
+before the frame is decoded, never by what the frame turns out to hold:
+
+- **bytes**: the length is checked before the body is read, and the body is read in pieces
+  into one buffer of exactly that size;
+- **elements**: a body may hold at most :data:`MAX_ELEMENTS` values and keys, counted outside
+  strings with a few passes over its bytes, each over one slice (:func:`count_elements`);
+  decoding is then bounded too (a 12 MB frame of empty objects would otherwise be millions of
+  Python objects, most of a gigabyte);
+- **nesting**: at most :data:`MAX_DEPTH` levels;
+- **time on the event loop**: a body over :data:`_OFF_LOOP_BYTES` is counted and decoded in a
+  worker thread, whose Python-level hooks give the loop its turn every few milliseconds.
+
+Decoding also refuses non-ASCII bytes, duplicate keys, ``NaN`` and ``Infinity`` (also as an
+overflowing float) and integers longer than :data:`MAX_INT_DIGITS` digits. Each refusal is a
+:class:`FrameError`, which ends the run that sent it (and only that run) with
+``protocol_error``. Nothing that crosses is ever unpickled or evaluated.
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import math
+import re
 import struct
+from collections.abc import Iterator
 from typing import Any, Final
 
 from airlock.bridge.airlock_wire import HEADER_FORMAT
 
 __all__ = [
     "MAX_DEPTH",
+    "MAX_ELEMENTS",
     "MAX_INT_DIGITS",
     "FrameError",
+    "count_elements",
     "decode_body",
     "encode_frame",
     "read_frame",
@@ -30,7 +50,19 @@ __all__ = [
 
 MAX_DEPTH: Final = 64
 MAX_INT_DIGITS: Final = 30
+MAX_ELEMENTS: Final = 200_000
+"""Values and keys one frame may hold (as :func:`count_elements` counts them): about 20 MiB of
+Python objects at worst. A program's final value is checked against it in the guest first
+(``value_elements`` of the ``run`` frame), so a legitimate value is refused as too large
+rather than ending the run."""
 _HEADER: Final = struct.Struct(HEADER_FORMAT)
+_OFF_LOOP_BYTES: Final = 256 * 1024
+"""Bodies larger than this are counted and decoded in a worker thread."""
+_SLICE_BYTES: Final = 64 * 1024
+"""How much of a body one pass of the element count looks at: the count's C-level steps hold
+the interpreter for well under a millisecond each."""
+_READ_BYTES: Final = 1024 * 1024
+_ESCAPE: Final = re.compile(rb"\\.", re.DOTALL)
 
 
 class FrameError(ValueError):
@@ -38,7 +70,7 @@ class FrameError(ValueError):
 
 
 def encode_frame(message: dict[str, Any]) -> bytes:
-    """Serialize one message as a frame (compact JSON, no NaN)."""
+    """Serialize one message as a frame (compact ASCII JSON, no NaN)."""
     body = json.dumps(message, separators=(",", ":"), allow_nan=False).encode()
     return _HEADER.pack(len(body)) + body
 
@@ -54,12 +86,16 @@ async def read_frame(reader: asyncio.StreamReader, *, max_bytes: int) -> dict[st
 
 
 async def read_sized_frame(
-    reader: asyncio.StreamReader, *, max_bytes: int
+    reader: asyncio.StreamReader, *, max_bytes: int, max_elements: int = MAX_ELEMENTS
 ) -> tuple[dict[str, Any] | None, int]:
     """As :func:`read_frame`, with the frame's size on the wire (header included).
 
+    A large body is decoded in a worker thread, so the event loop keeps serving other runs
+    meanwhile.
+
     Raises:
-        FrameError: as :func:`read_frame`.
+        FrameError: as :func:`read_frame`, or a body of more than ``max_elements`` values and
+            keys.
     """
     try:
         header = await reader.readexactly(_HEADER.size)
@@ -70,11 +106,77 @@ async def read_sized_frame(
     (size,) = _HEADER.unpack(header)
     if size > max_bytes:
         raise FrameError(f"frame of {size} bytes is over the {max_bytes}-byte limit")
-    try:
-        body = await reader.readexactly(size)
-    except asyncio.IncompleteReadError:
-        raise FrameError("the stream ended inside a frame body") from None
-    return decode_body(body), _HEADER.size + size
+    body = await _read_body(reader, size)
+    if size > _OFF_LOOP_BYTES:
+        message = await asyncio.to_thread(decode_body, body, max_elements=max_elements)
+    else:
+        message = decode_body(body, max_elements=max_elements)
+    return message, _HEADER.size + size
+
+
+async def _read_body(reader: asyncio.StreamReader, size: int) -> bytes | bytearray:
+    if size <= _READ_BYTES:
+        try:
+            return await reader.readexactly(size)
+        except asyncio.IncompleteReadError:
+            raise FrameError("the stream ended inside a frame body") from None
+    # Piece by piece into one buffer: readexactly would gather the whole body in the
+    # stream's buffer and then copy it twice.
+    body = bytearray(size)
+    view = memoryview(body)
+    got = 0
+    while got < size:
+        piece = await reader.read(min(size - got, _READ_BYTES))
+        if not piece:
+            raise FrameError("the stream ended inside a frame body")
+        view[got : got + len(piece)] = piece
+        got += len(piece)
+    view.release()
+    return body
+
+
+def count_elements(body: bytes | bytearray, *, stop_after: int | None = None) -> int:
+    """The values and keys in a JSON ``body``: separators, colons and opening brackets outside
+    strings, plus one (exact for valid JSON: every value, every key, and one more for each
+    empty container). Never more than ``len(body)``.
+
+    Strings are skipped without decoding them: escape sequences are dropped, then the quotes
+    left split the body into outside and inside parts. The work is done one slice of
+    :data:`_SLICE_BYTES` at a time; with ``stop_after`` it stops once the count is over it
+    (and answers a number over ``stop_after``, not the whole count).
+    """
+    count = 1
+    inside = False
+    skip_first = False
+    for start in range(0, len(body), _SLICE_BYTES):
+        part = bytes(body[start : start + _SLICE_BYTES])
+        if skip_first:  # the escape that ended the last slice covers this byte
+            part = part[1:]
+        skip_first = False
+        if b"\\" in part:
+            part = _ESCAPE.sub(b"", part)
+            if part.endswith(b"\\"):  # an escape cut by the slice's end
+                part, skip_first = part[:-1], True
+        pieces = part.split(b'"')
+        outside = b"".join(pieces[1 if inside else 0 :: 2])
+        count += _structural(outside)
+        if len(pieces) % 2 == 0:  # an odd number of quotes: the next slice starts elsewhere
+            inside = not inside
+        if stop_after is not None and count > stop_after:
+            break
+    return count
+
+
+def _structural(data: bytes) -> int:
+    return data.count(b",") + data.count(b":") + data.count(b"[") + data.count(b"{")
+
+
+def _upper_bound(body: bytes | bytearray) -> int:
+    """Structural bytes wherever they are, plus one: at least :func:`count_elements`."""
+    return 1 + sum(
+        _structural(bytes(body[start : start + _SLICE_BYTES]))
+        for start in range(0, len(body), _SLICE_BYTES)
+    )
 
 
 def _reject_constant(name: str) -> Any:
@@ -102,30 +204,55 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def _depth_within(value: Any, limit: int) -> bool:
-    stack: list[tuple[Any, int]] = [(value, 1)]
+    # One iterator per open level: memory grows with the depth, not with the size.
+    stack: list[Iterator[Any]] = [iter((value,))]
     while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict):
-            children: Any = item.values()
-        elif isinstance(item, list):
-            children = item
+        for item in stack[-1]:
+            if isinstance(item, dict):
+                children: Iterator[Any] = iter(item.values())
+            elif isinstance(item, list):
+                children = iter(item)
+            else:
+                continue
+            if len(stack) > limit:
+                return False
+            stack.append(children)
+            break
         else:
-            continue
-        if depth > limit:
-            return False
-        stack.extend((child, depth + 1) for child in children)
+            stack.pop()
     return True
 
 
-def decode_body(body: bytes) -> dict[str, Any]:
+def decode_body(body: bytes | bytearray, *, max_elements: int = MAX_ELEMENTS) -> dict[str, Any]:
     """Decode a frame body strictly into a message object with a string ``type``.
 
     Raises:
-        FrameError: invalid UTF-8 or JSON, a forbidden construct, or not a typed object.
+        FrameError: non-ASCII bytes, invalid JSON, a forbidden construct, more than
+            ``max_elements`` values and keys, or not a typed object.
     """
+    if not body.isascii():
+        raise FrameError(
+            "frame body is not ASCII JSON: characters beyond ASCII travel as \\u escapes"
+        )
+    # Each value or key takes a byte at least; structural bytes anywhere, strings included,
+    # bound the count from above at C speed (a frame of one long string costs little).
+    if (
+        len(body) > max_elements
+        and _upper_bound(body) > max_elements
+        and count_elements(body, stop_after=max_elements) > max_elements
+    ):
+        raise FrameError(
+            f"frame holds more than {max_elements} values and keys; send less per frame"
+        )
+    # A JSON tree has no cycles, so the cyclic garbage collector has nothing to find in a
+    # frame being decoded; left on, it walks the half-built tree again and again, holding the
+    # interpreter lock (100,000 empty lists: 30 ms instead of 5). The new objects are left
+    # to the collector's next ordinary pass.
+    collecting = gc.isenabled()
+    gc.disable()
     try:
         message = json.loads(
-            body.decode("utf-8"),
+            body,
             object_pairs_hook=_unique_keys,
             parse_constant=_reject_constant,
             parse_int=_bounded_int,
@@ -137,6 +264,9 @@ def decode_body(body: bytes) -> dict[str, Any]:
         raise FrameError(f"frame body is not JSON: {exc}") from None
     except RecursionError:
         raise FrameError(f"frame nests deeper than {MAX_DEPTH} levels") from None
+    finally:
+        if collecting:
+            gc.enable()
     if not _depth_within(message, MAX_DEPTH):
         raise FrameError(f"frame nests deeper than {MAX_DEPTH} levels")
     if not isinstance(message, dict) or not isinstance(message.get("type"), str):

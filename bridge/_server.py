@@ -7,7 +7,11 @@ guest's call id, in whatever order they finish.
 
 A malformed, oversized or unexpected frame, or a run limit reached, ends the run: the guest is
 told with an ``abort`` frame, pending calls are cancelled, and the end is recorded in the audit
-log. Nothing a guest sends can raise out of :func:`serve_run`.
+log. Nothing a guest sends can raise out of :func:`serve_run`, and nothing it does can keep
+:func:`serve_run` past the run's deadline (plus :data:`_CANCEL_GRACE_S` for tool calls to
+notice their cancellation): every read from the guest waits for the deadline at most, and
+nothing ever waits for the guest to read. A ``log`` frame's message reaches the operator's log
+on one line, with control characters escaped.
 """
 
 from __future__ import annotations
@@ -16,123 +20,22 @@ import asyncio
 import contextlib
 import logging
 import time
-import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any, Final, Literal
+from typing import Any, Final
 
 from airlock.bridge import airlock_wire as wire
-from airlock.bridge._api import ToolStub, tool_stubs
 from airlock.bridge._codec import FrameError, encode_frame, read_sized_frame
 from airlock.bridge._program_errors import program_error
-from airlock.policies import ApprovalPolicy, Grant, Principal
-from airlock.tools import (
-    CallContext,
-    JSONObject,
-    Observations,
-    Registry,
-    RunAuthority,
-    ToolError,
-    UnknownToolError,
-    audit_event,
-)
+from airlock.bridge._session import BridgeLimits, RunEnd, ToolSession
+from airlock.tools import JSONObject, ToolError, UnknownToolError, escape_controls
 
-__all__ = ["BridgeLimits", "RunEnd", "ToolSession", "serve_run"]
+__all__ = ["serve_run"]
 
 _log = logging.getLogger(__name__)
 _MAX_CALL_ID: Final = 2**53
 _MAX_TOOL_NAME: Final = 128
-
-EndCode = Literal["protocol_error", "limit_exceeded", "timeout"]
-RunLimit = Literal["calls", "in_flight", "bytes", "timeout"]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class BridgeLimits:
-    """Per-run limits of the bridge. Reaching one ends the run."""
-
-    max_calls: int = 10_000
-    """Logical tool calls in one run (each batch item counts)."""
-    max_in_flight: int = 256
-    """Calls sent and not yet answered; a guest that queues more is ended."""
-    max_concurrency: int = 32
-    """Calls the host executes at once; the rest wait their turn (not an error)."""
-    max_bytes_in: int = 64 * 1024 * 1024
-    """Bytes of frames the guest may send in one run (the final result included)."""
-    max_bytes_out: int = 64 * 1024 * 1024
-    """Bytes of results the host may send back in one run."""
-    max_call_frame_bytes: int = 1024 * 1024
-    """Largest ``call``, ``batch`` or ``log`` frame."""
-    max_batch_items: int = 1000
-    """Items in one ``batch`` frame."""
-
-
-@dataclass(frozen=True, slots=True)
-class RunEnd:
-    """How the bridge ended a run that did not finish by itself."""
-
-    code: EndCode
-    limit: RunLimit | None
-    message: str
-
-
-@dataclass(kw_only=True)
-class ToolSession:
-    """The authority one run's program calls tools with, fixed by the host for the run.
-
-    Build one per run from the application's session; a program can neither see nor change
-    any of it.
-    """
-
-    registry: Registry
-    principal: Principal
-    grant: Grant
-    run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
-    approvals: ApprovalPolicy = field(default_factory=ApprovalPolicy)
-    limits: BridgeLimits = field(default_factory=BridgeLimits)
-    observations: Observations = field(default_factory=Observations)
-    calls: int = 0
-    """Logical calls admitted to dispatch so far in this run."""
-    tool_names: frozenset[str] | None = None
-    """When set, the program is offered only these tools (a harness leaves out what the
-    grant cannot use); admission still judges every call."""
-    call_prefix: str | None = None
-    """Prefix of this program's call ids in the audit log (default: the run id); a harness
-    running several programs in one run gives each its own."""
-    authority: RunAuthority = field(init=False, repr=False)
-    """The run's authority, from the fields above; every call's context comes from it."""
-
-    def __post_init__(self) -> None:
-        self.authority = RunAuthority(
-            principal=self.principal,
-            grant=self.grant,
-            run_id=self.run_id,
-            approvals=self.approvals,
-            observations=self.observations,
-        )
-
-    def stubs(self) -> list[ToolStub]:
-        """The tools this run's program may call, for the ``run`` frame."""
-        return tool_stubs(self.registry, self.principal, names=self.tool_names)
-
-    def context(self, call_id: str, deadline: float) -> CallContext:
-        """The context of one call from code."""
-        return self.authority.context("code", call_id, deadline=deadline)
-
-    def record_end(self, end: RunEnd) -> None:
-        """Append the bridge's ending of this run to the audit log."""
-        self.registry.audit.record(
-            audit_event(
-                self.authority.context("code", f"{self.run_id}:end"),
-                "",
-                stage="bridge",
-                decision="deny",
-                rule=end.limit or end.code,
-                outcome="error",
-                code=end.code,
-                detail=end.message[:500],
-            )
-        )
+_CANCEL_GRACE_S: Final = 5.0
+"""How long the end of a run waits for its cancelled tool calls (host code) to finish."""
 
 
 class _End(Exception):
@@ -230,7 +133,10 @@ class _RunServer:
             message = frame.get("message")
             if not isinstance(message, str):
                 raise _protocol("a log frame's 'message' must be a string")
-            _log.info("guest log (%s): %s", self._run_id, message[: wire.MAX_LOG_CHARS])
+            # One line whatever the program sent: no forged log lines, no terminal escapes.
+            _log.info(
+                "guest log (%s): %s", self._run_id, escape_controls(message[: wire.MAX_LOG_CHARS])
+            )
         else:
             raise _protocol(f"unexpected frame type {kind[:40]!r}")
         return None
@@ -364,7 +270,12 @@ class _RunServer:
         for task in list(self._tasks):
             task.cancel()
         if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+            # A handler that swallows its cancellation must not hold the run open.
+            _, stuck = await asyncio.wait(list(self._tasks), timeout=_CANCEL_GRACE_S)
+            if stuck:
+                _log.warning(
+                    "%d tool calls of run %s ignored their cancellation", len(stuck), self._run_id
+                )
 
 
 async def serve_run(

@@ -8,15 +8,19 @@ so that its prefix keeps it from shadowing, or being shadowed by, a module a pro
 (the guest's directory is first on its ``sys.path``). Constants only, standard library only:
 the guest imports it under ``python3 -I -S`` before any program runs.
 
-Frames are a 4-byte big-endian length (:data:`HEADER_FORMAT`), then that many bytes of UTF-8
-JSON holding one object whose ``type`` is one of the frame types below.
+Frames are a 4-byte big-endian length (:data:`HEADER_FORMAT`), then that many bytes of ASCII
+JSON (other characters as ``\\u`` escapes) holding one object whose ``type`` is one of the
+frame types below.
 
 Guest to host: :data:`HELLO` ``{version, pid}`` once the runner is warm; :data:`CALL`
 ``{id, tool, args}``; :data:`BATCH` ``{id, tool, items}``; :data:`LOG` ``{message}``;
 :data:`DONE` ``{result}``. Host to guest: :data:`RUN` ``{program, mode, allowed_imports,
-output_limit, tools, keep?}``; :data:`RESULT` ``{id, ok, value | error}``; :data:`ABORT`
-``{code, message}``. A result's ``error`` is ``{code, message, retryable}`` plus the typed
-fields :data:`ERRORS` names for its code.
+output_limit, value_limit, value_elements, tools, keep?}``; :data:`RESULT`
+``{id, ok, value | error}``; :data:`ABORT` ``{code, message}``. A result's ``error`` is
+``{code, message, retryable}`` plus the typed fields :data:`ERRORS` names for its code.
+``value_limit`` (bytes of compact JSON) and ``value_elements`` (values and keys) bound the
+program's final value: the host refuses a frame over its budget, so the guest refuses such a
+value first, as ``result_too_large``.
 
 Host code that cannot import this module keeps its own copy of two values, pinned to these by
 tests: the default sandbox profile's allowed imports (:data:`WARM_UP_IMPORTS`) and the typed

@@ -15,6 +15,7 @@ from airlock.policies._effects import (
 )
 from airlock.policies._errors import AirlockError, UsageError
 from airlock.policies._grant import Grant
+from airlock.policies._patterns import covers, glob_regex
 from airlock.policies._policy_file import Policy, PolicyFileError, load_policy, parse_policy
 from airlock.policies._principal import SCOPE_PATTERN, Principal
 from airlock.policies._reach import (
@@ -32,6 +33,9 @@ from airlock.policies._sandbox_profile import LanguageMode, SandboxProfile
 from airlock.policies._seccomp import (
     FORBIDDEN_SYSCALLS,
     SECCOMP_ALLOWED_SYSCALLS,
+    SECCOMP_ARGUMENT_RULES,
+    ArgumentRule,
+    ContainerRuntime,
     render_docker_seccomp,
     seccomp_profile_hash,
 )
@@ -41,6 +45,7 @@ __all__ = [
     "FORBIDDEN_SYSCALLS",
     "SCOPE_PATTERN",
     "SECCOMP_ALLOWED_SYSCALLS",
+    "SECCOMP_ARGUMENT_RULES",
     "SIDE_EFFECT_KINDS",
     "SPEND_LIMIT_RULE",
     "STRICTNESS",
@@ -48,6 +53,8 @@ __all__ = [
     "ApprovalCase",
     "ApprovalPolicy",
     "ApprovalRule",
+    "ArgumentRule",
+    "ContainerRuntime",
     "Coverage",
     "Decision",
     "Effect",
@@ -64,7 +71,9 @@ __all__ = [
     "approval_cases",
     "breakpoints",
     "coverage",
+    "covers",
     "disclose",
+    "glob_regex",
     "load_policy",
     "network",
     "parse_policy",

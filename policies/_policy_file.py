@@ -32,11 +32,19 @@ Format (``version = 1``)::
     roles = ["billing_agent"]
     # scopes, effects, spend_limits and rules may also be given here directly
 
+    [sandbox]                               # optional: the profile programs run under
+    language_mode = "restricted"            # any SandboxProfile field: timeout_s,
+    timeout_s = 10.0                        # memory_bytes, cpus, pids_limit, ...
+
 A principal's grant is the union of the entries that apply to it (``"*"`` and its user id)
 and of their roles, with scopes cut down to those the session gave the principal: a policy
 file never grants a scope the session did not. A principal no entry names gets an empty
-grant. Unknown keys, unknown roles, malformed effects and duplicate rule ids are refused
-with a :class:`PolicyFileError` naming the file, the key and, when it can be found, the line.
+grant. ``[sandbox]`` is the deployment's :class:`SandboxProfile` (the hardened defaults for
+every key it leaves out): ``airlock serve`` and ``chat`` run programs under it (a harness of
+your own passes ``DockerBackend(profile=policy.sandbox)``), and the effect inventory and its
+lock file show it. Unknown keys, unknown roles, malformed effects,
+duplicate rule ids and profile values out of range are refused with a
+:class:`PolicyFileError` naming the file, the key and, when it can be found, the line.
 """
 
 from __future__ import annotations
@@ -56,6 +64,7 @@ from airlock.policies._effects import Effect
 from airlock.policies._errors import UsageError
 from airlock.policies._grant import Grant
 from airlock.policies._principal import SCOPE_PATTERN, Principal
+from airlock.policies._sandbox_profile import SandboxProfile
 
 __all__ = ["Policy", "PolicyFileError", "load_policy", "parse_policy"]
 
@@ -106,6 +115,7 @@ class _File(BaseModel):
     version: Literal[1]
     roles: dict[_Name, _Role] = {}
     principals: dict[_Name, _PrincipalEntry] = {}
+    sandbox: SandboxProfile = SandboxProfile()
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +140,8 @@ class Policy:
     roles: frozenset[str]
     """Names of the roles the file declares."""
     _bindings: Mapping[str, _Binding] = field(repr=False)
+    sandbox: SandboxProfile = field(default_factory=SandboxProfile, repr=False)
+    """The sandbox profile of ``[sandbox]``: the defaults for every key the file leaves out."""
     _roles: Mapping[str, _Authority] = field(repr=False, default_factory=dict)
 
     @property
@@ -248,7 +260,13 @@ def parse_policy(text: str, *, source: str = "<policy>") -> Policy:
             merged = authority.grant.union(roles[role_name].grant)
             authority = _Authority(merged, roles[role_name].rules + authority.rules)
         bindings[user] = _Binding(entry.tenant, authority)
-    return Policy(source=source, roles=frozenset(roles), _bindings=bindings, _roles=roles)
+    return Policy(
+        source=source,
+        roles=frozenset(roles),
+        _bindings=bindings,
+        _roles=roles,
+        sandbox=parsed.sandbox,
+    )
 
 
 def _authority(

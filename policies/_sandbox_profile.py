@@ -6,13 +6,19 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from airlock.policies._seccomp import SECCOMP_ALLOWED_SYSCALLS, render_docker_seccomp
+from airlock.policies._seccomp import (
+    SECCOMP_ALLOWED_SYSCALLS,
+    ContainerRuntime,
+    render_docker_seccomp,
+)
 
-__all__ = ["LanguageMode", "SandboxProfile"]
+__all__ = ["ContainerRuntime", "LanguageMode", "SandboxProfile"]
 
 LanguageMode = Literal["restricted", "full"]
 
 _MIB = 1024 * 1024
+GVISOR_PIDS_OVERHEAD = 128
+"""Host threads gVisor's own processes may use on top of the program's ``pids_limit``."""
 
 
 class SandboxProfile(BaseModel):
@@ -27,9 +33,19 @@ class SandboxProfile(BaseModel):
     language_mode: LanguageMode = Field(
         default="restricted",
         description=(
-            "`restricted` compiles the program with RestrictedPython guards and an import "
-            "allow-list (defence in depth and clearer errors); `full` runs plain Python. "
-            "The container is the security boundary in both modes."
+            "`restricted` compiles the program with RestrictedPython guards, an import "
+            "allow-list and an attribute guard that hands out no module, frame or code object "
+            "the program was not given, and forbids new processes; `full` runs plain Python. "
+            "Defence in depth and clearer errors: the container is the security boundary in "
+            "both modes."
+        ),
+    )
+    runtime: ContainerRuntime = Field(
+        default="runc",
+        description=(
+            "OCI runtime: `runc` (default) or `runsc` (gVisor, registered with the engine by "
+            "`sandbox/image/ensure-engine.sh`): the program's system calls then reach "
+            "gVisor's kernel, not the host's; starts are slower."
         ),
     )
     timeout_s: float = Field(
@@ -97,6 +113,13 @@ class SandboxProfile(BaseModel):
         render_docker_seccomp(self.seccomp_allowed)
         return self
 
+    @property
+    def engine_pids_limit(self) -> int:
+        """The pids limit the engine sets on the container: ``pids_limit``, plus, under
+        ``runsc``, the host threads of gVisor itself (its kernel and file proxy use about
+        60 while idle, and a host thread per thread of the program)."""
+        return self.pids_limit + (GVISOR_PIDS_OVERHEAD if self.runtime == "runsc" else 0)
+
     def docker_seccomp(self) -> dict[str, Any]:
-        """The profile's seccomp filter as Docker's JSON."""
-        return render_docker_seccomp(self.seccomp_allowed)
+        """The profile's seccomp filter as Docker's JSON, for its runtime."""
+        return render_docker_seccomp(self.seccomp_allowed, runtime=self.runtime)

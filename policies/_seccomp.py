@@ -5,26 +5,43 @@ its standard library and the C library need to run a program, talk over an inher
 socket and start threads and child processes; it is checked by the sandbox tests, which run
 real programs under it. Kernel attack surface that a program never needs stays out:
 ``io_uring_*``, ``ptrace``, ``mount``, ``unshare``, ``setns``, ``keyctl``, ``bpf``,
-``perf_event_open``, ``userfaultfd``, module loading, ``kexec``, ``reboot`` and the like
-(:data:`FORBIDDEN_SYSCALLS`, asserted absent by a test).
+``perf_event_open``, ``userfaultfd``, module loading, ``kexec``, ``reboot``, ``memfd_create``
+and ``execveat`` (a binary that is not in the image) and the like (:data:`FORBIDDEN_SYSCALLS`,
+asserted absent by a test).
 
-``clone`` is allowed only without namespace flags, and ``clone3`` answers ``ENOSYS`` so the
-C library falls back to ``clone``, whose flags seccomp can inspect (``clone3`` passes them
-in memory, out of a filter's reach).
+Some calls are allowed only with certain arguments (:data:`SECCOMP_ARGUMENT_RULES`):
+``socket`` and ``socketpair`` for ``AF_UNIX`` only (the bridge is a Unix socket; every other
+family, ``AF_VSOCK`` and ``AF_NETLINK`` among them, is refused), ``personality`` only to
+query or to keep ``PER_LINUX``, and ``clone`` only without namespace flags. ``clone3``
+answers ``ENOSYS`` so the C library falls back to ``clone``, whose flags seccomp can inspect
+(``clone3`` passes them in memory, out of a filter's reach).
+
+This is the outer layer, enforced by the container runtime. The guest runner loads a second,
+stricter one before a program runs (``sandbox/guest/airlock_seccomp.py``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Final
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, Final, Literal
 
 __all__ = [
     "FORBIDDEN_SYSCALLS",
     "SECCOMP_ALLOWED_SYSCALLS",
+    "SECCOMP_ARGUMENT_RULES",
+    "ArgumentRule",
+    "ContainerRuntime",
     "render_docker_seccomp",
     "seccomp_profile_hash",
 ]
+
+ContainerRuntime = Literal["runc", "runsc"]
+"""The OCI runtime a container runs under: ``runc`` (Linux namespaces and the host kernel) or
+``runsc`` (gVisor: a user-space kernel between the program and the host's)."""
 
 SECCOMP_ALLOWED_SYSCALLS: Final[frozenset[str]] = frozenset(
     {
@@ -42,19 +59,18 @@ SECCOMP_ALLOWED_SYSCALLS: Final[frozenset[str]] = frozenset(
         "ftruncate", "fsync", "fdatasync", "fadvise64", "fallocate", "flock", "fcntl",
         "fcntl64", "dup", "dup2", "dup3", "pipe", "pipe2", "ioctl", "sendfile",
         "copy_file_range", "splice", "tee", "utime", "utimes", "utimensat", "futimesat",
-        "memfd_create", "eventfd", "eventfd2", "getxattr", "lgetxattr", "fgetxattr",
+        "eventfd", "eventfd2", "getxattr", "lgetxattr", "fgetxattr",
         "listxattr", "llistxattr", "flistxattr",
         # waiting and polling
         "select", "pselect6", "poll", "ppoll", "epoll_create", "epoll_create1",
         "epoll_ctl", "epoll_wait", "epoll_pwait", "epoll_pwait2", "futex", "futex_waitv",
         "nanosleep", "clock_nanosleep", "sched_yield", "pause",
-        # sockets: only the inherited bridge socket and local pairs are usable, because the
-        # container has no network interface besides loopback-less ``none``
+        # sockets: AF_UNIX only (SECCOMP_ARGUMENT_RULES), for the bridge and local pairs
         "socket", "socketpair", "connect", "accept", "accept4", "bind", "listen",
         "getsockname", "getpeername", "getsockopt", "setsockopt", "shutdown", "sendto",
         "recvfrom", "sendmsg", "recvmsg", "sendmmsg", "recvmmsg",
         # processes and threads
-        "clone", "fork", "vfork", "execve", "execveat", "exit", "exit_group", "wait4",
+        "clone", "fork", "vfork", "execve", "exit", "exit_group", "wait4",
         "waitid", "kill", "tgkill", "tkill", "set_tid_address", "set_robust_list",
         "get_robust_list", "rseq", "arch_prctl", "prctl", "getpid", "getppid", "gettid",
         "getpgid", "getpgrp", "getsid", "setsid", "setpgid", "getuid", "geteuid", "getgid",
@@ -63,6 +79,8 @@ SECCOMP_ALLOWED_SYSCALLS: Final[frozenset[str]] = frozenset(
         "sched_get_priority_min", "getpriority", "setpriority", "getrlimit", "setrlimit",
         "prlimit64", "ugetrlimit", "getrusage", "times", "sysinfo", "uname", "personality",
         "restart_syscall",
+        # the runner's second, stricter filter (filters only ever add refusals)
+        "seccomp",
         # signals and time
         "rt_sigaction", "rt_sigprocmask", "rt_sigreturn", "rt_sigsuspend", "rt_sigpending",
         "rt_sigtimedwait", "rt_sigqueueinfo", "rt_tgsigqueueinfo", "sigaltstack",
@@ -87,12 +105,63 @@ FORBIDDEN_SYSCALLS: Final[frozenset[str]] = frozenset(
         "setresgid", "capset", "acct", "quotactl", "syslog", "iopl", "ioperm", "lookup_dcookie",
         "kcmp", "pidfd_getfd", "settimeofday", "clock_settime", "clock_adjtime",
         "adjtimex", "mbind", "set_mempolicy", "move_pages", "migrate_pages",
+        # ways to run a binary that is not in the image: a memfd holds any ELF despite
+        # ``noexec`` on /tmp, and execveat runs one from a descriptor
+        "memfd_create", "execveat",
     }
 )  # fmt: skip
 
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ArgumentRule:
+    """An allowed call that is allowed only when one argument has one of some values."""
+
+    index: int
+    """Which argument (0: the first)."""
+    values: tuple[int, ...]
+    """The call is allowed when ``argument & mask`` equals one of these; refused otherwise."""
+    mask: int | None = None
+    """``None``: compare the whole argument (``SCMP_CMP_EQ``); else ``SCMP_CMP_MASKED_EQ``."""
+    why: str
+    """What the allowed values are for."""
+
+    @property
+    def op(self) -> Literal["SCMP_CMP_EQ", "SCMP_CMP_MASKED_EQ"]:
+        """Docker's name of the comparison."""
+        return "SCMP_CMP_EQ" if self.mask is None else "SCMP_CMP_MASKED_EQ"
+
+
+_AF_UNIX: Final = 1
+_PER_LINUX: Final = 0x0
+_PERSONALITY_QUERY: Final = 0xFFFFFFFF
 # CLONE_NEWNS | CLONE_NEWCGROUP | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER | CLONE_NEWPID
 # | CLONE_NEWNET: a clone that asks for any of them is refused like ``unshare``.
 _CLONE_NAMESPACE_FLAGS: Final = 0x7E020000
+
+SECCOMP_ARGUMENT_RULES: Final[Mapping[str, ArgumentRule]] = MappingProxyType(
+    {
+        "clone": ArgumentRule(
+            index=0,
+            mask=_CLONE_NAMESPACE_FLAGS,
+            values=(0,),
+            why="threads and processes, never a new namespace",
+        ),
+        "personality": ArgumentRule(
+            index=0,
+            values=(_PER_LINUX, _PERSONALITY_QUERY),
+            why="query the execution domain or keep PER_LINUX; nothing changes the ABI",
+        ),
+        "socket": ArgumentRule(
+            index=0, values=(_AF_UNIX,), why="AF_UNIX only: the bridge is a Unix socket"
+        ),
+        "socketpair": ArgumentRule(
+            index=0, values=(_AF_UNIX,), why="AF_UNIX only: asyncio's self-pipe is a pair"
+        ),
+    }
+)
+"""Allowed calls that are allowed only with these arguments; any other value fails with the
+default errno (``EPERM``)."""
+
 _ENOSYS: Final = 38
 _EPERM: Final = 1
 _ARCHITECTURES: Final = [
@@ -104,8 +173,19 @@ _ARCHITECTURES: Final = [
 ]
 
 
-def render_docker_seccomp(allowed: frozenset[str] = SECCOMP_ALLOWED_SYSCALLS) -> dict[str, Any]:
+def render_docker_seccomp(
+    allowed: frozenset[str] = SECCOMP_ALLOWED_SYSCALLS,
+    *,
+    runtime: ContainerRuntime = "runc",
+) -> dict[str, Any]:
     """Render an allow-list as Docker's seccomp profile JSON (a dict, stable order).
+
+    Calls of :data:`SECCOMP_ARGUMENT_RULES` get one rule per allowed value (Docker ANDs the
+    conditions of one rule, so alternatives are separate rules). For ``runsc``, ``clone3``
+    is passed to gVisor's kernel, which answers it ``ENOSYS`` itself: gVisor's enforcement
+    of the profile answers every refusal with the default errno, and a ``clone3`` refused
+    with ``EPERM`` stops the C library from starting threads (it falls back to ``clone``
+    only on ``ENOSYS``). Namespaces made there would be gVisor's, never the host's.
 
     Raises:
         ValueError: when ``allowed`` names a forbidden system call.
@@ -113,24 +193,22 @@ def render_docker_seccomp(allowed: frozenset[str] = SECCOMP_ALLOWED_SYSCALLS) ->
     leaked = sorted(allowed & FORBIDDEN_SYSCALLS)
     if leaked:
         raise ValueError(f"the seccomp allow-list must not contain {leaked!r}; remove them")
-    plain = sorted(allowed - {"clone"})
+    plain = sorted(allowed - SECCOMP_ARGUMENT_RULES.keys())
     rules: list[dict[str, Any]] = [{"names": plain, "action": "SCMP_ACT_ALLOW"}]
-    if "clone" in allowed:
-        rules.append(
-            {
-                "names": ["clone"],
-                "action": "SCMP_ACT_ALLOW",
-                "args": [
-                    {
-                        "index": 0,
-                        "value": _CLONE_NAMESPACE_FLAGS,
-                        "valueTwo": 0,
-                        "op": "SCMP_CMP_MASKED_EQ",
-                    }
-                ],
+    for name in sorted(allowed & SECCOMP_ARGUMENT_RULES.keys()):
+        rule = SECCOMP_ARGUMENT_RULES[name]
+        for value in rule.values:
+            condition = {
+                "index": rule.index,
+                "value": value if rule.mask is None else rule.mask,
+                "valueTwo": 0 if rule.mask is None else value,
+                "op": rule.op,
             }
-        )
-    rules.append({"names": ["clone3"], "action": "SCMP_ACT_ERRNO", "errnoRet": _ENOSYS})
+            rules.append({"names": [name], "action": "SCMP_ACT_ALLOW", "args": [condition]})
+    if runtime == "runsc":
+        rules[0]["names"] = sorted([*plain, "clone3"])
+    else:
+        rules.append({"names": ["clone3"], "action": "SCMP_ACT_ERRNO", "errnoRet": _ENOSYS})
     return {
         "defaultAction": "SCMP_ACT_ERRNO",
         "defaultErrnoRet": _EPERM,

@@ -6,7 +6,14 @@ the engine and of the container configuration is here as plain data (:func:`chec
 """
 
 from airlock.sandbox._backend import SandboxBackend
-from airlock.sandbox._config import ContainerConfig, ContainerMount, describe_container
+from airlock.sandbox._config import (
+    ContainerConfig,
+    ContainerMount,
+    GuestFilter,
+    GuestFilterRule,
+    describe_container,
+    describe_guest_filter,
+)
 from airlock.sandbox._docker import DEFAULT_IMAGE, MAX_PROGRAM_BYTES, DockerBackend
 from airlock.sandbox._engine import UNKNOWN_DIGEST, check_engine, read_image_digest
 from airlock.sandbox._errors import EngineUnavailable, ImageMissing, SandboxError, SandboxFailure
@@ -24,6 +31,8 @@ __all__ = [
     "ContainerMount",
     "DockerBackend",
     "EngineUnavailable",
+    "GuestFilter",
+    "GuestFilterRule",
     "ImageMissing",
     "KeptSandbox",
     "LimitName",
@@ -36,6 +45,7 @@ __all__ = [
     "SandboxFailure",
     "check_engine",
     "describe_container",
+    "describe_guest_filter",
     "judge_probe",
     "read_image_digest",
     "reap_orphans",

@@ -4,20 +4,33 @@
 ``containers.run`` for a profile (``_container.container_config``) and says what they allow:
 nothing here restates the hardening, so a change there shows up in every report built on
 it (the effect inventory, its lock file and ``--check``). No Docker type leaves this module.
+
+:func:`describe_guest_filter` renders the second seccomp layer, which the guest runner loads
+before a program runs, from the very rule list the image ships (``airlock_seccomp.RULES``),
+as libseccomp's PFC text when ``pyseccomp`` and libseccomp are importable here.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from airlock.policies import SandboxProfile
+from airlock.policies import LanguageMode, SandboxProfile
 from airlock.sandbox._container import container_config
+from airlock.sandbox.guest import airlock_seccomp
 
-__all__ = ["ContainerConfig", "ContainerMount", "describe_container"]
+__all__ = [
+    "ContainerConfig",
+    "ContainerMount",
+    "GuestFilter",
+    "GuestFilterRule",
+    "describe_container",
+    "describe_guest_filter",
+]
 
 # The bridge socket's host directory differs per container; only its mount point is reported.
 _SOCKET_DIR: Final = Path("/nonexistent/airlock-describe")
@@ -65,6 +78,35 @@ class ContainerConfig:
     """The hard ``nofile`` limit."""
     seccomp_filter: Mapping[str, Any]
     """The seccomp profile handed to the engine, as Docker's JSON (empty: none)."""
+    runtime: str
+    """The OCI runtime: ``runc`` or ``runsc`` (gVisor)."""
+    masked_paths: tuple[str, ...]
+    """Kernel files the program sees empty, sorted."""
+    guest_filter: GuestFilter
+    """The second seccomp layer the runner loads for the profile's language mode."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GuestFilterRule:
+    """One refusal of the second seccomp layer."""
+
+    syscall: str
+    errno: str
+    """What the refused call answers, by name (``EPERM``, ``ENOSYS``)."""
+    when: str
+    """``always``, or the argument condition under which the call is refused."""
+    why: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GuestFilter:
+    """The second seccomp layer of one language mode: its rules and the exact filter."""
+
+    mode: LanguageMode
+    rules: tuple[GuestFilterRule, ...]
+    pfc: str | None
+    """libseccomp's PFC text of the filter for this machine's architecture; ``None`` when
+    ``pyseccomp`` or libseccomp is not available on this host."""
 
 
 def describe_container(profile: SandboxProfile, *, image: str) -> ContainerConfig:
@@ -90,7 +132,38 @@ def describe_container(profile: SandboxProfile, *, image: str) -> ContainerConfi
         pids_limit=int(config.get("pids_limit", 0)),
         open_files=ulimits.get("nofile", 0),
         seccomp_filter=json.loads(seccomp) if seccomp else {},
+        runtime=str(config.get("runtime") or "runc"),
+        masked_paths=tuple(sorted(str(p) for p in config.get("masked_paths", []))),
+        guest_filter=describe_guest_filter(profile.language_mode),
     )
+
+
+def describe_guest_filter(mode: LanguageMode) -> GuestFilter:
+    """The second seccomp layer a runner loads for a program in ``mode``."""
+    rules = tuple(
+        GuestFilterRule(
+            syscall=rule.syscall,
+            errno=errno.errorcode.get(rule.errno, str(rule.errno)),
+            when=_condition(rule.when),
+            why=rule.why,
+        )
+        for rule in airlock_seccomp.RULES
+        if mode in rule.modes
+    )
+    try:
+        pfc: str | None = airlock_seccomp.export_pfc(mode)
+    except airlock_seccomp.ConfinementError:
+        pfc = None
+    return GuestFilter(mode=mode, rules=rules, pfc=pfc)
+
+
+def _condition(when: tuple[int, str, int, int] | None) -> str:
+    if when is None:
+        return "always"
+    index, op, a, b = when
+    if op == "ne":
+        return f"argument {index} != {a:#x}"
+    return f"argument {index} & {a:#x} == {b:#x}"
 
 
 def _mounts(config: dict[str, Any]) -> tuple[ContainerMount, ...]:

@@ -5,6 +5,11 @@ delivered as a ``run`` frame over a Unix socket that lives in a per-container ho
 bind-mounted read-only at ``/run/airlock``; the result comes back as a ``done`` frame, which
 :func:`~airlock.sandbox._outcome.judge_outcome` turns into the run's result. Nothing is copied
 in or out of the container's file system.
+
+The host stays in control whatever the guest does: no wait on the guest outlasts the run's
+deadline (plus :data:`_GRACE_S` to judge the result), and :meth:`SandboxContainer.destroy`
+drops what the guest has not read instead of waiting for it, then kills and removes the
+container.
 """
 
 from __future__ import annotations
@@ -26,8 +31,10 @@ from docker.models.containers import Container
 from docker.types import LogConfig, Ulimit
 
 from airlock.bridge import (
+    MAX_ELEMENTS,
     PROTOCOL_VERSION,
     FrameError,
+    RunEnd,
     ToolSession,
     encode_frame,
     read_frame,
@@ -37,17 +44,26 @@ from airlock.bridge import airlock_wire as wire
 from airlock.policies import SandboxProfile
 from airlock.sandbox._cgroup import read_evidence
 from airlock.sandbox._errors import SandboxFailure, map_docker_errors
+from airlock.sandbox._masked import MASKED_PATHS, run_masked
 from airlock.sandbox._outcome import judge_outcome
 from airlock.sandbox._result import RunResult
+from airlock.sandbox._runtime import is_runner_peer
 
-__all__ = ["GUEST_MOUNT", "SandboxContainer", "container_config"]
+__all__ = ["GUEST_MOUNT", "MAX_VALUE_BYTES", "SandboxContainer", "container_config"]
 
 GUEST_MOUNT: Final = wire.SOCKET_DIR
+MAX_VALUE_BYTES: Final = 4 * 1024 * 1024
+"""The largest final value a program may return, as compact JSON; a larger one is refused
+in the guest as ``result_too_large`` with its size and this limit."""
+_VALUE_ELEMENTS: Final = MAX_ELEMENTS - 1000
+"""Values and keys a final value may hold: the done frame's other fields fit in the rest."""
 _STARTUP_TIMEOUT_S: Final = 30.0
 _HELLO_MAX_BYTES: Final = 4096
 # A done frame holds two capped streams (JSON escaping can grow text up to 6x), an error
 # with a traceback and a final value.
 _RESULT_OVERHEAD_BYTES: Final = 256 * 1024
+_GRACE_S: Final = 5.0
+"""After a run's deadline: time for the bridge to wind down before the run is ended anyway."""
 
 
 def container_config(
@@ -66,7 +82,7 @@ def container_config(
             "no-new-privileges:true",
             "seccomp=" + json.dumps(profile.docker_seccomp(), separators=(",", ":")),
         ],
-        "pids_limit": profile.pids_limit,
+        "pids_limit": profile.engine_pids_limit,
         "mem_limit": profile.memory_bytes,
         "memswap_limit": profile.memory_bytes,
         "nano_cpus": int(profile.cpus * 1e9),
@@ -81,6 +97,8 @@ def container_config(
         # own streams is dropped, never stored on the host.
         "log_config": LogConfig(type=LogConfig.types.NONE),
         "ipc_mode": "none",
+        "runtime": profile.runtime,
+        "masked_paths": list(MASKED_PATHS),
         "hostname": "sandbox",
         "working_dir": "/tmp",
     }
@@ -151,18 +169,30 @@ class SandboxContainer:
             listener.listen(1)
             listener.setblocking(False)
             config = container_config(profile, image=image, socket_dir=socket_dir, labels=labels)
-            container = await asyncio.to_thread(_run_detached, client, config)
+            create = asyncio.ensure_future(asyncio.to_thread(_run_detached, client, config))
+            try:
+                container = await asyncio.shield(create)
+            except asyncio.CancelledError:
+                # The engine goes on creating it (a pool closing cancels its starts): wait for
+                # its answer, so that the container is removed below and never left running.
+                with contextlib.suppress(Exception):
+                    container = await create
+                raise
             connection = await cls._accept_runner(listener, container)
             reader, writer = await asyncio.open_unix_connection(sock=connection)
-            hello = await asyncio.wait_for(
-                read_frame(reader, max_bytes=_HELLO_MAX_BYTES), _STARTUP_TIMEOUT_S
-            )
+            try:
+                hello = await asyncio.wait_for(
+                    read_frame(reader, max_bytes=_HELLO_MAX_BYTES), _STARTUP_TIMEOUT_S
+                )
+            except BaseException:
+                writer.transport.abort()
+                raise
             if (
                 not hello
                 or hello.get("type") != wire.HELLO
                 or hello.get("version") != PROTOCOL_VERSION
             ):
-                writer.close()
+                writer.transport.abort()
                 raise SandboxFailure(f"the runner's hello was not understood: {hello!r}")
         except BaseException as exc:
             if container is not None:
@@ -190,7 +220,13 @@ class SandboxContainer:
         with map_docker_errors():
             await asyncio.to_thread(container.reload)
         runner_pid = int(container.attrs["State"]["Pid"])
-        if _peer_pid(connection) != runner_pid:
+        runtime = str(container.attrs["HostConfig"].get("Runtime") or "runc")
+        if not is_runner_peer(
+            _peer_pid(connection),
+            runtime=runtime,
+            container_pid=runner_pid,
+            container_id=str(container.id),
+        ):
             connection.close()
             raise SandboxFailure("a process other than the container's runner connected")
         return connection
@@ -208,7 +244,8 @@ class SandboxContainer:
 
         The caller destroys the container afterwards, whatever happened; unless ``keep``,
         which makes the runner wait for further programs of the same conversation (every
-        run of a kept container must pass ``keep``).
+        run of a kept container must pass ``keep``). Returns by the profile's deadline plus
+        :data:`_GRACE_S` and the time to judge the result, whatever the guest does.
         """
         if self._used and not (keep and self._kept):
             raise RuntimeError("a sandbox container runs one program only, unless kept")
@@ -225,20 +262,20 @@ class SandboxContainer:
                     "mode": profile.language_mode,
                     "allowed_imports": sorted(profile.allowed_imports),
                     "output_limit": profile.output_limit_bytes,
+                    "value_limit": MAX_VALUE_BYTES,
+                    "value_elements": _VALUE_ELEMENTS,
                     "tools": stubs,
                     **({"keep": True} if keep else {}),
                 }
             )
         )
+        outcome: dict[str, Any] | RunEnd | None
         try:
-            await self._writer.drain()
-            outcome = await serve_run(
-                self._reader,
-                self._writer,
-                session=tools,
-                deadline=deadline,
-                max_done_bytes=2 * 6 * profile.output_limit_bytes + _RESULT_OVERHEAD_BYTES,
+            outcome = await asyncio.wait_for(
+                self._serve(tools, deadline, profile), profile.timeout_s + _GRACE_S
             )
+        except TimeoutError:  # the bridge did not wind down after the deadline
+            outcome = RunEnd("timeout", "timeout", "the run's deadline passed")
         except (ConnectionError, OSError):
             outcome = None
         result = await judge_outcome(
@@ -246,32 +283,60 @@ class SandboxContainer:
         )
         return result.model_copy(update={"tool_calls": tools.calls if tools else 0})
 
+    async def _serve(
+        self, tools: ToolSession | None, deadline: float, profile: SandboxProfile
+    ) -> dict[str, Any] | RunEnd | None:
+        try:
+            # A runner that does not read its program cannot hold the host past the deadline.
+            await asyncio.wait_for(self._writer.drain(), max(deadline - time.monotonic(), 0.0))
+        except TimeoutError:
+            end = RunEnd("timeout", "timeout", "the runner did not take its program in time")
+            if tools is not None:
+                tools.record_end(end)
+            return end
+        return await serve_run(
+            self._reader,
+            self._writer,
+            session=tools,
+            deadline=deadline,
+            max_done_bytes=2 * 6 * profile.output_limit_bytes
+            + MAX_VALUE_BYTES
+            + _RESULT_OVERHEAD_BYTES,
+        )
+
     def memory_bytes(self) -> int | None:
         """Memory currently charged to the container, from its cgroup."""
         evidence = read_evidence(self.id)
         return evidence.memory_bytes if evidence else None
 
     async def destroy(self) -> None:
-        """Kill and remove the container and its socket directory. Safe to call twice."""
-        self._writer.close()
-        with contextlib.suppress(ConnectionError, OSError):
-            await self._writer.wait_closed()
-        await _remove(self.container)
-        shutil.rmtree(self._socket_dir, ignore_errors=True)
+        """Kill and remove the container and its socket directory, whatever state the bridge
+        is in: what the guest has not read yet is dropped, never waited for. Safe to call
+        twice, and concurrently.
+
+        Raises:
+            SandboxError: the engine did not remove the container.
+        """
+        self._writer.transport.abort()
+        try:
+            await _remove(self.container)
+        finally:
+            shutil.rmtree(self._socket_dir, ignore_errors=True)
 
 
 def _run_detached(client: docker.DockerClient, config: dict[str, Any]) -> Container:
     with map_docker_errors():
-        container = client.containers.run(**config)
+        container = run_masked(client, config)
     if not isinstance(container, Container):
         raise SandboxFailure("the engine did not return a detached container")
     return container
 
 
 async def _remove(container: Container) -> None:
-    try:
-        await asyncio.to_thread(container.remove, force=True)
-    except docker.errors.APIError as exc:
-        # Gone already, or "removal already in progress": success from our side.
-        if exc.status_code not in (404, 409):
-            raise SandboxFailure(f"could not remove container {container.id}: {exc}") from exc
+    with map_docker_errors():
+        try:
+            await asyncio.to_thread(container.remove, force=True)
+        except docker.errors.APIError as exc:
+            # Gone already, or "removal already in progress": success from our side.
+            if exc.status_code not in (404, 409):
+                raise

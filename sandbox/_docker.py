@@ -1,4 +1,9 @@
-"""The Docker backend: every program in its own hardened container, warm ones pooled."""
+"""The Docker backend: every program in its own hardened container, warm ones pooled.
+
+:meth:`DockerBackend.close` ends everything the backend started in a bounded time: programs
+in flight (their containers are removed under them, and their runs return), kept sandboxes,
+the pool and the starts it has in progress, then anything still labelled as this backend's.
+"""
 
 from __future__ import annotations
 
@@ -19,7 +24,7 @@ import docker.errors
 from airlock.bridge import ToolSession
 from airlock.policies import Principal, SandboxProfile
 from airlock.sandbox._container import SandboxContainer
-from airlock.sandbox._errors import SandboxError, map_docker_errors
+from airlock.sandbox._errors import SandboxError, SandboxFailure, map_docker_errors
 from airlock.sandbox._kept import KeptSandbox
 from airlock.sandbox._owner import (
     LABEL,
@@ -36,6 +41,8 @@ __all__ = ["DEFAULT_IMAGE", "MAX_PROGRAM_BYTES", "DockerBackend"]
 
 DEFAULT_IMAGE: Final = "airlock-sandbox:latest"
 MAX_PROGRAM_BYTES: Final = 1024 * 1024
+_CLOSE_WAIT_S: Final = 5.0
+"""How long :meth:`DockerBackend.close` waits for removals in progress before its last sweep."""
 _log = logging.getLogger(__name__)
 
 
@@ -49,6 +56,7 @@ def _container_settings(profile: SandboxProfile) -> tuple[object, ...]:
         profile.tmpfs_bytes,
         profile.user,
         profile.seccomp_allowed,
+        profile.runtime,
     )
 
 
@@ -77,7 +85,10 @@ class DockerBackend:
         self._socket_root.chmod(0o755)
         self.pool = WarmPool(self._start_container, size=pool_size)
         self._cleanup: set[asyncio.Task[None]] = set()
+        self._active: set[SandboxContainer] = set()
+        """Containers running a program now (kept ones aside)."""
         self._started = False
+        self._closed = False
         self._kept: weakref.WeakSet[KeptSandbox] = weakref.WeakSet()
 
     @property
@@ -127,13 +138,22 @@ class DockerBackend:
         await self.close()
 
     async def _start_container(self, profile: SandboxProfile | None = None) -> SandboxContainer:
-        return await SandboxContainer.start(
+        self._refuse_if_closed()
+        container = await SandboxContainer.start(
             self.client,
             image=self.image,
             profile=profile or self.profile,
             labels={LABEL: "1", **self._owner_labels},
             socket_root=self._socket_root,
         )
+        if self._closed:  # closed while it started: nobody will run or remove it
+            await self._destroy(container)
+            self._refuse_if_closed()
+        return container
+
+    def _refuse_if_closed(self) -> None:
+        if self._closed:
+            raise SandboxFailure("this sandbox backend is closed; start a new DockerBackend")
 
     async def run(
         self,
@@ -148,8 +168,10 @@ class DockerBackend:
         session's registry as ``caller="code"``; without, it has no tools.
 
         Raises:
-            SandboxError: the engine, the image or a container start failed.
+            SandboxError: the engine, the image or a container start failed, or the backend
+                is closed.
         """
+        self._refuse_if_closed()
         if not self._started:
             await self.start()
         profile = profile or self.profile
@@ -172,13 +194,18 @@ class DockerBackend:
         pooled = container is not None
         if container is None:
             container = await self._start_container(profile)
+        self._active.add(container)
         try:
             result = await container.run(program, profile=profile, pooled=pooled, tools=tools)
         finally:
-            # Removal is off the result's path; close() waits for it.
-            task = asyncio.create_task(self._destroy(container))
-            self._cleanup.add(task)
-            task.add_done_callback(self._cleanup.discard)
+            self._active.discard(container)
+            if self._closed:
+                await self._destroy(container)
+            else:
+                # Removal is off the result's path; close() waits for it.
+                task = asyncio.create_task(self._destroy(container))
+                self._cleanup.add(task)
+                task.add_done_callback(self._cleanup.discard)
         return result.model_copy(update={"duration_s": time.perf_counter() - began})
 
     def keep(
@@ -190,7 +217,12 @@ class DockerBackend:
     ) -> KeptSandbox:
         """A kept sandbox for one conversation of ``owner``: programs run one after another
         in one container and see the top-level names earlier ones left (see
-        :class:`KeptSandbox`). :meth:`close` removes it with everything else."""
+        :class:`KeptSandbox`). :meth:`close` removes it with everything else.
+
+        Raises:
+            SandboxError: the backend is closed.
+        """
+        self._refuse_if_closed()
         kept = KeptSandbox(
             self._start_kept,
             owner=owner,
@@ -217,12 +249,20 @@ class DockerBackend:
             _log.warning("could not destroy sandbox container %s: %s", container.id, exc)
 
     async def close(self) -> None:
-        """Destroy the pool and every container this backend started."""
-        for kept in list(self._kept):
-            await kept.close()
-        await self.pool.close()
-        while self._cleanup:
-            await asyncio.gather(*list(self._cleanup), return_exceptions=True)
+        """Destroy every container this backend started: programs in flight, whatever their
+        bridge is doing (their runs then return), kept sandboxes, the pool and its starts in
+        progress; later runs are refused. Two waits of at most :data:`_CLOSE_WAIT_S` each
+        (kept sandboxes and the pool in parallel, then removals in progress) and a last
+        sweep: about a second with a responsive engine, ten seconds and the sweep at worst."""
+        self._closed = True
+        work = [kept.close() for kept in list(self._kept)]
+        work.append(self.pool.close())
+        work.extend(self._destroy(container) for container in list(self._active))
+        for outcome in await asyncio.gather(*work, return_exceptions=True):
+            if isinstance(outcome, BaseException):
+                _log.warning("closing the sandbox backend: %s", outcome)
+        if self._cleanup:
+            await asyncio.wait(list(self._cleanup), timeout=_CLOSE_WAIT_S)
         if self._client is not None:
             # Anything still labelled as ours (a start interrupted mid-way) goes too; only
             # ours, by this backend's own owner label.

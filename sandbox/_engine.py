@@ -39,9 +39,10 @@ def read_image_digest(image: str, *, timeout: float = 3.0) -> str:
     return digests[0] if digests else str(attrs.get("Id") or UNKNOWN_DIGEST)
 
 
-def check_engine(image: str, *, timeout: float = 10.0) -> list[ProbeFinding]:
-    """Whether the engine answers and holds ``image``: one finding per check, the first
-    failed one last (a missing engine says nothing about the image). Never raises."""
+def check_engine(image: str, *, timeout: float = 10.0, runtime: str = "runc") -> list[ProbeFinding]:
+    """Whether the engine answers, offers ``runtime`` and holds ``image``: one finding per
+    check, the first failed one last (a missing engine says nothing about the image). Never
+    raises."""
     findings: list[ProbeFinding] = []
     try:
         with map_docker_errors():
@@ -50,6 +51,19 @@ def check_engine(image: str, *, timeout: float = 10.0) -> list[ProbeFinding]:
             with map_docker_errors():
                 version = client.version().get("Version", "?")
             findings.append(ProbeFinding("engine reachable", True, f"Docker {version}", ""))
+            with map_docker_errors():
+                offered = sorted(client.info().get("Runtimes") or {})
+            if runtime not in offered:
+                findings.append(
+                    ProbeFinding(
+                        f"runtime {runtime}",
+                        False,
+                        f"the engine offers {', '.join(offered) or 'no runtime'}",
+                        "run `make engine` (installs runsc and registers it with dockerd)",
+                    )
+                )
+                return findings
+            findings.append(ProbeFinding(f"runtime {runtime}", True, ", ".join(offered), ""))
             with map_docker_errors():
                 found = client.images.get(image)
             findings.append(ProbeFinding("sandbox image", True, f"{image} {found.short_id}", ""))

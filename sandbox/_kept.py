@@ -6,6 +6,8 @@ earlier programs left. It is never shared: programs of another principal are ref
 container goes away after ``idle_timeout`` seconds without a program, after a program hits
 a limit or breaks the protocol (the runner may be in any state then), and on :meth:`close`;
 the next program then starts a new container with empty state, and :attr:`starts` counts up.
+:meth:`close` does not wait for a program in flight: it removes the container under it, and
+that program's run returns (its runner gone) within a bounded time.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ __all__ = ["KeptSandbox"]
 
 _log = logging.getLogger(__name__)
 _DROP_AFTER: Final = frozenset({"limit_exceeded", "protocol_error"})
+_CLOSE_WAIT_S: Final = 5.0
+"""How long :meth:`KeptSandbox.close` waits for a program in flight to notice its end."""
 
 
 class KeptSandbox:
@@ -158,11 +162,21 @@ class KeptSandbox:
                 _log.warning("could not destroy kept container %s: %s", container.id, exc)
 
     async def close(self) -> None:
-        """Remove the container; later programs are refused."""
-        async with self._lock:
-            self._closed = True
-            self._cancel_timer()
-            await self._drop()
+        """Remove the container, even under a program in flight (which then returns within
+        a bounded time, its runner gone); later programs are refused."""
+        self._closed = True
+        self._cancel_timer()
+        container = self._container
+        if container is not None:
+            try:
+                await container.destroy()
+            except SandboxError as exc:
+                _log.warning("could not destroy kept container %s: %s", container.id, exc)
+        try:
+            async with asyncio.timeout(_CLOSE_WAIT_S), self._lock:
+                await self._drop()
+        except TimeoutError:
+            _log.warning("a program of the kept sandbox of %s did not end", self.owner.user_id)
         for task in list(self._expiring):
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, SandboxFailure):

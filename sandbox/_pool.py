@@ -2,13 +2,13 @@
 
 A container leaves the pool for exactly one run and is destroyed after it. The pool refills
 in the background, starting at most :data:`_PARALLEL_STARTS` containers at a time so that
-refilling does not starve the runs in progress on a small machine.
+refilling does not starve the runs in progress on a small machine. Closing does not wait for
+starts in progress: it cancels them (a start removes what it created when cancelled).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -22,6 +22,8 @@ __all__ = ["WarmPool"]
 _log = logging.getLogger(__name__)
 _PARALLEL_STARTS: Final = 2
 _RETRY_DELAY_S: Final = 1.0
+_CLOSE_WAIT_S: Final = 5.0
+"""How long :meth:`WarmPool.close` waits for cancelled starts to remove their containers."""
 
 
 class WarmPool:
@@ -100,10 +102,23 @@ class WarmPool:
             await self._changed.wait_for(lambda: len(self._ready) >= count)
 
     async def close(self) -> None:
-        """Stop refilling and destroy every pooled container."""
+        """Stop refilling, cancel the starts in progress and destroy every pooled container,
+        in a bounded time.
+
+        Raises:
+            SandboxError: the engine did not remove a pooled container.
+        """
         self._closed = True
-        for task in list(self._tasks):
-            with contextlib.suppress(Exception):
-                await task
-        while self._ready:
-            await self._ready.popleft().destroy()
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            _, stuck = await asyncio.wait(tasks, timeout=_CLOSE_WAIT_S)
+            if stuck:
+                _log.warning("%d warm pool starts did not end in time", len(stuck))
+        ready = list(self._ready)
+        self._ready.clear()
+        outcomes = await asyncio.gather(*(c.destroy() for c in ready), return_exceptions=True)
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome

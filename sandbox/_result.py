@@ -33,7 +33,15 @@ class ProgramError(BaseModel):
     code: ErrorCode | None = Field(
         default=None,
         description="The stable code (`unknown_tool`, `not_found`, ...) when the program did "
-        "not catch a tool error.",
+        "not catch a tool error, or `result_too_large` for a final value over the limit.",
+    )
+    size_bytes: int | None = Field(
+        default=None,
+        description="For a final value over the limit (`ResultTooLarge`): its size, in bytes "
+        "of compact JSON.",
+    )
+    limit_bytes: int | None = Field(
+        default=None, description="For a final value over the limit: the limit, in bytes."
     )
 
 

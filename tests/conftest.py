@@ -75,6 +75,19 @@ class Sandbox:
         self.loop.call(self.backend.pool.wait_ready(self.backend.pool.size, timeout=timeout))
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _airlock_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """A temporary ``$AIRLOCK_HOME`` for the whole session: a ``Harness`` without an audit
+    store writes ``audit.db`` there, never to the real state directory."""
+    before = os.environ.get("AIRLOCK_HOME")
+    os.environ["AIRLOCK_HOME"] = str(tmp_path_factory.mktemp("airlock-home"))
+    yield
+    if before is None:
+        os.environ.pop("AIRLOCK_HOME", None)
+    else:
+        os.environ["AIRLOCK_HOME"] = before
+
+
 @pytest.fixture(scope="session")
 def sandbox() -> Iterator[Sandbox]:
     require_docker()

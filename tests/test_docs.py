@@ -79,15 +79,28 @@ export BILLING_TOKEN_ACME=tok_...              # a host secret: never in a conta
             "command itself (billing_service below) and exports every tenant's token"
         ),
         """\
-sandbox start, 50 runs each (ms)
+request -> first instruction, 50 runs each (ms)
 case                                       n       median ms        p99 ms  ratio
-cold: request -> first instruction        50         187.848       242.700  1335.41x warm: request -> first instruction
-warm: request -> first instruction        50           0.141         6.063
-cold: request -> result                   50         188.721       243.763  72.74x warm: request -> result
-warm: request -> result                   50           2.594        12.763
+runc cold                                 50         407.143      1352.707
+runc warm                                 50           0.905        56.684
+runsc cold                                50         819.619      1472.109  2.01x runc cold
+runsc warm                                50           2.127        26.648  2.35x runc warm
 
-idle pooled container memory (cgroup): median 12.9 MiB over 2 containers
-goals: warm median <= 10 ms, p99 <= 50 ms; idle pooled container <= 32 MiB""": _PERFORMANCE,
+request -> result, 50 runs each (ms)
+case                                       n       median ms        p99 ms  ratio
+runc cold                                 50         408.606      1353.983
+runc warm                                 50           6.944        62.252
+runsc cold                                50         832.704      1484.345  2.04x runc cold
+runsc warm                                50          15.475        81.917  2.23x runc warm
+
+tool call round trip, 500 sequential calls (us)
+case                                       n       median us        p99 us  ratio
+runc guest -> host -> guest              500         196.425      6681.919
+runsc guest -> host -> guest             500         647.004     24666.831  3.29x runc guest -> host -> guest
+
+runc: idle pooled container memory (cgroup): median 13.8 MiB over 2 containers
+runsc: idle pooled container memory (cgroup): median 29.4 MiB over 2 containers
+goals (runc): warm median <= 10 ms, p99 <= 50 ms; idle pooled container <= 32 MiB""": _PERFORMANCE,
         """\
 50000 calls per row; audit rows stored: 52000
 path                        median us    p99 us  overhead us   ratio    calls/s
@@ -130,6 +143,66 @@ throughput (one writer, sequential)
 ledger memory                          1,541 writes/s
 ledger disk NORMAL                       927 writes/s
 ledger disk FULL                         534 writes/s""": _PERFORMANCE,
+        """\
+longest record() of each 1,024 calls on the event loop, 20,000 calls (ms)
+case                                       n       median ms        p99 ms  ratio
+memory store (floor)                      20           0.027         0.074
+SQLite, inline every 1,024 (before)       20          17.807        25.609  1773.53x SQLite, writer thread (now)
+SQLite, writer thread (now)               20           0.010         2.348
+
+how late a 1 ms sleep on the same loop woke (ms)
+case                                       n       median ms        p99 ms  ratio
+memory store (floor)                     278           1.407         2.237
+SQLite, inline every 1,024 (before)      268           1.340        24.547  0.91x SQLite, writer thread (now)
+SQLite, writer thread (now)              330           1.476         8.171
+  memory store (floor)                     29,845 calls/s  longest record()   0.07 ms  probe woke >5 ms late 1 of 278 times
+  SQLite, inline every 1,024 (before)      19,996 calls/s  longest record()  25.61 ms  probe woke >5 ms late 19 of 268 times
+  SQLite, writer thread (now)              17,911 calls/s  longest record()   2.35 ms  probe woke >5 ms late 20 of 330 times
+
+a call that waits until its events are durable (ms per call)
+case                                       n       median ms        p99 ms  ratio
+durable call, 1 at a time               2048           0.515         2.686
+durable call, 8 at a time               2048           1.341         4.789  2.61x durable call, 1 at a time
+durable call, 64 at a time              2048           5.063         8.716  9.84x durable call, 1 at a time
+  durable call, 1 at a time: 1.0 calls per transaction, 1,646 calls/s
+  durable call, 8 at a time: 4.1 calls per transaction, 5,268 calls/s
+  durable call, 64 at a time: 32.0 calls per transaction, 12,146 calls/s
+
+audit queries at 100,000 events (43 MiB on disk, written in 2.9 s), 5 runs each (ms)
+case                                       n       median ms        p99 ms  ratio
+baseline: effects, empty log               5         641.492       673.227
+audit effects --since 1h                   5         581.920       678.434  0.91x baseline: effects, empty log
+audit find --resource inv_1* --since 7d     5         530.366       547.838  0.83x baseline: effects, empty log
+audit find --caller code --effect w,n      5         728.178       790.440  1.14x baseline: effects, empty log
+audit list                                 5         558.015       838.572  0.87x baseline: effects, empty log
+full scan (what --since did), in process     1        1208.663      1208.663  1.88x baseline: effects, empty log
+audit verify (whole chain), in process     1        1147.225      1147.225  1.79x baseline: effects, empty log
+peak memory of each command (MiB)
+  baseline: effects, empty log                    62.6
+  audit effects --since 1h                        62.8
+  audit find --resource inv_1* --since 7d         64.1
+  audit find --caller code --effect w,n           60.6
+  audit list                                      58.3
+  verify: 100,000 records, ok=True
+
+audit queries at 1,000,000 events (429 MiB on disk, written in 33.8 s), 5 runs each (ms)
+case                                       n       median ms        p99 ms  ratio
+baseline: effects, empty log               5         641.492       673.227
+audit effects --since 1h                   5         582.112       825.434  0.91x baseline: effects, empty log
+audit find --resource inv_1* --since 7d     5         815.849       913.061  1.27x baseline: effects, empty log
+audit find --caller code --effect w,n      5         579.325       591.272  0.90x baseline: effects, empty log
+audit list                                 5         776.451       878.944  1.21x baseline: effects, empty log
+full scan (what --since did), in process     1       11029.542     11029.542  17.19x baseline: effects, empty log
+audit verify (whole chain), in process     1       17008.770     17008.770  26.51x baseline: effects, empty log
+peak memory of each command (MiB)
+  baseline: effects, empty log                    62.6
+  audit effects --since 1h                        64.3
+  audit find --resource inv_1* --since 7d        111.2
+  audit find --caller code --effect w,n           76.1
+  audit list                                      58.3
+  verify: 1,000,000 records, ok=True
+
+goals: effects --since 1h and find at 10^6 events <= 1000 ms and <= 200 MiB""": _PERFORMANCE,
         """\
 bytes into the model's context: 200 invoices, find the duplicates
 case                                   calls    result bytes    call bytes     total
@@ -175,8 +248,8 @@ print(response.content[-1].text)""": (
 Kind = Literal["file", "python", "sh", "output", "not_run"]
 
 EXPECTED_KINDS: Final[dict[Path, dict[Kind, int]]] = {
-    README: {"file": 4, "python": 0, "sh": 7, "output": 0, "not_run": 9},
-    GUIDE: {"file": 5, "python": 14, "sh": 6, "output": 16, "not_run": 1},
+    README: {"file": 4, "python": 0, "sh": 8, "output": 0, "not_run": 10},
+    GUIDE: {"file": 5, "python": 15, "sh": 7, "output": 18, "not_run": 1},
 }
 
 

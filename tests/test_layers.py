@@ -31,7 +31,11 @@ ROOM_MAY_USE = {
 }
 GUEST = REPO / "sandbox" / "guest"
 # Guest modules import each other by file name inside the image.
-GUEST_MODULES = {p.stem for p in GUEST.glob("airlock_*.py")} | {"airlock_wire", "RestrictedPython"}
+GUEST_MODULES = {p.stem for p in GUEST.glob("airlock_*.py")} | {
+    "airlock_wire",
+    "RestrictedPython",
+    "pyseccomp",  # libseccomp's binding, for the second seccomp layer
+}
 LONG = 400
 
 

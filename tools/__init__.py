@@ -5,18 +5,23 @@ that tools over HTTP APIs share."""
 from airlock.tools._admission import Admission
 from airlock.tools._approvals import approve_preview, deny_preview
 from airlock.tools._audit import (
+    EXERCISED_STAGES,
     AdmissionDecision,
     AuditEvent,
-    AuditLog,
+    AuditSink,
     AuditStore,
     CallOutcome,
-    MemoryAuditStore,
     RunSummary,
     Stage,
     audit_event,
+    program_hash,
 )
+from airlock.tools._audit_chain import ChainReport
+from airlock.tools._audit_find import FoundCall, find_calls
+from airlock.tools._audit_log import AuditLog
 from airlock.tools._context import CALLERS, CallContext, Caller, Observations, RunAuthority
-from airlock.tools._credential import Credential
+from airlock.tools._credential import CREDENTIAL_NAME, Credential
+from airlock.tools._destination import Destination, parse_destination
 from airlock.tools._errors import (
     ERROR_CODES,
     AmbiguousWriteError,
@@ -41,9 +46,12 @@ from airlock.tools._errors import (
 )
 from airlock.tools._json import JSONObject, JSONValue
 from airlock.tools._ledger import LedgerStore, StepStateError
+from airlock.tools._memory_audit import MemoryAuditStore
 from airlock.tools._preview import STEP_STATES, Approval, Preview, Receipt, StepEvent, StepState
 from airlock.tools._process import ProcessMark, ProcessState
 from airlock.tools._reconcile import Resolution
+from airlock.tools._records import RecordsRead
+from airlock.tools._redact import escape_controls, redact
 from airlock.tools._registration import NAME_PATTERN
 from airlock.tools._registry import Registry
 from airlock.tools._rest import RestAdapter
@@ -59,7 +67,9 @@ from airlock.tools._writes import WritePath
 
 __all__ = [
     "CALLERS",
+    "CREDENTIAL_NAME",
     "ERROR_CODES",
+    "EXERCISED_STAGES",
     "NAME_PATTERN",
     "STEP_STATES",
     "Admission",
@@ -69,15 +79,19 @@ __all__ = [
     "ApprovalMismatchError",
     "AuditEvent",
     "AuditLog",
+    "AuditSink",
     "AuditStore",
     "CallContext",
     "CallOutcome",
     "Caller",
+    "ChainReport",
     "ConflictError",
     "Credential",
     "DeniedError",
+    "Destination",
     "ErrorCode",
     "FieldIssue",
+    "FoundCall",
     "InvalidInputError",
     "JSONObject",
     "JSONValue",
@@ -96,6 +110,7 @@ __all__ = [
     "ProtocolError",
     "RateLimitedError",
     "Receipt",
+    "RecordsRead",
     "Registry",
     "Resolution",
     "RestAdapter",
@@ -121,6 +136,11 @@ __all__ = [
     "audit_event",
     "deny_preview",
     "error_for_status",
+    "escape_controls",
+    "find_calls",
+    "parse_destination",
+    "program_hash",
+    "redact",
     "requires",
     "route_path",
     "write_tool",

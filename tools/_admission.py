@@ -23,13 +23,8 @@ from pydantic import BaseModel
 
 from airlock.policies import Effect
 from airlock.tools._arguments import raw_args_hash
-from airlock.tools._audit import (
-    AdmissionDecision,
-    AuditLog,
-    CallOutcome,
-    Stage,
-    audit_event,
-)
+from airlock.tools._audit import AdmissionDecision, CallOutcome, Stage, audit_event
+from airlock.tools._audit_log import AuditLog
 from airlock.tools._context import CallContext
 from airlock.tools._errors import DeniedError, ToolError
 from airlock.tools._spec import ToolSpec

@@ -1,41 +1,43 @@
-"""The audit log: one final event per call, buffered and written durably in batches.
+"""Audit events: what one call did, made in one place, and the contracts of their stores.
 
 Each call that reaches the registry ends with exactly one *final* event, written whichever
 step stopped it, built by :func:`audit_event` (the one place events are made). The event
 names that step (:attr:`AuditEvent.stage`), so it stands for the whole admission trail: a
 call stopped at ``authorize`` passed ``lookup`` and ``validate``.
 Later layers (the write path) may add non-final events (``final=False``) for steps with
-their own durable state; a reader counts calls by final events.
+their own durable state: a person's approval (:attr:`AuditEvent.approver`), each send of a
+commit; a reader counts calls by final events, and what ran by :attr:`AuditEvent.exercised`.
 
-:class:`AuditLog` buffers events in memory and hands them to an :class:`AuditStore` in
-batches; :meth:`AuditLog.flush` makes everything recorded so far durable and must be called
-before a run's result is returned (the harness does; the registry never blocks a call on it).
+An :class:`AuditStore` keeps events and the text of programs (by :func:`program_hash`);
+:class:`~airlock.tools.AuditLog` records into one without waiting and makes events durable
+before a call returns; an :class:`AuditSink` sees each stored batch (OpenTelemetry spans).
 """
 
 from __future__ import annotations
 
-import threading
+import hashlib
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from types import TracebackType
-from typing import Literal, Protocol
+from typing import Final, Literal, Protocol
 
 from airlock.policies import Effect, Principal
 from airlock.tools._context import Caller
 from airlock.tools._errors import Outcome
+from airlock.tools._redact import escape_controls, redact
 
 __all__ = [
+    "EXERCISED_STAGES",
     "AdmissionDecision",
     "AuditEvent",
-    "AuditLog",
+    "AuditSink",
     "AuditStore",
     "CallIdentity",
     "CallOutcome",
-    "MemoryAuditStore",
     "RunSummary",
     "Stage",
     "audit_event",
+    "program_hash",
 ]
 
 Stage = Literal[
@@ -49,6 +51,9 @@ CallOutcome = Outcome | Literal["preview"]
 """How a call ended: an :data:`~airlock.tools.Outcome` (``ok``, ``error``, ``unknown``), or
 ``preview``: a write call that stored its preview (waiting for approval, or approved by
 policy) and changed nothing yet."""
+EXERCISED_STAGES: Final[frozenset[Stage]] = frozenset({"execute", "shape", "done"})
+"""The stages at which a call has reached its handler (or a write step its system of
+record): its effects happened, or may have (see :attr:`AuditEvent.exercised`)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -65,7 +70,8 @@ class AuditEvent:
     user_id: str
     tenant_id: str
     args_hash: str
-    """BLAKE2b of the canonical JSON of the arguments, fields marked secret removed."""
+    """BLAKE2b of the canonical JSON of the arguments, fields marked secret removed; for a
+    program (``execute_code``), its :func:`program_hash`, under which its text is stored."""
     stage: Stage
     decision: AdmissionDecision
     rule: str
@@ -76,11 +82,28 @@ class AuditEvent:
     """The answer's code when the outcome is not ``ok`` (``needs_approval`` for a preview)."""
     duration_s: float
     effects: tuple[str, ...]
-    """The call's resolved effects, e.g. ``read(billing:invoice/inv_1)``; exercised when the
-    stage is ``execute`` or later."""
+    """The call's resolved effects, e.g. ``read(billing:invoice/inv_1)``; exercised when
+    :attr:`exercised` is true. A read tool that declares which records it returned
+    (``records=``) has one effect per record read."""
     detail: str | None = None
     """Operator-only detail (never shown to the model)."""
     final: bool = True
+    approver: str | None = None
+    """Who decided a write step: the person who approved or denied it, or ``policy:RULE``
+    when an approval rule allowed it; ``None`` on every other event."""
+
+    @property
+    def exercised(self) -> bool:
+        """Whether what this event records reached the tool or the system of record, so its
+        effects happened or may have: admission allowed it, it got to ``execute`` or later,
+        and it is not a ``preview``. So a read that ran counts (even one that then failed),
+        a write call that only stored its preview does not, and a write counts by the
+        events of its sends (``done`` when committed), never by its approval."""
+        return (
+            self.decision == "allow"
+            and self.stage in EXERCISED_STAGES
+            and self.outcome != "preview"
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -97,6 +120,13 @@ class RunSummary:
     users: tuple[str, ...]
     previews: int = 0
     """Write calls that stored a preview: neither ``ok`` nor ``error``."""
+
+
+def program_hash(text: str) -> str:
+    """The hash a program is recorded and stored under (BLAKE2b-128 of its UTF-8 text, in
+    hex): the ``args_hash`` of its ``execute_code`` event, and what ``airlock audit
+    program HASH`` takes."""
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
 
 
 class CallIdentity(Protocol):
@@ -129,172 +159,72 @@ def audit_event(
     final: bool = True,
     ts: float | None = None,
 ) -> AuditEvent:
-    """The audit event of ``who``'s call of ``tool``, ending at ``ts`` (default: now)."""
+    """The audit event of ``who``'s call of ``tool``, ending at ``ts`` (default: now).
+
+    What may come from elsewhere is made safe to record here, the one place events are made:
+    credentials are redacted from ``detail`` (an upstream's error body may echo the request's
+    ``Authorization`` header), and control characters in ``tool`` (the name as a program
+    sent it), ``rule``, ``effects`` and ``detail`` are escaped (see :mod:`._redact`).
+    """
     return AuditEvent(
         ts=time.time() if ts is None else ts,
         run_id=who.run_id,
         call_id=who.call_id,
         caller=who.caller,
-        tool=tool,
+        tool=escape_controls(tool),
         user_id=who.principal.user_id,
         tenant_id=who.principal.tenant_id,
         args_hash=args_hash,
         stage=stage,
         decision=decision,
-        rule=rule,
+        rule=escape_controls(rule),
         outcome=outcome,
         code=code,
         duration_s=duration_s,
-        effects=tuple(str(e) for e in effects),
-        detail=detail,
+        effects=tuple(escape_controls(str(e)) for e in effects),
+        detail=None if detail is None else escape_controls(redact(detail)),
         final=final,
     )
 
 
 class AuditStore(Protocol):
-    """Where audit events live. ``append`` returns only once the events are durable."""
+    """Where audit events and program texts live. ``append`` returns only once they are
+    durable; :class:`~airlock.tools.AuditLog` calls it from one writer thread at a time."""
 
-    def append(self, events: Sequence[AuditEvent]) -> None:
-        """Store ``events`` durably, all or none."""
+    def append(
+        self, events: Sequence[AuditEvent], programs: Mapping[str, str] | None = None
+    ) -> None:
+        """Store ``events`` and ``programs`` (text by :func:`program_hash`) durably, all or
+        none; a program already stored is kept once."""
 
     def query(
-        self, *, run_id: str | None = None, tool: str | None = None, limit: int | None = None
+        self,
+        *,
+        run_id: str | None = None,
+        tool: str | None = None,
+        since: float | None = None,
+        limit: int | None = None,
     ) -> list[AuditEvent]:
-        """Events in the order they were stored, filtered by run and/or tool."""
+        """Events in the order they were stored, filtered by run, tool and/or end time
+        (``ts >= since``)."""
 
     def runs(self, *, limit: int = 50) -> list[RunSummary]:
         """The most recent runs first."""
+
+    def program(self, digest: str) -> str | None:
+        """The text of the program stored under ``digest``, if any."""
 
     def close(self) -> None:
         """Release resources; the store is unusable afterwards."""
 
 
-class MemoryAuditStore:
-    """An :class:`AuditStore` in memory, for tests and for measuring without a disk."""
+class AuditSink(Protocol):
+    """Sees every batch of events once it is stored (on the log's writer thread, never on
+    the event loop), e.g. to export them as OpenTelemetry spans."""
 
-    def __init__(self) -> None:
-        self._events: list[AuditEvent] = []
-        self._lock = threading.Lock()
-
-    def append(self, events: Sequence[AuditEvent]) -> None:
-        with self._lock:
-            self._events.extend(events)
-
-    def query(
-        self, *, run_id: str | None = None, tool: str | None = None, limit: int | None = None
-    ) -> list[AuditEvent]:
-        with self._lock:
-            found = [
-                e
-                for e in self._events
-                if (run_id is None or e.run_id == run_id) and (tool is None or e.tool == tool)
-            ]
-        return found if limit is None else found[:limit]
-
-    def runs(self, *, limit: int = 50) -> list[RunSummary]:
-        with self._lock:
-            events = list(self._events)
-        by_run: dict[str, list[AuditEvent]] = {}
-        for event in events:
-            by_run.setdefault(event.run_id, []).append(event)
-        summaries = [summarize(run_id, group) for run_id, group in by_run.items()]
-        summaries.sort(key=lambda s: s.ended, reverse=True)
-        return summaries[:limit]
+    def emit(self, events: Sequence[AuditEvent]) -> None:
+        """Take ``events``; an exception is logged and never stops the audit log."""
 
     def close(self) -> None:
-        return None
-
-
-def summarize(run_id: str, events: Sequence[AuditEvent]) -> RunSummary:
-    """A :class:`RunSummary` of one run's events."""
-    final = [e for e in events if e.final]
-    return RunSummary(
-        run_id=run_id,
-        started=min(e.ts - e.duration_s for e in events),
-        ended=max(e.ts for e in events),
-        calls=len(final),
-        ok=sum(e.outcome == "ok" for e in final),
-        error=sum(e.outcome == "error" for e in final),
-        unknown=sum(e.outcome == "unknown" for e in final),
-        users=tuple(sorted({e.user_id for e in events})),
-        previews=sum(e.outcome == "preview" for e in final),
-    )
-
-
-class AuditLog:
-    """Buffers events and writes them to a store in batches; thread-safe.
-
-    ``record`` never waits for the disk unless the buffer is full; ``flush`` waits until
-    every event recorded before it is durable. Use as a context manager to flush and close.
-    """
-
-    def __init__(self, store: AuditStore, *, batch_size: int = 1024) -> None:
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be at least 1, not {batch_size!r}")
-        self.store = store
-        self._batch_size = batch_size
-        self._buffer: list[AuditEvent] = []
-        self._buffer_lock = threading.Lock()
-        self._write_lock = threading.Lock()
-
-    def record(self, event: AuditEvent) -> None:
-        """Add ``event``; writes a batch when the buffer is full."""
-        with self._buffer_lock:
-            self._buffer.append(event)
-            full = len(self._buffer) >= self._batch_size
-        if full:
-            self.flush()
-
-    def flush(self) -> None:
-        """Make every event recorded so far durable.
-
-        Raises:
-            Exception: whatever the store raised; the events stay buffered for a retry.
-        """
-        with self._write_lock:
-            with self._buffer_lock:
-                batch, self._buffer = self._buffer, []
-            if not batch:
-                return
-            try:
-                self.store.append(batch)
-            except BaseException:
-                with self._buffer_lock:
-                    self._buffer[:0] = batch
-                raise
-
-    @property
-    def pending(self) -> int:
-        """Events recorded but not yet durable."""
-        with self._buffer_lock:
-            return len(self._buffer)
-
-    def events(
-        self, *, run_id: str | None = None, tool: str | None = None, limit: int | None = None
-    ) -> list[AuditEvent]:
-        """Flush, then query the store."""
-        self.flush()
-        return self.store.query(run_id=run_id, tool=tool, limit=limit)
-
-    def runs(self, *, limit: int = 50) -> list[RunSummary]:
-        """Flush, then summarize the most recent runs."""
-        self.flush()
-        return self.store.runs(limit=limit)
-
-    def close(self) -> None:
-        """Flush and close the store."""
-        try:
-            self.flush()
-        finally:
-            self.store.close()
-
-    def __enter__(self) -> AuditLog:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
+        """Send anything buffered: the log closes, or the process exits, after its last
+        batch was stored."""

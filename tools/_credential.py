@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Final
 
 from airlock.tools._errors import DeniedError
+from airlock.tools._redact import remember_secret
 
 __all__ = ["CREDENTIAL_NAME", "Credential"]
 
@@ -54,7 +55,8 @@ class Credential:
         return cls(name, lambda: value)
 
     def reveal(self) -> str:
-        """The value, for the ``Authorization`` header only.
+        """The value, for the ``Authorization`` header only. From now on the audit log and
+        the REST adapter's details redact it wherever it appears (:func:`redact`).
 
         Raises:
             DeniedError: the credential is not configured on this host.
@@ -66,6 +68,7 @@ class Credential:
                 reason="policy",
                 detail=f"credential {self.name!r} is missing or malformed",
             )
+        remember_secret(value)
         return value
 
     def __repr__(self) -> str:

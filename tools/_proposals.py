@@ -156,5 +156,14 @@ def _approve_by_policy(
         )
     except StepStateError as exc:
         return exc.preview
-    sender.audit(approved, "authorize", "allow", rule, "ok", None, "approved by policy")
+    sender.audit(
+        approved,
+        "authorize",
+        "allow",
+        rule,
+        "ok",
+        None,
+        "approved by policy",
+        approver=f"policy:{rule}",
+    )
     return approved

@@ -5,17 +5,20 @@ from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+from types import MappingProxyType
 from typing import Any, Final
 
 from pydantic import BaseModel
 
 from airlock.policies import SCOPE_PATTERN, Effect, UsageError
 from airlock.tools._context import CALLERS, Caller
-from airlock.tools._credential import CREDENTIAL_NAME
+from airlock.tools._credential import CREDENTIAL_NAME, Credential
+from airlock.tools._destination import parse_destination
 from airlock.tools._invoke import is_async_callable
 from airlock.tools._json import JSONObject
+from airlock.tools._records import RecordsRead, refuse_bad_records
 from airlock.tools._schema import schema_problems, strict_schema
 from airlock.tools._signature import shape_of_handler
 from airlock.tools._spec import Precondition, Secret, ToolSpec
@@ -28,6 +31,7 @@ NAME_PATTERN: Final = r"^[a-z][a-z0-9]*(?:_[a-z0-9]+){2,}$"
 _SENTENCE_END = re.compile(r"[.!?](?:\s|$)")
 _MAX_TIMEOUT = 600.0
 _MAX_RESULT_BYTES = 16 * 1024 * 1024
+_TENANT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@:-]{0,127}$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +58,8 @@ def build_spec(
     max_result_bytes: int,
     destinations: Iterable[str] = (),
     credentials: Iterable[str] = (),
+    tenant_credentials: Mapping[str, str] | None = None,
+    records: RecordsRead | None = None,
 ) -> ToolSpec:
     """A :class:`ToolSpec` for ``fn`` from its signature, docstring and the given options.
 
@@ -85,6 +91,8 @@ def build_spec(
         max_result_bytes=max_result_bytes,
         destinations=tuple(destinations),
         credentials=tuple(credentials),
+        tenant_credentials=dict(tenant_credentials or {}),
+        records=records,
         takes_context=shape.takes_context,
         secret_fields=frozenset(
             field
@@ -96,6 +104,10 @@ def build_spec(
 
 def compile_tool(spec: ToolSpec) -> CompiledTool:
     """Check ``spec`` against the tool contract and precompute its schema.
+
+    The compiled spec lists, in canonical form, every destination and credential name the
+    tool declares, its adapter's included (a handler's own ``destinations`` and
+    ``credentials`` attributes), so the effect inventory reads them from the spec alone.
 
     Raises:
         UsageError: the first rule ``spec`` breaks, and how to fix it.
@@ -131,18 +143,21 @@ def compile_tool(spec: ToolSpec) -> CompiledTool:
         if not isinstance(effect, Effect):
             raise refuse(f"{effect!r} is not an Effect; build it with read(), write(), ...")
     _check_callers(spec, refuse)
+    refuse_bad_records(
+        spec.records, output_model=spec.output_model, effects=spec.effects, refuse=refuse
+    )
     if not re.match(SCOPE_PATTERN, spec.scope):
         raise refuse(f"scope {spec.scope!r} must be dotted lower case, e.g. 'billing.read'")
     if not 0 < spec.timeout <= _MAX_TIMEOUT:
         raise refuse(f"timeout {spec.timeout!r} must be over 0 and at most {_MAX_TIMEOUT:g} s")
     if not 0 < spec.max_result_bytes <= _MAX_RESULT_BYTES:
         raise refuse(f"max_result_bytes must be between 1 and {_MAX_RESULT_BYTES}")
-    for credential in spec.credentials:
-        if not (isinstance(credential, str) and re.match(CREDENTIAL_NAME, credential)):
-            raise refuse(
-                f"credential {credential!r} must be a credential's name (letters, digits, "
-                "'_', '.', ':', '-'), e.g. 'BILLING_TOKEN': pass Credential.name, never a value"
-            )
+    spec = replace(
+        spec,
+        destinations=_destinations(spec, refuse),
+        credentials=_credentials(spec, refuse),
+        tenant_credentials=MappingProxyType(dict(spec.tenant_credentials)),
+    )
     fields = set(spec.input_model.model_fields)
     if spec.write is None:
         _check_effects(spec, fields, refuse)
@@ -188,3 +203,54 @@ def _check_effects(spec: ToolSpec, fields: set[str], refuse: Callable[[str], Usa
         missing = sorted(effect.placeholders - fields)
         if missing:
             raise refuse(f"effect {effect} names {missing}, which are not input fields")
+
+
+def _adapter_facts(
+    spec: ToolSpec, attribute: str, refuse: Callable[[str], UsageError]
+) -> list[object]:
+    """What the handler (an adapter object) declares under ``attribute``, if anything."""
+    value = getattr(spec.handler, attribute, None)
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, Iterable) and not isinstance(value, Mapping):
+        return list(value)
+    raise refuse(
+        f"its handler's {attribute!r} is a {type(value).__name__}; an adapter declares "
+        f"{attribute} as a list of strings, for the effect inventory"
+    )
+
+
+def _destinations(spec: ToolSpec, refuse: Callable[[str], UsageError]) -> tuple[str, ...]:
+    found: set[str] = set()
+    for item in (*spec.destinations, *_adapter_facts(spec, "destinations", refuse)):
+        if not isinstance(item, str):
+            raise refuse(f"destination {item!r} must be a string such as 'https://api.example.com'")
+        try:
+            found.add(parse_destination(item).text)
+        except ValueError as exc:
+            raise refuse(str(exc)) from None
+    return tuple(sorted(found))
+
+
+def _credentials(spec: ToolSpec, refuse: Callable[[str], UsageError]) -> tuple[str, ...]:
+    adapter = [
+        item.name if isinstance(item, Credential) else item
+        for item in _adapter_facts(spec, "credentials", refuse)
+    ]
+    names: set[str] = set()
+    for credential in (*spec.credentials, *adapter, *spec.tenant_credentials.values()):
+        if not (isinstance(credential, str) and re.match(CREDENTIAL_NAME, credential)):
+            raise refuse(
+                f"credential {credential!r} must be a credential's name (letters, digits, "
+                "'_', '.', ':', '-'), e.g. 'BILLING_TOKEN': pass Credential.name, never a value"
+            )
+        names.add(credential)
+    for tenant in spec.tenant_credentials:
+        if not (isinstance(tenant, str) and _TENANT.match(tenant)):
+            raise refuse(
+                f"tenant_credentials key {tenant!r} must be a tenant id (letters, digits and "
+                "_ . @ : -, starting with a letter or digit)"
+            )
+    return tuple(sorted(names))

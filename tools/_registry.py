@@ -38,7 +38,7 @@ from airlock.tools._arguments import (
     validate_arguments,
     validated_args_hash,
 )
-from airlock.tools._audit import AuditLog, MemoryAuditStore
+from airlock.tools._audit_log import AuditLog
 from airlock.tools._context import CallContext, Caller
 from airlock.tools._errors import (
     ConflictError,
@@ -51,6 +51,7 @@ from airlock.tools._errors import (
     UpstreamError,
 )
 from airlock.tools._json import JSONObject
+from airlock.tools._records import RecordsRead, record_effects
 from airlock.tools._registration import CompiledTool, build_spec, compile_tool
 from airlock.tools._schema import ToolDefinition
 from airlock.tools._shaping import shape_result
@@ -67,12 +68,13 @@ class Registry:
     """A set of tools and the admission of every call to them.
 
     Args:
-        audit: where call events go; an in-memory log when omitted.
+        audit: where call events go; when omitted, a provisional log in memory that a
+            ``Harness`` gives its durable store (see ``AuditLog.provisional``).
         max_input_bytes: largest canonical JSON of one call's arguments.
     """
 
     def __init__(self, *, audit: AuditLog | None = None, max_input_bytes: int = 1 << 20) -> None:
-        self.audit = audit if audit is not None else AuditLog(MemoryAuditStore())
+        self.audit = audit if audit is not None else AuditLog()
         self._max_input_bytes = max_input_bytes
         self._tools: dict[str, CompiledTool] = {}
         self._evidence: set[str] = set()
@@ -108,6 +110,8 @@ class Registry:
         max_result_bytes: int = 64_000,
         destinations: Iterable[str] = (),
         credentials: Iterable[str] = (),
+        tenant_credentials: Mapping[str, str] | None = None,
+        records: RecordsRead | None = None,
     ) -> Callable[[F], F]:
         """Register the decorated function as a tool; the function itself is unchanged.
 
@@ -117,7 +121,11 @@ class Registry:
         unless ``description`` is given. ``reversible`` defaults to true for tools with only
         read/network effects. ``destinations`` are the origins the tool's adapter reaches
         (``adapter.destinations``) and ``credentials`` the names of the credentials it sends
-        (``adapter.credentials``), both listed by the effect inventory.
+        (``adapter.credentials``), both listed by the effect inventory; when the tool picks
+        a credential by the principal's tenant, ``tenant_credentials`` maps each tenant id to
+        the name its calls send, so the inventory says which one each principal uses.
+        ``records`` says where the result names the records a listing returned
+        (:class:`~airlock.tools.RecordsRead`), so its audit event holds one effect per record.
 
         Raises:
             UsageError: as :meth:`register`.
@@ -139,6 +147,8 @@ class Registry:
                     max_result_bytes=max_result_bytes,
                     destinations=destinations,
                     credentials=credentials,
+                    tenant_credentials=tenant_credentials,
+                    records=records,
                 )
             )
             return fn
@@ -253,6 +263,9 @@ class Registry:
             trail.failed(exc)
             raise
         trail.stage = "done"
+        if spec.records is not None:  # the records it returned, one effect each
+            named = record_effects(spec.records, shaped, trail.effects)
+            trail.effects = trail.effects if named is None else named
         trail.record("ok")
         if spec.name in self._evidence and ctx.observations is not None:
             ctx.observations.record(spec.name, admission.values)

@@ -18,6 +18,9 @@ model, made once, here.
   before anything was sent, for GET and for writes with an ``Idempotency-Key`` only, while
   the deadline allows the wait. A write without a key is sent once.
 - **Statuses**: mapped to tool errors in one place, :func:`error_for_status`.
+- **What is kept**: an error body or a transport failure is kept for the operator (the
+  error's ``detail``) with credentials redacted (:func:`redact`): an upstream that echoes
+  the request's headers must not put the ``Authorization`` header into the audit store.
 
 It is one module over 400 lines on purpose: every rule above acts inside one request loop
 (:meth:`RestAdapter.request`), and splitting the loop would scatter one decision over several
@@ -51,6 +54,7 @@ from airlock.tools._errors import (
     UpstreamError,
 )
 from airlock.tools._json import JSONObject, JSONValue
+from airlock.tools._redact import redact
 from airlock.tools._rest_errors import SAFE_METHODS, error_for_status, parse_retry_after
 from airlock.tools._rest_paths import origin_of, route_path
 
@@ -273,7 +277,9 @@ class RestAdapter:
                         client, request, budget=budget, safe=safe, what=what
                     )
                 except httpx.ConnectError as exc:  # nothing was sent: safe to try again
-                    failure: ToolError = UpstreamError(detail=f"{what}: cannot connect: {exc}")
+                    failure: ToolError = UpstreamError(
+                        detail=redact(f"{what}: cannot connect: {exc}")
+                    )
                     wait = self.backoff * 2 ** (attempt - 1)
                 except (httpx.TimeoutException, TimeoutError) as exc:
                     raise self._timed_out(what, budget, safe, idempotency_key) from exc
@@ -281,14 +287,16 @@ class RestAdapter:
                     if not safe:
                         raise AmbiguousWriteError(
                             idempotency_key=idempotency_key,
-                            detail=f"{what}: {type(exc).__name__}: {exc}"[:300],
+                            detail=redact(f"{what}: {type(exc).__name__}: {exc}"[:300]),
                         ) from exc
-                    failure = UpstreamError(detail=f"{what}: {type(exc).__name__}: {exc}"[:300])
+                    failure = UpstreamError(
+                        detail=redact(f"{what}: {type(exc).__name__}: {exc}"[:300])
+                    )
                     wait = self.backoff * 2 ** (attempt - 1)
                 except httpx.HTTPError as exc:  # e.g. an undecodable body: an answer came
                     raise UpstreamError(
                         outcome="error" if safe else "unknown",
-                        detail=f"{what}: {type(exc).__name__}: {exc}"[:300],
+                        detail=redact(f"{what}: {type(exc).__name__}: {exc}"[:300]),
                     ) from exc
                 else:
                     _log.debug("%s -> %s (attempt %d)", what, status, attempt)
@@ -400,11 +408,13 @@ async def _read_capped(response: httpx.Response, cap: int, *, refuse: bool) -> b
 
 
 def _status_detail(what: str, status: int, headers: httpx.Headers, data: bytes) -> str:
-    """Operator-log detail: route, status, redirect target host, the start of the body."""
+    """Operator-log detail: route, status, redirect target host, the start of the body, with
+    credentials redacted (the body may echo the request's headers)."""
     detail = f"{what} -> {status}"
     location = headers.get("location")
     if location:
         host = httpx.URL(location).host if "://" in location else "(same host)"
         detail += f"; redirect to {host} refused"
-    text = data[:300].decode("utf-8", "replace")
+    # The whole kept body is redacted before it is cut, so no cut can split a credential.
+    text = redact(data.decode("utf-8", "replace"))[:300]
     return f"{detail}; body {text!r}" if text else detail

@@ -14,7 +14,8 @@ other 4xx    upstream           the adapter asked something the service does not
 ===========  =================  =====================================================
 
 A write (any method but GET) that got a 5xx may have acted, so its outcome is ``unknown``;
-every 4xx is a definite refusal, outcome ``error``.
+every 4xx is a definite refusal, outcome ``error``. The operator's ``detail`` is kept with
+credentials redacted (:func:`~airlock.tools.redact`), whoever built it.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from airlock.tools._errors import (
     ToolError,
     UpstreamError,
 )
+from airlock.tools._redact import redact
 
 __all__ = ["SAFE_METHODS", "error_for_status", "parse_retry_after"]
 
@@ -46,13 +48,15 @@ def error_for_status(
 ) -> ToolError:
     """The tool error for a non-2xx ``status`` answered to ``method``.
 
-    ``detail`` (method, route, status) goes to the operator log only, never to the model.
+    ``detail`` (method, route, status) goes to the operator log only, never to the model,
+    and never with a credential in it.
 
     Raises:
         ValueError: ``status`` is not an HTTP status (100-599) or is a success.
     """
     if not 100 <= status <= 599 or 200 <= status <= 299:
         raise ValueError(f"status {status!r} is not an HTTP error status")
+    detail = redact(detail)
     if status in (400, 422):
         return InvalidInputError(
             "the service refused these arguments; check them and call again", detail=detail

@@ -21,7 +21,8 @@ import anyio
 from pydantic import BaseModel
 
 from airlock.policies import Principal
-from airlock.tools._audit import AdmissionDecision, AuditLog, CallOutcome, Stage, audit_event
+from airlock.tools._audit import AdmissionDecision, CallOutcome, Stage, audit_event
+from airlock.tools._audit_log import AuditLog
 from airlock.tools._context import Caller
 from airlock.tools._errors import (
     AmbiguousWriteError,
@@ -31,7 +32,7 @@ from airlock.tools._errors import (
 )
 from airlock.tools._invoke import invoke
 from airlock.tools._ledger import LedgerStore, StepStateError
-from airlock.tools._preview import Preview, Receipt, ResolvedBy, StepState
+from airlock.tools._preview import Approval, Preview, Receipt, ResolvedBy, StepState
 from airlock.tools._process import ProcessMark
 from airlock.tools._shaping import shape_result
 from airlock.tools._spec import ToolSpec
@@ -39,6 +40,7 @@ from airlock.tools._write_contract import WriteContract
 
 __all__ = [
     "Sender",
+    "approver_of",
     "contract_of",
     "effect_of",
     "owner_alive",
@@ -221,24 +223,47 @@ class Sender:
         outcome: CallOutcome,
         code: str | None,
         detail: str | None,
+        *,
+        approver: str | None = None,
     ) -> None:
-        """Record a non-final audit event for a step of ``preview``."""
-        self.audit_log.record(
-            audit_event(
-                _StepCall(preview.principal, preview.run_id, preview.id),
-                preview.tool,
-                stage=stage,
-                decision=decision,
-                rule=rule,
-                outcome=outcome,
-                code=code,
-                args_hash=preview.fingerprint[:32],
-                effects=preview.effects,
-                detail=detail,
-                final=False,
-                ts=self.clock(),
-            )
+        """Record a non-final audit event for a step of ``preview``; ``approver`` names who
+        approved or denied it (a person, or ``policy:RULE``). A send's events (``execute``,
+        ``done``) name the approver the ledger holds for it, wherever the approval was given
+        (``airlock approvals approve`` in another process, say)."""
+        if approver is None and stage in ("execute", "done"):
+            approver = self._approver(preview.id)
+        event = audit_event(
+            _StepCall(preview.principal, preview.run_id, preview.id),
+            preview.tool,
+            stage=stage,
+            decision=decision,
+            rule=rule,
+            outcome=outcome,
+            code=code,
+            args_hash=preview.fingerprint[:32],
+            effects=preview.effects,
+            detail=detail,
+            final=False,
+            ts=self.clock(),
         )
+        if approver is not None:
+            event = dataclasses.replace(event, approver=approver)
+        self.audit_log.record(event)
+
+    def _approver(self, preview_id: str) -> str | None:
+        try:
+            approval = self.ledger.approval(preview_id)
+        except Exception:  # the send's own outcome matters more than naming its approver
+            _log.warning("could not read the approval of %s", preview_id, exc_info=True)
+            return None
+        return None if approval is None else approver_of(approval)
+
+
+def approver_of(approval: Approval) -> str:
+    """Who approved, as the audit log names it: the person, or ``policy:RULE``."""
+    if approval.kind == "person" or approval.approver.startswith("policy:"):
+        return approval.approver
+    return f"policy:{approval.approver}"
 
 
 @dataclass(frozen=True, slots=True)

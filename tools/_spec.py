@@ -10,6 +10,7 @@ from pydantic import BaseModel
 
 from airlock.policies import Effect
 from airlock.tools._context import Caller
+from airlock.tools._records import RecordsRead
 from airlock.tools._write_contract import WriteContract
 
 __all__ = ["Precondition", "Secret", "ToolSpec", "requires"]
@@ -82,6 +83,15 @@ class ToolSpec:
     """Names of the credentials its adapter sends (``BILLING_TOKEN_ACME``), never their
     values, for the effect inventory; a REST adapter's
     :attr:`~airlock.tools.RestAdapter.credentials`."""
+    tenant_credentials: Mapping[str, str] = field(default_factory=dict)
+    """When the adapter picks a credential by the principal's tenant: tenant id -> the name
+    of the credential that tenant's calls send (``{"acme": "BILLING_TOKEN_ACME"}``), so the
+    effect inventory can say which one each principal uses. A tenant not listed has none
+    (its calls are refused). Empty: every principal's calls may send any of
+    :attr:`credentials`."""
     write: WriteContract | None = None
     """Set for write tools (built with ``write_tool``): prepare and commit instead of
     ``handler``; a direct call yields a preview, never an effect."""
+    records: RecordsRead | None = None
+    """Set for a read tool whose result names the records it returned (``records=``): its
+    calls' audit events then hold one effect per record instead of the declared pattern."""

@@ -1,130 +1,206 @@
-"""The audit log's SQLite store: WAL mode, one transaction per batch, safe across processes."""
+"""The audit log's SQLite store: WAL mode, one transaction per batch, safe across processes,
+each record chained to the one before it, and indexes for the questions asked of it.
+
+Tables: ``audit_events`` (one row per event, numbered 1, 2, 3, ... by ``id``, with its
+``chain``; see :mod:`airlock.tools._audit_chain`), ``audit_effects`` (each event's effects
+split into kind and target: what ``airlock audit find`` searches), ``audit_programs`` (the
+text of each program once, by hash) and ``audit_head`` (how many records were written).
+Indexes on run, tool, time, effect target and effect kind keep queries of a period or a
+resource from reading the whole log.
+"""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Sequence
+import functools
+import sqlite3
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from airlock.tools._audit import AuditEvent, RunSummary
+from airlock.tools._audit_chain import (
+    GENESIS,
+    ChainReport,
+    canonical,
+    head_mac,
+    link_numbered,
+    load_key,
+    split_effect,
+    verify_chain,
+)
+from airlock.tools._audit_schema import (
+    COLUMNS,
+    INSERT_EFFECT,
+    INSERT_EVENT,
+    INSERT_PROGRAM,
+    SCHEMA,
+    SET_HEAD,
+    event_of_row,
+    refuse_old_schema,
+    row_of,
+)
 from airlock.tools._sqlite_connection import SQLiteConnection
 
 __all__ = ["SQLiteAuditStore"]
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS audit_events (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    ts REAL NOT NULL,
-    run_id TEXT NOT NULL,
-    call_id TEXT NOT NULL,
-    caller TEXT NOT NULL,
-    tool TEXT NOT NULL,
-    user_id TEXT NOT NULL,
-    tenant_id TEXT NOT NULL,
-    args_hash TEXT NOT NULL,
-    stage TEXT NOT NULL,
-    decision TEXT NOT NULL,
-    rule TEXT NOT NULL,
-    outcome TEXT NOT NULL,
-    code TEXT,
-    duration_s REAL NOT NULL,
-    effects TEXT NOT NULL,
-    detail TEXT,
-    final INTEGER NOT NULL
-);
-CREATE INDEX IF NOT EXISTS audit_events_run ON audit_events (run_id, id);
-CREATE INDEX IF NOT EXISTS audit_events_tool ON audit_events (tool, id);
-"""
-_COLUMNS = (
-    "ts, run_id, call_id, caller, tool, user_id, tenant_id, args_hash, stage, decision, "
-    "rule, outcome, code, duration_s, effects, detail, final"
-)
-_INSERT = f"INSERT INTO audit_events ({_COLUMNS}) VALUES ({', '.join('?' * 17)})"
+T = TypeVar("T")
 
 
 class SQLiteAuditStore:
-    """An :class:`~airlock.tools.AuditStore` in one SQLite file.
+    """An :class:`~airlock.tools.AuditStore` in one SQLite file, chained and indexed.
 
     WAL mode lets readers (``airlock audit``) work while a harness writes; writers in other
-    processes wait up to ``busy_timeout`` seconds. Within a process one connection serves all
-    threads under a lock; a forked child opens its own. ``synchronous="FULL"`` (the default)
-    syncs each batch to disk; ``"NORMAL"`` survives a crash of the process but not of the
-    machine. ``readonly`` opens an existing file without creating or changing anything.
+    processes wait up to ``busy_timeout`` seconds and extend the same chain. Within a
+    process one connection serves all threads under a lock; a forked child opens its own.
+    ``synchronous="FULL"`` (the default) syncs each batch to disk; ``"NORMAL"`` survives a
+    crash of the process but not of the machine. ``readonly`` opens an existing file
+    without creating or changing anything.
+
+    The chain's key is read from ``key_file`` (default: the database's path plus ``.key``),
+    which a new store creates (mode 0600). A read-only store reads it only to :meth:`verify`.
+
+    Raises:
+        AuditStoreError: the file was written by an older airlock (no chain), or it holds
+            records and its key is missing.
     """
 
     def __init__(
         self,
         path: str | Path,
         *,
-        synchronous: Literal["FULL", "NORMAL"] = "FULL",
+        key_file: str | Path | None = None,
+        synchronous: Literal["FULL", "NORMAL", "OFF"] = "FULL",
         busy_timeout: float = 10.0,
         readonly: bool = False,
     ) -> None:
         self.path = Path(path)
+        memory = str(path) == ":memory:"
+        self.key_file = Path(key_file) if key_file is not None else Path(f"{self.path}.key")
+        if not memory:
+            refuse_old_schema(self.path)
         self._db = SQLiteConnection(
             self.path,
-            _SCHEMA,
+            SCHEMA,
             label="the audit store",
             synchronous=synchronous,
             busy_timeout=busy_timeout,
             readonly=readonly,
         )
-
-    def append(self, events: Sequence[AuditEvent]) -> None:
-        rows = [
-            (
-                e.ts,
-                e.run_id,
-                e.call_id,
-                e.caller,
-                e.tool,
-                e.user_id,
-                e.tenant_id,
-                e.args_hash,
-                e.stage,
-                e.decision,
-                e.rule,
-                e.outcome,
-                e.code,
-                e.duration_s,
-                json.dumps(e.effects),
-                e.detail,
-                int(e.final),
+        self._key: bytes | None = None
+        if memory:
+            self._key = bytes(32)
+        elif not readonly:
+            has_records = self._db.read(
+                lambda conn: conn.execute("SELECT 1 FROM audit_events LIMIT 1").fetchone()
             )
-            for e in events
-        ]
+            self._key = load_key(self.key_file, create=has_records is None)
+
+    # -- writing --------------------------------------------------------------------------
+
+    def append(
+        self, events: Sequence[AuditEvent], programs: Mapping[str, str] | None = None
+    ) -> None:
+        key = self._chain_key()
+        rows, encoded, effects = [], [], []
+        for count, event in enumerate(events, 1):
+            row = row_of(event)
+            rows.append(row)
+            encoded.append(canonical(row))
+            effects.append([split_effect(e) for e in event.effects])
+            if count % 128 == 0:
+                # Serializing is Python work under the GIL: let other threads (the event
+                # loop) run between slices, so a large batch never holds them up for long.
+                time.sleep(0)
         with self._db.transaction() as conn:
-            conn.executemany(_INSERT, rows)
+            last = conn.execute(
+                "SELECT id, chain FROM audit_events ORDER BY id DESC LIMIT 1"
+            ).fetchone()
+            number, chain = (0, GENESIS) if last is None else (int(last[0]), bytes(last[1]))
+            chained: list[tuple[Any, ...]] = []
+            indexed: list[tuple[Any, ...]] = []
+            for row, rest, split in zip(rows, encoded, effects, strict=True):
+                number += 1
+                chain = link_numbered(key, chain, number, rest)
+                chained.append((number, *row, chain))
+                indexed.extend((number, *effect) for effect in split)
+            conn.executemany(INSERT_EVENT, chained)
+            if indexed:
+                conn.executemany(INSERT_EFFECT, indexed)
+            if programs:
+                conn.executemany(
+                    INSERT_PROGRAM,
+                    [(d, t.encode("utf-8", "surrogatepass")) for d, t in programs.items()],
+                )
+            if chained:
+                conn.execute(SET_HEAD, (number, chain, head_mac(key, number, chain)))
+
+    def _chain_key(self) -> bytes:
+        if self._key is None:
+            raise sqlite3.OperationalError(f"the audit store {self.path} is open read-only")
+        return self._key
+
+    # -- reading --------------------------------------------------------------------------
 
     def query(
-        self, *, run_id: str | None = None, tool: str | None = None, limit: int | None = None
+        self,
+        *,
+        run_id: str | None = None,
+        tool: str | None = None,
+        since: float | None = None,
+        limit: int | None = None,
     ) -> list[AuditEvent]:
-        where, params = [], []
-        if run_id is not None:
-            where.append("run_id = ?")
-            params.append(run_id)
-        if tool is not None:
-            where.append("tool = ?")
-            params.append(tool)
-        sql = f"SELECT {_COLUMNS} FROM audit_events"
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        sql += " ORDER BY id"
+        where, params = _filters(run_id=run_id, tool=tool, since=since)
+        hint = _index_for(run_id=run_id, tool=tool, since=since)
+        sql = f"SELECT {COLUMNS} FROM audit_events{hint}{where} ORDER BY id"
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
         rows = self._db.read(lambda conn: conn.execute(sql, params).fetchall())
-        return [_event(row) for row in rows]
+        return [event_of_row(row) for row in rows]
+
+    def records(
+        self, *, run_id: str | None = None, since: float | None = None, until: float | None = None
+    ) -> Iterator[tuple[int, AuditEvent, str]]:
+        """Every stored event as (record number, event, chain in hex), in order, read in
+        pages so that exporting a large log holds one page in memory."""
+        where, params = _filters(run_id=run_id, since=since, until=until)
+        hint = _index_for(run_id=run_id, since=since)
+        sql = (
+            f"SELECT id, {COLUMNS}, chain FROM audit_events{hint}{where}"
+            f"{' AND' if where else ' WHERE'} id > ? ORDER BY id LIMIT 1000"
+        )
+        after = 0
+        while True:
+            page = self._db.read(functools.partial(_page, sql, [*params, after]))
+            if not page:
+                return
+            for row in page:
+                yield int(row[0]), event_of_row(row[1:-1]), bytes(row[-1]).hex()
+            after = int(page[-1][0])
 
     def runs(self, *, limit: int = 50) -> list[RunSummary]:
-        sql = """
-            SELECT run_id, MIN(ts - duration_s), MAX(ts),
-                   SUM(final), SUM(final AND outcome = 'ok'),
-                   SUM(final AND outcome = 'error'), SUM(final AND outcome = 'unknown'),
-                   GROUP_CONCAT(DISTINCT user_id), SUM(final AND outcome = 'preview')
-            FROM audit_events GROUP BY run_id ORDER BY MAX(id) DESC LIMIT ?
-        """
-        rows = self._db.read(lambda conn: conn.execute(sql, (int(limit),)).fetchall())
+        def recent(conn: sqlite3.Connection) -> list[Any]:
+            # The most recent runs by their latest record, found from the end of the log
+            # (not by grouping all of it), then summed up by the run index.
+            chosen: dict[str, None] = {}
+            for (run,) in conn.execute("SELECT run_id FROM audit_events ORDER BY id DESC"):
+                chosen.setdefault(run)
+                if len(chosen) >= limit:
+                    break
+            if not chosen:
+                return []
+            marks = ", ".join("?" * len(chosen))
+            return conn.execute(
+                f"""SELECT run_id, MIN(ts - duration_s), MAX(ts),
+                       SUM(final), SUM(final AND outcome = 'ok'),
+                       SUM(final AND outcome = 'error'), SUM(final AND outcome = 'unknown'),
+                       GROUP_CONCAT(DISTINCT user_id), SUM(final AND outcome = 'preview'),
+                       MAX(id)
+                FROM audit_events WHERE run_id IN ({marks})
+                GROUP BY run_id ORDER BY MAX(id) DESC""",
+                list(chosen),
+            ).fetchall()
+
         return [
             RunSummary(
                 run_id=r[0],
@@ -137,31 +213,68 @@ class SQLiteAuditStore:
                 users=tuple(sorted(str(r[7]).split(","))),
                 previews=r[8],
             )
-            for r in rows
+            for r in self._db.read(recent)
         ]
+
+    def program(self, digest: str) -> str | None:
+        row = self._db.read(
+            lambda conn: conn.execute(
+                "SELECT text FROM audit_programs WHERE hash = ?", (digest,)
+            ).fetchone()
+        )
+        return None if row is None else bytes(row[0]).decode("utf-8", "surrogatepass")
+
+    def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """``fn(connection)`` under the store's lock: for queries of its own
+        (:func:`~airlock.tools.find_calls`)."""
+        return self._db.read(fn)
+
+    def verify(self) -> ChainReport:
+        """Check every record against the chain, the head, the effect index and every
+        stored program; the report names the first that does not fit.
+
+        Raises:
+            AuditStoreError: the key is missing or unreadable.
+        """
+        key = self._key if self._key is not None else load_key(self.key_file, create=False)
+        return self._db.read(lambda conn: verify_chain(conn, key, COLUMNS))
 
     def close(self) -> None:
         self._db.close()
 
 
-def _event(row: tuple[Any, ...]) -> AuditEvent:
-    effects = json.loads(str(row[14]))
-    return AuditEvent(
-        ts=float(row[0]),
-        run_id=str(row[1]),
-        call_id=str(row[2]),
-        caller=row[3],
-        tool=str(row[4]),
-        user_id=str(row[5]),
-        tenant_id=str(row[6]),
-        args_hash=str(row[7]),
-        stage=row[8],
-        decision=row[9],
-        rule=str(row[10]),
-        outcome=row[11],
-        code=None if row[12] is None else str(row[12]),
-        duration_s=float(row[13]),
-        effects=tuple(str(e) for e in effects),
-        detail=None if row[15] is None else str(row[15]),
-        final=bool(row[16]),
-    )
+def _page(sql: str, params: list[Any], conn: sqlite3.Connection) -> list[Any]:
+    return conn.execute(sql, params).fetchall()
+
+
+def _filters(
+    *,
+    run_id: str | None = None,
+    tool: str | None = None,
+    since: float | None = None,
+    until: float | None = None,
+) -> tuple[str, list[Any]]:
+    where: list[str] = []
+    params: list[Any] = []
+    for clause, value in (
+        ("run_id = ?", run_id),
+        ("tool = ?", tool),
+        ("ts >= ?", since),
+        ("ts < ?", until),
+    ):
+        if value is not None:
+            where.append(clause)
+            params.append(value)
+    return (" WHERE " + " AND ".join(where) if where else ""), params
+
+
+def _index_for(
+    *, run_id: str | None = None, tool: str | None = None, since: float | None = None
+) -> str:
+    # Without statistics SQLite would rather scan the table in id order than sort what an
+    # index finds; these filters are narrow, so the index is the right choice.
+    if run_id is not None:
+        return " INDEXED BY audit_events_run"
+    if tool is not None:
+        return " INDEXED BY audit_events_tool"
+    return "" if since is None else " INDEXED BY audit_events_ts"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from pydantic import BaseModel
@@ -34,6 +34,7 @@ def write_tool(
     max_result_bytes: int = 64_000,
     destinations: Iterable[str] = (),
     credentials: Iterable[str] = (),
+    tenant_credentials: Mapping[str, str] | None = None,
 ) -> ToolSpec:
     """The :class:`ToolSpec` of a write tool; register it with ``registry.register(spec)``.
 
@@ -46,7 +47,8 @@ def write_tool(
     with the run id and tool, make the idempotency key. ``lookup(effect, key)`` answers
     whether the system of record holds the key, for reconciliation. ``destinations`` are the origins
     its adapter reaches and ``credentials`` the names of the credentials it sends, for the
-    effect inventory.
+    effect inventory; ``tenant_credentials`` maps each tenant id to the name its calls send,
+    when the tool picks a credential by the principal's tenant.
 
     The tool is callable directly only; registration checks the contract.
 
@@ -67,6 +69,7 @@ def write_tool(
         max_result_bytes=max_result_bytes,
         destinations=tuple(destinations),
         credentials=tuple(credentials),
+        tenant_credentials=dict(tenant_credentials or {}),
         write=WriteContract(
             prepare=prepare,
             commit=commit,

@@ -51,7 +51,7 @@ from airlock.tools._preview import Approval, Preview, Receipt, ResolvedBy
 from airlock.tools._proposals import propose_write
 from airlock.tools._reconcile import Resolution, resolve
 from airlock.tools._registry import Registry
-from airlock.tools._sender import Sender
+from airlock.tools._sender import Sender, approver_of
 from airlock.tools._spec import ToolSpec
 
 __all__ = ["WritePath"]
@@ -152,7 +152,14 @@ class WritePath:
         )
         preview = load_preview(self.ledger, preview_id)
         self._sender.audit(
-            preview, "authorize", "allow", approval.rule, "ok", None, f"approved by {approver}"
+            preview,
+            "authorize",
+            "allow",
+            approval.rule,
+            "ok",
+            None,
+            f"approved by {approver}",
+            approver=approver_of(approval),
         )
         return approval
 
@@ -166,7 +173,14 @@ class WritePath:
             self.ledger, preview_id, approver=approver, reason=reason, now=self.clock()
         )
         self._sender.audit(
-            preview, "authorize", "deny", preview.rule, "error", "denied", reason[:200]
+            preview,
+            "authorize",
+            "deny",
+            preview.rule,
+            "error",
+            "denied",
+            reason[:200],
+            approver=approver,
         )
         return preview
 

@@ -1,67 +1,81 @@
-"""``airlock audit``: read the audit log (``list`` runs, ``show RUN``, ``effects``)."""
+"""``airlock audit``: read, search, check and export the audit log.
+
+``list`` runs, ``show RUN``, ``effects`` (what a run exercised, or what no run used),
+``find`` (which runs touched a resource, or used an effect kind), ``program HASH`` (the
+text of a program that ran), ``verify`` (the hash chain) and ``export`` (JSON lines). Every
+command but ``program`` and ``export`` takes ``--json``.
+"""
 
 from __future__ import annotations
 
-import datetime as dt
-import time
+import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from airlock.cli._inventory import load_inventory, usage_errors
-from airlock.cli._settings import Settings
-from airlock.inventory import (
-    ANY_PRINCIPAL,
-    Selection,
-    parse_since,
-    run_effects,
-    unused_effects,
-    users_of,
+from airlock.cli._audit_queries import (
+    DbOption,
+    JsonOption,
+    SinceOption,
+    event_json,
+    find,
+    open_store,
+    print_json,
+    since_cutoff,
+    time_text,
+    unused_or_run_effects,
 )
+from airlock.cli._inventory import usage_errors
+from airlock.harness import EXECUTE_CODE
 from airlock.policies import UsageError
-from airlock.sandbox import UNKNOWN_DIGEST
-from airlock.tools import AuditEvent, SQLiteAuditStore
 
 __all__ = ["audit_app"]
 
 audit_app = typer.Typer(
     name="audit",
-    help="Read the audit log: which runs called which tools, and how each call ended.",
+    help="Read the audit log: which runs called which tools, what they touched, and whether "
+    "the log is intact.",
     no_args_is_help=True,
 )
-
-DbOption = Annotated[
-    Path | None,
-    typer.Option("--db", help="Audit database (default: the one in AIRLOCK_HOME)."),
-]
-
-
-def _open(db: Path | None) -> SQLiteAuditStore:
-    path = db if db is not None else Settings.from_env().audit_db
-    if not path.exists():
-        Console(stderr=True).print(f"no audit log at {path}; run something first or pass --db")
-        raise typer.Exit(code=1)
-    return SQLiteAuditStore(path, readonly=True)
-
-
-def _time(ts: float) -> str:
-    return dt.datetime.fromtimestamp(ts, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+audit_app.command("effects")(unused_or_run_effects)
+audit_app.command("find")(find)
 
 
 @audit_app.command("list")
 def list_runs(
     db: DbOption = None,
     limit: Annotated[int, typer.Option(min=1, help="Show at most this many runs.")] = 50,
+    json_output: JsonOption = False,
 ) -> None:
     """List the most recent runs with their call counts by outcome."""
-    store = _open(db)
-    try:
+    with _store(db) as store:
         runs = store.runs(limit=limit)
-    finally:
-        store.close()
+    if json_output:
+        print_json(
+            {
+                "runs": [
+                    {
+                        "run_id": r.run_id,
+                        "started": r.started,
+                        "ended": r.ended,
+                        "calls": r.calls,
+                        "ok": r.ok,
+                        "preview": r.previews,
+                        "error": r.error,
+                        "unknown": r.unknown,
+                        "users": list(r.users),
+                    }
+                    for r in runs
+                ]
+            }
+        )
+        return
     table = Table(title="airlock runs (most recent first)")
     counts = ("calls", "ok", "preview", "error", "unknown")
     for column in ("run", "started (UTC)", *counts, "users"):
@@ -69,7 +83,7 @@ def list_runs(
     for run in runs:
         table.add_row(
             run.run_id,
-            _time(run.started),
+            time_text(run.started),
             str(run.calls),
             str(run.ok),
             str(run.previews),
@@ -85,34 +99,26 @@ def show_run(
     run: Annotated[str, typer.Argument(help="The run id, as `audit list` prints it.")],
     db: DbOption = None,
     tool: Annotated[str | None, typer.Option(help="Only calls of this tool.")] = None,
+    json_output: JsonOption = False,
 ) -> None:
-    """Show every call of one run: tool, caller, where admission stopped, outcome, effects."""
-    store = _open(db)
-    try:
-        events = store.query(run_id=run, tool=tool)
-    finally:
-        store.close()
+    """Show every record of one run: tool, caller, where admission stopped, outcome,
+    effects, and who approved a write."""
+    with _store(db) as store:
+        events = [(n, e) for n, e, _ in store.records(run_id=run) if tool in (None, e.tool)]
     if not events:
         Console(stderr=True).print(f"no audit events for run {run!r}")
         raise typer.Exit(code=1)
+    if json_output:
+        print_json({"run_id": run, "events": [event_json(n, e) for n, e in events]})
+        return
     table = Table(title=f"run {run}")
-    for column in (
-        "time (UTC)",
-        "call",
-        "caller",
-        "tool",
-        "stage",
-        "decision",
-        "rule",
-        "outcome",
-        "code",
-        "ms",
-        "effects",
-    ):
-        table.add_column(column, justify="right" if column == "ms" else "left")
-    for e in events:
+    columns = ("record", "time (UTC)", "call", "caller", "tool", "stage", "decision", "rule")
+    for column in (*columns, "outcome", "code", "ms", "effects", "approver"):
+        table.add_column(column, justify="right" if column in ("ms", "record") else "left")
+    for number, e in events:
         table.add_row(
-            _time(e.ts),
+            str(number),
+            time_text(e.ts),
             e.call_id,
             e.caller,
             e.tool,
@@ -122,122 +128,129 @@ def show_run(
             e.outcome,
             e.code or "",
             f"{e.duration_s * 1000:.2f}",
-            "\n".join(e.effects),
+            _effects_text(e.effects),
+            e.approver or "",
         )
-    Console(width=240).print(table)
+    Console(width=260).print(table)
 
 
-@audit_app.command("effects")
-def effects(
-    run: Annotated[str | None, typer.Argument(help="A run id: what this run touched.")] = None,
-    since: Annotated[
+@audit_app.command("program")
+def show_program(
+    digest: Annotated[
         str | None,
-        typer.Option(help="A period such as 7d: reachable effects no run used in it."),
+        typer.Argument(
+            metavar="[HASH]", help="The program's hash (its args_hash in `audit show`)."
+        ),
     ] = None,
-    registry: Annotated[
-        str, typer.Option(help="The tool registry, as MODULE:OBJECT.", show_default=False)
-    ] = "",
-    policy: Annotated[
-        Path | None, typer.Option(help="The policy file (TOML).", dir_okay=False)
-    ] = None,
-    principal: Annotated[
-        list[str] | None,
-        typer.Option(help="Principal(s) to judge against (default: the run's user, or all)."),
+    run: Annotated[
+        str | None, typer.Option(help="Every program this run ran, in order, instead.")
     ] = None,
     db: DbOption = None,
 ) -> None:
-    """Effects a run exercised, set against what was reachable (RUN), or the reachable
-    effects no run used in a period (--since 7d): candidates for removal.
-
-    Exits 1 when a run exercised something the current inventory does not allow.
-    """
+    """Print the text of a program that ran, by its hash (or a unique prefix of it), or
+    every program of a run (--run RUN), each under a comment line naming it."""
     with usage_errors():
-        if (run is None) == (since is None):
-            raise UsageError("give a RUN id or --since PERIOD (for example --since 7d)")
-        if not registry or policy is None:
-            raise UsageError("give --registry MODULE:OBJECT and --policy FILE")
-        window = parse_since(since) if since is not None else None
-    store = _open(db)
+        if (digest is None) == (run is None):
+            raise UsageError("give a program's HASH or --run RUN")
+    with _store(db) as store:
+        if run is not None:
+            ran = [(n, e) for n, e, _ in store.records(run_id=run) if e.tool == EXECUTE_CODE]
+            texts = [(n, e, store.program(e.args_hash)) for n, e in ran if e.final]
+        else:
+            prefix = (digest or "").lower()
+            found = store.read(
+                lambda conn: conn.execute(
+                    "SELECT hash FROM audit_programs WHERE hash >= ? AND hash < ? LIMIT 2",
+                    (prefix, prefix + "g"),
+                ).fetchall()
+            )
+            text = store.program(str(found[0][0])) if len(found) == 1 else None
+    if run is not None:
+        if not texts:
+            Console(stderr=True).print(f"run {run!r} ran no program")
+            raise typer.Exit(code=1)
+        for number, event, text in texts:
+            sys.stdout.write(
+                f"# record {number}, call {event.call_id}, program {event.args_hash}\n"
+            )
+            sys.stdout.write(_ended(text if text is not None else "# (its text is not stored)"))
+        return
+    if text is None:
+        why = "matches more than one program" if len(found) > 1 else "is not a stored program"
+        Console(stderr=True).print(f"{digest!r} {why}; `airlock audit show RUN` lists hashes")
+        raise typer.Exit(code=1)
+    sys.stdout.write(_ended(text))
+
+
+def _ended(text: str) -> str:
+    return text if text.endswith("\n") else text + "\n"
+
+
+@audit_app.command("verify")
+def verify(
+    db: DbOption = None,
+    key: Annotated[
+        Path | None,
+        typer.Option(help="The chain key (default: the database path plus .key).", dir_okay=False),
+    ] = None,
+    json_output: JsonOption = False,
+) -> None:
+    """Check the hash chain: every record, the head, the effect index and every stored
+    program. Exits 1 naming the first record that was changed, is missing, or is out of
+    place."""
+    with _store(db, key=key) as store, usage_errors():
+        report = store.verify()
+    if json_output:
+        print_json(
+            {
+                "ok": report.ok,
+                "records": report.records,
+                "head": report.head,
+                "programs": report.programs,
+                "last_chain": report.last_chain,
+                "problem": report.problem,
+                "record": report.record,
+                "detail": report.detail,
+            }
+        )
+    elif report.ok:
+        Console(highlight=False).print(
+            f"ok: {report.records} records and {report.programs} programs, chain intact; "
+            f"last chain {report.last_chain or '(empty)'}"
+        )
+    else:
+        Console(stderr=True, highlight=False).print(
+            f"[red]{report.problem}[/]: record {report.record}: {report.detail} "
+            f"({report.records} records before it are intact)"
+        )
+    raise typer.Exit(0 if report.ok else 1)
+
+
+@audit_app.command("export")
+def export(
+    db: DbOption = None,
+    since: SinceOption = None,
+    run: Annotated[str | None, typer.Option(help="Only the records of this run.")] = None,
+) -> None:
+    """Write the records as JSON lines on standard output, oldest first, each with its
+    record number and chain (to keep a copy elsewhere, or feed another system)."""
+    cutoff = since_cutoff(since)
+    with _store(db) as store:
+        for number, event, chain in store.records(run_id=run, since=cutoff):
+            line: dict[str, Any] = event_json(number, event)
+            line["chain"] = chain
+            sys.stdout.write(json.dumps(line, ensure_ascii=False) + "\n")
+
+
+def _effects_text(effects: tuple[str, ...], shown: int = 20) -> str:
+    more = len(effects) - shown
+    return "\n".join(effects[:shown]) + (f"\n… {more} more" if more > 0 else "")
+
+
+@contextmanager
+def _store(db: Path | None, *, key: Path | None = None) -> Iterator[Any]:
+    store = open_store(db, key=key)
     try:
-        events = store.query(run_id=run)
+        yield store
     finally:
         store.close()
-    console = Console(width=200, highlight=False)
-    if run is not None:
-        _run_effects(console, run, events, registry, policy, principal)
-    else:
-        cutoff = time.time() - (window or 0)
-        recent = [e for e in events if e.ts >= cutoff]
-        _unused(console, since or "", recent, registry, policy, principal)
-
-
-def _run_effects(
-    console: Console,
-    run: str,
-    events: list[AuditEvent],
-    registry: str,
-    policy: Path,
-    principals: list[str] | None,
-) -> None:
-    if not events:
-        Console(stderr=True).print(f"no audit events for run {run!r}")
-        raise typer.Exit(code=1)
-    users = users_of(events)
-    chosen = tuple(principals or dict.fromkeys(user for user, _ in users))
-    tenant = users[0][1] if len(users) == 1 and not principals else None
-    with usage_errors():
-        loaded = load_inventory(
-            registry,
-            policy,
-            selection=Selection(every_principal=False, principals=chosen, roles=(), tenant=tenant),
-            image_digest=UNKNOWN_DIGEST,
-        )
-    failed = False
-    for subject in loaded.inventory.subjects:
-        mine = [e for e in events if e.user_id in (subject.name, subject.user_id)]
-        found = run_effects(mine, subject)
-        table = Table(title=f"run {run}: effects exercised by {subject.name}")
-        for column in ("tool", "callers", "calls", "effects exercised", "outside the inventory"):
-            table.add_column(column, justify="right" if column == "calls" else "left")
-        for item in found:
-            table.add_row(
-                item.tool,
-                ", ".join(item.callers),
-                str(item.calls),
-                "\n".join(item.effects),
-                "\n".join(item.outside),
-            )
-        console.print(table if found else f"{subject.name}: no call of this run ran")
-        called = {item.tool for item in found}
-        idle = [t.name for t in subject.tools if t.reach and t.name not in called]
-        console.print(f"reachable but not called in this run: {', '.join(idle) or 'none'}")
-        failed |= any(item.outside for item in found)
-    raise typer.Exit(1 if failed else 0)
-
-
-def _unused(
-    console: Console,
-    since: str,
-    events: list[AuditEvent],
-    registry: str,
-    policy: Path,
-    principals: list[str] | None,
-) -> None:
-    selection = Selection(
-        every_principal=not principals, principals=tuple(principals or ()), roles=(), tenant=None
-    )
-    with usage_errors():
-        loaded = load_inventory(registry, policy, selection=selection, image_digest=UNKNOWN_DIGEST)
-    named = set(loaded.document.principals)
-    for subject in loaded.inventory.subjects:
-        if subject.name == ANY_PRINCIPAL:
-            mine = [e for e in events if e.user_id not in named]
-        else:
-            mine = [e for e in events if e.user_id == subject.name]
-        unused = unused_effects(mine, subject)
-        table = Table(title=f"reachable by {subject.name}, never used in the last {since}")
-        table.add_column("tool")
-        table.add_column("unused")
-        for item in unused:
-            table.add_row(item.tool, item.effect or "the whole tool (never called)")
-        console.print(table if unused else f"{subject.name}: every reachable effect was used")

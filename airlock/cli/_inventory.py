@@ -1,13 +1,18 @@
 """``airlock inventory`` and ``airlock program-effects``: what an agent can reach.
 
-Exit codes: 0 done (and, with ``--check``, the reachable set did not grow); 1 the reachable
-set grew (``--check``), or a program has unresolved or unknown tool uses; 2 a usage error
-(bad ``--registry``, policy file, lock file, ...), printed with its stable code.
+Exit codes of ``inventory``: 0 done (and, with ``--check``, the reachable set did not grow);
+1 the reachable set grew (``--check``); 2 a usage error (bad ``--registry``, policy file,
+lock file, ...), printed with its stable code.
+
+Exit codes of ``program-effects``: 0 complete (every tool the program can call is listed);
+1 resolved, but it names a tool the principal cannot call from code; 2 a usage error;
+3 unresolved (a route the analysis cannot follow: it may reach every tool callable from code).
 """
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -19,8 +24,10 @@ from rich.console import Console
 from rich.table import Table
 
 from airlock.cli._settings import Settings
+from airlock.frontends import ANTHROPIC_URL
 from airlock.inventory import (
     Format,
+    HarnessConnection,
     Inventory,
     PolicyDocument,
     ProgramEffects,
@@ -29,6 +36,7 @@ from airlock.inventory import (
     build_inventory,
     check_program,
     compare_locks,
+    harness_connections,
     load_policy_document,
     load_registry,
     lock_from_inventory,
@@ -38,12 +46,26 @@ from airlock.inventory import (
     sandbox_effects,
     write_lock,
 )
-from airlock.policies import AirlockError, SandboxProfile, UsageError
+from airlock.policies import AirlockError, UsageError
 from airlock.sandbox import read_image_digest
 
-__all__ = ["inventory", "load_inventory", "program_effects", "usage_errors"]
+__all__ = [
+    "MCP_HOST",
+    "MODEL_KEY",
+    "harness",
+    "inventory",
+    "load_inventory",
+    "program_effects",
+    "usage_errors",
+]
 
 _FORMATS: Final = ("table", "json", "markdown")
+MODEL_KEY: Final = "ANTHROPIC_API_KEY"
+"""The environment variable ``airlock chat`` reads the live model's key from."""
+MCP_HOST: Final = "127.0.0.1"
+"""Where ``airlock serve --mcp --http`` listens (``airlock.frontends.mcp.LOOPBACK``; that
+module needs the ``mcp`` extra, so the inventory names it here and a test keeps them equal)."""
+_EXIT_PROGRAM: Final = {"complete": 0, "unknown_tools": 1, "unresolved": 3}
 
 RegistryOption = Annotated[
     str, typer.Option("--registry", help="The tool registry, as MODULE:OBJECT.", show_default=False)
@@ -100,16 +122,29 @@ def load_inventory(
         every_principal=selection.every_principal,
         tenant=selection.tenant,
     )
-    image = Settings.from_env().image
-    digest = image_digest if image_digest is not None else read_image_digest(image)
+    settings = Settings.from_env()
+    digest = image_digest if image_digest is not None else read_image_digest(settings.image)
     built = build_inventory(
         catalog,
         subjects,
-        sandbox=sandbox_effects(SandboxProfile(), image=image, image_digest=digest),
+        # The profile serve and chat run programs under: the policy file's [sandbox] table.
+        sandbox=sandbox_effects(document.policy.sandbox, image=settings.image, image_digest=digest),
         registry=registry,
         policy=str(policy),
+        harness=harness(settings),
     )
     return Loaded(built, catalog, document)
+
+
+def harness(settings: Settings) -> tuple[HarnessConnection, ...]:
+    """The connections airlock's own commands make under ``settings`` and this environment."""
+    return harness_connections(
+        home=settings.home,
+        model_endpoint=ANTHROPIC_URL,
+        model_credential=MODEL_KEY,
+        mcp_host=MCP_HOST,
+        docker_host=os.environ.get("DOCKER_HOST") or None,
+    )
 
 
 def _format(value: str) -> Format:
@@ -143,7 +178,8 @@ def inventory(
     ] = None,
 ) -> None:
     """List every tool a principal can reach, with its effects, destinations, credential
-    names and approval rule, the sandbox's own effects, and the composed reachable set."""
+    names, preconditions and approval rule, the sandbox's own effects under the policy's
+    [sandbox] profile, the harness's own connections, and the composed reachable set."""
     with usage_errors():
         chosen = _format(fmt)
         if every and principal:
@@ -187,8 +223,9 @@ def program_effects(
 ) -> None:
     """Before a program runs: the tools it can call and their effects, from its source.
 
-    Exits 1 when a call cannot be resolved (a computed name, ...) or names a tool the
-    principal cannot call from code.
+    Exits 0 when complete, 1 when it names a tool the principal cannot call from code, and
+    3 when it is unresolved: a route the analysis cannot follow (a computed name, dynamic
+    code, frames, ...) means it may reach every tool callable from code.
     """
     with usage_errors():
         chosen = _format(fmt)
@@ -201,10 +238,11 @@ def program_effects(
             raise UsageError(f"cannot read the program {str(program)!r}: {exc}") from exc
         report = check_program(source, catalog, subject.principal)
     if chosen == "json":
-        typer.echo(json.dumps({**report.model_dump(mode="json"), "complete": report.complete}))
+        summary = {"complete": report.complete, "verdict": report.verdict}
+        typer.echo(json.dumps({**report.model_dump(mode="json"), **summary}))
     else:
         typer.echo(_program_table(report), nl=False)
-    raise typer.Exit(0 if report.complete else 1)
+    raise typer.Exit(_EXIT_PROGRAM[report.verdict])
 
 
 def _program_table(report: ProgramEffects) -> str:
@@ -231,4 +269,5 @@ def _program_table(report: ProgramEffects) -> str:
                 f"{', '.join(report.may_reach) or 'none'}",
                 markup=False,
             )
+        console.print(f"verdict: {report.verdict}", markup=False)
     return captured.get()

@@ -27,7 +27,7 @@ from airlock.harness import Harness, Session
 from airlock.inventory import load_policy_document, load_tool_registry
 from airlock.policies import UsageError
 from airlock.sandbox import DockerBackend, SandboxError
-from airlock.tools import SQLiteLedgerStore
+from airlock.tools import SQLiteAuditStore, SQLiteLedgerStore
 
 __all__ = ["open_session", "serve"]
 
@@ -43,7 +43,9 @@ async def open_session(
     settings: Settings,
 ) -> AsyncIterator[Session]:
     """A session for ``user`` over the registry, the policy, a Docker sandbox and the ledger
-    (``ledger.db`` in ``AIRLOCK_HOME`` when None), open for as long as the block runs.
+    (``ledger.db`` in ``AIRLOCK_HOME`` when None), open for as long as the block runs. Its
+    calls are audited in ``audit.db`` in ``AIRLOCK_HOME`` unless the registry has a store of
+    its own, each durable before its answer returns; the log is flushed and closed at the end.
 
     Raises:
         RegistryRefError, PolicyFileError, UsageError: the registry, policy or principal is
@@ -57,15 +59,22 @@ async def open_session(
         ledger = default_ledger()
     ledger.parent.mkdir(parents=True, exist_ok=True)
     store = SQLiteLedgerStore(ledger)
+    audit: SQLiteAuditStore | None = None
     try:
-        async with DockerBackend(image=settings.image, pool_size=settings.pool_size) as backend:
-            harness = Harness(catalog, document.policy, backend, store)
+        if catalog.audit.provisional:
+            audit = SQLiteAuditStore(settings.audit_db)
+        async with DockerBackend(
+            image=settings.image, profile=document.policy.sandbox, pool_size=settings.pool_size
+        ) as backend:
+            harness = Harness(catalog, document.policy, backend, store, audit=audit)
             if harness.writes is not None:
                 # Writes a crash left undecided are resolved before this session commits any.
                 await harness.writes.reconcile()
             yield harness.session(subject.principal)
     finally:
         store.close()
+        if audit is not None:
+            catalog.audit.close()
 
 
 async def _stop_on_signal(scope: anyio.CancelScope) -> None:

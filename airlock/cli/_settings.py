@@ -7,12 +7,9 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from airlock.harness import airlock_home
+
 __all__ = ["Settings"]
-
-
-def _default_home() -> Path:
-    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(state) / "airlock"
 
 
 class Settings(BaseModel):
@@ -21,8 +18,10 @@ class Settings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     home: Path = Field(
-        default_factory=_default_home,
-        description="Directory for the audit log, the ledger and run sockets.",
+        default_factory=airlock_home,
+        description="Directory for the audit log (audit.db and its chain key audit.db.key), "
+        "the ledger and run sockets: AIRLOCK_HOME, else XDG_STATE_HOME/airlock, else "
+        "~/.local/state/airlock.",
     )
     image: str = Field(
         default="airlock-sandbox:latest",
@@ -34,16 +33,15 @@ class Settings(BaseModel):
 
     @property
     def audit_db(self) -> Path:
-        """SQLite file of the audit log."""
+        """SQLite file of the audit log (a ``Harness`` without a store of its own writes
+        there too); its chain key is ``audit.db.key`` beside it."""
         return self.home / "audit.db"
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Settings:
         """Read ``AIRLOCK_HOME``, ``AIRLOCK_IMAGE`` and ``AIRLOCK_POOL_SIZE``."""
         env = os.environ if environ is None else environ
-        values: dict[str, object] = {}
-        if home := env.get("AIRLOCK_HOME"):
-            values["home"] = Path(home)
+        values: dict[str, object] = {"home": airlock_home(env)}
         if image := env.get("AIRLOCK_IMAGE"):
             values["image"] = image
         if pool := env.get("AIRLOCK_POOL_SIZE"):

@@ -1,5 +1,7 @@
 """The harness: a model's tool calls become admitted reads, sandboxed programs and write
-previews, one :class:`Session` per conversation, within its :class:`Budget`.
+previews, one :class:`Session` per conversation, within its :class:`Budget`; every call is
+in the audit log (SQLite under :func:`airlock_home` unless the application chose a store)
+before its answer returns, and :class:`AuditSpans` exports it as OpenTelemetry spans.
 
 :class:`ModelTool` and :class:`ModelResult` are the provider-neutral surface every front end
 (:mod:`airlock.frontends`) renders.
@@ -8,7 +10,9 @@ previews, one :class:`Session` per conversation, within its :class:`Budget`.
 from airlock.harness._budget import Budget
 from airlock.harness._execute_code import EXECUTE_CODE, ExecuteCodeArgs
 from airlock.harness._harness import Harness, NoToolsWarning
+from airlock.harness._home import airlock_home
 from airlock.harness._model_tools import ModelResult, ModelTool, ModelToolSurface
+from airlock.harness._otel import AuditSpans
 from airlock.harness._paused import PendingWrite
 from airlock.harness._results import HARNESS_CODES, HarnessCode, failure
 from airlock.harness._session import Session
@@ -16,6 +20,7 @@ from airlock.harness._session import Session
 __all__ = [
     "EXECUTE_CODE",
     "HARNESS_CODES",
+    "AuditSpans",
     "Budget",
     "ExecuteCodeArgs",
     "Harness",
@@ -26,5 +31,6 @@ __all__ = [
     "NoToolsWarning",
     "PendingWrite",
     "Session",
+    "airlock_home",
     "failure",
 ]

@@ -77,7 +77,8 @@ def describe_execute_code(
         f"{profile.memory_bytes // 2**20} MiB memory, {calls} tool calls, a result of at most "
         f"{result_bytes} bytes (a larger one is refused as result_too_large: return a "
         f"summary), {profile.tmpfs_bytes // 2**20} MiB of scratch space in /tmp.",
-        "A program cannot: reach the network; write, change or delete anything (only the "
+        "A program cannot: reach the network or open sockets; run other programs "
+        "(subprocess and exec are refused); write, change or delete anything (only the "
         "read tools below exist); read or write files outside /tmp; see credentials or "
         f"environment variables; {state} {imports}",
         "Errors: a refused or failed tool call raises tools.ToolError (with .code) inside the "
@@ -145,6 +146,13 @@ def program_result(
                     f"the program exited with status {run.exit_status}; fix it and run it again",
                     extra=extra,
                 )
+            if error.code == "result_too_large" and error.size_bytes is not None:
+                # The final value itself was over the sandbox's limit (a tool's result over
+                # its cap, uncaught, carries no size here): the same answer as a result over
+                # the model's cap.
+                sizes = {"size_bytes": error.size_bytes, "limit_bytes": error.limit_bytes}
+                fields = {k: v for k, v in sizes.items() if v is not None}
+                return failure("result_too_large", error.message, extra=fields | extra)
             detail: dict[str, object] = {"type": error.type}
             if error.code is not None:
                 detail["tool_error"] = error.code  # e.g. unknown_tool: a tool it was not given

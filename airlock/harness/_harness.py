@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 from airlock.harness._budget import Budget
 from airlock.harness._execute_code import EXECUTE_CODE
+from airlock.harness._home import durable_audit
 from airlock.harness._session import Session
 from airlock.policies import (
     Grant,
@@ -20,7 +21,7 @@ from airlock.policies import (
     refusal,
 )
 from airlock.sandbox import SandboxBackend
-from airlock.tools import LedgerStore, Registry, WritePath
+from airlock.tools import AuditStore, LedgerStore, Registry, WritePath
 
 __all__ = ["Harness", "NoToolsWarning"]
 
@@ -56,6 +57,10 @@ class Harness:
             deployment has no writes, and then write tools are not offered.
         writes: an already attached write path to use instead of building one (it must be
             on ``ledger``).
+        audit: where the audit log is written when the registry has no store of its own
+            (``Registry()`` without ``audit=``); the SQLite store ``audit.db`` under
+            ``$AIRLOCK_HOME`` when omitted (``MemoryAuditStore()`` keeps it in memory). A
+            session's calls are durable in it before their answers return.
         profile: the sandbox profile of programs; the sandbox's own when omitted.
         budget: the default budget of a session.
         ttl: seconds a preview stays committable, for the write path the harness builds.
@@ -65,7 +70,11 @@ class Harness:
 
     Raises:
         UsageError: the registry already has another write path attached (pass it as
-            ``writes``), or ``writes`` is on another ledger.
+            ``writes``), or ``writes`` is on another ledger, or ``audit`` is given and the
+            registry already writes to another store; code ``audit_store`` when the audit
+            store cannot be opened (an older airlock's file, or its chain key is missing).
+        MissingExtraError: ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set (audit spans are exported
+            over OTLP) and the ``otel`` extra is not installed.
     """
 
     def __init__(
@@ -76,6 +85,7 @@ class Harness:
         ledger: LedgerStore | None = None,
         *,
         writes: WritePath | None = None,
+        audit: AuditStore | None = None,
         profile: SandboxProfile | None = None,
         budget: Budget | None = None,
         ttl: float = 900.0,
@@ -83,6 +93,8 @@ class Harness:
         idle_timeout: float = 300.0,
     ) -> None:
         self.registry = registry
+        self.audit = durable_audit(registry, audit)
+        """The registry's audit log, on its durable store."""
         self.policy = policy
         self.sandbox = sandbox
         self.budget = budget or Budget()

@@ -25,7 +25,6 @@ arguments, which is exactly what must not happen.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
 import uuid
@@ -45,11 +44,11 @@ from airlock.harness._execute_code import (
 from airlock.harness._model_tools import ModelResult, ModelTool
 from airlock.harness._paused import PausedWrites, PendingWrite
 from airlock.harness._results import failure, from_tool_error, sized, success
+from airlock.harness._session_audit import SessionAudit
 from airlock.harness._usable import usable
 from airlock.policies import ApprovalPolicy, Grant, Principal, SandboxProfile
 from airlock.sandbox import KeptSandbox, SandboxBackend, SandboxError
 from airlock.tools import (
-    AdmissionDecision,
     CallContext,
     Caller,
     FieldIssue,
@@ -58,11 +57,9 @@ from airlock.tools import (
     Observations,
     Registry,
     RunAuthority,
-    Stage,
     ToolError,
     UnknownToolError,
     WritePath,
-    audit_event,
 )
 
 if TYPE_CHECKING:
@@ -107,6 +104,7 @@ class Session:
         self._profile = profile
         self._meter = BudgetMeter(budget)
         self._nonce = uuid.uuid4().hex[:6]
+        self._refused = 0  # calls refused because the budget was used up
         self._observations = Observations()
         self._authority = RunAuthority(
             principal=principal,
@@ -116,6 +114,7 @@ class Session:
             observations=self._observations,
         )
         self._paused = PausedWrites(writes, principal, self.run_id)
+        self._audit = SessionAudit(registry.audit)
         self._keep_state = keep_state
         self._idle_timeout = idle_timeout
         self._kept: KeptSandbox | None = None
@@ -181,6 +180,10 @@ class Session:
         """
         used_up = self._meter.exhausted()
         if used_up is not None:
+            self._refused += 1
+            ctx = self._context(f"{self.run_id}:r{self._refused}-{self._nonce}")
+            self._audit.over_budget(ctx, str(name), used_up)
+            await self._audit.durable()
             return from_tool_error(LimitExceededError(limit=used_up))
         self._meter.calls += 1
         # The nonce keeps call ids unique when another process resumes the same run.
@@ -193,7 +196,7 @@ class Session:
             elif isinstance(name, str) and name in self._direct:
                 result = await self._call_direct(name, arguments, call_id)
             else:
-                self._audit_unknown(str(name)[:128], call_id)
+                self._audit.unknown_tool(self._context(call_id), str(name))
                 raise UnknownToolError(name=str(name), detail="not in this session's tool list")
         except ToolError as exc:
             if exc.detail:
@@ -206,47 +209,10 @@ class Session:
                 "the sandbox could not run the program; try again shortly",
                 retryable=bool(getattr(exc, "retryable", False)),
             )
+        # The call's events are stored before its answer is given (group commit, off the
+        # event loop): a crash after this loses nothing of it.
+        await self._audit.durable()
         return self._account(result)
-
-    def _audit_unknown(self, name: str, call_id: str) -> None:
-        """Record a call of a tool the session does not offer (the registry never saw it)."""
-        self._audit(
-            name,
-            call_id,
-            stage="lookup",
-            decision="deny",
-            rule="lookup",
-            code="unknown_tool",
-            detail="not in this session's tool list",
-        )
-
-    def _audit(
-        self,
-        tool: str,
-        call_id: str,
-        *,
-        stage: Stage,
-        decision: AdmissionDecision,
-        rule: str,
-        code: str | None,
-        detail: str,
-        args_hash: str = "",
-        duration_s: float = 0.0,
-    ) -> None:
-        self._registry.audit.record(
-            audit_event(
-                self._context(call_id),
-                tool,
-                stage=stage,
-                decision=decision,
-                rule=rule,
-                outcome="ok" if code is None else "error",
-                code=code,
-                args_hash=args_hash,
-                detail=detail,
-                duration_s=duration_s,
-            )
-        )
 
     def _account(self, result: ModelResult) -> ModelResult:
         result = sized(result, self._meter.result_cap())
@@ -274,6 +240,7 @@ class Session:
             tool_names=self._code,
             call_prefix=call_id,  # the program's calls: RUN:mN:1, RUN:mN:2, ...
         )
+        digest = self._audit.program_text(args.code)
         began = time.perf_counter()
         notes: dict[str, object] = {}
         if self._keep_state:
@@ -293,18 +260,12 @@ class Session:
             f", stderr: {run.stderr[-500:]!r}" if run.stderr else "",
         )
         result = program_result(run, stdout_bytes=self.budget.stdout_bytes, notes=notes)
-        # One record per program, beside its tool calls (call ids call_id:1, :2, ...): a
-        # reviewer sees which program ran (by hash), how it ended, and what it called.
-        self._audit(
-            EXECUTE_CODE,
-            call_id,
-            stage="done",
-            decision="allow",
-            rule=EXECUTE_CODE,
+        self._audit.program(
+            self._context(call_id),
+            digest,
             code=result.code,
             detail=f"program {run.status}, {run.tool_calls} tool calls"
             + (f", limit {run.limit}" if run.limit else ""),
-            args_hash=hashlib.blake2b(args.code.encode(), digest_size=16).hexdigest(),
             duration_s=time.perf_counter() - began,
         )
         return result
@@ -366,6 +327,7 @@ class Session:
             result = await self._paused.finish(preview_id)
         except ToolError as exc:
             result = from_tool_error(exc)
+        await self._audit.durable()
         return self._account(result)
 
     async def resume_all(self) -> dict[str, ModelResult]:

@@ -1,8 +1,9 @@
 """The effect inventory: what a principal can reach, written down, locked and checked.
 
 - :func:`build_inventory` / :func:`subject_inventory`: every tool a subject can see, its
-  effects, destinations, credential names and approval rules, and the sandbox's own
-  effects (:func:`sandbox_effects`), as an :class:`Inventory`;
+  effects, destinations, the credential names its calls send, its preconditions and
+  approval rules, the sandbox's own effects (:func:`sandbox_effects`) and the harness's own
+  connections (:func:`harness_connections`), as an :class:`Inventory`;
 - :func:`render`: a table, Markdown or JSON (the schema: :func:`inventory_json_schema`);
 - the lock file (:func:`lock_from_inventory`, :func:`compare_locks`): the reachable set
   written down, and the check that fails when it grows;
@@ -26,12 +27,15 @@ from airlock.inventory._errors import (
     LockFileError,
     ProgramSyntaxError,
     RegistryRefError,
+    ToolFactError,
     UnknownSubjectError,
     UnsafeRegistryError,
 )
+from airlock.inventory._harness_effects import harness_connections
 from airlock.inventory._lock import (
     NOT_LOCKED,
     EffectLock,
+    LockedConnection,
     LockedSubject,
     LockedTool,
     Selection,
@@ -40,20 +44,23 @@ from airlock.inventory._lock import (
     read_lock,
     write_lock,
 )
-from airlock.inventory._lock_check import Change, compare_locks, render_changes
+from airlock.inventory._lock_check import SANDBOX_RULES, Change, compare_locks, render_changes
 from airlock.inventory._model import (
     ApprovalCase,
     BroadTool,
     ComposedView,
+    ConnectionDirection,
     EffectEntry,
     EffectTotal,
     GrantCoverage,
     GrantSummary,
+    HarnessConnection,
     Idempotency,
     Inventory,
     Mount,
     PathView,
     Reach,
+    Requirement,
     SandboxEffects,
     SandboxLimits,
     SubjectInventory,
@@ -67,11 +74,14 @@ from airlock.inventory._sandbox_effects import sandbox_effects
 from airlock.inventory._static_check import (
     DYNAMIC_CALLS,
     ESCAPE_MODULES,
+    INTROSPECTION_ATTRIBUTES,
+    REFLECTIVE_NAMES,
     CallForm,
     ProgramEffects,
     ToolUse,
     UnknownUse,
     Unresolved,
+    Verdict,
     check_program,
 )
 from airlock.inventory._subjects import ANY_PRINCIPAL, PolicyDocument, Subject, load_policy_document
@@ -82,12 +92,16 @@ __all__ = [
     "DYNAMIC_CALLS",
     "ESCAPE_MODULES",
     "EXERCISED_STAGES",
+    "INTROSPECTION_ATTRIBUTES",
     "NOT_LOCKED",
+    "REFLECTIVE_NAMES",
+    "SANDBOX_RULES",
     "ApprovalCase",
     "BroadTool",
     "CallForm",
     "Change",
     "ComposedView",
+    "ConnectionDirection",
     "EffectEntry",
     "EffectLock",
     "EffectTotal",
@@ -95,9 +109,11 @@ __all__ = [
     "Format",
     "GrantCoverage",
     "GrantSummary",
+    "HarnessConnection",
     "Idempotency",
     "Inventory",
     "LockFileError",
+    "LockedConnection",
     "LockedSubject",
     "LockedTool",
     "Mount",
@@ -107,6 +123,7 @@ __all__ = [
     "ProgramSyntaxError",
     "Reach",
     "RegistryRefError",
+    "Requirement",
     "SandboxEffects",
     "SandboxLimits",
     "Selection",
@@ -115,12 +132,14 @@ __all__ = [
     "SubjectKind",
     "ToolCatalog",
     "ToolEntry",
+    "ToolFactError",
     "ToolUse",
     "UnknownSubjectError",
     "UnknownUse",
     "Unresolved",
     "UnsafeRegistryError",
     "UnusedEffect",
+    "Verdict",
     "build_inventory",
     "check_program",
     "compare_locks",
@@ -128,6 +147,7 @@ __all__ = [
     "destinations",
     "effect_label",
     "exercised",
+    "harness_connections",
     "idempotency",
     "inventory_json_schema",
     "load_policy_document",

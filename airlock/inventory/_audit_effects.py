@@ -1,7 +1,10 @@
 """What runs actually touched, set against what was reachable.
 
-A call *exercised* its effects when admission let it run: its final audit event stopped at
-``execute`` or later (see :class:`airlock.tools.AuditEvent`). :func:`run_effects` groups one run's
+A call *exercised* its effects when admission let it run (:attr:`airlock.tools.AuditEvent.
+exercised`): a read that got to ``execute`` or later, and a write by the sends of its commit
+(its ``done`` event once committed), never by its preview or its approval: a proposed write
+changed nothing. A program's own record (``execute_code``) is not a tool call: what a program
+exercised is its tool calls, each recorded on its own. :func:`run_effects` groups one run's
 exercised effects by tool and flags any that the current inventory does not allow;
 :func:`unused_effects` lists the reachable tools and effect patterns that no call in a
 period exercised: candidates for removal, for least privilege.
@@ -17,7 +20,7 @@ from typing import Final
 from airlock.harness import EXECUTE_CODE
 from airlock.inventory._model import SubjectInventory, ToolEntry
 from airlock.policies import Effect, Grant, UsageError
-from airlock.tools import AuditEvent
+from airlock.tools import EXERCISED_STAGES, AuditEvent
 
 __all__ = [
     "EXERCISED_STAGES",
@@ -30,7 +33,6 @@ __all__ = [
     "users_of",
 ]
 
-EXERCISED_STAGES: Final = frozenset({"execute", "shape", "done"})
 _SINCE = re.compile(r"^\s*(\d+)\s*([smhdw])\s*$")
 _SECONDS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
@@ -71,9 +73,9 @@ def parse_since(text: str) -> float:
 
 
 def exercised(events: Iterable[AuditEvent]) -> list[AuditEvent]:
-    """The final events of tool calls that ran. A program's own record (``execute_code``)
-    is not one: what a program exercised is its tool calls, each recorded on its own."""
-    return [e for e in events if e.final and e.stage in EXERCISED_STAGES and e.tool != EXECUTE_CODE]
+    """The events of tool calls that ran and of write steps that sent (one event per
+    committed write), without programs' own records."""
+    return [e for e in events if e.exercised and e.tool != EXECUTE_CODE]
 
 
 def run_effects(events: Iterable[AuditEvent], subject: SubjectInventory) -> list[ExercisedTool]:

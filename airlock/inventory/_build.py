@@ -26,6 +26,7 @@ from airlock.inventory._model import (
     EffectEntry,
     EffectTotal,
     GrantSummary,
+    HarnessConnection,
     Inventory,
     PathView,
     Reach,
@@ -34,7 +35,12 @@ from airlock.inventory._model import (
     ToolEntry,
 )
 from airlock.inventory._subjects import Subject
-from airlock.inventory._tool_facts import credential_names, destinations, idempotency
+from airlock.inventory._tool_facts import (
+    credentials_for,
+    destinations,
+    idempotency,
+    requirements,
+)
 from airlock.policies import (
     EFFECT_KINDS,
     SIDE_EFFECT_KINDS,
@@ -71,16 +77,20 @@ def build_inventory(
     sandbox: SandboxEffects,
     registry: str,
     policy: str,
+    harness: Sequence[HarnessConnection] = (),
 ) -> Inventory:
-    """The inventory of ``catalog`` for each subject, with the sandbox's own effect set.
+    """The inventory of ``catalog`` for each subject, with the sandbox's own effect set and
+    the harness's own connections (:func:`harness_connections`).
 
     Raises:
         UnsafeRegistryError: a tool with side effects is callable from code.
+        ToolFactError: a tool declares a destination or credential that does not parse.
     """
     return Inventory(
         registry=registry,
         policy=policy,
         sandbox=sandbox,
+        harness=tuple(harness),
         subjects=tuple(subject_inventory(catalog, subject) for subject in subjects),
     )
 
@@ -90,6 +100,7 @@ def subject_inventory(catalog: ToolCatalog, subject: Subject) -> SubjectInventor
 
     Raises:
         UnsafeRegistryError: a tool with side effects is callable from code.
+        ToolFactError: a tool declares a destination or credential that does not parse.
     """
     specs = {spec.name: spec for spec in catalog.specs()}
     direct = {d.name for d in catalog.visible(subject.principal, "direct")}
@@ -163,6 +174,9 @@ def _tool_entry(spec: ToolSpec, subject: Subject, *, direct: bool, code: bool) -
         if not reach:
             denied = "no caller may reach it without an approval it cannot get"
     hosts = destinations(spec)
+    # A role holds authority in whichever tenant its principal is: every credential applies.
+    tenant = subject.principal.tenant_id if subject.kind == "principal" else None
+    credentials, credential_tenant = credentials_for(spec, tenant)
     return ToolEntry(
         name=spec.name,
         callers=tuple(sorted(spec.callers)),
@@ -170,7 +184,9 @@ def _tool_entry(spec: ToolSpec, subject: Subject, *, direct: bool, code: bool) -
         reversible=spec.reversible,
         effects=effects,
         destinations=hosts,
-        credentials=credential_names(spec),
+        credentials=credentials,
+        credential_tenant=credential_tenant,
+        requires=requirements(spec),
         approval=approval,
         idempotency=idempotency(spec),
         reach=tuple(reach),

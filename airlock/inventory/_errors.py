@@ -5,6 +5,7 @@
     ├── UnknownSubjectError    a role the policy file does not declare
     ├── LockFileError          a lock file cannot be read or is not a lock file
     ├── UnsafeRegistryError    a registry lets code call a tool with side effects
+    ├── ToolFactError          a tool declares a destination or credential that does not parse
     └── ProgramSyntaxError     a program to check is not valid Python
 
 All are mistakes a developer or operator fixes; none is retryable.
@@ -18,6 +19,7 @@ __all__ = [
     "LockFileError",
     "ProgramSyntaxError",
     "RegistryRefError",
+    "ToolFactError",
     "UnknownSubjectError",
     "UnsafeRegistryError",
 ]
@@ -77,6 +79,25 @@ class UnsafeRegistryError(UsageError):
         )
         self.tool = tool
         self.effects = tuple(effects)
+
+
+class ToolFactError(UsageError):
+    """A tool declares a destination or credential name the inventory cannot read.
+
+    :class:`airlock.tools.Registry` refuses such a tool at registration; this error means a
+    registry object bypassed that check, and the inventory refuses to leave the fact out.
+    """
+
+    code = "tool_fact"
+
+    def __init__(self, tool: str, fact: str, value: object, reason: str) -> None:
+        super().__init__(
+            f"tool {tool!r} declares the {fact} {value!r}, which the inventory cannot list: "
+            f"{reason}; fix the declaration (registering the tool shows the accepted forms)"
+        )
+        self.tool = tool
+        self.fact = fact
+        self.value = value
 
 
 class ProgramSyntaxError(UsageError):

@@ -3,11 +3,19 @@
 Format (JSON, keys sorted, two-space indent, one trailing newline, so it diffs well)::
 
     {
-      "lock_version": 1,
+      "lock_version": 2,
       "registry": "myapp.tools:registry",      # informative only
       "policy": "policy.toml",                 # informative only
       "selection": {"every_principal": true, "principals": [], "roles": [], "tenant": null},
       "sandbox": { ...SandboxEffects, "image_digest": "not locked" },
+      "harness": {
+        "model provider": {"direction": "outbound", "kind": "https",
+                           "locked_as": "https://api.anthropic.com/v1/messages",
+                           "credential": "ANTHROPIC_API_KEY"},
+        "audit store": {"direction": "local", "kind": "sqlite file",
+                        "locked_as": "$AIRLOCK_HOME/audit.db", "credential": null},
+        ...
+      },
       "subjects": {
         "principal:alice": {
           "kind": "principal", "tenant": "acme",
@@ -16,7 +24,8 @@ Format (JSON, keys sorted, two-space indent, one trailing newline, so it diffs w
             "billing_refund_create": {
               "callers": ["direct"], "scope": "billing.write",
               "effects": ["network(api.billing.example)", "spend({amount_minor} USD)", ...],
-              "destinations": [...], "credentials": ["BILLING_API_KEY"],
+              "destinations": [...], "credentials": ["BILLING_TOKEN_ACME"],
+              "requires": [{"tool": "billing_invoice_get", "fields": {"invoice_id": ...}}],
               "approval": [{"from_amount": 0, "currency": "USD", "verdict": "allow", ...}],
               "idempotency": "keyed", "reach": ["direct", "after_approval"]
             }
@@ -25,8 +34,14 @@ Format (JSON, keys sorted, two-space indent, one trailing newline, so it diffs w
       }
     }
 
-The image digest is not locked: it depends on which engine the command reached, and a lock
-must read the same on every machine.
+The image digest and the guest seccomp filter's rendered text are not locked: they depend on
+which engine the command reached and which libseccomp it found, and a lock must read the same
+on every machine (what the guest filter refuses is locked, as its rule lines). For the same
+reason a harness connection is locked as its machine-independent form (``locked_as``), not
+where this machine resolves it.
+``credentials`` are the ones the subject's calls send (its tenant's, when the adapter picks
+one per tenant), so moving a principal to another tenant shows up twice: the tenant and the
+credential.
 
 Comparing two locks, the check itself, is :mod:`airlock.inventory._lock_check`.
 """
@@ -42,18 +57,22 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from airlock.inventory._errors import LockFileError
 from airlock.inventory._model import (
     ApprovalCase,
+    ConnectionDirection,
     GrantSummary,
     Idempotency,
     Inventory,
     Reach,
+    Requirement,
     SandboxEffects,
     SubjectKind,
 )
 from airlock.tools import Caller
 
 __all__ = [
+    "LOCK_VERSION",
     "NOT_LOCKED",
     "EffectLock",
+    "LockedConnection",
     "LockedSubject",
     "LockedTool",
     "Selection",
@@ -64,6 +83,11 @@ __all__ = [
 ]
 
 NOT_LOCKED: Final = "not locked"
+LOCK_VERSION: Final = 2
+# Sandbox facts that depend on the machine the command ran on, not on the deployment: the
+# image digest (which engine answered) and the guest filter's rendered text (which libseccomp
+# was importable); what the guest filter refuses is locked as its rule lines.
+_MACHINE_DEPENDENT: Final = {"image_digest": NOT_LOCKED, "guest_seccomp_pfc": NOT_LOCKED}
 
 
 class _Record(BaseModel):
@@ -87,6 +111,7 @@ class LockedTool(_Record):
     effects: tuple[str, ...]
     destinations: tuple[str, ...]
     credentials: tuple[str, ...]
+    requires: tuple[Requirement, ...]
     approval: tuple[ApprovalCase, ...]
     idempotency: Idempotency
     reach: tuple[Reach, ...]
@@ -101,14 +126,24 @@ class LockedSubject(_Record):
     tools: dict[str, LockedTool]
 
 
+class LockedConnection(_Record):
+    """One connection of the harness itself, as every machine reads it."""
+
+    direction: ConnectionDirection
+    kind: str
+    locked_as: str
+    credential: str | None
+
+
 class EffectLock(_Record):
     """A lock file's content."""
 
-    lock_version: Literal[1] = 1
+    lock_version: Literal[2] = LOCK_VERSION
     registry: str
     policy: str
     selection: Selection
     sandbox: SandboxEffects
+    harness: dict[str, LockedConnection]
     subjects: dict[str, LockedSubject]
 
 
@@ -126,6 +161,7 @@ def lock_from_inventory(inventory: Inventory, selection: Selection) -> EffectLoc
                     effects=tuple(sorted(e.declared for e in tool.effects)),
                     destinations=tool.destinations,
                     credentials=tool.credentials,
+                    requires=tool.requires,
                     approval=tool.approval,
                     idempotency=tool.idempotency,
                     reach=tool.reach,
@@ -139,7 +175,13 @@ def lock_from_inventory(inventory: Inventory, selection: Selection) -> EffectLoc
         registry=inventory.registry,
         policy=inventory.policy,
         selection=selection,
-        sandbox=inventory.sandbox.model_copy(update={"image_digest": NOT_LOCKED}),
+        sandbox=inventory.sandbox.model_copy(update=_MACHINE_DEPENDENT),
+        harness={
+            c.name: LockedConnection(
+                direction=c.direction, kind=c.kind, locked_as=c.locked_as, credential=c.credential
+            )
+            for c in inventory.harness
+        },
         subjects=subjects,
     )
 
@@ -175,6 +217,13 @@ def read_lock(path: Path) -> EffectLock:
         raise LockFileError(str(path), f"cannot read the lock file: {exc}") from exc
     except json.JSONDecodeError as exc:
         raise LockFileError(str(path), f"not JSON (line {exc.lineno}): {exc.msg}") from exc
+    version = data.get("lock_version") if isinstance(data, dict) else None
+    if isinstance(version, int) and version < LOCK_VERSION:
+        raise LockFileError(
+            str(path),
+            f"lock version {version} is older than this airlock's ({LOCK_VERSION}), which also "
+            "locks preconditions, each principal's credentials and the harness's connections",
+        )
     try:
         return EffectLock.model_validate(data)
     except ValidationError as exc:

@@ -1,41 +1,43 @@
 """The check of the effect lock: every difference between two locks, and whether the
 reachable set grew.
 
-:func:`compare_locks` lists every difference as a :class:`Change`. *Growth* fails a check:
-a new subject or tool that is reachable, a tool reachable in a new way (``code``, ``direct``,
-``after_approval``; a tool with side effects becoming callable from code is called out), an
-effect, destination or credential not covered by the old ones, an approval verdict loosened
-at some amount, a grant widened (scope, effect pattern or spend limit), and a sandbox
-widened (a limit raised, a system call, import, capability, mount or environment variable
-added, network or file system opened, restricted mode left). The mirror images are
-*shrink*; anything else (scope renamed, idempotency, image) is a *change*. Neither fails.
+:func:`compare_locks` lists every difference as a :class:`Change` with a direction. *Growth*
+fails a check; it is anything that lets some principal reach more:
+
+- a new subject, or a tool that becomes reachable: listed with *every* effect, destination
+  and credential it brings (a tool with side effects callable from code is called out);
+- a tool reachable in a new way (``code`` or ``direct``); an effect, destination or
+  credential not covered by the old ones (a wider pattern, a new host, path or scheme);
+- an approval verdict loosened at some amount (deny → ask, ask → allow);
+- a precondition removed or weakened (fewer fields must agree);
+- a principal moved to another tenant: it reaches that tenant's records, with its credential;
+- a grant widened (scope, effect pattern, spend limit);
+- a harness connection added or pointed elsewhere (model provider, listener, engine, store);
+- a sandbox widened: every field of :class:`SandboxEffects` has a rule in
+  :data:`SANDBOX_RULES` (a limit raised, a system call, import, capability, mount or
+  environment variable added, network or file system opened, restricted mode left, a weaker
+  runtime), and a field without one counts as growth until it gets one.
+
+The mirror images are *shrink*: a tool removed or denied, a narrower pattern, a tighter
+verdict (adding an ``ask`` or ``deny`` rule to a tool), a precondition added, a lower limit.
+What neither widens nor narrows is a *change* (a scope renamed, idempotency, the image, a
+tool now waiting for approval where it ran without: the verdicts say which way that went).
+Neither shrink nor change fails a check.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Final
 
+from airlock.inventory._change import Change, Direction
 from airlock.inventory._lock import EffectLock, LockedSubject, LockedTool
-from airlock.inventory._model import ApprovalCase, GrantSummary, Mount, SandboxEffects
+from airlock.inventory._lock_deployment import SANDBOX_RULES, compare_harness, compare_sandbox
+from airlock.inventory._model import ApprovalCase, GrantSummary, Requirement
 from airlock.policies import SIDE_EFFECT_KINDS, STRICTNESS, Effect, Grant, breakpoints, verdict_at
+from airlock.tools import Destination, parse_destination
 
-__all__ = ["Change", "Direction", "compare_locks", "render_changes"]
-
-Direction = Literal["growth", "shrink", "change"]
-
-
-@dataclass(frozen=True, slots=True, order=True)
-class Change:
-    """One difference between two locks."""
-
-    direction: Direction
-    subject: str
-    tool: str
-    kind: str
-    """What changed, e.g. ``new_tool``, ``approval_loosened``, ``sandbox_widened``."""
-    detail: str
+__all__ = ["SANDBOX_RULES", "Change", "Direction", "compare_locks", "render_changes"]
 
 
 def compare_locks(old: EffectLock, new: EffectLock) -> list[Change]:
@@ -44,23 +46,26 @@ def compare_locks(old: EffectLock, new: EffectLock) -> list[Change]:
     for key in sorted(old.subjects.keys() | new.subjects.keys()):
         before, after = old.subjects.get(key), new.subjects.get(key)
         if before is None and after is not None:
-            reachable = sorted(name for name, tool in after.tools.items() if tool.reach)
-            changes.append(
-                Change(
-                    "growth" if reachable else "change",
-                    key,
-                    "",
-                    "new_subject",
-                    f"reaches {', '.join(reachable) or 'nothing'}",
-                )
-            )
+            changes += _new_subject(key, after)
         elif after is None and before is not None:
             changes.append(Change("shrink", key, "", "removed_subject", "no longer inventoried"))
         elif before is not None and after is not None:
             changes += _compare_subject(key, before, after)
-    changes += _compare_sandbox(old.sandbox, new.sandbox)
+    changes += compare_harness(old.harness, new.harness)
+    changes += compare_sandbox(old.sandbox, new.sandbox)
     rank = {"growth": 0, "shrink": 1, "change": 2}
-    return sorted(changes, key=lambda c: (rank[c.direction], c.subject, c.tool, c.kind, c.detail))
+    # A new tool's line comes before the lines of what it brings.
+    return sorted(
+        changes,
+        key=lambda c: (
+            rank[c.direction],
+            c.subject,
+            c.tool,
+            c.kind != "new_tool",
+            c.kind,
+            c.detail,
+        ),
+    )
 
 
 def render_changes(changes: Sequence[Change]) -> str:
@@ -83,10 +88,44 @@ def render_changes(changes: Sequence[Change]) -> str:
 # -- subjects and tools --------------------------------------------------------------------
 
 
+def _new_subject(key: str, subject: LockedSubject) -> list[Change]:
+    reachable = sorted(name for name, tool in subject.tools.items() if tool.reach)
+    detail = f"tenant {subject.tenant}; reaches {', '.join(reachable) or 'nothing'}"
+    changes = [Change("growth" if reachable else "change", key, "", "new_subject", detail)]
+    if reachable:
+        changes += _grant_lines(key, subject.grant)
+    for name in reachable:
+        changes += _new_tool(key, name, subject.tools[name])
+    return changes
+
+
+def _grant_lines(key: str, grant: GrantSummary) -> list[Change]:
+    lines = [f"scope {scope}" for scope in grant.scopes]
+    lines += list(grant.effects)
+    lines += [f"spend limit {cur}: {amount}" for cur, amount in grant.spend_limits.items()]
+    return [Change("growth", key, "", "grant_widened", line) for line in lines]
+
+
+def _new_tool(key: str, name: str, tool: LockedTool) -> list[Change]:
+    """A tool that became reachable, with every reach it brings on a line of its own."""
+    detail = f"reachable: {', '.join(tool.reach)}"
+    if tool.requires:
+        detail += f"; requires {', '.join(r.text for r in tool.requires)}"
+    changes = [Change("growth", key, name, "new_tool", detail)]
+    changes += [Change("growth", key, name, "new_effect", e) for e in tool.effects]
+    changes += [Change("growth", key, name, "new_destination", d) for d in tool.destinations]
+    changes += [Change("growth", key, name, "new_credential", c) for c in tool.credentials]
+    if "code" in tool.reach:
+        changes += _side_effects_from_code(key, name, tool)
+    return changes
+
+
 def _compare_subject(key: str, old: LockedSubject, new: LockedSubject) -> list[Change]:
     changes = _compare_grant(key, old.grant, new.grant)
     if old.tenant != new.tenant:
-        changes.append(Change("change", key, "", "tenant", f"{old.tenant} → {new.tenant}"))
+        # Records are tenant-scoped: the same grant now reaches another tenant's data.
+        detail = f"{old.tenant} → {new.tenant}: reaches the records of tenant {new.tenant}"
+        changes.append(Change("growth", key, "", "tenant_moved", detail))
     for name in sorted(old.tools.keys() | new.tools.keys()):
         before, after = old.tools.get(name), new.tools.get(name)
         if after is None or not after.reach:
@@ -95,10 +134,7 @@ def _compare_subject(key: str, old: LockedSubject, new: LockedSubject) -> list[C
                 changes.append(Change("shrink", key, name, "removed_tool", why))
             continue
         if before is None or not before.reach:
-            ways = ", ".join(after.reach)
-            changes.append(Change("growth", key, name, "new_tool", f"reachable: {ways}"))
-            if "code" in after.reach:
-                changes += _side_effects_from_code(key, name, after)
+            changes += _new_tool(key, name, after)
             continue
         changes += _compare_tool(key, name, before, after)
     return changes
@@ -113,6 +149,12 @@ def _side_effects_from_code(key: str, name: str, tool: LockedTool) -> list[Chang
     ]
 
 
+# Reaching a tool without approval (from code or directly) is more than reaching it only once
+# approved; "after_approval" appearing or going away is explained by the approval verdicts,
+# which are judged amount by amount in _compare_approval.
+_OPEN_REACH: Final = ("code", "direct")
+
+
 def _compare_tool(key: str, name: str, old: LockedTool, new: LockedTool) -> list[Change]:
     changes: list[Change] = []
 
@@ -125,8 +167,8 @@ def _compare_tool(key: str, name: str, old: LockedTool, new: LockedTool) -> list
             if not covered(item, after):
                 changes.append(Change("shrink", key, name, f"removed_{kind}", item))
 
-    gained = [r for r in new.reach if r not in old.reach]
-    lost = [r for r in old.reach if r not in new.reach]
+    gained = [r for r in new.reach if r not in old.reach and r in _OPEN_REACH]
+    lost = [r for r in old.reach if r not in new.reach and r in _OPEN_REACH]
     if gained:
         changes.append(
             Change("growth", key, name, "new_reach", f"now reachable: {', '.join(gained)}")
@@ -137,15 +179,43 @@ def _compare_tool(key: str, name: str, old: LockedTool, new: LockedTool) -> list
         changes.append(
             Change("shrink", key, name, "removed_reach", f"no longer: {', '.join(lost)}")
         )
+    if ("after_approval" in old.reach) != ("after_approval" in new.reach):
+        detail = "now waits for approval" if "after_approval" in new.reach else "never waits"
+        changes.append(Change("change", key, name, "approval_reach", detail))
     sets("effect", old.effects, new.effects, _effect_covered)
-    sets("destination", old.destinations, new.destinations, _host_covered)
+    sets("destination", old.destinations, new.destinations, _destination_covered)
     sets("credential", old.credentials, new.credentials, lambda item, pool: item in pool)
+    changes += _compare_requires(key, name, old.requires, new.requires)
     changes += _compare_approval(key, name, old.approval, new.approval)
+    if old.callers != new.callers and not gained and not lost:
+        detail = f"{', '.join(old.callers)} → {', '.join(new.callers)} (reach unchanged)"
+        changes.append(Change("change", key, name, "callers", detail))
     if old.scope != new.scope:
         changes.append(Change("change", key, name, "scope", f"{old.scope} → {new.scope}"))
     if old.idempotency != new.idempotency:
         detail = f"{old.idempotency} → {new.idempotency}"
         changes.append(Change("change", key, name, "idempotency", detail))
+    return changes
+
+
+def _at_least_as_strict(requirement: Requirement, pool: Sequence[Requirement]) -> bool:
+    """Whether some requirement in ``pool`` demands all that ``requirement`` does."""
+    wanted = set(requirement.fields.items())
+    return any(r.tool == requirement.tool and wanted <= set(r.fields.items()) for r in pool)
+
+
+def _compare_requires(
+    key: str, name: str, old: Sequence[Requirement], new: Sequence[Requirement]
+) -> list[Change]:
+    changes: list[Change] = []
+    for requirement in old:
+        if not _at_least_as_strict(requirement, new):
+            detail = f"no longer requires {requirement.text}"
+            changes.append(Change("growth", key, name, "precondition_removed", detail))
+    for requirement in new:
+        if not _at_least_as_strict(requirement, old):
+            detail = f"now requires {requirement.text}"
+            changes.append(Change("shrink", key, name, "precondition_added", detail))
     return changes
 
 
@@ -228,85 +298,36 @@ def _effect_covered(text: str, pool: Sequence[str]) -> bool:
     return False
 
 
-def _host_covered(host: str, pool: Sequence[str]) -> bool:
-    return _effect_covered(f"network({host})", [f"network({h})" for h in pool])
+def _destination_covered(text: str, pool: Sequence[str]) -> bool:
+    """Whether destination ``text`` reaches nothing the destinations in ``pool`` did not: a
+    part ``pool`` leaves open (scheme, user, port, path) covers every value of it, a host
+    pattern every host it matches, a path every path below it."""
+    if text in pool:
+        return True
+    try:
+        wanted = parse_destination(text)
+    except ValueError:
+        return _effect_covered(f"network({text})", [f"network({h})" for h in pool])
+    for item in pool:
+        try:
+            other = parse_destination(item)
+        except ValueError:
+            continue
+        if _destination_covers(other, wanted):
+            return True
+    return False
 
 
-# -- sandbox ---------------------------------------------------------------------------------
-
-_WIDER_WHEN: Final[dict[str, Callable[[object], int]]] = {
-    "network": lambda v: 0 if v == "none" else 1,
-    "root_filesystem": lambda v: 0 if v == "read-only" else 1,
-    "no_new_privileges": lambda v: 0 if v is True else 1,
-    "language_mode": lambda v: 0 if v == "restricted" else 1,
-}
-_SETS: Final = ("capabilities", "environment", "allowed_imports", "seccomp_allowed")
-
-
-_HARDENING: Final = frozenset({"ro", "noexec", "nosuid", "nodev"})
-
-
-def _compare_mounts(old: Sequence[Mount], new: Sequence[Mount]) -> list[Change]:
-    before, after = {m.path: m for m in old}, {m.path: m for m in new}
-    changes: list[Change] = []
-
-    def add(wider: bool, detail: str) -> None:
-        direction: Direction = "growth" if wider else "shrink"
-        kind = "sandbox_widened" if wider else "sandbox_narrowed"
-        changes.append(Change(direction, "sandbox", "", kind, detail))
-
-    for path in sorted(after.keys() - before.keys()):
-        add(True, f"mount + {path} ({after[path].mode})")
-    for path in sorted(before.keys() - after.keys()):
-        add(False, f"mount - {path}")
-    for path in sorted(before.keys() & after.keys()):
-        was, now = before[path], after[path]
-        if was.mode != now.mode:
-            lost = _HARDENING & (_flags(was.mode) - _flags(now.mode))
-            add(bool(lost), f"mount {path}: {was.mode} → {now.mode}")
-        if was.size_bytes != now.size_bytes:
-            grew = now.size_bytes is None or (
-                was.size_bytes is not None and now.size_bytes > was.size_bytes
-            )
-            add(grew, f"mount {path} size: {was.size_bytes} → {now.size_bytes}")
-    return changes
-
-
-def _flags(mode: str) -> set[str]:
-    return set(mode.replace(" ", ",").split(","))
-
-
-def _compare_sandbox(old: SandboxEffects, new: SandboxEffects) -> list[Change]:
-    changes: list[Change] = []
-
-    def add(wider: bool, detail: str) -> None:
-        direction: Direction = "growth" if wider else "shrink"
-        kind = "sandbox_widened" if wider else "sandbox_narrowed"
-        changes.append(Change(direction, "sandbox", "", kind, detail))
-
-    for name, rank in _WIDER_WHEN.items():
-        before, after = getattr(old, name), getattr(new, name)
-        if before != after:
-            if rank(before) == rank(after):
-                changes.append(Change("change", "sandbox", "", name, f"{before} → {after}"))
-            else:
-                add(rank(after) > rank(before), f"{name}: {before} → {after}")
-    for name, before_limit in old.limits.model_dump().items():
-        after_limit = getattr(new.limits, name)
-        if after_limit != before_limit:
-            add(after_limit > before_limit, f"limit {name}: {before_limit} → {after_limit}")
-    for name in _SETS:
-        before_set, after_set = set(getattr(old, name)), set(getattr(new, name))
-        for item in sorted(after_set - before_set):
-            add(True, f"{name} + {item}")
-        for item in sorted(before_set - after_set):
-            add(False, f"{name} - {item}")
-    changes += _compare_mounts(old.mounts, new.mounts)
-    for name in ("user", "image"):
-        before, after = getattr(old, name), getattr(new, name)
-        if before != after:
-            changes.append(Change("change", "sandbox", "", name, f"{before} → {after}"))
-    if old.seccomp_sha256 != new.seccomp_sha256 and old.seccomp_allowed == new.seccomp_allowed:
-        detail = f"seccomp filter changed: {old.seccomp_sha256[:12]} → {new.seccomp_sha256[:12]}"
-        changes.append(Change("change", "sandbox", "", "seccomp", detail))
-    return changes
+def _destination_covers(wide: Destination, narrow: Destination) -> bool:
+    for part in ("scheme", "user", "port"):
+        if getattr(wide, part) is not None and getattr(wide, part) != getattr(narrow, part):
+            return False
+    place = narrow.host + narrow.path
+    for pattern in (wide.host + wide.path, wide.host + wide.path + "/**"):
+        try:
+            if Grant(effects=(Effect("network", pattern),)).covers(Effect("network", place)):
+                return True
+        except ValueError:  # characters the effect grammar has no room for: compare as text
+            if place == wide.host + wide.path or place.startswith(wide.host + wide.path + "/"):
+                return True
+    return False

@@ -18,15 +18,18 @@ __all__ = [
     "ApprovalCase",
     "BroadTool",
     "ComposedView",
+    "ConnectionDirection",
     "EffectEntry",
     "EffectTotal",
     "GrantCoverage",
     "GrantSummary",
+    "HarnessConnection",
     "Idempotency",
     "Inventory",
     "Mount",
     "PathView",
     "Reach",
+    "Requirement",
     "SandboxEffects",
     "SandboxLimits",
     "SubjectInventory",
@@ -35,7 +38,7 @@ __all__ = [
     "inventory_json_schema",
 ]
 
-INVENTORY_VERSION: Final = 1
+INVENTORY_VERSION: Final = 2
 
 Reach = Literal["code", "direct", "after_approval"]
 """How a tool can be reached: from a sandboxed program, by the model directly without
@@ -46,6 +49,9 @@ Idempotency = Literal["safe", "keyed", "idempotent", "not_idempotent", "unknown"
 the write path with an idempotency key. ``idempotent`` / ``not_idempotent``: declared by the
 tool. ``unknown``: a tool with side effects that says neither."""
 SubjectKind = Literal["principal", "role"]
+ConnectionDirection = Literal["outbound", "inbound", "local"]
+"""``outbound``: the harness connects to it; ``inbound``: it listens for it; ``local``: a
+file or socket on the harness's own machine."""
 
 
 class _Record(BaseModel):
@@ -68,6 +74,26 @@ class EffectEntry(_Record):
     grant: GrantCoverage = Field(description="How much of the pattern the grant covers.")
 
 
+class Requirement(_Record):
+    """Evidence a call needs first (``requires=``): an earlier successful call of ``tool`` in
+    the same run whose arguments agree with this call's on ``fields``."""
+
+    tool: str = Field(description="The tool whose successful call is the evidence.")
+    fields: dict[str, str] = Field(
+        description="Each input field of this tool -> the field of ``tool`` that must be equal."
+    )
+
+    @property
+    def text(self) -> str:
+        """As ``requires`` is written: ``billing_invoice_get(invoice_id)``, and a field that
+        agrees with a differently named one as ``id=invoice_id``."""
+        pairs = ", ".join(
+            mine if mine == theirs else f"{mine}={theirs}"
+            for mine, theirs in sorted(self.fields.items())
+        )
+        return f"{self.tool}({pairs})"
+
+
 class ToolEntry(_Record):
     """One tool the subject can see, with everything a call of it can touch."""
 
@@ -80,7 +106,19 @@ class ToolEntry(_Record):
         description="Network destinations of the tool and its adapter (hosts or patterns)."
     )
     credentials: tuple[str, ...] = Field(
-        description="Names of the credentials the adapter uses; never their values."
+        description=(
+            "Names of the credentials this subject's calls send (never their values): the one "
+            "for its tenant when the adapter picks one per tenant, else every one it declares."
+        )
+    )
+    credential_tenant: str | None = Field(
+        description=(
+            "The tenant whose credential ``credentials`` lists, when the adapter picks one per "
+            "tenant; None when every principal's calls may send any of them."
+        )
+    )
+    requires: tuple[Requirement, ...] = Field(
+        description="Evidence each call needs first (preconditions); empty when none."
     )
     approval: tuple[ApprovalCase, ...] = Field(
         description="The approval verdict by amount, from the subject's approval rules."
@@ -199,19 +237,57 @@ class SandboxEffects(_Record):
     seccomp_allowed: tuple[str, ...] = Field(
         description="System calls the filter allows; every other fails."
     )
+    runtime: str = Field(
+        description="OCI runtime: 'runc' (the host's kernel) or 'runsc' (gVisor's kernel)."
+    )
+    masked_paths: tuple[str, ...] = Field(
+        description="Kernel files under /proc and /sys the program sees empty, sorted."
+    )
+    guest_seccomp: tuple[str, ...] = Field(
+        description="The second seccomp layer, which the runner loads before the program "
+        "runs: one 'call: errno when (why)' line per refused call, for the language mode."
+    )
+    guest_seccomp_pfc: str | None = Field(
+        description="That layer's exact filter as libseccomp's PFC text (this architecture), "
+        "or null when libseccomp was not available where the inventory was made."
+    )
     image: str = Field(description="The sandbox image reference.")
     image_digest: str = Field(
         description="The image's content digest, or 'unknown' when no engine was reachable."
     )
 
 
+class HarnessConnection(_Record):
+    """A connection the harness itself makes or accepts, outside any tool: where model
+    traffic, MCP clients, the container engine and the stores are."""
+
+    name: str = Field(description="What it is, e.g. 'model provider' or 'docker engine'.")
+    direction: ConnectionDirection = Field(description="outbound, inbound or local.")
+    kind: str = Field(description="Protocol or medium, e.g. 'https', 'unix socket', 'sqlite'.")
+    target: str = Field(description="Where, as this machine resolves it (a URL, address or path).")
+    locked_as: str = Field(
+        description=(
+            "Where, in a form that reads the same on every machine ('$AIRLOCK_HOME/audit.db'): "
+            "what the lock file holds."
+        )
+    )
+    credential: str | None = Field(description="Name of the credential it sends, if any.")
+    used_by: str = Field(description="Which commands or APIs make it, and how.")
+    note: str = Field(description="What reaching it means for a reviewer.")
+
+
 class Inventory(_Record):
     """The effect inventory of a registry under a policy file."""
 
-    inventory_version: Literal[1] = Field(default=INVENTORY_VERSION, description="Format version.")
+    inventory_version: Literal[2] = Field(default=INVENTORY_VERSION, description="Format version.")
     registry: str = Field(description="The registry, as MODULE:OBJECT.")
     policy: str = Field(description="The policy file.")
-    sandbox: SandboxEffects = Field(description="The sandbox's own effect set.")
+    sandbox: SandboxEffects = Field(
+        description="The sandbox's own effect set, under the policy file's [sandbox] profile."
+    )
+    harness: tuple[HarnessConnection, ...] = Field(
+        description="The harness's own connections: model provider, MCP, engine, stores."
+    )
     subjects: tuple[SubjectInventory, ...] = Field(description="One entry per subject.")
 
 

@@ -15,6 +15,7 @@ from rich.table import Table
 
 from airlock.inventory._model import (
     ApprovalCase,
+    HarnessConnection,
     Inventory,
     PathView,
     SandboxEffects,
@@ -22,10 +23,10 @@ from airlock.inventory._model import (
     ToolEntry,
 )
 
-__all__ = ["Format", "approval_text", "render", "sandbox_rows"]
+__all__ = ["Format", "approval_text", "harness_rows", "render", "sandbox_rows"]
 
 Format = Literal["table", "json", "markdown"]
-_WIDTH = 200
+_WIDTH = 240
 
 
 def render(inventory: Inventory, fmt: Format) -> str:
@@ -53,6 +54,18 @@ def _reach_text(tool: ToolEntry) -> str:
     if tool.reach:
         return ", ".join(r.replace("_", " ") for r in tool.reach)
     return f"denied: {tool.denied_because}"
+
+
+def _credentials_text(tool: ToolEntry) -> list[str]:
+    if tool.credential_tenant is None:
+        return list(tool.credentials)
+    if not tool.credentials:
+        return [f"none for tenant {tool.credential_tenant}"]
+    return [f"{name} (tenant {tool.credential_tenant})" for name in tool.credentials]
+
+
+def _requires_text(tool: ToolEntry) -> list[str]:
+    return [r.text for r in tool.requires]
 
 
 def _effects_text(tool: ToolEntry) -> list[str]:
@@ -107,8 +120,21 @@ def sandbox_rows(sandbox: SandboxEffects) -> list[tuple[str, str]]:
         ("language mode", sandbox.language_mode),
         ("imports (restricted)", ", ".join(sandbox.allowed_imports)),
         ("seccomp", f"sha256 {sandbox.seccomp_sha256}, {len(sandbox.seccomp_allowed)} calls"),
+        ("second seccomp layer", ", ".join(r.split(":", 1)[0] for r in sandbox.guest_seccomp)),
+        ("runtime", sandbox.runtime),
+        ("masked paths", ", ".join(sandbox.masked_paths)),
         ("image", f"{sandbox.image} ({sandbox.image_digest})"),
     ]
+
+
+def harness_rows(connections: Sequence[HarnessConnection]) -> list[tuple[str, str]]:
+    """The harness's connections as (name, what and where) rows, like :func:`sandbox_rows`."""
+    rows = []
+    for c in connections:
+        credential = f", sending {c.credential}" if c.credential else ""
+        rows.append((c.name, f"{c.direction} {c.kind}: {c.target}{credential}\n"
+                     f"{c.used_by}\n{c.note}"))  # fmt: skip
+    return rows
 
 
 # -- table -------------------------------------------------------------------------------
@@ -125,7 +151,7 @@ def _table(inventory: Inventory) -> str:
         table = Table(show_lines=True)
         for column in ("tool", "callers", "scope", "effects", "destinations", "credentials"):
             table.add_column(column, no_wrap=True)
-        for column in ("approval", "idempotency", "reach"):
+        for column in ("requires", "approval", "idempotency", "reach"):
             table.add_column(column, overflow="fold")
         for tool in subject.tools:
             table.add_row(
@@ -134,7 +160,8 @@ def _table(inventory: Inventory) -> str:
                 tool.scope,
                 "\n".join(_effects_text(tool)),
                 "\n".join(tool.destinations) or "-",
-                "\n".join(tool.credentials) or "-",
+                "\n".join(_credentials_text(tool)) or "-",
+                "\n".join(_requires_text(tool)) or "-",
                 approval_text(tool.approval),
                 tool.idempotency,
                 _reach_text(tool),
@@ -157,6 +184,11 @@ def _table(inventory: Inventory) -> str:
     for name, value in sandbox_rows(inventory.sandbox):
         table.add_row(name, value)
     console.print(table)
+    console.print()
+    table = Table("harness", "connection", title=None)
+    for name, value in harness_rows(inventory.harness):
+        table.add_row(name, value)
+    console.print(table if inventory.harness else "harness: no connections listed")
     return out.getvalue()
 
 
@@ -181,9 +213,9 @@ def _markdown(inventory: Inventory) -> str:
         composed = subject.composed
         lines += ["", f"## {_cell(_heading(subject))}", "", _cell(_grant_line(subject)), ""]
         lines += [
-            "| tool | callers | scope | effects | destinations | credentials | approval "
-            "| idempotency | reach |",
-            "|---|---|---|---|---|---|---|---|---|",
+            "| tool | callers | scope | effects | destinations | credentials | requires "
+            "| approval | idempotency | reach |",
+            "|---|---|---|---|---|---|---|---|---|---|",
         ]
         for tool in subject.tools:
             cells = [
@@ -192,7 +224,10 @@ def _markdown(inventory: Inventory) -> str:
                 f"`{tool.scope}`",
                 _code(_effects_text(tool)),
                 _code(tool.destinations),
-                _code(tool.credentials),
+                _code(_credentials_text(tool))
+                if tool.credentials
+                else _cell("\n".join(_credentials_text(tool))),
+                _code(_requires_text(tool)),
                 _cell(approval_text(tool.approval)),
                 tool.idempotency,
                 _cell(_reach_text(tool)),
@@ -214,4 +249,6 @@ def _markdown(inventory: Inventory) -> str:
             )
     lines += ["", "## Sandbox", "", "| setting | value |", "|---|---|"]
     lines += [f"| {name} | {_cell(value)} |" for name, value in sandbox_rows(inventory.sandbox)]
+    lines += ["", "## Harness", "", "| connection | what and where |", "|---|---|"]
+    lines += [f"| {name} | {_cell(value)} |" for name, value in harness_rows(inventory.harness)]
     return "\n".join(lines) + "\n"

@@ -3,7 +3,8 @@
 Nothing here restates the hardening: :func:`sandbox_effects` reports what
 :func:`airlock.sandbox.describe_container` reads from the very keyword arguments the Docker
 backend passes to ``containers.run`` for the profile, so a change there shows up in the
-inventory and in ``--check``.
+inventory and in ``--check``. The second seccomp layer (what the guest runner refuses
+before a program runs) comes from the rule list the image ships, rendered on this host.
 """
 
 from __future__ import annotations
@@ -46,6 +47,12 @@ def sandbox_effects(profile: SandboxProfile, *, image: str, image_digest: str) -
         allowed_imports=tuple(sorted(profile.allowed_imports)),
         seccomp_sha256=seccomp_profile_hash(filter_json) if filter_json else UNKNOWN_DIGEST,
         seccomp_allowed=_allowed_syscalls(filter_json),
+        runtime=config.runtime,
+        masked_paths=config.masked_paths,
+        guest_seccomp=tuple(
+            f"{r.syscall}: {r.errno} {r.when} ({r.why})" for r in config.guest_filter.rules
+        ),
+        guest_seccomp_pfc=config.guest_filter.pfc,
         image=image,
         image_digest=image_digest,
     )

@@ -1,15 +1,17 @@
-"""What a tool says beyond its contract: network destinations, credential names, idempotency.
+"""What a tool says beyond its effects: network destinations, credential names, preconditions,
+idempotency.
 
-:class:`airlock.tools.ToolSpec` declares effects; adapters (the REST adapter, for one) know
-more: the hosts they reach and the credentials they send. This module reads those facts defensively
-from the spec and from its handler, so an adapter that exposes them is picked up without a
-change here:
+:class:`airlock.tools.Registry` checks these facts at registration and keeps them on the
+spec in canonical form (an adapter's own ``destinations`` and ``credentials`` included), so
+this module reads the spec, never a handler's attributes, and drops nothing:
 
-- ``destinations``: host names, patterns or origins (strings; ``ToolSpec.destinations``
-  holds a REST adapter's); ``network(d)`` effects count too;
-- ``credentials``: credential *names* (strings, or objects with a string ``name``;
-  ``ToolSpec.credentials`` holds a REST adapter's); anything else is ignored, so a value
-  can never be printed by mistake;
+- ``destinations``: every form a tool may declare (a host or host pattern, ``user@host``,
+  ``scheme://host[:port][/path]``: ``https``, ``postgres``, ``smtp``, ``s3``, ...), plus the
+  targets of its ``network(d)`` effects. A destination that does not parse (a registry
+  look-alike that skipped registration) is an error, never a silent omission;
+- ``credentials``: credential *names* (never values); with ``tenant_credentials`` the one a
+  principal's tenant uses;
+- ``requires``: the evidence each call needs first;
 - ``idempotent`` (bool) or ``idempotency`` (``"keyed"``, ...) on the spec or handler; a
   write tool (``spec.write`` set) commits with an idempotency key.
 """
@@ -17,49 +19,75 @@ change here:
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
 from typing import Final, cast, get_args
 
-from airlock.inventory._model import Idempotency
-from airlock.tools import ToolSpec
+from airlock.inventory._errors import ToolFactError
+from airlock.inventory._model import Idempotency, Requirement
+from airlock.tools import CREDENTIAL_NAME, ToolSpec, parse_destination
 
 __all__ = ["credential_names", "destinations", "idempotency"]
 
-_NAME: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,127}$")
-# A host or pattern, optionally as an origin (``https://api.example.com:443``).
-_HOST: Final = re.compile(r"^(?:https?://)?[A-Za-z0-9*\[][A-Za-z0-9_.*:\[\]-]{0,252}$")
+_NAME: Final = re.compile(CREDENTIAL_NAME)
 _IDEMPOTENCY: Final[frozenset[str]] = frozenset(get_args(Idempotency))
 
 
-def _facts(spec: ToolSpec, attribute: str) -> list[object]:
-    found: list[object] = []
-    for owner in (spec, spec.handler):
-        value = getattr(owner, attribute, None)
-        if isinstance(value, str):
-            found.append(value)
-        elif isinstance(value, Iterable):
-            found.extend(value)
-    return found
-
-
 def destinations(spec: ToolSpec) -> tuple[str, ...]:
-    """Hosts the tool can reach: its ``network`` effects and its adapter's destinations."""
-    hosts = {e.pattern for e in spec.effects if e.kind == "network"}
-    for item in _facts(spec, "destinations"):
-        host = item if isinstance(item, str) else getattr(item, "host", None)
-        if isinstance(host, str) and _HOST.match(host):
-            hosts.add(host.lower())
-    return tuple(sorted(hosts))
+    """Where the tool can connect: its ``network`` effects and its adapter's destinations.
+
+    Raises:
+        ToolFactError: a declared destination does not parse (only a registry look-alike
+            can hold one: registration refuses it).
+    """
+    found: set[str] = set()
+    for effect in spec.effects:
+        if effect.kind == "network":
+            try:
+                found.add(parse_destination(effect.pattern).text)
+            except ValueError:
+                found.add(effect.pattern)  # a valid effect pattern, listed as declared
+    for item in spec.destinations:
+        try:
+            found.add(parse_destination(item).text)
+        except (ValueError, TypeError) as exc:
+            raise ToolFactError(spec.name, "destination", item, str(exc)) from None
+    return tuple(sorted(found))
 
 
 def credential_names(spec: ToolSpec) -> tuple[str, ...]:
-    """Names of the credentials the tool's adapter uses; values are never read."""
+    """Names of every credential the tool's adapter may send; values are never read.
+
+    Raises:
+        ToolFactError: a declared name is not a credential name (a registry look-alike).
+    """
     names: set[str] = set()
-    for item in _facts(spec, "credentials"):
-        name = item if isinstance(item, str) else getattr(item, "name", None)
-        if isinstance(name, str) and _NAME.match(name):
-            names.add(name)
+    for item in (*spec.credentials, *spec.tenant_credentials.values()):
+        if not (isinstance(item, str) and _NAME.match(item)):
+            raise ToolFactError(spec.name, "credential", item, "not a credential's name")
+        names.add(item)
     return tuple(sorted(names))
+
+
+def credentials_for(spec: ToolSpec, tenant: str | None) -> tuple[tuple[str, ...], str | None]:
+    """The credential names calls of a principal in ``tenant`` send, and the tenant they were
+    picked for (``None`` when the adapter does not pick by tenant, or for a role: any tenant).
+
+    Raises:
+        ToolFactError: as :func:`credential_names`.
+    """
+    every = credential_names(spec)
+    if not spec.tenant_credentials or tenant is None:
+        return every, None
+    chosen = spec.tenant_credentials.get(tenant)
+    return ((chosen,) if chosen is not None else ()), tenant
+
+
+def requirements(spec: ToolSpec) -> tuple[Requirement, ...]:
+    """The evidence each call of the tool needs first, sorted."""
+    found = {
+        (p.tool, tuple(sorted(p.fields.items()))): Requirement(tool=p.tool, fields=dict(p.fields))
+        for p in spec.preconditions
+    }
+    return tuple(found[key] for key in sorted(found))
 
 
 def idempotency(spec: ToolSpec) -> Idempotency:

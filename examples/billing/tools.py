@@ -35,6 +35,7 @@ from airlock.tools import (
     DeniedError,
     JSONObject,
     NotFoundError,
+    RecordsRead,
     Registry,
     RestAdapter,
     UpstreamError,
@@ -175,12 +176,19 @@ def register_billing_tools(
     ``adapter`` (whose base URL ends in ``/v1``) with the principal's tenant credential.
 
     Each tool declares the adapter's destinations and the names of the credentials it may
-    send (the adapter's and the mapping's), for the effect inventory.
+    send (the adapter's and the mapping's), and, for a mapping, which one each tenant's
+    calls send, for the effect inventory.
 
     Raises:
         UsageError: a tool of the same name is registered already.
     """
     used = tuple(sorted({*adapter.credentials, *_credential_names(credentials)}))
+    # Which credential each tenant's calls send: the inventory lists it per principal.
+    by_tenant = (
+        {tenant: c.name for tenant, c in credentials.items()}
+        if isinstance(credentials, Mapping)
+        else {}
+    )
 
     def credential_for(tenant_id: str) -> Credential:
         found = credentials(tenant_id) if callable(credentials) else credentials.get(tenant_id)
@@ -210,6 +218,7 @@ def register_billing_tools(
         timeout=10.0,
         destinations=adapter.destinations,
         credentials=used,
+        tenant_credentials=by_tenant,
     )
     async def billing_invoice_get(ctx: CallContext, invoice_id: InvoiceId) -> Invoice:
         """Fetch one invoice of your account by id, with its payments (id, amount, time,
@@ -223,8 +232,11 @@ def register_billing_tools(
         callers={"direct", "code"},
         timeout=20.0,
         max_result_bytes=512_000,
+        # The audit log records which invoices a listing returned, one read each.
+        records=RecordsRead("invoices", read("billing:invoice/{invoice_id}")),
         destinations=adapter.destinations,
         credentials=used,
+        tenant_credentials=by_tenant,
     )
     async def billing_invoice_list(
         ctx: CallContext,
@@ -336,6 +348,7 @@ def register_billing_tools(
             timeout=10.0,
             destinations=adapter.destinations,
             credentials=used,
+            tenant_credentials=by_tenant,
         )
     )
     return registry

@@ -59,6 +59,10 @@ class Connection:
         self._ids = itertools.count(1)
         self._aborted: errors.RunAborted | None = None
 
+    def fileno(self) -> int:
+        """The bridge socket's descriptor (the runner keeps it open, and closes the rest)."""
+        return self._sock.fileno()
+
     def send(self, message: dict[str, Any]) -> None:
         body = json.dumps(message, separators=(",", ":"), allow_nan=False).encode()
         with self._send_lock:

@@ -1,7 +1,11 @@
 """How a program is compiled, and the globals it runs with, in each language mode.
 
 Standard library only, plus RestrictedPython (shipped in the image) for the ``restricted``
-mode: its guards, an import allow-list and coroutines, so programs can fan out reads. The
+mode: its guards, an import allow-list and coroutines, so programs can fan out reads. On top
+of RestrictedPython's guards (no ``_`` names, no frame or code attributes), the attribute and
+import guards hand out no module the program could not import itself (``typing.sys`` would
+reach ``sys.modules``), no frame, code or traceback object, and none of the standard
+library's functions that evaluate strings as unguarded code (:data:`EVALUATORS`). The
 ``full`` mode is plain Python. Either way the container is the boundary; this is defence in
 depth and clearer errors.
 """
@@ -9,7 +13,10 @@ depth and clearer errors.
 from __future__ import annotations
 
 import ast
+import functools
 import operator
+import types
+import typing
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
@@ -111,6 +118,32 @@ def _inplace(op: str, x: Any, y: Any) -> Any:
     return _INPLACE_OPERATORS[op](x, y)
 
 
+EVALUATORS: tuple[object, ...] = (
+    typing.get_type_hints,  # evaluates string annotations with the real builtins
+    typing.ForwardRef,
+    functools.singledispatch,  # register() calls get_type_hints on a function
+    functools.singledispatchmethod,
+)
+"""Standard library callables that evaluate strings as Python outside the guards."""
+
+_EVALUATOR_IDS = frozenset(id(evaluator) for evaluator in EVALUATORS)
+_HIDDEN_TYPES = (types.FrameType, types.CodeType, types.TracebackType)
+
+
+def refusal(value: object, allowed_imports: frozenset[str]) -> str | None:
+    """Why a restricted program may not hold ``value``, or ``None`` when it may."""
+    if isinstance(value, types.ModuleType):
+        name = str(getattr(value, "__name__", "?"))
+        if name.partition(".")[0] not in allowed_imports:
+            return f"the module {name!r}, which restricted mode does not import"
+    elif isinstance(value, _HIDDEN_TYPES):
+        return f"a {type(value).__name__} object, which shows the runner's internals"
+    elif id(value) in _EVALUATOR_IDS:  # EVALUATORS holds them: their ids stay theirs
+        name = str(getattr(value, "__qualname__", value))
+        return f"{name}, which evaluates strings outside restricted mode's guards"
+    return None
+
+
 def restricted_globals(
     allowed_imports: frozenset[str], result: Callable[[Any], None], tools: Tools
 ) -> dict[str, Any]:
@@ -131,13 +164,28 @@ def restricted_globals(
     ) -> Any:
         if level or name.partition(".")[0] not in allowed_imports:
             raise ImportError(f"import of {name!r} is not allowed in restricted mode")
-        return __import__(name, globals, locals, fromlist, level)
+        module = __import__(name, globals, locals, fromlist, level)
+        for member in fromlist or ():
+            # ``from typing import sys`` reads the attribute without the attribute guard.
+            refused = refusal(getattr(module, member, None), allowed_imports)
+            if refused:
+                raise ImportError(
+                    f"cannot import {member!r} from {name!r} in restricted mode: it is {refused}"
+                )
+        return module
 
     def guarded_getattr(ob: Any, name: str, *default: Any) -> Any:
         # safer_getattr answers None for a missing attribute unless told to raise: then
         # ``tools.not_given(...)`` failed as "'NoneType' object is not callable" and a typo
         # read as None. Attribute access and getattr() without a default raise as in Python.
-        return cast(Any, safer_getattr)(ob, name, default[0] if default else raise_)
+        value = cast(Any, safer_getattr)(ob, name, default[0] if default else raise_)
+        refused = refusal(value, allowed_imports)
+        if refused:
+            raise AttributeError(
+                f"{name!r} is {refused}; use only the modules you import "
+                f"({', '.join(sorted(allowed_imports))}) and what they return"
+            )
+        return value
 
     def write_guard(ob: Any) -> Any:
         # Objects of classes the program defined itself may have attributes set; anything
@@ -249,10 +297,12 @@ def _line_of(message: str) -> int | None:
 
 
 __all__ = [
+    "EVALUATORS",
     "PROGRAM_FILENAME",
     "PROGRAM_MODULE",
     "ProgramRejected",
     "compile_program",
     "full_globals",
+    "refusal",
     "restricted_globals",
 ]

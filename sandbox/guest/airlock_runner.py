@@ -7,13 +7,19 @@ make the common path fast and the errors clear.
 
 Life of a runner (one per container, one program per runner):
 
-1. connect to the host over the Unix socket in the read-only mount (argv[1]);
+1. connect to the host over the Unix socket in the read-only mount (argv[1]), then point
+   stdin, stdout and stderr at ``/dev/null`` and close every other descriptor but the
+   bridge's: the container's own streams are drained by the engine, so a program that could
+   still write to them would bypass the output cap at the engine's expense;
 2. warm up: import what a default profile allows (``airlock_wire.WARM_UP_IMPORTS``), then
    compile and run a small program through the exact path a real one takes, so the first
    real run pays no first-time costs;
 3. send ``hello`` (protocol version, pid) and wait for one ``run`` frame;
 4. run the program with stdout/stderr captured at the file-descriptor level and capped;
 5. send ``done`` with the structured result and exit. The host then destroys the container.
+   A final value over the ``run`` frame's ``value_limit`` bytes (compact JSON) or
+   ``value_elements`` values and keys is refused as ``result_too_large`` with its size, so
+   the ``done`` frame stays within the host's frame budget.
 
 A ``run`` frame with ``"keep": true`` starts a kept runner instead (one conversation of one
 principal): after ``done`` it waits for the next ``run`` frame, and each program starts with
@@ -29,7 +35,6 @@ import json
 import os
 import resource
 import sys
-import threading
 import time
 import traceback
 from typing import TYPE_CHECKING, Any
@@ -45,6 +50,14 @@ if TYPE_CHECKING:
         full_globals,
         restricted_globals,
     )
+    from airlock.sandbox.guest.airlock_output import (
+        VALUE_ELEMENTS,
+        VALUE_LIMIT,
+        StreamCapture,
+        isolate_descriptors,
+        too_large,
+    )
+    from airlock.sandbox.guest.airlock_seccomp import confine
 else:
     # The interpreter runs isolated (-I -S): nothing is on the path but the standard
     # library. The guest's modules (the shared airlock_wire among them) and packages sit
@@ -61,69 +74,31 @@ else:
         full_globals,
         restricted_globals,
     )
+    from airlock_output import (
+        VALUE_ELEMENTS,
+        VALUE_LIMIT,
+        StreamCapture,
+        isolate_descriptors,
+        too_large,
+    )
+    from airlock_seccomp import confine
 
 _TRACEBACK_LIMIT = 8 * 1024
 _RUNNER_PID = os.getpid()
 
 
-class _StreamCapture:
-    """Captures one file descriptor (1 or 2) through a pipe, up to ``limit`` bytes.
-
-    Capturing the descriptor rather than ``sys.stdout`` also catches ``os.write`` and child
-    processes. When the limit is crossed, ``on_overflow`` runs on the reader thread: the
-    program cannot catch that from its own thread.
-    """
-
-    def __init__(self, fd: int, limit: int, on_overflow: Any) -> None:
-        self.fd = fd
-        self.limit = limit
-        self.data = bytearray()
-        self.truncated = False
-        self._on_overflow = on_overflow
-        self._saved = os.dup(fd)
-        read_end, write_end = os.pipe()
-        os.dup2(write_end, fd)
-        os.close(write_end)
-        self._read_end = read_end
-        self._thread = threading.Thread(target=self._pump, daemon=True)
-        self._thread.start()
-
-    def _pump(self) -> None:
-        while True:
-            try:
-                chunk = os.read(self._read_end, 65536)
-            except OSError:
-                return
-            if not chunk:
-                return
-            room = self.limit - len(self.data)
-            if len(chunk) > room:
-                self.data += chunk[: max(room, 0)]
-                self.truncated = True
-                self._on_overflow()
-                return
-            self.data += chunk
-
-    def close(self) -> None:
-        # Restoring the descriptor closes the pipe's last write end held by this process, so
-        # the reader sees end-of-file once every byte written so far has been read.
-        os.dup2(self._saved, self.fd)
-        os.close(self._saved)
-        self._thread.join(timeout=0.5)
-        os.close(self._read_end)
-
-    def text(self) -> str:
-        return self.data.decode("utf-8", errors="replace")
-
-
 class _FinalValue:
-    """Holds the value a program sets with ``result(value)``."""
+    """Holds the value a program sets with ``result(value)``, and the limits it must fit."""
 
-    __slots__ = ("is_set", "value")
+    __slots__ = ("is_set", "limit_bytes", "limit_elements", "value")
 
-    def __init__(self) -> None:
+    def __init__(
+        self, limit_bytes: int = VALUE_LIMIT, limit_elements: int = VALUE_ELEMENTS
+    ) -> None:
         self.is_set = False
         self.value: Any = None
+        self.limit_bytes = limit_bytes
+        self.limit_elements = limit_elements
 
     def set(self, value: Any) -> None:
         """Set the program's final value: the one thing that goes back to the model."""
@@ -177,7 +152,10 @@ def execute(
     cpu_before, _ = _usage()
     started_at = time.time()
     clock = time.perf_counter()
-    final = _FinalValue()
+    final = _FinalValue(
+        int(request.get("value_limit", VALUE_LIMIT)),
+        int(request.get("value_elements", VALUE_ELEMENTS)),
+    )
     result: dict[str, Any] = {
         "status": "ok",
         "exit_status": 0,
@@ -203,7 +181,7 @@ def execute(
     fresh = set(namespace)
     if state:
         namespace.update(state)
-    streams: list[_StreamCapture] = []
+    streams: list[StreamCapture] = []
 
     def overflow() -> None:
         result.update(status="limit_exceeded", exit_status=137, limit="output")
@@ -211,8 +189,8 @@ def execute(
 
     sys.stdout.flush()
     sys.stderr.flush()
-    streams.append(_StreamCapture(1, output_limit, overflow))
-    streams.append(_StreamCapture(2, output_limit, overflow))
+    streams.append(StreamCapture(1, output_limit, overflow))
+    streams.append(StreamCapture(2, output_limit, overflow))
     try:
         try:
             exec(body_code, namespace)
@@ -264,8 +242,8 @@ def _finalize(
     clock: float,
     cpu_before: float,
     final: _FinalValue,
-    stdout: _StreamCapture | None,
-    stderr: _StreamCapture | None,
+    stdout: StreamCapture | None,
+    stderr: StreamCapture | None,
 ) -> dict[str, Any]:
     cpu_after, peak = _usage()
     result["duration_s"] = time.perf_counter() - clock
@@ -278,14 +256,19 @@ def _finalize(
     result["value"] = None
     if final.is_set:
         try:
-            json.dumps(final.value, allow_nan=False)
-            result["value"] = final.value
+            text = json.dumps(final.value, separators=(",", ":"), allow_nan=False)
         except (TypeError, ValueError) as exc:
             result.update(status="error", exit_status=1, has_value=False)
             result["error"] = {
                 "type": "InvalidResult",
                 "message": f"the final value is not JSON-serializable: {exc}",
             }
+        else:
+            refusal = too_large(final.value, text, final.limit_bytes, final.limit_elements)
+            if refusal is None:
+                result["value"] = final.value
+            else:
+                result.update(status="error", exit_status=1, has_value=False, error=refusal)
     return result
 
 
@@ -318,6 +301,7 @@ def main(argv: list[str]) -> int:
     socket_path = argv[1] if len(argv) > 1 else f"{wire.SOCKET_DIR}/{wire.SOCKET_NAME}"
     os.environ.clear()
     connection = Connection(socket_path)
+    isolate_descriptors(connection.fileno())
     warm_up(wire.WARM_UP_IMPORTS)
     connection.send({"type": wire.HELLO, "version": wire.PROTOCOL_VERSION, "pid": os.getpid()})
     request = connection.recv()
@@ -329,6 +313,8 @@ def main(argv: list[str]) -> int:
         connection.send({"type": wire.DONE, "result": result})
         os._exit(0)
 
+    # The second seccomp layer, before any of the program's code runs; no layer, no run.
+    confine(request.get("mode"), refuse=finish)
     if not request.get("keep"):
         finish(execute(request, finish, tools))
     state: dict[str, Any] = {}

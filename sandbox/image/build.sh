@@ -9,12 +9,17 @@ IMAGE=${AIRLOCK_IMAGE:-airlock-sandbox:latest}
 DEFAULT_BASE=python:3.11-slim-bookworm
 LOCAL_BASE=airlock-base:bookworm
 PYTHON=${PYTHON:-.venv/bin/python}
-RESTRICTED_PYTHON=$("$PYTHON" -c 'import importlib.metadata as m; print(m.version("RestrictedPython"))')
+# The guest's packages, at the versions installed on the host: RestrictedPython (the language
+# guard) and pyseccomp (libseccomp's binding, for the second seccomp layer).
+version() { "$PYTHON" -c "import importlib.metadata as m; print(m.version('$1'))"; }
+RESTRICTED_PYTHON=$(version RestrictedPython)
+PYSECCOMP=$(version pyseccomp)
 
-if ! ls .build/wheels/restrictedpython-"$RESTRICTED_PYTHON"-*.whl >/dev/null 2>&1; then
+if ! ls .build/wheels/restrictedpython-"$RESTRICTED_PYTHON"-*.whl >/dev/null 2>&1 \
+  || ! ls .build/wheels/pyseccomp-"$PYSECCOMP"-*.whl >/dev/null 2>&1; then
   rm -rf .build/wheels && mkdir -p .build/wheels
   "$PYTHON" -m pip download --quiet --no-deps --only-binary=:all: -d .build/wheels \
-    "RestrictedPython==$RESTRICTED_PYTHON"
+    "RestrictedPython==$RESTRICTED_PYTHON" "pyseccomp==$PYSECCOMP"
 fi
 
 build_local_base() {

@@ -1,7 +1,7 @@
 """A billing-like registry for the inventory's tests and golden outputs.
 
 Two billing reads callable from code, a refund that writes and spends (direct only, through
-approval), a page fetch whose network reach is broader than its scope suggests, and a CRM
+approval, once the invoice was read), a page fetch whose network reach is broader than its scope suggests, and a CRM
 read that only some principals see. The billing tools run on :class:`RestRoute`, a stand-in
 for the REST adapter: it exposes the hosts it reaches and the *names* of its credentials the
 way an adapter is expected to, so the inventory reads them without knowing the class.
@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field
 
 from airlock.policies import network, read, spend, write
-from airlock.tools import Registry, ToolSpec
+from airlock.tools import Registry, ToolSpec, requires
 
 POLICY = Path(__file__).with_name("inventory_policy.toml")
 CREDENTIAL = "BILLING_API_KEY"
@@ -128,6 +128,7 @@ def build_registry() -> Registry:
             callers=frozenset({"direct"}),
             scope="billing.write",
             reversible=False,
+            preconditions=(requires("billing_invoice_get", "invoice_id"),),
         )
     )
 

@@ -6,6 +6,7 @@ from tests.public_api import assert_public_api
 # The public API, changed only on purpose: a name added or removed fails this test.
 PUBLIC_API = [
     "MAX_DEPTH",
+    "MAX_ELEMENTS",
     "MAX_INT_DIGITS",
     "NAMESPACE_MEMBERS",
     "PROTOCOL_VERSION",
@@ -15,6 +16,7 @@ PUBLIC_API = [
     "RunEnd",
     "ToolSession",
     "ToolStub",
+    "count_elements",
     "decode_body",
     "encode_frame",
     "program_error",

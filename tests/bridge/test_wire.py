@@ -5,7 +5,15 @@ import struct
 
 import pytest
 
-from airlock.bridge import MAX_DEPTH, FrameError, decode_body, encode_frame, read_frame
+from airlock.bridge import (
+    MAX_DEPTH,
+    MAX_ELEMENTS,
+    FrameError,
+    count_elements,
+    decode_body,
+    encode_frame,
+    read_frame,
+)
 
 
 @pytest.fixture
@@ -21,7 +29,20 @@ BAD_BODIES = [
     ("huge_int", b'{"type":"a","v":' + b"9" * 31 + b"}", "digits"),
     ("deep_nesting", b'{"type":"a","v":' + b"[" * MAX_DEPTH + b"]" * MAX_DEPTH + b"}", "nests"),
     ("very_deep_nesting", b"[" * 200_000, "nests|JSON"),
-    ("not_utf8", b"\xff\xfe", "not JSON"),
+    ("not_utf8", b"\xff\xfe", "not ASCII JSON"),
+    ("raw_utf8", '{"type":"a","v":"é"}'.encode(), "not ASCII JSON"),
+    (
+        "too_many_elements",
+        b'{"type":"a","v":[' + b"{}," * MAX_ELEMENTS + b"{}]}",
+        "values and keys",
+    ),
+    (
+        "too_many_keys",
+        b'{"type":"a","v":{'
+        + b",".join(b'"k%d":0' % i for i in range(MAX_ELEMENTS // 2 + 1))
+        + b"}}",
+        "values and keys",
+    ),
     ("not_json", b"{type: 1}", "not JSON"),
     ("array", b"[]", "JSON object"),
     ("missing_type", b'{"kind":"a"}', "string 'type'"),
@@ -74,3 +95,62 @@ async def test_frames_in_sequence() -> None:
     assert await read_frame(reader, max_bytes=64) == {"type": "a"}
     assert await read_frame(reader, max_bytes=64) == {"type": "b"}
     assert await read_frame(reader, max_bytes=64) is None
+
+
+# Bodies whose values and keys count_elements must count exactly: strings full of what would
+# be structure outside them (separators, colons, brackets, quotes and backslashes, escaped).
+COUNTED = [
+    ("scalar_object", {"type": "a"}),
+    ("empty_containers", {"type": "a", "v": [[], {}, [[]], {"k": {}}]}),
+    ("numbers", {"type": "a", "v": [1, 2.5, -3, True, None]}),
+    ("structure_in_strings", {"type": "a", "v": ["a,b:c[d{e", '"quoted", [1]', "\\", '\\"x\\"']}),
+    ("keys_with_structure", {"type": "a", "v": {"k,1": "x:y", "k[2]": {"{": "}"}}}),
+    ("escapes", {"type": "a", "v": "\n\t\u0000\u2028é" * 50}),
+    ("long_string_many_slices", {"type": "a", "v": ("a,b:[{" * 40_000) + '"\\'}),
+    ("many_strings_many_slices", {"type": "a", "v": ['x,"\\y'] * 30_000}),
+]
+
+
+def _elements(value: object) -> int:
+    """Every value, every key, one more for each empty container: what a frame holds."""
+    if isinstance(value, dict):
+        return 1 + len(value) + (not value) + sum(_elements(v) for v in value.values())
+    if isinstance(value, list):
+        return 1 + (not value) + sum(_elements(v) for v in value)
+    return 1
+
+
+@pytest.mark.parametrize(("name", "message"), COUNTED, ids=[c[0] for c in COUNTED])
+def test_elements_are_counted_outside_strings(name: str, message: dict[str, object]) -> None:
+    body = encode_frame(message)[4:]
+    assert count_elements(body) == _elements(message)
+    assert count_elements(bytearray(body)) == _elements(message)
+    assert decode_body(body) == message
+
+
+def test_a_frame_at_the_element_budget_is_decoded() -> None:
+    # The object, its two keys, "a", the list: five; the rest are zeros.
+    body = b'{"type":"a","v":[' + b",".join([b"0"] * (MAX_ELEMENTS - 5)) + b"]}"
+    assert count_elements(body) == MAX_ELEMENTS
+    assert len(decode_body(body)["v"]) == MAX_ELEMENTS - 5
+    over = body.replace(b"[0,", b"[0,0,", 1)
+    with pytest.raises(FrameError, match="values and keys"):
+        decode_body(over)
+
+
+def test_long_strings_do_not_count_as_elements() -> None:
+    # A frame the size of a done frame whose strings hold a separator every other byte.
+    message = {"type": "done", "result": {"stdout": ",:" * 3_000_000, "stderr": "[{" * 1_000_000}}
+    body = encode_frame(message)[4:]
+    assert count_elements(body) == _elements(message) == 9
+    assert decode_body(body) == message
+
+
+@pytest.mark.anyio
+async def test_a_large_frame_is_read_and_decoded_whole() -> None:
+    message = {"type": "done", "result": {"value": ["x" * 1000] * 5000}}
+    frame = encode_frame(message)
+    reader = _reader(frame)
+    assert await read_frame(reader, max_bytes=len(frame)) == message
+    with pytest.raises(FrameError, match="body"):
+        await read_frame(_reader(frame[:-1]), max_bytes=len(frame))

@@ -6,6 +6,7 @@ from pydantic import ValidationError
 from airlock.policies import (
     FORBIDDEN_SYSCALLS,
     SECCOMP_ALLOWED_SYSCALLS,
+    SECCOMP_ARGUMENT_RULES,
     SandboxProfile,
     render_docker_seccomp,
     seccomp_profile_hash,
@@ -14,12 +15,14 @@ from airlock.policies import (
 # Calls the design names (and engines' default profiles have let through): the deny list
 # must keep holding them whatever else changes in it.
 REQUIRED_ABSENT = ["io_uring_setup", "io_uring_enter", "io_uring_register", "ptrace", "mount",
-                   "unshare", "keyctl", "bpf", "perf_event_open", "setns", "clone3"]  # fmt: skip
+                   "unshare", "keyctl", "bpf", "perf_event_open", "setns", "clone3",
+                   "memfd_create", "execveat"]  # fmt: skip
 
 
 def test_defaults_are_the_hardened_profile() -> None:
     profile = SandboxProfile()
     assert profile.language_mode == "restricted"
+    assert profile.runtime == "runc"
     assert profile.user == "65534:65534"
     assert profile.memory_bytes == 256 * 1024 * 1024
     assert profile.pids_limit == 64
@@ -99,3 +102,58 @@ def test_hash_is_stable_and_sensitive() -> None:
     assert seccomp_profile_hash(base) == seccomp_profile_hash(render_docker_seccomp())
     smaller = render_docker_seccomp(SECCOMP_ALLOWED_SYSCALLS - {"getrandom"})
     assert seccomp_profile_hash(smaller) != seccomp_profile_hash(base)
+
+
+def _rules_for(name: str, runtime: str = "runc") -> list[dict[str, object]]:
+    rendered = render_docker_seccomp(runtime=runtime)  # type: ignore[arg-type]
+    return [rule for rule in rendered["syscalls"] if name in rule["names"]]
+
+
+@pytest.mark.parametrize("name", sorted(SECCOMP_ARGUMENT_RULES))
+def test_a_call_with_argument_rules_is_allowed_only_with_those_values(name: str) -> None:
+    rule = SECCOMP_ARGUMENT_RULES[name]
+    rendered = _rules_for(name)
+    # One rule per allowed value (Docker ANDs a rule's conditions), never unconditionally.
+    assert len(rendered) == len(rule.values)
+    for entry, value in zip(rendered, rule.values, strict=True):
+        assert entry["names"] == [name]
+        assert entry["action"] == "SCMP_ACT_ALLOW"
+        [condition] = entry["args"]  # type: ignore[misc]
+        assert condition["index"] == rule.index
+        assert condition["op"] == rule.op
+        if rule.mask is None:
+            assert (condition["value"], condition["valueTwo"]) == (value, 0)
+        else:
+            assert (condition["value"], condition["valueTwo"]) == (rule.mask, value)
+
+
+@pytest.mark.parametrize("name", ["socket", "socketpair"])
+def test_sockets_are_unix_only(name: str) -> None:
+    assert SECCOMP_ARGUMENT_RULES[name].values == (1,)  # AF_UNIX; AF_VSOCK (40) and all others fail
+
+
+def test_personality_only_queries_or_keeps_per_linux() -> None:
+    assert SECCOMP_ARGUMENT_RULES["personality"].values == (0x0, 0xFFFFFFFF)
+
+
+@pytest.mark.parametrize("runtime", ["runc", "runsc"])
+def test_the_filter_renders_for_each_runtime(runtime: str) -> None:
+    profile = SandboxProfile.model_validate({"runtime": runtime})
+    clone3 = _rules_for("clone3", runtime)
+    if runtime == "runc":
+        assert clone3 == [{"names": ["clone3"], "action": "SCMP_ACT_ERRNO", "errnoRet": 38}]
+    else:
+        # gVisor's kernel answers clone3 ENOSYS itself; its enforcement cannot set an errno.
+        assert [r["action"] for r in clone3] == ["SCMP_ACT_ALLOW"]
+    assert profile.docker_seccomp() == render_docker_seccomp(runtime=profile.runtime)
+
+
+def test_runsc_adds_gvisors_own_threads_to_the_pids_limit() -> None:
+    assert SandboxProfile(pids_limit=64).engine_pids_limit == 64
+    gvisor = SandboxProfile(pids_limit=64, runtime="runsc")
+    assert gvisor.engine_pids_limit > 64 + 60  # gVisor idles at about 60 host threads
+
+
+def test_an_unknown_runtime_is_refused() -> None:
+    with pytest.raises(ValidationError, match="runc"):
+        SandboxProfile.model_validate({"runtime": "kata"})

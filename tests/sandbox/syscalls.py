@@ -1,5 +1,9 @@
-"""The deny list's system calls by number, and how to call each so that only the filter can
-refuse it: what ``test_isolation.py`` tries from inside a container."""
+"""The deny lists' system calls by number, and how to call each so that only a filter can
+refuse it: what ``test_isolation.py`` and ``test_seccomp_layers.py`` try from inside a run.
+
+Two lists: the outer layer's deny list (:data:`SYSCALL_NUMBERS`, Docker's profile) and the
+rules of the guest's second layer (:data:`GUEST_CALLS`, ``airlock_seccomp.RULES``).
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,15 @@ import platform
 
 from airlock.policies import FORBIDDEN_SYSCALLS, render_docker_seccomp
 
-__all__ = ["ARCH_COLUMN", "SYSCALL_ARGS", "SYSCALL_NUMBERS", "callable_here", "expected_errno"]
+__all__ = [
+    "ARCH_COLUMN",
+    "GUEST_CALLS",
+    "SYSCALL_ARGS",
+    "SYSCALL_NUMBERS",
+    "callable_here",
+    "expected_errno",
+    "guest_call_program",
+]
 
 # Numbers of every call in the deny list (x86_64, aarch64); None: the architecture has no
 # such call. A name added to FORBIDDEN_SYSCALLS fails test_every_denied_call_has_a_number
@@ -37,10 +49,12 @@ SYSCALL_NUMBERS: dict[str, tuple[int | None, int | None]] = {
     "iopl": (172, None),
     "kcmp": (312, 272),
     "kexec_file_load": (320, 294),
+    "execveat": (322, 281),
     "kexec_load": (246, 104),
     "keyctl": (250, 219),
     "lookup_dcookie": (212, 18),
     "mbind": (237, 235),
+    "memfd_create": (319, 279),
     "migrate_pages": (256, 238),
     "mount": (165, 40),
     "move_mount": (429, 429),
@@ -90,6 +104,7 @@ SYSCALL_ARGS: dict[str, list[int | str]] = {
     "setresgid": [-1, -1, -1],
     "userfaultfd": [1],  # UFFD_USER_MODE_ONLY
     "kcmp": ["@pid", "@pid", 0, 0, 0],
+    "memfd_create": ["@name", 0],  # would make an anonymous file
     "process_vm_readv": ["@pid", 0, 0, 0, 0, 0],
     "process_vm_writev": ["@pid", 0, 0, 0, 0, 0],
 }
@@ -110,3 +125,52 @@ def callable_here() -> list[str]:
     if column is None:
         return []
     return sorted(n for n in FORBIDDEN_SYSCALLS if SYSCALL_NUMBERS.get(n, (None, None))[column])
+
+
+# The second layer's rules: (number on x86_64, aarch64) and arguments with which the call
+# would succeed, or fail with another errno, if the layer let it through ("@name": a string,
+# "@fds": room for two descriptors). Keyed by the rule's system call; a rule added to
+# airlock_seccomp.RULES fails test_every_guest_rule_is_tried until it is added here.
+GUEST_CALLS: dict[str, tuple[tuple[int | None, int | None], list[int | str]]] = {
+    "execve": ((59, 221), ["@true", 0, 0]),  # /bin/true would replace the program
+    "execveat": ((322, 281), [0, 0, 0, 0, 0]),
+    "socket": ((41, 198), [1, 1, 0]),  # AF_UNIX, SOCK_STREAM: the outer layer allows it
+    "socketpair": ((53, 199), [2, 1, 0, "@fds"]),  # AF_INET
+    "ptrace": ((101, 117), [0, 0, 0, 0]),  # PTRACE_TRACEME
+    "personality": ((135, 92), [0xFFFFFFFF]),  # a query: the outer layer allows it
+    "memfd_create": ((319, 279), ["@name", 0]),
+    "clone3": ((435, 435), [0, 0]),
+    "fork": ((57, None), []),
+    "vfork": ((58, None), []),
+    "clone": ((56, 220), [17, 0, 0, 0, 0]),  # SIGCHLD only: a new process, like fork
+}
+
+
+def guest_call_program(names: list[str]) -> str:
+    """A program that makes each of ``names`` (keys of :data:`GUEST_CALLS`) once and returns
+    ``{name: [return value, errno]}``. It runs in both language modes (``ctypes``, ``os``
+    and ``platform`` must be importable)."""
+    column = ARCH_COLUMN[platform.machine()]
+    calls = {
+        name: (GUEST_CALLS[name][0][column], GUEST_CALLS[name][1])
+        for name in names
+        if GUEST_CALLS[name][0][column] is not None
+    }
+    return f"""
+import ctypes
+import os
+libc = ctypes.CDLL(None, use_errno=True)
+fds = ctypes.create_string_buffer(8)
+special = {{"@name": ctypes.c_char_p(b"x"), "@true": ctypes.c_char_p(b"/bin/true"),
+           "@fds": fds}}
+runner = os.getpid()
+outcomes = {{}}
+for name, (number, args) in {calls!r}.items():
+    ctypes.set_errno(0)
+    values = [special[a] if a in special else ctypes.c_long(a) for a in args]
+    rc = libc.syscall(number, *values)
+    outcomes[name] = [rc, ctypes.get_errno()]
+    if os.getpid() != runner:
+        os.abort()
+outcomes
+"""

@@ -41,6 +41,10 @@ def test_config_carries_every_hardening_setting() -> None:
     assert config["volumes"] == {"/s": {"bind": GUEST_MOUNT, "mode": "ro"}}
     assert config["labels"] == {"l": "1"}
     assert config["log_config"]["Type"] == "none"
+    assert config["runtime"] == "runc"
+    assert {"/proc/cmdline", "/proc/sys/kernel/random/boot_id", "/proc/kcore"} <= set(
+        config["masked_paths"]
+    )
     assert "privileged" not in config
     assert "devices" not in config
 
@@ -66,6 +70,31 @@ def test_the_description_says_what_the_config_says() -> None:
     )
 
 
+def test_runsc_is_asked_of_the_engine_with_room_for_gvisors_threads() -> None:
+    profile = SandboxProfile(runtime="runsc", pids_limit=32)
+    config = container_config(profile, image="img", socket_dir=Path("/s"), labels={})
+    assert config["runtime"] == "runsc"
+    assert config["pids_limit"] == profile.engine_pids_limit > 32
+    seccomp = json.loads(config["security_opt"][1].removeprefix("seccomp="))
+    assert seccomp == profile.docker_seccomp()
+    described = describe_container(profile, image="img")
+    assert (described.runtime, described.pids_limit) == ("runsc", profile.engine_pids_limit)
+
+
+@pytest.mark.parametrize("mode", ["restricted", "full"])
+def test_the_description_names_the_second_layer_of_the_mode(mode: str) -> None:
+    described = describe_container(
+        SandboxProfile.model_validate({"language_mode": mode}), image="i"
+    )
+    layer = described.guest_filter
+    assert layer.mode == mode
+    names = {rule.syscall for rule in layer.rules}
+    assert {"execve", "socket", "ptrace", "personality", "memfd_create"} <= names
+    assert ("fork" in names) == (mode == "restricted")
+    assert layer.pfc is not None
+    assert "pseudo filter code" in layer.pfc
+
+
 def test_engine_questions_answer_without_an_engine(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/airlock-test-docker.sock")
     assert read_image_digest("airlock-sandbox:latest", timeout=1) == UNKNOWN_DIGEST == "unknown"
@@ -79,12 +108,23 @@ def test_engine_questions_answer_without_an_engine(monkeypatch: pytest.MonkeyPat
 def test_engine_questions_answer_from_the_engine() -> None:
     require_docker()
     found = check_engine(IMAGE)
-    assert [(f.check, f.ok) for f in found] == [("engine reachable", True), ("sandbox image", True)]
+    assert [(f.check, f.ok) for f in found] == [
+        ("engine reachable", True),
+        ("runtime runc", True),
+        ("sandbox image", True),
+    ]
     assert "sha256:" in read_image_digest(IMAGE)
     missing = check_engine("airlock-no-such-image:never")
     assert [(f.check, f.ok) for f in missing] == [
         ("engine reachable", True),
+        ("runtime runc", True),
         ("sandbox image", False),
     ]
-    assert "make image" in missing[1].fix
+    assert "make image" in missing[2].fix
     assert read_image_digest("airlock-no-such-image:never") == UNKNOWN_DIGEST
+    unknown = check_engine(IMAGE, runtime="no-such-runtime")
+    assert [(f.check, f.ok) for f in unknown] == [
+        ("engine reachable", True),
+        ("runtime no-such-runtime", False),
+    ]
+    assert "make engine" in unknown[1].fix

@@ -226,3 +226,143 @@ def test_destinations_and_credential_names_are_declared_on_the_spec() -> None:
     assert spec is not None
     assert spec.destinations == ("https://api.svc.example:443",)
     assert spec.credentials == ("SVC_TOKEN",)
+
+
+# -- destinations and credentials: every form listed, nothing dropped --------------------------
+
+# declared -> the canonical text the spec (and so the inventory) holds
+DESTINATIONS: dict[str, str] = {
+    "api.svc.example": "api.svc.example",
+    "API.Svc.Example.": "api.svc.example",
+    "*.cdn.svc.example": "*.cdn.svc.example",
+    "api.svc.example:8443": "api.svc.example:8443",
+    "10.0.0.7": "10.0.0.7",
+    "[2001:db8::1]:443": "[2001:db8::1]:443",
+    "deploy@backup.svc.example": "deploy@backup.svc.example",
+    "https://api.svc.example:443": "https://api.svc.example:443",
+    "https://api.svc.example/v1/reports/": "https://api.svc.example/v1/reports",
+    "HTTPS://API.svc.example/V1": "https://api.svc.example/V1",
+    "s3://svc-exports/reports": "s3://svc-exports/reports",
+    "postgres://db.internal:5432/app": "postgres://db.internal:5432/app",
+    "smtp://mail.svc.example:587": "smtp://mail.svc.example:587",
+    "sftp://deploy@files.svc.example/incoming": "sftp://deploy@files.svc.example/incoming",
+    "redis://cache.internal:6379": "redis://cache.internal:6379",
+}
+
+# declared -> a fragment of the refusal
+BAD_DESTINATIONS: dict[str, str] = {
+    "": "1-512 characters",
+    "api.svc.example/a b": "white space",
+    "https://user:secret@api.svc.example": "carries a password",
+    "https://api.svc.example/search?q=1": "query or fragment",
+    "https://api.svc.example/#top": "query or fragment",
+    "file:///etc/passwd": "not a network destination",
+    "mailto:ops@svc.example": "not a network destination",
+    "2001:db8::1": "write it in brackets",
+    "[2001:db8::zz]": "not an IPv6 address",
+    "api.svc.example:0": "not 1-65535",
+    "api.svc.example:99999": "not 1-65535",
+    "https://": "has no host",
+    "ht!tp://api.svc.example": "malformed scheme",
+    "api..svc.example": "not a host name",
+    "https://a.**.svc.example": "not a host name",
+    "https://api.svc.example/a<b>": "path",
+}
+
+
+@pytest.mark.parametrize(("declared", "canonical"), sorted(DESTINATIONS.items()))
+def test_every_destination_form_is_kept_in_canonical_form(declared: str, canonical: str) -> None:
+    registry = Registry()
+    _register(registry, good, destinations=[declared])
+    spec = registry.get("svc_item_get")
+    assert spec is not None
+    assert spec.destinations == (canonical,)
+
+
+@pytest.mark.parametrize(("declared", "fragment"), sorted(BAD_DESTINATIONS.items()))
+def test_a_destination_that_does_not_parse_is_refused(declared: str, fragment: str) -> None:
+    registry = Registry()
+    with pytest.raises(UsageError, match=re.escape(fragment)) as info:
+        _register(registry, good, destinations=[declared])
+    assert repr(declared) in str(info.value)
+    assert registry.specs() == ()
+
+
+class Adapter:
+    """A handler object that declares what it reaches, as adapters do."""
+
+    def __init__(self, destinations: object, credentials: object) -> None:
+        self.destinations = destinations
+        self.credentials = credentials
+
+    async def __call__(self, item_id: Id) -> Out:
+        return Out(ok=True)
+
+
+class ItemInput(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    item_id: Id
+
+
+def _adapter_spec(handler: Adapter, **changes: Any) -> ToolSpec:
+    return ToolSpec(
+        name="svc_item_get",
+        description=DOC,
+        handler=handler,
+        input_model=ItemInput,
+        output_model=Out,
+        effects=(R,),
+        callers=frozenset({"direct"}),
+        scope="svc.read",
+        **changes,
+    )
+
+
+def test_an_adapters_own_destinations_and_credentials_join_the_spec() -> None:
+    handler = Adapter(["https://API.svc.example"], [Credential.from_value("t", name="SVC_KEY")])
+    registry = Registry()
+    registry.register(_adapter_spec(handler, destinations=("db.internal:5432",)))
+    spec = registry.get("svc_item_get")
+    assert spec is not None
+    assert spec.destinations == ("db.internal:5432", "https://api.svc.example")
+    assert spec.credentials == ("SVC_KEY",)
+
+
+@pytest.mark.parametrize(
+    ("destinations", "credentials", "fragment"),
+    [
+        (["not a host"], [], "white space"),
+        ([42], [], "must be a string"),
+        ({"api.svc.example": 1}, [], "list of strings"),
+        ([], ["Bearer abc"], "must be a credential's name"),
+        ([], 7, "list of strings"),
+    ],
+)
+def test_an_adapter_declaration_that_does_not_parse_is_refused(
+    destinations: object, credentials: object, fragment: str
+) -> None:
+    with pytest.raises(UsageError, match=re.escape(fragment)):
+        Registry().register(_adapter_spec(Adapter(destinations, credentials)))
+
+
+def test_tenant_credentials_name_each_tenants_credential() -> None:
+    registry = Registry()
+    by_tenant = {"acme": "SVC_KEY_ACME", "globex": "SVC_KEY_GLOBEX"}
+    _register(registry, good, credentials=["SVC_KEY_ACME"], tenant_credentials=by_tenant)
+    spec = registry.get("svc_item_get")
+    assert spec is not None
+    assert dict(spec.tenant_credentials) == by_tenant
+    assert spec.credentials == ("SVC_KEY_ACME", "SVC_KEY_GLOBEX")  # every name, declared once
+
+
+@pytest.mark.parametrize(
+    ("by_tenant", "fragment"),
+    [
+        ({"acme": "Bearer tok_1"}, "must be a credential's name"),
+        ({"_acme": "SVC_KEY"}, "must be a tenant id"),
+        ({"": "SVC_KEY"}, "must be a tenant id"),
+    ],
+)
+def test_bad_tenant_credentials_are_refused(by_tenant: dict[str, str], fragment: str) -> None:
+    with pytest.raises(UsageError, match=re.escape(fragment)):
+        _register(Registry(), good, tenant_credentials=by_tenant)

@@ -9,9 +9,14 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from airlock.cli import app
+from airlock.cli import Settings, app, default_ledger
+from airlock.cli._inventory import MCP_HOST, MODEL_KEY
+from airlock.cli._serve import open_session
+from airlock.frontends import ANTHROPIC_URL
 from airlock.tools import AuditEvent, AuditLog, SQLiteAuditStore
 from tests.airlock.inventory_registry import POLICY_ARG, REGISTRY_REF, REPO
+from tests.audit_events import stored_event
+from tests.conftest import IMAGE, require_docker
 
 runner = CliRunner()
 BASE = ["inventory", "--registry", REGISTRY_REF, "--policy", POLICY_ARG]
@@ -84,6 +89,78 @@ def test_an_unnamed_principal_gets_what_star_grants() -> None:
     assert "billing_refund_create" not in {t["name"] for t in subject["tools"]}
 
 
+# -- the deployment's sandbox profile and the harness's connections --------------------------
+
+
+def test_the_sandbox_section_shows_the_policy_files_profile(tmp_path: Path) -> None:
+    policy = tmp_path / "policy.toml"
+    policy.write_text(
+        (REPO / POLICY_ARG).read_text()
+        + '\n[sandbox]\nlanguage_mode = "full"\ntimeout_s = 30\nmemory_bytes = 536870912\n'
+        + 'runtime = "runsc"\n'
+    )
+    args = ["inventory", "--registry", REGISTRY_REF, "--policy", str(policy), "--format", "json"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    sandbox = json.loads(result.output)["sandbox"]
+    assert sandbox["language_mode"] == "full"
+    assert sandbox["runtime"] == "runsc"
+    assert sandbox["limits"]["timeout_s"] == 30
+    assert sandbox["limits"]["memory_bytes"] == 536870912
+    default = json.loads(runner.invoke(app, [*BASE, "--format", "json"]).output)["sandbox"]
+    assert (default["language_mode"], default["limits"]["timeout_s"]) == ("restricted", 10)
+
+
+@pytest.mark.parametrize(
+    ("table", "fragment"),
+    [
+        ("memory = 1", "sandbox.memory: unknown key"),
+        ('user = "0:0"', "sandbox.user: Value error, the sandbox never runs as root"),
+        ("timeout_s = -1", "sandbox.timeout_s: Input should be greater than 0"),
+        ('runtime = "kata"', "sandbox.runtime"),
+        ('seccomp_allowed = ["ptrace"]', "must not contain ['ptrace']"),
+    ],
+)
+def test_a_bad_sandbox_table_is_a_policy_error(tmp_path: Path, table: str, fragment: str) -> None:
+    policy = tmp_path / "policy.toml"
+    policy.write_text((REPO / POLICY_ARG).read_text() + f"\n[sandbox]\n{table}\n")
+    result = runner.invoke(app, ["inventory", "--registry", REGISTRY_REF, "--policy", str(policy)])
+    assert result.exit_code == 2, result.output
+    assert "error (policy_file)" in result.output
+    assert fragment in result.output
+
+
+def test_the_harness_section_lists_airlocks_own_connections(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("AIRLOCK_HOME", "/srv/airlock")
+    result = runner.invoke(app, [*BASE, "--format", "json"])
+    harness = {c["name"]: c for c in json.loads(result.output)["harness"]}
+    assert set(harness) == {
+        "model provider",
+        "mcp listener",
+        "docker engine",
+        "audit store",
+        "ledger",
+    }
+    assert harness["model provider"]["target"] == ANTHROPIC_URL
+    assert harness["model provider"]["credential"] == MODEL_KEY
+    assert harness["docker engine"]["target"] == "unix:///nonexistent/airlock-test-docker.sock"
+    assert harness["audit store"]["target"] == "/srv/airlock/audit.db"
+    assert harness["ledger"]["target"] == str(default_ledger())
+    assert harness["ledger"]["locked_as"] == "$AIRLOCK_HOME/ledger.db"
+
+
+def test_the_harness_section_names_what_the_commands_use() -> None:
+    from airlock.frontends.mcp import LOOPBACK  # the mcp extra is part of the dev install
+
+    assert MCP_HOST == LOOPBACK
+    chat = runner.invoke(app, ["chat", "hi", "--registry", REGISTRY_REF, "--policy", POLICY_ARG,
+                               "--user", "alice"], env={MODEL_KEY: ""})  # fmt: skip
+    assert chat.exit_code == 2
+    assert f"set {MODEL_KEY}" in chat.output
+
+
 # -- program-effects -----------------------------------------------------------------------
 
 
@@ -104,9 +181,31 @@ def test_program_effects_of_a_resolved_program(tmp_path: Path) -> None:
 
 def test_program_effects_fail_on_unresolved_calls(tmp_path: Path) -> None:
     result = runner.invoke(app, _program(tmp_path, "getattr(tools, n)()\n"))
-    assert result.exit_code == 1
+    assert result.exit_code == 3
     assert "unresolved at line 1" in result.output
     assert "may reach every effect callable from code" in result.output
+    assert "verdict: unresolved" in result.output
+
+
+@pytest.mark.parametrize(
+    ("source", "verdict", "status"),
+    [
+        ("tools.billing_invoice_get(invoice_id='inv_1')\n", "complete", 0),
+        ("tools.billing_refund_create(invoice_id='inv_1', amount_minor=1)\n", "unknown_tools", 1),
+        ("class C:\n    t = tools\nC.t.billing_invoice_get(invoice_id='inv_1')\n", "unresolved", 3),
+        ("import pickle\npickle.loads(b'')\n", "unresolved", 3),
+    ],
+)
+def test_program_effects_exit_status_says_the_verdict(
+    tmp_path: Path, source: str, verdict: str, status: int
+) -> None:
+    result = runner.invoke(
+        app, [*_program(tmp_path, source), "--principal", "alice", "--format", "json"]
+    )
+    assert result.exit_code == status, result.output
+    report = json.loads(result.output)
+    assert report["verdict"] == verdict
+    assert report["complete"] is (verdict == "complete")
 
 
 def test_program_effects_report_a_syntax_error(tmp_path: Path) -> None:
@@ -119,24 +218,8 @@ def test_program_effects_report_a_syntax_error(tmp_path: Path) -> None:
 
 
 def _event(run: str, call: str, tool: str, effects: tuple[str, ...], **kw: object) -> AuditEvent:
-    fields: dict[str, object] = {
-        "ts": time.time(),
-        "run_id": run,
-        "call_id": call,
-        "caller": "code",
-        "tool": tool,
-        "user_id": "alice",
-        "tenant_id": "acme",
-        "args_hash": "0" * 32,
-        "stage": "done",
-        "decision": "allow",
-        "rule": "default",
-        "outcome": "ok",
-        "code": None,
-        "duration_s": 0.001,
-        "effects": effects,
-    } | kw
-    return AuditEvent(**fields)  # type: ignore[arg-type]
+    fields = {"caller": "code"} | kw
+    return stored_event(**fields, run_id=run, call_id=call, tool=tool, effects=effects)
 
 
 GET_EFFECTS = ("read(billing:invoice/inv_1)", "network(api.billing.example)")
@@ -215,3 +298,30 @@ def test_audit_effects_needs_a_run_or_a_period(db: Path, args: list[str]) -> Non
     result = runner.invoke(app, _audit(db, *args))
     assert result.exit_code == 2
     assert "error (usage_error)" in result.output
+
+
+@pytest.mark.docker
+@pytest.mark.anyio
+async def test_serve_runs_programs_under_the_profile_the_inventory_shows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("DOCKER_HOST")  # this one needs the engine
+    require_docker()
+    policy = tmp_path / "policy.toml"
+    policy.write_text(
+        (REPO / POLICY_ARG).read_text() + '\n[sandbox]\nlanguage_mode = "full"\ntimeout_s = 7\n'
+    )
+    shown = runner.invoke(
+        app, ["inventory", "--registry", REGISTRY_REF, "--policy", str(policy), "--format", "json"]
+    )
+    sandbox = json.loads(shown.output)["sandbox"]
+    assert (sandbox["language_mode"], sandbox["limits"]["timeout_s"]) == ("full", 7)
+    settings = Settings(home=tmp_path / "home", image=IMAGE, pool_size=0)
+    async with open_session(
+        REGISTRY_REF, policy, user="alice", tenant=None, ledger=None, settings=settings
+    ) as session:
+        execute_code = session.tools()[0]
+        assert "7 s wall clock" in execute_code.description
+        # "os" is outside restricted mode's imports: this runs only under the full profile.
+        result = await session.call("execute_code", {"code": "import os\nos.getpid() > 0"})
+    assert not result.is_error, result.content

@@ -83,8 +83,14 @@ def test_run_failure_exits_non_zero_with_reason(
 
 
 @pytest.mark.docker
-def test_doctor_passes_on_this_engine() -> None:
+@pytest.mark.parametrize("runtime", ["runc", "runsc"])
+def test_doctor_passes_on_this_engine(runtime: str) -> None:
     require_docker()
-    outcome = cli.invoke(app, ["doctor"])
+    outcome = cli.invoke(app, ["doctor", "--runtime", runtime])
     assert outcome.exit_code == 0, outcome.output
     assert "FAIL" not in outcome.output
+    assert f"{runtime}: the program sees kernel" in " ".join(outcome.output.split())
+    # The second seccomp layer, as libseccomp's PFC text, for both language modes.
+    assert "second seccomp layer, restricted mode" in outcome.output
+    assert "second seccomp layer, full mode" in outcome.output
+    assert outcome.output.count("pseudo filter code start") == 2

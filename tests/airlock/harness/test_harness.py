@@ -34,6 +34,7 @@ def body(result: ModelResult) -> Any:
 HARNESS_API = [
     "EXECUTE_CODE",
     "HARNESS_CODES",
+    "AuditSpans",
     "Budget",
     "ExecuteCodeArgs",
     "Harness",
@@ -44,6 +45,7 @@ HARNESS_API = [
     "NoToolsWarning",
     "PendingWrite",
     "Session",
+    "airlock_home",
     "failure",
 ]
 

@@ -17,8 +17,11 @@ from typer.testing import CliRunner
 from airlock.cli import app
 from airlock.inventory import (
     Inventory,
+    Subject,
     SubjectInventory,
+    SubjectKind,
     ToolEntry,
+    ToolFactError,
     UnsafeRegistryError,
     build_inventory,
     inventory_json_schema,
@@ -39,7 +42,7 @@ from airlock.policies import (
     write,
 )
 from airlock.sandbox import read_image_digest
-from airlock.tools import Caller, ToolDefinition, ToolSpec
+from airlock.tools import Caller, Registry, ToolDefinition, ToolSpec
 from tests.airlock.inventory_registry import POLICY, POLICY_ARG, REGISTRY_REF, REPO, registry
 
 GOLDEN = Path(__file__).with_name("golden")
@@ -49,8 +52,11 @@ runner = CliRunner()
 
 @pytest.fixture(autouse=True)
 def _no_engine(monkeypatch: pytest.MonkeyPatch) -> None:
-    # The image digest depends on the machine; with no engine it is always "unknown".
+    # The image digest depends on the machine; with no engine it is always "unknown". The
+    # harness section names the engine socket and $AIRLOCK_HOME: fixed for the golden files.
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/airlock-test-docker.sock")
+    monkeypatch.setenv("AIRLOCK_HOME", "/var/lib/airlock")
+    monkeypatch.delenv("AIRLOCK_IMAGE", raising=False)
     monkeypatch.chdir(REPO)
 
 
@@ -182,6 +188,13 @@ def test_sandbox_effects_come_from_the_container_configuration() -> None:
     assert "noexec" in tmp.mode
     assert len(effects.seccomp_sha256) == 64
     assert "ptrace" not in effects.seccomp_allowed
+    assert effects.runtime == "runc"
+    assert any(line.startswith("execve: EPERM") for line in effects.guest_seccomp)
+    assert not any(line.startswith("fork:") for line in effects.guest_seccomp)  # full mode
+    assert effects.guest_seccomp_pfc is not None
+    gvisor = sandbox_effects(SandboxProfile(runtime="runsc"), image="img", image_digest="d")
+    assert gvisor.runtime == "runsc"
+    assert any(line.startswith("fork: EPERM") for line in gvisor.guest_seccomp)
 
 
 def test_image_digest_is_unknown_when_no_engine_answers() -> None:
@@ -238,20 +251,24 @@ _EFFECTS = [
 ]
 
 
-def _build(specs: Sequence[ToolSpec]) -> Inventory:
+def _wide(*, tenant: str = "t", kind: SubjectKind = "principal") -> Subject:
     subject = load_policy_document(POLICY).principal("*")
-    wide = replace(
+    return replace(
         subject,
-        principal=Principal(user_id="u", tenant_id="t", scopes=frozenset({"svc.use"})),
+        kind=kind,
+        principal=Principal(user_id="u", tenant_id=tenant, scopes=frozenset({"svc.use"})),
         grant=Grant(
             scopes=frozenset({"svc.use"}),
             effects=(read("svc:**"), write("svc:**"), network("**"), disclose("**")),
             spend_limits={"USD": 10**9},
         ),
     )
+
+
+def _build(specs: Sequence[ToolSpec], *, tenant: str = "t") -> Inventory:
     return build_inventory(
         FakeCatalog(specs),
-        [wide],
+        [_wide(tenant=tenant)],
         sandbox=sandbox_effects(SandboxProfile(), image="img", image_digest="unknown"),
         registry="fake:catalog",
         policy="policy.toml",
@@ -324,3 +341,73 @@ def test_secret_values_never_appear_in_any_output(
         outputs.append(runner.invoke(app, [*args, "--format", fmt]).output)
     for output in outputs:
         assert SECRET not in output  # ... its value never is
+
+
+# -- completeness: every destination, each principal's credential, preconditions -------------
+
+EVERY_FORM = (
+    "*.cdn.svc.example",
+    "api.svc.example:8443",
+    "deploy@backup.svc.example",
+    "https://api.svc.example/v1/reports",
+    "postgres://db.internal:5432/app",
+    "s3://svc-exports/reports",
+    "smtp://mail.svc.example:587",
+)
+
+
+def test_every_destination_form_a_tool_declares_is_listed() -> None:
+    tools = Registry()
+
+    @tools.tool(
+        effects=[read("svc:thing/*"), network("status.svc.example")],
+        scope="svc.use",
+        callers={"direct", "code"},
+        destinations=EVERY_FORM,
+    )
+    def svc_thing_get() -> _Output:
+        """Get the thing. Use it to look. It returns nothing else."""
+        return _Output()
+
+    inventory = _build(tools.specs())
+    entry = inventory.subjects[0].tools[0]
+    assert entry.destinations == tuple(sorted({*EVERY_FORM, "status.svc.example"}))
+    network_total = next(t for t in inventory.subjects[0].composed.totals if t.kind == "network")
+    assert network_total.patterns == tuple(
+        sorted(f"network({d})" for d in {*EVERY_FORM, "status.svc.example"})
+    )
+
+
+def test_a_destination_that_does_not_parse_is_an_error_not_an_omission() -> None:
+    spec = replace(
+        _spec("svc_thing_get", [read("svc:thing/*")], frozenset({"direct"})),
+        destinations=("https://user:pw@api.svc.example",),
+    )
+    with pytest.raises(ToolFactError) as info:
+        _build([spec])  # a look-alike catalog: registration would have refused it
+    assert info.value.code == "tool_fact"
+    assert "carries a password" in str(info.value)
+
+
+def test_a_principal_lists_its_tenants_credential_and_a_role_every_one() -> None:
+    by_tenant = {"acme": "SVC_KEY_ACME", "globex": "SVC_KEY_GLOBEX"}
+    spec = replace(
+        _spec("svc_thing_get", [read("svc:thing/*")], frozenset({"direct"})),
+        tenant_credentials=by_tenant,
+    )
+    subject = _build([spec]).subjects[0]  # user "u" in tenant "t": no credential there
+    assert (subject.tools[0].credentials, subject.tools[0].credential_tenant) == ((), "t")
+    for tenant, name in by_tenant.items():
+        acme = _build([spec], tenant=tenant).subjects[0].tools[0]
+        assert (acme.credentials, acme.credential_tenant) == ((name,), tenant)
+    role = subject_inventory(FakeCatalog([spec]), _wide(kind="role"))
+    assert (role.tools[0].credentials, role.tools[0].credential_tenant) == (
+        ("SVC_KEY_ACME", "SVC_KEY_GLOBEX"),
+        None,
+    )
+
+
+def test_preconditions_appear_per_tool() -> None:
+    refund = _tool(_subjects()["principal:alice"], "billing_refund_create")
+    assert [r.text for r in refund.requires] == ["billing_invoice_get(invoice_id)"]
+    assert _tool(_subjects()["principal:alice"], "billing_invoice_get").requires == ()

@@ -1,242 +1,404 @@
-"""The lock file and ``--check``: every kind of growth fails, every shrink passes."""
+"""The lock file and ``--check``: a table of real changes (to the tools, the policy file, its
+sandbox profile and the harness), each built into an inventory and a lock and judged growth,
+shrink or neutral, both ways round."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from typer.testing import CliRunner
 
 from airlock.cli import app
+from airlock.frontends import ANTHROPIC_URL
 from airlock.inventory import (
-    ApprovalCase,
+    SANDBOX_RULES,
+    Change,
     EffectLock,
+    PolicyDocument,
+    SandboxEffects,
     Selection,
     build_inventory,
     compare_locks,
-    load_policy_document,
+    harness_connections,
     lock_from_inventory,
     lock_text,
     read_lock,
+    render_changes,
     sandbox_effects,
 )
-from airlock.policies import SandboxProfile
+from airlock.policies import Effect, network, parse_policy, read
+from airlock.tools import Registry, ToolSpec, requires
 from tests.airlock.inventory_registry import POLICY, POLICY_ARG, REGISTRY_REF, REPO, registry
 
 runner = CliRunner()
 ALICE = "principal:alice"
-REFUND = "billing_refund_create"
 GET = "billing_invoice_get"
-Edit = Callable[[dict[str, Any]], None]
+LIST = "billing_invoice_list"
+REFUND = "billing_refund_create"
+FETCH = "web_page_fetch"
+CRM = "crm_customer_get"
+SELECTION = Selection(every_principal=True, principals=(), roles=(), tenant=None)
+Expected = Literal["growth", "shrink", "neutral"]
 
 
 @pytest.fixture(autouse=True)
 def _no_engine(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/airlock-test-docker.sock")
+    monkeypatch.setenv("AIRLOCK_HOME", "/srv/airlock")
     monkeypatch.chdir(REPO)
 
 
-def _lock(profile: SandboxProfile | None = None) -> EffectLock:
-    document = load_policy_document(POLICY)
+# -- a world: tools, policy file (with its sandbox table) and the harness's endpoints ---------
+
+
+@dataclass(frozen=True)
+class World:
+    specs: tuple[ToolSpec, ...]
+    policy: str
+    model_endpoint: str = ANTHROPIC_URL
+    home: Path = Path("/srv/airlock")
+    docker_host: str | None = None
+
+
+BASE = World(specs=registry.specs(), policy=POLICY.read_text())
+Edit = Callable[[World], World]
+
+
+def lock_of(world: World) -> EffectLock:
+    tools = Registry()
+    for spec in world.specs:
+        tools.register(spec)
+    document = PolicyDocument(parse_policy(world.policy, source=POLICY_ARG))
     inventory = build_inventory(
-        registry,
-        document.select(every_principal=True, roles=["billing_agent"]),
-        sandbox=sandbox_effects(profile or SandboxProfile(), image="img", image_digest="x"),
+        tools,
+        document.select(every_principal=True),
+        sandbox=sandbox_effects(document.policy.sandbox, image="img", image_digest="sha256:x"),
         registry=REGISTRY_REF,
         policy=POLICY_ARG,
-    )
-    selection = Selection(
-        every_principal=True, principals=(), roles=("billing_agent",), tenant=None
-    )
-    return lock_from_inventory(inventory, selection)
-
-
-def _edited(edit: Edit) -> EffectLock:
-    data = _lock().model_dump(mode="json")
-    edit(data)
-    return EffectLock.model_validate(data)
-
-
-def _tool(data: dict[str, Any], tool: str, subject: str = ALICE) -> dict[str, Any]:
-    tools: dict[str, Any] = data["subjects"][subject]["tools"]
-    return tools[tool]
-
-
-def _add_tool(data: dict[str, Any]) -> None:
-    tools = data["subjects"][ALICE]["tools"]
-    tools["billing_invoice_export"] = {**tools[GET], "effects": ["read(billing:export/*)"]}
-
-
-def _refund_from_code(data: dict[str, Any]) -> None:
-    refund = _tool(data, REFUND)
-    refund["callers"] = ["code", "direct"]
-    refund["reach"] = ["code", "direct", "after_approval"]
-
-
-def _loosen(data: dict[str, Any]) -> None:
-    refund = _tool(data, REFUND)
-    refund["approval"] = [refund["approval"][0], refund["approval"][2]]  # drop the ask step
-
-
-def _cases(*steps: tuple[int, str, str]) -> list[dict[str, Any]]:
-    return [
-        ApprovalCase(from_amount=a, currency="USD", verdict=v, rule=r).model_dump()  # type: ignore[arg-type]
-        for a, v, r in steps
-    ]
-
-
-GROWTH: dict[str, tuple[Edit, str]] = {
-    "new tool": (_add_tool, "new_tool"),
-    "new subject": (
-        lambda d: d["subjects"].__setitem__("principal:carol", d["subjects"][ALICE]),
-        "new_subject",
-    ),
-    "tool becomes reachable": (
-        lambda d: _tool(d, "web_page_fetch", "principal:bob").__setitem__(
-            "reach", ["code", "direct"]
+        harness=harness_connections(
+            home=world.home,
+            model_endpoint=world.model_endpoint,
+            model_credential="ANTHROPIC_API_KEY",
+            mcp_host="127.0.0.1",
+            docker_host=world.docker_host,
         ),
-        "new_tool",
-    ),
+    )
+    return lock_from_inventory(inventory, SELECTION)
+
+
+def tool(name: str, **changes: Any) -> Edit:
+    """Change fields of one tool's spec."""
+
+    def edit(world: World) -> World:
+        specs = tuple(replace(s, **changes) if s.name == name else s for s in world.specs)
+        return replace(world, specs=specs)
+
+    return edit
+
+
+def effects(name: str, *declared: str) -> Edit:
+    return tool(name, effects=tuple(Effect.parse(text) for text in declared))
+
+
+def added(spec: ToolSpec) -> Edit:
+    return lambda w: replace(w, specs=(*w.specs, spec))
+
+
+def dropped(name: str) -> Edit:
+    return lambda w: replace(w, specs=tuple(s for s in w.specs if s.name != name))
+
+
+def policy(old: str, new: str) -> Edit:
+    """Replace text of the policy file (which must hold ``old`` exactly once)."""
+
+    def edit(world: World) -> World:
+        assert world.policy.count(old) == 1, old
+        return replace(world, policy=world.policy.replace(old, new))
+
+    return edit
+
+
+def appended(toml: str) -> Edit:
+    return lambda w: replace(w, policy=w.policy + "\n" + toml)
+
+
+def sandboxed(**profile: object) -> Edit:
+    lines = "\n".join(f"{k} = {json.dumps(v)}" for k, v in profile.items())
+    return appended(f"[sandbox]\n{lines}\n")
+
+
+def both(*edits: Edit) -> Edit:
+    def edit(world: World) -> World:
+        for each in edits:
+            world = each(world)
+        return world
+
+    return edit
+
+
+def same(world: World) -> World:
+    return world
+
+
+def _export_spec() -> ToolSpec:
+    get = next(s for s in registry.specs() if s.name == GET)
+    return replace(
+        get,
+        name="billing_invoice_export",
+        description="Export invoices as a file. Use it for bulk reviews. It returns no cards.",
+        effects=(read("billing:invoice/*"), network("api.billing.example")),
+        destinations=("https://exports.billing.example/v2",),
+        credentials=("EXPORT_TOKEN",),
+    )
+
+
+# Billing tools that pick a credential by the principal's tenant.
+_PER_TENANT = both(
+    *(
+        tool(n, tenant_credentials={"acme": "BILLING_KEY_ACME", "globex": "BILLING_KEY_GLOBEX"})
+        for n in (GET, LIST, REFUND)
+    )
+)
+
+# name: (before, after, the change before -> after, the change after -> before)
+CHANGES: dict[str, tuple[Edit, Edit, Expected, Expected]] = {
+    "new tool": (same, added(_export_spec()), "growth", "shrink"),
+    "removed tool": (same, dropped(FETCH), "shrink", "growth"),
     "new effect": (
-        lambda d: _tool(d, GET)["effects"].append("read(crm:customer/*)"),
-        "new_effect",
-    ),
-    "wider effect": (
-        lambda d: _tool(d, GET).__setitem__(
-            "effects", ["network(api.billing.example)", "read(billing:**)"]
+        same,
+        effects(
+            GET,
+            "read(billing:invoice/{invoice_id})",
+            "network(api.billing.example)",
+            "network(docs.example.com)",
         ),
-        "new_effect",
+        "growth",
+        "shrink",
     ),
-    "new destination": (
-        lambda d: _tool(d, GET)["destinations"].append("evil.example"),
-        "new_destination",
+    "wider pattern": (
+        effects(GET, "read(billing:invoice/inv_{invoice_id})", "network(api.billing.example)"),
+        same,
+        "growth",
+        "shrink",
     ),
-    "wildcard destination": (
-        lambda d: _tool(d, GET).__setitem__("destinations", ["*.billing.example"]),
-        "new_destination",
+    "narrower pattern": (
+        same,
+        effects(LIST, "read(billing:invoice/inv_*)", "network(api.billing.example)"),
+        "shrink",
+        "growth",
     ),
-    "new credential": (
-        lambda d: _tool(d, GET)["credentials"].append("ADMIN_TOKEN"),
-        "new_credential",
+    "new host": (
+        same,
+        tool(GET, destinations=("https://status.billing.example",)),
+        "growth",
+        "shrink",
     ),
-    "write callable from code": (_refund_from_code, "write_from_code"),
-    "newly reachable after approval": (
-        lambda d: _tool(d, "billing_invoice_list").__setitem__(
-            "reach", ["code", "direct", "after_approval"]
-        ),
-        "new_reach",
+    "wider path on a host": (
+        tool(CRM, destinations=("https://crm.example/api/v1/customers",)),
+        tool(CRM, destinations=("https://crm.example/api/v1",)),
+        "growth",
+        "shrink",
     ),
-    "approval loosened at an amount": (_loosen, "approval_loosened"),
-    "approval loosened everywhere": (
-        lambda d: _tool(d, REFUND).__setitem__("approval", _cases((0, "allow", "refund-auto"))),
-        "approval_loosened",
+    "any scheme on a host": (
+        tool(CRM, destinations=("https://crm.example",)),
+        tool(CRM, destinations=("crm.example",)),
+        "growth",
+        "shrink",
     ),
-    "spend limit raised": (
-        lambda d: d["subjects"][ALICE]["grant"]["spend_limits"].__setitem__("USD", 90000),
-        "grant_widened",
+    "new credential": (same, tool(GET, credentials=("ADMIN_TOKEN",)), "growth", "shrink"),
+    "new caller code": (tool(GET, callers=frozenset({"direct"})), same, "growth", "shrink"),
+    "ask to allow": (
+        same,
+        policy('id = "large-refund"\naction = "ask"', 'id = "large-refund"\naction = "allow"'),
+        "growth",
+        "shrink",
+    ),
+    "allow to ask (an ask rule on a read tool)": (
+        same,
+        appended('[[principals.bob.rules]]\nid = "crm"\naction = "ask"\ntools = ["crm_*"]'),
+        "shrink",
+        "growth",
+    ),
+    "deny added": (
+        same,
+        appended('[[principals.bob.rules]]\nid = "nl"\naction = "deny"\ntools = ["*_list"]'),
+        "shrink",
+        "growth",
+    ),
+    "spend limit up": (
+        same,
+        policy("spend_limits = { USD = 50000 }", "spend_limits = { USD = 90000 }"),
+        "growth",
+        "shrink",
+    ),
+    "spend limit down": (
+        same,
+        policy("spend_limits = { USD = 50000 }", "spend_limits = { USD = 100 }"),
+        "shrink",
+        "growth",
+    ),
+    "tenant moved": (
+        _PER_TENANT,
+        both(_PER_TENANT, policy('alice]\ntenant = "acme"', 'alice]\ntenant = "globex"')),
+        "growth",
+        "growth",
+    ),
+    "precondition removed": (same, tool(REFUND, preconditions=()), "growth", "shrink"),
+    "precondition added": (
+        same,
+        tool(LIST, preconditions=(requires(CRM, customer_id="customer_id"),)),
+        "shrink",
+        "growth",
+    ),
+    "precondition weakened": (
+        tool(REFUND, preconditions=(requires(GET, "invoice_id", amount_minor="invoice_id"),)),
+        same,
+        "growth",
+        "shrink",
+    ),
+    "scope added": (
+        same,
+        policy('scopes = ["crm.read"]', 'scopes = ["crm.read", "billing.write"]'),
+        "growth",
+        "shrink",
     ),
     "grant effect widened": (
-        lambda d: d["subjects"][ALICE]["grant"]["effects"].append("read(crm:**)"),
-        "grant_widened",
+        same,
+        policy('  "read(billing:invoice/*)",\n', '  "read(billing:**)",\n'),
+        "growth",
+        "shrink",
     ),
-    "grant scope added": (
-        lambda d: d["subjects"][ALICE]["grant"]["scopes"].append("crm.read"),
-        "grant_widened",
+    "idempotency declared": (
+        tool(REFUND, handler=lambda **kw: kw),
+        same,
+        "neutral",
+        "neutral",
     ),
-    "sandbox network opened": (
-        lambda d: d["sandbox"].__setitem__("network", "bridge"),
-        "sandbox_widened",
+    "description reworded": (
+        same,
+        tool(GET, description="Fetch one invoice. Use it to check an amount. It omits payments."),
+        "neutral",
+        "neutral",
     ),
-    "sandbox limit raised": (
-        lambda d: d["sandbox"]["limits"].__setitem__("memory_bytes", 2**30),
-        "sandbox_widened",
+    "sandbox memory up": (same, sandboxed(memory_bytes=2**30), "growth", "shrink"),
+    "sandbox timeout down": (same, sandboxed(timeout_s=2.0), "shrink", "growth"),
+    "sandbox full python": (same, sandboxed(language_mode="full"), "growth", "shrink"),
+    # gVisor itself narrows; its filter lets clone3 through to gVisor's kernel, a call
+    # the filter did not allow before, so the switch counts as growth either way.
+    "sandbox gvisor runtime": (same, sandboxed(runtime="runsc"), "growth", "growth"),
+    "sandbox fewer imports": (
+        same,
+        sandboxed(allowed_imports=["json", "math", "re"]),
+        "shrink",
+        "growth",
     ),
-    "sandbox syscall added": (
-        lambda d: d["sandbox"]["seccomp_allowed"].append("ptrace"),
-        "sandbox_widened",
+    "model provider moved": (
+        same,
+        lambda w: replace(w, model_endpoint="https://llm.example.net/v1/messages"),
+        "growth",
+        "growth",
     ),
-    "sandbox full python": (
-        lambda d: d["sandbox"].__setitem__("language_mode", "full"),
-        "sandbox_widened",
-    ),
-    "sandbox environment variable": (
-        lambda d: d["sandbox"]["environment"].append("AWS_SECRET_ACCESS_KEY"),
-        "sandbox_widened",
+    "airlock home moved": (
+        same,
+        lambda w: replace(w, home=Path("/home/op/.airlock")),
+        "neutral",
+        "neutral",
     ),
 }
 
 
-def _remove_tool(data: dict[str, Any]) -> None:
-    del data["subjects"][ALICE]["tools"]["web_page_fetch"]
+def _judged(changes: list[Change]) -> Expected:
+    directions = {c.direction for c in changes}
+    if "growth" in directions:
+        return "growth"
+    return "shrink" if "shrink" in directions else "neutral"
 
 
-SHRINK: dict[str, Edit] = {
-    "tool removed": _remove_tool,
-    "subject removed": lambda d: d["subjects"].pop("principal:bob"),
-    "tool denied": lambda d: _tool(d, GET).__setitem__("reach", []),
-    "no longer from code": lambda d: _tool(d, GET).__setitem__("reach", ["direct"]),
-    "effect removed": lambda d: _tool(d, GET).__setitem__("effects", ["read(billing:invoice/*)"]),
-    "narrower effect": lambda d: _tool(d, "billing_invoice_list").__setitem__(
-        "effects", ["network(api.billing.example)", "read(billing:invoice/inv_*)"]
-    ),
-    "destination removed": lambda d: _tool(d, GET).__setitem__("destinations", []),
-    "credential removed": lambda d: _tool(d, GET).__setitem__("credentials", []),
-    "approval tightened": lambda d: _tool(d, REFUND).__setitem__(
-        "approval", _cases((0, "ask", "large-refund"), (50001, "deny", "spend_limit"))
-    ),
-    "spend limit lowered": lambda d: d["subjects"][ALICE]["grant"]["spend_limits"].__setitem__(
-        "USD", 100
-    ),
-    "grant effect removed": lambda d: d["subjects"][ALICE]["grant"].__setitem__("effects", []),
-    "sandbox limit lowered": lambda d: d["sandbox"]["limits"].__setitem__("pids", 16),
-    "sandbox import removed": lambda d: d["sandbox"]["allowed_imports"].remove("csv"),
-    "idempotency changed": lambda d: _tool(d, REFUND).__setitem__("idempotency", "unknown"),
-    "image renamed": lambda d: d["sandbox"].__setitem__("image", "other:1"),
-}
+@pytest.mark.parametrize("case", sorted(CHANGES))
+def test_each_change_is_judged_growth_shrink_or_neutral(case: str) -> None:
+    before, after, forward, _ = CHANGES[case]
+    old, new = lock_of(before(BASE)), lock_of(after(BASE))
+    if forward != "neutral":
+        assert old != new, "the edit must change the lock"
+    changes = compare_locks(old, new)
+    assert _judged(changes) == forward, render_changes(changes)
 
 
-@pytest.mark.parametrize("case", sorted(GROWTH))
-def test_every_growth_is_detected(case: str) -> None:
-    edit, kind = GROWTH[case]
-    # The edited lock plays the new state: the old lock is the real one.
-    changes = compare_locks(_lock(), _edited(edit))
-    growth = [c for c in changes if c.direction == "growth"]
-    assert kind in {c.kind for c in growth}, changes
+@pytest.mark.parametrize("case", sorted(CHANGES))
+def test_each_change_undone_is_judged_too(case: str) -> None:
+    before, after, _, backward = CHANGES[case]
+    changes = compare_locks(lock_of(after(BASE)), lock_of(before(BASE)))
+    assert _judged(changes) == backward, render_changes(changes)
 
 
-@pytest.mark.parametrize("case", sorted(SHRINK))
-def test_every_shrink_is_accepted(case: str) -> None:
-    changes = compare_locks(_lock(), _edited(SHRINK[case]))
-    assert changes, "the edit should show up as a difference"
-    assert not [c for c in changes if c.direction == "growth"], changes
+def _kinds(before: Edit, after: Edit) -> set[tuple[str, str, str]]:
+    changes = compare_locks(lock_of(before(BASE)), lock_of(after(BASE)))
+    return {(c.direction, c.kind, c.detail) for c in changes}
 
 
-@pytest.mark.parametrize("case", sorted(GROWTH))
-def test_the_reverse_of_a_growth_is_not_growth(case: str) -> None:
-    edit, _ = GROWTH[case]
-    changes = compare_locks(_edited(edit), _lock())
-    assert not [c for c in changes if c.direction == "growth"], changes
+def test_a_new_tool_shows_every_effect_host_and_credential_it_brings() -> None:
+    changes = compare_locks(lock_of(BASE), lock_of(added(_export_spec())(BASE)))
+    alice = {(c.kind, c.detail) for c in changes if c.subject == ALICE}
+    assert ("new_tool", "reachable: code, direct") in alice
+    assert ("new_effect", "read(billing:invoice/*)") in alice
+    assert ("new_effect", "network(api.billing.example)") in alice
+    assert ("new_destination", "https://exports.billing.example/v2") in alice
+    assert ("new_destination", "api.billing.example") in alice
+    assert ("new_credential", "EXPORT_TOKEN") in alice
+    assert ("new_credential", "BILLING_API_KEY") in alice
+    text = render_changes(changes)
+    assert "GROWTH  principal:alice billing_invoice_export: new_credential: EXPORT_TOKEN" in text
 
 
-def test_a_read_becoming_callable_from_code_is_growth() -> None:
-    no_code = _edited(SHRINK["no longer from code"])
-    changes = compare_locks(no_code, _lock())
-    assert [(c.direction, c.tool, c.kind) for c in changes] == [("growth", GET, "new_reach")]
+def test_a_tightening_on_a_read_tool_is_no_growth_and_says_why() -> None:
+    _, after, _, _ = CHANGES["allow to ask (an ask rule on a read tool)"]
+    kinds = _kinds(same, after)
+    assert ("shrink", "removed_reach", "no longer: code, direct") in kinds
+    assert ("change", "approval_reach", "now waits for approval") in kinds
+    assert any(d == "shrink" and k == "approval_tightened" for d, k, _ in kinds)
+
+
+def test_a_moved_principal_shows_its_tenant_and_its_new_credential() -> None:
+    before, after, _, _ = CHANGES["tenant moved"]
+    kinds = _kinds(before, after)
+    moved = "acme → globex: reaches the records of tenant globex"
+    assert ("growth", "tenant_moved", moved) in kinds
+    assert ("growth", "new_credential", "BILLING_KEY_GLOBEX") in kinds
+
+
+def test_gvisor_narrows_while_the_filter_it_needs_is_listed() -> None:
+    kinds = _kinds(same, CHANGES["sandbox gvisor runtime"][1])
+    assert ("shrink", "sandbox_narrowed", "runtime runc → runsc") in kinds
+    assert ("growth", "sandbox_widened", "seccomp_allowed + clone3") in kinds
+
+
+def test_a_removed_precondition_names_it() -> None:
+    kinds = _kinds(same, CHANGES["precondition removed"][1])
+    detail = "no longer requires billing_invoice_get(invoice_id)"
+    assert ("growth", "precondition_removed", detail) in kinds
+
+
+def test_every_sandbox_field_has_a_rule() -> None:
+    # A field without one would count as growth on any change: give it a rule on purpose.
+    assert set(SandboxEffects.model_fields) == set(SANDBOX_RULES)
+
+
+def test_the_lock_reads_the_same_on_every_machine() -> None:
+    here = lock_of(BASE)
+    there = lock_of(replace(BASE, home=Path("/var/lib/x"), docker_host="unix:///run/d.sock"))
+    assert lock_text(here) == lock_text(there)
+    assert '"image_digest": "not locked"' in lock_text(here)
+    assert here.harness["audit store"].locked_as == "$AIRLOCK_HOME/audit.db"
 
 
 def test_an_unchanged_lock_has_no_difference_and_its_text_is_stable() -> None:
-    assert compare_locks(_lock(), _lock()) == []
-    assert lock_text(_lock()) == lock_text(_lock())
-    assert '"image_digest": "not locked"' in lock_text(_lock())
-
-
-def test_sandbox_profile_changes_are_judged_by_direction() -> None:
-    wider = compare_locks(_lock(), _lock(SandboxProfile(timeout_s=60, tmpfs_bytes=2**26)))
-    assert {c.direction for c in wider} == {"growth"}
-    narrower = compare_locks(_lock(), _lock(SandboxProfile(timeout_s=1)))
-    assert {c.direction for c in narrower} == {"shrink"}
+    assert compare_locks(lock_of(BASE), lock_of(BASE)) == []
+    assert lock_text(lock_of(BASE)) == lock_text(lock_of(BASE))
 
 
 # -- through the command line ------------------------------------------------------------
@@ -261,12 +423,12 @@ def test_lock_then_check_passes_and_a_grown_policy_fails(tmp_path: Path) -> None
         "spend_limits = { USD = 50000 }", "spend_limits = { USD = 90000 }"
     )
     text = text.replace('id = "no-fetch"\naction = "deny"', 'id = "no-fetch"\naction = "allow"')
-    grown.write_text(text)
+    grown.write_text(text + '\n[sandbox]\nlanguage_mode = "full"\n')
     result = _cli(str(grown), "--check", str(lock))
     assert result.exit_code == 1, result.output
-    assert "GROWTH" in result.output
     assert "spend limit USD: 50000 → 90000" in result.output
     assert "principal:bob web_page_fetch: new_tool" in result.output
+    assert "sandbox_widened: language_mode restricted → full" in result.output
     assert "grew" in result.output
 
     shrunk = tmp_path / "shrunk.toml"
@@ -282,7 +444,8 @@ def test_lock_then_check_passes_and_a_grown_policy_fails(tmp_path: Path) -> None
     [
         (None, "cannot read"),
         ("{not json", "not JSON"),
-        ('{"lock_version": 2}', "not an effect lock"),
+        ('{"lock_version": 1}', "lock version 1 is older"),
+        ('{"lock_version": 3}', "not an effect lock"),
     ],
 )
 def test_a_bad_lock_file_is_a_usage_error(tmp_path: Path, content: str | None, reason: str) -> None:

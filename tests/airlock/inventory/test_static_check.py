@@ -9,6 +9,8 @@ import pytest
 from airlock.inventory import (
     DYNAMIC_CALLS,
     ESCAPE_MODULES,
+    INTROSPECTION_ATTRIBUTES,
+    REFLECTIVE_NAMES,
     ProgramEffects,
     ProgramSyntaxError,
     check_program,
@@ -162,8 +164,108 @@ PROGRAMS: dict[str, tuple[str, set[str], set[str], int, set[str]]] = {
         set(),
     ),
     "eval": ('eval("tools.billing_refund_create()")', set(), set(), 1, set()),
+    "eval as a value": ('run = eval\nrun("tools.billing_refund_create()")', set(), set(), 1, set()),
     "globals": ('globals()["tools"]', set(), set(), 1, set()),
     "bridge import": ("import airlock_bridge", set(), set(), 1, set()),
+    "class attribute alias": (
+        "class C:\n    t = tools\nC.t.billing_invoice_list(customer_id='cus_1')",
+        set(),
+        set(),
+        1,
+        set(),
+    ),
+    "named tuple default": (
+        """
+        from typing import NamedTuple
+        class P(NamedTuple):
+            t: object = tools
+        P().t.billing_invoice_list(customer_id="cus_1")
+        """,
+        set(),
+        set(),
+        1,
+        set(),
+    ),
+    "string annotation that calls": (
+        "def f(x: 'tools.billing_invoice_list(customer_id=\"cus_1\")'): pass",
+        set(),
+        set(),
+        1,
+        set(),
+    ),
+    "string annotation naming an alias": ("t = tools\ndef f(x: 't'): pass", set(), set(), 1, set()),
+    "string annotations that are types": (
+        "def f(x: 'int', y: 'list[str] | None', z: 'typing.Any') -> 'dict[str, int]': pass",
+        set(),
+        set(),
+        0,
+        set(),
+    ),
+    "a tool in an annotation": (
+        "def f(x: tools.billing_invoice_get) -> None: pass",
+        {GET},
+        {"reference"},
+        0,
+        set(),
+    ),
+    "private attribute of a listed tool": (
+        "fs = [tools.billing_invoice_get]\nfs[0]._connection.submit({})",
+        {GET},
+        {"reference"},
+        1,
+        set(),
+    ),
+    "generator frame": (
+        "g = (x for x in [1])\ng.gi_frame.f_globals['tools']",
+        set(),
+        set(),
+        2,
+        set(),
+    ),
+    "module reached through another": (
+        "import asyncio\nasyncio.base_events.sys.modules",
+        set(),
+        set(),
+        1,
+        set(),
+    ),
+    "module imported from another": (
+        "from asyncio.base_events import sys",
+        set(),
+        set(),
+        1,
+        set(),
+    ),
+    "star import": ("from asyncio.base_events import *", set(), set(), 1, set()),
+    "computed getattr on anything": ("getattr(row, name)", set(), set(), 1, set()),
+    "literal getattr of a harmless name": ("getattr(row, 'total')", set(), set(), 0, set()),
+    "literal getattr of a frame": ("getattr(g, 'gi_frame')", set(), set(), 1, set()),
+    "open of a descriptor": ("open(3, 'wb')", set(), set(), 1, set()),
+    "open of a literal path": ("open('/tmp/data.csv').read()", set(), set(), 0, set()),
+    "class pattern reading a frame": (
+        "match g:\n    case object(gi_frame=f):\n        pass",
+        set(),
+        set(),
+        1,
+        set(),
+    ),
+    "named tuple methods": (
+        "from collections import namedtuple\nP = namedtuple('P', 'a b')\nP(1, 2)._asdict()",
+        set(),
+        set(),
+        0,
+        set(),
+    ),
+    "pickle": ("import pickle\npickle.loads(data)", set(), set(), 1, set()),
+    "a private module": ("import _posixsubprocess", set(), set(), 1, set()),
+    "a descriptor written by number": ("import posix\nposix.write(3, b'')", set(), set(), 1, set()),
+    "a descriptor opened by codecs": (
+        "import codecs\ncodecs.open(3, 'wb')",
+        set(),
+        set(),
+        1,
+        set(),
+    ),
     "write tool is unknown from code": (
         'tools.billing_refund_create(invoice_id="inv_1", amount_minor=5)',
         set(),
@@ -197,6 +299,8 @@ def test_program_table(case: str) -> None:
     assert len(report.unresolved) == unresolved, report.unresolved
     assert {u.name for u in report.unknown} == unknown
     assert report.complete == (not unresolved and not unknown)
+    expected = "unresolved" if unresolved else ("unknown_tools" if unknown else "complete")
+    assert report.verdict == expected
 
 
 # Every form of import of every module on the escape list (and of a submodule) is reported.
@@ -224,13 +328,52 @@ def test_every_escape_import_is_unresolved(source: str, module: str) -> None:
 
 @pytest.mark.parametrize("name", sorted(DYNAMIC_CALLS))
 def test_every_dynamic_call_is_unresolved(name: str) -> None:
-    report = _check(f'{name}("tools.billing_refund_create()")')
-    assert [u.reason for u in report.unresolved] == [f"{name}() can call tools by a computed name"]
+    # One argument that is not a literal path or name: no exception applies.
+    report = _check(f"{name}(text)")
+    assert len(report.unresolved) == 1, report.unresolved
+    assert report.verdict == "unresolved"
+
+
+@pytest.mark.parametrize("name", sorted(DYNAMIC_CALLS))
+def test_every_dynamic_builtin_taken_as_a_value_is_unresolved(name: str) -> None:
+    report = _check(f"run = [{name}]")
+    assert [u.reason for u in report.unresolved] == [
+        f"{name} used as a value can run code or fetch any attribute"
+    ]
+
+
+@pytest.mark.parametrize("attribute", sorted(INTROSPECTION_ATTRIBUTES | REFLECTIVE_NAMES))
+@pytest.mark.parametrize(
+    "form",
+    [
+        "x.{a}",
+        "getattr(x, '{a}')",
+        "from m import {a}",
+        "match x:\n    case object({a}=y):\n        pass",
+    ],
+)
+def test_every_introspection_and_reflective_name_is_unresolved(form: str, attribute: str) -> None:
+    report = _check(form.format(a=attribute))
+    assert len(report.unresolved) == 1, report.unresolved
+    assert attribute in report.unresolved[0].reason
+
+
+@pytest.mark.parametrize("module", sorted(ESCAPE_MODULES))
+def test_every_escape_module_reached_as_an_attribute_is_unresolved(module: str) -> None:
+    report = _check(f"import json\njson.{module}")
+    assert len(report.unresolved) == 1, report.unresolved
+    assert not report.complete
 
 
 @pytest.mark.parametrize(
     "source",
-    ["import json", "from collections import Counter", "import osmosis", "import system"],
+    [
+        "import json",
+        "from collections import Counter",
+        "import osmosis",
+        "import system",
+        "import typing\nx: typing.Optional[int] = None",
+    ],
 )
 def test_modules_off_the_escape_list_are_not_reported(source: str) -> None:
     assert _check(source).unresolved == ()

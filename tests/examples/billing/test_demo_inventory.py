@@ -1,6 +1,6 @@
 """The inventory of the demo registry (the billing tools) under the demo policy: golden
 outputs and lock, the refund never reachable from code, the service as each tool's network
-destination, and credential names listed while their values appear nowhere.
+destination, each principal's tenant credential named while no value appears anywhere.
 
 Regenerate the golden files after an intended change, then review the diff::
 
@@ -36,6 +36,7 @@ runner = CliRunner()
 def _no_engine(monkeypatch: pytest.MonkeyPatch) -> None:
     # The image digest depends on the machine; with no engine it is always "unknown".
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/airlock-test-docker.sock")
+    monkeypatch.setenv("AIRLOCK_HOME", "/var/lib/airlock")
     monkeypatch.delenv("AIRLOCK_IMAGE", raising=False)
     for name in NAMES:
         monkeypatch.delenv(name, raising=False)
@@ -118,9 +119,34 @@ def test_the_billing_service_is_each_tools_network_destination() -> None:
         assert network.patterns == (f"network({destination})",)
 
 
-def test_each_tool_lists_the_tenant_credential_names() -> None:
-    for subject in _inventory().subjects:
-        assert {t.credentials for t in subject.tools} == {NAMES}
+def test_each_principal_lists_the_credential_of_its_tenant() -> None:
+    subjects = {s.name: s for s in _inventory().subjects}
+    alice = subjects["alice"]  # tenant acme
+    assert {(t.credentials, t.credential_tenant) for t in alice.tools} == {
+        (("BILLING_TOKEN_ACME",), "acme")
+    }
+    # Anyone else is in tenant "default", which has no billing account: every call is refused.
+    anyone = subjects["*"]
+    assert {(t.credentials, t.credential_tenant) for t in anyone.tools} == {((), "default")}
+    catalog = load_registry(REGISTRY_REF)
+    assert {dict(spec.tenant_credentials)["globex"] for spec in catalog.specs()} == {
+        "BILLING_TOKEN_GLOBEX"
+    }
+
+
+def test_a_principal_moved_to_another_tenant_fails_the_check(tmp_path: Path) -> None:
+    moved = tmp_path / "policy.toml"
+    moved.write_text(DEMO_POLICY.read_text().replace('tenant = "acme"', 'tenant = "globex"'))
+    result = runner.invoke(
+        app,
+        ["inventory", "--registry", REGISTRY_REF, "--policy", str(moved), "--check",
+         str(GOLDEN / "effects.lock")],
+    )  # fmt: skip
+    assert result.exit_code == 1, result.output
+    assert "principal:alice: tenant_moved: acme → globex" in result.output
+    assert "principal:alice billing_invoice_get: new_credential: BILLING_TOKEN_GLOBEX" in (
+        result.output
+    )
 
 
 # -- secrets -------------------------------------------------------------------------------
@@ -136,16 +162,15 @@ def test_credential_values_never_appear_in_any_output(
     for fmt in ("table", "json", "markdown"):
         result = runner.invoke(app, [*BASE, "--all", "--format", fmt])
         assert result.exit_code == 0, result.output
-        assert all(name in result.output for name in NAMES)  # the names are listed ...
+        assert "BILLING_TOKEN_ACME" in result.output  # alice's tenant's name is listed ...
         outputs[fmt] = result.output
     lock = tmp_path / "effects.lock"
     assert runner.invoke(app, [*BASE, "--all", "--lock", str(lock)]).exit_code == 0
     outputs["lock"] = lock.read_text()
     # A lock from before the tools used BILLING_TOKEN_ACME: the check reports it as growth.
     old = json.loads(outputs["lock"])
-    for subject in old["subjects"].values():
-        for tool in subject["tools"].values():
-            tool["credentials"].remove("BILLING_TOKEN_ACME")
+    for tool in old["subjects"]["principal:alice"]["tools"].values():
+        tool["credentials"].remove("BILLING_TOKEN_ACME")
     lock.write_text(json.dumps(old))
     check = runner.invoke(app, [*BASE, "--check", str(lock)])
     assert check.exit_code == 1, check.output

@@ -1,0 +1,57 @@
+"""Paths of ``/proc`` and ``/sys`` a program sees empty, and starting a container with them.
+
+Docker masks some kernel files by default (``/proc/kcore``, ``/proc/keys``, ...); the host's
+boot command line and boot id are not among them, and they tell one sandbox which machine and
+which boot it shares with another. docker-py's ``containers.run`` has no setting for masked
+paths, so :func:`run_masked` creates the container through the engine's API with
+``HostConfig.MaskedPaths`` (which replaces Docker's list: it repeats it). gVisor shows its own
+``/proc`` either way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Final
+
+import docker
+from docker.models import containers
+from docker.models.containers import Container
+
+__all__ = ["MASKED_PATHS", "run_masked"]
+
+# The split of run()'s keyword arguments into create and host-config ones that run() itself
+# uses (docker-py keeps it private), so that every other setting means what it means there.
+_create_args: Callable[[dict[str, Any]], dict[str, Any]] = containers._create_container_args  # type: ignore[attr-defined]
+
+MASKED_PATHS: Final[tuple[str, ...]] = (
+    # Docker's defaults (moby oci/defaults.go)
+    "/proc/asound",
+    "/proc/acpi",
+    "/proc/kcore",
+    "/proc/keys",
+    "/proc/latency_stats",
+    "/proc/timer_list",
+    "/proc/timer_stats",
+    "/proc/sched_debug",
+    "/proc/scsi",
+    "/sys/firmware",
+    # which machine, which boot: shared by every sandbox on the host
+    "/proc/cmdline",
+    "/proc/sys/kernel/random/boot_id",
+)
+
+
+def run_masked(client: docker.DockerClient, config: dict[str, Any]) -> Container:
+    """Create and start a container from ``containers.run`` keyword arguments plus
+    ``masked_paths``; the started container.
+
+    Raises:
+        docker.errors.DockerException: as ``containers.run`` would.
+    """
+    options = {k: v for k, v in config.items() if k not in ("detach", "masked_paths")}
+    options.update(command=None, version=client.api.api_version)
+    arguments = _create_args(options)
+    arguments["host_config"]["MaskedPaths"] = list(config.get("masked_paths", MASKED_PATHS))
+    created = client.api.create_container(**arguments)
+    client.api.start(created["Id"])
+    return client.containers.get(created["Id"])

@@ -1,0 +1,146 @@
+"""What leaves a program, each way bounded: its output streams, its descriptors, its value.
+
+Standard library only; shipped in the image next to the runner.
+
+- :func:`isolate_descriptors`: before any program runs, stdin, stdout and stderr lead to
+  ``/dev/null`` and every other descriptor but the bridge's is closed. The container's own
+  streams are drained by the engine (``dockerd``, ``containerd``); a program that could still
+  write to them would bypass the output cap, and the engine would pay for every byte.
+- :class:`StreamCapture`: a program's stdout and stderr, captured at the descriptor level
+  and capped.
+- :func:`too_large`: a final value over the ``run`` frame's ``value_limit`` (bytes of compact
+  JSON) or ``value_elements`` (values and keys, as the host counts them in a frame) is refused
+  as ``result_too_large`` with its size, so the ``done`` frame stays within the host's budget.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import threading
+from typing import Any
+
+VALUE_LIMIT = 4 * 1024 * 1024
+VALUE_ELEMENTS = 199_000
+"""Defaults of the ``run`` frame's ``value_limit`` and ``value_elements``."""
+
+
+def isolate_descriptors(keep: int) -> None:
+    """Point stdin, stdout and stderr at ``/dev/null`` and close every descriptor but ``keep``
+    (the bridge's socket): nothing the program can write to leads out of the container but
+    the bridge and its own capped capture pipes."""
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        if fd != null:
+            os.dup2(null, fd)
+    limit = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    top = limit if limit != resource.RLIM_INFINITY else 1 << 20
+    os.closerange(3, keep)  # ``null`` among them, unless it took the place of 0, 1 or 2
+    os.closerange(keep + 1, max(top, keep + 1))
+
+
+class StreamCapture:
+    """Captures one file descriptor (1 or 2) through a pipe, up to ``limit`` bytes.
+
+    Capturing the descriptor rather than ``sys.stdout`` also catches ``os.write`` and child
+    processes. When the limit is crossed, ``on_overflow`` runs on the reader thread: the
+    program cannot catch that from its own thread. The descriptor it restores afterwards is
+    ``/dev/null`` (see :func:`isolate_descriptors`), so the copy it keeps meanwhile leads
+    nowhere either.
+    """
+
+    def __init__(self, fd: int, limit: int, on_overflow: Any) -> None:
+        self.fd = fd
+        self.limit = limit
+        self.data = bytearray()
+        self.truncated = False
+        self._on_overflow = on_overflow
+        self._saved = os.dup(fd)
+        read_end, write_end = os.pipe()
+        os.dup2(write_end, fd)
+        os.close(write_end)
+        self._read_end = read_end
+        self._thread = threading.Thread(target=self._pump, daemon=True)
+        self._thread.start()
+
+    def _pump(self) -> None:
+        while True:
+            try:
+                chunk = os.read(self._read_end, 65536)
+            except OSError:
+                return
+            if not chunk:
+                return
+            room = self.limit - len(self.data)
+            if len(chunk) > room:
+                self.data += chunk[: max(room, 0)]
+                self.truncated = True
+                self._on_overflow()
+                return
+            self.data += chunk
+
+    def close(self) -> None:
+        # Restoring the descriptor closes the pipe's last write end held by this process, so
+        # the reader sees end-of-file once every byte written so far has been read.
+        os.dup2(self._saved, self.fd)
+        os.close(self._saved)
+        self._thread.join(timeout=0.5)
+        os.close(self._read_end)
+
+    def text(self) -> str:
+        return self.data.decode("utf-8", errors="replace")
+
+
+def too_large(
+    value: Any, text: str, limit_bytes: int, limit_elements: int
+) -> dict[str, Any] | None:
+    """The ``ResultTooLarge`` error (wire form) of a final ``value`` whose compact JSON is
+    ``text``, when it is over either limit; ``None`` when it fits."""
+    advice = "return a summary (counts, totals, the few records that matter) instead"
+    if len(text) > limit_bytes:
+        return {
+            "type": "ResultTooLarge",
+            "code": "result_too_large",
+            "message": f"the final value is {len(text)} bytes of JSON; the limit is "
+            f"{limit_bytes}: {advice}",
+            "size_bytes": len(text),
+            "limit_bytes": limit_bytes,
+        }
+    # Each value and key takes a byte at least: a short text cannot hold too many.
+    if len(text) > limit_elements and value_elements(value) > limit_elements:
+        return {
+            "type": "ResultTooLarge",
+            "code": "result_too_large",
+            "message": f"the final value holds more than {limit_elements} values and keys: "
+            f"{advice}",
+            "size_bytes": len(text),
+        }
+    return None
+
+
+def value_elements(value: Any) -> int:
+    """Values and keys of ``value`` as the host counts them in a frame
+    (``airlock.bridge.count_elements``): every value, every key, and one more for each empty
+    container."""
+    count = 0
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        count += 1
+        if isinstance(item, dict):
+            count += len(item) + (not item)
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            count += not item
+            stack.extend(item)
+    return count
+
+
+__all__ = [
+    "VALUE_ELEMENTS",
+    "VALUE_LIMIT",
+    "StreamCapture",
+    "isolate_descriptors",
+    "too_large",
+    "value_elements",
+]

@@ -1,0 +1,194 @@
+"""The second seccomp layer: a stricter filter the runner loads before a program runs.
+
+Standard library plus ``pyseccomp`` (libseccomp's Python binding over ctypes, shipped in the
+image as a wheel, over the image's ``libseccomp2``). Docker's profile, generated from the
+host's allow-list, stays the outer layer; this one refuses, for the rest of the runner's
+life and in every thread (``TSYNC``), what a program never needs once the runner is
+connected to the bridge:
+
+- ``execve``/``execveat``: no program but the runner's interpreter runs;
+- ``socket`` of any family (the bridge is connected already) and ``socketpair`` of any family
+  but ``AF_UNIX`` (asyncio's self-pipe is an ``AF_UNIX`` pair, which reaches nothing);
+- ``ptrace``, ``personality``, ``memfd_create``;
+- in ``restricted`` mode, new processes: ``fork``, ``vfork`` and ``clone`` without
+  ``CLONE_THREAD`` (threads stay allowed).
+
+``clone3`` answers ``ENOSYS`` so the C library falls back to ``clone``, whose flags a filter
+can read. The rules are data (:data:`RULES`); the host renders the same list as libseccomp's
+PFC text (:func:`export_pfc`) for ``airlock doctor`` and the effect inventory.
+
+Filters only ever add up: a kept runner's layer is the one of its first program's mode, and
+a restricted layer, once loaded, stays. A layer that cannot be loaded ends the run before any
+of the program's code runs (:func:`confine`).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import tempfile
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+try:
+    # Imported with the runner, before it says hello: finding libseccomp costs milliseconds
+    # that a run should not wait for.
+    import pyseccomp
+except Exception as exc:  # reported by confine(), which then runs nothing
+    pyseccomp = None
+    _IMPORT_ERROR: Exception | None = exc
+else:
+    _IMPORT_ERROR = None
+
+__all__ = ["MODES", "RULES", "ConfinementError", "GuestRule", "confine", "export_pfc"]
+
+MODES = ("restricted", "full")
+_AF_UNIX = 1
+_CLONE_THREAD = 0x00010000
+
+
+class GuestRule(NamedTuple):
+    """One refusal of the second layer."""
+
+    syscall: str
+    errno: int
+    """What the refused call answers (``EPERM``; ``ENOSYS`` for ``clone3``)."""
+    when: tuple[int, str, int, int] | None
+    """``None``: always; else (argument index, ``"ne"`` or ``"masked_eq"``, a, b): refused
+    when ``arg != a`` (``ne``) or when ``arg & a == b`` (``masked_eq``)."""
+    modes: tuple[str, ...]
+    """The language modes the refusal applies to."""
+    why: str
+
+
+RULES: tuple[GuestRule, ...] = (
+    GuestRule("execve", errno.EPERM, None, MODES, "no program but the runner's interpreter"),
+    GuestRule("execveat", errno.EPERM, None, MODES, "no binary from a descriptor"),
+    GuestRule("socket", errno.EPERM, None, MODES, "the bridge is connected; no new socket"),
+    GuestRule(
+        "socketpair", errno.EPERM, (0, "ne", _AF_UNIX, 0), MODES, "AF_UNIX pairs only (asyncio)"
+    ),
+    GuestRule("ptrace", errno.EPERM, None, MODES, "no tracing of any process"),
+    GuestRule("personality", errno.EPERM, None, MODES, "the execution domain stays as it is"),
+    GuestRule("memfd_create", errno.EPERM, None, MODES, "no anonymous executable files"),
+    GuestRule("clone3", errno.ENOSYS, None, MODES, "the C library falls back to clone"),
+    GuestRule("fork", errno.EPERM, None, ("restricted",), "no new process"),
+    GuestRule("vfork", errno.EPERM, None, ("restricted",), "no new process"),
+    GuestRule(
+        "clone",
+        errno.EPERM,
+        (0, "masked_eq", _CLONE_THREAD, 0),
+        ("restricted",),
+        "a clone without CLONE_THREAD is a new process; threads stay allowed",
+    ),
+)
+
+
+class ConfinementError(Exception):
+    """The second seccomp layer could not be built or loaded: no program may run."""
+
+
+_loaded: set[str] = set()
+
+
+def _build(mode: str, skip: frozenset[str] = frozenset()) -> Any:
+    """A libseccomp filter of the rules for ``mode`` (default: allow; the outer layer is
+    Docker's). ``skip`` names rules already loaded."""
+    seccomp = pyseccomp
+    if seccomp is None:
+        raise ConfinementError(f"pyseccomp is not importable: {_IMPORT_ERROR}")
+    operators = {"ne": seccomp.NE, "masked_eq": seccomp.MASKED_EQ}
+    layer = seccomp.SyscallFilter(seccomp.ALLOW)
+    # Every thread of the runner, not only the calling one; a foreign architecture's calls
+    # (which the rules would not match) are all refused. EPERM rather than a kill: gVisor's
+    # seccomp has no "kill process", and one filter, the same everywhere, is what the host
+    # renders for a person to read.
+    layer.set_attr(seccomp.Attr.CTL_TSYNC, 1)
+    layer.set_attr(seccomp.Attr.ACT_BADARCH, seccomp.ERRNO(errno.EPERM))
+    if seccomp.system_arch() == seccomp.Arch.X86_64:
+        # x32 calls carry x86_64's architecture tag with bit 30 set in the number: without
+        # their own section they would match no rule and be allowed.
+        layer.add_arch(seccomp.Arch.X32)
+    for rule in RULES:
+        if mode not in rule.modes or _key(rule) in skip:
+            continue
+        action = seccomp.ERRNO(rule.errno)
+        if rule.when is None:
+            layer.add_rule(action, rule.syscall)
+        else:
+            index, op, a, b = rule.when
+            layer.add_rule(action, rule.syscall, seccomp.Arg(index, operators[op], a, b))
+    return layer
+
+
+def _key(rule: GuestRule) -> str:
+    return f"{rule.syscall}:{rule.when}"
+
+
+def _mode(mode: object) -> str:
+    # Anything but an explicit "full" gets the stricter layer.
+    return "full" if mode == "full" else "restricted"
+
+
+def confine(mode: object, refuse: Callable[[dict[str, Any]], object]) -> None:
+    """Load the layer of ``mode`` (what is not loaded yet) into this process, for good.
+
+    On failure ``refuse`` gets the ``done`` result that reports it (it sends it and ends the
+    runner); if ``refuse`` returns, the process exits: it never returns without the layer.
+    """
+    chosen = _mode(mode)
+    wanted = {_key(r) for r in RULES if chosen in r.modes}
+    if wanted <= _loaded:
+        return
+    try:
+        built = None if _loaded else _prebuilt.pop(chosen, None)
+        (built or _build(chosen, frozenset(_loaded))).load()
+    except Exception as exc:  # any failure means no layer: never run the program then
+        message = (
+            f"the sandbox's second seccomp layer did not load ({type(exc).__name__}: {exc}); "
+            "the program did not run. Rebuild the image with `make image`."
+        )
+        refuse(
+            {
+                "status": "error",
+                "exit_status": 1,
+                "has_value": False,
+                "value": None,
+                "stdout": "",
+                "stderr": "",
+                "truncated": False,
+                "limit": None,
+                "error": {"type": "ConfinementError", "message": message},
+            }
+        )
+        os._exit(4)
+    _loaded.update(wanted)
+
+
+def _prebuild() -> dict[str, Any]:
+    # Built when the runner starts, so a run only loads its layer (building is about two
+    # thirds of the cost). A failure here is met again, and reported, by confine().
+    try:
+        return {mode: _build(mode) for mode in MODES}
+    except Exception:
+        return {}
+
+
+_prebuilt = _prebuild()
+
+
+def export_pfc(mode: str) -> str:
+    """libseccomp's PFC text of the layer a fresh runner loads for ``mode`` (this machine's
+    architecture): the exact filter, for a person to read.
+
+    Raises:
+        ConfinementError: ``pyseccomp`` or libseccomp is not available here.
+    """
+    try:
+        layer = _build(_mode(mode))
+        with tempfile.TemporaryFile("w+") as out:
+            layer.export_pfc(out)
+            out.seek(0)
+            return out.read()
+    except (ConfinementError, OSError, RuntimeError) as exc:
+        raise ConfinementError(f"cannot render the second seccomp layer: {exc}") from exc

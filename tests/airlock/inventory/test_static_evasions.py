@@ -1,0 +1,214 @@
+"""Programs that try to call a tool the static check cannot see, each checked statically and
+then run for real in the sandbox (restricted and full mode) with tools that record every call:
+whenever the check says ``complete``, what ran is among the tools it listed."""
+
+from __future__ import annotations
+
+import textwrap
+from typing import Annotated
+
+import pytest
+from pydantic import BaseModel, Field
+
+from airlock.bridge import ToolSession
+from airlock.inventory import check_program
+from airlock.policies import Grant, LanguageMode, Principal, read
+from airlock.tools import AuditLog, MemoryAuditStore, Registry
+from tests.conftest import Sandbox
+
+ITEM = "records_item_get"
+SECRET = "records_secret_get"
+PRINCIPAL = Principal(user_id="alice", tenant_id="acme", scopes=frozenset({"records.read"}))
+GRANT = Grant(scopes=frozenset({"records.read"}), effects=(read("records:**"),))
+RecordId = Annotated[str, Field(pattern=r"^rec_[0-9]{1,6}$", max_length=12)]
+CALL = 'c.wait(c.submit({"type": "call", "tool": "records_secret_get", "args": {"record_id": "rec_1"}}))'
+
+
+class Record(BaseModel):
+    record_id: str
+
+
+def recording_registry(called: list[str]) -> Registry:
+    """Two reads callable from code; each appends its name to ``called`` when it runs."""
+    registry = Registry(audit=AuditLog(MemoryAuditStore()))
+
+    @registry.tool(effects=[read("records:item/{record_id}")], scope="records.read",
+                   callers={"direct", "code"})  # fmt: skip
+    def records_item_get(record_id: RecordId) -> Record:
+        """Fetch one record. Use it to read a record. It does not return secrets."""
+        called.append(ITEM)
+        return Record(record_id=record_id)
+
+    @registry.tool(effects=[read("records:secret/{record_id}")], scope="records.read",
+                   callers={"direct", "code"})  # fmt: skip
+    def records_secret_get(record_id: RecordId) -> Record:
+        """Fetch one secret record. Use it rarely. It does not return anything else."""
+        called.append(SECRET)
+        return Record(record_id=record_id)
+
+    return registry
+
+
+# name: (program, the tools it calls when run in full mode)
+EVASIONS: dict[str, tuple[str, set[str]]] = {
+    "a plain call": ('tools.records_item_get(record_id="rec_1")', {ITEM}),
+    "an alias in a loop": (
+        """
+        get = tools.records_item_get
+        [get(record_id=f"rec_{n}") for n in range(3)]
+        """,
+        {ITEM},
+    ),
+    "a class attribute aliasing tools": (
+        """
+        class Box:
+            t = tools
+        Box.t.records_secret_get(record_id="rec_1")
+        """,
+        {SECRET},
+    ),
+    "a NamedTuple default holding tools": (
+        """
+        from typing import NamedTuple
+        class Box(NamedTuple):
+            t: object = tools
+        Box().t.records_secret_get(record_id="rec_1")
+        """,
+        {SECRET},
+    ),
+    "a class attribute reached through self": (
+        """
+        class Box:
+            t = tools
+            def call(self):
+                return self.t.records_secret_get(record_id="rec_1")
+        Box().call()
+        """,
+        {SECRET},
+    ),
+    "a string annotation evaluated by get_type_hints": (
+        """
+        import typing
+        def f(x: "tools.records_secret_get(record_id='rec_1')"):
+            pass
+        try:
+            typing.get_type_hints(f)
+        except TypeError:
+            pass
+        """,
+        {SECRET},
+    ),
+    "pickle calling eval": (
+        """
+        import pickle
+        payload = b"cbuiltins\\neval\\n(Vtools.records_secret_get(record_id='rec_1')\\ntR."
+        pickle.loads(payload)
+        """,
+        {SECRET},
+    ),
+    "eval taken as a value": (
+        """
+        run = eval
+        run("tools.records_secret_get(record_id='rec_1')")
+        """,
+        {SECRET},
+    ),
+    "a generator's frame": (
+        """
+        g = (x for x in [1])
+        g.gi_frame.f_globals["tools"].records_secret_get(record_id="rec_1")
+        """,
+        {SECRET},
+    ),
+    "a frame through another module's sys": (
+        """
+        import asyncio
+        frame = asyncio.base_events.sys._getframe(0)
+        frame.f_globals["tools"].records_secret_get(record_id="rec_1")
+        """,
+        {SECRET},
+    ),
+    "attrgetter by dotted text": (
+        """
+        import asyncio, operator
+        frame = operator.attrgetter("base_events.sys._getframe")(asyncio)(0)
+        operator.attrgetter("f_globals")(frame)["tools"].records_secret_get(record_id="rec_1")
+        """,
+        {SECRET},
+    ),
+    "a computed getattr on a generator": (
+        """
+        g = (x for x in [1])
+        frame = getattr(g, "gi_" + "frame")
+        getattr(frame, "f_" + "globals")["tools"].records_secret_get(record_id="rec_1")
+        """,
+        {SECRET},
+    ),
+    "a class pattern reading a frame": (
+        """
+        g = (x for x in [1])
+        match g:
+            case object(gi_frame=frame):
+                frame.f_globals["tools"].records_secret_get(record_id="rec_1")
+        """,
+        {SECRET},
+    ),
+    "the bridge behind a listed tool": (
+        f"""
+        fs = [tools.records_item_get]
+        c = fs[0]._connection
+        {CALL}
+        """,
+        {SECRET},
+    ),
+    "a tool passed as self": (
+        f"""
+        class Box:
+            def conn(self):
+                return self._connection
+        c = Box.conn(tools.records_item_get)
+        {CALL}
+        """,
+        {SECRET},
+    ),
+    "a default argument holding tools": (
+        """
+        def f(t=tools):
+            return t.records_secret_get(record_id="rec_1")
+        f()
+        """,
+        {SECRET},
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(EVASIONS))
+def test_the_static_verdict_of_each_evasion(case: str) -> None:
+    source, ran = EVASIONS[case]
+    report = check_program(textwrap.dedent(source), recording_registry([]), PRINCIPAL)
+    # A program the check calls complete must list what it runs; every evasion that runs a
+    # tool it does not name is unresolved.
+    if report.verdict == "complete":
+        assert ran <= set(report.tools), report
+    else:
+        assert report.verdict == "unresolved", report
+    assert (report.verdict == "complete") == (case in {"a plain call", "an alias in a loop"})
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("mode", ["full", "restricted"])
+@pytest.mark.parametrize("case", sorted(EVASIONS))
+def test_static_covers_runtime_whenever_complete(
+    sandbox: Sandbox, case: str, mode: LanguageMode
+) -> None:
+    source, expected = EVASIONS[case]
+    program = textwrap.dedent(source)
+    called: list[str] = []
+    tools = ToolSession(registry=recording_registry(called), principal=PRINCIPAL, grant=GRANT)
+    result = sandbox.run(program, tools=tools, language_mode=mode)
+    report = check_program(program, recording_registry([]), PRINCIPAL)
+    if report.verdict == "complete":
+        assert set(called) <= set(report.tools), (report, called)
+    if mode == "full":
+        # The route is real: in plain Python the program reaches the tool it did not name.
+        assert set(called) == expected, (result.error, called)

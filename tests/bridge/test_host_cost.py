@@ -1,0 +1,142 @@
+"""What a guest can make the host spend or record through the bridge, without a container.
+
+A frame over the element budget ends its own run with ``protocol_error`` and leaves a run
+served beside it untouched; a large frame is decoded on a worker thread, not on the event
+loop; a ``log`` frame reaches the operator's log on one line, its control characters escaped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+import threading
+from typing import Any
+
+import pytest
+
+import airlock.bridge._codec as codec
+from airlock.bridge import MAX_ELEMENTS, RunEnd, ToolSession, encode_frame, serve_run
+from airlock.tools import AuditLog, MemoryAuditStore
+from tests.bridge.records import ALICE, GRANT, build_registry
+from tests.bridge.test_fuzz import CollectingWriter, _results
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def _session() -> ToolSession:
+    registry = build_registry(audit=AuditLog(MemoryAuditStore()), slow_s=0.0)
+    return ToolSession(registry=registry, principal=ALICE, grant=GRANT)
+
+
+async def _serve(
+    data: bytes, session: ToolSession, *, max_done_bytes: int = 16 << 20
+) -> tuple[Any, CollectingWriter]:
+    reader = asyncio.StreamReader()
+    reader.feed_data(data)
+    reader.feed_eof()
+    writer = CollectingWriter()
+    outcome = await serve_run(
+        reader,
+        writer,  # type: ignore[arg-type]
+        session=session,
+        deadline=asyncio.get_running_loop().time() + 30,
+        max_done_bytes=max_done_bytes,
+    )
+    return outcome, writer
+
+
+def _raw(body: bytes) -> bytes:
+    return struct.pack(">I", len(body)) + body
+
+
+def _done(value: bytes) -> bytes:
+    return _raw(b'{"type":"done","result":{"status":"ok","value":' + value + b"}}")
+
+
+OVER_BUDGET = [
+    ("empty_objects", _done(b"[" + b"{}," * MAX_ELEMENTS + b"{}]")),
+    ("empty_lists", _done(b"[" + b"[]," * MAX_ELEMENTS + b"[]]")),
+    ("keys", _done(b"{" + b",".join(b'"%d":0' % n for n in range(MAX_ELEMENTS // 2)) + b"}")),
+    ("numbers", _done(b"[" + b"0," * MAX_ELEMENTS + b"0]")),
+    (
+        "call_args",
+        _raw(
+            b'{"type":"call","id":1,"tool":"records_item_get","args":{"x":['
+            + b"0," * 300_000
+            + b"0]}}"
+        ),
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "frame"), OVER_BUDGET, ids=[c[0] for c in OVER_BUDGET])
+async def test_a_frame_over_the_element_budget_ends_only_its_run(name: str, frame: bytes) -> None:
+    hostile, good = _session(), _session()
+    calls = b"".join(
+        encode_frame(
+            {"type": "call", "id": n, "tool": "records_item_get", "args": {"record_id": f"rec_{n}"}}
+        )
+        for n in range(1, 4)
+    )
+    (outcome, _), (answer, good_writer) = await asyncio.gather(
+        _serve(frame, hostile, max_done_bytes=8 << 20),
+        _serve(calls + encode_frame({"type": "done", "result": {"ok": True}}), good),
+    )
+    assert isinstance(outcome, RunEnd)
+    assert outcome.code == "protocol_error"
+    assert f"more than {MAX_ELEMENTS} values and keys" in outcome.message
+    ends = [e for e in hostile.registry.audit.events(run_id=hostile.run_id) if e.stage == "bridge"]
+    assert [e.code for e in ends] == ["protocol_error"]
+    assert answer == {"type": "done", "result": {"ok": True}}
+    assert sorted(r["id"] for r in _results(good_writer)) == [1, 2, 3]
+
+
+async def test_a_large_frame_is_decoded_off_the_event_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    threads: list[str] = []
+    decode = codec.decode_body
+
+    def recording(body: bytes | bytearray, **options: Any) -> dict[str, Any]:
+        threads.append(threading.current_thread().name)
+        return decode(body, **options)
+
+    monkeypatch.setattr(codec, "decode_body", recording)
+    small = encode_frame({"type": "log", "message": "x"})
+    large = encode_frame({"type": "done", "result": {"stdout": "y" * (2 * codec._OFF_LOOP_BYTES)}})
+    outcome, _ = await _serve(small + large, _session())
+    assert outcome["result"]["stdout"] == "y" * (2 * codec._OFF_LOOP_BYTES)
+    loop_thread = threading.current_thread().name
+    assert threads[0] == loop_thread  # a small frame costs less than a hop to a thread
+    assert threads[1] != loop_thread
+
+
+FORGED_LOG_LINES = [
+    ("newline", "x\nFAKE LINE\x1b[31m", "x\\nFAKE LINE\\x1b[31m"),
+    ("carriage_return", "ok\r2026-01-01 INFO forged", "ok\\r2026-01-01 INFO forged"),
+    ("line_separator", "a\u2028b\u2029c\x85d", "a\\u2028b\\u2029c\\x85d"),
+    ("terminal_title", "\x1b]0;owned\x07", "\\x1b]0;owned\\x07"),
+    ("bidi", "ok \u202etxt.exe", "ok \\u202etxt.exe"),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "message", "logged"), FORGED_LOG_LINES, ids=[c[0] for c in FORGED_LOG_LINES]
+)
+async def test_a_log_line_from_a_program_is_one_escaped_line(
+    caplog: pytest.LogCaptureFixture, name: str, message: str, logged: str
+) -> None:
+    session = _session()
+    frames = encode_frame({"type": "log", "message": message})
+    frames += encode_frame({"type": "done", "result": {}})
+    with caplog.at_level(logging.INFO, logger="airlock.bridge._server"):
+        outcome, _ = await _serve(frames, session)
+    assert outcome == {"type": "done", "result": {}}
+    [record] = [r for r in caplog.records if r.name == "airlock.bridge._server"]
+    line = logging.Formatter("%(levelname)s %(message)s").format(record)
+    assert line == f"INFO guest log ({session.run_id}): {logged}"
+    assert line.isprintable()

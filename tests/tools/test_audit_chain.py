@@ -1,0 +1,233 @@
+"""Tampering with the audit store behind its back, with plain SQL as someone holding the file
+would: every edit, deletion, reordering and truncation is found, and ``verify`` names the
+first record that does not fit."""
+
+from __future__ import annotations
+
+import hmac
+import json
+import sqlite3
+from pathlib import Path
+from typing import get_args
+
+import pytest
+
+from airlock.tools import AuditEvent, ChainReport, SQLiteAuditStore, program_hash
+from airlock.tools._audit_chain import GENESIS, ChainProblem, link
+from airlock.tools._audit_schema import COLUMNS
+
+RECORDS = 10
+PROGRAMS = ("tools.a_b_c(x=1)\n", "sum(range(3))\n")
+
+
+def event(i: int) -> AuditEvent:
+    return AuditEvent(
+        ts=1_000.0 + i,
+        run_id=f"run_{i // 4}",
+        call_id=f"c{i}",
+        caller="code" if i % 2 else "direct",
+        tool="billing_invoice_get",
+        user_id="alice",
+        tenant_id="acme",
+        args_hash=f"{i:032x}",
+        stage="done",
+        decision="allow",
+        rule="default",
+        outcome="ok",
+        code=None,
+        duration_s=0.001,
+        effects=(f"read(billing:invoice/inv_{i})", "read(billing:invoice/*)"),
+        approver="bob" if i == 6 else None,
+        final=i != 6,
+    )
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    path = tmp_path / "audit.db"
+    store = SQLiteAuditStore(path)
+    store.append([event(i) for i in range(1, 6)], {program_hash(PROGRAMS[0]): PROGRAMS[0]})
+    store.append([event(i) for i in range(6, RECORDS + 1)], {program_hash(p): p for p in PROGRAMS})
+    store.close()
+    return path
+
+
+def verify(path: Path) -> ChainReport:
+    store = SQLiteAuditStore(path, readonly=True)
+    try:
+        return store.verify()
+    finally:
+        store.close()
+
+
+def tamper(path: Path, *statements: str) -> None:
+    conn = sqlite3.connect(path)
+    for statement in statements:
+        conn.execute(statement)
+    conn.commit()
+    conn.close()
+
+
+def test_an_untouched_store_verifies(db: Path) -> None:
+    report = verify(db)
+    assert report.ok, report
+    assert (report.records, report.head, report.programs) == (RECORDS, RECORDS, 2)
+    assert len(report.last_chain) == 64
+
+
+EDIT = (
+    "UPDATE audit_events SET {col} = CASE "
+    "WHEN typeof({col}) = 'real' THEN {col} + 1 "
+    "WHEN typeof({col}) = 'integer' THEN 1 - {col} "
+    "WHEN {col} IS NULL THEN 'x' ELSE {col} || 'x' END WHERE id = 4"
+)
+
+
+@pytest.mark.parametrize("column", [*COLUMNS.split(", "), "chain"])
+def test_editing_any_column_of_a_record_is_found_at_that_record(db: Path, column: str) -> None:
+    statement = (
+        "UPDATE audit_events SET chain = zeroblob(32) WHERE id = 4"
+        if column == "chain"
+        else EDIT.format(col=column)
+    )
+    tamper(db, statement)
+    report = verify(db)
+    assert (report.problem, report.record) == ("changed", 4), report
+    assert report.records == 3
+
+
+# Each case: what someone did with sqlite3, the problem verify reports, the record it names.
+TAMPERING: list[tuple[str, tuple[str, ...], ChainProblem, int]] = [
+    ("delete a record", ("DELETE FROM audit_events WHERE id = 4",), "missing", 4),
+    ("delete the first record", ("DELETE FROM audit_events WHERE id = 1",), "missing", 1),
+    (
+        "swap two records",
+        (
+            "UPDATE audit_events SET id = -3 WHERE id = 3",
+            "UPDATE audit_events SET id = 3 WHERE id = 4",
+            "UPDATE audit_events SET id = 4 WHERE id = -3",
+        ),
+        "changed",
+        3,
+    ),
+    (
+        "renumber to hide a deletion",
+        (
+            "DELETE FROM audit_events WHERE id = 4",
+            "UPDATE audit_events SET id = id - 1 WHERE id > 4",
+        ),
+        "changed",
+        4,
+    ),
+    ("truncate the last records", ("DELETE FROM audit_events WHERE id > 7",), "truncated", 8),
+    (
+        "truncate everything",
+        ("DELETE FROM audit_events", "DELETE FROM audit_effects"),
+        "truncated",
+        1,
+    ),
+    (
+        "truncate and move the head back",
+        (
+            "DELETE FROM audit_events WHERE id > 7",
+            "DELETE FROM audit_effects WHERE event_id > 7",
+            "UPDATE audit_head SET records = 7, "
+            "chain = (SELECT chain FROM audit_events WHERE id = 7)",
+        ),
+        "head",
+        7,
+    ),
+    ("delete the head", ("DELETE FROM audit_head",), "head", RECORDS),
+    ("forge the head's count", ("UPDATE audit_head SET records = 12",), "head", RECORDS),
+    (
+        "edit a stored program",
+        ("UPDATE audit_programs SET text = CAST('import os' AS BLOB)",),
+        "program",
+        RECORDS,
+    ),
+    (
+        "drop a record from the effect index",
+        ("DELETE FROM audit_effects WHERE event_id = 5 AND target LIKE '%inv_5'",),
+        "index",
+        5,
+    ),
+    (
+        "point the index at another record",
+        ("UPDATE audit_effects SET target = 'billing:invoice/inv_9' WHERE target LIKE '%inv_5'",),
+        "index",
+        5,
+    ),
+    (
+        "add an index row for no record",
+        ("INSERT INTO audit_effects VALUES (99, 'read', 'billing:invoice/inv_99', NULL)",),
+        "index",
+        99,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "statements", "problem", "record"), TAMPERING, ids=[t[0] for t in TAMPERING]
+)
+def test_tampering_is_found_at_the_first_bad_record(
+    db: Path, name: str, statements: tuple[str, ...], problem: ChainProblem, record: int
+) -> None:
+    assert verify(db).ok
+    tamper(db, *statements)
+    report = verify(db)
+    assert (report.problem, report.record) == (problem, record), (name, report)
+    assert report.detail
+
+
+def test_every_problem_verify_can_report_has_a_tampering_case() -> None:
+    assert {t[2] for t in TAMPERING} | {"changed"} == set(get_args(ChainProblem))
+
+
+def test_a_chain_recomputed_without_the_key_is_found_at_record_one(db: Path) -> None:
+    # Someone who can write the file but not read the key rebuilds every chain value.
+    conn = sqlite3.connect(db)
+    rows = conn.execute(f"SELECT id, {COLUMNS} FROM audit_events ORDER BY id").fetchall()
+    guess, chain = b"\x01" * 32, GENESIS
+    for row in rows:
+        chain = link(guess, chain, row)
+        conn.execute("UPDATE audit_events SET chain = ? WHERE id = ?", (chain, row[0]))
+    conn.commit()
+    conn.close()
+    report = verify(db)
+    assert (report.problem, report.record) == ("changed", 1)
+
+
+def test_verify_with_another_key_fails_and_without_one_says_so(db: Path) -> None:
+    key_file = db.parent / "audit.db.key"
+    original = key_file.read_text()
+    key_file.write_text("ab" * 32)
+    assert (verify(db).problem, verify(db).record) == ("changed", 1)
+    key_file.unlink()
+    with pytest.raises(Exception, match="key") as caught:
+        verify(db)
+    assert getattr(caught.value, "code", None) == "audit_store"
+    moved = db.parent / "elsewhere.key"
+    moved.write_text(original)
+    store = SQLiteAuditStore(db, readonly=True, key_file=moved)
+    assert store.verify().ok
+    store.close()
+
+
+def test_the_chain_links_each_record_to_the_one_before(db: Path) -> None:
+    conn = sqlite3.connect(db)
+    key = bytes.fromhex((db.parent / "audit.db.key").read_text().strip())
+    previous = GENESIS
+    for row in conn.execute(f"SELECT id, {COLUMNS}, chain FROM audit_events ORDER BY id"):
+        assert hmac.compare_digest(link(key, previous, row[:-1]), row[-1])
+        assert json.loads(row[COLUMNS.split(", ").index("effects") + 1])
+        previous = row[-1]
+    conn.close()
+
+
+def test_writers_after_a_reopen_extend_the_same_chain(db: Path) -> None:
+    store = SQLiteAuditStore(db)
+    store.append([event(11)])
+    store.close()
+    report = verify(db)
+    assert report.ok, report
+    assert report.records == RECORDS + 1

@@ -1,0 +1,240 @@
+"""Nothing secret or forged reaches what the host records: credentials are redacted and
+control characters escaped, wherever the text came from.
+
+The end-to-end cases run a real registry over a REST adapter whose upstream echoes the
+request (headers included) in its error bodies, and read the audit store back from disk.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Annotated
+
+import httpx
+import pytest
+from pydantic import BaseModel, Field
+
+from airlock.policies import Grant, Principal, read
+from airlock.tools import (
+    AuditLog,
+    CallContext,
+    Credential,
+    Registry,
+    RunAuthority,
+    SQLiteAuditStore,
+    ToolError,
+    audit_event,
+    error_for_status,
+    escape_controls,
+    redact,
+)
+from airlock.tools._redact import REDACTED, SECRET_HEADERS, remember_secret
+
+pytestmark = pytest.mark.anyio
+TOKEN = "tok_echoed_back_7f3a9c21"
+CRED = Credential.from_value(TOKEN, name="ECHO_TOKEN")
+ALICE = Principal(user_id="alice", tenant_id="acme", scopes=frozenset({"echo.read"}))
+GRANT = Grant(scopes=frozenset({"echo.read"}), effects=(read("echo:**"),))
+
+
+# -- redact: one row per header and per form a credential is written in -------------------
+
+
+def _header_forms(header: str) -> list[str]:
+    """A header's credential as an upstream might echo it: raw, in JSON, as a Python repr,
+    in a query string, with the name in another case or with ``_`` for ``-``."""
+    value = "s3cr3t-" + header.replace("-", "")
+    name = header.title()
+    return [
+        f"HTTP/1.1 400\r\n{name}: {value}\r\nAccept: */*",
+        json.dumps({"headers": {header: value, "accept": "*/*"}}),
+        repr({name: value}),
+        f"GET /x?{header.replace('-', '_')}={value}&page=2",
+        f"{header.upper()}={value}",
+        repr(f"line one\r\n{name}: {value}\r\n"),  # a body kept as repr: escaped newlines
+    ]
+
+
+HEADER_CASES = [(h, text) for h in SECRET_HEADERS for text in _header_forms(h)]
+
+
+@pytest.mark.parametrize(("header", "text"), HEADER_CASES)
+def test_every_credential_header_is_redacted_in_every_form(header: str, text: str) -> None:
+    secret = "s3cr3t-" + header.replace("-", "")
+    redacted = redact(text)
+    assert secret not in redacted
+    assert REDACTED in redacted
+    # The operator still sees which header it was, and what came around it.
+    assert header.replace("-", "") in re.sub(r"[-_]", "", redacted.lower())
+    for around in ("*/*", "page=2", "line one"):
+        assert (around in text) == (around in redacted)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Authorization: Bearer eyJhbGciOi.payload.sig",
+        "upstream said: bearer abc123def456 was refused",
+        '{"error": "invalid token", "token_type": "Bearer", "got": "Bearer zzzz9999"}',
+    ],
+)
+def test_bearer_tokens_are_redacted_anywhere(text: str) -> None:
+    redacted = redact(text)
+    assert re.search(r"(?i)bearer\s+(?!\[redacted\])\w", redacted) is None, redacted
+
+
+def test_a_remembered_credential_value_is_redacted_wherever_it_appears() -> None:
+    value = "tok_remembered_19e0c4"
+    remember_secret(value)
+    text = f"echo: {value}; again {value}{value}; user-agent: x"
+    assert value not in redact(text)
+    assert redact(text).count(REDACTED) == 3
+    assert "user-agent: x" in redact(text)
+
+
+def test_revealing_a_credential_remembers_it() -> None:
+    value = "tok_revealed_only_8b1d"
+    assert value in redact(f"note {value}")
+    assert Credential.from_value(value, name="REVEALED").reveal() == value
+    assert value not in redact(f"note {value}")
+
+
+def test_ordinary_text_is_left_alone() -> None:
+    for text in (
+        'GET /v1/invoices/inv_1 -> 404; body \'{"error":"not found"}\'',
+        "credential 'BILLING_TOKEN' is missing or malformed",
+        "the tool failed (ValueError)",
+        "",
+    ):
+        assert redact(text) == text
+
+
+# -- escape_controls: every way to forge a line or drive a terminal ------------------------
+
+CONTROL_CASES = [
+    ("newline", "x\nFAKE LINE", "x\\nFAKE LINE"),
+    ("carriage_return", "ok\rFORGED", "ok\\rFORGED"),
+    ("terminal_colour", "x\x1b[31mred", "x\\x1b[31mred"),
+    ("osc_title", "\x1b]0;owned\x07", "\\x1b]0;owned\\x07"),
+    ("tab", "a\tb", "a\\tb"),
+    ("nul", "a\x00b", "a\\x00b"),
+    ("c1_csi", "a\x9b31mb", "a\\x9b31mb"),
+    ("delete", "a\x7fb", "a\\x7fb"),
+    ("line_separator", "a\u2028b", "a\\u2028b"),
+    ("paragraph_separator", "a\u2029b", "a\\u2029b"),
+    ("bidi_override", "a\u202eb", "a\\u202eb"),
+    ("next_line", "a\x85b", "a\\x85b"),
+    ("printable_kept", "é ü — 名前 ok", "é ü — 名前 ok"),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "expected"), CONTROL_CASES, ids=[c[0] for c in CONTROL_CASES]
+)
+def test_control_characters_are_escaped(name: str, text: str, expected: str) -> None:
+    escaped = escape_controls(text)
+    assert escaped == expected
+    assert escaped.isprintable()
+
+
+def test_the_audit_factory_redacts_and_escapes() -> None:
+    remember_secret(TOKEN)
+    ctx = RunAuthority(principal=ALICE, grant=GRANT).context("code", "c1")
+    event = audit_event(
+        ctx,
+        "echo_thing_get\n2026-01-01 INFO forged\x1b[2J",
+        stage="execute",
+        decision="allow",
+        rule="default",
+        outcome="error",
+        code="upstream",
+        effects=["read(echo:thing/a\nb)"],
+        detail=f"GET /t -> 500; body 'Authorization: Bearer {TOKEN}\nX-Api-Key: k-1'",
+    )
+    assert event.tool == "echo_thing_get\\n2026-01-01 INFO forged\\x1b[2J"
+    assert event.effects == ("read(echo:thing/a\\nb)",)
+    assert event.detail is not None
+    assert TOKEN not in event.detail
+    assert "k-1" not in event.detail
+    assert event.detail.isprintable()
+
+
+# -- end to end: an upstream that echoes the request, the audit store read back ------------
+
+
+class Thing(BaseModel):
+    thing_id: str
+
+
+def _echo(request: httpx.Request) -> httpx.Response:
+    """An upstream that answers every request with an error whose body is the request."""
+    echoed = {"headers": dict(sorted(request.headers.items())), "url": str(request.url)}
+    status = int(request.url.params.get("status", "500"))
+    raw = "".join(f"{k}: {v}\r\n" for k, v in request.headers.items())
+    body = json.dumps(echoed) if status != 502 else raw
+    return httpx.Response(status, content=body.encode())
+
+
+def _registry(tmp_path: Path) -> Registry:
+    from airlock.tools import RestAdapter
+
+    api = RestAdapter(
+        "http://echo.test/v1",
+        credentials=[CRED],
+        transport=httpx.MockTransport(_echo),
+        max_attempts=1,
+    )
+    registry = Registry(audit=AuditLog(SQLiteAuditStore(tmp_path / "audit.db")))
+
+    @registry.tool(effects=[read("echo:thing/{thing_id}")], scope="echo.read",
+                   callers={"direct", "code"})  # fmt: skip
+    async def echo_thing_get(
+        ctx: CallContext,
+        thing_id: Annotated[str, Field(pattern=r"^t_[0-9]{1,4}$", max_length=6)],
+        status: Annotated[int, Field(ge=400, le=599)],
+    ) -> Thing:
+        """Fetch a thing from the echoing upstream. Use it to test redaction.
+        It does not return anything else."""
+        data = await api.get(
+            ["things", thing_id], credential=CRED, params={"status": status}, deadline=ctx.deadline
+        )
+        return Thing.model_validate(data)
+
+    return registry
+
+
+@pytest.mark.parametrize("status", [400, 401, 404, 409, 429, 500, 502, 503])
+async def test_an_upstream_echoing_the_request_leaves_no_credential_in_the_audit_store(
+    tmp_path: Path, status: int
+) -> None:
+    registry = _registry(tmp_path)
+    authority = RunAuthority(principal=ALICE, grant=GRANT)
+    with pytest.raises(ToolError):
+        await registry.call(
+            "echo_thing_get", {"thing_id": "t_1", "status": status}, authority.context("code", "c1")
+        )
+    registry.audit.close()
+    # Read back from disk, as `airlock audit` would.
+    store = SQLiteAuditStore(tmp_path / "audit.db", readonly=True)
+    try:
+        events = store.query(run_id=authority.run_id)
+    finally:
+        store.close()
+    assert events, "the call was not recorded"
+    details = " ".join(e.detail or "" for e in events)
+    assert "body" in details  # the upstream's answer was kept for the operator...
+    assert TOKEN not in details  # ...without the credential it echoed
+    raw = (tmp_path / "audit.db").read_bytes()
+    for wal in tmp_path.glob("audit.db*"):
+        raw += wal.read_bytes()
+    assert TOKEN.encode() not in raw
+
+
+def test_error_for_status_redacts_whatever_detail_it_is_given() -> None:
+    error = error_for_status(
+        500, method="GET", detail="GET /x -> 500; body 'Proxy-Authorization: Basic dXNlcjpwdw=='"
+    )
+    assert error.detail is not None
+    assert "dXNlcjpwdw==" not in error.detail

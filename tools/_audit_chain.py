@@ -1,0 +1,304 @@
+"""The audit store's hash chain: each record keyed-hashed over the one before it.
+
+Record *n* (``id`` = n, numbered 1, 2, 3, ... with no gaps) carries
+``chain[n] = HMAC-SHA256(key, chain[n-1] || canonical(record n))``, ``chain[0]`` being 32 zero
+bytes; the canonical form is the compact JSON of every stored column, the record's number
+included. One ``audit_head`` row holds the last number and chain, under a MAC of its own.
+:func:`verify_chain` walks the records and reports the first one that does not fit:
+
+    changed    its chain does not match what its content and its predecessor give
+               (a field edited, or records reordered: the number is hashed in)
+    missing    a number is absent (a record deleted)
+    truncated  the head counts more records than there are (the last ones deleted)
+    head       the head is missing or its MAC is wrong
+    program    a stored program's text does not match its hash
+    index      the effect index (what ``airlock audit find`` searches) disagrees with the
+               effects of the record it points to
+
+The key is 32 random bytes kept in a file beside the database (``audit.db.key``, mode
+0600), made when the store is created. Someone who can edit the database but cannot read
+the key cannot forge a chain; someone who can read both can, which is why the key should be
+readable by the harness's user only, and why exports and spans are a second copy elsewhere.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import secrets
+import sqlite3
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from airlock.policies import UsageError
+
+__all__ = [
+    "GENESIS",
+    "AuditStoreError",
+    "ChainProblem",
+    "ChainReport",
+    "canonical",
+    "head_mac",
+    "link",
+    "link_numbered",
+    "load_key",
+    "split_effect",
+    "verify_chain",
+]
+
+GENESIS = bytes(32)
+_KEY_BYTES = 32
+ChainProblem = Literal["changed", "missing", "truncated", "head", "program", "index"]
+
+
+class AuditStoreError(UsageError):
+    """An audit store cannot be used as asked: written by an older airlock without a hash
+    chain, or its key is missing or unreadable. The message says what to do."""
+
+    code = "audit_store"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChainReport:
+    """What :func:`verify_chain` found."""
+
+    records: int
+    """Records checked (all of them when :attr:`ok`)."""
+    programs: int
+    """Stored programs checked."""
+    head: int
+    """The number of records the head says were written."""
+    last_chain: str
+    """The last record's chain in hex: note it somewhere else to detect a later rewrite."""
+    problem: ChainProblem | None = None
+    record: int | None = None
+    """The first record that does not fit (for ``program``: the record count so far)."""
+    detail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        """Whether every record, the head and every program fit."""
+        return self.problem is None
+
+
+def link(key: bytes, previous: bytes, row: Sequence[Any]) -> bytes:
+    """The chain of a record whose stored columns (its number first) are ``row``."""
+    return hmac.digest(key, previous + canonical(row), "sha256")
+
+
+def canonical(row: Sequence[Any]) -> bytes:
+    """The bytes a record is hashed as: the compact JSON array of its columns."""
+    return _COMPACT(list(row)).encode()
+
+
+_COMPACT = json.JSONEncoder(separators=(",", ":"), allow_nan=True).encode
+
+
+def link_numbered(key: bytes, previous: bytes, number: int, rest: bytes) -> bytes:
+    """:func:`link` of ``(number, *row)`` given ``rest = canonical(row)`` (a non-empty row),
+    so a writer serializes its rows before it takes the write lock."""
+    return hmac.digest(key, previous + b"[%d," % number + rest[1:], "sha256")
+
+
+def head_mac(key: bytes, records: int, chain: bytes) -> bytes:
+    """The MAC of the head row that says ``records`` were written, the last with ``chain``."""
+    return hmac.digest(key, b"head" + records.to_bytes(8, "big") + chain, "sha256")
+
+
+def load_key(key_file: Path, *, create: bool) -> bytes:
+    """The chain key in ``key_file``, made first (atomically, mode 0600) when ``create``.
+
+    Raises:
+        AuditStoreError: no key and not ``create``, or the file does not hold one.
+    """
+    try:
+        text = key_file.read_text(encoding="ascii").strip()
+    except FileNotFoundError:
+        if not create:
+            raise AuditStoreError(
+                f"the audit store's key {str(key_file)!r} is missing; restore it from a backup "
+                "(without it the chain cannot be checked or extended), or pass its path"
+            ) from None
+        _write_key(key_file)
+        text = key_file.read_text(encoding="ascii").strip()
+    try:
+        key = bytes.fromhex(text)
+    except ValueError:
+        key = b""
+    if len(key) != _KEY_BYTES:
+        raise AuditStoreError(
+            f"{str(key_file)!r} does not hold an audit key ({_KEY_BYTES} bytes in hex); "
+            "restore the right file"
+        )
+    return key
+
+
+def _write_key(key_file: Path) -> None:
+    key_file.parent.mkdir(parents=True, exist_ok=True)
+    temporary = key_file.with_name(f".{key_file.name}.{os.getpid()}.{secrets.token_hex(4)}")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.write(fd, (secrets.token_bytes(_KEY_BYTES).hex() + "\n").encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    try:
+        os.link(temporary, key_file)  # atomic; another process that won the race keeps its key
+    except FileExistsError:
+        pass
+    finally:
+        os.unlink(temporary)
+
+
+def split_effect(effect: str) -> tuple[str, str, str | None]:
+    """``read(billing:invoice/inv_*)`` -> (kind, target, literal prefix of a pattern target,
+    ``None`` for a concrete one): the row of the effect index."""
+    kind, opening, rest = effect.partition("(")
+    if not opening or not rest.endswith(")"):
+        return "", effect, None
+    target = rest[:-1]
+    star = target.find("*")
+    return kind, target, (None if star < 0 else target[:star])
+
+
+def verify_chain(conn: sqlite3.Connection, key: bytes, columns: str) -> ChainReport:
+    """Walk every record of the store on ``conn`` in order (``columns``: the stored columns
+    after ``id`` and before ``chain``) and report the first that does not fit."""
+    checked = 0
+    previous = GENESIS
+    index = _effect_index(conn)
+    pending = next(index, None)
+    effects_at = columns.split(", ").index("effects") + 1
+    for row in conn.execute(f"SELECT id, {columns}, chain FROM audit_events ORDER BY id"):
+        number = int(row[0])
+        if number != checked + 1:
+            return _bad(
+                conn,
+                checked,
+                previous,
+                "missing",
+                checked + 1,
+                f"record {checked + 1} is missing (the next one is {number})",
+            )
+        if not hmac.compare_digest(link(key, previous, row[:-1]), bytes(row[-1])):
+            return _bad(
+                conn,
+                checked,
+                previous,
+                "changed",
+                number,
+                f"record {number} does not match its chain: changed, or moved from elsewhere",
+            )
+        if pending is not None and pending[0] < number:
+            return _bad(
+                conn,
+                checked,
+                previous,
+                "index",
+                pending[0],
+                f"the effect index lists record {pending[0]}, which has no such effect",
+            )
+        listed: set[tuple[str, str, str | None]] = set()
+        while pending is not None and pending[0] == number:
+            listed.add(pending[1:])
+            pending = next(index, None)
+        if listed != {split_effect(e) for e in json.loads(str(row[effects_at]))}:
+            return _bad(
+                conn,
+                checked,
+                previous,
+                "index",
+                number,
+                f"the effect index disagrees with record {number}'s effects",
+            )
+        previous = bytes(row[-1])
+        checked = number
+    head = conn.execute("SELECT records, chain, mac FROM audit_head").fetchone()
+    if head is None:
+        if checked:
+            return _bad(conn, checked, previous, "head", checked, "the head row is missing")
+        head = (0, GENESIS, head_mac(key, 0, GENESIS))  # a store that never held a record
+    records, chain, mac = int(head[0]), bytes(head[1]), bytes(head[2])
+    if not hmac.compare_digest(head_mac(key, records, chain), mac):
+        return _bad(conn, checked, previous, "head", checked, "the head row's MAC is wrong")
+    if records > checked:
+        return _bad(
+            conn,
+            checked,
+            previous,
+            "truncated",
+            checked + 1,
+            f"records {checked + 1}..{records} are missing: the head says {records} were written",
+        )
+    if records < checked or not hmac.compare_digest(chain, previous):
+        return _bad(
+            conn,
+            checked,
+            previous,
+            "head",
+            records + 1,
+            f"the head says {records} records were written, the store holds {checked}",
+        )
+    if pending is not None:
+        return _bad(
+            conn,
+            checked,
+            previous,
+            "index",
+            pending[0],
+            f"the effect index lists record {pending[0]}, which does not exist",
+        )
+    report = ChainReport(records=checked, programs=0, head=records, last_chain=previous.hex())
+    return _programs(conn, report)
+
+
+def _effect_index(conn: sqlite3.Connection) -> Iterator[tuple[int, str, str, str | None]]:
+    # A second connection would see another snapshot; one cursor beside the other is fine.
+    cursor = conn.cursor()
+    for row in cursor.execute(
+        "SELECT event_id, kind, target, prefix FROM audit_effects ORDER BY event_id"
+    ):
+        yield int(row[0]), str(row[1]), str(row[2]), None if row[3] is None else str(row[3])
+
+
+def _programs(conn: sqlite3.Connection, report: ChainReport) -> ChainReport:
+    count = 0
+    for digest, text in conn.execute("SELECT hash, text FROM audit_programs ORDER BY hash"):
+        count += 1
+        if hashlib.blake2b(bytes(text), digest_size=16).hexdigest() != digest:
+            return ChainReport(
+                records=report.records,
+                programs=count,
+                head=report.head,
+                last_chain=report.last_chain,
+                problem="program",
+                record=report.records,
+                detail=f"program {digest} does not match its hash: its text was changed",
+            )
+    return ChainReport(
+        records=report.records, programs=count, head=report.head, last_chain=report.last_chain
+    )
+
+
+def _bad(
+    conn: sqlite3.Connection,
+    checked: int,
+    previous: bytes,
+    problem: ChainProblem,
+    record: int,
+    detail: str,
+) -> ChainReport:
+    head = conn.execute("SELECT records FROM audit_head").fetchone()
+    return ChainReport(
+        records=checked,
+        programs=0,
+        head=0 if head is None else int(head[0]),
+        last_chain=previous.hex(),
+        problem=problem,
+        record=record,
+        detail=detail,
+    )

@@ -1,0 +1,218 @@
+"""Which calls touched what: searches of the SQLite audit store through its indexes.
+
+:func:`find_calls` answers "which runs touched ``billing:invoice/inv_1*``", "did any
+code-called tool write or reach the network" and the like, in one query of the effect
+index. A call's effect is *certain* when its target is a record (``read(billing:invoice/
+inv_12)``) or a pattern inside the one asked about; it is *possible* when the tool recorded
+only a pattern that overlaps it (``read(billing:invoice/*)``: a tool that lists records and
+does not say which it returned), so a reviewer sees those calls too, marked as such.
+
+A period is turned into the first record that can fall in it, so the effect index is read
+only from there on (records are numbered in the order they were written, and an event is
+written after the call it records ended).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+from collections.abc import Collection
+from typing import Any, Final, NamedTuple
+
+from airlock.policies import EFFECT_KINDS, UsageError, covers, glob_regex
+from airlock.tools._audit import CallOutcome
+from airlock.tools._context import Caller
+from airlock.tools._sqlite_audit import SQLiteAuditStore
+
+__all__ = ["FoundCall", "find_calls"]
+
+_PATTERN: Final = re.compile(r"^[A-Za-z0-9_.@+*/:-]{1,256}$")
+_CALL = (
+    "e.id, e.ts, e.run_id, e.call_id, e.caller, e.tool, e.user_id, e.tenant_id, e.outcome, "
+    "e.code, e.approver"
+)
+_CALL_WIDTH = 11
+
+
+class FoundCall(NamedTuple):
+    """One call that matched: its record number, who made it, how it ended, and what
+    matched. (A tuple: a search of a large log builds many.)"""
+
+    record: int
+    ts: float
+    run_id: str
+    call_id: str
+    caller: Caller
+    tool: str
+    user_id: str
+    tenant_id: str
+    outcome: CallOutcome
+    code: str | None
+    approver: str | None
+    """Who approved it, for a write's send (see :attr:`AuditEvent.approver
+    <airlock.tools.AuditEvent.approver>`)."""
+    matched: tuple[str, ...]
+    """The call's effects that answer the question (all of them without ``resource``)."""
+    certain: bool
+    """``False`` when the only match is a pattern the tool recorded (it cannot say which
+    records it read) that overlaps the resource asked about."""
+
+
+def find_calls(
+    store: SQLiteAuditStore,
+    *,
+    resource: str | None = None,
+    kinds: Collection[str] = (),
+    caller: Caller | None = None,
+    tool: str | None = None,
+    since: float | None = None,
+    until: float | None = None,
+    attempted: bool = False,
+) -> list[FoundCall]:
+    """Calls whose effects match, oldest first.
+
+    Args:
+        resource: a target pattern (``billing:invoice/inv_1*``, ``api.example.com``) in the
+            pattern language of grants; ``None`` for any.
+        kinds: effect kinds to look for (``write``, ``network``...); empty for any.
+        caller, tool: only calls by this caller, of this tool.
+        since, until: only events that ended in ``[since, until)`` (epoch seconds).
+        attempted: also calls that did not run (refused, previews): by default only what
+            was exercised (:attr:`AuditEvent.exercised <airlock.tools.AuditEvent.exercised>`).
+
+    Raises:
+        UsageError: ``resource`` is not a pattern, or a kind is not an effect kind.
+    """
+    unknown = sorted(set(kinds) - set(EFFECT_KINDS))
+    if unknown:
+        raise UsageError(f"effect kinds {unknown} are unknown; use {', '.join(EFFECT_KINDS)}")
+    if resource is not None and not _PATTERN.match(resource):
+        raise UsageError(
+            f"resource {resource!r} must be 1-256 characters of letters, digits and "
+            "_ . @ + * / : -, for example 'billing:invoice/inv_1*'"
+        )
+    where, params = ["1"], []
+    for clause, value in (
+        ("e.caller = ?", caller),
+        ("e.tool = ?", tool),
+        ("e.ts >= ?", since),
+        ("e.ts < ?", until),
+    ):
+        if value is not None:
+            where.append(clause)
+            params.append(value)
+    if not attempted:
+        where.append("e.exercised = 1")
+    first = 0 if since is None else _first_record(store, since)
+    if resource is None and not kinds:
+        return _by_time(store, where, [*params, first])
+    effects, values = _effect_rows(resource, kinds, first)
+    # Two reads, each through a covering index or in record order: the matching effects,
+    # then their calls, fetched by ascending record number (far faster than a join that
+    # visits the calls in the order of the effect index).
+    sql = (
+        f"SELECT {_CALL} FROM audit_events e WHERE e.id IN (SELECT event_id FROM ({effects})) "
+        f"AND {' AND '.join(where)} ORDER BY e.id"
+    )
+
+    def read(conn: sqlite3.Connection) -> tuple[list[Any], list[Any]]:
+        return (
+            conn.execute(effects, values).fetchall(),
+            conn.execute(sql, [*values, *params]).fetchall(),
+        )
+
+    rows, calls = store.read(read)
+    by_call: dict[int, list[Any]] = {}
+    for row in rows:
+        by_call.setdefault(row[0], []).append(row)
+    return _matched(calls, by_call, _Matcher(resource))
+
+
+def _first_record(store: SQLiteAuditStore, since: float) -> int:
+    """The lowest record number whose event ended at or after ``since`` (0 when none)."""
+    row = store.read(
+        lambda conn: conn.execute(
+            "SELECT MIN(id) FROM audit_events INDEXED BY audit_events_ts WHERE ts >= ?",
+            (since,),
+        ).fetchone()
+    )
+    return 0 if row is None or row[0] is None else int(row[0])
+
+
+def _effect_rows(resource: str | None, kinds: Collection[str], first: int) -> tuple[str, list[Any]]:
+    """The query of the effect rows ``(record, kind, target, concrete)`` that may match, from
+    record ``first`` on: concrete targets in the range of the pattern's literal prefix, and
+    recorded patterns whose literal prefix is compatible with it, each part through its own
+    covering index; or rows of the given kinds."""
+    kind = f" AND kind IN ({', '.join('?' * len(kinds))})" if kinds else ""
+    chosen = sorted(kinds)
+    literal = "" if resource is None else resource.split("*", 1)[0]
+    if not literal:
+        return (
+            f"SELECT event_id, kind, target, prefix IS NULL FROM audit_effects "
+            f"WHERE event_id >= ?{kind}",
+            [first, *chosen],
+        )
+    upper = literal[:-1] + chr(ord(literal[-1]) + 1)
+    prefixes = [literal[:n] for n in range(len(literal) + 1)]
+    return (
+        f"SELECT event_id, kind, target, 1 FROM audit_effects "
+        f"WHERE prefix IS NULL AND target >= ? AND target < ? AND event_id >= ?{kind} "
+        f"UNION ALL SELECT event_id, kind, target, 0 FROM audit_effects "
+        f"WHERE prefix IS NOT NULL AND (prefix IN ({', '.join('?' * len(prefixes))}) "
+        f"OR (prefix >= ? AND prefix < ?)) AND event_id >= ?{kind}",
+        [literal, upper, first, *chosen, *prefixes, literal, upper, first, *chosen],
+    )
+
+
+class _Matcher:
+    """Whether an effect's target falls inside the resource pattern asked about, in the
+    pattern language of grants (:func:`airlock.policies.glob_regex`,
+    :func:`airlock.policies.covers` for a recorded pattern)."""
+
+    def __init__(self, resource: str | None) -> None:
+        self._resource = resource
+        self._regex = None if resource is None else glob_regex(resource)
+
+    def __call__(self, kind: str, target: str, concrete: bool) -> bool:
+        if self._resource is None or self._regex is None:
+            return True
+        if kind == "spend":  # its target is a currency, not a resource
+            return False
+        if concrete:
+            return self._regex.fullmatch(target) is not None
+        return covers(self._resource, target)
+
+
+def _matched(calls: list[Any], effects: dict[int, list[Any]], inside: _Matcher) -> list[FoundCall]:
+    """One :class:`FoundCall` per call with an effect inside the resource: what matched for
+    certain, or else what possibly did (a recorded pattern overlapping it)."""
+    found: list[FoundCall] = []
+    for call in calls:
+        certain: list[str] = []
+        possible: list[str] = []
+        for _, kind, target, concrete in effects.get(call[0], ()):
+            if inside(kind, target, bool(concrete)):
+                certain.append(f"{kind}({target})")
+            elif not concrete and kind != "spend":
+                possible.append(f"{kind}({target})")
+        if certain or possible:
+            found.append(FoundCall._make((*call, tuple(certain or possible), bool(certain))))
+    return found
+
+
+def _by_time(store: SQLiteAuditStore, where: list[str], params: list[Any]) -> list[FoundCall]:
+    clause = " AND ".join(where)
+
+    def rows(conn: sqlite3.Connection) -> list[Any]:
+        return conn.execute(
+            f"SELECT {_CALL}, e.effects FROM audit_events e "
+            f"WHERE {clause} AND e.id >= ? ORDER BY e.id",
+            params,
+        ).fetchall()
+
+    return [
+        FoundCall._make((*row[:_CALL_WIDTH], tuple(json.loads(row[-1])), True))
+        for row in store.read(rows)
+    ]

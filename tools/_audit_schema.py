@@ -1,0 +1,171 @@
+"""The audit store's SQLite schema, and an event as a row of it and back.
+
+``audit_events`` holds one row per event, numbered 1, 2, 3, ... by ``id``, with its ``chain``
+(:mod:`airlock.tools._audit_chain`); ``audit_effects`` each event's effects split into kind,
+target and, for a pattern, its literal prefix (what ``airlock audit find`` searches, through a
+covering index for concrete targets and one for patterns); ``audit_programs`` the text of each
+program once, by hash; ``audit_head`` how many records were written.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from airlock.tools._audit import AuditEvent
+from airlock.tools._audit_chain import AuditStoreError
+
+__all__ = [
+    "COLUMNS",
+    "INSERT_EFFECT",
+    "INSERT_EVENT",
+    "INSERT_PROGRAM",
+    "SCHEMA",
+    "SET_HEAD",
+    "event_of_row",
+    "refuse_old_schema",
+    "row_of",
+]
+
+_VERSION = 2
+SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS audit_events (
+    id INTEGER PRIMARY KEY,
+    ts REAL NOT NULL,
+    run_id TEXT NOT NULL,
+    call_id TEXT NOT NULL,
+    caller TEXT NOT NULL,
+    tool TEXT NOT NULL,
+    user_id TEXT NOT NULL,
+    tenant_id TEXT NOT NULL,
+    args_hash TEXT NOT NULL,
+    stage TEXT NOT NULL,
+    decision TEXT NOT NULL,
+    rule TEXT NOT NULL,
+    outcome TEXT NOT NULL,
+    code TEXT,
+    duration_s REAL NOT NULL,
+    effects TEXT NOT NULL,
+    detail TEXT,
+    final INTEGER NOT NULL,
+    approver TEXT,
+    exercised INTEGER NOT NULL,
+    chain BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS audit_events_run ON audit_events (run_id, id);
+CREATE INDEX IF NOT EXISTS audit_events_tool ON audit_events (tool, id);
+CREATE INDEX IF NOT EXISTS audit_events_ts ON audit_events (ts);
+CREATE TABLE IF NOT EXISTS audit_effects (
+    event_id INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    target TEXT NOT NULL,
+    prefix TEXT,
+    PRIMARY KEY (event_id, kind, target)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS audit_effects_target ON audit_effects (target, prefix)
+    WHERE prefix IS NULL;
+CREATE INDEX IF NOT EXISTS audit_effects_prefix ON audit_effects (prefix)
+    WHERE prefix IS NOT NULL;
+CREATE INDEX IF NOT EXISTS audit_effects_kind ON audit_effects (kind, event_id);
+CREATE TABLE IF NOT EXISTS audit_programs (
+    hash TEXT PRIMARY KEY,
+    text BLOB NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS audit_head (
+    one INTEGER PRIMARY KEY CHECK (one = 1),
+    records INTEGER NOT NULL,
+    chain BLOB NOT NULL,
+    mac BLOB NOT NULL
+);
+PRAGMA user_version = {_VERSION};
+"""
+COLUMNS = (
+    "ts, run_id, call_id, caller, tool, user_id, tenant_id, args_hash, stage, decision, "
+    "rule, outcome, code, duration_s, effects, detail, final, approver, exercised"
+)
+"""The stored columns of an event, after ``id`` and before ``chain``, in hashing order."""
+INSERT_EVENT = f"INSERT INTO audit_events (id, {COLUMNS}, chain) VALUES ({', '.join('?' * 21)})"
+INSERT_EFFECT = "INSERT OR IGNORE INTO audit_effects VALUES (?, ?, ?, ?)"
+INSERT_PROGRAM = "INSERT OR IGNORE INTO audit_programs (hash, text) VALUES (?, ?)"
+SET_HEAD = "INSERT OR REPLACE INTO audit_head (one, records, chain, mac) VALUES (1, ?, ?, ?)"
+
+
+def row_of(e: AuditEvent) -> tuple[Any, ...]:
+    """An event's stored columns, as SQLite will give them back (floats as floats, text
+    that UTF-8 can hold), so the chain computed now matches the one checked later."""
+    return (
+        float(e.ts),
+        _text(e.run_id),
+        _text(e.call_id),
+        _text(e.caller),
+        _text(e.tool),
+        _text(e.user_id),
+        _text(e.tenant_id),
+        _text(e.args_hash),
+        e.stage,
+        e.decision,
+        _text(e.rule),
+        e.outcome,
+        None if e.code is None else _text(e.code),
+        float(e.duration_s),
+        json.dumps([_text(x) for x in e.effects]),
+        None if e.detail is None else _text(e.detail),
+        int(e.final),
+        None if e.approver is None else _text(e.approver),
+        int(e.exercised),
+    )
+
+
+def _text(value: str) -> str:
+    # A lone surrogate (from a model's JSON escape) cannot be stored as UTF-8; write it as
+    # a replacement character rather than lose the whole batch.
+    if value.isascii():
+        return value
+    return value.encode("utf-8", "replace").decode("utf-8")
+
+
+def event_of_row(row: Sequence[Any]) -> AuditEvent:
+    """The event of a row of :data:`COLUMNS`."""
+    return AuditEvent(
+        ts=float(row[0]),
+        run_id=str(row[1]),
+        call_id=str(row[2]),
+        caller=row[3],
+        tool=str(row[4]),
+        user_id=str(row[5]),
+        tenant_id=str(row[6]),
+        args_hash=str(row[7]),
+        stage=row[8],
+        decision=row[9],
+        rule=str(row[10]),
+        outcome=row[11],
+        code=None if row[12] is None else str(row[12]),
+        duration_s=float(row[13]),
+        effects=tuple(str(e) for e in json.loads(str(row[14]))),
+        detail=None if row[15] is None else str(row[15]),
+        final=bool(row[16]),
+        approver=None if row[17] is None else str(row[17]),
+    )
+
+
+def refuse_old_schema(path: Path) -> None:
+    """Raise when ``path`` holds an audit table without the chain (an older airlock's)."""
+    if not path.exists():
+        return
+    conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    try:
+        row = conn.execute(
+            "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'audit_events'"
+        ).fetchone()
+    except sqlite3.DatabaseError:
+        return  # not a database: SQLite itself says so when the store opens it
+    finally:
+        conn.close()
+    if row is not None and "chain BLOB" not in str(row[0]):
+        raise AuditStoreError(
+            f"the audit store {str(path)!r} was written by an older airlock, without a hash "
+            f"chain; move it aside (mv {path} {path}.old) and a new one starts on next use"
+        )

@@ -1,0 +1,153 @@
+"""Network destinations a tool declares, parsed so the effect inventory can list every one.
+
+A tool's adapter reaches *destinations*; registration parses each one the tool declares
+(:attr:`ToolSpec.destinations`, and an adapter's own ``destinations``) and refuses what it
+cannot parse, so nothing a tool says it reaches is ever dropped from the inventory. Forms:
+
+==============================  =====================================================
+``api.example.com``             a host (a name, an IPv4 address or ``[IPv6]``)
+``*.cdn.example.net``           a host pattern: ``*`` stands for one or more characters
+``api.example.com:8443``        a host and a port
+``deploy@backup.example.com``   a user at a host (ssh, sftp, ...)
+``https://api.example.com``     an origin: scheme, host, optional port
+``https://api.example.com/v1``  a URL with a path (the tool reaches only below it)
+``postgres://db.internal:5432/app``, ``smtp://mail.example.com:587``, ``s3://bucket/prefix``:
+                                any ``scheme://`` with a host (for ``s3``, the bucket)
+==============================  =====================================================
+
+Never accepted: a password in the destination (``user:secret@host``), a query or fragment,
+white space, or a ``file:`` URL (a file is not a network destination).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final
+
+__all__ = ["Destination", "parse_destination"]
+
+_SCHEME: Final = re.compile(r"^[a-z][a-z0-9+.-]{0,31}$")
+_USER: Final = re.compile(r"^[A-Za-z0-9._~+-]{1,64}$")
+_LABEL: Final = re.compile(r"^(?:\*|[a-z0-9_](?:[a-z0-9_*-]{0,61}[a-z0-9_*])?)$")
+_PORT: Final = re.compile(r"^[0-9]{1,5}$")
+_PATH: Final = re.compile(r"^(?:/[A-Za-z0-9._~!$&'()*+,;=:@%-]*)+$")
+_NOT_NETWORK: Final = frozenset({"file", "data", "javascript", "about", "mailto", "tel", "urn"})
+_FORMS: Final = (
+    "write a host ('api.example.com', '*.example.com', 'api.example.com:8443'), "
+    "'user@host', or scheme://host[:port][/path] ('https://api.example.com/v1', "
+    "'postgres://db.internal:5432/app', 's3://bucket/prefix')"
+)
+_Refuse = Callable[[str], ValueError]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Destination:
+    """One parsed destination; ``None`` parts are unrestricted (a bare host: any scheme,
+    port and path on it)."""
+
+    scheme: str | None
+    """Lower-case URL scheme (``https``, ``postgres``, ...), if one was given."""
+    user: str | None
+    """User name before ``@``, if one was given (never a password)."""
+    host: str
+    """Lower-case host name, host pattern (``*.example.com``), IPv4 or ``[IPv6]`` address."""
+    port: int | None
+    """Port, if one was given."""
+    path: str
+    """Path below which the tool reaches, without a trailing ``/``; empty for all."""
+
+    @property
+    def text(self) -> str:
+        """The canonical text: what the inventory lists and the lock file holds."""
+        user = f"{self.user}@" if self.user else ""
+        port = f":{self.port}" if self.port is not None else ""
+        scheme = f"{self.scheme}://" if self.scheme else ""
+        return f"{scheme}{user}{self.host}{port}{self.path}"
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def parse_destination(text: str) -> Destination:
+    """Parse one declared destination (the forms are in this module's docstring).
+
+    Raises:
+        ValueError: ``text`` is not one of the forms; the message names it and says which
+            forms are accepted.
+    """
+
+    def refuse(reason: str) -> ValueError:
+        return ValueError(f"destination {text!r} {reason}; {_FORMS}")
+
+    if not isinstance(text, str) or not text or len(text) > 512:
+        raise refuse("must be a string of 1-512 characters")
+    if any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in text):
+        raise refuse("holds white space or a control character")
+    if "?" in text or "#" in text:
+        raise refuse("has a query or fragment: a destination is where the tool connects")
+    head = text.split(":", 1)[0].lower()
+    if ":" in text and head in _NOT_NETWORK:
+        raise refuse(f"is a {head}: URI, not a network destination")
+    scheme: str | None = None
+    rest = text
+    if "://" in text:
+        scheme, rest = text.split("://", 1)
+        scheme = scheme.lower()
+        if not _SCHEME.match(scheme):
+            raise refuse(f"has a malformed scheme {scheme!r}")
+    authority, slash, path = rest.partition("/")
+    path = (slash + path).rstrip("/")
+    if path and not _PATH.match(path):
+        raise refuse(f"has a path {path!r} with characters a URL path cannot hold")
+    user: str | None = None
+    if "@" in authority:
+        user, authority = authority.rsplit("@", 1)
+        if ":" in user:
+            raise refuse("carries a password: name the user only, and the secret as a credential")
+        if not _USER.match(user):
+            raise refuse(f"has a malformed user {user!r}")
+    host, port = _split_port(authority, refuse)
+    return Destination(scheme=scheme, user=user, host=_host(host, refuse), port=port, path=path)
+
+
+def _split_port(authority: str, refuse: _Refuse) -> tuple[str, int | None]:
+    if authority.startswith("["):
+        end = authority.find("]")
+        if end < 0:
+            raise refuse("opens an IPv6 address with '[' and never closes it")
+        host, tail = authority[: end + 1], authority[end + 1 :]
+        if tail and not tail.startswith(":"):
+            raise refuse(f"has {tail!r} after the IPv6 address")
+        port_text = tail[1:] if tail else None
+    elif authority.count(":") > 1:
+        raise refuse("looks like an IPv6 address: write it in brackets, '[2001:db8::1]:443'")
+    else:
+        host, colon, after = authority.partition(":")
+        port_text = after if colon else None
+    if port_text is None:
+        return host, None
+    if not _PORT.match(port_text) or not 0 < int(port_text) < 65536:
+        raise refuse(f"has a port {port_text!r} that is not 1-65535")
+    return host, int(port_text)
+
+
+def _host(host: str, refuse: _Refuse) -> str:
+    if not host:
+        raise refuse("has no host")
+    if host.startswith("["):
+        try:
+            ipaddress.IPv6Address(host[1:-1])
+        except ValueError:
+            raise refuse(f"has {host!r}, which is not an IPv6 address") from None
+        return host.lower()
+    host = host.lower().rstrip(".")
+    labels = host.split(".")
+    if len(host) > 253 or not all(_LABEL.match(label) for label in labels) or "**" in host:
+        raise refuse(
+            f"has a host {host!r} that is not a host name, address or pattern (letters, digits, "
+            "'-', '_' and '*' in dot-separated labels)"
+        )
+    return host

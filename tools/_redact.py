@@ -1,0 +1,117 @@
+"""What the host records, made safe to record: credentials redacted, control characters
+escaped.
+
+Text that reaches a log or the audit store often comes from elsewhere: an upstream's error
+body (which may echo the request's headers back, ``Authorization`` included), an exception's
+message, a tool name or a log line a sandboxed program sent. Two rules apply to all of it:
+
+- :func:`redact` replaces every credential value this process has handed out
+  (:func:`remember_secret`, which :meth:`Credential.reveal` calls), the value of every
+  credential-carrying header or field (:data:`SECRET_HEADERS`, in ``Name: value``,
+  ``"name": "value"`` and ``name=value`` forms) and every ``Bearer`` token with
+  :data:`REDACTED`;
+- :func:`escape_controls` writes every character that is not printable (newlines, carriage
+  returns, tabs, ``ESC`` and the other C0/C1 controls, Unicode line and paragraph separators,
+  bidirectional overrides) as a visible escape, so a recorded line can neither forge another
+  line nor drive an operator's terminal.
+
+:func:`airlock.tools.audit_event` applies both to every event it makes; the REST adapter
+applies :func:`redact` to the upstream text it keeps.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections import OrderedDict
+from typing import Final
+
+__all__ = ["REDACTED", "SECRET_HEADERS", "escape_controls", "redact", "remember_secret"]
+
+REDACTED: Final = "[redacted]"
+SECRET_HEADERS: Final = (
+    "authorization",
+    "proxy-authorization",
+    "cookie",
+    "set-cookie",
+    "x-api-key",
+    "api-key",
+    "x-auth-token",
+    "x-access-token",
+    "x-csrf-token",
+    "x-amz-security-token",
+    "private-token",
+    "access-token",
+    "refresh-token",
+    "id-token",
+    "client-secret",
+    "password",
+)
+"""Headers, and fields of the same names (``-`` or ``_``: ``api_key=...``,
+``"access_token": ...``), whose values are credentials."""
+_MIN_SECRET_CHARS: Final = 6
+"""Shorter values are not replaced wherever they occur (they would hit ordinary text); the
+header rules still cover them."""
+_REMEMBERED: Final = 1024
+
+_HEADER_NAMES = "|".join(re.escape(h).replace("\\-", "[-_]") for h in SECRET_HEADERS)
+# `Name: value`, `"name": "value"`, `'name': 'value'`, `name=value`: the value runs to the end
+# of its line (also an escaped one), its closing quote, or the end of its object or query
+# field. When in doubt, more is redacted rather than less.
+_HEADER_VALUE: Final = re.compile(
+    rf"(?i)(?P<name>(?:(?<=\\[nrt])|(?<![\w-]))(?:{_HEADER_NAMES}))(?P<sep>[\"']?\s*[:=]\s*[\"']?)"
+    r"(?P<value>[^\"'\r\n}\]&\\<>]+)"
+)
+_BEARER: Final = re.compile(r"(?i)\bbearer\s+[A-Za-z0-9._~+/=-]{4,}")
+_NAMED_ESCAPES: Final = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+_secrets: OrderedDict[str, None] = OrderedDict()
+_secrets_lock = threading.Lock()
+
+
+def remember_secret(value: str) -> None:
+    """Remember a credential value so that :func:`redact` replaces it wherever it appears
+    (the most recent :data:`_REMEMBERED` values are kept; values under
+    :data:`_MIN_SECRET_CHARS` characters are left to the header rules)."""
+    if len(value) < _MIN_SECRET_CHARS:
+        return
+    with _secrets_lock:
+        _secrets[value] = None
+        _secrets.move_to_end(value)
+        while len(_secrets) > _REMEMBERED:
+            _secrets.popitem(last=False)
+
+
+def redact(text: str) -> str:
+    """``text`` with every credential header's or field's value, every ``Bearer`` token and
+    every remembered credential value replaced by :data:`REDACTED`."""
+    if not text:
+        return text
+    text = _HEADER_VALUE.sub(lambda m: f"{m['name']}{m['sep']}{REDACTED}", text)
+    text = _BEARER.sub(f"Bearer {REDACTED}", text)
+    with _secrets_lock:
+        secrets = [s for s in _secrets if s in text]
+    for secret in sorted(secrets, key=len, reverse=True):
+        text = text.replace(secret, REDACTED)
+    return text
+
+
+def escape_controls(text: str) -> str:
+    """``text`` on one line: every character that is not printable is written as an escape
+    (``\\n``, ``\\x1b``, ``\\u2028``...), so it can neither start a line nor reach a
+    terminal as a control sequence."""
+    if text.isprintable():
+        return text
+    return "".join(_escape(c) for c in text)
+
+
+def _escape(char: str) -> str:
+    if char.isprintable():
+        return char
+    named = _NAMED_ESCAPES.get(char)
+    if named is not None:
+        return named
+    code = ord(char)
+    if code <= 0xFF:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
