@@ -33,7 +33,10 @@ __all__ = ["serve_run"]
 
 _log = logging.getLogger(__name__)
 _MAX_CALL_ID: Final = 2**53
-_MAX_TOOL_NAME: Final = 128
+_MAX_TOOL_NAME: Final = wire.MAX_TOOL_NAME_CHARS
+# Refused names recorded one by one per run; a program probing names in a loop is recorded
+# this far, then once more as "more" (the guest sends each name once; bytes bound the rest).
+_MAX_REFUSED: Final = 64
 _CANCEL_GRACE_S: Final = 5.0
 """How long the end of a run waits for its cancelled tool calls (host code) to finish."""
 
@@ -67,6 +70,7 @@ class _RunServer:
         self._semaphore = asyncio.Semaphore(self._limits.max_concurrency)
         self._tasks: set[asyncio.Task[None]] = set()
         self._seen_ids: set[int] = set()
+        self._refused = 0
         self._in_flight = 0
         self._bytes_in = 0
         self._bytes_out = 0
@@ -137,6 +141,14 @@ class _RunServer:
             _log.info(
                 "guest log (%s): %s", self._run_id, escape_controls(message[: wire.MAX_LOG_CHARS])
             )
+        elif kind == wire.REFUSED:
+            refused = frame.get("tool")
+            if not isinstance(refused, str) or not 0 < len(refused) <= _MAX_TOOL_NAME:
+                raise _protocol("a refused frame's 'tool' must be a short string")
+            self._refused += 1
+            if self._session is not None and self._refused <= _MAX_REFUSED + 1:
+                name = escape_controls(refused) if self._refused <= _MAX_REFUSED else "*"
+                self._session.record_refused(name, self._refused)
         else:
             raise _protocol(f"unexpected frame type {kind[:40]!r}")
         return None

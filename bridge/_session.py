@@ -100,6 +100,25 @@ class ToolSession:
         """The context of one call from code."""
         return self.authority.context("code", call_id, deadline=deadline)
 
+    def record_refused(self, tool: str, number: int) -> None:
+        """Record that the program reached for ``tool``, which it was not given: the guest
+        refused it without a call, so admission never saw it. ``number`` counts the run's
+        refused names (call ids ``PREFIX:refused:N``); ``*`` stands for every name past the
+        bridge's per-run limit."""
+        prefix = self.call_prefix or self.run_id
+        self.registry.audit.record(
+            audit_event(
+                self.authority.context("code", f"{prefix}:refused:{number}"),
+                tool,
+                stage="lookup",
+                decision="deny",
+                rule="lookup",
+                outcome="error",
+                code="unknown_tool",
+                detail="refused in the sandbox: not a tool of this program",
+            )
+        )
+
     def record_end(self, end: RunEnd) -> None:
         """Append the bridge's ending of this run to the audit log."""
         self.registry.audit.record(

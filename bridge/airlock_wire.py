@@ -14,6 +14,8 @@ frame types below.
 
 Guest to host: :data:`HELLO` ``{version, pid}`` once the runner is warm; :data:`CALL`
 ``{id, tool, args}``; :data:`BATCH` ``{id, tool, items}``; :data:`LOG` ``{message}``;
+:data:`REFUSED` ``{tool}``, once per name, when the program reached for a tool it was not
+given (the guest refuses it on the spot; the host records the attempt);
 :data:`DONE` ``{result}``. Host to guest: :data:`RUN` ``{program, mode, allowed_imports,
 output_limit, value_limit, value_elements, tools, keep?}``; :data:`RESULT`
 ``{id, ok, value | error}``; :data:`ABORT` ``{code, message}``. A result's ``error`` is
@@ -32,13 +34,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final, NamedTuple
 
-PROTOCOL_VERSION: Final = 1
-"""Sent in ``hello``; the host refuses a runner that speaks another version."""
+PROTOCOL_VERSION: Final = 2
+"""Sent in ``hello``; the host refuses a runner that speaks another version (2: the guest
+reports refused tool names)."""
 
 HELLO: Final = "hello"
 CALL: Final = "call"
 BATCH: Final = "batch"
 LOG: Final = "log"
+REFUSED: Final = "refused"
 DONE: Final = "done"
 RUN: Final = "run"
 RESULT: Final = "result"
@@ -50,6 +54,8 @@ MAX_HOST_FRAME_BYTES: Final = 64 * 1024 * 1024
 """The largest frame body the guest reads from the host; a bigger one ends its connection."""
 MAX_LOG_CHARS: Final = 2000
 """Characters of one ``log`` message the guest sends and the host records."""
+MAX_TOOL_NAME_CHARS: Final = 128
+"""Characters of a tool name in a frame; a longer one is cut (``refused``) or refused."""
 
 SOCKET_DIR: Final = "/run/airlock"
 """Where the host mounts the bridge socket's directory inside the container (read-only)."""

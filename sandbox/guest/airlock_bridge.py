@@ -303,6 +303,7 @@ class Tools:
 
     def __init__(self, connection: Connection | None, stubs: list[dict[str, Any]]) -> None:
         self._connection = connection
+        self._refused: set[str] = set()
         self._names = []
         for stub in stubs:
             if connection is None:
@@ -315,6 +316,10 @@ class Tools:
         # Only reached when no tool, error class or method has that name.
         if name.startswith("_"):
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        if self._connection is not None and name not in self._refused:
+            # The host records what a program tried to reach, not only what it was given.
+            self._refused.add(name)
+            self._connection.send({"type": wire.REFUSED, "tool": name[: wire.MAX_TOOL_NAME_CHARS]})
         raise unknown_tool(name, self._names)
 
     def log(self, message: str) -> None:

@@ -144,10 +144,14 @@ def test_a_tool_the_program_was_not_given_is_unknown_tool(
     assert (code, retryable, is_tool_error) == ("unknown_tool", False, True)
     assert f"no tool named {tool!r} is available" in message
     assert "records_item_get" in message  # what it can call instead
-    # Judged from the host: the call never crossed the bridge, no handler ran.
+    # Judged from the host: the call never crossed the bridge, no handler ran, and the
+    # attempt is on record as a refusal (it used to leave no trace).
     assert result.tool_calls == 0
     assert invoked == []
-    assert tools.registry.audit.events(run_id=tools.run_id) == []
+    events = tools.registry.audit.events(run_id=tools.run_id)
+    assert [(e.caller, e.tool, e.stage, e.decision, e.code) for e in events] == [
+        ("code", tool, "lookup", "deny", "unknown_tool")
+    ]
 
 
 def test_unoffered_tools_are_refused_identically(sandbox: Sandbox) -> None:
@@ -170,6 +174,27 @@ def test_unoffered_tools_are_refused_identically(sandbox: Sandbox) -> None:
     assert probes == [None, False]  # getattr with a default answers as for any object
 
 
+def test_refused_names_are_recorded_once_each_and_bounded(sandbox: Sandbox) -> None:
+    program = textwrap.dedent("""
+        for round in range(3):
+            for n in range(100):
+                try:
+                    getattr(tools, f"records_probe{n}_get")
+                except tools.UnknownTool:
+                    pass
+        "probed"
+    """)
+    tools = session()
+    result = sandbox.run(program, tools=tools)
+    assert result.ok, result.error
+    refused = [e for e in tools.registry.audit.events(run_id=tools.run_id) if e.stage == "lookup"]
+    # 64 names one by one, then one record for the rest; each name once however often it
+    # was tried; all as the program's (code) attempts that admission never saw.
+    assert [e.tool for e in refused] == [f"records_probe{n}_get" for n in range(64)] + ["*"]
+    assert {(e.caller, e.code, e.outcome) for e in refused} == {("code", "unknown_tool", "error")}
+    assert len({e.call_id for e in refused}) == 65
+
+
 @pytest.mark.parametrize("mode", ["restricted", "full"])
 def test_an_uncaught_unknown_tool_names_the_tool_in_the_result(sandbox: Sandbox, mode: str) -> None:
     invoked: list[str] = []
@@ -183,8 +208,11 @@ def test_an_uncaught_unknown_tool_names_the_tool_in_the_result(sandbox: Sandbox,
     assert "'records_item_delete'" in result.error.message
     assert "NoneType" not in result.error.message
     assert "records_item_delete" in result.reason()
-    assert invoked == []
-    assert tools.registry.audit.events(run_id=tools.run_id) == []
+    assert invoked == []  # nothing ran; the attempt alone is on record
+    events = tools.registry.audit.events(run_id=tools.run_id)
+    assert [(e.tool, e.stage, e.code) for e in events] == [
+        ("records_item_delete", "lookup", "unknown_tool")
+    ]
 
 
 def test_call_outside_the_grant_is_denied(sandbox: Sandbox) -> None:

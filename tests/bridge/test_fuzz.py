@@ -89,7 +89,10 @@ def _args(rng: random.Random) -> Any:
 
 
 def _message_frame(rng: random.Random) -> bytes:
-    kinds = ["call", "call", "call", "batch", "log", "done", "result", "hello", "abort", "shell"]
+    kinds = [
+        "call", "call", "call", "batch", "log", "refused", "done", "result", "hello", "abort",
+        "shell",
+    ]  # fmt: skip
     message: dict[str, Any] = {
         "type": rng.choice(kinds),
         "id": rng.choice([rng.randint(-5, 60), str(rng.randrange(9)), None, True, 2**60]),
@@ -203,6 +206,36 @@ def _fuzz_one(frames: list[tuple[int, int]]) -> None:
             event.tool not in {"records_item_delete", "records_secret_get"}
             or event.code == "unknown_tool"
         )
+
+
+# A refused frame as the guest sends it, and forged ones: how the run ends, what is recorded.
+REFUSED_CASES: dict[str, tuple[object, str | None, list[str]]] = {
+    "a name": ("records_item_delete", None, ["records_item_delete"]),
+    "terminal escapes": ("x\x1b[31m\nFAKE", None, ["x\\x1b[31m\\nFAKE"]),
+    "empty": ("", "protocol_error", []),
+    "too long": ("x" * 129, "protocol_error", []),
+    "not a string": (["records_item_get"], "protocol_error", []),
+}
+
+
+@pytest.mark.parametrize("case", list(REFUSED_CASES), ids=list(REFUSED_CASES))
+def test_a_refused_frame_is_recorded_or_ends_the_run(case: str) -> None:
+    tool, end, recorded = REFUSED_CASES[case]
+    session = ToolSession(registry=REGISTRY, principal=ALICE, grant=GRANT)
+    data = encode_frame({"type": "refused", "tool": tool}) + encode_frame(
+        {"type": "done", "result": {"ok": True}}
+    )
+
+    outcome, _ = LOOP.run_until_complete(_serve(data, session))
+
+    events = REGISTRY.audit.events(run_id=session.run_id)
+    if end is None:
+        assert outcome == {"type": "done", "result": {"ok": True}}
+    else:
+        assert isinstance(outcome, RunEnd)
+        assert outcome.code == end
+    assert [e.tool for e in events if e.stage == "lookup"] == recorded
+    assert all(e.code == "unknown_tool" for e in events if e.stage == "lookup")
 
 
 @pytest.mark.slow

@@ -54,11 +54,13 @@ def run_in_process(
     tools: Collection[str] = (),
     answer: Answer | None = None,
     hello: list[dict[str, Any]] | None = None,
+    refused: list[str] | None = None,
 ) -> dict[str, Any]:
     """Run the real runner as a child process connected over a Unix socket.
 
     The test plays the host: the run offers ``tools`` (each with one ``arg`` parameter),
-    ``answer`` answers their calls, and the runner's hello frame is appended to ``hello``.
+    ``answer`` answers their calls, the runner's hello frame is appended to ``hello`` and the
+    tool names it reports refused to ``refused``.
     """
     with tempfile.TemporaryDirectory() as tmp:
         path = str(Path(tmp) / "bridge.sock")
@@ -91,8 +93,11 @@ def run_in_process(
                  "tools": stubs}
             )  # fmt: skip
             done = recv()
-            while done["type"] == "call" and answer is not None:
-                send({"type": "result", "id": done["id"], **answer(done)})
+            while done["type"] == "refused" or (done["type"] == "call" and answer is not None):
+                if done["type"] == "refused":
+                    (refused if refused is not None else []).append(done["tool"])
+                elif answer is not None:
+                    send({"type": "result", "id": done["id"], **answer(done)})
                 done = recv()
             assert done["type"] == "done"
             return done["result"]  # type: ignore[no-any-return]
@@ -158,11 +163,15 @@ def test_runner_results(program: str, status: str, value: Any, stdout: str) -> N
 
 @pytest.mark.parametrize("mode", ["restricted", "full"])
 def test_a_tool_the_run_was_not_given_raises_unknown_tool(mode: str) -> None:
+    reported: list[str] = []
     caught = run_in_process(
-        "try:\n    tools.billing_refund_create(invoice_id='in_1')\n"
-        "except tools.UnknownTool as exc:\n    result([exc.code, exc.message])\n",
+        "for _ in range(3):\n"
+        "    try:\n        tools.billing_refund_create(invoice_id='in_1')\n"
+        "    except tools.UnknownTool as exc:\n        result([exc.code, exc.message])\n",
         mode=mode,
+        refused=reported,
     )
+    assert reported == ["billing_refund_create"]  # reported to the host once, however often
     assert caught["status"] == "ok", caught["error"]
     assert caught["value"][0] == "unknown_tool"
     assert "'billing_refund_create'" in caught["value"][1]

@@ -90,7 +90,7 @@ def test_frame_types_are_the_strings_on_the_wire() -> None:
     # Changing one breaks every image built before: it takes a new PROTOCOL_VERSION.
     types = {
         name: getattr(airlock_wire, name)
-        for name in ("HELLO", "RUN", "CALL", "BATCH", "LOG", "RESULT", "ABORT", "DONE")
+        for name in ("HELLO", "RUN", "CALL", "BATCH", "LOG", "REFUSED", "RESULT", "ABORT", "DONE")
     }
     assert types == {
         "HELLO": "hello",
@@ -98,6 +98,7 @@ def test_frame_types_are_the_strings_on_the_wire() -> None:
         "CALL": "call",
         "BATCH": "batch",
         "LOG": "log",
+        "REFUSED": "refused",
         "RESULT": "result",
         "ABORT": "abort",
         "DONE": "done",
