@@ -1,13 +1,14 @@
 # The two commands: `make demo` runs the main job, `make test` runs every check.
 # Both install what they need: a virtual environment, the Docker engine (Debian's docker.io)
-# when none answers, and the sandbox image.
+# when none answers, and the sandbox images (the base one, and the data one with numpy,
+# pandas, pyarrow and matplotlib, whose wheels are downloaded on the host).
 
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: all setup venv engine image demo test lint types pytest bench clean
+.PHONY: all setup venv engine image image-data demo test lint types pytest bench clean
 
 all: test
 
@@ -28,10 +29,14 @@ engine:
 image: venv engine
 	@PYTHON=$(PY) sandbox/image/build.sh
 
-setup: image
+image-data: image
+	@PYTHON=$(PY) sandbox/image/build-data.sh
+
+setup: image image-data
 
 demo: setup
 	$(PY) -m examples.billing.demo
+	$(PY) -m examples.data.demo
 
 lint: venv
 	$(VENV)/bin/ruff check .

@@ -21,7 +21,13 @@ from airlock.bridge._codec import (
 )
 from airlock.bridge._program_errors import program_error
 from airlock.bridge._server import serve_run
-from airlock.bridge._session import BridgeLimits, RunEnd, ToolSession
+from airlock.bridge._session import (
+    ArtifactRefused,
+    ArtifactSink,
+    BridgeLimits,
+    RunEnd,
+    ToolSession,
+)
 from airlock.bridge.airlock_wire import NAMESPACE_MEMBERS, PROTOCOL_VERSION
 
 __all__ = [
@@ -30,6 +36,8 @@ __all__ = [
     "MAX_INT_DIGITS",
     "NAMESPACE_MEMBERS",
     "PROTOCOL_VERSION",
+    "ArtifactRefused",
+    "ArtifactSink",
     "BridgeLimits",
     "FrameError",
     "ParamStub",

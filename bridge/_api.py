@@ -8,17 +8,20 @@ principal can see from ``code`` appear: write tools never do.
 
 from __future__ import annotations
 
+import functools
 import json
 import textwrap
 from collections.abc import Collection
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from pydantic import BaseModel
+
 from airlock.bridge.airlock_wire import ERRORS
 from airlock.policies import Principal
-from airlock.tools import JSONObject, Registry
+from airlock.tools import JSONObject, JSONValue, Registry
 
-__all__ = ["ParamStub", "ToolStub", "render_api", "tool_stubs"]
+__all__ = ["ParamStub", "ToolStub", "render_api", "signature_text", "tool_stubs"]
 
 _SCALARS = {
     "string": "str",
@@ -37,6 +40,19 @@ class ParamStub:
     annotation: str
     """The Python type, as source text (``str``, ``int | None``, ``Literal['a', 'b']``)."""
     description: str = ""
+    required: bool = True
+    """Whether a call must pass it; one that need not is left out of the call when not
+    given, and the host's input model fills in its default, as for a direct call."""
+    default: JSONValue = None
+    """The default the input model applies (JSON), shown in the signature; ``None`` also
+    when the default is not JSON (a factory): :attr:`shown_default` says which."""
+    shown_default: bool = False
+    """Whether :attr:`default` is the model's default (else the signature shows ``...``)."""
+
+    @property
+    def default_text(self) -> str:
+        """The default as the signature shows it: its Python literal, or ``...``."""
+        return repr(self.default) if self.shown_default else "..."
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -118,11 +134,15 @@ def tool_stubs(
         schema = definition.parameters
         defs = schema.get("$defs") if isinstance(schema.get("$defs"), dict) else {}
         properties = schema.get("properties")
+        defaults = _defaults(registry, definition.name)
         params = tuple(
             ParamStub(
                 name=field,
                 annotation=_annotation(sub, defs),  # type: ignore[arg-type]
                 description=_describe(sub),
+                required=field not in defaults,
+                default=defaults.get(field, (None, False))[0],
+                shown_default=defaults.get(field, (None, False))[1],
             )
             for field, sub in (properties.items() if isinstance(properties, dict) else ())
         )
@@ -137,6 +157,46 @@ def tool_stubs(
             sections.append(returns)
         stubs.append(ToolStub(name=definition.name, doc="\n\n".join(sections), params=params))
     return stubs
+
+
+def _defaults(registry: Registry, name: str) -> dict[str, tuple[JSONValue, bool]]:
+    """The input fields of ``name`` a call may leave out, with the default the input model
+    applies (as JSON) and whether it can be shown (a factory's cannot)."""
+    spec = registry.get(name)
+    return {} if spec is None else dict(_model_defaults(spec.input_model))
+
+
+@functools.lru_cache(maxsize=1024)
+def _model_defaults(model: type[BaseModel]) -> tuple[tuple[str, tuple[JSONValue, bool]], ...]:
+    # Per model, once: a run frame carries the stubs of every tool, on every run.
+    shown = model.model_json_schema(mode="validation").get("properties", {})
+    found: list[tuple[str, tuple[JSONValue, bool]]] = []
+    for field, info in model.model_fields.items():
+        if info.is_required():
+            continue
+        sub = shown.get(field) if isinstance(shown, dict) else None
+        if isinstance(sub, dict) and "default" in sub:
+            found.append((field, (sub["default"], True)))
+        else:
+            found.append((field, (None, False)))
+    return tuple(found)
+
+
+def signature_text(params: tuple[ParamStub, ...]) -> str:
+    """The parameters as a signature shows them: a default after its annotation, and ``*``
+    before a required parameter that follows one with a default (keyword-only from there)."""
+    parts: list[str] = []
+    optional_seen = keyword_only = False
+    for param in params:
+        if param.required and optional_seen and not keyword_only:
+            parts.append("*")
+            keyword_only = True
+        text = f"{param.name}: {param.annotation}"
+        if not param.required:
+            optional_seen = True
+            text += f" = {param.default_text}"
+        parts.append(text)
+    return ", ".join(parts)
 
 
 _FIELD_NOTES = {
@@ -194,7 +254,7 @@ def render_api(
     """
     blocks = [_PREAMBLE]
     for stub in tool_stubs(registry, principal, names=names):
-        params = ", ".join(f"{p.name}: {p.annotation}" for p in stub.params)
+        params = signature_text(stub.params)
         doc = textwrap.indent(stub.doc, "    ").lstrip()
         blocks.append(f'def {stub.name}({params}) -> {stub.returns}:\n    """{doc}\n    """\n')
     if len(blocks) == 1:

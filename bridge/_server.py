@@ -12,13 +12,21 @@ log. Nothing a guest sends can raise out of :func:`serve_run`, and nothing it do
 notice their cancellation): every read from the guest waits for the deadline at most, and
 nothing ever waits for the guest to read. A ``log`` frame's message reaches the operator's log
 on one line, with control characters escaped.
+
+``artifact`` frames (the files a program left, sent after it ends) go to the run's
+:class:`ArtifactSink` on a worker thread, after their shape, name and piece size are checked;
+they are bounded by the sink's limits (bytes and files) rather than by ``max_bytes_in``, and
+every piece but a file's last must be full, so their number is bounded too.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import contextlib
 import logging
+import re
 import time
 from collections.abc import Mapping
 from typing import Any, Final
@@ -26,7 +34,13 @@ from typing import Any, Final
 from airlock.bridge import airlock_wire as wire
 from airlock.bridge._codec import FrameError, encode_frame, read_sized_frame
 from airlock.bridge._program_errors import program_error
-from airlock.bridge._session import BridgeLimits, RunEnd, ToolSession
+from airlock.bridge._session import (
+    ArtifactRefused,
+    ArtifactSink,
+    BridgeLimits,
+    RunEnd,
+    ToolSession,
+)
 from airlock.tools import JSONObject, ToolError, UnknownToolError, escape_controls
 
 __all__ = ["serve_run"]
@@ -39,6 +53,7 @@ _MAX_TOOL_NAME: Final = wire.MAX_TOOL_NAME_CHARS
 _MAX_REFUSED: Final = 64
 _CANCEL_GRACE_S: Final = 5.0
 """How long the end of a run waits for its cancelled tool calls (host code) to finish."""
+_ARTIFACT_NAME: Final = re.compile(wire.ARTIFACT_NAME)
 
 
 class _End(Exception):
@@ -60,10 +75,12 @@ class _RunServer:
         *,
         deadline: float,
         max_done_bytes: int,
+        artifacts: ArtifactSink | None,
     ) -> None:
         self._reader = reader
         self._writer = writer
         self._session = session
+        self._artifacts = artifacts
         self._limits = session.limits if session else BridgeLimits()
         self._deadline = deadline
         self._max_frame = max(max_done_bytes, self._limits.max_call_frame_bytes)
@@ -98,9 +115,19 @@ class _RunServer:
                     if self._ended is not None:
                         raise _End(self._ended)
                     return None
+                if frame["type"] == wire.ARTIFACT:
+                    await self._artifact(frame, size)
+                    continue
                 self._bytes_in += size
                 if self._bytes_in > self._limits.max_bytes_in:
-                    raise _End(RunEnd("limit_exceeded", "bytes", "the guest sent too many bytes"))
+                    raise _End(
+                        RunEnd(
+                            "limit_exceeded",
+                            "bytes",
+                            f"the program sent {self._bytes_in} bytes through the bridge; the "
+                            f"limit is {self._limits.max_bytes_in} bytes",
+                        )
+                    )
                 done = self._handle(frame, size)
                 if done is not None:
                     return done
@@ -129,7 +156,12 @@ class _RunServer:
                 raise _protocol("a batch's 'items' must be a list of objects")
             if len(items) > self._limits.max_batch_items:
                 raise _End(
-                    RunEnd("limit_exceeded", "calls", f"a batch of {len(items)} items is too big")
+                    RunEnd(
+                        "limit_exceeded",
+                        "calls",
+                        f"a batch of {len(items)} items is too big; the limit is "
+                        f"{self._limits.max_batch_items} items",
+                    )
                 )
             self._admit_count(len(items))
             self._spawn(self._answer_batch(call_id, tool, items))
@@ -153,6 +185,44 @@ class _RunServer:
             raise _protocol(f"unexpected frame type {kind[:40]!r}")
         return None
 
+    async def _artifact(self, frame: dict[str, Any], size: int) -> None:
+        """Check one ``artifact`` frame and hand its piece to the sink (off the loop)."""
+        if self._artifacts is None:
+            raise _protocol("this run collects no artifacts")
+        if size > self._limits.max_call_frame_bytes:
+            raise _protocol(f"an 'artifact' frame of {size} bytes is over the frame limit")
+        name, offset, data, end = (frame.get(k) for k in ("name", "offset", "data", "end"))
+        if not isinstance(name, str) or not _ARTIFACT_NAME.match(name):
+            shown = repr(name[:80]) if isinstance(name, str) else type(name).__name__
+            raise _protocol(f"artifact name {shown} is not a safe relative path")
+        if type(offset) is not int or offset < 0 or type(end) is not bool:
+            raise _protocol("an artifact's 'offset' must be a count of bytes and 'end' a bool")
+        if not isinstance(data, str) or len(data) > 4 * (wire.ARTIFACT_CHUNK_BYTES // 3 + 1):
+            raise _protocol("an artifact's 'data' must be base64 of one piece")
+        sink = self._artifacts
+
+        def store() -> None:
+            try:
+                piece = base64.b64decode(data, validate=True)
+            except (binascii.Error, ValueError):
+                raise ArtifactRefused("an artifact's 'data' is not base64", limit=False) from None
+            if len(piece) > wire.ARTIFACT_CHUNK_BYTES or (
+                not end and len(piece) != wire.ARTIFACT_CHUNK_BYTES
+            ):
+                raise ArtifactRefused(
+                    f"a piece of {len(piece)} bytes: every piece but the last must hold "
+                    f"{wire.ARTIFACT_CHUNK_BYTES}",
+                    limit=False,
+                )
+            sink.receive(name, offset, piece, end=end)
+
+        try:
+            await asyncio.to_thread(store)
+        except ArtifactRefused as exc:
+            if exc.limit:
+                raise _End(RunEnd("limit_exceeded", "artifacts", exc.message)) from None
+            raise _protocol(exc.message) from None
+
     @property
     def _run_id(self) -> str:
         return self._session.run_id if self._session else "-"
@@ -174,7 +244,8 @@ class _RunServer:
                 RunEnd(
                     "limit_exceeded",
                     "in_flight",
-                    f"more than {self._limits.max_in_flight} calls were waiting for results",
+                    f"{self._in_flight + 1} calls were waiting for results at once; the limit "
+                    f"is {self._limits.max_in_flight}",
                 )
             )
         if self._session is not None:
@@ -183,7 +254,8 @@ class _RunServer:
                     RunEnd(
                         "limit_exceeded",
                         "calls",
-                        f"the run's budget of {self._limits.max_calls} tool calls is spent",
+                        f"the program asked for {self._session.calls + count} tool calls; "
+                        f"the limit is {self._limits.max_calls} per program",
                     )
                 )
             self._session.calls += count
@@ -262,7 +334,10 @@ class _RunServer:
         if self._bytes_out > self._limits.max_bytes_out:
             # Ending from a call task: stop the reader too, so the main loop sees the end.
             self._ended = RunEnd(
-                "limit_exceeded", "bytes", "the run's results exceeded the byte cap"
+                "limit_exceeded",
+                "bytes",
+                f"the program's tool results came to {self._bytes_out} bytes; the limit is "
+                f"{self._limits.max_bytes_out} bytes",
             )
             self._writer.transport.abort()
             return
@@ -297,14 +372,23 @@ async def serve_run(
     session: ToolSession | None,
     deadline: float,
     max_done_bytes: int,
+    artifacts: ArtifactSink | None = None,
 ) -> dict[str, Any] | RunEnd | None:
     """Serve one run's frames until its ``done`` frame, its end, or the end of the stream.
 
-    ``deadline`` is on the :func:`time.monotonic` clock. Returns the ``done`` frame, the
-    :class:`RunEnd` that stopped the run, or ``None`` when the guest went away. Durably flushes
-    the session's audit events before returning.
+    ``deadline`` is on the :func:`time.monotonic` clock. ``artifacts`` takes the files the
+    program left (without it, an ``artifact`` frame is a protocol error). Returns the ``done``
+    frame, the :class:`RunEnd` that stopped the run, or ``None`` when the guest went away.
+    Durably flushes the session's audit events before returning.
     """
-    server = _RunServer(reader, writer, session, deadline=deadline, max_done_bytes=max_done_bytes)
+    server = _RunServer(
+        reader,
+        writer,
+        session,
+        deadline=deadline,
+        max_done_bytes=max_done_bytes,
+        artifacts=artifacts,
+    )
     try:
         return await server.serve()
     finally:

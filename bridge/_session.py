@@ -3,14 +3,15 @@
 A :class:`ToolSession` is built by the host for each run (the principal, grant and approvals
 come from the application's session, never from a frame) and :class:`BridgeLimits` bound what
 the run may do through the bridge; :func:`~airlock.bridge.serve_run` serves the run under both
-and answers a :class:`RunEnd` when it had to stop it.
+and answers a :class:`RunEnd` when it had to stop it. An :class:`ArtifactSink` takes the files
+the program left, piece by piece, when the host collects them.
 """
 
 from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Protocol
 
 from airlock.bridge._api import ToolStub, tool_stubs
 from airlock.policies import ApprovalPolicy, Grant, Principal
@@ -22,10 +23,44 @@ from airlock.tools import (
     audit_event,
 )
 
-__all__ = ["BridgeLimits", "EndCode", "RunEnd", "RunLimit", "ToolSession"]
+__all__ = [
+    "ArtifactRefused",
+    "ArtifactSink",
+    "BridgeLimits",
+    "EndCode",
+    "RunEnd",
+    "RunLimit",
+    "ToolSession",
+]
 
 EndCode = Literal["protocol_error", "limit_exceeded", "timeout"]
-RunLimit = Literal["calls", "in_flight", "bytes", "timeout"]
+RunLimit = Literal["calls", "in_flight", "bytes", "timeout", "artifacts"]
+
+
+class ArtifactRefused(Exception):
+    """An :class:`ArtifactSink` refused a piece: over a limit (``limit``: the run ends with
+    ``limit_exceeded``), or against the contract (the run ends with ``protocol_error``)."""
+
+    def __init__(self, message: str, *, limit: bool) -> None:
+        super().__init__(message)
+        self.message = message
+        self.limit = limit
+
+
+class ArtifactSink(Protocol):
+    """Where the files a program left go, as the guest sends them (``artifact`` frames).
+
+    The bridge has checked the frame's shape, the name (``airlock_wire.ARTIFACT_NAME``) and
+    the piece's size before it calls :meth:`receive`, on a worker thread.
+    """
+
+    def receive(self, name: str, offset: int, data: bytes, *, end: bool) -> None:
+        """Store ``data`` at ``offset`` of the file ``name``; ``end`` closes the file.
+
+        Raises:
+            ArtifactRefused: the piece is over a limit or out of order.
+        """
+        ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -16,13 +16,19 @@ Guest to host: :data:`HELLO` ``{version, pid}`` once the runner is warm; :data:`
 ``{id, tool, args}``; :data:`BATCH` ``{id, tool, items}``; :data:`LOG` ``{message}``;
 :data:`REFUSED` ``{tool}``, once per name, when the program reached for a tool it was not
 given (the guest refuses it on the spot; the host records the attempt);
-:data:`DONE` ``{result}``. Host to guest: :data:`RUN` ``{program, mode, allowed_imports,
-output_limit, value_limit, value_elements, tools, keep?}``; :data:`RESULT`
-``{id, ok, value | error}``; :data:`ABORT` ``{code, message}``. A result's ``error`` is
-``{code, message, retryable}`` plus the typed fields :data:`ERRORS` names for its code.
+:data:`ARTIFACT` ``{name, offset, data, end}``, after the program, one piece of a file it left
+in :data:`OUT_DIR` (``data`` is base64 of at most :data:`ARTIFACT_CHUNK_BYTES`; every piece
+but a file's last holds exactly that many); :data:`DONE` ``{result}``. Host to guest:
+:data:`RUN` ``{program, mode, allowed_imports, output_limit, value_limit, value_elements,
+tools, artifacts, keep?}``; :data:`RESULT` ``{id, ok, value | error}``; :data:`ABORT`
+``{code, message}``. A result's ``error`` is ``{code, message, retryable}`` plus the typed
+fields :data:`ERRORS` names for its code.
 ``value_limit`` (bytes of compact JSON) and ``value_elements`` (values and keys) bound the
 program's final value: the host refuses a frame over its budget, so the guest refuses such a
-value first, as ``result_too_large``.
+value first, as ``result_too_large``. ``artifacts`` is ``{dir, files, bytes}`` when the host
+collects the files a program leaves (at most ``files`` of them, ``bytes`` in all), or
+``null``; the guest names each file by :data:`ARTIFACT_NAME` and the host refuses any other
+name.
 
 Host code that cannot import this module keeps its own copy of two values, pinned to these by
 tests: the default sandbox profile's allowed imports (:data:`WARM_UP_IMPORTS`) and the typed
@@ -34,9 +40,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final, NamedTuple
 
-PROTOCOL_VERSION: Final = 2
+PROTOCOL_VERSION: Final = 3
 """Sent in ``hello``; the host refuses a runner that speaks another version (2: the guest
-reports refused tool names)."""
+reports refused tool names; 3: artifacts)."""
 
 HELLO: Final = "hello"
 CALL: Final = "call"
@@ -47,6 +53,7 @@ DONE: Final = "done"
 RUN: Final = "run"
 RESULT: Final = "result"
 ABORT: Final = "abort"
+ARTIFACT: Final = "artifact"
 
 HEADER_FORMAT: Final = ">I"
 """The :mod:`struct` format of a frame's length prefix."""
@@ -61,6 +68,23 @@ SOCKET_DIR: Final = "/run/airlock"
 """Where the host mounts the bridge socket's directory inside the container (read-only)."""
 SOCKET_NAME: Final = "bridge.sock"
 """The bridge socket's file name in :data:`SOCKET_DIR`."""
+DATA_DIR: Final = "/data"
+"""Where a run's inputs are mounted read-only, one entry per input: ``/data/NAME``."""
+OUT_DIR: Final = "/out"
+"""The size-capped tmpfs a program leaves its artifacts in."""
+IMAGE_MANIFEST: Final = "image.json"
+"""A file beside the runner in images that add packages (the data image): what the image is
+(``{"image", "packages", "warm_imports"}``); the runner imports ``warm_imports`` while it
+warms up. The base image has none."""
+
+ARTIFACT_CHUNK_BYTES: Final = 256 * 1024
+"""Bytes of a file in one ``artifact`` frame (before base64)."""
+ARTIFACT_NAME: Final = (
+    r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}(/[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}){0,7}$"
+)
+"""An artifact's name: its path under :data:`OUT_DIR`, up to eight parts of letters, digits,
+``.``, ``_`` and ``-``, none starting with a dot. The guest turns any other name into one
+(``a b.png`` -> ``a_b.png``); the host refuses any other."""
 
 WARM_UP_IMPORTS: Final = frozenset(
     {

@@ -27,6 +27,7 @@ from airlock.policies._reach import (
     breakpoints,
     coverage,
     refusal,
+    target_classes,
     verdict_at,
 )
 from airlock.policies._sandbox_profile import LanguageMode, SandboxProfile
@@ -82,6 +83,7 @@ __all__ = [
     "render_docker_seccomp",
     "seccomp_profile_hash",
     "spend",
+    "target_classes",
     "verdict_at",
     "write",
 ]

@@ -1,21 +1,42 @@
 """Approval rules as data: whether a call may go ahead, must be asked about, or is refused.
 
-A rule matches a call by tool name (globs of :mod:`airlock.policies._patterns`), effect kind, amount
-threshold and reversibility; every condition a rule sets must hold. Among the rules that
-match, the strictest verdict wins (``deny`` > ``ask`` > ``allow``), and among equally strict
-ones the first listed, so the order of rules never loosens a policy. When no rule matches, a
-call with only ``read``/``network`` effects is allowed and any other is asked about.
+A rule matches a call by tool name (globs of :mod:`airlock.policies._patterns`), effect kind,
+amount threshold, reversibility and, with ``targets``, what the call reaches: the targets of
+its effects of the rule's kind (``network`` targets part by part, see
+:mod:`airlock.policies._network`). Every condition a rule sets must hold.
+
+Precedence, in this order (the reason is recorded with every decision):
+
+1. **A matching ``deny`` decides**, whatever else matches: nothing carves a call out of a
+   ``deny``.
+2. **A rule with ``targets`` decides the effects it names.** Each effect one or more target
+   rules name gets the verdict of the rule whose pattern is the narrowest (a pattern strictly
+   inside another's, ``a.cdn.example.net`` inside ``*.cdn.example.net``), the strictest of
+   them when several are as narrow. This is how a narrower ``allow`` carves out of a broader
+   ``ask``: "allow fetches from these hosts" decides the fetches of those hosts, and "ask for
+   any other host" (a rule without targets, or with wider ones) the rest.
+3. **Rules without ``targets`` judge the rest of the call**: the effects no target rule named.
+   Their ``effect`` and ``min_amount`` conditions look at those effects only; a rule with
+   neither applies while any such effect is left, or when the call has no effects.
+4. **Default**: when no rule applied to that rest, an effect of kind ``write``, ``spend`` or
+   ``disclose`` in it is asked about, and ``read``/``network`` ones are allowed.
+
+The call's verdict is the strictest of 2-4 (``deny`` > ``ask`` > ``allow``); among equally
+strict ones the first rule listed, so the order of rules never loosens a policy. A call of
+three e-mails, two to ``*@acme.com`` (allowed by a target rule) and one elsewhere (left to an
+``ask``), is asked about.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from airlock.policies._effects import SIDE_EFFECT_KINDS, Effect, EffectKind
+from airlock.policies._network import target_covers
 from airlock.policies._patterns import glob_regex
 
 __all__ = ["ApprovalPolicy", "ApprovalRule", "Decision", "Verdict"]
@@ -26,6 +47,7 @@ _STRICTNESS: Final[dict[Verdict, int]] = {"allow": 0, "ask": 1, "deny": 2}
 _RuleId = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9_.-]{0,63}$")]
 _ToolGlob = Annotated[str, StringConstraints(pattern=r"^[a-z0-9_*]{1,64}$")]
 _Currency = Annotated[str, StringConstraints(pattern=r"^[A-Z]{3}$")]
+_Target = Annotated[str, StringConstraints(min_length=1, max_length=256)]
 
 
 class ApprovalRule(BaseModel):
@@ -41,6 +63,15 @@ class ApprovalRule(BaseModel):
     effect: EffectKind | None = Field(
         default=None, description="Applies only to calls with an effect of this kind."
     )
+    targets: tuple[_Target, ...] | None = Field(
+        default=None,
+        min_length=1,
+        description=(
+            "Target patterns of `effect` (needs `effect`): the rule decides each effect of "
+            "that kind whose target matches one, e.g. 'https://docs.example.com/**' for "
+            "network, 'email:*@acme.com' for disclose. It outranks rules without targets."
+        ),
+    )
     min_amount: int | None = Field(
         default=None, ge=0, description="Applies when one spend is at least this (minor units)."
     )
@@ -51,13 +82,65 @@ class ApprovalRule(BaseModel):
         default=None, description="Applies to tools whose effects can (true) or cannot be undone."
     )
 
-    def matches(self, tool: str, effects: Sequence[Effect], *, reversible: bool) -> bool:
-        """Whether every condition of this rule holds for the call."""
+    @model_validator(mode="after")
+    def _check_targets(self) -> ApprovalRule:
+        if self.targets is None:
+            return self
+        if self.effect is None:
+            raise ValueError(
+                "targets need an effect kind to match: add effect = 'network' (or the kind "
+                "whose targets these are)"
+            )
+        for target in self.targets:
+            try:
+                pattern = Effect(self.effect, target) if self.effect != "spend" else None
+            except ValueError as exc:
+                raise ValueError(f"targets: {exc}") from None
+            if pattern is not None and pattern.placeholders:
+                raise ValueError(
+                    f"targets: {target!r} has a placeholder; a rule holds patterns such as "
+                    f"{pattern.pattern!r}"
+                )
+            if self.effect == "spend" and not (len(target) == 3 and target.isupper()):
+                raise ValueError(f"targets: a spend's target is its currency, not {target!r}")
+        return self
+
+    def applies_to(self, tool: str, *, reversible: bool) -> bool:
+        """Whether the rule's conditions on the tool itself hold."""
         if not any(glob_regex(t).fullmatch(tool) for t in self.tools):
             return False
-        if self.effect is not None and not any(e.kind == self.effect for e in effects):
+        return self.reversible is None or self.reversible == reversible
+
+    def names(self, effect: Effect) -> bool:
+        """Whether ``effect`` is of this rule's kind and its target matches one of
+        :attr:`targets` (a rule without targets names no effect)."""
+        if self.targets is None or effect.kind != self.effect:
             return False
-        if self.reversible is not None and self.reversible != reversible:
+        target = effect.pattern if effect.placeholders else effect.target
+        return any(target_covers(effect.kind, pattern, target) for pattern in self.targets)
+
+    def pattern_for(self, effect: Effect) -> str | None:
+        """The narrowest of :attr:`targets` that names ``effect``, if one does."""
+        if self.targets is None or effect.kind != self.effect:
+            return None
+        target = effect.pattern if effect.placeholders else effect.target
+        found = [p for p in self.targets if target_covers(effect.kind, p, target)]
+        for pattern in found:
+            if all(target_covers(effect.kind, other, pattern) for other in found):
+                return pattern
+        return found[0] if found else None
+
+    def matches(self, tool: str, effects: Sequence[Effect], *, reversible: bool) -> bool:
+        """Whether every condition of this rule holds for a call with ``effects``."""
+        if not self.applies_to(tool, reversible=reversible):
+            return False
+        if self.targets is not None and not any(self.names(e) for e in effects):
+            return False
+        return self._judges(effects, none_left=not effects)
+
+    def _judges(self, effects: Sequence[Effect], *, none_left: bool) -> bool:
+        """The rule's effect-kind and amount conditions, over ``effects``."""
+        if self.effect is not None and not any(e.kind == self.effect for e in effects):
             return False
         if self.min_amount is not None:
             threshold = self.min_amount
@@ -68,7 +151,7 @@ class ApprovalRule(BaseModel):
                 and e.amount >= threshold
                 for e in effects
             )
-        return True
+        return self.effect is not None or bool(effects) or none_left
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,13 +173,20 @@ class ApprovalPolicy:
     """An ordered list of rules; :meth:`decide` applies them to one call."""
 
     rules: tuple[ApprovalRule, ...] = ()
+    _targeted: bool = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_targeted", any(r.targets is not None for r in self.rules))
 
     def decide(self, tool: str, effects: Sequence[Effect], *, reversible: bool) -> Decision:
-        """The strictest verdict among matching rules, or the default.
+        """The verdict on one call, by the precedence in this module's docstring.
 
         ``effects`` are the call's resolved effects (amounts known), ``reversible`` whether the
         tool's effects can be undone.
         """
+        if self._targeted:
+            return self._decide_by_targets(tool, effects, reversible=reversible)
+        # On every call: without targets, every rule judges the whole call (steps 1 and 3).
         best: ApprovalRule | None = None
         for rule in self.rules:
             if rule.matches(tool, effects, reversible=reversible) and (
@@ -108,3 +198,89 @@ class ApprovalPolicy:
         if any(e.kind in SIDE_EFFECT_KINDS for e in effects):
             return Decision("ask", None, "no rule matched a call with side effects")
         return Decision("allow", None, "no rule matched a read-only call")
+
+    def _decide_by_targets(
+        self, tool: str, effects: Sequence[Effect], *, reversible: bool
+    ) -> Decision:
+        """Steps 1-4 of the module docstring, when some rule names targets."""
+        rules = [r for r in self.rules if r.applies_to(tool, reversible=reversible)]
+        # 1. a deny decides, targets or not
+        for rule in rules:
+            if (
+                rule.action == "deny"
+                and (rule.targets is None or any(rule.names(e) for e in effects))
+                and rule._judges(effects, none_left=not effects)
+            ):
+                return Decision("deny", rule, f"rule {rule.id!r} (deny)")
+        # 2. target rules decide the effects they name (their amount condition holding)
+        targeted = [
+            r
+            for r in rules
+            if r.targets is not None and r.action != "deny" and r._judges(effects, none_left=True)
+        ]
+        found: tuple[ApprovalRule, str] | None = None
+        rest: list[Effect] = []
+        for effect in effects:
+            naming = _most_specific(effect, [r for r in targeted if r.names(effect)])
+            if not naming:
+                rest.append(effect)
+                continue
+            strictest = max(naming, key=lambda r: (_STRICTNESS[r.action], -rules.index(r)))
+            found = _stricter(found, strictest, f" for {effect}", rules)
+        # 3. rules without targets judge the rest
+        judged = False
+        if rest or not effects:
+            for rule in rules:
+                if rule.targets is None and rule._judges(rest, none_left=not effects):
+                    judged = True
+                    about = next((f" for {e}" for e in rest if e.kind == rule.effect), "")
+                    found = _stricter(found, rule, about, rules)
+        # 4. the default for what no rule judged
+        default: Decision | None = None
+        if not judged and (rest or not effects):
+            if any(e.kind in SIDE_EFFECT_KINDS for e in rest):
+                default = Decision("ask", None, "no rule matched a call with side effects")
+            elif found is None:
+                default = Decision("allow", None, "no rule matched a read-only call")
+        if found is None:
+            assert default is not None
+            return default
+        rule, about = found
+        if default is not None and _STRICTNESS[default.verdict] > _STRICTNESS[rule.action]:
+            return default
+        return Decision(rule.action, rule, f"rule {rule.id!r} ({rule.action}){about}")
+
+
+def _most_specific(effect: Effect, naming: list[ApprovalRule]) -> list[ApprovalRule]:
+    """The rules among ``naming`` whose pattern for ``effect`` no other one's is strictly
+    inside: "allow a.cdn.example.net" carves out of "ask *.cdn.example.net"."""
+    if len(naming) < 2:
+        return naming
+    patterns = {id(rule): rule.pattern_for(effect) or "**" for rule in naming}
+
+    def narrower(one: str, two: str) -> bool:
+        return target_covers(effect.kind, two, one) and not target_covers(effect.kind, one, two)
+
+    return [
+        rule
+        for rule in naming
+        if not any(narrower(patterns[id(other)], patterns[id(rule)]) for other in naming)
+    ]
+
+
+def _stricter(
+    best: tuple[ApprovalRule, str] | None,
+    rule: ApprovalRule,
+    about: str,
+    order: list[ApprovalRule],
+) -> tuple[ApprovalRule, str]:
+    """The stricter of ``best`` and ``rule``; the earlier listed one on a tie."""
+    if best is None:
+        return rule, about
+    held = best[0]
+    if _STRICTNESS[rule.action] > _STRICTNESS[held.action] or (
+        _STRICTNESS[rule.action] == _STRICTNESS[held.action]
+        and order.index(rule) < order.index(held)
+    ):
+        return rule, about
+    return best

@@ -10,10 +10,18 @@ Five kinds, built with one constructor each::
 
 A *target* is a resource (``service:object/...``) for ``read``/``write``, and a destination
 for ``network``/``disclose``; for ``spend`` it is the currency. Targets may hold
-placeholders ``{field}`` naming a field of the tool's validated input, and the wildcards of
+placeholders naming a field of the tool's validated input, and the wildcards of
 :mod:`airlock.policies._patterns` (``*``, ``**``) for tools that touch many records at once.
-:meth:`Effect.resolve` substitutes the placeholders of a call; a value that is not one safe
-segment (``../admin``, ``a/b``, ``*``) is refused, so no argument can widen a resource.
+:meth:`Effect.resolve_all` substitutes the placeholders of a call. Three forms:
+
+``{field}``       one segment: a value that is not one safe segment (``../admin``, ``a/b``,
+                  ``*``, two ``@``) is refused, so no argument can widen a resource.
+``{field[]}``     a list field: one effect per element, each element one segment as above
+                  (``disclose("email:{recipients[]}")``); at most one per effect.
+``network({url})`` a placeholder that is a ``network`` effect's whole target takes a full
+                  URL (or one host name): the effect reaches ``scheme://host[:port]/path``,
+                  matched against grant patterns part by part (:mod:`._network`), and its
+                  declared pattern is ``**`` (any URL the grant allows). ``{urls[]}`` too.
 """
 
 from __future__ import annotations
@@ -23,6 +31,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Final, Literal, get_args
+
+from airlock.policies._network import url_target
 
 __all__ = [
     "EFFECT_KINDS",
@@ -42,8 +52,8 @@ EFFECT_KINDS: Final[tuple[EffectKind, ...]] = get_args(EffectKind)
 SIDE_EFFECT_KINDS: Final[frozenset[EffectKind]] = frozenset({"write", "spend", "disclose"})
 """Kinds that change the world or let data out: never callable from code, approvable."""
 
-_PLACEHOLDER = re.compile(r"\{([a-z_][a-z0-9_]*)\}")
-_TARGET_CHARS = re.compile(r"^[A-Za-z0-9_.@+*/:-]+$")
+_PLACEHOLDER = re.compile(r"\{([a-z_][a-z0-9_]*)(\[\])?\}")
+_TARGET_CHARS = re.compile(r"^[A-Za-z0-9_.@+*/:~%-]+$")
 _RESOURCE = re.compile(r"^[a-z][a-z0-9_]*:[^:]")
 _CURRENCY = re.compile(r"^[A-Z]{3}$")
 _SAFE_VALUE = re.compile(r"^[A-Za-z0-9_@+-][A-Za-z0-9_.@+-]{0,199}$")
@@ -60,6 +70,10 @@ class EffectArgumentError(ValueError):
         self.reason = reason
 
 
+MAX_LIST_EFFECTS: Final = 1000
+"""Most effects one ``{field[]}`` placeholder expands to in one call."""
+
+
 @dataclass(frozen=True, slots=True)
 class Effect:
     """One thing a tool call may do. Build with :func:`read`, :func:`write` and the rest."""
@@ -67,16 +81,32 @@ class Effect:
     kind: EffectKind
     """Which of the five kinds."""
     target: str
-    """Resource, destination or (for ``spend``) currency; may hold ``{field}`` and wildcards."""
+    """Resource, destination or (for ``spend``) currency; may hold placeholders and wildcards."""
     amount: int | str | None = None
     """``spend`` only: minor units, or ``"{field}"`` naming an integer input field."""
     placeholders: frozenset[str] = field(init=False, repr=False, compare=False)
     """Input fields this effect reads its target or amount from."""
+    each: str | None = field(init=False, repr=False, compare=False)
+    """The list field of a ``{field[]}`` placeholder: one effect per element."""
+    takes_url: bool = field(init=False, repr=False, compare=False)
+    """A ``network`` effect whose whole target is one placeholder: its value is a URL."""
 
     def __post_init__(self) -> None:
         if self.kind not in EFFECT_KINDS:
             raise ValueError(f"unknown effect kind {self.kind!r}; use one of {EFFECT_KINDS}")
-        names = set(_PLACEHOLDER.findall(self.target))
+        found = _PLACEHOLDER.findall(self.target)
+        names = {name for name, _ in found}
+        lists = sorted({name for name, brackets in found if brackets})
+        if len(lists) > 1:
+            raise ValueError(
+                f"{self.kind} target {self.target!r} expands {lists}; an effect may expand "
+                "one list placeholder: declare one effect per list"
+            )
+        if lists and any(name == lists[0] and not brackets for name, brackets in found):
+            raise ValueError(
+                f"{self.kind} target {self.target!r} names {lists[0]!r} both as a list "
+                "and as one value"
+            )
         if self.kind == "spend":
             _check_spend(self.target, self.amount)
             if isinstance(self.amount, str):
@@ -86,6 +116,9 @@ class Effect:
                 raise ValueError(f"only spend effects carry an amount, not {self.kind!r}")
             _check_target(self.kind, self.target)
         object.__setattr__(self, "placeholders", frozenset(names))
+        object.__setattr__(self, "each", lists[0] if lists else None)
+        whole = self.kind == "network" and _PLACEHOLDER.fullmatch(self.target) is not None
+        object.__setattr__(self, "takes_url", whole)
 
     @property
     def is_side_effect(self) -> bool:
@@ -94,21 +127,76 @@ class Effect:
 
     @property
     def pattern(self) -> str:
-        """The target with each placeholder read as ``*`` (what the declaration may reach)."""
+        """The target with each placeholder read as ``*`` (what the declaration may reach);
+        ``**`` for a URL placeholder (any URL)."""
+        if self.takes_url:
+            return "**"
         return _PLACEHOLDER.sub("*", self.target)
 
     def resolve(self, args: Mapping[str, object]) -> Effect:
         """The concrete effect of one call whose validated input is ``args``.
 
         Raises:
-            EffectArgumentError: a placeholder's value is missing or not one safe segment.
+            EffectArgumentError: a placeholder's value is missing or not one safe segment,
+                or the effect expands a list (use :meth:`resolve_all`).
         """
         if not self.placeholders:
             return self
+        if self.each is not None:
+            raise EffectArgumentError(self.each, "is a list placeholder; use resolve_all")
         target = "".join(
-            literal if name is None else _segment(name, args)
+            literal if name is None else self._value(name, args.get(name, _MISSING))
             for literal, name in _parts(self.target)
         )
+        return self._concrete(target, args)
+
+    def resolve_all(self, args: Mapping[str, object]) -> tuple[Effect, ...]:
+        """The concrete effects of one call: one, or one per element of a ``{field[]}``
+        placeholder's list (none for an empty list).
+
+        Raises:
+            EffectArgumentError: as :meth:`resolve`; or the list field's value is not a
+                list of at most :data:`MAX_LIST_EFFECTS` elements.
+        """
+        if self.each is None:
+            return (self.resolve(args),)
+        values = args.get(self.each, _MISSING)
+        if values is _MISSING:
+            raise EffectArgumentError(self.each, "is required by the tool's declared effects")
+        if not isinstance(values, list | tuple):
+            raise EffectArgumentError(self.each, "must be a list (its effect is {...[]})")
+        if len(values) > MAX_LIST_EFFECTS:
+            raise EffectArgumentError(
+                self.each, f"has {len(values)} elements; at most {MAX_LIST_EFFECTS}"
+            )
+        parts = _parts(self.target)
+        out: dict[Effect, None] = {}  # one effect per distinct target, in list order
+        for item in values:
+            target = "".join(
+                literal
+                if name is None
+                else self._value(name, item if name == self.each else args.get(name, _MISSING))
+                for literal, name in parts
+            )
+            out[self._concrete(target, args)] = None
+        return tuple(out)
+
+    def _value(self, name: str, value: object) -> str:
+        if value is _MISSING:
+            raise EffectArgumentError(name, "is required by the tool's declared effects")
+        if self.takes_url and type(value) is str:
+            if "://" in value:
+                try:
+                    return url_target(value)
+                except ValueError as exc:
+                    raise EffectArgumentError(name, str(exc)) from None
+            if not _SAFE_VALUE.match(value) or "@" in value:
+                raise EffectArgumentError(
+                    name, "must be a URL scheme://host[:port][/path], or one host name"
+                )
+        return _segment(name, value)
+
+    def _concrete(self, target: str, args: Mapping[str, object]) -> Effect:
         amount = self.amount
         if isinstance(amount, str):
             name = amount[1:-1]
@@ -122,6 +210,8 @@ class Effect:
         object.__setattr__(concrete, "target", target)
         object.__setattr__(concrete, "amount", amount)
         object.__setattr__(concrete, "placeholders", frozenset())
+        object.__setattr__(concrete, "each", None)
+        object.__setattr__(concrete, "takes_url", False)
         return concrete
 
     def __str__(self) -> str:
@@ -157,7 +247,7 @@ def _check_target(kind: EffectKind, target: str) -> None:
     if not target or len(target) > 256 or not _TARGET_CHARS.match(bare):
         raise ValueError(
             f"{kind} target {target!r} must be 1-256 characters of letters, digits and "
-            "_ . @ + * / : - with {field} placeholders"
+            "_ . @ + * / : ~ % - with {field} or {field[]} placeholders"
         )
     if "***" in bare:
         raise ValueError(f"{kind} target {target!r}: use '*' or '**', not '***'")
@@ -176,13 +266,16 @@ def _check_spend(currency: str, amount: int | str | None) -> None:
     if isinstance(amount, int):
         if amount < 0:
             raise ValueError(f"spend amount {amount!r} must not be negative")
-    elif not _PLACEHOLDER.fullmatch(amount):
+    elif not _PLACEHOLDER.fullmatch(amount) or amount.endswith("[]}"):
         raise ValueError(f"spend amount {amount!r} must be an integer or '{{field}}'")
+
+
+_MISSING: Final = object()
 
 
 @lru_cache(maxsize=1024)
 def _parts(target: str) -> tuple[tuple[str, str | None], ...]:
-    """``a:b/{x}/c`` -> (("a:b/", None), ("", "x"), ("/c", None))."""
+    """``a:b/{x}/c`` -> (("a:b/", None), ("", "x"), ("/c", None)); ``{x[]}`` names ``x``."""
     out: list[tuple[str, str | None]] = []
     position = 0
     for match in _PLACEHOLDER.finditer(target):
@@ -193,15 +286,14 @@ def _parts(target: str) -> tuple[tuple[str, str | None], ...]:
     return tuple(out)
 
 
-def _segment(name: str, args: Mapping[str, object]) -> str:
-    if name not in args:
-        raise EffectArgumentError(name, "is required by the tool's declared effects")
-    value = args[name]
+def _segment(name: str, value: object) -> str:
     if type(value) is int:
         return str(value)
-    if type(value) is not str or not _SAFE_VALUE.match(value):
+    if type(value) is not str or not _SAFE_VALUE.match(value) or value.count("@") > 1:
         raise EffectArgumentError(
-            name, "must be one id segment: letters, digits and _ . @ + - (no '/', no '*')"
+            name,
+            "must be one id segment: letters, digits and _ . @ + - (no '/', no '*', "
+            "at most one '@')",
         )
     return value
 
@@ -217,7 +309,8 @@ def write(resource: str) -> Effect:
 
 
 def network(destination: str) -> Effect:
-    """The tool reaches ``destination`` (a host, may be a pattern such as ``*.example.com``)."""
+    """The tool reaches ``destination``: a host or host pattern (``*.example.com``), a URL
+    pattern (``https://docs.example.com/**``), or ``"{url}"``, a URL the call names."""
     return Effect("network", destination)
 
 

@@ -2,7 +2,8 @@
 
 Admission requires req(tool, args) ⊆ cap(u): the tool's scope is in :attr:`Grant.scopes`,
 every resolved effect of the call matches one of :attr:`Grant.effects` of the same kind
-(pattern language in :mod:`airlock.policies._patterns`), and every ``spend`` stays within
+(pattern language in :mod:`airlock.policies._patterns`; a ``network`` target is matched part
+by part, :mod:`airlock.policies._network`), and every ``spend`` stays within
 :attr:`Grant.spend_limits` for its currency. Nothing is implied: ``write`` does not imply
 ``read``, and a grant without a currency in ``spend_limits`` allows no spending in it.
 """
@@ -14,7 +15,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from airlock.policies._effects import Effect
-from airlock.policies._patterns import covers
+from airlock.policies._network import target_covers
 
 __all__ = ["Grant"]
 
@@ -60,7 +61,7 @@ class Grant:
             return limit is not None and isinstance(effect.amount, int) and effect.amount <= limit
         target = effect.pattern if effect.placeholders else effect.target
         return any(
-            allowed.kind == effect.kind and covers(allowed.target, target)
+            allowed.kind == effect.kind and target_covers(effect.kind, allowed.target, target)
             for allowed in self.effects
         )
 

@@ -24,6 +24,18 @@ Format (``version = 1``)::
     min_amount = 10000                      # optional, minor units; currency = "USD" narrows
     reversible = false                      # optional
 
+    [[roles.web_reader.rules]]              # rules may name what a call reaches:
+    id = "docs-hosts"                       # allow fetches of these targets ...
+    action = "allow"
+    effect = "network"                      # targets need the kind they are targets of
+    targets = ["https://docs.example.com/**", "*.python.org"]
+
+    [[roles.web_reader.rules]]
+    id = "other-hosts"                      # ... and ask a person for any other host:
+    action = "ask"                          # a rule with targets decides the effects it
+    effect = "network"                      # names, one without them the rest (a deny
+                                            # always wins; see policies._approval)
+
     [principals."*"]                        # applies to every principal
     roles = ["billing_reader"]
 

@@ -11,12 +11,16 @@ they are answered here, once:
   a fixed amount is ``full`` within the limit and ``none`` over it.
 - :func:`approval_cases`: the approval verdict as a step function of the amount spent, at
   every amount where it can change (0, each rule threshold, one past the grant's limit),
-  each point decided by the same :meth:`ApprovalPolicy.decide` admission uses.
+  and, when rules name ``targets``, once per *target class*: calls whose effects reach
+  what a target rule names (``network(https://docs.example.com/**)``), and every other call
+  (``targets`` empty). Each point is decided by the same :meth:`ApprovalPolicy.decide`
+  admission uses, with the class's pattern standing for the call's target.
 - :func:`refusal`: why no call can pass, or ``None`` when some may.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from typing import Final, Literal
 
@@ -25,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from airlock.policies._approval import ApprovalPolicy, Verdict
 from airlock.policies._effects import Effect, spend
 from airlock.policies._grant import Grant
+from airlock.policies._network import split_network, target_covers
 
 __all__ = [
     "SPEND_LIMIT_RULE",
@@ -35,6 +40,7 @@ __all__ = [
     "breakpoints",
     "coverage",
     "refusal",
+    "target_classes",
     "verdict_at",
 ]
 
@@ -42,6 +48,8 @@ Coverage = Literal["full", "partial", "none"]
 """Whether a grant covers every target a declared effect can stand for, some, or none."""
 STRICTNESS: Final[dict[Verdict, int]] = {"allow": 0, "ask": 1, "deny": 2}
 SPEND_LIMIT_RULE: Final = "spend_limit"
+_MAX_CLASSES: Final = 32
+"""Most combinations of target classes judged for one tool; past it, one effect at a time."""
 
 
 class ApprovalCase(BaseModel):
@@ -56,6 +64,14 @@ class ApprovalCase(BaseModel):
     verdict: Verdict = Field(description="allow, ask (approval needed) or deny.")
     rule: str = Field(
         description="The rule that decides: an approval rule id, 'default' or 'spend_limit'."
+    )
+    targets: tuple[str, ...] = Field(
+        default=(),
+        exclude_if=lambda value: not value,
+        description=(
+            "For calls that reach these targets, as kind(pattern) from the rules' targets; "
+            "empty: every other call."
+        ),
     )
 
 
@@ -91,7 +107,8 @@ def approval_cases(
     approvals: ApprovalPolicy,
     grant: Grant,
 ) -> tuple[ApprovalCase, ...]:
-    """The verdicts on calls of ``tool`` by amount, merged where consecutive ones agree."""
+    """The verdicts on calls of ``tool`` by target class and amount, merged where
+    consecutive ones agree; a class that decides exactly as every other call is left out."""
     variable = [e for e in effects if e.kind == "spend" and isinstance(e.amount, str)]
     currencies = sorted({e.target for e in variable})
     currency = currencies[0] if len(currencies) == 1 else None
@@ -106,31 +123,125 @@ def approval_cases(
     # The grant refuses a spend over its limit before any approval rule is asked.
     limits = [grant.spend_limits[c] for c in currencies if c in grant.spend_limits]
     ceiling = min(limits) + 1 if limits and len(limits) == len(currencies) else None
-    cases: list[ApprovalCase] = []
-    for amount in sorted(points):
-        if ceiling is not None and amount >= ceiling:
-            break
-        decision = approvals.decide(tool, _at_amount(effects, amount), reversible=reversible)
-        cases.append(
-            ApprovalCase(
-                from_amount=amount,
-                currency=currency,
-                verdict=decision.verdict,
-                rule=decision.rule_id,
+    found: dict[tuple[str, ...], tuple[ApprovalCase, ...]] = {}
+    for labels, standing in _target_classes(effects, approvals):
+        cases: list[ApprovalCase] = []
+        for amount in sorted(points):
+            if ceiling is not None and amount >= ceiling:
+                break
+            decision = approvals.decide(tool, _at_amount(standing, amount), reversible=reversible)
+            cases.append(
+                ApprovalCase(
+                    from_amount=amount,
+                    currency=currency,
+                    verdict=decision.verdict,
+                    rule=decision.rule_id,
+                    targets=labels,
+                )
             )
-        )
-    if ceiling is not None:
-        cases.append(
-            ApprovalCase(
-                from_amount=ceiling, currency=currency, verdict="deny", rule=SPEND_LIMIT_RULE
+        if ceiling is not None:
+            cases.append(
+                ApprovalCase(
+                    from_amount=ceiling,
+                    currency=currency,
+                    verdict="deny",
+                    rule=SPEND_LIMIT_RULE,
+                    targets=labels,
+                )
             )
-        )
-    merged: list[ApprovalCase] = []
-    for case in cases:
-        if merged and (merged[-1].verdict, merged[-1].rule) == (case.verdict, case.rule):
+        merged: list[ApprovalCase] = []
+        for case in cases:
+            if merged and (merged[-1].verdict, merged[-1].rule) == (case.verdict, case.rule):
+                continue
+            merged.append(case)
+        found.setdefault(labels, tuple(merged))
+    other = found.get((), ())
+    out: list[ApprovalCase] = []
+    for labels in sorted(found, key=lambda key: (not key, key)):
+        if labels and _same_steps(found[labels], other):
             continue
-        merged.append(case)
-    return tuple(merged)
+        out.extend(found[labels])
+    return tuple(out)
+
+
+def _same_steps(one: Sequence[ApprovalCase], other: Sequence[ApprovalCase]) -> bool:
+    return [(c.from_amount, c.verdict, c.rule) for c in one] == [
+        (c.from_amount, c.verdict, c.rule) for c in other
+    ]
+
+
+def _target_classes(
+    effects: Sequence[Effect], approvals: ApprovalPolicy
+) -> list[tuple[tuple[str, ...], tuple[Effect, ...]]]:
+    """Which targets the rules tell apart, per effect: each class as its labels and the
+    effects that stand for its calls (the rule's pattern in place of the declared one)."""
+    named = [r for r in approvals.rules if r.targets is not None]
+    if not named:
+        return [((), tuple(effects))]
+    options: list[list[tuple[str | None, Effect]]] = []
+    for effect in effects:
+        choices: list[tuple[str | None, Effect]] = [(None, effect)]
+        variable = bool(effect.placeholders) or "*" in effect.target
+        if effect.kind != "spend" and variable:
+            seen: set[str] = set()
+            for rule in named:
+                for pattern in rule.targets or ():
+                    label = f"{effect.kind}({pattern})"
+                    if rule.effect != effect.kind or label in seen:
+                        continue
+                    standing = _standing(effect, pattern)
+                    if standing is not None:
+                        seen.add(label)
+                        choices.append((label, standing))
+        options.append(choices)
+    total = 1
+    for choices in options:
+        total *= len(choices)
+    if total <= _MAX_CLASSES:
+        combos = list(itertools.product(*options))
+    else:  # too many to judge together: vary one effect, the others at "any other"
+        base = [choices[0] for choices in options]
+        combos = [tuple(base)]
+        for i, choices in enumerate(options):
+            combos += [(*base[:i], choice, *base[i + 1 :]) for choice in choices[1:]]
+    return [
+        (tuple(sorted(label for label, _ in combo if label)), tuple(e for _, e in combo))
+        for combo in combos
+    ]
+
+
+def _standing(effect: Effect, pattern: str) -> Effect | None:
+    """An effect standing for the calls of ``effect`` that reach ``pattern``: the narrower
+    of the two patterns, or ``pattern`` when they may share targets; ``None`` when they
+    cannot."""
+    declared = effect.pattern
+    if target_covers(effect.kind, declared, pattern):
+        return Effect(effect.kind, pattern)
+    if target_covers(effect.kind, pattern, declared):
+        return Effect(effect.kind, declared)
+    if effect.kind == "network":
+        mine, theirs = split_network(declared), split_network(pattern)
+        if (
+            mine.scheme is not None
+            and theirs.scheme is not None
+            and "*" not in mine.scheme + theirs.scheme
+            and mine.scheme != theirs.scheme
+        ):
+            return None
+        one, two = mine.host, theirs.host
+    else:
+        one, two = declared, pattern
+    return Effect(effect.kind, pattern) if _may_overlap(one, two) else None
+
+
+def _may_overlap(one: str, two: str) -> bool:
+    """Whether two patterns may stand for a common text: their literal beginnings and
+    endings agree (a conservative test: it may say yes to a pair with nothing in common)."""
+    head_one, head_two = _literal_prefix(one), _literal_prefix(two)
+    tail_one, tail_two = one.rsplit("*", 1)[-1], two.rsplit("*", 1)[-1]
+    heads = head_one.startswith(head_two) or head_two.startswith(head_one)
+    tails = tail_one.endswith(tail_two) or tail_two.endswith(tail_one)
+    return heads and tails
 
 
 def refusal(
@@ -149,10 +260,14 @@ def refusal(
     return None
 
 
-def verdict_at(cases: Sequence[ApprovalCase], amount: int) -> Verdict:
-    """The verdict the step function ``cases`` gives a call spending ``amount``."""
+def verdict_at(
+    cases: Sequence[ApprovalCase], amount: int, targets: tuple[str, ...] = ()
+) -> Verdict:
+    """The verdict the step function ``cases`` gives a call spending ``amount`` that reaches
+    the target class ``targets`` (every other call when ``cases`` has no such class)."""
+    chosen = [c for c in cases if c.targets == targets] or [c for c in cases if not c.targets]
     verdict: Verdict = "ask"
-    for case in sorted(cases, key=lambda c: c.from_amount):
+    for case in sorted(chosen, key=lambda c: c.from_amount):
         if case.from_amount <= amount:
             verdict = case.verdict
     return verdict
@@ -161,6 +276,13 @@ def verdict_at(cases: Sequence[ApprovalCase], amount: int) -> Verdict:
 def breakpoints(*case_lists: Sequence[ApprovalCase]) -> list[int]:
     """Every amount where one of the step functions may change, sorted."""
     return sorted({0} | {c.from_amount for cases in case_lists for c in cases})
+
+
+def target_classes(*case_lists: Sequence[ApprovalCase]) -> list[tuple[str, ...]]:
+    """Every target class the step functions tell apart, the class of every other call
+    (``()``) first."""
+    found = {c.targets for cases in case_lists for c in cases} | {()}
+    return sorted(found, key=lambda key: (bool(key), key))
 
 
 def _at_amount(effects: Sequence[Effect], amount: int) -> tuple[Effect, ...]:

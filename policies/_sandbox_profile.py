@@ -12,9 +12,12 @@ from airlock.policies._seccomp import (
     render_docker_seccomp,
 )
 
-__all__ = ["ContainerRuntime", "LanguageMode", "SandboxProfile"]
+__all__ = ["ContainerRuntime", "LanguageMode", "SandboxImage", "SandboxProfile"]
 
 LanguageMode = Literal["restricted", "full"]
+SandboxImage = Literal["base", "data"]
+"""``base``: Python's standard library (and the guest's own packages); ``data``: the same
+hardened base with numpy, pandas, pyarrow and matplotlib (``make image-data``)."""
 
 _MIB = 1024 * 1024
 GVISOR_PIDS_OVERHEAD = 128
@@ -38,6 +41,17 @@ class SandboxProfile(BaseModel):
             "the program was not given, and forbids new processes; `full` runs plain Python. "
             "Defence in depth and clearer errors: the container is the security boundary in "
             "both modes."
+        ),
+    )
+    image: SandboxImage = Field(
+        default="base",
+        description=(
+            "Which image programs run in: `base` (the standard library) or `data` (numpy, "
+            "pandas, pyarrow and matplotlib with the Agg backend, imported while a container "
+            "warms up). The data image runs `full` mode only: its libraries load native code "
+            "and evaluate strings (`DataFrame.query`, `eval`) outside RestrictedPython's "
+            "guards, so a restricted guard would promise what it cannot keep; a profile with "
+            '`image = "data"` and no language mode gets `full`.'
         ),
     )
     runtime: ContainerRuntime = Field(
@@ -79,6 +93,26 @@ class SandboxProfile(BaseModel):
         le=64 * _MIB,
         description="Cap on captured stdout and stderr each; reaching it stops the program.",
     )
+    input_limit_bytes: int = Field(
+        default=1024 * _MIB,
+        ge=0,
+        description="Total bytes of the files given to one run as inputs (mounted read-only "
+        "at /data/NAME); more is refused before the container starts.",
+    )
+    artifact_limit_bytes: int = Field(
+        default=32 * _MIB,
+        ge=_MIB,
+        le=1024 * _MIB,
+        description="Size of /out (tmpfs, noexec,nosuid,nodev), where a program leaves files "
+        "for the host (artifacts); also the most bytes of artifacts one run returns.",
+    )
+    artifact_limit_files: int = Field(
+        default=64,
+        ge=1,
+        le=10_000,
+        description="Most files one run may leave in /out; more fail the run as "
+        "limit_exceeded (artifacts), and none is copied.",
+    )
     user: str = Field(
         default="65534:65534",
         description="Non-root uid:gid the program runs as.",
@@ -96,6 +130,26 @@ class SandboxProfile(BaseModel):
         ),
         description="Top-level modules a `restricted` program may import.",
     )  # fmt: skip
+
+    @model_validator(mode="before")
+    @classmethod
+    def _data_image_runs_full_mode(cls, data: Any) -> Any:
+        # The data image's libraries are usable in full mode only, and need room (see
+        # `image`): a profile that chooses it without naming these gets what it needs.
+        if isinstance(data, dict) and data.get("image") == "data":
+            return {"language_mode": "full", "memory_bytes": 1024 * _MIB, **data}
+        return data
+
+    @model_validator(mode="after")
+    def _data_image_is_not_restricted(self) -> SandboxProfile:
+        if self.image == "data" and self.language_mode == "restricted":
+            raise ValueError(
+                "the data image runs programs in full mode only: numpy, pandas and pyarrow "
+                "load native code and evaluate strings outside RestrictedPython's guards. "
+                "Set language_mode = 'full' (the container stays the boundary), or use "
+                "image = 'base' for restricted programs"
+            )
+        return self
 
     @field_validator("user")
     @classmethod

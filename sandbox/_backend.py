@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Protocol
 
 from airlock.bridge import ToolSession
@@ -36,15 +39,21 @@ class SandboxBackend(Protocol):
         *,
         profile: SandboxProfile | None = None,
         tools: ToolSession | None = None,
+        inputs: Mapping[str, str | os.PathLike[str]] | None = None,
+        artifacts: Path | None = None,
     ) -> RunResult:
         """Run ``program`` under ``profile`` (the backend's default when ``None``).
 
         ``tools`` is the run's tool session: the authority its ``tools.NAME(...)`` calls are
-        admitted with. Without one the program has no tools.
+        admitted with. Without one the program has no tools. ``inputs`` (name -> host path)
+        are mounted read-only at ``/data/NAME``; the caller has decided that the run may read
+        them. ``artifacts`` is a directory (not existing yet) for the files the program
+        leaves in ``/out``; without it they are dropped.
 
         A program that fails or hits a limit returns a result; it does not raise.
 
         Raises:
+            InputRefused: an input cannot be mounted or the inputs are over the limit.
             SandboxError: when the backend itself cannot run programs.
         """
         ...
@@ -55,12 +64,15 @@ class SandboxBackend(Protocol):
         *,
         idle_timeout: float = 300.0,
         profile: SandboxProfile | None = None,
+        inputs: Mapping[str, str | os.PathLike[str]] | None = None,
     ) -> KeptSandbox:
         """A kept sandbox for one conversation of ``owner``: its programs run one after
-        another in one environment and see what earlier ones left (:class:`KeptSandbox`).
+        another in one environment and see what earlier ones left (:class:`KeptSandbox`),
+        with ``inputs`` mounted for the whole conversation.
 
         Raises:
-            UsageError: the backend cannot keep an environment (:attr:`can_keep` is false).
+            UsageError: the backend cannot keep an environment (:attr:`can_keep` is false),
+                or an input cannot be mounted (``InputRefused``).
         """
         ...
 

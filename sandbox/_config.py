@@ -1,7 +1,7 @@
 """The container configuration of a profile, as plain data, for whoever reports on it.
 
 :func:`describe_container` reads the very keyword arguments the Docker backend passes to
-``containers.run`` for a profile (``_container.container_config``) and says what they allow:
+``containers.run`` for a profile (``_hardening.container_config``) and says what they allow:
 nothing here restates the hardening, so a change there shows up in every report built on
 it (the effect inventory, its lock file and ``--check``). No Docker type leaves this module.
 
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 from airlock.policies import LanguageMode, SandboxProfile
-from airlock.sandbox._container import container_config
+from airlock.sandbox._hardening import container_config
 from airlock.sandbox.guest import airlock_seccomp
 
 __all__ = [
@@ -177,6 +177,15 @@ def _mounts(config: dict[str, Any]) -> tuple[ContainerMount, ...]:
                 kind="tmpfs",
                 options=",".join(p for p in parts if not p.startswith(("size=", "mode="))),
                 size_bytes=int(size) if size is not None and size.isdigit() else None,
+            )
+        )
+    for mount in config.get("mounts", []):  # a run's inputs
+        mounts.append(
+            ContainerMount(
+                path=str(mount["Target"]),
+                kind="bind",
+                options="ro" if mount.get("ReadOnly") else "rw",
+                size_bytes=None,
             )
         )
     for bind in dict(config.get("volumes", {})).values():

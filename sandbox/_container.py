@@ -4,7 +4,9 @@ A :class:`SandboxContainer` serves exactly one program and is then destroyed. Th
 delivered as a ``run`` frame over a Unix socket that lives in a per-container host directory
 bind-mounted read-only at ``/run/airlock``; the result comes back as a ``done`` frame, which
 :func:`~airlock.sandbox._outcome.judge_outcome` turns into the run's result. Nothing is copied
-in or out of the container's file system.
+in or out of the container's file system: inputs are host files bind-mounted read-only at
+``/data/NAME`` when the container is created, and the files a program leaves in ``/out`` (a
+size-capped tmpfs) come back as ``artifact`` frames (:mod:`airlock.sandbox._artifacts`).
 
 The host stays in control whatever the guest does: no wait on the guest outlasts the run's
 deadline (plus :data:`_GRACE_S` to judge the result), and :meth:`SandboxContainer.destroy`
@@ -16,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import shutil
 import socket
 import struct
@@ -28,11 +29,11 @@ from typing import Any, Final
 import docker
 import docker.errors
 from docker.models.containers import Container
-from docker.types import LogConfig, Ulimit
 
 from airlock.bridge import (
     MAX_ELEMENTS,
     PROTOCOL_VERSION,
+    ArtifactRefused,
     FrameError,
     RunEnd,
     ToolSession,
@@ -42,16 +43,18 @@ from airlock.bridge import (
 )
 from airlock.bridge import airlock_wire as wire
 from airlock.policies import SandboxProfile
+from airlock.sandbox._artifacts import ArtifactReceiver, ArtifactRef
 from airlock.sandbox._cgroup import read_evidence
 from airlock.sandbox._errors import SandboxFailure, map_docker_errors
-from airlock.sandbox._masked import MASKED_PATHS, run_masked
+from airlock.sandbox._hardening import GUEST_MOUNT, container_config
+from airlock.sandbox._inputs import RunInput
+from airlock.sandbox._masked import run_masked
 from airlock.sandbox._outcome import judge_outcome
 from airlock.sandbox._result import RunResult
 from airlock.sandbox._runtime import is_runner_peer
 
 __all__ = ["GUEST_MOUNT", "MAX_VALUE_BYTES", "SandboxContainer", "container_config"]
 
-GUEST_MOUNT: Final = wire.SOCKET_DIR
 MAX_VALUE_BYTES: Final = 4 * 1024 * 1024
 """The largest final value a program may return, as compact JSON; a larger one is refused
 in the guest as ``result_too_large`` with its size and this limit."""
@@ -64,44 +67,6 @@ _HELLO_MAX_BYTES: Final = 4096
 _RESULT_OVERHEAD_BYTES: Final = 256 * 1024
 _GRACE_S: Final = 5.0
 """After a run's deadline: time for the bridge to wind down before the run is ended anyway."""
-
-
-def container_config(
-    profile: SandboxProfile, *, image: str, socket_dir: Path, labels: dict[str, str]
-) -> dict[str, Any]:
-    """Keyword arguments for ``containers.run``: the hardened profile, nothing optional."""
-    return {
-        "image": image,
-        "detach": True,
-        "network_mode": "none",
-        "read_only": True,
-        "tmpfs": {"/tmp": f"rw,noexec,nosuid,nodev,size={profile.tmpfs_bytes},mode=1777"},
-        "user": profile.user,
-        "cap_drop": ["ALL"],
-        "security_opt": [
-            "no-new-privileges:true",
-            "seccomp=" + json.dumps(profile.docker_seccomp(), separators=(",", ":")),
-        ],
-        "pids_limit": profile.engine_pids_limit,
-        "mem_limit": profile.memory_bytes,
-        "memswap_limit": profile.memory_bytes,
-        "nano_cpus": int(profile.cpus * 1e9),
-        "ulimits": [
-            Ulimit(name="nofile", soft=profile.nofile_limit, hard=profile.nofile_limit),
-            Ulimit(name="core", soft=0, hard=0),
-        ],
-        "environment": {},
-        "labels": labels,
-        "volumes": {str(socket_dir): {"bind": GUEST_MOUNT, "mode": "ro"}},
-        # The guest's stdout is captured by the runner; anything written to the container's
-        # own streams is dropped, never stored on the host.
-        "log_config": LogConfig(type=LogConfig.types.NONE),
-        "ipc_mode": "none",
-        "runtime": profile.runtime,
-        "masked_paths": list(MASKED_PATHS),
-        "hostname": "sandbox",
-        "working_dir": "/tmp",
-    }
 
 
 def _peer_pid(sock: socket.socket) -> int:
@@ -121,9 +86,12 @@ class SandboxContainer:
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
         profile: SandboxProfile,
+        inputs: tuple[RunInput, ...] = (),
     ) -> None:
         self.container = container
         self.profile = profile
+        self.inputs = inputs
+        """What is mounted at ``/data``: fixed when the container was created."""
         self._socket_dir = socket_dir
         self._reader = reader
         self._writer = writer
@@ -149,8 +117,9 @@ class SandboxContainer:
         profile: SandboxProfile,
         labels: dict[str, str],
         socket_root: Path,
+        inputs: tuple[RunInput, ...] = (),
     ) -> SandboxContainer:
-        """Start a container and wait until its runner says hello.
+        """Start a container (with ``inputs`` mounted) and wait until its runner says hello.
 
         Raises:
             SandboxFailure: the container did not start or its runner did not connect.
@@ -168,7 +137,9 @@ class SandboxContainer:
             path.chmod(0o666)
             listener.listen(1)
             listener.setblocking(False)
-            config = container_config(profile, image=image, socket_dir=socket_dir, labels=labels)
+            config = container_config(
+                profile, image=image, socket_dir=socket_dir, labels=labels, inputs=inputs
+            )
             create = asyncio.ensure_future(asyncio.to_thread(_run_detached, client, config))
             try:
                 container = await asyncio.shield(create)
@@ -209,6 +180,7 @@ class SandboxContainer:
             reader=reader,
             writer=writer,
             profile=profile,
+            inputs=inputs,
         )
 
     @staticmethod
@@ -239,13 +211,16 @@ class SandboxContainer:
         pooled: bool,
         tools: ToolSession | None = None,
         keep: bool = False,
+        artifacts: Path | None = None,
     ) -> RunResult:
         """Deliver ``program``, serve its tool calls, and report how it ended.
 
         The caller destroys the container afterwards, whatever happened; unless ``keep``,
         which makes the runner wait for further programs of the same conversation (every
-        run of a kept container must pass ``keep``). Returns by the profile's deadline plus
-        :data:`_GRACE_S` and the time to judge the result, whatever the guest does.
+        run of a kept container must pass ``keep``). With ``artifacts`` (a directory that
+        does not exist yet), the files the program leaves in ``/out`` are stored there and
+        listed in the result. Returns by the profile's deadline plus :data:`_GRACE_S` and the
+        time to judge the result, whatever the guest does.
         """
         if self._used and not (keep and self._kept):
             raise RuntimeError("a sandbox container runs one program only, unless kept")
@@ -254,6 +229,20 @@ class SandboxContainer:
         began = time.perf_counter()
         deadline = time.monotonic() + profile.timeout_s
         stubs = [stub.to_wire() for stub in tools.stubs()] if tools else []
+        receiver = (
+            ArtifactReceiver(
+                artifacts,
+                max_files=profile.artifact_limit_files,
+                max_bytes=profile.artifact_limit_bytes,
+            )
+            if artifacts is not None
+            else None
+        )
+        wanted = {
+            "dir": wire.OUT_DIR,
+            "files": profile.artifact_limit_files,
+            "bytes": profile.artifact_limit_bytes,
+        }
         self._writer.write(
             encode_frame(
                 {
@@ -265,6 +254,7 @@ class SandboxContainer:
                     "value_limit": MAX_VALUE_BYTES,
                     "value_elements": _VALUE_ELEMENTS,
                     "tools": stubs,
+                    "artifacts": wanted if receiver is not None else None,
                     **({"keep": True} if keep else {}),
                 }
             )
@@ -272,19 +262,34 @@ class SandboxContainer:
         outcome: dict[str, Any] | RunEnd | None
         try:
             outcome = await asyncio.wait_for(
-                self._serve(tools, deadline, profile), profile.timeout_s + _GRACE_S
+                self._serve(tools, deadline, profile, receiver), profile.timeout_s + _GRACE_S
             )
         except TimeoutError:  # the bridge did not wind down after the deadline
             outcome = RunEnd("timeout", "timeout", "the run's deadline passed")
         except (ConnectionError, OSError):
             outcome = None
+        stored: tuple[ArtifactRef, ...] = ()
+        if receiver is not None and isinstance(outcome, dict):
+            try:
+                stored = await asyncio.to_thread(receiver.finish)
+            except ArtifactRefused as exc:
+                outcome = RunEnd("protocol_error", None, exc.message)
         result = await judge_outcome(
             outcome, container=self.container, began=began, profile=profile, pooled=pooled
         )
-        return result.model_copy(update={"tool_calls": tools.calls if tools else 0})
+        if receiver is not None and result.status not in ("ok", "error"):
+            await asyncio.to_thread(receiver.discard)
+            stored = ()
+        return result.model_copy(
+            update={"tool_calls": tools.calls if tools else 0, "artifacts": stored}
+        )
 
     async def _serve(
-        self, tools: ToolSession | None, deadline: float, profile: SandboxProfile
+        self,
+        tools: ToolSession | None,
+        deadline: float,
+        profile: SandboxProfile,
+        artifacts: ArtifactReceiver | None,
     ) -> dict[str, Any] | RunEnd | None:
         try:
             # A runner that does not read its program cannot hold the host past the deadline.
@@ -302,6 +307,7 @@ class SandboxContainer:
             max_done_bytes=2 * 6 * profile.output_limit_bytes
             + MAX_VALUE_BYTES
             + _RESULT_OVERHEAD_BYTES,
+            artifacts=artifacts,
         )
 
     def memory_bytes(self) -> int | None:

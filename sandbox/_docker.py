@@ -3,6 +3,14 @@
 :meth:`DockerBackend.close` ends everything the backend started in a bounded time: programs
 in flight (their containers are removed under them, and their runs return), kept sandboxes,
 the pool and the starts it has in progress, then anything still labelled as this backend's.
+
+Two images: the base one (``airlock-sandbox``, the standard library) and the data one
+(``airlock-sandbox-data``: numpy, pandas, pyarrow, matplotlib), chosen by the profile's
+``image``. Inputs are mounted when a container is created, so a pooled container, started
+before any run, carries the backend's own ``inputs`` (``airlock serve --inputs DIR``): a run
+takes one only when it asks for exactly those, and any other run with inputs starts its own
+container (a cold start; the benchmark measures it). A run without inputs never gets a
+container that has some.
 """
 
 from __future__ import annotations
@@ -10,10 +18,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import shutil
 import tempfile
 import time
 import weakref
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Final, Self
@@ -24,7 +34,8 @@ import docker.errors
 from airlock.bridge import ToolSession
 from airlock.policies import Principal, SandboxProfile
 from airlock.sandbox._container import SandboxContainer
-from airlock.sandbox._errors import SandboxError, SandboxFailure, map_docker_errors
+from airlock.sandbox._errors import ImageMissing, SandboxError, SandboxFailure, map_docker_errors
+from airlock.sandbox._inputs import RunInput, resolve_inputs
 from airlock.sandbox._kept import KeptSandbox
 from airlock.sandbox._owner import (
     LABEL,
@@ -37,10 +48,13 @@ from airlock.sandbox._owner import (
 from airlock.sandbox._pool import WarmPool
 from airlock.sandbox._result import ProgramError, RunResult
 
-__all__ = ["DEFAULT_IMAGE", "MAX_PROGRAM_BYTES", "DockerBackend"]
+__all__ = ["DEFAULT_DATA_IMAGE", "DEFAULT_IMAGE", "MAX_PROGRAM_BYTES", "DockerBackend", "Inputs"]
 
 DEFAULT_IMAGE: Final = "airlock-sandbox:latest"
+DEFAULT_DATA_IMAGE: Final = "airlock-sandbox-data:latest"
 MAX_PROGRAM_BYTES: Final = 1024 * 1024
+Inputs = Mapping[str, str | os.PathLike[str]]
+"""A run's inputs: name (``/data/NAME``) -> host file or directory."""
 _CLOSE_WAIT_S: Final = 5.0
 """How long :meth:`DockerBackend.close` waits for removals in progress before its last sweep."""
 _log = logging.getLogger(__name__)
@@ -49,6 +63,7 @@ _log = logging.getLogger(__name__)
 def _container_settings(profile: SandboxProfile) -> tuple[object, ...]:
     # What is fixed when a container starts; the rest travels with each run.
     return (
+        profile.image,
         profile.memory_bytes,
         profile.cpus,
         profile.pids_limit,
@@ -57,7 +72,12 @@ def _container_settings(profile: SandboxProfile) -> tuple[object, ...]:
         profile.user,
         profile.seccomp_allowed,
         profile.runtime,
+        profile.artifact_limit_bytes,
     )
+
+
+def _mounted(inputs: tuple[RunInput, ...]) -> tuple[tuple[str, str, bool], ...]:
+    return tuple((i.name, str(i.source), i.directory) for i in inputs)
 
 
 class DockerBackend:
@@ -66,18 +86,32 @@ class DockerBackend:
     Use it as an async context manager (or call :meth:`start` and :meth:`close`): start-up
     checks the engine and the image, removes containers orphaned by a crashed process and
     fills the warm pool; closing removes every container this backend started.
+
+    ``image`` and ``data_image`` are the images of the profile's ``image = "base"`` and
+    ``"data"``. ``inputs`` are mounted in every pooled container (see the module's
+    docstring); a run still names the inputs it wants.
+
+    Raises:
+        InputRefused: ``inputs`` holds an input that cannot be mounted (checked at once).
     """
 
     def __init__(
         self,
         *,
         image: str = DEFAULT_IMAGE,
+        data_image: str = DEFAULT_DATA_IMAGE,
         profile: SandboxProfile | None = None,
         pool_size: int = 0,
         client: docker.DockerClient | None = None,
+        inputs: Inputs | None = None,
     ) -> None:
         self.image = image
+        self.data_image = data_image
         self.profile = profile or SandboxProfile()
+        self._pool_inputs_given = dict(inputs or {})
+        self._pool_inputs = resolve_inputs(
+            self._pool_inputs_given, limit_bytes=self.profile.input_limit_bytes
+        )
         self._client = client
         self._owner_labels = owner_labels()
         self._owner = self._owner_labels[OWNER_LABEL]
@@ -90,6 +124,7 @@ class DockerBackend:
         self._started = False
         self._closed = False
         self._kept: weakref.WeakSet[KeptSandbox] = weakref.WeakSet()
+        self._images_found: set[str] = set()
 
     @property
     def can_keep(self) -> bool:
@@ -118,7 +153,7 @@ class DockerBackend:
         client = self.client
         with map_docker_errors():
             await asyncio.to_thread(client.ping)
-            await asyncio.to_thread(client.images.get, self.image)
+        await self._check_image(self.profile)
         removed = await asyncio.to_thread(reap_orphans, client)
         if removed:
             _log.info("removed %d orphaned sandbox containers", len(removed))
@@ -137,14 +172,41 @@ class DockerBackend:
     ) -> None:
         await self.close()
 
-    async def _start_container(self, profile: SandboxProfile | None = None) -> SandboxContainer:
+    def image_for(self, profile: SandboxProfile) -> str:
+        """The image a container of ``profile`` runs."""
+        return self.data_image if profile.image == "data" else self.image
+
+    async def _check_image(self, profile: SandboxProfile) -> None:
+        image = self.image_for(profile)
+        if image in self._images_found:
+            return
+        try:
+            with map_docker_errors():
+                await asyncio.to_thread(self.client.images.get, image)
+        except ImageMissing:
+            build = "make image-data" if profile.image == "data" else "make image"
+            raise ImageMissing(image, build=build) from None
+        self._images_found.add(image)
+
+    async def _start_container(
+        self, profile: SandboxProfile | None = None, inputs: tuple[RunInput, ...] | None = None
+    ) -> SandboxContainer:
         self._refuse_if_closed()
+        if inputs is None:  # a pooled container: the backend's own inputs, checked again
+            inputs = await asyncio.to_thread(
+                resolve_inputs,
+                self._pool_inputs_given,
+                limit_bytes=self.profile.input_limit_bytes,
+            )
+        chosen = profile or self.profile
+        await self._check_image(chosen)
         container = await SandboxContainer.start(
             self.client,
-            image=self.image,
-            profile=profile or self.profile,
+            image=self.image_for(chosen),
+            profile=chosen,
             labels={LABEL: "1", **self._owner_labels},
             socket_root=self._socket_root,
+            inputs=inputs,
         )
         if self._closed:  # closed while it started: nobody will run or remove it
             await self._destroy(container)
@@ -161,13 +223,21 @@ class DockerBackend:
         *,
         profile: SandboxProfile | None = None,
         tools: ToolSession | None = None,
+        inputs: Inputs | None = None,
+        artifacts: Path | None = None,
     ) -> RunResult:
         """Run ``program`` in a fresh container (a warm one when the pool has it).
 
         With ``tools``, the program's ``tools.NAME(...)`` calls are admitted through that
-        session's registry as ``caller="code"``; without, it has no tools.
+        session's registry as ``caller="code"``; without, it has no tools. ``inputs`` are
+        mounted read-only at ``/data/NAME`` (checked first: nothing starts when one is
+        refused); whoever calls decides that the run may read them (a session checks its
+        grant). With ``artifacts`` (a directory that does not exist yet) the files the
+        program leaves in ``/out`` are stored there and listed in the result.
 
         Raises:
+            InputRefused: an input cannot be mounted, or the inputs are over the profile's
+                ``input_limit_bytes``.
             SandboxError: the engine, the image or a container start failed, or the backend
                 is closed.
         """
@@ -175,6 +245,9 @@ class DockerBackend:
         if not self._started:
             await self.start()
         profile = profile or self.profile
+        mounts = await asyncio.to_thread(
+            resolve_inputs, inputs, limit_bytes=profile.input_limit_bytes
+        )
         began = time.perf_counter()
         size = len(program.encode("utf-8", errors="replace"))
         if size > MAX_PROGRAM_BYTES:
@@ -189,14 +262,16 @@ class DockerBackend:
                 duration_s=time.perf_counter() - began,
             )
         container = None
-        if _container_settings(profile) == _container_settings(self.profile):
+        if self._poolable(profile, mounts):
             container = self.pool.take()
         pooled = container is not None
         if container is None:
-            container = await self._start_container(profile)
+            container = await self._start_container(profile, mounts)
         self._active.add(container)
         try:
-            result = await container.run(program, profile=profile, pooled=pooled, tools=tools)
+            result = await container.run(
+                program, profile=profile, pooled=pooled, tools=tools, artifacts=artifacts
+            )
         finally:
             self._active.discard(container)
             if self._closed:
@@ -208,39 +283,62 @@ class DockerBackend:
                 task.add_done_callback(self._cleanup.discard)
         return result.model_copy(update={"duration_s": time.perf_counter() - began})
 
+    def _poolable(self, profile: SandboxProfile, inputs: tuple[RunInput, ...]) -> bool:
+        """Whether a pooled container fits a run: the same container settings and exactly
+        the inputs the pool's containers were created with."""
+        return _container_settings(profile) == _container_settings(self.profile) and _mounted(
+            inputs
+        ) == _mounted(self._pool_inputs)
+
     def keep(
         self,
         owner: Principal,
         *,
         idle_timeout: float = 300.0,
         profile: SandboxProfile | None = None,
+        inputs: Inputs | None = None,
     ) -> KeptSandbox:
         """A kept sandbox for one conversation of ``owner``: programs run one after another
         in one container and see the top-level names earlier ones left (see
-        :class:`KeptSandbox`). :meth:`close` removes it with everything else.
+        :class:`KeptSandbox`); ``inputs`` are mounted in it for the whole conversation.
+        :meth:`close` removes it with everything else.
 
         Raises:
+            InputRefused: an input cannot be mounted (checked at once).
             SandboxError: the backend is closed.
         """
         self._refuse_if_closed()
+        chosen = profile or self.profile
+        given = dict(inputs or {})
+        resolve_inputs(given, limit_bytes=chosen.input_limit_bytes)
+
+        async def start(kept_profile: SandboxProfile) -> SandboxContainer:
+            return await self._start_kept(kept_profile, given)
+
         kept = KeptSandbox(
-            self._start_kept,
+            start,
             owner=owner,
-            profile=profile or self.profile,
+            profile=chosen,
             idle_timeout=idle_timeout,
             max_program_bytes=MAX_PROGRAM_BYTES,
             container_settings=_container_settings,
+            inputs=tuple(sorted(given)),
         )
         self._kept.add(kept)
         return kept
 
-    async def _start_kept(self, profile: SandboxProfile) -> SandboxContainer:
+    async def _start_kept(self, profile: SandboxProfile, inputs: Inputs) -> SandboxContainer:
         if not self._started:
             await self.start()
+        mounts = await asyncio.to_thread(
+            resolve_inputs, inputs, limit_bytes=profile.input_limit_bytes
+        )
         container = None
-        if _container_settings(profile) == _container_settings(self.profile):
+        if self._poolable(profile, mounts):
             container = self.pool.take()  # a warm runner that never ran anything
-        return container if container is not None else await self._start_container(profile)
+        if container is None:
+            container = await self._start_container(profile, mounts)
+        return container
 
     async def _destroy(self, container: SandboxContainer) -> None:
         try:

@@ -13,7 +13,7 @@ import docker
 from airlock.sandbox._errors import SandboxError, map_docker_errors
 from airlock.sandbox._probe import ProbeFinding
 
-__all__ = ["UNKNOWN_DIGEST", "check_engine", "read_image_digest"]
+__all__ = ["UNKNOWN_DIGEST", "check_engine", "read_image_digest", "read_image_labels"]
 
 UNKNOWN_DIGEST: Final = "unknown"
 """What :func:`read_image_digest` answers when no engine or no image answered."""
@@ -39,10 +39,28 @@ def read_image_digest(image: str, *, timeout: float = 3.0) -> str:
     return digests[0] if digests else str(attrs.get("Id") or UNKNOWN_DIGEST)
 
 
-def check_engine(image: str, *, timeout: float = 10.0, runtime: str = "runc") -> list[ProbeFinding]:
-    """Whether the engine answers, offers ``runtime`` and holds ``image``: one finding per
-    check, the first failed one last (a missing engine says nothing about the image). Never
-    raises."""
+def read_image_labels(image: str, *, timeout: float = 3.0) -> dict[str, str]:
+    """The labels of ``image`` on the local engine (the data image lists its packages
+    there), or ``{}`` when no engine or no image answered. Never raises."""
+    try:
+        with map_docker_errors():
+            client = docker.from_env(timeout=int(max(1, timeout)))
+            try:
+                attrs = client.images.get(image).attrs
+            finally:
+                client.close()
+    except SandboxError:
+        return {}
+    labels = (attrs.get("Config") or {}).get("Labels") or {}
+    return {str(k): str(v) for k, v in labels.items()}
+
+
+def check_engine(
+    image: str, *, timeout: float = 10.0, runtime: str = "runc", build: str = "make image"
+) -> list[ProbeFinding]:
+    """Whether the engine answers, offers ``runtime`` and holds ``image`` (built by
+    ``build``): one finding per check, the first failed one last (a missing engine says
+    nothing about the image). Never raises."""
     findings: list[ProbeFinding] = []
     try:
         with map_docker_errors():
@@ -78,7 +96,7 @@ def check_engine(image: str, *, timeout: float = 10.0, runtime: str = "runc") ->
                 str(exc),
                 "run `make engine` (installs docker.io and starts dockerd)"
                 if unavailable
-                else "run `make image`",
+                else f"run `{build}`",
             )
         )
     return findings

@@ -47,9 +47,10 @@ class ImageMissing(SandboxError):
 
     code = "sandbox_image_missing"
 
-    def __init__(self, image: str) -> None:
-        super().__init__(f"sandbox image {image!r} not found; build it with `make image`")
+    def __init__(self, image: str, *, build: str = "make image") -> None:
+        super().__init__(f"sandbox image {image!r} not found; build it with `{build}`")
         self.image = image
+        self.build = build
 
 
 class SandboxFailure(SandboxError):

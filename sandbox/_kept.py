@@ -17,6 +17,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Final
 
 from airlock.bridge import ToolSession
@@ -49,11 +50,14 @@ class KeptSandbox:
         idle_timeout: float,
         max_program_bytes: int,
         container_settings: Callable[[SandboxProfile], object],
+        inputs: tuple[str, ...] = (),
     ) -> None:
         if idle_timeout <= 0:
             raise ValueError(f"idle_timeout must be positive, not {idle_timeout!r}")
         self.owner = owner
         self.profile = profile
+        self.inputs = inputs
+        """Names of the inputs mounted for the whole conversation (``/data/NAME``)."""
         self.idle_timeout = idle_timeout
         self.starts = 0
         """Containers started so far; a new one means earlier state is gone."""
@@ -77,11 +81,14 @@ class KeptSandbox:
         *,
         profile: SandboxProfile | None = None,
         tools: ToolSession | None = None,
+        artifacts: Path | None = None,
     ) -> RunResult:
         """Run ``program`` in the kept container (starting one when there is none).
 
         ``profile`` may change per-run settings (deadline, output cap, language mode), not
-        what is fixed when a container starts (memory, cpus, pids...).
+        what is fixed when a container starts (memory, cpus, pids, image...). ``artifacts``
+        is where the files this program leaves in ``/out`` are stored (``/out`` is emptied
+        after each program).
 
         Raises:
             UsageError: ``tools`` acts for another principal than the owner, the profile
@@ -90,7 +97,7 @@ class KeptSandbox:
         """
         profile = profile or self.profile
         if self._settings(profile) != self._settings(self.profile):
-            raise UsageError("a kept sandbox's memory, cpus and pids cannot change per run")
+            raise UsageError("a kept sandbox's image, memory, cpus and pids cannot change per run")
         if tools is not None and _identity(tools.principal) != _identity(self.owner):
             raise UsageError(
                 f"this kept sandbox belongs to {self.owner.user_id!r}@{self.owner.tenant_id!r}; "
@@ -123,7 +130,12 @@ class KeptSandbox:
                 self.starts += 1
             try:
                 result = await container.run(
-                    program, profile=profile, pooled=False, tools=tools, keep=True
+                    program,
+                    profile=profile,
+                    pooled=False,
+                    tools=tools,
+                    keep=True,
+                    artifacts=artifacts,
                 )
             except BaseException:
                 await self._drop()

@@ -25,11 +25,61 @@ from airlock.bridge import RunEnd
 from airlock.policies import SandboxProfile
 from airlock.sandbox._cgroup import CgroupEvidence, read_evidence
 from airlock.sandbox._errors import SandboxError, map_docker_errors
-from airlock.sandbox._result import LimitName, ProgramError, RunResult, RunStatus
+from airlock.sandbox._result import (
+    LimitName,
+    ProgramError,
+    RunResult,
+    RunStatus,
+    SkippedArtifact,
+)
 
-__all__ = ["judge_outcome"]
+__all__ = ["judge_outcome", "limit_message"]
 
 _KILLED_EXIT_STATUS: Final = 137
+_MAX_SKIPPED: Final = 20
+
+
+def _size(size: int) -> str:
+    if size >= 1 << 20:
+        return f"{size / (1 << 20):.1f} MiB"
+    return f"{size} bytes"
+
+
+def limit_message(
+    limit: LimitName, profile: SandboxProfile, *, peak_memory_bytes: int | None = None
+) -> str:
+    """One sentence naming the limit a program hit and how much it used (or tried to), for
+    the limits the container enforces; the bridge's own (calls, bytes) say theirs."""
+    match limit:
+        case "timeout":
+            return f"the program was still running at its deadline of {profile.timeout_s:g} s"
+        case "memory":
+            used = (
+                f"used {_size(peak_memory_bytes)} of memory"
+                if peak_memory_bytes
+                else "ran out of memory"
+            )
+            return f"the program {used}; the limit is {_size(profile.memory_bytes)}"
+        case "pids":
+            return (
+                "the program tried to run more than "
+                f"{profile.pids_limit} processes and threads at once; that is the limit"
+            )
+        case "output":
+            return (
+                "the program printed more than "
+                f"{_size(profile.output_limit_bytes)} to stdout or stderr; the limit is "
+                f"{_size(profile.output_limit_bytes)} each"
+            )
+        case "disk":
+            return f"the program filled /tmp; its size limit is {_size(profile.tmpfs_bytes)}"
+        case "artifacts":
+            return (
+                f"the program filled /out; the artifact limit is "
+                f"{_size(profile.artifact_limit_bytes)} and {profile.artifact_limit_files} files"
+            )
+        case "calls" | "in_flight" | "bytes":
+            return f"the program hit the bridge's {limit} limit"
 
 
 class _GuestResult(BaseModel):
@@ -51,6 +101,8 @@ class _GuestResult(BaseModel):
     cpu_time_s: float | None = None
     peak_memory_bytes: int | None = None
     started_at: float | None = None
+    artifacts_skipped: list[SkippedArtifact] = []
+    artifacts_skipped_count: int = 0
 
 
 async def judge_outcome(
@@ -67,13 +119,13 @@ async def judge_outcome(
         SandboxError: the engine failed while the result was being judged.
     """
     if outcome is None:
-        return await _runner_died(container, began, pooled)
+        return await _runner_died(container, began, pooled, profile)
     if isinstance(outcome, RunEnd):
         if outcome.code == "protocol_error":
             return _protocol_error(began, outcome.message, pooled)
-        return _stopped(
-            str(container.id), began, outcome.limit or "timeout", pooled, outcome.message
-        )
+        limit = outcome.limit or "timeout"
+        message = None if limit == "timeout" else outcome.message
+        return _stopped(str(container.id), began, limit, pooled, profile, message)
     try:
         guest = _GuestResult.model_validate(outcome.get("result"))
     except ValidationError as exc:
@@ -98,6 +150,21 @@ def _checked(
     peak = guest.peak_memory_bytes
     if evidence is not None and evidence.peak_memory_bytes is not None:
         peak = max(peak or 0, evidence.peak_memory_bytes)
+    error = guest.error
+    if (
+        status == "limit_exceeded"
+        and limit is not None
+        and (error is None or error.type != "LimitExceeded")
+    ):
+        # The guest saw an ordinary exception (MemoryError, ENOSPC): say which limit and how
+        # much, keeping where the program was.
+        error = ProgramError(
+            type="LimitExceeded",
+            message=limit_message(limit, profile, peak_memory_bytes=peak),
+            line=error.line if error else None,
+            traceback=error.traceback if error else None,
+        )
+    skipped = tuple(guest.artifacts_skipped[:_MAX_SKIPPED])
     result = RunResult(
         status=status,
         exit_status=exit_status,
@@ -106,39 +173,53 @@ def _checked(
         stderr=stderr,
         truncated=guest.truncated or cut_out or cut_err,
         limit=limit,
-        error=guest.error,
+        error=error,
         duration_s=time.perf_counter() - began,
         program_duration_s=guest.duration_s,
         cpu_time_s=guest.cpu_time_s,
         peak_memory_bytes=peak,
         started_at=guest.started_at,
         pooled=pooled,
+        artifacts_skipped=skipped,
     )
     # model_copy does not validate: the value is the decoder's JSON as it is.
     return result.model_copy(update={"value": guest.value}) if guest.value is not None else result
 
 
 def _stopped(
-    container_id: str, began: float, limit: LimitName, pooled: bool, message: str | None = None
+    container_id: str,
+    began: float,
+    limit: LimitName,
+    pooled: bool,
+    profile: SandboxProfile,
+    message: str | None = None,
 ) -> RunResult:
     evidence = read_evidence(container_id)
     if limit == "timeout" and evidence is not None:
         # A fork bomb keeps the runner busy until the deadline: the pids counter tells
         # what actually stopped the program.
-        limit = _limit_from(evidence) or limit
+        found = _limit_from(evidence)
+        if found is not None:
+            limit, message = found, None
+    peak = evidence.peak_memory_bytes if evidence else None
     return RunResult(
         status="limit_exceeded",
         exit_status=_KILLED_EXIT_STATUS,
         has_value=False,
         limit=limit,
-        error=ProgramError(type="LimitExceeded", message=message) if message else None,
+        error=ProgramError(
+            type="LimitExceeded",
+            message=message or limit_message(limit, profile, peak_memory_bytes=peak),
+        ),
         duration_s=time.perf_counter() - began,
-        peak_memory_bytes=evidence.peak_memory_bytes if evidence else None,
+        peak_memory_bytes=peak,
         pooled=pooled,
     )
 
 
-async def _runner_died(container: Container, began: float, pooled: bool) -> RunResult:
+async def _runner_died(
+    container: Container, began: float, pooled: bool, profile: SandboxProfile
+) -> RunResult:
     evidence = read_evidence(str(container.id))
     limit = _limit_from(evidence) if evidence else None
     if limit is None:
@@ -149,7 +230,7 @@ async def _runner_died(container: Container, began: float, pooled: bool) -> RunR
             if container.attrs["State"].get("OOMKilled"):
                 limit = "memory"
     if limit is not None:
-        return _stopped(str(container.id), began, limit, pooled)
+        return _stopped(str(container.id), began, limit, pooled, profile)
     return RunResult(
         status="error",
         exit_status=_KILLED_EXIT_STATUS,

@@ -6,17 +6,21 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
+from airlock.sandbox._artifacts import ArtifactRef
 from airlock.tools import ErrorCode
 
-__all__ = ["LimitName", "ProgramError", "RunResult", "RunStatus"]
+__all__ = ["LimitName", "ProgramError", "RunResult", "RunStatus", "SkippedArtifact"]
 
 RunStatus = Literal["ok", "error", "invalid_program", "limit_exceeded", "protocol_error"]
 """``ok``: the program finished; ``error``: it raised or exited non-zero; ``invalid_program``:
 it was refused before running; ``limit_exceeded``: a limit stopped it; ``protocol_error``:
 the guest broke the wire protocol and the run was ended."""
 
-LimitName = Literal["timeout", "memory", "pids", "output", "disk", "calls", "in_flight", "bytes"]
-"""The limit that stopped a run: container limits, then the bridge's per-run limits."""
+LimitName = Literal[
+    "timeout", "memory", "pids", "output", "disk", "artifacts", "calls", "in_flight", "bytes"
+]
+"""The limit that stopped a run: container limits (``disk``: /tmp; ``artifacts``: the files
+left in /out, by count or bytes), then the bridge's per-run limits."""
 
 
 class ProgramError(BaseModel):
@@ -43,6 +47,15 @@ class ProgramError(BaseModel):
     limit_bytes: int | None = Field(
         default=None, description="For a final value over the limit: the limit, in bytes."
     )
+
+
+class SkippedArtifact(BaseModel):
+    """Something in ``/out`` that is not an artifact (a link, a device file, a fifo...)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(description="Its path under /out, as artifact names are written.")
+    reason: str = Field(description="Why it was skipped, e.g. 'a symbolic link'.")
 
 
 class RunResult(BaseModel):
@@ -74,6 +87,13 @@ class RunResult(BaseModel):
     tool_calls: int = Field(
         default=0, description="Tool calls the program made (batch items count)."
     )
+    artifacts: tuple[ArtifactRef, ...] = Field(
+        default=(),
+        description="The files the program left in /out, stored on the host (references).",
+    )
+    artifacts_skipped: tuple[SkippedArtifact, ...] = Field(
+        default=(), description="What in /out was not a regular file, and was not copied."
+    )
 
     @property
     def ok(self) -> bool:
@@ -86,7 +106,8 @@ class RunResult(BaseModel):
             case "ok":
                 return "the program finished"
             case "limit_exceeded":
-                return f"the program was stopped by its {self.limit} limit"
+                detail = f": {self.error.message}" if self.error and self.error.message else ""
+                return f"the program was stopped by its {self.limit} limit{detail}"
             case "invalid_program":
                 detail = self.error.message if self.error else "it was refused"
                 return f"the program was refused before running: {detail}"

@@ -7,10 +7,13 @@ every program and profile it was asked to run. Integration tests of the real bou
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import os
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 
 from airlock.bridge import ToolSession
 from airlock.policies import Principal, SandboxProfile, UsageError
+from airlock.sandbox._inputs import RunInput, resolve_inputs
 from airlock.sandbox._kept import KeptSandbox
 from airlock.sandbox._result import RunResult
 
@@ -35,6 +38,7 @@ class ScriptedBackend:
     """A :class:`airlock.sandbox.SandboxBackend` whose results are scripted.
 
     ``script`` is either results returned in order, or a function of (program, profile).
+    Inputs are checked as the Docker backend checks them (the same refusals), and recorded.
     """
 
     def __init__(
@@ -48,6 +52,9 @@ class ScriptedBackend:
         self._queue = [] if callable(script) else list(script)
         self.calls: list[tuple[str, SandboxProfile]] = []
         self.sessions: list[ToolSession | None] = []
+        self.inputs: list[tuple[RunInput, ...]] = []
+        """The checked inputs of each run, in order."""
+        self.artifact_dirs: list[Path | None] = []
         self.closed = False
 
     async def run(
@@ -56,15 +63,21 @@ class ScriptedBackend:
         *,
         profile: SandboxProfile | None = None,
         tools: ToolSession | None = None,
+        inputs: Mapping[str, str | os.PathLike[str]] | None = None,
+        artifacts: Path | None = None,
     ) -> RunResult:
         """Record the call and return the next scripted result.
 
         Raises:
+            InputRefused: an input is refused, as by the Docker backend.
             AssertionError: when the script has run out.
         """
         chosen = profile or self.profile
+        checked = resolve_inputs(inputs, limit_bytes=chosen.input_limit_bytes)
         self.calls.append((program, chosen))
         self.sessions.append(tools)
+        self.inputs.append(checked)
+        self.artifact_dirs.append(artifacts)
         if self._respond is not None:
             return self._respond(program, chosen)
         assert self._queue, "ScriptedBackend ran out of scripted results"
@@ -81,6 +94,7 @@ class ScriptedBackend:
         *,
         idle_timeout: float = 300.0,
         profile: SandboxProfile | None = None,
+        inputs: Mapping[str, str | os.PathLike[str]] | None = None,
     ) -> KeptSandbox:
         """Refuse: a scripted backend cannot keep a container.
 

@@ -17,26 +17,28 @@ import pytest
 
 from airlock.bridge import ToolSession
 from airlock.policies import SandboxProfile
-from airlock.sandbox import DEFAULT_IMAGE, DockerBackend, RunResult
+from airlock.sandbox import DEFAULT_DATA_IMAGE, DEFAULT_IMAGE, DockerBackend, RunResult
 from airlock.sandbox._owner import OWNER_LABEL, labelled_containers, owner_label
 
 T = TypeVar("T")
 IMAGE = os.environ.get("AIRLOCK_IMAGE", DEFAULT_IMAGE)
+DATA_IMAGE = os.environ.get("AIRLOCK_DATA_IMAGE", DEFAULT_DATA_IMAGE)
 
 
-def _engine_problem() -> str | None:
+def _engine_problem(image: str) -> str | None:
     try:
         client = docker.from_env(timeout=10)
         client.ping()
-        client.images.get(IMAGE)
+        client.images.get(image)
     except Exception as exc:
-        return f"Docker engine or image {IMAGE!r} unavailable: {exc}"
+        return f"Docker engine or image {image!r} unavailable: {exc}"
     return None
 
 
-def require_docker() -> None:
-    """Fail under CI=true, skip elsewhere, when the engine or image is missing."""
-    problem = _engine_problem()
+def require_docker(image: str = IMAGE) -> None:
+    """Fail under CI=true, skip elsewhere, when the engine or ``image`` is missing (the data
+    image: ``make image-data``)."""
+    problem = _engine_problem(image)
     if problem is None:
         return
     if os.environ.get("CI") == "true":
@@ -115,4 +117,4 @@ def docker_client() -> docker.DockerClient:
     return docker.from_env()
 
 
-__all__ = ["IMAGE", "Sandbox", "require_docker"]
+__all__ = ["DATA_IMAGE", "IMAGE", "Sandbox", "require_docker"]

@@ -1,5 +1,5 @@
-"""Every code block of ``README.md`` and ``docs/your-own-tools.md`` runs, so the docs cannot
-drift from the code.
+"""Every code block of ``README.md``, ``docs/your-own-tools.md`` and ``docs/data.md`` runs, so
+the docs cannot drift from the code.
 
 A document's fenced blocks are read in order and each one is accounted for:
 
@@ -45,11 +45,12 @@ from typing import IO, Final, Literal
 import pytest
 
 from airlock.policies import load_policy
-from tests.conftest import require_docker
+from tests.conftest import DATA_IMAGE, require_docker
 
 REPO: Final = Path(__file__).resolve().parent.parent
 README: Final = REPO / "README.md"
 GUIDE: Final = REPO / "docs" / "your-own-tools.md"
+DATA: Final = REPO / "docs" / "data.md"
 BIN: Final = REPO / ".venv" / "bin"
 STEP_TIMEOUT: Final = 120.0
 
@@ -102,12 +103,38 @@ runc: idle pooled container memory (cgroup): median 13.8 MiB over 2 containers
 runsc: idle pooled container memory (cgroup): median 29.4 MiB over 2 containers
 goals (runc): warm median <= 10 ms, p99 <= 50 ms; idle pooled container <= 32 MiB""": _PERFORMANCE,
         """\
+request -> result, 30 runs each (ms)
+case                                       n       median ms        p99 ms  ratio
+runc base cold                            30         223.353       247.740
+runc base warm                            30           5.097        10.719
+runc data cold                            30         700.661       742.110  3.14x runc base cold
+runc data warm                            30           6.583        19.244  1.29x runc base warm
+
+a data run given an input, request -> result, 30 runs each (ms)
+runc data warm, no inputs                 30           6.583        19.244
+runc data, inputs: own container          30         704.526       764.870  107.03x runc data warm, no inputs
+runc data, inputs: pooled with them       30           7.921        20.873  1.20x runc data warm, no inputs
+
+runc import the data packages              5         539.152       575.032
+runc data: idle pooled container memory (cgroup): median 86.7 MiB over 2 containers""": _PERFORMANCE,
+        """\
 50000 calls per row; audit rows stored: 52000
 path                        median us    p99 us  overhead us   ratio    calls/s
 -------------------------------------------------------------------------------
-handler (no admission)           0.21      0.31         0.00     1.0  3,229,311
-admission, memory audit         15.88     36.07        15.67    75.6     53,267
-admission, SQLite audit         15.62     39.39        15.41    74.4     43,272""": _PERFORMANCE,
+handler (no admission)           0.26      0.39         0.00     1.0  2,459,406
+admission, checks off           35.97     88.38        35.71   137.3     25,075
+admission, memory audit         36.59     91.46        36.33   139.7     20,423
+admission, SQLite audit         34.34    124.50        34.08   131.1     14,986
+runtime checks of declarations: +0.62 us a call at the median (goal <= 5 us)
+
+one audit event with no call current, and the per-call check, 50000 each (us)
+case                                       n       median us        p99 us  ratio
+ignored event, no hook                   200           0.063         0.090
+watched event, no hook                   200           0.081         0.107
+ignored event, hook                      200           0.216         0.350  3.42x ignored event, no hook
+watched event, hook                      200           0.277         0.434  3.44x watched event, no hook
+per-call check, no connection            200           0.711         0.920
+audit events per admitted call (100 calls, the event loop's start and stop included): 0.26""": _PERFORMANCE,
         """\
 bridge round trip, 2000 sequential calls (us)
 case                                       n       median us        p99 us  ratio
@@ -241,6 +268,22 @@ print(response.content[-1].text)""": (
             "acceptance of SDK objects is tested in tests/airlock/frontends/test_providers.py"
         ),
     },
+    DATA: {
+        """\
+make image-data
+.venv/bin/airlock doctor --image data     # isolation checks, and the packages' versions""": (
+            "builds the image (make test builds it before the tests); the data image's "
+            "isolation runs in tests/sandbox/test_isolation.py and doctor's package check in "
+            "tests/airlock/cli/test_data_cli.py"
+        ),
+        """\
+.venv/bin/airlock serve --mcp --registry myapp:registry --policy data_policy.toml \\
+    --user analyst --image data --inputs ./exports --timeout 120 --memory 2g --keep-state""": (
+            "serves until an MCP client disconnects, over an application's registry; the "
+            "options are tested in tests/airlock/cli/test_data_cli.py, artifacts as MCP "
+            "resources there too"
+        ),
+    },
 }
 
 # -- how many blocks of each kind: a change to the docs shows here ------------------------
@@ -248,8 +291,9 @@ print(response.content[-1].text)""": (
 Kind = Literal["file", "python", "sh", "output", "not_run"]
 
 EXPECTED_KINDS: Final[dict[Path, dict[Kind, int]]] = {
-    README: {"file": 4, "python": 0, "sh": 8, "output": 0, "not_run": 10},
-    GUIDE: {"file": 5, "python": 15, "sh": 7, "output": 18, "not_run": 1},
+    DATA: {"file": 3, "python": 3, "sh": 3, "output": 5, "not_run": 2},
+    README: {"file": 4, "python": 0, "sh": 8, "output": 0, "not_run": 11},
+    GUIDE: {"file": 7, "python": 17, "sh": 7, "output": 20, "not_run": 1},
 }
 
 
@@ -355,7 +399,7 @@ def plan(doc: Path) -> list[Step]:
 # -- the accounting (no Docker needed) -------------------------------------------------------
 
 
-@pytest.mark.parametrize("doc", [README, GUIDE], ids=["README", "guide"])
+@pytest.mark.parametrize("doc", [README, GUIDE, DATA], ids=["README", "guide", "data"])
 def test_every_block_is_run_or_listed(doc: Path) -> None:
     steps = plan(doc)
     counts = {kind: sum(1 for s in steps if s.kind == kind) for kind in EXPECTED_KINDS[doc]}
@@ -372,8 +416,8 @@ def test_every_block_is_run_or_listed(doc: Path) -> None:
 
 def test_every_document_is_covered() -> None:
     # A new page under docs/ needs its entry in NOT_RUN and EXPECTED_KINDS, and a run test.
-    assert sorted(REPO.glob("docs/**/*.md")) == [GUIDE]
-    assert set(NOT_RUN) == set(EXPECTED_KINDS) == {README, GUIDE}
+    assert sorted(REPO.glob("docs/**/*.md")) == [DATA, GUIDE]
+    assert set(NOT_RUN) == set(EXPECTED_KINDS) == {README, GUIDE, DATA}
 
 
 def test_extract_reads_fences_in_order_with_their_info_strings(tmp_path: Path) -> None:
@@ -510,6 +554,7 @@ BACKGROUND: Final[dict[str, Background]] = {
 PLACEHOLDERS_FROM_PYTHON: Final[dict[Path, dict[str, str]]] = {
     README: {},
     GUIDE: {"PREVIEW_ID": 'pause["preview_id"]', "FINGERPRINT": 'pause["fingerprint"]'},
+    DATA: {"RUN": "run_dir"},
 }
 """Placeholders of shell blocks whose values are Python expressions in the interpreter."""
 
@@ -759,5 +804,21 @@ def test_guide_blocks_run(tmp_path: Path) -> None:
         "find_decisions.py",
         "notes.py",
         "notes_policy.toml",
+        "web.py",
+        "web_policy.toml",
         "wider.toml",
     ]
+
+
+@pytest.mark.docker
+def test_data_blocks_run(tmp_path: Path) -> None:
+    require_docker(DATA_IMAGE)
+    steps = plan(DATA)
+    workdir = tmp_path / "analysis"
+    workdir.mkdir()
+    (workdir / ".venv").symlink_to(REPO / ".venv")  # the page's commands run from a checkout
+    run = DocumentRun(DATA, workdir, _environment(tmp_path))
+    run.run(steps)
+    assert len(run.ran) == _runnable(steps) > 0
+    assert set(run.values) == {"RUN"}
+    assert sorted(p.name for p in (workdir / "out").iterdir()) == ["totals.csv", "totals.png"]

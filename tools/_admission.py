@@ -2,10 +2,10 @@
 
 :meth:`Registry.admit <airlock.tools.Registry.admit>` runs steps 1–4 of the admission order
 (look-up, validation, authorization, preconditions) and returns an :class:`Admission`; the
-caller then runs it: :meth:`Registry.call` executes a read and shapes its result, the write
-path prepares a write and stores its preview. :func:`authorize` is the one check of resolved
-effects against the grant and the approval rules, for reads before they run and for writes
-once ``prepare`` has computed their effects.
+caller then runs it: :meth:`Registry.run` executes a read and shapes its result, the write
+path prepares a write, or a read a person must approve, and stores its preview.
+:func:`authorize` is the one check of resolved effects against the grant and the approval
+rules, for reads before they run and for writes once ``prepare`` has computed their effects.
 
 A :class:`CallTrail` follows the call through every step and records its one final audit
 event: where it stopped, what decided, and how it ended.
@@ -169,3 +169,6 @@ class Admission:
     """The call's resolved effects; empty for a write until ``prepare`` computed them."""
     trail: CallTrail
     """Where the call's final audit event is recorded once it has run."""
+    needs_approval: bool = False
+    """A read the approval rules ask about: only the write path may take it on, as a
+    preview a person approves (``Registry.admit(..., approvable=True)``)."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import pydantic_core
@@ -12,11 +12,14 @@ from pydantic import BaseModel, ValidationError
 
 from airlock.policies import Effect, EffectArgumentError
 from airlock.tools._errors import FieldIssue, InvalidInputError
+from airlock.tools._secret import Secret
 
 __all__ = [
+    "effect_field_problems",
     "encode_arguments",
     "raw_args_hash",
     "resolve_effects",
+    "secret_fields_of",
     "validate_arguments",
     "validated_args_hash",
 ]
@@ -74,15 +77,67 @@ def validate_arguments(model: type[BaseModel], raw: bytes) -> BaseModel:
 
 
 def resolve_effects(effects: tuple[Effect, ...], values: Mapping[str, Any]) -> tuple[Effect, ...]:
-    """The concrete effects of one call.
+    """The concrete effects of one call: one per declared effect, or one per element of a
+    ``{field[]}`` list.
 
     Raises:
-        InvalidInputError: a value cannot stand in a resource (``../admin``, ``a/b``).
+        InvalidInputError: a value cannot stand in a resource (``../admin``, ``a/b``), or a
+            URL cannot be judged (``https://docs.example.com@evil.example/``).
     """
     try:
-        return tuple(effect.resolve(values) for effect in effects)
+        out: list[Effect] = []
+        for effect in effects:
+            if effect.each is None:
+                out.append(effect.resolve(values))
+            else:
+                out.extend(effect.resolve_all(values))
+        return tuple(out)
     except EffectArgumentError as exc:
         raise InvalidInputError(issues=(FieldIssue(exc.field, exc.reason),)) from None
+
+
+def secret_fields_of(model: type[BaseModel]) -> frozenset[str]:
+    """The fields of ``model`` marked :class:`~airlock.tools.Secret`."""
+    return frozenset(
+        name
+        for name, info in model.model_fields.items()
+        if any(isinstance(m, Secret) for m in info.metadata)
+    )
+
+
+def effect_field_problems(effects: Iterable[Effect], model: type[BaseModel]) -> list[str]:
+    """What is wrong with the placeholders of ``effects`` against the fields of ``model``:
+    a ``{field[]}`` must name a list, a ``{field}`` one value, and no placeholder may name a
+    field marked :class:`~airlock.tools.Secret` (effects are recorded in clear)."""
+    problems: list[str] = []
+    properties = model.model_json_schema().get("properties", {})
+    secret = secret_fields_of(model)
+    for effect in effects:
+        for name in sorted(effect.placeholders & set(model.model_fields)):
+            if name in secret:
+                problems.append(
+                    f"effect {effect} names the secret field {name!r}; effects are recorded "
+                    "in clear, so declare them from fields that are not secret"
+                )
+                continue
+            is_list = _is_list(properties.get(name))
+            if name == effect.each and not is_list:
+                problems.append(f"effect {effect} expands {name!r}, which is not a list field")
+            elif name != effect.each and is_list and effect.amount != f"{{{name}}}":
+                problems.append(
+                    f"effect {effect} names the list field {name!r} as one value; write "
+                    f"{{{name}[]}} for one effect per element"
+                )
+    return problems
+
+
+def _is_list(schema: object) -> bool:
+    if not isinstance(schema, dict):
+        return False
+    if schema.get("type") == "array":
+        return True
+    options = schema.get("anyOf")
+    return isinstance(options, list) and any(_is_list(o) for o in options)
 
 
 def validated_args_hash(instance: BaseModel, *, secret_fields: frozenset[str]) -> str:

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
+from airlock.tools._egress import check_credential
 from airlock.tools._errors import DeniedError
 from airlock.tools._redact import remember_secret
 
@@ -58,9 +59,15 @@ class Credential:
         """The value, for the ``Authorization`` header only. From now on the audit log and
         the REST adapter's details redact it wherever it appears (:func:`redact`).
 
+        Inside a tool call, only a credential the tool declares is revealed (see
+        :mod:`airlock.tools._egress`); the call then fails with ``denied``.
+
         Raises:
+            UndeclaredReachError: a tool call is current and its tool does not declare
+                this credential (for its principal's tenant).
             DeniedError: the credential is not configured on this host.
         """
+        check_credential(self.name)
         value = self._read()
         if not value or any(c in value for c in "\r\n"):
             raise DeniedError(

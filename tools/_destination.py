@@ -13,21 +13,31 @@ cannot parse, so nothing a tool says it reaches is ever dropped from the invento
 ``https://api.example.com/v1``  a URL with a path (the tool reaches only below it)
 ``postgres://db.internal:5432/app``, ``smtp://mail.example.com:587``, ``s3://bucket/prefix``:
                                 any ``scheme://`` with a host (for ``s3``, the bucket)
+``unix:///run/app.sock``        a Unix socket, by its path (a local service)
 ==============================  =====================================================
 
 Never accepted: a password in the destination (``user:secret@host``), a query or fragment,
 white space, or a ``file:`` URL (a file is not a network destination).
+
+While a tool runs, its connections are checked against what it declares
+(:mod:`airlock.tools._egress`): :meth:`Destination.allows_port` and
+:meth:`Destination.matches_host` are that comparison. A destination's path is not: a
+connection has a host and a port, not a path.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import re
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
-__all__ = ["Destination", "parse_destination"]
+from airlock.policies import covers as pattern_covers
+from airlock.policies import glob_regex
+
+__all__ = ["DEFAULT_PORTS", "Destination", "destination_of", "parse_destination"]
 
 _SCHEME: Final = re.compile(r"^[a-z][a-z0-9+.-]{0,31}$")
 _USER: Final = re.compile(r"^[A-Za-z0-9._~+-]{1,64}$")
@@ -37,10 +47,14 @@ _PATH: Final = re.compile(r"^(?:/[A-Za-z0-9._~!$&'()*+,;=:@%-]*)+$")
 _NOT_NETWORK: Final = frozenset({"file", "data", "javascript", "about", "mailto", "tel", "urn"})
 _FORMS: Final = (
     "write a host ('api.example.com', '*.example.com', 'api.example.com:8443'), "
-    "'user@host', or scheme://host[:port][/path] ('https://api.example.com/v1', "
-    "'postgres://db.internal:5432/app', 's3://bucket/prefix')"
+    "'user@host', scheme://host[:port][/path] ('https://api.example.com/v1', "
+    "'postgres://db.internal:5432/app', 's3://bucket/prefix'), or a Unix socket "
+    "('unix:///run/app.sock')"
 )
 _Refuse = Callable[[str], ValueError]
+DEFAULT_PORTS: Final = {"http": 80, "https": 443, "ws": 80, "wss": 443}
+"""The port a destination with one of these schemes and no port of its own reaches; any other
+scheme without a port (``postgres://db.internal``) leaves the port open."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -70,6 +84,50 @@ class Destination:
     def __str__(self) -> str:
         return self.text
 
+    @property
+    def is_unix(self) -> bool:
+        """Whether this is a Unix socket (``unix:///run/app.sock``): :attr:`path` is its path."""
+        return self.scheme == "unix"
+
+    @property
+    def every_host(self) -> bool:
+        """Whether the host is nothing but wildcards (``*``, ``*.*``): it names no destination."""
+        return not self.is_unix and all(label == "*" for label in self.host.split("."))
+
+    def covers(self, other: Destination) -> bool:
+        """Whether everything ``other`` reaches is within this destination: a part left open
+        here (scheme, user, port, path) takes any value there, a host pattern covers every
+        host it matches, a path every path below it."""
+        for mine, theirs in (
+            (self.scheme, other.scheme),
+            (self.user, other.user),
+            (self.port, other.port),
+        ):
+            if mine is not None and mine != theirs:
+                return False
+        if self.is_unix or other.is_unix:
+            return self.is_unix and other.is_unix and _path_covers(self.path, other.path)
+        return pattern_covers(self.host, other.host) and _path_covers(self.path, other.path)
+
+    def allows_port(self, port: int) -> bool:
+        """Whether a connection to ``port`` fits: the declared port, else the scheme's default
+        (:data:`DEFAULT_PORTS`), else any port."""
+        expected = self.port if self.port is not None else DEFAULT_PORTS.get(self.scheme or "")
+        return expected is None or expected == port
+
+    def matches_host(self, host: str) -> bool:
+        """Whether ``host`` (a lower-case name without a trailing dot, or an IP address
+        without brackets) is this destination's host: the same address, the same name, or a
+        name the host pattern matches (``*`` is one or more characters)."""
+        if self.is_unix:
+            return False
+        mine = _address(self.host)
+        if mine is not None:
+            return mine == _address(host)
+        if "*" in self.host:
+            return glob_regex(self.host).fullmatch(host) is not None
+        return self.host == host
+
 
 def parse_destination(text: str) -> Destination:
     """Parse one declared destination (the forms are in this module's docstring).
@@ -98,6 +156,11 @@ def parse_destination(text: str) -> Destination:
         scheme = scheme.lower()
         if not _SCHEME.match(scheme):
             raise refuse(f"has a malformed scheme {scheme!r}")
+    if scheme == "unix":
+        path = rest.rstrip("/")
+        if not rest.startswith("/") or not path or not _PATH.match(path):
+            raise refuse("is not a Unix socket path: write 'unix:///run/app.sock'")
+        return Destination(scheme=scheme, user=None, host="", port=None, path=path)
     authority, slash, path = rest.partition("/")
     path = (slash + path).rstrip("/")
     if path and not _PATH.match(path):
@@ -151,3 +214,46 @@ def _host(host: str, refuse: _Refuse) -> str:
             "'-', '_' and '*' in dot-separated labels)"
         )
     return host
+
+
+def destination_of(target: str) -> Destination | None:
+    """The destination a resolved ``network`` effect's target names, read leniently (a URL
+    with a query, a fragment or a password still names its scheme, host and port); ``None``
+    when it names none.
+
+    A call's effects are resolved from its arguments, so their targets can hold what a
+    declaration may not; the runtime check needs only where they connect.
+    """
+    try:
+        return parse_destination(target)
+    except ValueError:
+        pass
+    if "://" not in target:
+        return None
+    try:
+        parts = urllib.parse.urlsplit(target)
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        return None
+    if not host:
+        return None
+    if ":" in host:
+        host = f"[{host}]"
+    try:
+        found = parse_destination(f"{parts.scheme}://{host}" + (f":{port}" if port else ""))
+    except ValueError:
+        return None
+    return found
+
+
+def _path_covers(wide: str, narrow: str) -> bool:
+    return not wide or narrow == wide or narrow.startswith(wide + "/")
+
+
+def _address(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """``host`` as an IP address (brackets and an IPv6 zone dropped), or ``None`` for a name."""
+    text = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    try:
+        return ipaddress.ip_address(text.split("%", 1)[0])
+    except ValueError:
+        return None

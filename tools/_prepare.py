@@ -8,46 +8,63 @@ import anyio
 from pydantic import BaseModel, ValidationError
 
 from airlock.policies import Principal
+from airlock.tools._admission import Admission
+from airlock.tools._egress import checked_invoke, reach_of
 from airlock.tools._errors import ToolError, ToolTimeoutError, UpstreamError
-from airlock.tools._invoke import invoke
 from airlock.tools._preview import Preview
-from airlock.tools._write_contract import WriteContract
+from airlock.tools._sender import contract_of
 
 __all__ = ["model_message", "run_prepare"]
 
 _log = logging.getLogger("airlock.writes")
 
 
-async def run_prepare(
-    contract: WriteContract, args: BaseModel, principal: Principal, *, budget: float
-) -> BaseModel:
-    """The effect ``prepare`` computes for ``args``, within ``budget`` seconds.
+async def run_prepare(admission: Admission, principal: Principal, *, budget: float) -> BaseModel:
+    """The effect the write tool's ``prepare`` computes for the admitted call's arguments,
+    within ``budget`` seconds, under the runtime check of the tool's declarations (prepare
+    may reach the tool's destinations, and write no file).
 
     Raises:
         ToolError: prepare's own error (``not_found``...); ``timeout``; ``upstream`` for
-            anything unexpected or an effect that does not fit the effect model. The outcome
-            is always ``error``: prepare changes nothing.
+            anything unexpected or an effect that does not fit the effect model; ``denied``
+            when it reached what the tool does not declare (the call's trail says what). The
+            outcome is always ``error``: prepare changes nothing.
     """
+    spec = admission.spec
+    contract = contract_of(spec)
     if budget <= 0:
         raise ToolTimeoutError(
             "the run's time budget is used up; finish with what you have",
             seconds=0.0,
             outcome="error",
         )
+    check = reach_of(spec).check(phase="prepare", tenant=principal.tenant_id)
     try:
         with anyio.fail_after(budget):
-            effect = await invoke(contract.prepare, args, principal)
-    except ToolError:
+            effect = await checked_invoke(check, contract.prepare, admission.input, principal)
+    except ToolError as exc:
+        denial = check.denial(admission.trail)
+        if denial is not None:  # what it tried and was refused is why it failed
+            raise denial from exc
         raise
-    except TimeoutError:
+    except TimeoutError as exc:
+        denial = check.denial(admission.trail)
+        if denial is not None:
+            raise denial from exc
         # prepare changes nothing, so running out of time leaves nothing undecided
         raise ToolTimeoutError(seconds=budget, outcome="error") from None
     except Exception as exc:
+        denial = check.denial(admission.trail)
+        if denial is not None:
+            raise denial from exc
         _log.warning("prepare raised %s", type(exc).__name__, exc_info=exc)
         raise UpstreamError(
             "preparing the change failed; nothing was changed",
             detail=f"{type(exc).__name__}: {exc}"[:500],
         ) from exc
+    denial = check.denial(admission.trail)
+    if denial is not None:  # prepare caught the refusal itself: the call fails all the same
+        raise denial
     model = contract.effect_model
     if isinstance(effect, model):
         return effect

@@ -1,5 +1,13 @@
-"""From an admitted write call to its stored preview: prepare, authorize, one preview per
-intent and run, and approval on the spot when a policy rule allows it."""
+"""From an admitted call to its stored preview: one preview per intent and run.
+
+A write call is prepared (code computes its exact effect), authorized, and stored; an
+``allow`` rule approves it on the spot. A read call the approval rules ask about is stored
+the same way, its validated arguments standing as its effect, so that a person can approve
+it once and the write path runs it (:meth:`WritePath.run_read
+<airlock.tools.WritePath.run_read>`). Fields marked ``Secret()`` are sealed first
+(:mod:`airlock.tools._sealed`). Asking again for an intent already committed in the run
+returns its committed preview, recorded as ``already_committed``: nothing is sent again.
+"""
 
 from __future__ import annotations
 
@@ -7,18 +15,21 @@ import contextlib
 import secrets
 from collections.abc import Callable
 
-from pydantic import BaseModel
-
 from airlock.policies import Effect, EffectArgumentError
-from airlock.tools._admission import Admission, authorize
+from airlock.tools._admission import Admission, CallTrail, authorize
 from airlock.tools._context import CallContext
 from airlock.tools._errors import ConflictError, UpstreamError
+from airlock.tools._json import JSONObject
 from airlock.tools._ledger import LedgerStore, StepStateError
 from airlock.tools._prepare import run_prepare
 from airlock.tools._preview import Approval, Preview, fingerprint, idempotency_key
+from airlock.tools._sealed import SecretVault, sealed_fields
 from airlock.tools._sender import Sender, contract_of
 
-__all__ = ["propose_write"]
+__all__ = ["ALREADY_COMMITTED", "propose_read", "propose_write"]
+
+ALREADY_COMMITTED = "already_committed"
+"""The code an intent that was already committed in its run is answered and audited with."""
 
 
 async def propose_write(
@@ -27,11 +38,12 @@ async def propose_write(
     *,
     ledger: LedgerStore,
     sender: Sender,
+    vault: SecretVault,
     ttl: float,
     clock: Callable[[], float],
 ) -> Preview:
     """Prepare, authorize and store the preview of an admitted write call, and record the
-    call's final audit event (``preview``, or how it failed).
+    call's final audit event (``preview``, ``already_committed``, or how it failed).
 
     Raises:
         ToolError: as :meth:`WritePath.propose <airlock.tools.WritePath.propose>`.
@@ -40,54 +52,123 @@ async def propose_write(
     contract = contract_of(spec)
     with admission.trail.recording() as trail:
         budget = min(spec.timeout, ctx.remaining())
-        effect = await run_prepare(contract, admission.input, ctx.principal, budget=budget)
+        effect = await run_prepare(admission, ctx.principal, budget=budget)
         effect_json = effect.model_dump(mode="json")
         try:
-            resolved = tuple(e.resolve(effect_json) for e in spec.effects)
+            resolved: list[Effect] = []
+            for declared in spec.effects:
+                resolved.extend(declared.resolve_all(effect_json))
         except EffectArgumentError as exc:
             raise UpstreamError(
                 "the tool computed an effect it cannot describe; report this to its owner",
                 detail=f"prepare of {spec.name}: {exc}",
             ) from None
-        trail.effects = resolved
-        verdict = authorize(spec, resolved, ctx)
+        trail.effects = tuple(resolved)
+        verdict = authorize(spec, trail.effects, ctx)
         trail.decision, trail.rule = verdict.decision, verdict.rule
         if verdict.refusal is not None:
             raise verdict.refusal
+        sealed, clear = vault.seal(effect_json, sealed_fields(spec))
+        if contract.summarize is None:
+            summary = ", ".join(str(e) for e in trail.effects)
+        else:  # from the sealed effect: a summary never shows a secret
+            summary = contract.summarize(contract.effect_model.model_validate(sealed))
+        intent = admission.input.model_dump(mode="json", include=set(contract.intent))
         preview = _store_preview(
-            admission, effect, resolved, ctx, rule=verdict.rule, ledger=ledger, ttl=ttl, now=clock
+            admission,
+            sealed,
+            clear,
+            intent=intent,
+            summary=summary,
+            ctx=ctx,
+            rule=verdict.rule,
+            ledger=ledger,
+            vault=vault,
+            ttl=ttl,
+            now=clock,
         )
         if verdict.decision == "allow" and preview.state == "prepared":
             preview = _approve_by_policy(preview, verdict.rule, ledger, sender, clock())
-        approval = ledger.approval(preview.id)
-        by_policy = approval is not None and approval.kind == "policy"
-        trail.decision = "allow" if by_policy else "ask"
-    trail.record("preview", code="needs_approval", detail=f"{preview.id} {preview.state}")
+        _settle_trail(trail, preview, ledger)
+    _record(trail, preview)
     return preview
+
+
+async def propose_read(
+    admission: Admission,
+    ctx: CallContext,
+    *,
+    ledger: LedgerStore,
+    vault: SecretVault,
+    ttl: float,
+    clock: Callable[[], float],
+) -> Preview:
+    """Store the preview of an admitted read that the approval rules ask about: its
+    validated arguments (secrets sealed) as the effect, its resolved effects as admission
+    saw them; record the call's final audit event.
+
+    Raises:
+        ConflictError: the run id is in use by another principal, or the same read is being
+            prepared concurrently.
+    """
+    spec = admission.spec
+    with admission.trail.recording() as trail:
+        arguments = admission.input.model_dump(mode="json")
+        sealed, clear = vault.seal(arguments, sealed_fields(spec))
+        intent = {k: v for k, v in arguments.items() if k not in spec.secret_fields}
+        summary = f"{spec.name}: " + (", ".join(str(e) for e in admission.effects) or "no effects")
+        preview = _store_preview(
+            admission,
+            sealed,
+            clear,
+            intent=intent,
+            summary=summary,
+            ctx=ctx,
+            rule=trail.rule,
+            ledger=ledger,
+            vault=vault,
+            ttl=ttl,
+            now=clock,
+        )
+        _settle_trail(trail, preview, ledger)
+    _record(trail, preview)
+    return preview
+
+
+def _settle_trail(trail: CallTrail, preview: Preview, ledger: LedgerStore) -> None:
+    approval = ledger.approval(preview.id)
+    by_policy = approval is not None and approval.kind == "policy"
+    trail.decision = "allow" if by_policy else "ask"
+
+
+def _record(trail: CallTrail, preview: Preview) -> None:
+    if preview.state == "committed":
+        trail.record(
+            "preview",
+            code=ALREADY_COMMITTED,
+            detail=f"{preview.id} committed before; not sent again",
+        )
+    else:
+        trail.record("preview", code="needs_approval", detail=f"{preview.id} {preview.state}")
 
 
 def _store_preview(
     admission: Admission,
-    effect: BaseModel,
-    resolved: tuple[Effect, ...],
-    ctx: CallContext,
+    effect: JSONObject,
+    clear: dict[str, str],
     *,
+    intent: JSONObject,
+    summary: str,
+    ctx: CallContext,
     rule: str,
     ledger: LedgerStore,
+    vault: SecretVault,
     ttl: float,
     now: Callable[[], float],
 ) -> Preview:
     """A new preview, or the live one of the same intent in this run (one per key)."""
     spec = admission.spec
-    contract = contract_of(spec)
-    effect_json = effect.model_dump(mode="json")
-    intent = admission.input.model_dump(mode="json", include=set(contract.intent))
     key = idempotency_key(ctx.run_id, spec.name, intent)
-    summary = (
-        contract.summarize(effect)
-        if contract.summarize is not None
-        else ", ".join(str(e) for e in resolved)
-    )[:300]
     for _ in range(2):
         at = now()
         fresh = Preview(
@@ -95,11 +176,11 @@ def _store_preview(
             run_id=ctx.run_id,
             tool=spec.name,
             principal=ctx.principal,
-            effect=effect_json,
-            effects=tuple(str(e) for e in resolved),
-            summary=summary,
+            effect=effect,
+            effects=tuple(str(e) for e in admission.trail.effects),
+            summary=summary[:300],
             key=key,
-            fingerprint=fingerprint(spec.name, effect_json, ctx.principal, key),
+            fingerprint=fingerprint(spec.name, effect, ctx.principal, key),
             rule=rule,
             created=at,
             expires=at + ttl,
@@ -108,6 +189,7 @@ def _store_preview(
         )
         stored = ledger.add_preview(fresh)
         if stored.id == fresh.id:
+            vault.hold(fresh.id, clear, until=fresh.expires, now=at)
             return fresh
         owner = stored.principal
         if (owner.user_id, owner.tenant_id) != (ctx.principal.user_id, ctx.principal.tenant_id):
@@ -115,9 +197,12 @@ def _store_preview(
                 "this run id is in use by another principal; start a new run",
                 detail=f"key {key} belongs to {owner.user_id}@{owner.tenant_id}",
             )
-        if not (stored.state in ("prepared", "approved") and stored.expired(at)):
+        waiting = stored.state in ("prepared", "approved")
+        # A preview whose sealed secrets no process here holds can never be sent: it gives
+        # way to this one, as an expired, never-sent preview of the same intent does.
+        lost = clear and not vault.holds(stored.id)
+        if not (waiting and (stored.expired(at) or lost)):
             return stored  # the same intent in this run: one preview for it
-        # An expired, never-sent preview of the same intent gives way to a new one.
         with contextlib.suppress(StepStateError):
             ledger.transition(
                 stored.id,
@@ -126,8 +211,9 @@ def _store_preview(
                 to="failed",
                 at=at,
                 actor="ledger",
-                how="expired; the same intent was prepared again",
-                error="preview_expired",
+                how="the same intent was prepared again"
+                + ("; its secret was not held here" if lost else "; expired"),
+                error="secret_unavailable" if lost else "preview_expired",
             )
     raise ConflictError("the same change is being prepared concurrently; call again")
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from airlock.tools._approvals import load_preview
+from airlock.tools._egress import checked_invoke, reach_of
 from airlock.tools._errors import AmbiguousWriteError, ToolError
-from airlock.tools._invoke import invoke
 from airlock.tools._ledger import StepStateError
 from airlock.tools._preview import Preview, Receipt, StepState
 from airlock.tools._registry import Registry
@@ -84,11 +84,25 @@ async def resolve(sender: Sender, registry: Registry, preview: Preview) -> Resol
         return result(exc.preview, "in_flight", "another process claimed it first")
     contract = spec.write
     if contract.lookup is not None:
+        # A query reads: it may reach the tool's destinations, and write no file.
+        check = reach_of(spec).check(
+            phase="lookup", tenant=claimed.principal.tenant_id, effects=claimed.effects
+        )
         try:
-            found = await invoke(contract.lookup, effect_of(contract, claimed), claimed.key)
+            found = await checked_invoke(
+                check, contract.lookup, effect_of(contract, claimed), claimed.key
+            )
         except Exception as exc:  # the query failed: still undecided
-            how = f"query failed: {type(exc).__name__}"
-            after = sender.mark(claimed, "unknown", how=how, error=how)
+            found, how = None, f"query failed: {type(exc).__name__}"
+        else:
+            how = ""
+        denial = check.denial(outcome="unknown")
+        if denial is not None:  # its answer, if any, is not to be trusted: still undecided
+            first = check.violations[0]
+            how = f"query stopped by the runtime check: {first.action}"
+            sender.audit(claimed, "execute", "deny", first.rule, "unknown", "denied", denial.detail)
+        if how:
+            after = sender.mark(claimed, "unknown", how=how, error=how[:200])
             return result(after, "unresolved", how)
         if found is not None:
             try:

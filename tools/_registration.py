@@ -13,9 +13,11 @@ from typing import Any, Final
 from pydantic import BaseModel
 
 from airlock.policies import SCOPE_PATTERN, Effect, UsageError
+from airlock.tools._arguments import effect_field_problems
 from airlock.tools._context import CALLERS, Caller
 from airlock.tools._credential import CREDENTIAL_NAME, Credential
-from airlock.tools._destination import parse_destination
+from airlock.tools._destination import Destination, parse_destination
+from airlock.tools._egress import DeclaredReach
 from airlock.tools._invoke import is_async_callable
 from airlock.tools._json import JSONObject
 from airlock.tools._records import RecordsRead, refuse_bad_records
@@ -41,6 +43,8 @@ class CompiledTool:
     spec: ToolSpec
     schema: JSONObject
     is_async: bool
+    reach: DeclaredReach
+    """What its code may reach while it runs (the runtime check of its declarations)."""
 
 
 def build_spec(
@@ -108,6 +112,10 @@ def compile_tool(spec: ToolSpec) -> CompiledTool:
     The compiled spec lists, in canonical form, every destination and credential name the
     tool declares, its adapter's included (a handler's own ``destinations`` and
     ``credentials`` attributes), so the effect inventory reads them from the spec alone.
+    What the runtime check compares the tool's connections with must be consistent: every
+    destination and ``network`` effect names hosts (not every host), an adapter reaches
+    nothing outside the destinations and credentials the tool declares for it, and a tool
+    that sends credentials declares where to.
 
     Raises:
         UsageError: the first rule ``spec`` breaks, and how to fix it.
@@ -158,6 +166,7 @@ def compile_tool(spec: ToolSpec) -> CompiledTool:
         credentials=_credentials(spec, refuse),
         tenant_credentials=MappingProxyType(dict(spec.tenant_credentials)),
     )
+    reach = _reach(spec, refuse)
     fields = set(spec.input_model.model_fields)
     if spec.write is None:
         _check_effects(spec, fields, refuse)
@@ -175,7 +184,10 @@ def compile_tool(spec: ToolSpec) -> CompiledTool:
                 f"unknown: {unknown or 'none given'}"
             )
     return CompiledTool(
-        spec=spec, schema=strict_schema(spec.input_model), is_async=is_async_callable(spec.handler)
+        spec=spec,
+        schema=strict_schema(spec.input_model),
+        is_async=is_async_callable(spec.handler),
+        reach=reach,
     )
 
 
@@ -203,6 +215,9 @@ def _check_effects(spec: ToolSpec, fields: set[str], refuse: Callable[[str], Usa
         missing = sorted(effect.placeholders - fields)
         if missing:
             raise refuse(f"effect {effect} names {missing}, which are not input fields")
+    problems = effect_field_problems(spec.effects, spec.input_model)
+    if problems:
+        raise refuse("; ".join(problems))
 
 
 def _adapter_facts(
@@ -223,15 +238,29 @@ def _adapter_facts(
 
 
 def _destinations(spec: ToolSpec, refuse: Callable[[str], UsageError]) -> tuple[str, ...]:
-    found: set[str] = set()
-    for item in (*spec.destinations, *_adapter_facts(spec, "destinations", refuse)):
+    declared = _parsed(spec.destinations, refuse)
+    adapter = _parsed(_adapter_facts(spec, "destinations", refuse), refuse)
+    if declared:  # the tool says where its adapter goes: the adapter must agree
+        for destination in adapter:
+            if not any(mine.covers(destination) for mine in declared):
+                raise refuse(
+                    f"its adapter reaches {destination.text!r}, outside the destinations the "
+                    f"tool declares {sorted(d.text for d in declared)}; declare it too, or "
+                    "leave destinations= out to take the adapter's"
+                )
+    return tuple(sorted({d.text for d in (*declared, *adapter)}))
+
+
+def _parsed(items: Iterable[object], refuse: Callable[[str], UsageError]) -> list[Destination]:
+    found = []
+    for item in items:
         if not isinstance(item, str):
             raise refuse(f"destination {item!r} must be a string such as 'https://api.example.com'")
         try:
-            found.add(parse_destination(item).text)
+            found.append(parse_destination(item))
         except ValueError as exc:
             raise refuse(str(exc)) from None
-    return tuple(sorted(found))
+    return found
 
 
 def _credentials(spec: ToolSpec, refuse: Callable[[str], UsageError]) -> tuple[str, ...]:
@@ -247,6 +276,14 @@ def _credentials(spec: ToolSpec, refuse: Callable[[str], UsageError]) -> tuple[s
                 "'_', '.', ':', '-'), e.g. 'BILLING_TOKEN': pass Credential.name, never a value"
             )
         names.add(credential)
+    from_adapter = {name for name in adapter if isinstance(name, str)}
+    outside = sorted(from_adapter - set(spec.credentials)) if spec.credentials else []
+    if outside:
+        raise refuse(
+            f"its adapter may send the credentials {outside}, which the tool does not declare "
+            f"{sorted(spec.credentials)}; declare them too, or leave credentials= out to take "
+            "the adapter's"
+        )
     for tenant in spec.tenant_credentials:
         if not (isinstance(tenant, str) and _TENANT.match(tenant)):
             raise refuse(
@@ -254,3 +291,17 @@ def _credentials(spec: ToolSpec, refuse: Callable[[str], UsageError]) -> tuple[s
                 "_ . @ : -, starting with a letter or digit)"
             )
     return tuple(sorted(names))
+
+
+def _reach(spec: ToolSpec, refuse: Callable[[str], UsageError]) -> DeclaredReach:
+    """What the runtime check holds the tool to; refuses declarations it cannot check."""
+    try:
+        reach = DeclaredReach.of(spec)
+    except ValueError as exc:
+        raise refuse(str(exc)) from None
+    if spec.credentials and not (reach.destinations or reach.network):
+        raise refuse(
+            f"it declares the credentials {list(spec.credentials)} but no destination to send "
+            "them to; declare destinations=[...] (its adapter's) or a network effect"
+        )
+    return reach

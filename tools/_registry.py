@@ -9,7 +9,8 @@
                 ``needs_approval``; record-level checks happen in the handler (``not_found``)
 4. preconditions evidence from earlier calls in the run: ``conflict``
 5. execution    deadline = min(tool timeout, run budget): ``timeout``; an unexpected exception
-                is ``upstream`` with outcome ``unknown``, never success
+                is ``upstream`` with outcome ``unknown``, never success; what the handler
+                reaches that the tool does not declare is ``denied`` (:mod:`._execute`)
 6. shaping      projection onto the output allow-list, byte cap: ``result_too_large``
 
 Whatever happens, exactly one final :class:`AuditEvent` is recorded for the call. A write
@@ -21,13 +22,9 @@ stores its preview: the call's normal outcome, audited as ``preview``.
 from __future__ import annotations
 
 import copy
-import functools
-import logging
 from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any, TypeVar
 
-import anyio
-import anyio.to_thread
 from pydantic import BaseModel
 
 from airlock.policies import Effect, Principal, UsageError
@@ -44,12 +41,10 @@ from airlock.tools._errors import (
     ConflictError,
     DeniedError,
     NeedsApprovalError,
-    NotFoundError,
     ToolError,
-    ToolTimeoutError,
     UnknownToolError,
-    UpstreamError,
 )
+from airlock.tools._execute import execute
 from airlock.tools._json import JSONObject
 from airlock.tools._records import RecordsRead, record_effects
 from airlock.tools._registration import CompiledTool, build_spec, compile_tool
@@ -60,7 +55,6 @@ from airlock.tools._write_contract import WriteRunner
 
 __all__ = ["Registry"]
 
-_log = logging.getLogger("airlock.tools")
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -124,6 +118,9 @@ class Registry:
         (``adapter.credentials``), both listed by the effect inventory; when the tool picks
         a credential by the principal's tenant, ``tenant_credentials`` maps each tenant id to
         the name its calls send, so the inventory says which one each principal uses.
+        While the tool runs, its code may reach only these destinations (and those of its
+        ``network`` effects) and reveal only these credentials: anything else fails the call
+        with ``denied`` (:mod:`airlock.tools._egress`).
         ``records`` says where the result names the records a listing returned
         (:class:`~airlock.tools.RecordsRead`), so its audit event holds one effect per record.
 
@@ -190,18 +187,29 @@ class Registry:
 
     # -- admission ----------------------------------------------------------------------
 
-    def admit(self, name: str, args: Mapping[str, Any], ctx: CallContext) -> Admission:
+    def admit(
+        self,
+        name: str,
+        args: Mapping[str, Any],
+        ctx: CallContext,
+        *,
+        approvable: bool = False,
+    ) -> Admission:
         """Steps 1–4 of the admission order: look-up, validation, authorization (scope;
         then, for a read, its resolved effects against the grant and the approval rules),
         preconditions. The caller runs what was admitted and records how it ended on
         :attr:`Admission.trail`; a refusal is recorded here.
 
-        ``ctx`` carries the principal and grant; nothing in ``args`` can change them.
+        ``ctx`` carries the principal and grant; nothing in ``args`` can change them. A read
+        the approval rules ask about raises ``needs_approval``, unless ``approvable`` (the
+        write path's direct calls): then it is admitted with
+        :attr:`Admission.needs_approval` set, for the write path to store its preview.
 
         Raises:
             ToolError: the stable code of the first step that refused.
         """
         trail = CallTrail(self.audit, name, args, ctx)
+        waits = False
         try:  # (not `with trail.recording()`: this path runs on every call, and is hot)
             spec = self._lookup(name, ctx).spec
             trail.stage, trail.rule = "validate", "input"
@@ -225,38 +233,67 @@ class Registry:
                 if verdict.refusal is not None:
                     raise verdict.refusal
                 if verdict.decision == "ask":
-                    raise NeedsApprovalError(rule=verdict.rule, detail=verdict.reason)
+                    if any(e.is_side_effect for e in spec.effects):
+                        # A handler with side effects: no preview can stand for what it does.
+                        raise NeedsApprovalError(rule=verdict.rule, detail=verdict.reason)
+                    if not approvable:
+                        raise _read_waits(spec.name, ctx, verdict.rule, verdict.reason)
+                    waits = True
             else:
                 trail.decision, trail.rule = "allow", "prepare"
             if spec.preconditions:
                 trail.stage, trail.rule = "precondition", "precondition"
                 _check_preconditions(spec.preconditions, values, ctx)
+                if waits:
+                    trail.rule = verdict.rule
             trail.stage = "execute"
         except BaseException as exc:
             trail.failed(exc)
             raise
         return Admission(
-            spec=spec, input=instance, values=values, effects=trail.effects, trail=trail
+            spec=spec,
+            input=instance,
+            values=values,
+            effects=trail.effects,
+            trail=trail,
+            needs_approval=waits,
         )
 
     async def call(self, name: str, args: Mapping[str, Any], ctx: CallContext) -> JSONObject:
         """Admit and run one call; the shaped, JSON-able result.
 
-        A write tool's call stores a preview through the attached write path and answers
-        ``needs_approval`` with its id (a harness uses ``WritePath.preview_call`` to get the
-        preview itself).
+        A write tool's call, and a direct read the approval rules ask about, store a preview
+        through the attached write path and answer ``needs_approval`` with its id (a harness
+        uses ``WritePath.call`` to get the preview itself); an intent already committed in
+        the run answers ``conflict``, saying so, and nothing is sent again.
 
         Raises:
             ToolError: the stable code of the first step that refused or failed.
         """
-        admission = self.admit(name, args, ctx)
-        spec = admission.spec
-        if spec.write is not None:
+        approvable = self._writes is not None and ctx.caller == "direct"
+        admission = self.admit(name, args, ctx, approvable=approvable)
+        if admission.spec.write is not None or admission.needs_approval:
             writes = self._write_runner(admission)
             raise writes.waiting(await writes.propose(admission, ctx))
+        return await self.run(admission, ctx)
+
+    async def run(self, admission: Admission, ctx: CallContext) -> JSONObject:
+        """Step 5 and 6 for an admitted read: run it with limits, shape its result, and
+        record how it ended on its trail.
+
+        Raises:
+            ToolError: the run or the shaping failed; ``needs_approval`` when the admission
+                waits for a person (only the write path runs such a read, once approved).
+            UsageError: ``admission`` is a write's (the write path prepares it).
+        """
+        spec = admission.spec
+        if spec.write is not None:
+            raise UsageError(f"{spec.name} is a write tool; the write path prepares its calls")
+        if admission.needs_approval:
+            raise NeedsApprovalError(rule=admission.trail.rule)
         trail = admission.trail
         try:
-            result = await self._execute(self._tools[spec.name], admission.values, ctx)
+            result = await self._execute(self._tools[spec.name], admission.values, ctx, trail=trail)
             trail.stage = "shape"
             shaped = shape_result(spec.output_model, result, max_bytes=spec.max_result_bytes)
         except BaseException as exc:
@@ -270,6 +307,20 @@ class Registry:
         if spec.name in self._evidence and ctx.observations is not None:
             ctx.observations.record(spec.name, admission.values)
         return shaped
+
+    async def run_approved(self, name: str, values: Mapping[str, Any], ctx: CallContext) -> Any:
+        """Run the handler of the read tool ``name`` with ``values`` (what a person approved,
+        validated), with limits; its raw result. Only the write path calls this, for a read
+        whose preview was approved; its audit events are the write path's.
+
+        Raises:
+            ToolError: as the handler's run (step 5).
+            UsageError: ``name`` is no registered read tool.
+        """
+        tool = self._tools.get(name)
+        if tool is None or tool.spec.write is not None:
+            raise UsageError(f"{name!r} is not a read tool of this registry")
+        return await self._execute(tool, values, ctx)
 
     def _lookup(self, name: str, ctx: CallContext) -> CompiledTool:
         tool = self._tools.get(name) if isinstance(name, str) else None
@@ -293,43 +344,25 @@ class Registry:
                 )
         return self._writes
 
-    @staticmethod
-    async def _execute(tool: CompiledTool, values: Mapping[str, Any], ctx: CallContext) -> Any:
-        spec = tool.spec
-        budget = min(spec.timeout, ctx.remaining())
-        if budget <= 0:
-            raise ToolTimeoutError(
-                "the run's time budget is used up; finish with what you have",
-                seconds=0.0,
-                outcome="error",
-            )
-        call = (
-            functools.partial(spec.handler, ctx, **values)
-            if spec.takes_context
-            else functools.partial(spec.handler, **values)
+    # Step 5, the handler's run under the runtime checks of declarations: its own module.
+    _execute = staticmethod(execute)
+
+
+def _read_waits(name: str, ctx: CallContext, rule: str, reason: str) -> ToolError:
+    """The answer to a read the approval rules ask about, where no preview can be stored."""
+    if ctx.caller == "code":
+        return NeedsApprovalError(
+            f"a person must approve this call of {name} first, and a program cannot wait for "
+            "that; call it directly (not from code) to ask for the approval",
+            rule=rule,
+            detail=reason,
         )
-        try:
-            with anyio.move_on_after(budget) as scope:
-                # Whether the handler is async was decided at registration (see invoke()).
-                if tool.is_async:
-                    result = await call()
-                else:
-                    result = await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
-        except NotFoundError as exc:
-            # One canonical answer, so another tenant's record reads exactly like a missing one.
-            raise NotFoundError(detail=exc.detail or exc.message) from None
-        except ToolError:
-            raise
-        except Exception as exc:
-            _log.warning("tool %s raised %s", spec.name, type(exc).__name__, exc_info=exc)
-            raise UpstreamError(
-                "the tool failed and may have acted; do not assume it did or did not",
-                outcome="unknown",
-                detail=f"{type(exc).__name__}: {exc}"[:500],
-            ) from exc
-        if scope.cancelled_caught:
-            raise ToolTimeoutError(seconds=budget)
-        return result
+    return DeniedError(
+        f"a person must approve this call of {name}, and this deployment has no approval "
+        "ledger; do not retry it",
+        reason="policy",
+        detail=f"{reason}; no write path attached (WritePath(registry, ledger))",
+    )
 
 
 def _check_preconditions(

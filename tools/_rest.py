@@ -5,8 +5,9 @@ model, made once, here.
   inventory. Routes are built from segments, each percent-encoded whole
   (:func:`route_path`), so an id cannot change the route.
 - **Who**: a :class:`Credential` per request, sent as a bearer token and never logged.
-  :attr:`RestAdapter.credentials` lists the names it may send, for the effect inventory;
-  once declared, a request with any other credential is refused before it is sent.
+  :attr:`RestAdapter.credentials` lists the names it may send, for the effect inventory, and
+  a request with any other credential is refused before it is sent: an adapter that declares
+  none sends none (a request without a credential sends no ``Authorization`` header).
   Environment proxies and ``.netrc`` are ignored (``trust_env=False``).
 - **Redirects**: never followed. Any 3xx is ``upstream``, so the token never reaches
   another host.
@@ -44,6 +45,7 @@ import certifi
 import httpx
 
 from airlock.tools._credential import CREDENTIAL_NAME, Credential
+from airlock.tools._egress import violated
 from airlock.tools._errors import (
     AmbiguousWriteError,
     DeniedError,
@@ -82,8 +84,9 @@ class RestAdapter:
         max_retry_wait: the longest ``Retry-After`` honoured; a longer one is answered
             with ``rate_limited`` at once.
         credentials: the credentials (or their names) requests may send, listed by the
-            effect inventory; when given, a request with any other credential is
-            ``denied``. Values are never read here.
+            effect inventory; a request with any other credential is ``denied`` before
+            anything is sent, so an adapter that declares none sends none. Values are never
+            read here.
         transport: an ``httpx`` transport (tests); the network by default.
     """
 
@@ -134,7 +137,7 @@ class RestAdapter:
         self,
         route: Sequence[str],
         *,
-        credential: Credential,
+        credential: Credential | None,
         params: Params | None = None,
         deadline: float = math.inf,
     ) -> JSONObject:
@@ -153,7 +156,7 @@ class RestAdapter:
         self,
         route: Sequence[str],
         *,
-        credential: Credential,
+        credential: Credential | None,
         body: JSONObject,
         idempotency_key: str | None,
         deadline: float = math.inf,
@@ -179,7 +182,7 @@ class RestAdapter:
         self,
         route: Sequence[str],
         *,
-        credential: Credential,
+        credential: Credential | None,
         params: Params | None = None,
         deadline: float = math.inf,
         items: str = "data",
@@ -218,7 +221,7 @@ class RestAdapter:
         method: str,
         route: Sequence[str],
         *,
-        credential: Credential,
+        credential: Credential | None,
         params: Params | None = None,
         body: JSONObject | None = None,
         idempotency_key: str | None = None,
@@ -226,26 +229,31 @@ class RestAdapter:
     ) -> JSONObject:
         """Send one request (retried where the rules allow) and return its JSON object.
 
+        ``credential`` is sent as a bearer token; it must be one the adapter declares.
+        ``None`` sends no ``Authorization`` header.
+
         Raises:
-            ToolError: see :meth:`get` and :meth:`post`.
+            ToolError: see :meth:`get` and :meth:`post`; ``denied`` for a credential the
+                adapter does not declare, before anything is sent.
         """
-        if self.credentials and credential.name not in self.credentials:
-            # The inventory lists self.credentials; a request must not use what it omits.
+        if credential is not None and credential.name not in self.credentials:
+            # The inventory lists self.credentials; a request must not send what it omits,
+            # and an adapter that declares none sends none.
+            declared = list(self.credentials) or "none"
             raise DeniedError(
                 "this tool is not configured with a credential here; do not retry it",
                 reason="policy",
-                detail=f"credential {credential.name!r} is not one of {self}'s "
-                f"declared credentials {list(self.credentials)}",
+                detail=f"credential {credential.name!r} is not one of {self}'s declared "
+                f"credentials ({declared}); declare it with RestAdapter(credentials=[...])",
             )
         method = method.upper()
         safe = method in SAFE_METHODS
         retry_allowed = safe or idempotency_key is not None
         path = route_path(*route)
         what = f"{method} {path}"
-        headers = {
-            "Authorization": f"Bearer {credential.reveal()}",
-            "Accept": "application/json",
-        }
+        headers = {"Accept": "application/json"}
+        if credential is not None:
+            headers["Authorization"] = f"Bearer {credential.reveal()}"
         if idempotency_key is not None:
             headers["Idempotency-Key"] = idempotency_key
         query = {k: str(v) for k, v in (params or {}).items() if v is not None}
@@ -280,6 +288,8 @@ class RestAdapter:
                     failure: ToolError = UpstreamError(
                         detail=redact(f"{what}: cannot connect: {exc}")
                     )
+                    if violated():  # the runtime check refused it: so would it again
+                        raise failure from exc
                     wait = self.backoff * 2 ** (attempt - 1)
                 except (httpx.TimeoutException, TimeoutError) as exc:
                     raise self._timed_out(what, budget, safe, idempotency_key) from exc

@@ -24,13 +24,13 @@ from airlock.policies import Principal
 from airlock.tools._audit import AdmissionDecision, CallOutcome, Stage, audit_event
 from airlock.tools._audit_log import AuditLog
 from airlock.tools._context import Caller
+from airlock.tools._egress import CallCheck, checked_invoke, reach_of
 from airlock.tools._errors import (
     AmbiguousWriteError,
     ConflictError,
     ToolError,
     UpstreamError,
 )
-from airlock.tools._invoke import invoke
 from airlock.tools._ledger import LedgerStore, StepStateError
 from airlock.tools._preview import Approval, Preview, Receipt, ResolvedBy, StepState
 from airlock.tools._process import ProcessMark
@@ -100,10 +100,15 @@ class Sender:
         contract = contract_of(spec)
         effect = effect_of(contract, claimed)
         started = time.perf_counter()
+        # The commit may reach the tool's destinations and write the files its effects name.
+        check = reach_of(spec).check(
+            phase="commit", tenant=claimed.principal.tenant_id, effects=claimed.effects
+        )
         try:
             with anyio.fail_after(spec.timeout):
-                raw = await invoke(contract.commit, effect, claimed.key)
+                raw = await checked_invoke(check, contract.commit, effect, claimed.key)
         except ToolError as exc:
+            self.refuse_undeclared(claimed, check, exc)
             if exc.outcome == "error":  # the system of record refused: nothing happened
                 self.mark(claimed, "failed", how=f"refused: {exc.code}", error=exc.code)
                 self.audit(
@@ -118,8 +123,10 @@ class Sender:
                 raise
             raise self.ambiguous(claimed, f"{exc.code}: {exc.detail or exc.message}") from exc
         except TimeoutError as exc:
+            self.refuse_undeclared(claimed, check, exc)
             raise self.ambiguous(claimed, f"no answer within {spec.timeout:g} s") from exc
         except Exception as exc:
+            self.refuse_undeclared(claimed, check, exc)
             raise self.ambiguous(claimed, f"{type(exc).__name__}: {exc}"[:300]) from exc
         except BaseException:
             # Cancelled or interrupted mid-send: record what is known, if the ledger lets us.
@@ -128,6 +135,7 @@ class Sender:
             except Exception:  # a dying process; the lease lets reconcile find the step
                 _log.warning("could not mark %s unknown", claimed.id, exc_info=True)
             raise
+        self.refuse_undeclared(claimed, check, None)  # caught by commit: it fails all the same
         receipt = self.store_receipt(spec, claimed, raw, resolved_by=resolved_by, actor=actor)
         _log.debug("committed %s in %.1f ms", claimed.id, (time.perf_counter() - started) * 1000)
         return receipt
@@ -187,6 +195,29 @@ class Sender:
             f"{actor}: committed ({resolved_by})",
         )
         return receipt
+
+    def refuse_undeclared(
+        self, claimed: Preview, check: CallCheck, cause: BaseException | None
+    ) -> None:
+        """If the tool's code reached what it does not declare, mark the step ``unknown``
+        (it may have acted before it was stopped: reconcile asks the system of record),
+        record the refusal, and raise ``denied`` with outcome ``unknown``.
+
+        Raises:
+            DeniedError: the runtime check refused something during this step.
+        """
+        denial = check.denial(outcome="unknown")
+        if denial is None:
+            return
+        first = check.violations[0]
+        self.mark(
+            claimed,
+            "unknown",
+            how=f"stopped by the runtime check: {first.action}",
+            error=first.rule,
+        )
+        self.audit(claimed, "execute", "deny", first.rule, "unknown", "denied", denial.detail)
+        raise denial from cause
 
     def ambiguous(self, claimed: Preview, why: str) -> AmbiguousWriteError:
         """Mark the step ``unknown`` and build the error that says so."""

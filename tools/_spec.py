@@ -11,19 +11,10 @@ from pydantic import BaseModel
 from airlock.policies import Effect
 from airlock.tools._context import Caller
 from airlock.tools._records import RecordsRead
+from airlock.tools._secret import Secret
 from airlock.tools._write_contract import WriteContract
 
 __all__ = ["Precondition", "Secret", "ToolSpec", "requires"]
-
-
-class Secret:
-    """Marks an input field whose value is left out of the audit log's argument hash.
-
-    Use it as ``api_token: Annotated[str, Secret(), Field(max_length=200)]``.
-    """
-
-    def __repr__(self) -> str:
-        return "Secret()"
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,11 +15,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel
 
+from airlock.tools._arguments import effect_field_problems, secret_fields_of
+
 if TYPE_CHECKING:
     from airlock.policies import Effect
     from airlock.tools._admission import Admission
     from airlock.tools._context import CallContext
-    from airlock.tools._errors import NeedsApprovalError
+    from airlock.tools._errors import ToolError
     from airlock.tools._preview import Preview
 
 __all__ = ["WriteContract", "WriteRunner", "write_contract_problems"]
@@ -40,20 +42,24 @@ class WriteContract:
     effect_model: type[BaseModel]
     """The exact effect; the declared effects' ``{field}`` placeholders name its fields."""
     intent: tuple[str, ...]
-    """Input fields that name the intent; with the run id and tool they make the key."""
+    """Input fields that name the intent; with the run id and tool they make the key. Empty
+    only for a tool without input fields: its intent is the tool, for the run's principal."""
     lookup: Callable[..., Any] | None = None
     """``lookup(effect, idempotency_key) -> receipt | None``: asks the system of record
     whether the key was committed. Reconciliation uses it when given, else resends."""
     summarize: Callable[[Any], str] | None = None
     """A short line describing an effect; by default the resolved effects are listed."""
+    secret_inputs: frozenset[str] = frozenset()
+    """Input fields marked ``Secret()``: never part of the intent (the key is stored)."""
 
 
 class WriteRunner(Protocol):
     """The write path as the registry sees it (implemented by ``WritePath``)."""
 
     async def propose(self, admission: Admission, ctx: CallContext) -> Preview:
-        """Prepare the effect of an admitted write call, authorize it, store its preview,
-        and record the call's final audit event.
+        """Prepare the effect of an admitted write call (or take an admitted read that waits
+        for approval), authorize it, store its preview, and record the call's final audit
+        event.
 
         Raises:
             ToolError: preparing failed (``not_found``, ``timeout``, ``upstream``, ...), or
@@ -61,13 +67,16 @@ class WriteRunner(Protocol):
         """
         ...
 
-    def waiting(self, preview: Preview) -> NeedsApprovalError:
+    def waiting(self, preview: Preview) -> ToolError:
         """What a caller that knows only answers and errors is told about ``preview``."""
         ...
 
 
 def write_contract_problems(
-    contract: WriteContract, *, input_fields: Collection[str], effects: Collection[Effect]
+    contract: WriteContract,
+    *,
+    input_fields: Collection[str],
+    effects: Collection[Effect],
 ) -> list[str]:
     """What is wrong with a write tool's contract, as sentences that say how to fix it."""
     problems = []
@@ -88,11 +97,25 @@ def write_contract_problems(
                 f"effect {effect} names {missing}, which are not fields of the effect model "
                 f"{contract.effect_model.__name__} (a write tool's effects come from prepare)"
             )
-    if not contract.intent:
+    problems += effect_field_problems(effects, contract.effect_model)
+    if not contract.intent and input_fields:
         problems.append("name the intent: intent=('invoice_id', ...) with input fields")
     unknown = sorted(set(contract.intent) - set(input_fields))
     if unknown:
         problems.append(f"intent fields {unknown} are not input fields")
+    hidden = sorted(set(contract.intent) & contract.secret_inputs)
+    if hidden:
+        problems.append(
+            f"intent fields {hidden} are marked Secret(); the idempotency key is stored, so "
+            "name the intent with fields that are not secret"
+        )
+    for name in sorted(secret_fields_of(contract.effect_model)):
+        annotation = contract.effect_model.model_fields[name].annotation
+        if annotation is not str:
+            problems.append(
+                f"effect field {name!r} is marked Secret() but is not a str; the ledger "
+                "seals a secret as text, so declare it as str"
+            )
     for role in ("prepare", "commit"):
         if not callable(getattr(contract, role)):
             problems.append(f"{role} must be callable")

@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from airlock.policies import Effect
+from airlock.tools._arguments import secret_fields_of
 from airlock.tools._spec import ToolSpec
 from airlock.tools._write_contract import WriteContract
 
@@ -43,18 +44,29 @@ def write_tool(
     without changing anything; ``commit(effect, idempotency_key)`` sends it and returns the
     system's receipt, of which ``receipt_model`` is the allow-list. ``effects`` name fields
     of the effect model (``spend("{amount_minor}")``), so grants and approval rules judge
-    the computed effect. ``intent`` (default: every input field) names the fields that,
-    with the run id and tool, make the idempotency key. ``lookup(effect, key)`` answers
+    the computed effect. ``intent`` (default: every input field not marked
+    :class:`~airlock.tools.Secret`) names the fields that, with the run id and tool, make the
+    idempotency key; a tool without input fields has the empty intent: the tool itself, for
+    the run's principal (one such write per run). ``lookup(effect, key)`` answers
     whether the system of record holds the key, for reconciliation. ``destinations`` are the origins
     its adapter reaches and ``credentials`` the names of the credentials it sends, for the
     effect inventory; ``tenant_credentials`` maps each tenant id to the name its calls send,
     when the tool picks a credential by the principal's tenant.
+
+    Fields marked ``Secret()`` are honoured as for read tools: an input field so marked is
+    left out of the audit log's argument hash and of the default intent; an effect-model
+    field so marked (a ``str``) is sealed in the ledger (the preview stores a marker, the
+    value stays in the memory of the process that prepared it and is handed back to
+    ``commit``), see :class:`~airlock.tools.WritePath`.
 
     The tool is callable directly only; registration checks the contract.
 
     Raises:
         UsageError: only when registered (``Registry.register``), like every contract rule.
     """
+    secret = secret_fields_of(input_model)
+    if intent is None:
+        intent = tuple(name for name in input_model.model_fields if name not in secret)
     return ToolSpec(
         name=name,
         description=inspect.cleandoc(description),
@@ -70,12 +82,14 @@ def write_tool(
         destinations=tuple(destinations),
         credentials=tuple(credentials),
         tenant_credentials=dict(tenant_credentials or {}),
+        secret_fields=secret,
         write=WriteContract(
             prepare=prepare,
             commit=commit,
             effect_model=effect_model,
-            intent=tuple(input_model.model_fields) if intent is None else tuple(intent),
+            intent=tuple(intent),
             lookup=lookup,
             summarize=summarize,
+            secret_inputs=secret,
         ),
     )

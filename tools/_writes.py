@@ -17,6 +17,22 @@ call.
     ─► claim (approved/unknown → sending; else conflict / needs_approval / denied)
     ─► send once with the key ─► store the receipt and mark committed, in one transaction
 
+A read the approval rules ask about takes the same path (:meth:`WritePath.call`): its preview
+holds the validated arguments, a person approves it once, and :meth:`WritePath.run_read`
+claims it like a commit, runs the read and stores its shaped result as the receipt (a read
+that fails or is interrupted ends ``failed``: it changed nothing, so it is asked again).
+
+Fields marked ``Secret()`` never reach the ledger in clear: a preview stores a seal in their
+place and the value stays in this process's memory until the step is settled or expired
+(:mod:`airlock.tools._sealed`). Commit hands the value back to ``commit``; a process that
+does not hold it (another process, or after a restart) refuses the commit before sending
+anything (``preview_expired``: call the tool again), and a resend by reconcile stays
+``unknown`` until a ``lookup`` settles it.
+
+Asking again for an intent that was already committed in the run returns its committed
+preview (``Preview.state == "committed"``), recorded in the audit log as
+``already_committed``; nothing is sent again.
+
 The claim is a compare-and-set in the ledger (``approved``/``unknown`` → ``sending``), so of
 many concurrent commits of one preview, in any number of processes, one sends; the others
 answer ``conflict`` while it is in flight and the stored receipt afterwards. A send that
@@ -26,32 +42,36 @@ resolves it by querying the system of record or resending with the same key, nev
 
 from __future__ import annotations
 
-import dataclasses
-import hmac
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from airlock.policies import Principal
+from airlock.policies import Principal, UsageError
 from airlock.tools._admission import Admission
 from airlock.tools._approvals import approve_preview, deny_preview, load_preview
+from airlock.tools._commit_checks import (
+    checked_for_commit,
+    claim_for_commit,
+    refuse_lost_secret,
+)
 from airlock.tools._context import CallContext
 from airlock.tools._errors import (
-    ApprovalMismatchError,
     ConflictError,
-    DeniedError,
     NeedsApprovalError,
-    PreviewExpiredError,
+    ToolError,
     UnknownToolError,
     UpstreamError,
 )
-from airlock.tools._ledger import LedgerStore, StepStateError
+from airlock.tools._json import JSONObject
+from airlock.tools._ledger import LedgerStore
 from airlock.tools._prepare import model_message
 from airlock.tools._preview import Approval, Preview, Receipt, ResolvedBy
-from airlock.tools._proposals import propose_write
+from airlock.tools._proposals import propose_read, propose_write
+from airlock.tools._read_approvals import end_read, run_claimed_read
 from airlock.tools._reconcile import Resolution, resolve
 from airlock.tools._registry import Registry
-from airlock.tools._sender import Sender, approver_of
+from airlock.tools._sealed import SealedSender, SecretVault
+from airlock.tools._sender import approver_of
 from airlock.tools._spec import ToolSpec
 
 __all__ = ["WritePath"]
@@ -90,15 +110,19 @@ class WritePath:
         self.ttl = ttl
         self.lease_grace = lease_grace
         self.clock = clock
-        self._sender = Sender(ledger, registry.audit, clock=clock, lease_grace=lease_grace)
+        self._vault = SecretVault()
+        self._sender = SealedSender(
+            ledger, registry.audit, clock=clock, lease_grace=lease_grace, vault=self._vault
+        )
         registry.attach_writes(self)
 
     # -- prepare (the registry calls this for a direct write call) -----------------------
 
     async def propose(self, admission: Admission, ctx: CallContext) -> Preview:
         """Prepare the effect of an admitted write call, check it against the grant and the
-        approval rules, and store its preview (approved at once when a rule allows it); the
-        call's final audit event says ``preview``.
+        approval rules, and store its preview (approved at once when a rule allows it); or,
+        for an admitted read that waits for approval, store its preview. The call's final
+        audit event says ``preview`` (``already_committed`` for an intent committed before).
 
         Raises:
             ToolError: ``prepare`` failed: its own error (``not_found``...), ``timeout``,
@@ -106,16 +130,57 @@ class WritePath:
                 outcome is ``error``); ``denied`` when the grant or a rule refuses the
                 prepared effect; ``conflict`` when the run id was reused by another principal.
         """
+        if admission.spec.write is None:
+            if not admission.needs_approval:
+                raise UsageError(
+                    f"{admission.spec.name} is a read that needs no approval; run it with "
+                    "Registry.run"
+                )
+            return await propose_read(
+                admission,
+                ctx,
+                ledger=self.ledger,
+                vault=self._vault,
+                ttl=self.ttl,
+                clock=self.clock,
+            )
         return await propose_write(
-            admission, ctx, ledger=self.ledger, sender=self._sender, ttl=self.ttl, clock=self.clock
+            admission,
+            ctx,
+            ledger=self.ledger,
+            sender=self._sender,
+            vault=self._vault,
+            ttl=self.ttl,
+            clock=self.clock,
         )
 
-    def waiting(self, preview: Preview) -> NeedsApprovalError:
+    def waiting(self, preview: Preview) -> ToolError:
         """What a caller that knows only answers and errors is told about ``preview``: its
-        summary, id and what happens next, as ``needs_approval``."""
+        summary, id and what happens next, as ``needs_approval``; ``conflict`` for an intent
+        already committed (nothing was sent again)."""
+        if preview.state == "committed":
+            return ConflictError(
+                f"already committed: {preview.summary} (preview {preview.id}); it was not "
+                "sent again",
+                detail=f"key {preview.key}",
+            )
         return NeedsApprovalError(
             model_message(preview, self.clock()), rule=preview.rule, preview_id=preview.id
         )
+
+    async def call(
+        self, name: str, args: Mapping[str, Any], ctx: CallContext
+    ) -> JSONObject | Preview:
+        """A direct call as a harness makes it: a read runs and its shaped result comes back;
+        a write (or a read a rule asks about) comes back as its preview.
+
+        Raises:
+            ToolError: admission, the read or prepare refused or failed.
+        """
+        admission = self.registry.admit(name, args, ctx, approvable=True)
+        if admission.spec.write is None and not admission.needs_approval:
+            return await self.registry.run(admission, ctx)
+        return await self.propose(admission, ctx)
 
     async def preview_call(self, name: str, args: Mapping[str, Any], ctx: CallContext) -> Preview:
         """Make a direct write call (admission, prepare, policy) and return its preview.
@@ -131,6 +196,10 @@ class WritePath:
         if spec is None or spec.write is None:
             raise UnknownToolError(name=name, detail="no write tool of that name")
         return await self.propose(self.registry.admit(name, args, ctx), ctx)
+
+    def receipt(self, preview: Preview) -> Receipt | None:
+        """The receipt stored for ``preview``'s key, if it was committed."""
+        return self.ledger.receipt(preview.key)
 
     # -- approval ------------------------------------------------------------------------
 
@@ -206,88 +275,77 @@ class WritePath:
                 ``unknown``. Commit again (it resends with the same key) or reconcile.
             ToolError: the system of record refused (the tool's error, outcome ``error``).
         """
-        preview = load_preview(self.ledger, preview_id)
-        principal = preview.principal
-        if (principal.user_id, principal.tenant_id) != (session.user_id, session.tenant_id):
-            raise DeniedError(
-                "this change belongs to another principal's run; you cannot commit it",
-                reason="policy",
-                detail=f"preview of {principal.user_id}@{principal.tenant_id}",
-            )
-        approval = self.ledger.approval(preview.id)
-        if not _fingerprint_holds(preview, approved_fingerprint, approval):
-            raise ApprovalMismatchError(
-                f"the approval does not match preview {preview.id!r}; request a new approval",
-                detail="given, stored, recomputed or approved fingerprints differ",
-            )
-        stored = self.ledger.receipt(preview.key)
-        if stored is not None:
-            return dataclasses.replace(stored, replayed=True)
-        if preview.expired(self.clock()):
-            maybe_sent = preview.state in ("sending", "unknown")
-            raise PreviewExpiredError(
-                f"preview {preview.id!r} expired; prepare the change again"
-                + ("; an earlier send may have acted, reconcile resolves it" if maybe_sent else ""),
-                outcome="unknown" if maybe_sent else "error",
-            )
+        checked = checked_for_commit(
+            self.ledger, self._vault, preview_id, approved_fingerprint, session, now=self.clock()
+        )
+        if isinstance(checked, Receipt):
+            return checked
+        preview, approval = checked
         spec = self._spec(preview)
+        if spec.write is None:
+            raise UsageError(f"preview {preview.id!r} is a read's; run it with run_read")
+        refuse_lost_secret(self.ledger, self._vault, spec, preview, now=self.clock())
         for _ in range(_MAX_CLAIMS):
-            claimed = self._claim_for_commit(spec, preview, approval)
+            claimed = claim_for_commit(self._sender, spec, preview, approval, now=self.clock())
             if isinstance(claimed, Receipt):
                 return claimed
             if claimed is not None:
                 resolved_by: ResolvedBy = "send" if claimed.attempts == 1 else "resend"
-                return await self._sender.send(
-                    spec, claimed, resolved_by=resolved_by, actor="commit"
-                )
+                try:
+                    return await self._sender.send(
+                        spec, claimed, resolved_by=resolved_by, actor="commit"
+                    )
+                finally:
+                    self._forget_if_settled(claimed.id)
             preview = load_preview(self.ledger, preview_id)  # lost a race; look again
             approval = self.ledger.approval(preview.id)
         raise ConflictError(f"preview {preview_id!r} keeps changing; try the commit again")
 
-    def _claim_for_commit(
-        self, spec: ToolSpec, preview: Preview, approval: Approval | None
-    ) -> Preview | Receipt | None:
-        """The claimed step, a replayed receipt, ``None`` to look again, or a refusal."""
-        state = preview.state
-        now = self.clock()
-        try:
-            if state == "approved":
-                if approval is None:
-                    raise NeedsApprovalError(rule=preview.rule, preview_id=preview.id)
-                # A consumed approval means another commit just claimed it: the ledger's
-                # compare-and-set refuses this claim and the next look sees ``sending``.
-                return self._sender.claim(
-                    spec, preview, how="claimed by commit", consume=True, now=now
-                )
-            if state == "unknown":
-                return self._sender.claim(
-                    spec, preview, how="claimed to resend by commit retry", now=now
-                )
-        except StepStateError:
-            return None
-        if state == "prepared":
-            raise NeedsApprovalError(
-                f"preview {preview.id!r} waits for approval (rule {preview.rule!r})",
-                rule=preview.rule,
-                preview_id=preview.id,
-            )
-        if state == "denied":
-            raise DeniedError(
-                f"this change was denied ({preview.error or 'no reason'}); do not retry it",
-                reason="policy",
-            )
-        if state == "sending":
-            raise ConflictError(
-                f"a commit of preview {preview.id!r} is in flight; ask again shortly",
-                detail=f"owner {preview.owner}, lease until {preview.lease_until}",
-            )
-        if state == "failed":
-            raise ConflictError(
-                f"this change failed ({preview.error}); prepare it again to retry",
-                detail=preview.error,
-            )
-        stored = self.ledger.receipt(preview.key)  # committed: the receipt came in meanwhile
-        return None if stored is None else dataclasses.replace(stored, replayed=True)
+    async def run_read(
+        self, preview_id: str, approved_fingerprint: str, ctx: CallContext
+    ) -> Receipt:
+        """Run an approved read once and return its receipt: the shaped result, stored under
+        the preview's key, so that asking again returns the same result without running it.
+
+        ``ctx`` is the call context of the session's principal (its grant and deadline); the
+        checks are those of :meth:`commit`, in the same order.
+
+        Raises:
+            ToolError: as :meth:`commit`; the read's own error (``not_found``, ``timeout``,
+                ``denied``...), after which the step is ``failed``.
+        """
+        checked = checked_for_commit(
+            self.ledger,
+            self._vault,
+            preview_id,
+            approved_fingerprint,
+            ctx.principal,
+            now=self.clock(),
+        )
+        if isinstance(checked, Receipt):
+            return checked
+        preview, approval = checked
+        spec = self._spec(preview, read=True)
+        refuse_lost_secret(self.ledger, self._vault, spec, preview, now=self.clock())
+        for _ in range(_MAX_CLAIMS):
+            claimed = claim_for_commit(self._sender, spec, preview, approval, now=self.clock())
+            if isinstance(claimed, Receipt):
+                return claimed
+            if claimed is not None:
+                try:
+                    return await run_claimed_read(
+                        self._sender, self.registry, self._vault, spec, claimed, ctx
+                    )
+                finally:
+                    self._vault.release(claimed.id)
+            preview = load_preview(self.ledger, preview_id)
+            approval = self.ledger.approval(preview.id)
+        raise ConflictError(f"preview {preview_id!r} keeps changing; try again")
+
+    def _forget_if_settled(self, preview_id: str) -> None:
+        current = self.ledger.preview(preview_id)
+        if current is None or current.state in ("committed", "failed", "denied"):
+            self._vault.release(preview_id)
 
     # -- reconcile -----------------------------------------------------------------------
 
@@ -300,26 +358,20 @@ class WritePath:
         """
         results = []
         for preview in self.ledger.previews(states={"unknown", "sending"}, limit=1_000_000):
+            spec = self.registry.get(preview.tool)
+            if spec is not None and spec.write is None:
+                results.append(end_read(self.ledger, preview, now=self.clock()))
+                continue
             results.append(await resolve(self._sender, self.registry, preview))
+            self._forget_if_settled(preview.id)
         return results
 
-    # -- helpers -------------------------------------------------------------------------
-
-    def _spec(self, preview: Preview) -> ToolSpec:
+    def _spec(self, preview: Preview, *, read: bool = False) -> ToolSpec:
         spec = self.registry.get(preview.tool)
-        if spec is None or spec.write is None:
+        if spec is None or (spec.write is None) != read:
+            kind = "read" if read else "write"
             raise UpstreamError(
                 "the tool of this change is not available here",
-                detail=f"tool {preview.tool!r} is not a registered write tool",
+                detail=f"tool {preview.tool!r} is not a registered {kind} tool",
             )
         return spec
-
-
-def _fingerprint_holds(preview: Preview, given: str, approval: Approval | None) -> bool:
-    """Given == stored == recomputed from the stored fields == the approval's (if any)."""
-    same = hmac.compare_digest(given, preview.fingerprint) and hmac.compare_digest(
-        preview.computed_fingerprint(), preview.fingerprint
-    )
-    if approval is not None:
-        same = same and hmac.compare_digest(approval.fingerprint, preview.fingerprint)
-    return same

@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from airlock.cli._approvals import approvals_app, receipts_app, reconcile
+from airlock.cli._artifacts import artifacts_app
 from airlock.cli._audit import audit_app
 from airlock.cli._chat import chat
 from airlock.cli._inventory import inventory, program_effects
@@ -23,6 +24,7 @@ app = typer.Typer(
 app.command()(run)
 app.command()(doctor)
 app.add_typer(audit_app, name="audit")
+app.add_typer(artifacts_app, name="artifacts")
 app.add_typer(approvals_app, name="approvals")
 app.add_typer(receipts_app, name="receipts")
 app.command()(reconcile)

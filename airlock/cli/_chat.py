@@ -18,7 +18,15 @@ import typer
 from rich.console import Console
 
 from airlock.cli._inventory import PolicyOption, RegistryOption, TenantOption, usage_errors
-from airlock.cli._serve import open_session
+from airlock.cli._serve import (
+    ImageOption,
+    InputsOption,
+    KeepStateOption,
+    MemoryOption,
+    SandboxOptions,
+    TimeoutOption,
+    open_session,
+)
 from airlock.cli._settings import Settings
 from airlock.frontends import (
     DEFAULT_MODEL,
@@ -88,11 +96,20 @@ def chat(
         Path | None,
         typer.Option(help="Ledger database (default: ledger.db in AIRLOCK_HOME)."),
     ] = None,
+    timeout: TimeoutOption = None,
+    memory: MemoryOption = None,
+    image: ImageOption = None,
+    keep_state: KeepStateOption = False,
+    inputs: InputsOption = None,
 ) -> None:
     """Talk with a model (live, or a recorded replay) over the session's tools; every tool
-    call and result is printed, and writes pause for `airlock approvals approve`."""
+    call and result is printed, and writes pause for `airlock approvals approve`. Files the
+    programs leave in /out are stored under AIRLOCK_HOME/artifacts (`airlock artifacts`)."""
     console = Console(highlight=False)
     settings = Settings.from_env()
+    options = SandboxOptions(
+        timeout=timeout, memory=memory, image=image, keep_state=keep_state, inputs=inputs
+    )
 
     async def show(message: dict[str, Any]) -> None:
         print_message(console, message)
@@ -105,6 +122,7 @@ def chat(
             tenant=tenant,
             ledger=ledger,
             settings=settings,
+            options=options,
         ) as session:
             if recorded is not None:
                 return await recorded.play(session, on_message=show)

@@ -123,12 +123,14 @@ def load_inventory(
         tenant=selection.tenant,
     )
     settings = Settings.from_env()
-    digest = image_digest if image_digest is not None else read_image_digest(settings.image)
+    profile = document.policy.sandbox
+    image = settings.data_image if profile.image == "data" else settings.image
+    digest = image_digest if image_digest is not None else read_image_digest(image)
     built = build_inventory(
         catalog,
         subjects,
         # The profile serve and chat run programs under: the policy file's [sandbox] table.
-        sandbox=sandbox_effects(document.policy.sandbox, image=settings.image, image_digest=digest),
+        sandbox=sandbox_effects(profile, image=image, image_digest=digest),
         registry=registry,
         policy=str(policy),
         harness=harness(settings),

@@ -1,4 +1,9 @@
-"""`airlock run` and `airlock doctor`: a program in the sandbox, and a check of the sandbox."""
+"""`airlock run` and `airlock doctor`: a program in the sandbox, and a check of the sandbox.
+
+``airlock run`` gives a program inputs (``--input PATH``, mounted read-only at
+``/data/NAME``), stores the files it leaves in ``/out`` under ``$AIRLOCK_HOME/artifacts/RUN``
+and copies them to ``--out DIR``; ``--image data`` runs it in the data image.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +12,13 @@ import getpass
 import json
 import os
 import re
+import stat
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, get_args
+from typing import Annotated, Any, get_args
 
 import typer
 from rich.console import Console
@@ -19,22 +26,30 @@ from rich.table import Table
 
 from airlock.cli._settings import Settings
 from airlock.harness import EXECUTE_CODE
-from airlock.policies import ContainerRuntime, LanguageMode, Principal, SandboxProfile
+from airlock.policies import ContainerRuntime, Principal, SandboxProfile, UsageError
 from airlock.sandbox import (
+    DATA_PACKAGES,
+    PACKAGES_LABEL,
     PROBE_PROGRAM,
+    ArtifactRef,
     DockerBackend,
+    InputRefused,
     ProbeFinding,
     RunResult,
     SandboxError,
     check_engine,
     describe_guest_filter,
+    input_effect,
     judge_probe,
+    packages_text,
+    read_image_labels,
 )
 from airlock.tools import AuditLog, Caller, SQLiteAuditStore, audit_event
 
-__all__ = ["doctor", "parse_size", "run"]
+__all__ = ["copy_artifacts", "doctor", "parse_size", "profile_options", "run"]
 
 _RUNTIMES: tuple[ContainerRuntime, ...] = get_args(ContainerRuntime)
+_IMAGES: tuple[str, ...] = get_args(SandboxProfile.model_fields["image"].annotation)
 _SIZE = re.compile(r"^\s*(\d+)\s*([kmg]?)i?b?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
 
@@ -74,46 +89,161 @@ def _print_result(console: Console, result: RunResult) -> None:
         console.print(result.error.traceback, markup=False, highlight=False, style="dim")
 
 
+def profile_options(
+    base: SandboxProfile | None = None,
+    *,
+    image: str | None = None,
+    timeout: float | None = None,
+    memory: str | None = None,
+    mode: str | None = None,
+    runtime: str | None = None,
+) -> SandboxProfile:
+    """``base`` (the hardened defaults when None) with the options a command line gave; what
+    it leaves out keeps its default (the data image's are full mode and 1 GiB).
+
+    Raises:
+        typer.BadParameter: an option's value is not one the profile takes.
+    """
+    values: dict[str, Any] = base.model_dump(exclude_unset=True) if base is not None else {}
+    if image is not None:
+        if image not in _IMAGES:
+            raise typer.BadParameter(f"--image must be one of {', '.join(_IMAGES)}, not {image!r}")
+        values["image"] = image
+    if timeout is not None:
+        values["timeout_s"] = timeout
+    if memory is not None:
+        values["memory_bytes"] = parse_size(memory)
+    if mode is not None:
+        if mode not in ("restricted", "full"):
+            raise typer.BadParameter(f"--mode must be restricted or full, not {mode!r}")
+        values["language_mode"] = mode
+    if runtime is not None:
+        values["runtime"] = _runtime(runtime)
+    try:
+        return SandboxProfile.model_validate(values)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+def _named_inputs(paths: Sequence[Path]) -> dict[str, Path]:
+    """``--input PATH`` options as inputs named by their file names."""
+    named: dict[str, Path] = {}
+    for path in paths:
+        name = path.name
+        if name in named:
+            raise typer.BadParameter(
+                f"two inputs are named {name!r} ({named[name]} and {path}); inputs are "
+                "mounted by file name at /data/NAME: rename one"
+            )
+        named[name] = path
+    return named
+
+
+def copy_artifacts(refs: Sequence[ArtifactRef], destination: Path) -> list[Path]:
+    """Copy stored artifacts into ``destination`` (created when missing), keeping their
+    names; an existing file is replaced, a link in the way is refused (never followed).
+
+    Raises:
+        UsageError: a link stands where an artifact would go.
+    """
+    copied: list[Path] = []
+    destination.mkdir(parents=True, exist_ok=True)
+    for ref in refs:
+        target = destination / ref.name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if target.is_symlink() or (target.exists() and not stat.S_ISREG(target.lstat().st_mode)):
+            raise UsageError(f"{target} is a link or not a file; not overwriting it")
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+        with open(ref.path, "rb") as source, os.fdopen(os.open(target, flags, 0o644), "wb") as out:
+            while chunk := source.read(1 << 20):
+                out.write(chunk)
+        copied.append(target)
+    return copied
+
+
+def _print_artifacts(console: Console, refs: Sequence[ArtifactRef], copies: Sequence[Path]) -> None:
+    if not refs:
+        return
+    table = Table("artifact", "bytes", "media type", "sha256", "where")
+    for index, ref in enumerate(refs):
+        where = str(copies[index]) if copies else ref.path
+        table.add_row(ref.name, str(ref.size_bytes), ref.media_type, ref.sha256[:16], where)
+    console.print(table)
+
+
 def run(
     file: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="Program to run.")],
     timeout: Annotated[float, typer.Option(help="Wall-clock deadline in seconds.")] = 10.0,
-    memory: Annotated[str, typer.Option(help="Memory limit, e.g. 256m.")] = "256m",
-    mode: Annotated[str, typer.Option(help="restricted or full.")] = "restricted",
+    memory: Annotated[
+        str | None, typer.Option(help="Memory limit, e.g. 256m (default: 256m; data image 1g).")
+    ] = None,
+    mode: Annotated[
+        str | None,
+        typer.Option(help="restricted or full (default: restricted; the data image: full)."),
+    ] = None,
     runtime: Annotated[str, typer.Option(help="runc, or runsc (gVisor).")] = "runc",
+    image: Annotated[
+        str, typer.Option(help="base, or data (numpy, pandas, pyarrow, matplotlib).")
+    ] = "base",
+    inputs: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--input",
+            help="A file or directory the program reads at /data/NAME (read-only); repeat it.",
+        ),
+    ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(help="Copy the files the program leaves in /out to this directory."),
+    ] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
-    """Run a Python program in the sandbox and print its result.
+    """Run a Python program in the sandbox and print its result, and the files it left in
+    /out (stored under $AIRLOCK_HOME/artifacts/RUN; --out copies them).
 
-    Exits non-zero when the program failed or hit a limit.
+    Exits 1 when the program failed or hit a limit, 2 when an input is refused, 3 when the
+    sandbox is unavailable.
     """
-    if mode not in ("restricted", "full"):
-        raise typer.BadParameter(f"--mode must be restricted or full, not {mode!r}")
-    language_mode: LanguageMode = "full" if mode == "full" else "restricted"
-    profile = SandboxProfile(
-        language_mode=language_mode,
-        timeout_s=timeout,
-        memory_bytes=parse_size(memory),
-        runtime=_runtime(runtime),
+    profile = profile_options(
+        image=image, timeout=timeout, memory=memory, mode=mode, runtime=runtime
     )
+    given = _named_inputs(inputs or [])
     settings = Settings.from_env()
     console = Console(stderr=False)
     program = file.read_text()
+    run_id = "run_" + uuid.uuid4().hex
 
     async def go() -> RunResult:
-        async with DockerBackend(image=settings.image, profile=profile) as backend:
-            return await backend.run(program)
+        async with DockerBackend(
+            image=settings.image, data_image=settings.data_image, profile=profile
+        ) as backend:
+            return await backend.run(program, inputs=given, artifacts=settings.artifacts / run_id)
 
     began = time.perf_counter()
     try:
         result = asyncio.run(go())
+    except InputRefused as exc:
+        Console(stderr=True).print(f"[red]input refused ({exc.reason}):[/] {exc.message}")
+        raise typer.Exit(2) from None
     except SandboxError as exc:
         Console(stderr=True).print(f"[red]sandbox unavailable ({exc.code}):[/] {exc}")
         raise typer.Exit(3) from None
-    _audit_run(settings, program, result, time.perf_counter() - began)
+    _audit_run(settings, program, result, time.perf_counter() - began, run_id, sorted(given))
+    copies: list[Path] = []
+    if out is not None and result.artifacts:
+        try:
+            copies = copy_artifacts(result.artifacts, out)
+        except (UsageError, OSError) as exc:
+            Console(stderr=True).print(f"[red]could not copy the artifacts to {out}:[/] {exc}")
+            raise typer.Exit(1) from None
     if json_output:
         print(result.model_dump_json(indent=2))
     else:
         _print_result(console, result)
+        _print_artifacts(console, result.artifacts, copies)
+        for skipped in result.artifacts_skipped:
+            console.print(f"[yellow]not copied from /out:[/] {skipped.name}: {skipped.reason}")
+        console.print(f"[dim]run {run_id}[/]", highlight=False)
     raise typer.Exit(0 if result.ok else 1)
 
 
@@ -127,10 +257,16 @@ class _Operator:
     caller: Caller = "direct"
 
 
-def _audit_run(settings: Settings, program: str, result: RunResult, seconds: float) -> None:
-    """Record the program (its text by hash) and how it ended in ``audit.db`` in
-    ``AIRLOCK_HOME``, as any program a session runs is."""
-    run_id = "run_" + uuid.uuid4().hex
+def _audit_run(
+    settings: Settings,
+    program: str,
+    result: RunResult,
+    seconds: float,
+    run_id: str,
+    inputs: Sequence[str] = (),
+) -> None:
+    """Record the program (its text by hash), the inputs it read and how it ended in
+    ``audit.db`` in ``AIRLOCK_HOME``, as any program a session runs is."""
     who = _Operator(Principal(user_id=_os_user(), tenant_id="local"), run_id, run_id)
     with AuditLog(SQLiteAuditStore(settings.audit_db)) as log:
         log.record(
@@ -143,7 +279,9 @@ def _audit_run(settings: Settings, program: str, result: RunResult, seconds: flo
                 outcome="ok" if result.ok else "error",
                 code=None if result.ok else result.status,
                 args_hash=log.record_program(program),
-                detail=f"program {result.status} (airlock run)",
+                effects=[input_effect(name) for name in inputs],
+                detail=f"program {result.status} (airlock run)"
+                + (f", {len(result.artifacts)} artifacts" if result.artifacts else ""),
                 duration_s=seconds,
             )
         )
@@ -178,21 +316,45 @@ def _print_guest_filter(console: Console) -> None:
             console.print(layer.pfc.rstrip(), markup=False, highlight=False)
 
 
+def _image_packages(image: str) -> ProbeFinding:
+    """Whether the data image holds the packages this airlock expects, at their versions."""
+    found = read_image_labels(image).get(PACKAGES_LABEL, "")
+    expected = packages_text(DATA_PACKAGES)
+    return ProbeFinding(
+        "data image packages",
+        found == expected,
+        found or "no package list on the image",
+        "rebuild the data image with `make image-data`",
+    )
+
+
 def doctor(
     runtime: Annotated[str, typer.Option(help="runc, or runsc (gVisor).")] = "runc",
+    image: Annotated[
+        str, typer.Option(help="base, or data (numpy, pandas, pyarrow, matplotlib).")
+    ] = "base",
 ) -> None:
     """Check the engine, the image, and that the profile's isolation and limits hold; then
-    print the second seccomp layer the runner loads, as libseccomp's PFC text."""
+    print the second seccomp layer the runner loads, as libseccomp's PFC text (and, for the
+    data image, its packages and their versions)."""
     settings = Settings.from_env()
     console = Console()
     table = Table("check", "result", "seen", "what to do")
     chosen = _runtime(runtime)
-    findings: list[ProbeFinding] = check_engine(settings.image, runtime=chosen)
+    profile = profile_options(image=image, mode="full", runtime=chosen)
+    data = profile.image == "data"
+    name = settings.data_image if data else settings.image
+    findings: list[ProbeFinding] = check_engine(
+        name, runtime=chosen, build="make image-data" if data else "make image"
+    )
     if all(f.ok for f in findings):
-        profile = SandboxProfile(language_mode="full", runtime=chosen)
+        if data:
+            findings.append(_image_packages(name))
 
         async def probe() -> RunResult:
-            async with DockerBackend(image=settings.image, profile=profile) as backend:
+            async with DockerBackend(
+                image=settings.image, data_image=settings.data_image, profile=profile
+            ) as backend:
                 return await backend.run(PROBE_PROGRAM)
 
         findings.extend(judge_probe(asyncio.run(probe()), profile))
@@ -204,6 +366,10 @@ def doctor(
             "" if finding.ok else finding.fix,
         )
     console.print(table)
+    if data:
+        console.print("\n[bold]data image packages[/] (airlock.sandbox.DATA_PACKAGES)")
+        for package, version in sorted(DATA_PACKAGES.items()):
+            console.print(f"  {package} {version}", markup=False)
     _print_guest_filter(console)
     if not all(f.ok for f in findings):
         raise typer.Exit(1)

@@ -1,9 +1,13 @@
 """``airlock serve --mcp``: one principal's session offered to an MCP client.
 
 The principal comes from the command line (the operator who starts the server decides whom
-it acts for), never from the client. Exit codes: 0 the client disconnected; 2 a usage error
-(bad ``--registry``, policy file, principal), printed with its stable code; 3 the sandbox is
-unavailable.
+it acts for), never from the client. So do the programs' limits and files: ``--timeout``,
+``--memory`` and ``--image`` change the policy file's ``[sandbox]`` profile for this server,
+``--keep-state`` keeps one container for the session's programs, and ``--inputs DIR`` gives
+every program the entries of ``DIR`` read-only at ``/data/NAME`` (the model sees them listed;
+the principal's grant must cover ``read(file:NAME)`` for each). Exit codes: 0 the client
+disconnected; 2 a usage error (bad ``--registry``, policy file, principal, an input refused),
+printed with its stable code; 3 the sandbox is unavailable.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import logging
 import signal
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import Annotated
@@ -22,14 +27,76 @@ from rich.console import Console
 
 from airlock.cli._approvals import default_ledger
 from airlock.cli._inventory import PolicyOption, RegistryOption, TenantOption, usage_errors
+from airlock.cli._run import profile_options
 from airlock.cli._settings import Settings
 from airlock.harness import Harness, Session
 from airlock.inventory import load_policy_document, load_tool_registry
-from airlock.policies import UsageError
+from airlock.policies import SandboxProfile, UsageError
 from airlock.sandbox import DockerBackend, SandboxError
 from airlock.tools import SQLiteAuditStore, SQLiteLedgerStore
 
-__all__ = ["open_session", "serve"]
+__all__ = [
+    "ImageOption",
+    "InputsOption",
+    "KeepStateOption",
+    "MemoryOption",
+    "SandboxOptions",
+    "TimeoutOption",
+    "open_session",
+    "serve",
+]
+
+TimeoutOption = Annotated[
+    float | None,
+    typer.Option(help="Wall-clock deadline of each program, in seconds (default: the policy's)."),
+]
+MemoryOption = Annotated[
+    str | None, typer.Option(help="Memory of each program, e.g. 1g (default: the policy's).")
+]
+ImageOption = Annotated[
+    str | None,
+    typer.Option(help="base, or data: numpy, pandas, pyarrow, matplotlib (default: the policy's)."),
+]
+KeepStateOption = Annotated[
+    bool,
+    typer.Option(
+        "--keep-state", help="Run the session's programs in one kept container (state stays)."
+    ),
+]
+InputsOption = Annotated[
+    Path | None,
+    typer.Option(
+        help="A directory whose entries every program reads at /data/NAME (read-only).",
+        exists=True,
+        file_okay=False,
+    ),
+]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SandboxOptions:
+    """What ``serve`` and ``chat`` take on the command line about the session's programs."""
+
+    timeout: float | None = None
+    memory: str | None = None
+    image: str | None = None
+    keep_state: bool = False
+    inputs: Path | None = None
+    """A directory the operator allows: each entry not starting with a dot is an input."""
+
+    def profile(self, base: SandboxProfile) -> SandboxProfile:
+        """``base`` (the policy file's profile) with these options."""
+        return profile_options(base, image=self.image, timeout=self.timeout, memory=self.memory)
+
+    def input_files(self) -> dict[str, Path]:
+        """The inputs: the entries of :attr:`inputs` by name (hidden ones left out)."""
+        if self.inputs is None:
+            return {}
+        return {
+            entry.name: entry
+            for entry in sorted(self.inputs.iterdir())
+            if not entry.name.startswith(".")
+        }
 
 
 @asynccontextmanager
@@ -41,20 +108,26 @@ async def open_session(
     tenant: str | None,
     ledger: Path | None,
     settings: Settings,
+    options: SandboxOptions | None = None,
 ) -> AsyncIterator[Session]:
     """A session for ``user`` over the registry, the policy, a Docker sandbox and the ledger
     (``ledger.db`` in ``AIRLOCK_HOME`` when None), open for as long as the block runs. Its
     calls are audited in ``audit.db`` in ``AIRLOCK_HOME`` unless the registry has a store of
     its own, each durable before its answer returns; the log is flushed and closed at the end.
+    ``options`` change the policy's sandbox profile, keep state and give inputs; artifacts
+    are stored in ``AIRLOCK_HOME/artifacts``.
 
     Raises:
         RegistryRefError, PolicyFileError, UsageError: the registry, policy or principal is
-            not usable.
+            not usable; ``InputRefused`` for an input outside the grant or not mountable.
         SandboxError: the Docker engine or the sandbox image is unavailable.
     """
+    options = options or SandboxOptions()
     catalog = load_tool_registry(registry_ref)
     document = load_policy_document(policy)
     subject = document.principal(user, tenant=tenant)
+    profile = options.profile(document.policy.sandbox)
+    files = options.input_files()
     if ledger is None:
         ledger = default_ledger()
     ledger.parent.mkdir(parents=True, exist_ok=True)
@@ -64,13 +137,26 @@ async def open_session(
         if catalog.audit.provisional:
             audit = SQLiteAuditStore(settings.audit_db)
         async with DockerBackend(
-            image=settings.image, profile=document.policy.sandbox, pool_size=settings.pool_size
+            image=settings.image,
+            data_image=settings.data_image,
+            profile=profile,
+            # A kept session takes one warm container and keeps it: more would idle.
+            pool_size=min(settings.pool_size, 1) if options.keep_state else settings.pool_size,
+            inputs=files,
         ) as backend:
-            harness = Harness(catalog, document.policy, backend, store, audit=audit)
+            harness = Harness(
+                catalog, document.policy, backend, store, audit=audit, artifacts=settings.artifacts
+            )
             if harness.writes is not None:
                 # Writes a crash left undecided are resolved before this session commits any.
                 await harness.writes.reconcile()
-            yield harness.session(subject.principal)
+            session = harness.session(
+                subject.principal, keep_state=options.keep_state, inputs=files
+            )
+            try:
+                yield session
+            finally:
+                await session.close()
     finally:
         store.close()
         if audit is not None:
@@ -121,12 +207,21 @@ def serve(
         Path | None,
         typer.Option(help="Ledger database (default: ledger.db in AIRLOCK_HOME)."),
     ] = None,
+    timeout: TimeoutOption = None,
+    memory: MemoryOption = None,
+    image: ImageOption = None,
+    keep_state: KeepStateOption = False,
+    inputs: InputsOption = None,
 ) -> None:
     """Serve a session's tools (execute_code, direct reads, writes that answer with a
-    preview) to an MCP client, over stdio or streamable HTTP on loopback."""
+    preview) to an MCP client, over stdio or streamable HTTP on loopback; the files programs
+    leave in /out are offered as resources."""
     # Logs go to stderr: on stdio, stdout is the protocol's.
     logging.basicConfig(level=logging.WARNING)
     settings = Settings.from_env()
+    options = SandboxOptions(
+        timeout=timeout, memory=memory, image=image, keep_state=keep_state, inputs=inputs
+    )
 
     async def go() -> None:
         async with open_session(
@@ -136,6 +231,7 @@ def serve(
             tenant=tenant,
             ledger=ledger,
             settings=settings,
+            options=options,
         ) as session:
             server = build_mcp_server(session)
             if http is not None:

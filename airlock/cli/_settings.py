@@ -27,6 +27,11 @@ class Settings(BaseModel):
         default="airlock-sandbox:latest",
         description="Docker image the sandbox runs; built by `make image`.",
     )
+    data_image: str = Field(
+        default="airlock-sandbox-data:latest",
+        description="The data image (numpy, pandas, pyarrow, matplotlib) programs run in "
+        'under a profile with `image = "data"`; built by `make image-data`.',
+    )
     pool_size: int = Field(
         default=2, ge=0, le=64, description="Containers kept started and waiting for a run."
     )
@@ -37,13 +42,21 @@ class Settings(BaseModel):
         there too); its chain key is ``audit.db.key`` beside it."""
         return self.home / "audit.db"
 
+    @property
+    def artifacts(self) -> Path:
+        """Where programs' artifacts are stored, one directory per program."""
+        return self.home / "artifacts"
+
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Settings:
-        """Read ``AIRLOCK_HOME``, ``AIRLOCK_IMAGE`` and ``AIRLOCK_POOL_SIZE``."""
+        """Read ``AIRLOCK_HOME``, ``AIRLOCK_IMAGE``, ``AIRLOCK_DATA_IMAGE`` and
+        ``AIRLOCK_POOL_SIZE``."""
         env = os.environ if environ is None else environ
         values: dict[str, object] = {"home": airlock_home(env)}
         if image := env.get("AIRLOCK_IMAGE"):
             values["image"] = image
+        if data_image := env.get("AIRLOCK_DATA_IMAGE"):
+            values["data_image"] = data_image
         if pool := env.get("AIRLOCK_POOL_SIZE"):
             values["pool_size"] = int(pool)
         return cls.model_validate(values)

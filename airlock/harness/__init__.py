@@ -7,6 +7,7 @@ before its answer returns, and :class:`AuditSpans` exports it as OpenTelemetry s
 (:mod:`airlock.frontends`) renders.
 """
 
+from airlock.harness._artifacts import ArtifactStore
 from airlock.harness._budget import Budget
 from airlock.harness._execute_code import EXECUTE_CODE, ExecuteCodeArgs
 from airlock.harness._harness import Harness, NoToolsWarning
@@ -20,6 +21,7 @@ from airlock.harness._session import Session
 __all__ = [
     "EXECUTE_CODE",
     "HARNESS_CODES",
+    "ArtifactStore",
     "AuditSpans",
     "Budget",
     "ExecuteCodeArgs",

@@ -72,6 +72,21 @@ class BudgetMeter:
             return "bytes"
         return None
 
+    def used_up_message(self, limit: str) -> str:
+        """What :meth:`exhausted` found used up, with the budget and the amount used."""
+        budget = self.budget
+        if limit == "time":
+            spent = budget.seconds - self.remaining()
+            used = f"time budget of {budget.seconds:g} s is used up ({spent:.0f} s have passed)"
+        elif limit == "calls":
+            used = f"budget of {budget.calls} tool calls is used up ({self.calls} made)"
+        else:
+            used = (
+                f"budget of {budget.bytes} bytes of results is used up ({self.bytes} bytes "
+                "returned)"
+            )
+        return f"the session's {used}; finish with what you have"
+
     def result_cap(self) -> int:
         """Largest result that may be returned now: the per-result cap or what is left."""
         return max(0, min(self.budget.result_bytes, self.budget.bytes - self.bytes))

@@ -3,7 +3,7 @@ program's run becomes a model result."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Final, assert_never
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
@@ -11,9 +11,15 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from airlock.harness._model_tools import ModelResult, ModelTool
 from airlock.harness._results import failure, success
 from airlock.policies import SandboxProfile
-from airlock.sandbox import MAX_PROGRAM_BYTES, LimitName, RunResult
+from airlock.sandbox import MAX_PROGRAM_BYTES, LimitName, RunInput, RunResult
 
-__all__ = ["EXECUTE_CODE", "ExecuteCodeArgs", "describe_execute_code", "program_result"]
+__all__ = [
+    "EXECUTE_CODE",
+    "ExecuteCodeArgs",
+    "artifact_notes",
+    "describe_execute_code",
+    "program_result",
+]
 
 EXECUTE_CODE: Final = "execute_code"
 _TRACEBACK_CHARS: Final = 2_000
@@ -49,10 +55,14 @@ def describe_execute_code(
     stdout_bytes: int,
     calls: int,
     kept_idle_s: float | None = None,
+    reaches_network: bool = False,
+    inputs: Sequence[RunInput] = (),
 ) -> ModelTool:
     """The ``execute_code`` tool as offered to a model, with ``api`` (the typed Python API
     of the read tools its principal may call from code) in its description.
-    ``kept_idle_s`` says that programs keep state (a kept sandbox with that idle timeout)."""
+    ``kept_idle_s`` says that programs keep state (a kept sandbox with that idle timeout);
+    ``reaches_network`` that a tool its programs may call has a ``network`` effect;
+    ``inputs`` are the files every program of the session finds under ``/data``."""
     state = (
         "keep state from one run to the next."
         if kept_idle_s is None
@@ -60,10 +70,23 @@ def describe_execute_code(
         f"program of this conversation, until {kept_idle_s:g} s pass without one or a program "
         'hits a limit; a result with "state_reset": true started with nothing kept.'
     )
-    imports = (
-        "Imports allowed: " + ", ".join(sorted(profile.allowed_imports)) + "."
-        if profile.language_mode == "restricted"
-        else "The standard library may be imported."
+    if profile.language_mode == "restricted":
+        imports = "Imports allowed: " + ", ".join(sorted(profile.allowed_imports)) + "."
+    elif profile.image == "data":
+        imports = (
+            "The standard library, numpy, pandas, pyarrow and matplotlib (Agg backend: save "
+            "figures to files) may be imported; they are loaded already, so importing is free."
+        )
+    else:
+        imports = "The standard library may be imported."
+    listed = [
+        f"/data/{i.name} ({_size(i.size_bytes)}{', a directory' if i.directory else ''})"
+        for i in inputs
+    ]
+    files = (
+        f"Files given to you, read-only: {', '.join(listed)}."
+        if listed
+        else "No input files are given (/data is empty)."
     )
     paragraphs = [
         "Run a Python 3.11 program in an isolated sandbox; only its final value (and at most "
@@ -77,10 +100,15 @@ def describe_execute_code(
         f"{profile.memory_bytes // 2**20} MiB memory, {calls} tool calls, a result of at most "
         f"{result_bytes} bytes (a larger one is refused as result_too_large: return a "
         f"summary), {profile.tmpfs_bytes // 2**20} MiB of scratch space in /tmp.",
+        f"{files} Files a program writes under /out (at most {profile.artifact_limit_files} "
+        f"files, {profile.artifact_limit_bytes // 2**20} MiB in all) are kept for the user "
+        "after it ends and come back to you as references (name, size, media type, sha256, "
+        "where they are), never their content: write charts, tables and reports there, and "
+        "return only what the answer needs. `await` works at the top level of a program.",
         "A program cannot: reach the network or open sockets; run other programs "
         "(subprocess and exec are refused); write, change or delete anything (only the "
-        "read tools below exist); read or write files outside /tmp; see credentials or "
-        f"environment variables; {state} {imports}",
+        "read tools below exist); read files outside /tmp, /out and /data, or write outside "
+        f"/tmp and /out; see credentials or environment variables; {state} {imports}",
         "Errors: a refused or failed tool call raises tools.ToolError (with .code) inside the "
         "program; a program that raises or hits a limit returns an error with a code and "
         "what to do next.",
@@ -92,26 +120,47 @@ def describe_execute_code(
         name=EXECUTE_CODE,
         description=description,
         input_schema=_schema(),
-        read_only=True,
+        # Programs only read, but a read tool with a network effect reaches the network.
+        read_only=not reaches_network,
         destructive=False,
         idempotent=True,  # programs can only read
+        open_world=reaches_network,
     )
 
 
 _LIMIT_ADVICE: Final[dict[LimitName, str]] = {
-    "timeout": "the program ran past its deadline; do less per program or split the work",
-    "memory": "the program ran out of memory; process the data in smaller pieces",
-    "pids": "the program started too many processes or threads; do not spawn any",
-    "output": "the program printed more than its output limit; print less and return a "
-    "summary value instead",
-    "disk": "the program filled its scratch space in /tmp; keep less data in files",
-    "calls": "the program made more tool calls than one program may; split the work across "
-    "several programs",
-    "in_flight": "the program had too many tool calls pending at once; await them in smaller "
-    "groups",
-    "bytes": "the program moved more bytes through tool calls than allowed; ask for fewer "
-    "records or narrower fields",
+    "timeout": "do less per program or split the work",
+    "memory": "process the data in smaller pieces (read fewer columns, use chunksize)",
+    "pids": "do not start processes or threads",
+    "output": "print less and return a summary value instead",
+    "disk": "keep less data in files in /tmp",
+    "artifacts": "write fewer, smaller files to /out",
+    "calls": "split the work across several programs",
+    "in_flight": "await the calls in smaller groups",
+    "bytes": "ask for fewer records or narrower fields",
 }
+
+
+def _size(size: int) -> str:
+    if size >= 1 << 20:
+        return f"{size / (1 << 20):.1f} MiB"
+    if size >= 1 << 10:
+        return f"{size / (1 << 10):.1f} KiB"
+    return f"{size} bytes"
+
+
+def artifact_notes(run: RunResult) -> dict[str, object]:
+    """The references of the files a run left in /out (never their content), and what in
+    /out was skipped, for a model result."""
+    notes: dict[str, object] = {}
+    if run.artifacts:
+        notes["artifacts"] = [
+            ref.model_dump(include={"name", "size_bytes", "media_type", "sha256", "uri", "path"})
+            for ref in run.artifacts
+        ]
+    if run.artifacts_skipped:
+        notes["artifacts_skipped"] = [f"{s.name}: {s.reason}" for s in run.artifacts_skipped]
+    return notes
 
 
 def _cut(text: str, cap: int) -> tuple[str, bool]:
@@ -129,6 +178,7 @@ def program_result(
     applied by the caller."""
     stdout, cut = _cut(run.stdout, stdout_bytes)
     extra: dict[str, object] = dict(notes or {})
+    extra.update(artifact_notes(run))
     if stdout:
         extra["stdout"] = stdout
     if cut or run.truncated:
@@ -173,12 +223,18 @@ def program_result(
                 extra=extra,
             )
         case "limit_exceeded":
-            advice = (
-                _LIMIT_ADVICE[run.limit]
-                if run.limit is not None
-                else "the program was stopped by a limit; do less per program"
+            said = run.error.message if run.error and run.error.message else None
+            if run.limit is None:
+                message = (said or "the program was stopped by a limit") + "; do less per program"
+            else:
+                said = said or f"the program hit its {run.limit} limit"
+                message = f"{said}; {_LIMIT_ADVICE[run.limit]}"
+            amounts: dict[str, object] = {}
+            if run.error is not None and run.error.size_bytes is not None:
+                amounts = {"size_bytes": run.error.size_bytes, "limit_bytes": run.error.limit_bytes}
+            return failure(
+                "limit_exceeded", message, limit=run.limit or "unknown", extra=amounts | extra
             )
-            return failure("limit_exceeded", advice, limit=run.limit or "unknown", extra=extra)
         case "protocol_error":
             return failure(
                 "protocol_error",

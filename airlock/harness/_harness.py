@@ -6,10 +6,11 @@ from __future__ import annotations
 import time
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 
 from airlock.harness._budget import Budget
 from airlock.harness._execute_code import EXECUTE_CODE
-from airlock.harness._home import durable_audit
+from airlock.harness._home import airlock_home, durable_audit
 from airlock.harness._session import Session
 from airlock.policies import (
     Grant,
@@ -20,7 +21,7 @@ from airlock.policies import (
     approval_cases,
     refusal,
 )
-from airlock.sandbox import SandboxBackend
+from airlock.sandbox import Inputs, SandboxBackend
 from airlock.tools import AuditStore, LedgerStore, Registry, WritePath
 
 __all__ = ["Harness", "NoToolsWarning"]
@@ -48,13 +49,15 @@ class Harness:
     """Tools, policy, sandbox and ledger of one deployment.
 
     Args:
-        registry: the tools. When it has write tools and no write path yet, the harness
-            attaches one on ``ledger`` (``WritePath(registry, ledger)``).
+        registry: the tools. With a ``ledger`` and no write path yet, the harness attaches
+            one on it (``WritePath(registry, ledger)``).
         policy: grants and approval rules per principal (``load_policy``).
         sandbox: what runs ``execute_code`` programs (``DockerBackend``; ``ScriptedBackend``
             in tests). The harness does not start or close it.
-        ledger: the write path's durable store (``SQLiteLedgerStore``); ``None`` when the
-            deployment has no writes, and then write tools are not offered.
+        ledger: the write path's durable store (``SQLiteLedgerStore``): previews of writes,
+            and of reads the approval rules ask about; ``None`` when the deployment has no
+            writes, and then write tools (and reads that always wait for approval) are not
+            offered.
         writes: an already attached write path to use instead of building one (it must be
             on ``ledger``).
         audit: where the audit log is written when the registry has no store of its own
@@ -67,6 +70,8 @@ class Harness:
         clock: wall-clock time for the write path the harness builds (tests move it).
         idle_timeout: seconds a kept container (``keep_state`` sessions) waits for the next
             program before it is removed.
+        artifacts: where the files programs leave in ``/out`` are stored, one directory per
+            program; ``$AIRLOCK_HOME/artifacts`` when omitted.
 
     Raises:
         UsageError: the registry already has another write path attached (pass it as
@@ -91,8 +96,11 @@ class Harness:
         ttl: float = 900.0,
         clock: Callable[[], float] = time.time,
         idle_timeout: float = 300.0,
+        artifacts: Path | None = None,
     ) -> None:
         self.registry = registry
+        self.artifacts = artifacts if artifacts is not None else airlock_home() / "artifacts"
+        """Where programs' artifacts are stored (one directory per program)."""
         self.audit = durable_audit(registry, audit)
         """The registry's audit log, on its durable store."""
         self.policy = policy
@@ -104,7 +112,8 @@ class Harness:
             if ledger is not None and writes.ledger is not ledger:
                 raise UsageError("writes= is on another ledger than ledger=; pass one ledger")
             self.writes: WritePath | None = writes
-        elif ledger is not None and any(s.write is not None for s in registry.specs()):
+        elif ledger is not None:
+            # Writes preview through it, and so do reads the approval rules ask about.
             self.writes = WritePath(registry, ledger, ttl=ttl, clock=clock)
         else:
             self.writes = None
@@ -118,6 +127,7 @@ class Harness:
         budget: Budget | None = None,
         run_id: str | None = None,
         keep_state: bool = False,
+        inputs: Inputs | None = None,
     ) -> Session:
         """A new session (one model conversation) acting for ``principal``.
 
@@ -125,7 +135,10 @@ class Harness:
         ``grant`` defaults to the policy's grant for the principal; the approval rules are
         always the policy's. ``run_id`` defaults to a fresh one. ``keep_state`` runs the
         session's programs in one kept container (``DockerBackend.keep``), so they build on
-        earlier state; call :meth:`Session.close` when the conversation ends.
+        earlier state; call :meth:`Session.close` when the conversation ends. ``inputs``
+        (name -> host file or directory) are mounted read-only at ``/data/NAME`` for every
+        program of the session and listed in ``execute_code``'s description; the grant must
+        cover ``read(file:NAME)`` for each.
 
         Warns:
             NoToolsWarning: the session reaches no tool of the registry (the principal has
@@ -134,6 +147,7 @@ class Harness:
 
         Raises:
             UsageError: ``keep_state`` with a sandbox backend that cannot keep containers.
+            InputRefused: an input is outside the grant or cannot be mounted.
         """
         if keep_state and not self.sandbox.can_keep:
             raise UsageError(
@@ -152,6 +166,8 @@ class Harness:
             run_id=run_id,
             keep_state=keep_state,
             idle_timeout=self.idle_timeout,
+            inputs=inputs,
+            artifact_root=self.artifacts,
         )
         if self.registry.specs() and all(t.name == EXECUTE_CODE for t in session.tools()):
             warnings.warn(NoToolsWarning(principal, self._why_no_tool(session)), stacklevel=2)
@@ -174,7 +190,8 @@ class Harness:
                     grant=session.grant,
                 )
                 reason = refusal(spec.scope, spec.effects, cases, session.grant) or (
-                    "it is a write and the harness has no ledger"
+                    "it waits for an approval (a write, or a read the rules ask about) and "
+                    "the harness has no ledger"
                 )
             return f"every tool is refused, first {spec.name}: {reason}"
         return "the registry has no tools"

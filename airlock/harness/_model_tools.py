@@ -12,6 +12,8 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from airlock.sandbox import ArtifactRef
+
 __all__ = ["ModelResult", "ModelTool", "ModelToolSurface"]
 
 
@@ -25,13 +27,22 @@ class ModelTool(BaseModel):
         description="What it does, when to use it, and (for execute_code) the typed API."
     )
     input_schema: dict[str, Any] = Field(description="Strict JSON Schema of the arguments.")
-    read_only: bool = Field(description="It changes nothing anywhere (MCP readOnlyHint).")
+    read_only: bool = Field(
+        description="It changes nothing anywhere and reaches no network destination a call "
+        "names (MCP readOnlyHint): a tool with a network effect is not read-only."
+    )
     destructive: bool = Field(
         description="It may change or destroy existing state (MCP destructiveHint)."
     )
     idempotent: bool = Field(
         description="Calling it again with the same arguments has no further effect "
         "(MCP idempotentHint)."
+    )
+    open_world: bool = Field(
+        default=True,
+        description="It reaches network destinations beyond its own system of record: it "
+        "declares a network effect, or (execute_code) a tool its programs call does "
+        "(MCP openWorldHint).",
     )
 
 
@@ -48,6 +59,11 @@ class ModelResult(BaseModel):
         "None on success.",
     )
     retryable: bool = Field(default=False, description="The same call may succeed later.")
+    artifacts: tuple[ArtifactRef, ...] = Field(
+        default=(),
+        description="Files a program left in /out, stored on the host: their references are "
+        "in ``content`` too, never their bytes. An MCP server offers them as resources.",
+    )
 
 
 class ModelToolSurface(Protocol):

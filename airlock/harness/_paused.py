@@ -2,8 +2,11 @@
 
 A write call whose preview waits answers ``needs_approval`` (:meth:`PausedWrites.paused`);
 :meth:`PausedWrites.finish` commits it once approved, with the fingerprint the session was
-shown, one commit per preview at a time, and the same receipt on every later call. Pending
-writes live in the ledger under the run id, so another process can :meth:`restore` them.
+shown, one commit per preview at a time, and the same receipt on every later call. A read
+the approval rules ask about pauses the same way; once approved, ``finish`` runs it and
+returns its result. Asking again for an intent already committed answers
+``already_committed`` with its receipt (:meth:`PausedWrites.already`). Pending writes live in
+the ledger under the run id, so another process can :meth:`restore` them.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
@@ -20,11 +24,13 @@ from airlock.harness._model_tools import ModelResult
 from airlock.harness._results import failure, success
 from airlock.policies import Principal
 from airlock.tools import (
+    CallContext,
     DeniedError,
     LedgerStore,
     NeedsApprovalError,
     NotFoundError,
     Preview,
+    Receipt,
     StepState,
     ToolError,
     WritePath,
@@ -61,10 +67,19 @@ class PendingWrite:
 class PausedWrites:
     """The writes of one run and principal that wait for approval or commit, oldest first."""
 
-    def __init__(self, writes: WritePath | None, principal: Principal, run_id: str) -> None:
+    def __init__(
+        self,
+        writes: WritePath | None,
+        principal: Principal,
+        run_id: str,
+        *,
+        context: Callable[[str], CallContext] | None = None,
+    ) -> None:
         self._writes = writes
         self.principal = principal
         self.run_id = run_id
+        self._context = context
+        """Makes the call context an approved read runs in, from a call id."""
         self._pending: dict[str, PendingWrite] = {}
         self._locks: dict[str, anyio.Lock] = {}
 
@@ -92,7 +107,7 @@ class PausedWrites:
         lock = self._locks.setdefault(preview.id, anyio.Lock())
         async with lock:  # one commit per preview at a time in this session
             try:
-                receipt = await self._writes.commit(preview.id, fingerprint, self.principal)
+                receipt = await self._commit(preview, fingerprint)
             except NeedsApprovalError:
                 return self.paused(self.own(preview_id))
             except DeniedError:
@@ -114,16 +129,51 @@ class PausedWrites:
         self._pending.pop(preview.id, None)
         if receipt.replayed:
             _log.info("run %s: receipt of %s returned again", self.run_id, preview.id)
-        return success(
-            {
-                "status": "committed",
-                "preview_id": preview.id,
-                "tool": preview.tool,
-                "summary": preview.summary,
-                # Sorted, so a receipt read back from the ledger reads exactly like the first.
-                "receipt": json.loads(json.dumps(receipt.data, sort_keys=True)),
-            }
+        status = "done" if self._is_read(preview.tool) else "committed"
+        return success(self._receipt_body(status, preview, receipt))
+
+    async def _commit(self, preview: Preview, fingerprint: str) -> Receipt:
+        assert self._writes is not None
+        spec = self._writes.registry.get(preview.tool)
+        if spec is not None and spec.write is None:  # an approved read: run it now
+            if self._context is None:
+                raise DeniedError("approved reads cannot run in this session; do not retry")
+            ctx = self._context(f"{self.run_id}:{preview.id}")
+            return await self._writes.run_read(preview.id, fingerprint, ctx)
+        return await self._writes.commit(preview.id, fingerprint, self.principal)
+
+    def already(self, preview: Preview) -> ModelResult:
+        """The answer to asking again for an intent that was already committed in this run:
+        ``already_committed`` with its receipt; nothing was sent again."""
+        receipt = self._writes.receipt(preview) if self._writes is not None else None
+        self._pending.pop(preview.id, None)
+        body = self._receipt_body("already_committed", preview, receipt)
+        body["message"] = (
+            f"already committed (preview {preview.id}); it was not sent again. Do not call "
+            "the tool again for it"
         )
+        return success(body, code="already_committed")
+
+    def _receipt_body(
+        self, status: str, preview: Preview, receipt: Receipt | None
+    ) -> dict[str, object]:
+        body: dict[str, object] = {
+            "status": status,
+            "preview_id": preview.id,
+            "tool": preview.tool,
+            "summary": preview.summary,
+        }
+        if receipt is not None:
+            # Sorted, so a receipt read back from the ledger reads exactly like the first.
+            data = json.loads(json.dumps(receipt.data, sort_keys=True))
+            is_read = self._writes is not None and self._is_read(preview.tool)
+            body["result" if is_read else "receipt"] = data
+        return body
+
+    def _is_read(self, tool: str) -> bool:
+        assert self._writes is not None
+        spec = self._writes.registry.get(tool)
+        return spec is not None and spec.write is None
 
     def own(self, preview_id: str) -> Preview:
         """The preview, if it belongs to this run and principal.
@@ -160,8 +210,9 @@ class PausedWrites:
                 "summary": preview.summary,
                 "effects": list(preview.effects),
                 "expires_in_min": minutes,
-                "message": "this change waits for a person to approve it; tell the user, and "
-                "do not call the tool again for it",
+                "message": f"this {'call' if self._is_read(preview.tool) else 'change'} waits "
+                "for a person to approve it; tell the user, and do not call the tool again "
+                "for it",
             },
             code="needs_approval",
         )

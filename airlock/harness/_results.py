@@ -26,9 +26,12 @@ __all__ = [
     "success",
 ]
 
-HarnessCode = Literal["program_error", "invalid_program", "sandbox_unavailable"]
+HarnessCode = Literal[
+    "program_error", "invalid_program", "sandbox_unavailable", "already_committed"
+]
 """Codes only the harness gives: a program raised, was refused before running, or the
-sandbox could not run it."""
+sandbox could not run it; or a direct call asked again for an intent already committed in
+the session (not an error: its receipt comes back, nothing was sent again)."""
 HARNESS_CODES: Final[tuple[HarnessCode, ...]] = get_args(HarnessCode)
 
 

@@ -5,11 +5,15 @@ names); the model sees :meth:`Session.tools` and every call it makes goes throug
 :meth:`Session.call`, which never raises for anything the model did::
 
     call(name, arguments)
-    ├── execute_code ─► sandbox run with a ToolSession (reads only, caller "code")
-    │                   ─► final value + capped stdout, or program_error / limit_exceeded
-    ├── direct read  ─► Registry.call(caller "direct") ─► shaped result
-    ├── direct write ─► WritePath.preview_call ─► needs_approval (the pause; recorded)
+    ├── execute_code ─► inputs ⊆ grant (read(file:NAME)), else denied before any container
+    │                   ─► sandbox run with a ToolSession (reads only, caller "code")
+    │                   ─► final value + capped stdout + artifact references,
+    │                      or program_error / limit_exceeded
+    ├── direct read  ─► WritePath.call(caller "direct") ─► shaped result
+    │                   └─ a rule asks about it ─► needs_approval (the pause, as a write's)
+    ├── direct write ─► WritePath.call ─► needs_approval (the pause; recorded)
     │                   └─ approved by a policy rule ─► commit at once ─► receipt
+    ├── the same intent again, already committed ─► already_committed + its receipt
     └── anything else ─► unknown_tool
 
 A paused write goes on with :meth:`Session.resume` once a person (``airlock approvals
@@ -21,43 +25,53 @@ another process can rebuild the session (:meth:`Harness.resume_session`) and res
 ``needs_approval`` is answered with ``is_error=False``: the call did what it should (a
 preview now waits for a person), and an error flag invites a model to retry with other
 arguments, which is exactly what must not happen.
+
+Inputs (host files mounted read-only at ``/data/NAME``) are given by the application, never
+by the model: for the whole session (``Harness.session(inputs=...)``, listed in
+``execute_code``'s description) or for one program (:meth:`Session.execute_code`). Reading
+one is the effect ``read(file:NAME)``, which the session's grant must cover. The files a
+program leaves in ``/out`` are stored under ``$AIRLOCK_HOME/artifacts/RUN-mN-NONCE/`` (one
+directory per program) and answered as references, never as content.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 import uuid
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import ValidationError
-
-from airlock.bridge import BridgeLimits, ToolSession, render_api
+from airlock.bridge import render_api
 from airlock.harness._budget import Budget, BudgetMeter
 from airlock.harness._execute_code import (
     EXECUTE_CODE,
-    ExecuteCodeArgs,
     describe_execute_code,
-    program_result,
 )
 from airlock.harness._model_tools import ModelResult, ModelTool
 from airlock.harness._paused import PausedWrites, PendingWrite
+from airlock.harness._programs import SessionPrograms
 from airlock.harness._results import failure, from_tool_error, sized, success
 from airlock.harness._session_audit import SessionAudit
-from airlock.harness._usable import usable
+from airlock.harness._usable import needs_ledger, usable
 from airlock.policies import ApprovalPolicy, Grant, Principal, SandboxProfile
-from airlock.sandbox import KeptSandbox, SandboxBackend, SandboxError
+from airlock.sandbox import (
+    Inputs,
+    RunInput,
+    SandboxBackend,
+    SandboxError,
+)
 from airlock.tools import (
     CallContext,
     Caller,
-    FieldIssue,
     InvalidInputError,
     LimitExceededError,
     Observations,
+    Preview,
     Registry,
     RunAuthority,
     ToolError,
+    ToolSpec,
     UnknownToolError,
     WritePath,
 )
@@ -92,6 +106,8 @@ class Session:
         run_id: str | None = None,
         keep_state: bool = False,
         idle_timeout: float = 300.0,
+        inputs: Inputs | None = None,
+        artifact_root: Path | None = None,
     ) -> None:
         self.principal = principal
         self.grant = grant
@@ -113,14 +129,35 @@ class Session:
             approvals=approvals,
             observations=self._observations,
         )
-        self._paused = PausedWrites(writes, principal, self.run_id)
+        self._paused = PausedWrites(writes, principal, self.run_id, context=self._context)
         self._audit = SessionAudit(registry.audit)
         self._keep_state = keep_state
         self._idle_timeout = idle_timeout
-        self._kept: KeptSandbox | None = None
         self._direct = self._usable_names("direct")
         self._code = self._usable_names("code")
+        self._programs = SessionPrograms(
+            registry=registry,
+            sandbox=sandbox,
+            profile=profile,
+            principal=principal,
+            grant=grant,
+            approvals=approvals,
+            budget=budget,
+            run_id=self.run_id,
+            observations=self._observations,
+            audit=self._audit,
+            code_tools=self._code,
+            keep_state=keep_state,
+            idle_timeout=idle_timeout,
+            given=dict(inputs or {}),
+            artifact_root=artifact_root,
+        )
         self._tools = self._build_tools()
+
+    @property
+    def inputs(self) -> tuple[RunInput, ...]:
+        """The inputs every program of this session finds under ``/data``."""
+        return self._programs.inputs
 
     # -- the tool list -------------------------------------------------------------------
 
@@ -130,8 +167,8 @@ class Session:
             spec = self._registry.get(definition.name)
             if spec is None or not usable(spec, self.grant, self.approvals):
                 continue
-            if spec.write is not None and self._writes is None:
-                continue  # no ledger, no write path: the call could only be refused
+            if self._writes is None and needs_ledger(spec, self.grant, self.approvals):
+                continue  # no ledger, no preview to approve: the call could only be refused
             names.add(definition.name)
         return frozenset(names)
 
@@ -145,6 +182,12 @@ class Session:
                 stdout_bytes=self.budget.stdout_bytes,
                 calls=self.budget.program_calls,
                 kept_idle_s=self._idle_timeout if self._keep_state else None,
+                reaches_network=any(
+                    _reaches_network(spec)
+                    for spec in map(self._registry.get, self._code)
+                    if spec is not None
+                ),
+                inputs=self._programs.inputs,
             )
         ]
         for definition in self._registry.visible(self.principal, "direct"):
@@ -152,16 +195,18 @@ class Session:
             if spec is None or definition.name not in self._direct:
                 continue
             changes = any(e.is_side_effect for e in spec.effects)
+            network = _reaches_network(spec)
             listed.append(
                 ModelTool(
                     name=definition.name,
                     description=definition.description,
                     input_schema=dict(definition.parameters),
-                    read_only=not changes,
+                    read_only=not changes and not network,
                     destructive=changes and not spec.reversible,
                     # A write's idempotency key (run, tool, intent) makes a repeated call of
                     # the same intent in this session answer with the same preview.
                     idempotent=not changes or spec.write is not None,
+                    open_world=network,
                 )
             )
         return listed
@@ -178,13 +223,37 @@ class Session:
         Every result, error or not, is at most the budget's ``result_bytes`` (or what is
         left of its ``bytes``): a larger one is ``result_too_large`` with its size.
         """
+        return await self._call(name, arguments)
+
+    async def execute_code(self, code: str, *, inputs: Inputs | None = None) -> ModelResult:
+        """Run ``code`` as the model's ``execute_code`` would, with ``inputs`` (name -> host
+        path, mounted read-only at ``/data/NAME``) beside the session's own, for this
+        program only. Audited, budgeted and answered like :meth:`call`.
+
+        An input outside the grant answers ``denied`` and starts nothing.
+
+        Raises:
+            InputRefused: an input cannot be mounted (a missing file, a link, a device...)
+                or has a session input's name with another path.
+            UsageError: inputs for one program in a session that keeps state (a kept
+                container's inputs are mounted when it starts: give them to
+                ``Harness.session``).
+        """
+        given = self._programs.call_inputs(inputs)
+        return await self._call(EXECUTE_CODE, {"code": code}, inputs=given)
+
+    async def _call(
+        self, name: str, arguments: dict[str, Any], *, inputs: Inputs | None = None
+    ) -> ModelResult:
         used_up = self._meter.exhausted()
         if used_up is not None:
             self._refused += 1
             ctx = self._context(f"{self.run_id}:r{self._refused}-{self._nonce}")
             self._audit.over_budget(ctx, str(name), used_up)
             await self._audit.durable()
-            return from_tool_error(LimitExceededError(limit=used_up))
+            return from_tool_error(
+                LimitExceededError(self._meter.used_up_message(used_up), limit=used_up)
+            )
         self._meter.calls += 1
         # The nonce keeps call ids unique when another process resumes the same run.
         call_id = f"{self.run_id}:m{self._meter.calls}-{self._nonce}"
@@ -192,7 +261,13 @@ class Session:
             if not isinstance(arguments, Mapping):
                 raise InvalidInputError("the arguments must be a JSON object")
             if name == EXECUTE_CODE:
-                result = await self._execute_code(arguments, call_id)
+                result = await self._programs.run(
+                    arguments,
+                    call_id=call_id,
+                    inputs=self._programs.given if inputs is None else inputs,
+                    remaining=self._meter.remaining(),
+                    ctx=self._context(call_id),
+                )
             elif isinstance(name, str) and name in self._direct:
                 result = await self._call_direct(name, arguments, call_id)
             else:
@@ -219,70 +294,9 @@ class Session:
         self._meter.bytes += len(result.content.encode())
         return result
 
-    async def _execute_code(self, arguments: Mapping[str, Any], call_id: str) -> ModelResult:
-        try:
-            args = ExecuteCodeArgs.model_validate(dict(arguments))
-        except ValidationError as exc:
-            raise InvalidInputError(issues=_issues(exc)) from None
-        remaining = self._meter.remaining()
-        profile = self._profile
-        if remaining < profile.timeout_s:
-            # The program may not outlive the session; the pool ignores the deadline.
-            profile = profile.model_copy(update={"timeout_s": max(remaining, 0.5)})
-        tools = ToolSession(
-            registry=self._registry,
-            principal=self.principal,
-            grant=self.grant,
-            run_id=self.run_id,
-            approvals=self.approvals,
-            limits=BridgeLimits(max_calls=self.budget.program_calls),
-            observations=self._observations,
-            tool_names=self._code,
-            call_prefix=call_id,  # the program's calls: RUN:mN:1, RUN:mN:2, ...
-        )
-        digest = self._audit.program_text(args.code)
-        began = time.perf_counter()
-        notes: dict[str, object] = {}
-        if self._keep_state:
-            kept = self._kept_sandbox()
-            starts = kept.starts
-            run = await kept.run(args.code, profile=profile, tools=tools)
-            if starts and kept.starts > starts:
-                notes["state_reset"] = True  # earlier programs' names are gone
-        else:
-            run = await self._sandbox.run(args.code, profile=profile, tools=tools)
-        _log.info(
-            "run %s: program %s in %.1f ms, %d tool calls%s",
-            self.run_id,
-            run.status,
-            (time.perf_counter() - began) * 1000,
-            run.tool_calls,
-            f", stderr: {run.stderr[-500:]!r}" if run.stderr else "",
-        )
-        result = program_result(run, stdout_bytes=self.budget.stdout_bytes, notes=notes)
-        self._audit.program(
-            self._context(call_id),
-            digest,
-            code=result.code,
-            detail=f"program {run.status}, {run.tool_calls} tool calls"
-            + (f", limit {run.limit}" if run.limit else ""),
-            duration_s=time.perf_counter() - began,
-        )
-        return result
-
-    def _kept_sandbox(self) -> KeptSandbox:
-        if self._kept is None:
-            # Raises UsageError when the backend cannot keep (Harness.session checks first).
-            self._kept = self._sandbox.keep(
-                self.principal, idle_timeout=self._idle_timeout, profile=self._profile
-            )
-        return self._kept
-
     async def close(self) -> None:
         """Release what the session holds (its kept container, in session mode)."""
-        if self._kept is not None:
-            await self._kept.close()
-            self._kept = None
+        await self._programs.close()
 
     def _context(self, call_id: str) -> CallContext:
         return self._authority.context("direct", call_id, deadline=self._meter.deadline)
@@ -290,11 +304,15 @@ class Session:
     async def _call_direct(
         self, name: str, arguments: Mapping[str, Any], call_id: str
     ) -> ModelResult:
-        spec = self._registry.get(name)
         ctx = self._context(call_id)
-        if spec is None or spec.write is None or self._writes is None:
+        if self._writes is None:
             return success(await self._registry.call(name, arguments, ctx))
-        preview = await self._writes.preview_call(name, arguments, ctx)
+        outcome = await self._writes.call(name, arguments, ctx)
+        if not isinstance(outcome, Preview):
+            return success(outcome)  # a read that needed no approval
+        preview = outcome
+        if preview.state == "committed":  # asked again: say so, send nothing
+            return self._paused.already(preview)
         self._paused.hold(preview)
         if preview.state == "prepared":
             return self._paused.paused(preview)
@@ -354,8 +372,6 @@ class Session:
         return harness.resume_session(principal, run_id, grant=grant, budget=budget)
 
 
-def _issues(exc: ValidationError) -> tuple[FieldIssue, ...]:
-    return tuple(
-        FieldIssue(".".join(str(p) for p in error["loc"]) or "(arguments)", error["msg"][:200])
-        for error in exc.errors()[:10]
-    )
+def _reaches_network(spec: ToolSpec) -> bool:
+    """Whether a call of ``spec`` reaches a network destination as one of its effects."""
+    return any(e.kind == "network" for e in spec.effects)

@@ -5,7 +5,10 @@ program, whose text is stored once by its hash.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from airlock.harness._execute_code import EXECUTE_CODE
+from airlock.policies import Effect
 from airlock.tools import AuditLog, CallContext, audit_event
 
 __all__ = ["SessionAudit"]
@@ -59,9 +62,11 @@ class SessionAudit:
         code: str | None,
         detail: str,
         duration_s: float,
+        effects: Iterable[Effect] = (),
     ) -> None:
         """One record per program, beside its tool calls (call ids ``CALL:1``, ``:2``...):
-        which program ran (``args_hash`` is its hash), how it ended, what it called."""
+        which program ran (``args_hash`` is its hash), how it ended, what it called, and the
+        inputs it was given (``read(file:NAME)``, in ``effects``)."""
         self.log.record(
             audit_event(
                 ctx,
@@ -72,8 +77,27 @@ class SessionAudit:
                 outcome="ok" if code is None else "error",
                 code=code,
                 args_hash=digest,
+                effects=effects,
                 detail=detail,
                 duration_s=duration_s,
+            )
+        )
+
+    def inputs_refused(self, ctx: CallContext, effect: Effect, digest: str) -> None:
+        """Record a program refused before its container started: an input outside the
+        session's grant."""
+        self.log.record(
+            audit_event(
+                ctx,
+                EXECUTE_CODE,
+                stage="authorize",
+                decision="deny",
+                rule="effect",
+                outcome="error",
+                code="denied",
+                args_hash=digest,
+                effects=(effect,),
+                detail=f"input outside the grant: {effect}",
             )
         )
 

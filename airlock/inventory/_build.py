@@ -45,6 +45,7 @@ from airlock.policies import (
     EFFECT_KINDS,
     SIDE_EFFECT_KINDS,
     Effect,
+    Grant,
     Principal,
     approval_cases,
     coverage,
@@ -174,6 +175,15 @@ def _tool_entry(spec: ToolSpec, subject: Subject, *, direct: bool, code: bool) -
         if not reach:
             denied = "no caller may reach it without an approval it cannot get"
     hosts = destinations(spec)
+    urls = [e for e in spec.effects if e.kind == "network" and e.takes_url]
+    if urls:  # what a call names: the granted patterns it may match
+        granted = {
+            allowed.target
+            for allowed in grant.effects
+            for effect in urls
+            if allowed.kind == "network" and coverage(Grant(effects=(allowed,)), effect) != "none"
+        }
+        hosts = tuple(sorted({*hosts, *granted}))
     # A role holds authority in whichever tenant its principal is: every credential applies.
     tenant = subject.principal.tenant_id if subject.kind == "principal" else None
     credentials, credential_tenant = credentials_for(spec, tenant)
@@ -190,6 +200,7 @@ def _tool_entry(spec: ToolSpec, subject: Subject, *, direct: bool, code: bool) -
         approval=approval,
         idempotency=idempotency(spec),
         reach=tuple(reach),
+        network=any(e.kind == "network" for e in spec.effects),
         denied_because=denied,
         broader_than_scope=_broader(spec, hosts),
     )

@@ -34,7 +34,15 @@ from airlock.inventory._change import Change, Direction
 from airlock.inventory._lock import EffectLock, LockedSubject, LockedTool
 from airlock.inventory._lock_deployment import SANDBOX_RULES, compare_harness, compare_sandbox
 from airlock.inventory._model import ApprovalCase, GrantSummary, Requirement
-from airlock.policies import SIDE_EFFECT_KINDS, STRICTNESS, Effect, Grant, breakpoints, verdict_at
+from airlock.policies import (
+    SIDE_EFFECT_KINDS,
+    STRICTNESS,
+    Effect,
+    Grant,
+    breakpoints,
+    target_classes,
+    verdict_at,
+)
 from airlock.tools import Destination, parse_destination
 
 __all__ = ["SANDBOX_RULES", "Change", "Direction", "compare_locks", "render_changes"]
@@ -222,23 +230,31 @@ def _compare_requires(
 def _compare_approval(
     key: str, name: str, old: Sequence[ApprovalCase], new: Sequence[ApprovalCase]
 ) -> list[Change]:
+    """Verdicts compared at every amount, for every target class either side tells apart
+    (a class one side lacks is judged there as its "every other call" class)."""
     changes: list[Change] = []
     currency = next((c.currency for c in (*new, *old) if c.currency), None)
-    for amount in breakpoints(old, new):
-        before, after = verdict_at(old, amount), verdict_at(new, amount)
-        if before == after:
-            continue
-        where = f"at ≥ {amount} {currency or ''}".rstrip() if amount else "at any amount"
-        detail = f"{where}: {_case_text(old, amount)} → {_case_text(new, amount)}"
-        if STRICTNESS[after] < STRICTNESS[before]:
-            changes.append(Change("growth", key, name, "approval_loosened", detail))
-        else:
-            changes.append(Change("shrink", key, name, "approval_tightened", detail))
+    for targets in target_classes(old, new):
+        for amount in breakpoints(old, new):
+            before = verdict_at(old, amount, targets)
+            after = verdict_at(new, amount, targets)
+            if before == after:
+                continue
+            where = f"at ≥ {amount} {currency or ''}".rstrip() if amount else "at any amount"
+            if targets:
+                where = f"for {', '.join(targets)} {where}"
+            was, now = _case_text(old, amount, targets), _case_text(new, amount, targets)
+            detail = f"{where}: {was} → {now}"
+            if STRICTNESS[after] < STRICTNESS[before]:
+                changes.append(Change("growth", key, name, "approval_loosened", detail))
+            else:
+                changes.append(Change("shrink", key, name, "approval_tightened", detail))
     return changes
 
 
-def _case_text(cases: Sequence[ApprovalCase], amount: int) -> str:
-    chosen = [c for c in cases if c.from_amount <= amount]
+def _case_text(cases: Sequence[ApprovalCase], amount: int, targets: tuple[str, ...] = ()) -> str:
+    own = [c for c in cases if c.targets == targets] or [c for c in cases if not c.targets]
+    chosen = [c for c in own if c.from_amount <= amount]
     if not chosen:
         return "ask"
     case = max(chosen, key=lambda c: c.from_amount)

@@ -161,6 +161,8 @@ SANDBOX_RULES: Final[Mapping[str, _Judge]] = {
     "guest_seccomp_pfc": _ignored,
     "image": _neutral,
     "image_digest": _ignored,  # not locked: it depends on the engine the command reached
+    "image_kind": _ranked(lambda v: 0 if v == "base" else 1),
+    "image_packages": _members,  # a package added is more native code a program reaches
 }
 """How a change of each :class:`SandboxEffects` field is judged: growth, shrink or change."""
 

@@ -121,11 +121,21 @@ class ToolEntry(_Record):
         description="Evidence each call needs first (preconditions); empty when none."
     )
     approval: tuple[ApprovalCase, ...] = Field(
-        description="The approval verdict by amount, from the subject's approval rules."
+        description=(
+            "The approval verdict by amount, from the subject's approval rules; per target "
+            "class when rules name targets (a case's 'targets'; none: every other call)."
+        )
     )
     idempotency: Idempotency = Field(description="Whether repeating a call is safe.")
     reach: tuple[Reach, ...] = Field(
         description="How the subject can reach it; empty when every call would be refused."
+    )
+    network: bool = Field(
+        default=False,
+        description=(
+            "It declares a network effect: a read that reaches the network, never advertised "
+            "as read-only (from code, only the destinations the grant lists)."
+        ),
     )
     denied_because: str | None = Field(description="Why no call can succeed, when reach is empty.")
     broader_than_scope: tuple[str, ...] = Field(
@@ -211,6 +221,18 @@ class SandboxLimits(_Record):
     pids: int = Field(description="Most processes and threads at once.")
     open_files: int = Field(description="Open-files limit.")
     output_bytes: int = Field(description="Cap on captured stdout and stderr, each.")
+    input_bytes: int = Field(
+        default=0,
+        description="Most bytes of inputs (host files mounted read-only at /data/NAME) one "
+        "run may be given; each input also needs read(file:NAME) in the grant.",
+    )
+    artifact_bytes: int = Field(
+        default=0,
+        description="Size of /out, and the most bytes of files (artifacts) one run returns.",
+    )
+    artifact_files: int = Field(
+        default=0, description="Most files one run may leave in /out for the host."
+    )
 
 
 class SandboxEffects(_Record):
@@ -254,6 +276,16 @@ class SandboxEffects(_Record):
     image: str = Field(description="The sandbox image reference.")
     image_digest: str = Field(
         description="The image's content digest, or 'unknown' when no engine was reachable."
+    )
+    image_kind: str = Field(
+        default="base",
+        description="'base' (the standard library) or 'data' (numpy, pandas, pyarrow, "
+        "matplotlib: more native code a program can reach).",
+    )
+    image_packages: tuple[str, ...] = Field(
+        default=(),
+        description="Packages the image adds, 'name==version' (the data image's, pinned by "
+        "this airlock); empty for the base image.",
     )
 
 

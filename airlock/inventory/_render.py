@@ -41,18 +41,30 @@ def render(inventory: Inventory, fmt: Format) -> str:
 
 
 def approval_text(cases: Sequence[ApprovalCase]) -> str:
-    """``allow (default)``, or by amount: ``allow (r1); ≥ 10000 USD ask (r2)``."""
-    parts = []
+    """``allow (default)``, or by amount: ``allow (r1); ≥ 10000 USD ask (r2)``; by target
+    class when rules name targets: ``for network(docs.example.com): allow (r1); otherwise:
+    ask (r2)``."""
+    classes: dict[tuple[str, ...], list[str]] = {}
     for case in cases:
         amount = f"≥ {case.from_amount} {case.currency or ''}".rstrip() + " "
         prefix = amount if case.from_amount else ""
-        parts.append(f"{prefix}{case.verdict} ({case.rule})")
+        classes.setdefault(case.targets, []).append(f"{prefix}{case.verdict} ({case.rule})")
+    if list(classes) == [()]:
+        return "; ".join(classes[()])
+    parts = [
+        f"for {', '.join(targets)}: {'; '.join(steps)}"
+        for targets, steps in classes.items()
+        if targets
+    ]
+    if () in classes:
+        parts.append(f"otherwise: {'; '.join(classes[()])}")
     return "; ".join(parts)
 
 
 def _reach_text(tool: ToolEntry) -> str:
     if tool.reach:
-        return ", ".join(r.replace("_", " ") for r in tool.reach)
+        text = ", ".join(r.replace("_", " ") for r in tool.reach)
+        return text + ("; network" if tool.network else "")
     return f"denied: {tool.denied_because}"
 
 
@@ -124,6 +136,18 @@ def sandbox_rows(sandbox: SandboxEffects) -> list[tuple[str, str]]:
         ("runtime", sandbox.runtime),
         ("masked paths", ", ".join(sandbox.masked_paths)),
         ("image", f"{sandbox.image} ({sandbox.image_digest})"),
+        ("image packages", ", ".join(sandbox.image_packages) or f"none ({sandbox.image_kind})"),
+        (
+            "inputs",
+            f"host files an operator gives, read-only at /data/NAME, each when the grant "
+            f"holds read(file:NAME); at most {limits.input_bytes} bytes per run",
+        ),
+        (
+            "artifacts",
+            f"files left in /out, at most {limits.artifact_files} files and "
+            f"{limits.artifact_bytes} bytes, stored under $AIRLOCK_HOME/artifacts and "
+            "returned as references",
+        ),
     ]
 
 

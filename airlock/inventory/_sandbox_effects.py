@@ -4,7 +4,9 @@ Nothing here restates the hardening: :func:`sandbox_effects` reports what
 :func:`airlock.sandbox.describe_container` reads from the very keyword arguments the Docker
 backend passes to ``containers.run`` for the profile, so a change there shows up in the
 inventory and in ``--check``. The second seccomp layer (what the guest runner refuses
-before a program runs) comes from the rule list the image ships, rendered on this host.
+before a program runs) comes from the rule list the image ships, rendered on this host. The
+data image's packages come from the list this airlock builds it with
+(:data:`airlock.sandbox.DATA_PACKAGES`), so the lock holds them without an engine.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 
 from airlock.inventory._model import Mount, SandboxEffects, SandboxLimits
 from airlock.policies import SandboxProfile, seccomp_profile_hash
-from airlock.sandbox import UNKNOWN_DIGEST, describe_container
+from airlock.sandbox import DATA_PACKAGES, UNKNOWN_DIGEST, describe_container
 
 __all__ = ["sandbox_effects"]
 
@@ -42,6 +44,9 @@ def sandbox_effects(profile: SandboxProfile, *, image: str, image_digest: str) -
             pids=config.pids_limit,
             open_files=config.open_files,
             output_bytes=profile.output_limit_bytes,
+            input_bytes=profile.input_limit_bytes,
+            artifact_bytes=profile.artifact_limit_bytes,
+            artifact_files=profile.artifact_limit_files,
         ),
         language_mode=profile.language_mode,
         allowed_imports=tuple(sorted(profile.allowed_imports)),
@@ -55,6 +60,12 @@ def sandbox_effects(profile: SandboxProfile, *, image: str, image_digest: str) -
         guest_seccomp_pfc=config.guest_filter.pfc,
         image=image,
         image_digest=image_digest,
+        image_kind=profile.image,
+        image_packages=tuple(
+            f"{name}=={version}" for name, version in sorted(DATA_PACKAGES.items())
+        )
+        if profile.image == "data"
+        else (),
     )
 
 

@@ -7,8 +7,10 @@ this module reads the spec, never a handler's attributes, and drops nothing:
 
 - ``destinations``: every form a tool may declare (a host or host pattern, ``user@host``,
   ``scheme://host[:port][/path]``: ``https``, ``postgres``, ``smtp``, ``s3``, ...), plus the
-  targets of its ``network(d)`` effects. A destination that does not parse (a registry
-  look-alike that skipped registration) is an error, never a silent omission;
+  targets of its ``network(d)`` effects; a ``network({url})`` effect reaches what a call
+  names, so the inventory lists the subject's granted patterns for it instead. A destination
+  that does not parse (a registry look-alike that skipped registration) is an error, never a
+  silent omission;
 - ``credentials``: credential *names* (never values); with ``tenant_credentials`` the one a
   principal's tenant uses;
 - ``requires``: the evidence each call needs first;
@@ -40,6 +42,8 @@ def destinations(spec: ToolSpec) -> tuple[str, ...]:
     """
     found: set[str] = set()
     for effect in spec.effects:
+        if effect.kind == "network" and effect.takes_url:
+            continue  # a URL the call names: the grant's patterns say where (_build)
         if effect.kind == "network":
             try:
                 found.add(parse_destination(effect.pattern).text)

@@ -74,7 +74,8 @@ InvoiceId = Annotated[
 RefundReason = Literal["duplicate", "fraudulent", "requested_by_customer"]
 CredentialSource = Mapping[str, Credential] | Callable[[str], Credential | None]
 """Tenant id -> the credential of that tenant's billing account (host-side only). A mapping
-declares its credentials' names for the effect inventory; a function declares none."""
+declares its credentials' names for the effect inventory; a function declares none, and so
+its tools send none (an adapter sends only the credentials it declares): use a mapping."""
 
 
 class Payment(BaseModel):

@@ -183,6 +183,16 @@ _JSON_TYPES = {
 }
 
 
+class _HostDefault:
+    """Stands for a default the host's input model computes (not shown in a signature)."""
+
+    def __repr__(self) -> str:
+        return "..."
+
+
+_HOST_DEFAULT = _HostDefault()
+
+
 class ToolFunction:
     """One tool, callable from a program: ``f(...)``, ``await f.aio(...)``, ``f.batch([...])``."""
 
@@ -190,14 +200,24 @@ class ToolFunction:
         self._connection = connection
         self.__name__ = self.name = str(stub["name"])
         self.__doc__ = str(stub.get("doc", ""))
-        params = [
-            inspect.Parameter(
-                str(p["name"]),
-                inspect.Parameter.POSITIONAL_OR_KEYWORD,
-                annotation=str(p.get("annotation", "object")),
+        params: list[inspect.Parameter] = []
+        kind: inspect._ParameterKind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+        for p in stub.get("params", []):
+            required = p.get("required", True) is not False
+            if not required:
+                # Left out of the call when not given: the host applies the input model's
+                # default, exactly as for a direct call. The value here is for reading only.
+                default = p.get("default") if p.get("shown_default") else _HOST_DEFAULT
+            elif params and params[-1].default is not inspect.Parameter.empty:
+                kind = inspect.Parameter.KEYWORD_ONLY  # a required one after an optional one
+            params.append(
+                inspect.Parameter(
+                    str(p["name"]),
+                    kind,
+                    annotation=str(p.get("annotation", "object")),
+                    default=inspect.Parameter.empty if required else default,
+                )
             )
-            for p in stub.get("params", [])
-        ]
         self.__signature__ = inspect.Signature(
             params, return_annotation=stub.get("returns", "dict")
         )

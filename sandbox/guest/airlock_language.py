@@ -13,7 +13,9 @@ depth and clearer errors.
 from __future__ import annotations
 
 import ast
+import asyncio
 import functools
+import inspect
 import operator
 import types
 import typing
@@ -89,7 +91,9 @@ def _restricted_policy() -> Any:
             return self.node_contents_visit(node)
 
         def visit_AsyncFor(self, node: ast.AsyncFor) -> Any:
-            return self.guard_iter(cast(Any, node))
+            # Not guard_iter: it wraps the iterable in ``_getiter_`` (``iter``), which an
+            # asynchronous iterable is not; ``_getiter_`` guards nothing more here.
+            return self.node_contents_visit(node)
 
         def visit_AsyncWith(self, node: ast.AsyncWith) -> Any:
             return self.visit_With(cast(Any, node))
@@ -251,14 +255,32 @@ def full_globals(result: Callable[[Any], None], tools: Tools) -> dict[str, Any]:
     return {"__builtins__": namespace, "__name__": PROGRAM_MODULE, "tools": tools}
 
 
+TOP_LEVEL_AWAIT = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+"""Programs may ``await`` at the top level (as in ``python -m asyncio``); such a program's
+code is a coroutine, which the runner runs on an event loop of its own."""
+
+
+def _restrict(tree: ast.AST, policy: Any) -> list[str]:
+    """Apply RestrictedPython's policy to ``tree`` in place; its refusals."""
+    errors: list[str] = []
+    warnings: list[str] = []
+    used_names: dict[str, bool] = {}
+    policy(errors, warnings, used_names).visit(tree)
+    return errors
+
+
 def compile_program(source: str, mode: str, allowed_imports: frozenset[str]) -> tuple[Any, Any]:
     """Compile ``source`` into (body code, last-expression code or None).
 
     A program ending in an expression statement has that expression's value as its final
-    value, as in a notebook cell.
+    value, as in a notebook cell. Top-level ``await`` is allowed in both modes: the code is
+    then a coroutine (``co_flags & CO_COROUTINE``).
 
     Raises:
         ProgramRejected: on a syntax error, a forbidden import or a restricted construct.
+        SyntaxError: a statement the compiler refuses where it stands (``return``, ``break``
+            or ``yield`` at the top level, ``await`` in a plain function); the runner reports
+            it as the program's error, with its line.
     """
     try:
         tree = ast.parse(source, PROGRAM_FILENAME)
@@ -269,24 +291,59 @@ def compile_program(source: str, mode: str, allowed_imports: frozenset[str]) -> 
     if isinstance(final_statement, ast.Expr):
         tree.body.pop()
         last = ast.Expression(final_statement.value)
-    if mode == "full":
-        body_code = compile(tree, PROGRAM_FILENAME, "exec")
-        last_code = compile(last, PROGRAM_FILENAME, "eval") if last else None
-        return body_code, last_code
-    _import_checker(allowed_imports)(tree)
-    from RestrictedPython.compile import compile_restricted_eval, compile_restricted_exec
+    if mode != "full":
+        _import_checker(allowed_imports)(tree)
+        # RestrictedPython's own compile functions drop the flags they are given, so its
+        # policy transforms the tree here and the compiler gets top-level await.
+        policy = _restricted_policy()
+        errors = _restrict(tree, policy)
+        if last is not None and not errors:
+            errors.extend(_restrict(last, policy))
+        if errors:
+            raise ProgramRejected("; ".join(errors), _line_of(errors[0]))
+    body_code = compile(tree, PROGRAM_FILENAME, "exec", flags=TOP_LEVEL_AWAIT, dont_inherit=True)
+    last_code = (
+        compile(last, PROGRAM_FILENAME, "eval", flags=TOP_LEVEL_AWAIT, dont_inherit=True)
+        if last is not None
+        else None
+    )
+    return body_code, last_code
 
-    policy = _restricted_policy()
-    compiled = compile_restricted_exec(tree, PROGRAM_FILENAME, policy=policy)
-    errors = list(compiled.errors)
-    last_code = None
-    if last is not None and not errors:
-        compiled_last = compile_restricted_eval(last, PROGRAM_FILENAME, policy=policy)
-        errors.extend(compiled_last.errors)
-        last_code = compiled_last.code
-    if errors:
-        raise ProgramRejected("; ".join(errors), _line_of(errors[0]))
-    return compiled.code, last_code
+
+def _is_coroutine(code: Any) -> bool:
+    return code is not None and bool(code.co_flags & inspect.CO_COROUTINE)
+
+
+def run_program(
+    body_code: Any,
+    last_code: Any,
+    namespace: dict[str, Any],
+    result: Callable[[Any], None],
+    has_result: Callable[[], bool],
+) -> None:
+    """Run a compiled program's body, then its last expression, whose value becomes the
+    final one (through ``result``) unless the program called ``result()`` itself
+    (``has_result``). On an event loop of its own when either awaits at the top level."""
+    if not (_is_coroutine(body_code) or _is_coroutine(last_code)):
+        exec(body_code, namespace)
+        if last_code is not None:
+            value = eval(last_code, namespace)
+            if not has_result() and value is not None:
+                result(value)
+        return
+
+    async def main() -> None:
+        step = eval(body_code, namespace)
+        if _is_coroutine(body_code):
+            await step
+        if last_code is not None:
+            value = eval(last_code, namespace)
+            if _is_coroutine(last_code):
+                value = await value
+            if not has_result() and value is not None:
+                result(value)
+
+    asyncio.run(main())
 
 
 def _line_of(message: str) -> int | None:
@@ -300,9 +357,11 @@ __all__ = [
     "EVALUATORS",
     "PROGRAM_FILENAME",
     "PROGRAM_MODULE",
+    "TOP_LEVEL_AWAIT",
     "ProgramRejected",
     "compile_program",
     "full_globals",
     "refusal",
     "restricted_globals",
+    "run_program",
 ]

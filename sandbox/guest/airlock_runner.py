@@ -11,15 +11,19 @@ Life of a runner (one per container, one program per runner):
    stdin, stdout and stderr at ``/dev/null`` and close every other descriptor but the
    bridge's: the container's own streams are drained by the engine, so a program that could
    still write to them would bypass the output cap at the engine's expense;
-2. warm up: import what a default profile allows (``airlock_wire.WARM_UP_IMPORTS``), then
-   compile and run a small program through the exact path a real one takes, so the first
-   real run pays no first-time costs;
+2. warm up: import what a default profile allows (``airlock_wire.WARM_UP_IMPORTS``) and
+   what the image's manifest names (the data image: numpy, pandas, pyarrow, matplotlib; see
+   ``airlock_image``), then compile and run a small program through the exact path a real
+   one takes, so the first real run pays no first-time costs;
 3. send ``hello`` (protocol version, pid) and wait for one ``run`` frame;
-4. run the program with stdout/stderr captured at the file-descriptor level and capped;
-5. send ``done`` with the structured result and exit. The host then destroys the container.
-   A final value over the ``run`` frame's ``value_limit`` bytes (compact JSON) or
-   ``value_elements`` values and keys is refused as ``result_too_large`` with its size, so
-   the ``done`` frame stays within the host's frame budget.
+4. run the program with stdout/stderr captured at the file-descriptor level and capped (a
+   program with top-level ``await`` runs on an event loop of its own);
+5. send the files it left in ``/out`` as ``artifact`` frames when the ``run`` frame asks for
+   them (``airlock_artifacts``), then ``done`` with the structured result, and exit. The
+   host then destroys the container. A final value over the ``run`` frame's ``value_limit``
+   bytes (compact JSON) or ``value_elements`` values and keys is refused as
+   ``result_too_large`` with its size, so the ``done`` frame stays within the host's frame
+   budget.
 
 A ``run`` frame with ``"keep": true`` starts a kept runner instead (one conversation of one
 principal): after ``done`` it waits for the next ``run`` frame, and each program starts with
@@ -39,8 +43,14 @@ import time
 import traceback
 from typing import TYPE_CHECKING, Any
 
+_GUEST_DIR = os.path.dirname(os.path.abspath(__file__))
+"""The runner's directory: the guest's modules, its packages (``lib``) and the image's
+manifest are there."""
+
 if TYPE_CHECKING:
     from airlock.bridge import airlock_wire as wire
+    from airlock.sandbox.guest import airlock_artifacts as artifacts
+    from airlock.sandbox.guest import airlock_image as image
     from airlock.sandbox.guest.airlock_bridge import Connection, Tools
     from airlock.sandbox.guest.airlock_errors import ERRORS, RunAborted, ToolError
     from airlock.sandbox.guest.airlock_language import (
@@ -49,6 +59,7 @@ if TYPE_CHECKING:
         compile_program,
         full_globals,
         restricted_globals,
+        run_program,
     )
     from airlock.sandbox.guest.airlock_output import (
         VALUE_ELEMENTS,
@@ -62,8 +73,9 @@ else:
     # The interpreter runs isolated (-I -S): nothing is on the path but the standard
     # library. The guest's modules (the shared airlock_wire among them) and packages sit
     # next to this file.
-    _GUEST_DIR = os.path.dirname(os.path.abspath(__file__))
     sys.path[:0] = [_GUEST_DIR, os.path.join(_GUEST_DIR, "lib")]
+    import airlock_artifacts as artifacts
+    import airlock_image as image
     import airlock_wire as wire
     from airlock_bridge import Connection, Tools
     from airlock_errors import ERRORS, RunAborted, ToolError
@@ -73,6 +85,7 @@ else:
         compile_program,
         full_globals,
         restricted_globals,
+        run_program,
     )
     from airlock_output import (
         VALUE_ELEMENTS,
@@ -121,8 +134,17 @@ def _limit_of(exc: BaseException) -> str | None:
     if isinstance(exc, MemoryError):
         return "memory"
     if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
-        return "disk"
+        return "artifacts" if _is_full(wire.OUT_DIR) else "disk"
     return None
+
+
+def _is_full(path: str) -> bool:
+    """Whether the file system at ``path`` (``/out``) has less than a page left."""
+    try:
+        info = os.statvfs(path)
+    except OSError:
+        return False
+    return info.f_bavail * info.f_frsize < 4096
 
 
 def _usage() -> tuple[float, int]:
@@ -172,6 +194,18 @@ def execute(
             error={"type": "InvalidProgram", "message": exc.message, "line": exc.line},
         )
         return _finalize(result, clock, cpu_before, final, None, None)
+    except SyntaxError as exc:  # parsed, but the compiler refuses a statement where it stands
+        result.update(
+            status="error",
+            exit_status=1,
+            error={
+                "type": "SyntaxError",
+                "message": f"{exc.msg} (line {exc.lineno})",
+                "line": exc.lineno,
+                "traceback": "".join(traceback.format_exception_only(SyntaxError, exc)),
+            },
+        )
+        return _finalize(result, clock, cpu_before, final, None, None)
 
     namespace = (
         restricted_globals(allowed, final.set, tools)
@@ -193,11 +227,7 @@ def execute(
     streams.append(StreamCapture(2, output_limit, overflow))
     try:
         try:
-            exec(body_code, namespace)
-            if last_code is not None:
-                value = eval(last_code, namespace)
-                if not final.is_set and value is not None:
-                    final.set(value)
+            run_program(body_code, last_code, namespace, final.set, lambda: final.is_set)
         finally:
             if os.getpid() != _RUNNER_PID:
                 # A child forked by the program must never report for the runner.
@@ -280,15 +310,21 @@ json.dumps(sorted(rows, key=lambda r: -r["total"])[:3])
 """
 
 
-def warm_up(allowed_imports: frozenset[str]) -> None:
-    """Import ``allowed_imports``, then run a small program through the real path, in both
-    modes, and discard its result."""
+def warm_up(allowed_imports: frozenset[str], image_imports: list[str] | None = None) -> None:
+    """Import ``allowed_imports`` and the image's own ``image_imports``, then run a small
+    program through the real path, in both modes (and, in an image with packages, one that
+    uses them, in full mode), and discard the results."""
     for name in sorted(allowed_imports):
         __import__(name)
-    for mode in ("restricted", "full"):
+    for name in image_imports or ():
+        __import__(name)
+    programs = [("restricted", _WARM_UP_PROGRAM), ("full", _WARM_UP_PROGRAM)]
+    if image_imports:
+        programs.append(("full", image.WARM_UP_DATA_PROGRAM))
+    for mode, program in programs:
         execute(
             {
-                "program": _WARM_UP_PROGRAM,
+                "program": program,
                 "mode": mode,
                 "allowed_imports": sorted(allowed_imports),
                 "output_limit": 4096,
@@ -302,7 +338,9 @@ def main(argv: list[str]) -> int:
     os.environ.clear()
     connection = Connection(socket_path)
     isolate_descriptors(connection.fileno())
-    warm_up(wire.WARM_UP_IMPORTS)
+    image_imports = image.prepare(image.read_manifest(_GUEST_DIR, wire.IMAGE_MANIFEST))
+    warm_up(wire.WARM_UP_IMPORTS, image_imports)
+    image.settle()
     connection.send({"type": wire.HELLO, "version": wire.PROTOCOL_VERSION, "pid": os.getpid()})
     request = connection.recv()
     if request.get("type") != wire.RUN:
@@ -316,10 +354,14 @@ def main(argv: list[str]) -> int:
     # The second seccomp layer, before any of the program's code runs; no layer, no run.
     confine(request.get("mode"), refuse=finish)
     if not request.get("keep"):
-        finish(execute(request, finish, tools))
+        result = execute(request, finish, tools)
+        artifacts.deliver(connection.send, request, result)
+        finish(result)
     state: dict[str, Any] = {}
     while True:
-        connection.send({"type": wire.DONE, "result": execute(request, finish, tools, state)})
+        result = execute(request, finish, tools, state)
+        artifacts.deliver(connection.send, request, result)
+        connection.send({"type": wire.DONE, "result": result})
         try:
             request = connection.recv()
         except (ConnectionError, OSError, ValueError):

@@ -10,6 +10,8 @@ PUBLIC_API = [
     "MAX_INT_DIGITS",
     "NAMESPACE_MEMBERS",
     "PROTOCOL_VERSION",
+    "ArtifactRefused",
+    "ArtifactSink",
     "BridgeLimits",
     "FrameError",
     "ParamStub",

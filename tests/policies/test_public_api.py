@@ -46,6 +46,7 @@ PUBLIC_API = [
     "render_docker_seccomp",
     "seccomp_profile_hash",
     "spend",
+    "target_classes",
     "verdict_at",
     "write",
 ]

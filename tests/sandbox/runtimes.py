@@ -1,8 +1,9 @@
-"""Sandboxes under each container runtime a profile may choose, for the isolation suite.
+"""Sandboxes under each container runtime a profile may choose, and in each image, for the
+isolation suite.
 
 ``runc`` is always there with the engine; ``runsc`` (gVisor) is installed and registered by
-``sandbox/image/ensure-engine.sh``. Under ``CI=true`` a missing runtime fails its tests, it
-never skips them.
+``sandbox/image/ensure-engine.sh``. The data image (``make image-data``) runs the same suite.
+Under ``CI=true`` a missing runtime or image fails its tests, it never skips them.
 """
 
 from __future__ import annotations
@@ -17,16 +18,18 @@ import pytest
 
 from airlock.policies import ContainerRuntime, SandboxProfile
 from airlock.sandbox import DockerBackend, RunResult
-from tests.conftest import IMAGE, LoopThread, Sandbox, require_docker
+from tests.conftest import DATA_IMAGE, IMAGE, LoopThread, Sandbox, require_docker
 
-__all__ = ["RUNTIMES", "RuntimeSandbox", "require_runtime", "runtime_sandbox"]
+__all__ = ["IMAGES", "RUNTIMES", "RuntimeSandbox", "require_runtime", "runtime_sandbox"]
 
 RUNTIMES: tuple[ContainerRuntime, ...] = get_args(ContainerRuntime)
+IMAGES: tuple[str, ...] = get_args(SandboxProfile.model_fields["image"].annotation)
 
 
-def require_runtime(runtime: ContainerRuntime) -> None:
-    """Fail under CI=true, skip elsewhere, when the engine does not offer ``runtime``."""
-    require_docker()
+def require_runtime(runtime: ContainerRuntime, image: str = "base") -> None:
+    """Fail under CI=true, skip elsewhere, when the engine does not offer ``runtime`` (or
+    the ``image`` kind is not built)."""
+    require_docker(DATA_IMAGE if image == "data" else IMAGE)
     offered = docker.from_env().info().get("Runtimes") or {}
     if runtime in offered:
         return
@@ -47,11 +50,13 @@ class RuntimeSandbox(Sandbox):
 
 
 @contextmanager
-def runtime_sandbox(runtime: ContainerRuntime) -> Iterator[RuntimeSandbox]:
-    """A started backend with a warm pool whose containers run under ``runtime``."""
-    require_runtime(runtime)
+def runtime_sandbox(runtime: ContainerRuntime, image: str = "base") -> Iterator[RuntimeSandbox]:
+    """A started backend with a warm pool whose containers run under ``runtime``, in the
+    ``image`` kind (``base`` or ``data``)."""
+    require_runtime(runtime, image)
     loop = LoopThread()
-    backend = DockerBackend(image=IMAGE, pool_size=2, profile=SandboxProfile(runtime=runtime))
+    profile = SandboxProfile.model_validate({"runtime": runtime, "image": image})
+    backend = DockerBackend(image=IMAGE, data_image=DATA_IMAGE, pool_size=2, profile=profile)
     loop.call(backend.start())
     try:
         yield RuntimeSandbox(loop, backend)

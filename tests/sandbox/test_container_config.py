@@ -12,6 +12,7 @@ from airlock.sandbox import (
     check_engine,
     describe_container,
     read_image_digest,
+    resolve_inputs,
 )
 from airlock.sandbox._container import GUEST_MOUNT, container_config
 from tests.conftest import IMAGE, require_docker
@@ -23,8 +24,10 @@ def test_config_carries_every_hardening_setting() -> None:
     assert config["network_mode"] == "none"
     assert config["read_only"] is True
     assert config["tmpfs"] == {
-        "/tmp": f"rw,noexec,nosuid,nodev,size={profile.tmpfs_bytes},mode=1777"
+        "/tmp": f"rw,noexec,nosuid,nodev,size={profile.tmpfs_bytes},mode=1777",
+        "/out": f"rw,noexec,nosuid,nodev,size={profile.artifact_limit_bytes},mode=1777",
     }
+    assert config["mounts"] == []  # inputs only when a run is given some
     assert config["user"] == "65534:65534"
     assert config["cap_drop"] == ["ALL"]
     assert config["security_opt"][0] == "no-new-privileges:true"
@@ -50,7 +53,13 @@ def test_config_carries_every_hardening_setting() -> None:
 
 
 def test_the_description_says_what_the_config_says() -> None:
-    profile = SandboxProfile(memory_bytes=128 * 2**20, pids_limit=32, cpus=0.5, tmpfs_bytes=2**21)
+    profile = SandboxProfile(
+        memory_bytes=128 * 2**20,
+        pids_limit=32,
+        cpus=0.5,
+        tmpfs_bytes=2**21,
+        artifact_limit_bytes=2**22,
+    )
     described = describe_container(profile, image="img")
     assert described.image == "img"
     assert described.network_mode == "none"
@@ -63,11 +72,31 @@ def test_the_description_says_what_the_config_says() -> None:
     assert (described.cpus, described.pids_limit, described.open_files) == (0.5, 32, 256)
     assert described.seccomp_filter == profile.docker_seccomp()
     assert described.mounts == (
+        ContainerMount(
+            path="/out", kind="tmpfs", options="rw,noexec,nosuid,nodev", size_bytes=2**22
+        ),
         ContainerMount(path=GUEST_MOUNT, kind="bind", options="ro", size_bytes=None),
         ContainerMount(
             path="/tmp", kind="tmpfs", options="rw,noexec,nosuid,nodev", size_bytes=2**21
         ),
     )
+
+
+def test_inputs_are_bind_mounted_read_only_by_their_real_path(tmp_path: Path) -> None:
+    data = tmp_path / "sales.csv"
+    data.write_text("a\n1\n")
+    data.chmod(0o644)
+    folder = tmp_path / "reports"
+    folder.mkdir()
+    folder.chmod(0o755)
+    inputs = resolve_inputs({"sales.csv": data, "reports": folder}, limit_bytes=2**20)
+    config = container_config(
+        SandboxProfile(), image="img", socket_dir=Path("/s"), labels={}, inputs=inputs
+    )
+    assert [(m["Target"], m["Source"], m["Type"], m["ReadOnly"]) for m in config["mounts"]] == [
+        ("/data/reports", str(folder.resolve()), "bind", True),
+        ("/data/sales.csv", str(data.resolve()), "bind", True),
+    ]
 
 
 def test_runsc_is_asked_of_the_engine_with_room_for_gvisors_threads() -> None:

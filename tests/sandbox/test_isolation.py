@@ -2,7 +2,9 @@
 
 Each program tries to cross one boundary and reports what it saw; the host asserts nothing
 crossed. Programs run in ``full`` mode: the container is the boundary, not RestrictedPython.
-The whole suite runs under each container runtime (``runc`` and gVisor's ``runsc``).
+The whole suite runs under each container runtime (``runc`` and gVisor's ``runsc``), in the
+base image and in the data image (numpy, pandas, pyarrow and matplotlib imported before
+the program, the second seccomp layer loaded after them).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import pytest
 
 from airlock.policies import SECCOMP_ARGUMENT_RULES, ContainerRuntime
 from tests.conftest import Sandbox
-from tests.sandbox.runtimes import RUNTIMES, runtime_sandbox
+from tests.sandbox.runtimes import IMAGES, RUNTIMES, runtime_sandbox
 from tests.sandbox.syscalls import (
     ARCH_COLUMN,
     SYSCALL_ARGS,
@@ -28,11 +30,28 @@ from tests.sandbox.syscalls import (
 pytestmark = pytest.mark.docker
 
 
-@pytest.fixture(scope="module", params=RUNTIMES)
+# The data image under gVisor starts each container in about 4 s here (importing pandas
+# through gVisor's kernel), three times what the rest of the suite takes: it runs with the
+# slow tests, and the data image under runc stands for it in a local run.
+SLOW: frozenset[tuple[str, str]] = frozenset({("runsc", "data")})
+
+
+@pytest.fixture(
+    scope="module",
+    params=[
+        pytest.param(
+            (runtime, image),
+            id=f"{runtime}-{image}",
+            marks=[pytest.mark.slow] if (runtime, image) in SLOW else [],
+        )
+        for image in IMAGES
+        for runtime in RUNTIMES
+    ],
+)
 def sandbox(request: pytest.FixtureRequest) -> Iterator[Sandbox]:
-    """A warm backend per runtime: every test of this module runs under each."""
-    runtime: ContainerRuntime = request.param
-    with runtime_sandbox(runtime) as box:
+    """A warm backend per runtime and image: every test of this module runs under each."""
+    runtime: ContainerRuntime = request.param[0]
+    with runtime_sandbox(runtime, request.param[1]) as box:
         yield box
 
 

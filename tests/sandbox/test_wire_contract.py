@@ -90,9 +90,12 @@ def test_frame_types_are_the_strings_on_the_wire() -> None:
     # Changing one breaks every image built before: it takes a new PROTOCOL_VERSION.
     types = {
         name: getattr(airlock_wire, name)
-        for name in ("HELLO", "RUN", "CALL", "BATCH", "LOG", "REFUSED", "RESULT", "ABORT", "DONE")
-    }
+        for name in (
+            "HELLO", "RUN", "CALL", "BATCH", "LOG", "REFUSED", "RESULT", "ABORT", "DONE", "ARTIFACT"
+        )
+    }  # fmt: skip
     assert types == {
+        "ARTIFACT": "artifact",
         "HELLO": "hello",
         "RUN": "run",
         "CALL": "call",

@@ -189,7 +189,8 @@ def _registry(tmp_path: Path) -> Registry:
     registry = Registry(audit=AuditLog(SQLiteAuditStore(tmp_path / "audit.db")))
 
     @registry.tool(effects=[read("echo:thing/{thing_id}")], scope="echo.read",
-                   callers={"direct", "code"})  # fmt: skip
+                   callers={"direct", "code"}, destinations=api.destinations,
+                   credentials=api.credentials)  # fmt: skip
     async def echo_thing_get(
         ctx: CallContext,
         thing_id: Annotated[str, Field(pattern=r"^t_[0-9]{1,4}$", max_length=6)],

@@ -247,6 +247,8 @@ DESTINATIONS: dict[str, str] = {
     "smtp://mail.svc.example:587": "smtp://mail.svc.example:587",
     "sftp://deploy@files.svc.example/incoming": "sftp://deploy@files.svc.example/incoming",
     "redis://cache.internal:6379": "redis://cache.internal:6379",
+    "unix:///run/svc/app.sock": "unix:///run/svc/app.sock",
+    "UNIX:///run/svc/app.sock/": "unix:///run/svc/app.sock",
 }
 
 # declared -> a fragment of the refusal
@@ -267,6 +269,8 @@ BAD_DESTINATIONS: dict[str, str] = {
     "api..svc.example": "not a host name",
     "https://a.**.svc.example": "not a host name",
     "https://api.svc.example/a<b>": "path",
+    "unix://run/app.sock": "not a Unix socket path",
+    "unix:///": "not a Unix socket path",
 }
 
 
@@ -321,11 +325,16 @@ def _adapter_spec(handler: Adapter, **changes: Any) -> ToolSpec:
 def test_an_adapters_own_destinations_and_credentials_join_the_spec() -> None:
     handler = Adapter(["https://API.svc.example"], [Credential.from_value("t", name="SVC_KEY")])
     registry = Registry()
-    registry.register(_adapter_spec(handler, destinations=("db.internal:5432",)))
+    registry.register(_adapter_spec(handler, destinations=("db.internal:5432", "*.svc.example")))
     spec = registry.get("svc_item_get")
     assert spec is not None
-    assert spec.destinations == ("db.internal:5432", "https://api.svc.example")
+    assert spec.destinations == ("*.svc.example", "db.internal:5432", "https://api.svc.example")
     assert spec.credentials == ("SVC_KEY",)
+    bare = Registry()
+    bare.register(_adapter_spec(handler))  # nothing declared: the adapter's own are taken
+    taken = bare.get("svc_item_get")
+    assert taken is not None
+    assert (taken.destinations, taken.credentials) == (("https://api.svc.example",), ("SVC_KEY",))
 
 
 @pytest.mark.parametrize(
@@ -348,7 +357,13 @@ def test_an_adapter_declaration_that_does_not_parse_is_refused(
 def test_tenant_credentials_name_each_tenants_credential() -> None:
     registry = Registry()
     by_tenant = {"acme": "SVC_KEY_ACME", "globex": "SVC_KEY_GLOBEX"}
-    _register(registry, good, credentials=["SVC_KEY_ACME"], tenant_credentials=by_tenant)
+    _register(
+        registry,
+        good,
+        destinations=["https://api.svc.example"],
+        credentials=["SVC_KEY_ACME"],
+        tenant_credentials=by_tenant,
+    )
     spec = registry.get("svc_item_get")
     assert spec is not None
     assert dict(spec.tenant_credentials) == by_tenant

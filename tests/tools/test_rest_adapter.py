@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -67,9 +67,12 @@ def elsewhere(_elsewhere: Upstream) -> Upstream:
     return _elsewhere
 
 
-def adapter(upstream: Upstream, **options: float) -> RestAdapter:
+def adapter(
+    upstream: Upstream, *, credentials: Sequence[str | Credential] = (CRED,), **options: float
+) -> RestAdapter:
     settings: dict[str, float] = {"timeout": 2.0, "backoff": 0.01} | options
-    return RestAdapter(upstream.base_url + "/v1", **settings)  # type: ignore[arg-type]
+    url = upstream.base_url + "/v1"
+    return RestAdapter(url, credentials=credentials, **settings)  # type: ignore[arg-type]
 
 
 # -- status mapping, in one place ----------------------------------------------------------
@@ -159,18 +162,17 @@ async def test_credentials_come_from_the_environment_or_a_file(
     monkeypatch.setenv("REST_TEST_TOKEN", "from-env")
     secret = tmp_path / "token"
     secret.write_text("from-file\n")
-    await adapter(upstream).get(("a",), credential=Credential.from_env("REST_TEST_TOKEN"))
-    await adapter(upstream).get(("a",), credential=Credential.from_file(secret, name="F"))
+    api = adapter(upstream, credentials=["REST_TEST_TOKEN", "F", "REST_TEST_UNSET", "M"])
+    await api.get(("a",), credential=Credential.from_env("REST_TEST_TOKEN"))
+    await api.get(("a",), credential=Credential.from_file(secret, name="F"))
     assert [s.headers["authorization"] for s in upstream.seen] == [
         "Bearer from-env",
         "Bearer from-file",
     ]
     with pytest.raises(DeniedError):
-        await adapter(upstream).get(("a",), credential=Credential.from_env("REST_TEST_UNSET"))
+        await api.get(("a",), credential=Credential.from_env("REST_TEST_UNSET"))
     with pytest.raises(DeniedError):
-        await adapter(upstream).get(
-            ("a",), credential=Credential.from_file(tmp_path / "missing", name="M")
-        )
+        await api.get(("a",), credential=Credential.from_file(tmp_path / "missing", name="M"))
     assert len(upstream.seen) == 2  # nothing sent without a credential
 
 
@@ -433,7 +435,7 @@ async def test_a_cut_connection_is_upstream_for_get_and_ambiguous_for_post(
 
 
 async def test_a_refused_connection_is_upstream_and_retried() -> None:
-    rest = RestAdapter("http://127.0.0.1:9/v1", backoff=0.01, max_attempts=2)
+    rest = RestAdapter("http://127.0.0.1:9/v1", credentials=[CRED], backoff=0.01, max_attempts=2)
     with pytest.raises(UpstreamError) as refused:
         await rest.post(("r",), credential=CRED, body={}, idempotency_key=None)
     assert refused.value.outcome == "error"  # nothing was sent

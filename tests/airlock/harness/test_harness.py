@@ -34,6 +34,7 @@ def body(result: ModelResult) -> Any:
 HARNESS_API = [
     "EXECUTE_CODE",
     "HARNESS_CODES",
+    "ArtifactStore",
     "AuditSpans",
     "Budget",
     "ExecuteCodeArgs",

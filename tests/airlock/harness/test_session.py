@@ -106,7 +106,9 @@ def test_tool_list_holds_only_what_the_principal_can_use(
 def test_execute_code_describes_limits_and_what_a_program_cannot_do(world: World) -> None:
     execute = world.session().tools()[0]
 
-    assert execute.read_only
+    # Programs only read, but orders_status_get, which they may call, reaches the network.
+    assert not execute.read_only
+    assert execute.open_world
     assert not execute.destructive
     assert execute.input_schema == {
         "type": "object",
@@ -128,7 +130,11 @@ def test_write_tool_is_listed_with_strict_schema_and_hints(world: World) -> None
     assert refund.input_schema["additionalProperties"] is False
     assert set(refund.input_schema["required"]) == {"invoice_id", "reason"}
     read_tool = tools["billing_invoice_get"]
-    assert (read_tool.read_only, read_tool.destructive) == (True, False)
+    assert (read_tool.read_only, read_tool.destructive, read_tool.open_world) == (
+        True,
+        False,
+        False,
+    )
 
 
 def test_session_satisfies_the_model_tool_surface(world: World) -> None:

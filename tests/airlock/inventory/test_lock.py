@@ -152,8 +152,8 @@ def _export_spec() -> ToolSpec:
         name="billing_invoice_export",
         description="Export invoices as a file. Use it for bulk reviews. It returns no cards.",
         effects=(read("billing:invoice/*"), network("api.billing.example")),
-        destinations=("https://exports.billing.example/v2",),
-        credentials=("EXPORT_TOKEN",),
+        destinations=("api.billing.example", "https://exports.billing.example/v2"),
+        credentials=("BILLING_API_KEY", "EXPORT_TOKEN"),
     )
 
 
@@ -163,6 +163,16 @@ _PER_TENANT = both(
         tool(n, tenant_credentials={"acme": "BILLING_KEY_ACME", "globex": "BILLING_KEY_GLOBEX"})
         for n in (GET, LIST, REFUND)
     )
+)
+
+# Ask before any fetch from the CDN hosts, then let one of them through without asking.
+_ASK_CDN = (
+    '[[roles.billing_reader.rules]]\nid = "ask-cdn"\naction = "ask"\neffect = "network"\n'
+    'targets = ["*.cdn.example.net"]\n'
+)
+_ALLOW_ONE_CDN = (
+    '[[roles.billing_reader.rules]]\nid = "one-cdn"\naction = "allow"\neffect = "network"\n'
+    'targets = ["a.cdn.example.net"]\n'
 )
 
 # name: (before, after, the change before -> after, the change after -> before)
@@ -194,7 +204,7 @@ CHANGES: dict[str, tuple[Edit, Edit, Expected, Expected]] = {
     ),
     "new host": (
         same,
-        tool(GET, destinations=("https://status.billing.example",)),
+        tool(GET, destinations=("api.billing.example", "https://status.billing.example")),
         "growth",
         "shrink",
     ),
@@ -210,7 +220,12 @@ CHANGES: dict[str, tuple[Edit, Edit, Expected, Expected]] = {
         "growth",
         "shrink",
     ),
-    "new credential": (same, tool(GET, credentials=("ADMIN_TOKEN",)), "growth", "shrink"),
+    "new credential": (
+        same,
+        tool(GET, credentials=("BILLING_API_KEY", "ADMIN_TOKEN")),
+        "growth",
+        "shrink",
+    ),
     "new caller code": (tool(GET, callers=frozenset({"direct"})), same, "growth", "shrink"),
     "ask to allow": (
         same,
@@ -221,6 +236,18 @@ CHANGES: dict[str, tuple[Edit, Edit, Expected, Expected]] = {
     "allow to ask (an ask rule on a read tool)": (
         same,
         appended('[[principals.bob.rules]]\nid = "crm"\naction = "ask"\ntools = ["crm_*"]'),
+        "shrink",
+        "growth",
+    ),
+    "a host carved out of an ask (rules on targets)": (
+        appended(_ASK_CDN),
+        appended(_ASK_CDN + _ALLOW_ONE_CDN),
+        "growth",
+        "shrink",
+    ),
+    "a carve-out narrowed": (
+        appended(_ASK_CDN + _ALLOW_ONE_CDN.replace('"]', '", "b.cdn.example.net"]')),
+        appended(_ASK_CDN + _ALLOW_ONE_CDN),
         "shrink",
         "growth",
     ),

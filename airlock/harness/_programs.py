@@ -1,0 +1,239 @@
+"""A session's programs: each ``execute_code`` run, with its inputs, limits and artifacts.
+
+:class:`SessionPrograms` is the part of a :class:`~airlock.harness.Session` that runs
+programs: it checks the inputs against the grant before any container starts (reading an
+input is ``read(file:NAME)``; one outside the grant answers ``denied`` and is audited), runs
+the program in a fresh container or the session's kept one, stores what the program left in
+``/out`` in a directory of its own under the harness's artifact store, and records one audit
+event per program with the inputs it was given.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from airlock.bridge import BridgeLimits, ToolSession
+from airlock.harness._budget import Budget
+from airlock.harness._execute_code import ExecuteCodeArgs, program_result
+from airlock.harness._model_tools import ModelResult
+from airlock.harness._results import failure
+from airlock.harness._session_audit import SessionAudit
+from airlock.policies import ApprovalPolicy, Effect, Grant, Principal, SandboxProfile, UsageError
+from airlock.sandbox import (
+    InputRefused,
+    Inputs,
+    KeptSandbox,
+    RunInput,
+    SandboxBackend,
+    input_effect,
+    resolve_inputs,
+)
+from airlock.tools import CallContext, FieldIssue, InvalidInputError, Observations, Registry
+
+__all__ = ["SessionPrograms"]
+
+_log = logging.getLogger("airlock.harness")
+
+
+@dataclass(kw_only=True)
+class SessionPrograms:
+    """Runs one session's programs (see the module's docstring).
+
+    Raises (when built):
+        InputRefused: a session input is outside the grant (``grant``) or cannot be mounted.
+    """
+
+    registry: Registry
+    sandbox: SandboxBackend
+    profile: SandboxProfile
+    principal: Principal
+    grant: Grant
+    approvals: ApprovalPolicy
+    budget: Budget
+    run_id: str
+    observations: Observations
+    audit: SessionAudit
+    code_tools: frozenset[str]
+    keep_state: bool = False
+    idle_timeout: float = 300.0
+    given: dict[str, Any] = field(default_factory=dict)
+    """The session's inputs: name -> host path."""
+    artifact_root: Path | None = None
+    inputs: tuple[RunInput, ...] = field(init=False)
+    """The session's inputs, checked: every program finds them under ``/data``."""
+    _kept: KeptSandbox | None = field(init=False, default=None)
+
+    def __post_init__(self) -> None:
+        for name in sorted(self.given):
+            effect = input_effect(name)
+            if not self.grant.covers(effect):
+                raise InputRefused(
+                    f"input {name!r} needs {effect} in the grant of "
+                    f"{self.principal.user_id!r}; grant it in the policy file (effects = "
+                    '["read(file:*)"] grants every input), or do not give it to this session',
+                    name=name,
+                    reason="grant",
+                )
+        self.inputs = resolve_inputs(self.given, limit_bytes=self.profile.input_limit_bytes)
+
+    def call_inputs(self, extra: Inputs | None) -> dict[str, Any]:
+        """The inputs of one program: the session's and ``extra``.
+
+        Raises:
+            InputRefused: an input of ``extra`` cannot be mounted, or has a session input's
+                name with another path.
+            UsageError: ``extra`` in a session that keeps state.
+        """
+        added = dict(extra or {})
+        for name, path in added.items():
+            if name in self.given and Path(self.given[name]) != Path(path):
+                raise InputRefused(
+                    f"input {name!r} is the session's already ({self.given[name]!r}); give "
+                    "this one another name",
+                    name=name,
+                    reason="name",
+                )
+        if self.keep_state and set(added) - set(self.given):
+            raise UsageError(
+                "a session that keeps state mounts its inputs when its container starts; "
+                "give them to Harness.session(inputs=...)"
+            )
+        resolve_inputs(added, limit_bytes=self.profile.input_limit_bytes)
+        return {**self.given, **added}
+
+    async def run(
+        self,
+        arguments: Mapping[str, Any],
+        *,
+        call_id: str,
+        inputs: Inputs,
+        remaining: float,
+        ctx: CallContext,
+    ) -> ModelResult:
+        """One ``execute_code`` call: ``remaining`` seconds of the session's budget are
+        left, ``ctx`` is the call's direct context (for its audit records).
+
+        Raises:
+            InvalidInputError: the arguments are not ``{code}``.
+            SandboxError: the sandbox could not run the program.
+        """
+        try:
+            args = ExecuteCodeArgs.model_validate(dict(arguments))
+        except ValidationError as exc:
+            raise InvalidInputError(issues=_issues(exc)) from None
+        digest = self.audit.program_text(args.code)
+        effects: list[Effect] = []
+        for name in sorted(inputs):
+            effect = input_effect(name)
+            if not self.grant.covers(effect):
+                # Before any container starts: the program never runs.
+                self.audit.inputs_refused(ctx, effect, digest)
+                return failure(
+                    "denied",
+                    f"this session may not read the input {name!r} ({effect} is not in its "
+                    "grant); the program did not run",
+                    reason="effect",
+                    effect=str(effect),
+                )
+            effects.append(effect)
+        profile = self.profile
+        if remaining < profile.timeout_s:
+            # The program may not outlive the session; the pool ignores the deadline.
+            profile = profile.model_copy(update={"timeout_s": max(remaining, 0.5)})
+        tools = ToolSession(
+            registry=self.registry,
+            principal=self.principal,
+            grant=self.grant,
+            run_id=self.run_id,
+            approvals=self.approvals,
+            limits=BridgeLimits(max_calls=self.budget.program_calls),
+            observations=self.observations,
+            tool_names=self.code_tools,
+            call_prefix=call_id,  # the program's calls: RUN:mN:1, RUN:mN:2, ...
+        )
+        began = time.perf_counter()
+        notes: dict[str, object] = {}
+        artifacts = self._artifact_dir(call_id)
+        try:
+            if self.keep_state:
+                kept = self._kept_sandbox()
+                starts = kept.starts
+                run = await kept.run(args.code, profile=profile, tools=tools, artifacts=artifacts)
+                if starts and kept.starts > starts:
+                    notes["state_reset"] = True  # earlier programs' names are gone
+            else:
+                run = await self.sandbox.run(
+                    args.code, profile=profile, tools=tools, inputs=inputs, artifacts=artifacts
+                )
+        except InputRefused as exc:
+            # An input changed on the host since the session checked it (it grew, or went).
+            _log.warning("run %s: input refused: %s", self.run_id, exc.message)
+            if exc.reason == "size":
+                return failure(
+                    "limit_exceeded",
+                    exc.message,
+                    limit="inputs",
+                    size_bytes=exc.size_bytes,
+                    limit_bytes=exc.limit_bytes,
+                )
+            return failure(
+                "sandbox_unavailable", f"the program did not run: {exc.message}; tell the user"
+            )
+        _log.info(
+            "run %s: program %s in %.1f ms, %d tool calls%s",
+            self.run_id,
+            run.status,
+            (time.perf_counter() - began) * 1000,
+            run.tool_calls,
+            f", stderr: {run.stderr[-500:]!r}" if run.stderr else "",
+        )
+        result = program_result(run, stdout_bytes=self.budget.stdout_bytes, notes=notes)
+        self.audit.program(
+            ctx,
+            digest,
+            code=result.code,
+            detail=f"program {run.status}, {run.tool_calls} tool calls"
+            + (f", limit {run.limit}" if run.limit else "")
+            + (f", {len(run.artifacts)} artifacts" if run.artifacts else ""),
+            duration_s=time.perf_counter() - began,
+            effects=effects,
+        )
+        return result.model_copy(update={"artifacts": run.artifacts})
+
+    def _artifact_dir(self, call_id: str) -> Path | None:
+        """Where one program's artifacts go: one directory per program, named after its
+        call id (``RUN:m3-NONCE`` -> ``RUN-m3-NONCE``)."""
+        if self.artifact_root is None:
+            return None
+        return self.artifact_root / call_id.replace(":", "-")
+
+    def _kept_sandbox(self) -> KeptSandbox:
+        if self._kept is None:
+            # Raises UsageError when the backend cannot keep (Harness.session checks first).
+            self._kept = self.sandbox.keep(
+                self.principal,
+                idle_timeout=self.idle_timeout,
+                profile=self.profile,
+                inputs=self.given,
+            )
+        return self._kept
+
+    async def close(self) -> None:
+        """Release the kept container, if there is one."""
+        if self._kept is not None:
+            await self._kept.close()
+            self._kept = None
+
+
+def _issues(exc: ValidationError) -> tuple[FieldIssue, ...]:
+    return tuple(
+        FieldIssue(".".join(str(p) for p in error["loc"]) or "(arguments)", error["msg"][:200])
+        for error in exc.errors()[:10]
+    )

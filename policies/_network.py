@@ -1,0 +1,183 @@
+"""Network targets: URL values, and grant patterns matched part by part.
+
+A ``network`` target is ``[scheme://][user@]host[:port][/path]``. A declared or granted one
+may hold the wildcards of :mod:`airlock.policies._patterns` in any part
+(``https://*.example.com/docs/**``); a resolved one is concrete.
+
+:func:`network_covers` judges a target against a grant pattern one part at a time, each with
+the glob language: a part the pattern leaves out allows every value of it (``docs.example.com``
+allows any scheme, port and path on that host), except that a port left out next to a known
+scheme is that scheme's default (``https://docs.example.com/**`` reaches port 443 only, as
+the URL does); a port the target leaves out is its scheme's default too; and a path pattern
+ending in ``/**`` also allows the path it ends at (``/docs/**`` allows ``/docs`` and
+``/docs/``, ``/**`` the root).
+
+:func:`url_target` turns the value of a whole-target placeholder (``network({url})``) into the
+target it reaches: ``scheme://host[:port]/path``, lower-case scheme and host, the scheme's
+default port dropped, the query and fragment left out (a grant judges where a call goes, not
+what it sends). It refuses what a grant could not judge the way the server reads it: user
+information (``https://docs.example.com@evil.example/``), IPv6 literals, ``.`` and ``..``
+segments, percent-encoded ``.``, ``/``, ``\\`` or NUL in the path, white space, control and
+non-ASCII characters, and ``*``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Final
+
+from airlock.policies._patterns import covers
+
+__all__ = [
+    "DEFAULT_PORTS",
+    "NetworkTarget",
+    "network_covers",
+    "split_network",
+    "target_covers",
+    "url_target",
+]
+
+DEFAULT_PORTS: Final[dict[str, str]] = {
+    "http": "80",
+    "https": "443",
+    "ws": "80",
+    "wss": "443",
+    "ftp": "21",
+}
+"""The port a URL of each scheme reaches when it names none."""
+MAX_URL: Final = 2048
+
+_URL: Final = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]{0,15})://([^/?#]*)([^?#]*)(\?[^#]*)?(#.*)?$")
+_LABEL: Final = re.compile(r"^[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?$")
+_PORT: Final = re.compile(r"^[0-9]{1,5}$")
+_PATH: Final = re.compile(r"^(?:/[A-Za-z0-9._~@+:%-]*)*$")
+_BAD_ESCAPE: Final = re.compile(r"%(?:2[eEfF]|5[cC]|00)")
+_ESCAPE: Final = re.compile(r"%(?![0-9A-Fa-f]{2})")
+
+
+@dataclass(frozen=True, slots=True)
+class NetworkTarget:
+    """The parts of a network target or pattern; ``None`` where the text gives none."""
+
+    scheme: str | None
+    user: str | None
+    host: str
+    port: str | None
+    path: str | None
+
+
+@lru_cache(maxsize=8192)
+def split_network(text: str) -> NetworkTarget:
+    """The parts of ``text`` (a target or a pattern); scheme and host in lower case."""
+    scheme: str | None = None
+    rest = text
+    if "://" in text:
+        scheme, rest = text.split("://", 1)
+        scheme = scheme.lower()
+    authority, slash, tail = rest.partition("/")
+    path = slash + tail if slash else None
+    user: str | None = None
+    if "@" in authority:
+        user, authority = authority.rsplit("@", 1)
+    host, colon, port = authority.rpartition(":")
+    if not colon:
+        host, port = authority, ""
+    return NetworkTarget(scheme, user, host.lower(), port or None, path)
+
+
+def network_covers(pattern: str, declared: str) -> bool:
+    """Whether every target ``declared`` stands for lies inside the grant ``pattern``,
+    judged part by part (see the module docstring)."""
+    if pattern == declared:
+        return True
+    wide, narrow = split_network(pattern), split_network(declared)
+    if wide.scheme is not None and (
+        narrow.scheme is None or not covers(wide.scheme, narrow.scheme)
+    ):
+        return False
+    if wide.user is not None and (narrow.user is None or not covers(wide.user, narrow.user)):
+        return False
+    if not covers(wide.host, narrow.host):
+        return False
+    wide_port = wide.port
+    if wide_port is None and wide.scheme is not None:
+        wide_port = DEFAULT_PORTS.get(wide.scheme)  # https://host/** means port 443
+    if wide_port is not None:
+        port = narrow.port
+        if port is None and narrow.scheme is not None:
+            port = DEFAULT_PORTS.get(narrow.scheme)
+        if port is None or not covers(wide_port, port):
+            return False
+    if wide.path is not None:
+        return _path_covers(wide.path, narrow.path or "/")
+    return True
+
+
+def target_covers(kind: str, pattern: str, declared: str) -> bool:
+    """Whether every target ``declared`` (of an effect of ``kind``) stands for matches the
+    grant or rule ``pattern``: part by part for ``network``, as one glob otherwise."""
+    if kind == "network":
+        return network_covers(pattern, declared)
+    return covers(pattern, declared)
+
+
+def _path_covers(pattern: str, path: str) -> bool:
+    if covers(pattern, path):
+        return True
+    # "/docs/**" also allows "/docs" and "/docs/"; "/**" the root.
+    return pattern.endswith("/**") and path in (pattern[:-3] or "/", pattern[:-2])
+
+
+def url_target(value: str) -> str:
+    """The network target a URL value reaches (see the module docstring).
+
+    Raises:
+        ValueError: ``value`` is not a URL a grant can judge; the message says why, to be
+            read after the field's name.
+    """
+    if len(value) > MAX_URL:
+        raise ValueError(f"is a URL of {len(value)} characters; the limit is {MAX_URL}")
+    if any(not 32 < ord(c) < 127 for c in value):
+        raise ValueError(
+            "holds white space, a control or a non-ASCII character; percent-encode it "
+            "(and write a non-ASCII host in its xn-- form)"
+        )
+    match = _URL.match(value)
+    if match is None:
+        raise ValueError("must be a URL scheme://host[:port][/path], or one host name")
+    scheme, authority, path = match.group(1).lower(), match.group(2), match.group(3) or "/"
+    if "@" in authority:
+        raise ValueError(
+            "holds user information (user@ before the host); a URL value names a place, "
+            "the credential belongs to the tool"
+        )
+    if authority.startswith("["):
+        raise ValueError("has an IPv6 address for a host; use a host name")
+    host, colon, port = authority.partition(":")
+    host = host.lower()
+    host = host[:-1] if host.endswith(".") else host
+    if not host or len(host) > 253 or not all(_LABEL.match(part) for part in host.split(".")):
+        raise ValueError(
+            f"has a host {host!r} that is not a host name (letters, digits, '-' and '_' "
+            "in dot-separated labels)"
+        )
+    if colon:
+        if not _PORT.match(port) or not 0 < int(port) < 65536:
+            raise ValueError(f"has a port {port!r} that is not 1-65535")
+        port = str(int(port))
+        if DEFAULT_PORTS.get(scheme) == port:
+            port = ""
+    if not _PATH.match(path) or _ESCAPE.search(path):
+        raise ValueError(
+            "has a path with characters a grant cannot judge (allowed: letters, digits, "
+            "/ . _ ~ @ + : - and %XX escapes; no '*')"
+        )
+    if _BAD_ESCAPE.search(path):
+        raise ValueError(
+            "has a percent-encoded '.', '/', '\\' or NUL in its path; write it plainly"
+        )
+    if any(segment in (".", "..") for segment in path.split("/")):
+        raise ValueError("has a '.' or '..' segment in its path; write the path it stands for")
+    return f"{scheme}://{host}{':' + port if port else ''}{path}"

@@ -1,0 +1,76 @@
+"""The keyword arguments a sandbox container is created with: the hardened profile.
+
+:func:`container_config` is the one place the container's isolation is written down: what
+:class:`~airlock.sandbox._container.SandboxContainer` asks the engine for, and what
+:func:`~airlock.sandbox.describe_container` reports (the inventory and its lock read it).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Final
+
+from docker.types import LogConfig, Mount, Ulimit
+
+from airlock.bridge import airlock_wire as wire
+from airlock.policies import SandboxProfile
+from airlock.sandbox._inputs import RunInput
+from airlock.sandbox._masked import MASKED_PATHS
+
+__all__ = ["GUEST_MOUNT", "container_config"]
+
+GUEST_MOUNT: Final = wire.SOCKET_DIR
+"""Where the bridge socket's host directory is mounted (read-only)."""
+
+
+def container_config(
+    profile: SandboxProfile,
+    *,
+    image: str,
+    socket_dir: Path,
+    labels: dict[str, str],
+    inputs: tuple[RunInput, ...] = (),
+) -> dict[str, Any]:
+    """Keyword arguments for ``containers.run``: the hardened profile, nothing optional, and
+    the run's ``inputs`` bind-mounted read-only (the engine refuses a source that does not
+    exist, rather than creating it as ``-v`` would)."""
+    return {
+        "image": image,
+        "detach": True,
+        "network_mode": "none",
+        "read_only": True,
+        "tmpfs": {
+            "/tmp": f"rw,noexec,nosuid,nodev,size={profile.tmpfs_bytes},mode=1777",
+            wire.OUT_DIR: f"rw,noexec,nosuid,nodev,size={profile.artifact_limit_bytes},mode=1777",
+        },
+        "mounts": [
+            Mount(target=i.mount_path, source=str(i.source), type="bind", read_only=True)
+            for i in inputs
+        ],
+        "user": profile.user,
+        "cap_drop": ["ALL"],
+        "security_opt": [
+            "no-new-privileges:true",
+            "seccomp=" + json.dumps(profile.docker_seccomp(), separators=(",", ":")),
+        ],
+        "pids_limit": profile.engine_pids_limit,
+        "mem_limit": profile.memory_bytes,
+        "memswap_limit": profile.memory_bytes,
+        "nano_cpus": int(profile.cpus * 1e9),
+        "ulimits": [
+            Ulimit(name="nofile", soft=profile.nofile_limit, hard=profile.nofile_limit),
+            Ulimit(name="core", soft=0, hard=0),
+        ],
+        "environment": {},
+        "labels": labels,
+        "volumes": {str(socket_dir): {"bind": GUEST_MOUNT, "mode": "ro"}},
+        # The guest's stdout is captured by the runner; anything written to the container's
+        # own streams is dropped, never stored on the host.
+        "log_config": LogConfig(type=LogConfig.types.NONE),
+        "ipc_mode": "none",
+        "runtime": profile.runtime,
+        "masked_paths": list(MASKED_PATHS),
+        "hostname": "sandbox",
+        "working_dir": "/tmp",
+    }

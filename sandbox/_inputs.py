@@ -1,0 +1,238 @@
+"""A run's inputs: host files and directories mounted read-only at ``/data/NAME``.
+
+An input is named by the application or the operator, never by a program; reading it is the
+effect ``read(file:NAME)`` (:func:`input_effect`), which a session's grant must cover before
+the container starts (``airlock.harness`` checks it). Here the host side is checked before
+any container is created, each refusal an :class:`~airlock.sandbox.InputRefused` naming the
+input and how to fix it:
+
+- the name is one path part of letters, digits, ``.``, ``_`` and ``-`` (not starting with a
+  dot), so ``/data/NAME`` is one entry and the effect one resource;
+- the path exists and is not itself a symbolic link (the engine would follow it on the host,
+  wherever it leads), and the engine is handed the real path (parent links resolved);
+- a file is a regular file; a directory holds directories, regular files and links only
+  (links inside resolve inside the container, never on the host): no device, fifo or socket;
+- everything is readable by the sandbox's user (``o+r``, directories ``o+rx``): the program
+  runs as an unprivileged user that owns nothing on the host;
+- the total size is within the profile's ``input_limit_bytes``.
+
+What a checked input may still do is in ``SECURITY.md`` (a path swapped between this check
+and the engine's mount).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final, Literal
+
+from airlock.bridge import airlock_wire as wire
+from airlock.policies import Effect, UsageError, read
+
+__all__ = [
+    "INPUT_NAME",
+    "INPUT_RESOURCE",
+    "InputReason",
+    "InputRefused",
+    "RunInput",
+    "input_effect",
+    "resolve_inputs",
+]
+
+INPUT_NAME: Final = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}$")
+"""An input's name: the entry under ``/data`` and the resource of its effect."""
+INPUT_RESOURCE: Final = "file"
+"""The service part of an input's resource: ``read(file:NAME)``."""
+
+InputReason = Literal["name", "missing", "link", "kind", "unreadable", "size", "grant"]
+"""Why an input was refused: its name, a path that does not exist, a symbolic link, not a
+regular file or directory (or a directory holding one), not readable by the sandbox's user,
+over the profile's ``input_limit_bytes``, or (a session's check) outside the grant."""
+
+
+class InputRefused(UsageError):
+    """An input cannot be given to a run; nothing was started. :attr:`reason` says why,
+    :attr:`size_bytes` and :attr:`limit_bytes` say how much when it is the size."""
+
+    code = "input_refused"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        name: str,
+        reason: InputReason,
+        size_bytes: int | None = None,
+        limit_bytes: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.name = name
+        self.reason = reason
+        self.size_bytes = size_bytes
+        self.limit_bytes = limit_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class RunInput:
+    """One checked input: mounted read-only at :attr:`mount_path`."""
+
+    name: str
+    source: Path
+    """The real host path the engine mounts (parent links resolved; never a link itself)."""
+    directory: bool
+    size_bytes: int
+    """Bytes of the file, or of every regular file under the directory."""
+
+    @property
+    def mount_path(self) -> str:
+        """Where the program reads it: ``/data/NAME``."""
+        return f"{wire.DATA_DIR}/{self.name}"
+
+    @property
+    def effect(self) -> Effect:
+        """``read(file:NAME)``: what a grant must cover for a run to be given this input."""
+        return input_effect(self.name)
+
+
+def input_effect(name: str) -> Effect:
+    """The effect of reading the input ``name``: ``read(file:NAME)``.
+
+    Raises:
+        InputRefused: ``name`` is not an input name.
+    """
+    _check_name(name)
+    return read(f"{INPUT_RESOURCE}:{name}")
+
+
+def _check_name(name: str) -> None:
+    if not isinstance(name, str) or not INPUT_NAME.match(name):
+        raise InputRefused(
+            f"input name {name!r} must be 1-128 letters, digits, '.', '_' or '-', not "
+            "starting with a dot (it becomes /data/NAME); rename it, e.g. 'sales.csv'",
+            name=str(name),
+            reason="name",
+        )
+
+
+def _size_text(size: int) -> str:
+    if size >= 1 << 20:
+        return f"{size / (1 << 20):.1f} MiB ({size} bytes)"
+    return f"{size} bytes"
+
+
+def _readable(mode: int, *, directory: bool) -> bool:
+    if directory:
+        return bool(mode & stat.S_IROTH and mode & stat.S_IXOTH)
+    return bool(mode & stat.S_IROTH)
+
+
+def _unreadable(name: str, path: str, *, directory: bool) -> InputRefused:
+    fix = "chmod o+rx" if directory else "chmod o+r"
+    return InputRefused(
+        f"input {name!r}: {path!r} is not readable by the sandbox's user (an unprivileged "
+        f"uid that owns nothing on this host); `{fix}` it, or give a copy that is",
+        name=name,
+        reason="unreadable",
+    )
+
+
+def _special(name: str, path: str) -> InputRefused:
+    return InputRefused(
+        f"input {name!r}: {path!r} is a device, fifo or socket; inputs hold regular files, "
+        "directories and links only",
+        name=name,
+        reason="kind",
+    )
+
+
+def _directory_size(name: str, top: str) -> int:
+    total = 0
+
+    def fail(error: OSError) -> None:
+        raise _unreadable(name, str(error.filename or top), directory=True)
+
+    for folder, folders, files in os.walk(top, onerror=fail, followlinks=False):
+        for entry in (*folders, *files):
+            path = os.path.join(folder, entry)
+            info = os.lstat(path)
+            if stat.S_ISLNK(info.st_mode):
+                continue  # resolved inside the container, never on the host
+            if stat.S_ISDIR(info.st_mode):
+                if not _readable(info.st_mode, directory=True):
+                    raise _unreadable(name, path, directory=True)
+            elif stat.S_ISREG(info.st_mode):
+                if not _readable(info.st_mode, directory=False):
+                    raise _unreadable(name, path, directory=False)
+                total += info.st_size
+            else:
+                raise _special(name, path)
+    return total
+
+
+def _one(name: str, given: str | os.PathLike[str]) -> RunInput:
+    _check_name(name)
+    path = os.path.abspath(os.fspath(given))
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        raise InputRefused(
+            f"input {name!r}: {path!r} does not exist; give an existing file or directory",
+            name=name,
+            reason="missing",
+        ) from None
+    except OSError as exc:
+        raise _unreadable(name, path, directory=False) from exc
+    if stat.S_ISLNK(info.st_mode):
+        raise InputRefused(
+            f"input {name!r}: {path!r} is a symbolic link (to {os.readlink(path)!r}); give "
+            "the file or directory itself, so what is mounted is what you named",
+            name=name,
+            reason="link",
+        )
+    source = Path(os.path.realpath(path))
+    if stat.S_ISREG(info.st_mode):
+        if not _readable(info.st_mode, directory=False):
+            raise _unreadable(name, path, directory=False)
+        return RunInput(name=name, source=source, directory=False, size_bytes=info.st_size)
+    if stat.S_ISDIR(info.st_mode):
+        if not _readable(info.st_mode, directory=True):
+            raise _unreadable(name, path, directory=True)
+        size = _directory_size(name, path)
+        return RunInput(name=name, source=source, directory=True, size_bytes=size)
+    raise _special(name, path)
+
+
+def resolve_inputs(
+    inputs: Mapping[str, str | os.PathLike[str]] | None, *, limit_bytes: int
+) -> tuple[RunInput, ...]:
+    """Check ``inputs`` (name -> host path) for a run; the inputs, sorted by name.
+
+    Raises:
+        InputRefused: an input is refused (see the module's docstring), or together they are
+            over ``limit_bytes``.
+    """
+    if not inputs:
+        return ()
+    checked = tuple(sorted((_one(name, path) for name, path in inputs.items()), key=_by_name))
+    total = sum(i.size_bytes for i in checked)
+    if total > limit_bytes:
+        biggest = max(checked, key=lambda i: i.size_bytes)
+        raise InputRefused(
+            f"the inputs hold {_size_text(total)}; the limit is {_size_text(limit_bytes)} per "
+            f"run (input_limit_bytes; the largest is {biggest.name!r}, "
+            f"{_size_text(biggest.size_bytes)}): give less, or raise the profile's limit",
+            name=biggest.name,
+            reason="size",
+            size_bytes=total,
+            limit_bytes=limit_bytes,
+        )
+    return checked
+
+
+def _by_name(entry: RunInput) -> str:
+    return entry.name

@@ -1,0 +1,535 @@
+"""What a call reaches, as grants and approval rules judge it: URL values of ``network({url})``,
+list placeholders (one effect per element), target patterns, and the precedence of rules.
+
+Every table is the contract: a new form or rule adds a row."""
+
+from __future__ import annotations
+
+import itertools
+import re
+import tomllib
+from typing import Any
+
+import pytest
+
+from airlock.policies import (
+    ApprovalPolicy,
+    ApprovalRule,
+    Effect,
+    EffectArgumentError,
+    Grant,
+    PolicyFileError,
+    approval_cases,
+    coverage,
+    disclose,
+    network,
+    parse_policy,
+    read,
+    spend,
+    target_classes,
+    verdict_at,
+    write,
+)
+from airlock.policies._network import network_covers, url_target
+
+# -- URL values ----------------------------------------------------------------------------
+
+# value of a {url} placeholder -> the target it reaches
+URLS_ACCEPTED = [
+    ("https://docs.example.com/guide/intro", "https://docs.example.com/guide/intro"),
+    ("https://docs.example.com", "https://docs.example.com/"),
+    ("HTTPS://Docs.Example.COM/A", "https://docs.example.com/A"),  # path case is kept
+    ("https://docs.example.com:443/x", "https://docs.example.com/x"),  # default port dropped
+    ("http://docs.example.com:80/x", "http://docs.example.com/x"),
+    ("https://docs.example.com:8443/x", "https://docs.example.com:8443/x"),
+    ("https://docs.example.com./x", "https://docs.example.com/x"),  # the root's dot
+    ("https://docs.example.com/search?q=a&b=1#top", "https://docs.example.com/search"),
+    ("https://docs.example.com/a%20b/~me/x.html", "https://docs.example.com/a%20b/~me/x.html"),
+    ("https://10.0.0.1/x", "https://10.0.0.1/x"),
+    ("docs.example.com", "docs.example.com"),  # one host name, as before
+]
+
+# value -> a fragment of the refusal (what a grant could not judge the way a server reads it)
+URLS_REFUSED = [
+    ("https://docs.example.com@evil.example/", "user information"),
+    ("https://user:pw@docs.example.com/", "user information"),
+    ("https://docs.example.com\\@evil.example/", "user information"),
+    ("https://[::1]/", "IPv6"),
+    ("https://docs.example.com/a/../admin", "'..' segment"),
+    ("https://docs.example.com/./a", "'.' or '..'"),
+    ("https://docs.example.com/%2e%2e/admin", "percent-encoded"),
+    ("https://docs.example.com/a%2Fb", "percent-encoded"),
+    ("https://docs.example.com/a%5cb", "percent-encoded"),
+    ("https://docs.example.com/a%00", "percent-encoded"),
+    ("https://docs.example.com/a%zz", "path with characters"),
+    ("https://docs.example.com/a*b", "no '*'"),
+    ("https://docs.example.com/a\\b", "path with characters"),
+    ("https://docs.example.com/a b", "white space"),
+    ("https://docs.exämple.com/", "non-ASCII"),
+    ("https://docs.example.com/\x00", "control"),
+    ("https://evil.example\\.docs.example.com/", "not a host name"),
+    ("https://*.example.com/", "not a host name"),
+    ("https:///x", "not a host name"),
+    ("https://docs.example.com:0/", "1-65535"),
+    ("https://docs.example.com:99999/", "1-65535"),
+    ("https://docs.example.com:http/", "1-65535"),
+    ("https://" + "a" * 2100, "limit is 2048"),
+    ("ftp//docs.example.com", "must be a URL"),
+    ("docs.example.com/x", "must be a URL"),
+    ("user@docs.example.com", "must be a URL"),
+    ("", "must be a URL"),
+]
+
+
+@pytest.mark.parametrize(("value", "target"), URLS_ACCEPTED)
+def test_a_url_value_resolves_to_the_target_it_reaches(value: str, target: str) -> None:
+    (effect,) = network("{url}").resolve_all({"url": value})
+    assert effect == network(target)
+
+
+@pytest.mark.parametrize(("value", "fragment"), URLS_REFUSED)
+def test_a_url_a_grant_cannot_judge_is_refused(value: str, fragment: str) -> None:
+    with pytest.raises(EffectArgumentError) as info:
+        network("{url}").resolve({"url": value})
+    assert info.value.field == "url"
+    assert fragment in info.value.reason
+
+
+def test_url_target_never_holds_a_wildcard() -> None:
+    for value, _ in URLS_ACCEPTED:
+        if "://" in value:
+            assert "*" not in url_target(value)
+
+
+def test_only_a_whole_network_target_takes_a_url() -> None:
+    assert network("{url}").takes_url
+    assert network("{urls[]}").takes_url
+    assert not network("https://{host}/docs").takes_url
+    assert not disclose("{to}").takes_url
+    assert network("{url}").pattern == "**"  # any URL the grant allows
+    assert network("https://{host}/docs").pattern == "https://*/docs"
+    with pytest.raises(EffectArgumentError):  # a segment is still one segment
+        network("https://{host}/docs").resolve({"host": "https://evil.example/"})
+
+
+# -- network targets against grant patterns -------------------------------------------------
+
+# (grant pattern, target or declared pattern, covered)
+NETWORK_COVERS = [
+    # a host pattern allows every scheme, port and path on its hosts
+    ("docs.example.com", "https://docs.example.com/a/b", True),
+    ("docs.example.com", "http://docs.example.com:8080/", True),
+    ("docs.example.com", "docs.example.com", True),
+    ("docs.example.com", "https://docs.example.com.evil.example/", False),
+    ("*.example.com", "https://docs.example.com/x", True),
+    ("*.example.com", "https://example.com/x", False),
+    ("*", "https://anything.example/x", True),
+    ("**", "https://anything.example/x", True),
+    # a URL pattern judges each part it names
+    ("https://docs.example.com/**", "https://docs.example.com/guide/intro", True),
+    ("https://docs.example.com/**", "https://docs.example.com/", True),  # the root
+    ("https://docs.example.com/**", "http://docs.example.com/guide", False),  # scheme
+    ("https://docs.example.com/**", "https://docs.example.com:8443/guide", False),  # port
+    ("https://docs.example.com/**", "https://evil.example/docs.example.com/", False),
+    ("https://docs.example.com/**", "docs.example.com", False),  # scheme unknown
+    ("https://docs.example.com/guide/*", "https://docs.example.com/guide/intro", True),
+    ("https://docs.example.com/guide/*", "https://docs.example.com/guide/a/b", False),
+    ("https://docs.example.com/guide/**", "https://docs.example.com/guide", True),
+    ("https://docs.example.com/guide/**", "https://docs.example.com/guidebook", False),
+    ("https://docs.example.com:443/**", "https://docs.example.com/x", True),  # default port
+    ("https://docs.example.com:8443/**", "https://docs.example.com/x", False),
+    ("https://docs.example.com:*/**", "https://docs.example.com:8443/x", True),
+    ("docs.example.com:8443", "https://docs.example.com:8443/x", True),
+    ("docs.example.com:8443", "https://docs.example.com/x", False),
+    ("https://docs.example.com", "https://docs.example.com/any/path", True),  # no path: any
+    ("https://*.example.com/**", "https://a.example.com/x", True),
+    # declared patterns (what a tool may reach) against grants
+    ("https://docs.example.com/**", "**", False),  # network({url}): partial at best
+    ("**", "**", True),
+    ("https://docs.example.com/**", "https://docs.example.com/*", True),
+    ("https://docs.example.com/*", "https://docs.example.com/**", False),
+]
+
+
+@pytest.mark.parametrize(("pattern", "target", "covered"), NETWORK_COVERS)
+def test_network_targets_are_judged_part_by_part(pattern: str, target: str, covered: bool) -> None:
+    assert network_covers(pattern, target) is covered
+    assert Grant(effects=(network(pattern),)).covers(Effect("network", target)) is covered
+
+
+def test_a_url_tool_is_partly_covered_by_the_urls_a_grant_lists() -> None:
+    docs = Grant(effects=(network("https://docs.example.com/**"),))
+    assert coverage(docs, network("{url}")) == "partial"
+    assert coverage(Grant(effects=(network("**"),)), network("{url}")) == "full"
+    assert coverage(Grant(effects=(read("web:page/*"),)), network("{url}")) == "none"
+    (inside,) = network("{url}").resolve_all({"url": "https://docs.example.com/a"})
+    (outside,) = network("{url}").resolve_all({"url": "https://docs.example.com.evil/a"})
+    assert docs.covers(inside)
+    assert not docs.covers(outside)
+
+
+# -- list placeholders ----------------------------------------------------------------------
+
+# (effect, arguments, the targets it resolves to)
+LISTS = [
+    (disclose("email:{to[]}"), {"to": ["ann@acme.com", "raj@acme.com"]},
+     ["email:ann@acme.com", "email:raj@acme.com"]),
+    (disclose("email:{to[]}"), {"to": ["ann@acme.com", "ann@acme.com"]},
+     ["email:ann@acme.com"]),  # one effect per distinct target
+    (disclose("email:{to[]}"), {"to": []}, []),
+    (read("crm:{kind}/{ids[]}"), {"kind": "customer", "ids": ["c_1", 2]},
+     ["crm:customer/c_1", "crm:customer/2"]),
+    (network("{urls[]}"), {"urls": ["https://a.example/x", "b.example"]},
+     ["https://a.example/x", "b.example"]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("effect", "args", "targets"), LISTS)
+def test_a_list_placeholder_declares_one_effect_per_element(
+    effect: Effect, args: dict[str, Any], targets: list[str]
+) -> None:
+    resolved = effect.resolve_all(args)
+    assert [e.target for e in resolved] == targets
+    assert all(e.kind == effect.kind and not e.placeholders for e in resolved)
+    assert effect.each is not None
+    assert effect.pattern.count("*") == (2 if effect.takes_url else 1) * len(effect.placeholders)
+
+
+# (effect, arguments, the field named, a fragment of the reason)
+LISTS_REFUSED = [
+    (disclose("email:{to[]}"), {"to": "ann@acme.com"}, "to", "must be a list"),
+    (disclose("email:{to[]}"), {}, "to", "required"),
+    (disclose("email:{to[]}"), {"to": ["ann@acme.com", "../x"]}, "to", "one id segment"),
+    (disclose("email:{to[]}"), {"to": ["eve@evil.com@acme.com"]}, "to", "at most one '@'"),
+    (disclose("email:{to[]}"), {"to": ["a@acme.com"] * 1001}, "to", "at most 1000"),
+    (disclose("email:{to}"), {"to": ["ann@acme.com"]}, "to", "one id segment"),
+    (network("{urls[]}"), {"urls": ["https://x.example@evil.example/"]}, "urls", "user info"),
+]
+
+
+@pytest.mark.parametrize(("effect", "args", "field", "fragment"), LISTS_REFUSED)
+def test_a_list_value_that_cannot_stand_in_a_target_is_refused(
+    effect: Effect, args: dict[str, Any], field: str, fragment: str
+) -> None:
+    with pytest.raises(EffectArgumentError) as info:
+        effect.resolve_all(args)
+    assert (info.value.field, fragment in info.value.reason) == (field, True)
+
+
+@pytest.mark.parametrize(
+    ("build", "fragment"),
+    [
+        (lambda: disclose("email:{a[]}/{b[]}"), "one list placeholder"),
+        (lambda: read("crm:x/{a[]}/{a}"), "both as a list"),
+        (lambda: spend("{amounts[]}"), "must be an integer or '{field}'"),
+        (lambda: read("crm:x/{a[}"), "placeholders"),
+    ],
+)
+def test_list_placeholders_that_cannot_expand_are_refused(build: Any, fragment: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(fragment)):
+        build()
+
+
+def test_resolve_of_a_list_effect_points_to_resolve_all() -> None:
+    with pytest.raises(EffectArgumentError, match="resolve_all"):
+        disclose("email:{to[]}").resolve({"to": ["a@acme.com"]})
+
+
+def test_a_grant_allows_some_elements_and_refuses_the_rest() -> None:
+    grant = Grant(effects=(disclose("email:*@acme.com"),))
+    resolved = disclose("email:{to[]}").resolve_all({"to": ["ann@acme.com", "eve@evil.com"]})
+    assert grant.uncovered(resolved) == disclose("email:eve@evil.com")
+    assert grant.uncovered(resolved[:1]) is None
+    assert Effect.parse(str(disclose("email:{to[]}"))) == disclose("email:{to[]}")
+
+
+# -- rules on targets -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("data", "fragment"),
+    [
+        ({"targets": ["docs.example.com"]}, "targets need an effect kind"),
+        ({"effect": "network", "targets": []}, "at least 1"),
+        ({"effect": "network", "targets": ["https://{host}/x"]}, "has a placeholder"),
+        ({"effect": "read", "targets": ["invoice/1"]}, "service:object"),
+        ({"effect": "network", "targets": ["evil host"]}, "1-256 characters"),
+        ({"effect": "spend", "targets": ["usd"]}, "its currency"),
+    ],
+)
+def test_rules_with_targets_that_cannot_match_are_refused(
+    data: dict[str, Any], fragment: str
+) -> None:
+    with pytest.raises(ValueError, match=re.escape(fragment)):
+        ApprovalRule.model_validate({"id": "r", "action": "allow", **data})
+
+
+DOCS = ApprovalRule(
+    id="docs",
+    action="allow",
+    effect="network",
+    targets=("https://docs.example.com/**", "*.python.org"),
+)
+OTHER_HOSTS = ApprovalRule(id="other-hosts", action="ask", effect="network")
+NO_EVIL = ApprovalRule(id="no-evil", action="deny", effect="network", targets=("*.evil.example",))
+DENY_NETWORK = ApprovalRule(id="no-network", action="deny", effect="network")
+ASK_FETCH = ApprovalRule(id="ask-fetch", action="ask", tools=("web_page_fetch",))
+ACME_MAIL = ApprovalRule(
+    id="acme-mail", action="allow", effect="disclose", targets=("email:*@acme.com",)
+)
+ASK_MAIL = ApprovalRule(id="ask-mail", action="ask", effect="disclose")
+SEND_OK = ApprovalRule(id="send-ok", action="allow", tools=("mail_message_send",))
+ASK_USD = ApprovalRule(
+    id="usd-big", action="ask", effect="spend", targets=("USD",), min_amount=10_000
+)
+ALLOW_REFUNDS = ApprovalRule(id="refunds", action="allow", tools=("billing_refund_*",))
+ASK_CDN = ApprovalRule(id="ask-cdn", action="ask", effect="network", targets=("*.cdn.example",))
+ONE_CDN = ApprovalRule(id="one-cdn", action="allow", effect="network", targets=("a.cdn.example",))
+SAME_CDN = ApprovalRule(id="same-cdn", action="allow", effect="network", targets=("*.cdn.example",))
+
+
+def fetch(*urls: str) -> tuple[Effect, ...]:
+    return (read("web:page/*"), *network("{urls[]}").resolve_all({"urls": list(urls)}))
+
+
+def mail(*to: str) -> tuple[Effect, ...]:
+    return (write("mail:outbox/*"), *disclose("email:{to[]}").resolve_all({"to": list(to)}))
+
+
+# (rules, tool, the call's effects, verdict, deciding rule): the precedence as a table
+PRECEDENCE: list[tuple[str, tuple[ApprovalRule, ...], str, tuple[Effect, ...], str, str]] = [
+    # 2 over 3: a target allow carves out of a broader ask of the same kind
+    ("carve-out", (DOCS, OTHER_HOSTS), "web_page_fetch",
+     fetch("https://docs.example.com/a"), "allow", "docs"),
+    ("carve-out, other host", (DOCS, OTHER_HOSTS), "web_page_fetch",
+     fetch("https://evil.example/a"), "ask", "other-hosts"),
+    ("carve-out, host pattern", (DOCS, OTHER_HOSTS), "web_page_fetch",
+     fetch("https://www.python.org/doc"), "allow", "docs"),
+    ("carve-out, wrong scheme", (DOCS, OTHER_HOSTS), "web_page_fetch",
+     fetch("http://docs.example.com/a"), "ask", "other-hosts"),
+    ("one effect outside decides", (DOCS, OTHER_HOSTS), "web_page_fetch",
+     fetch("https://docs.example.com/a", "https://evil.example/"), "ask", "other-hosts"),
+    ("the order of rules does not matter", (OTHER_HOSTS, DOCS), "web_page_fetch",
+     fetch("https://docs.example.com/a"), "allow", "docs"),
+    # a rule on the tool itself judges what is left: here the read (carve out of a rule on
+    # the same kind, as above, to let the named hosts through)
+    ("a tool rule judges the rest", (ASK_FETCH, DOCS), "web_page_fetch",
+     fetch("https://docs.example.com/a"), "ask", "ask-fetch"),
+    ("nothing left for the tool rule", (ASK_FETCH, DOCS), "web_page_fetch",
+     network("{url}").resolve_all({"url": "https://docs.example.com/a"}), "allow", "docs"),
+    ("nothing left: the tool rule judges a call without effects", (ASK_FETCH,),
+     "web_page_fetch", (), "ask", "ask-fetch"),
+    # among target rules, the narrowest pattern decides; as narrow ones: the strictest
+    ("narrower target carves out", (ASK_CDN, ONE_CDN), "web_page_fetch",
+     fetch("https://a.cdn.example/x"), "allow", "one-cdn"),
+    ("narrower target, other host", (ASK_CDN, ONE_CDN), "web_page_fetch",
+     fetch("https://b.cdn.example/x"), "ask", "ask-cdn"),
+    ("as narrow: the strictest", (SAME_CDN, ASK_CDN), "web_page_fetch",
+     fetch("https://a.cdn.example/x"), "ask", "ask-cdn"),
+    # 1: nothing carves out of a deny
+    ("deny by target", (DOCS, NO_EVIL, OTHER_HOSTS), "web_page_fetch",
+     fetch("https://x.evil.example/"), "deny", "no-evil"),
+    ("deny by target among allowed", (DOCS, NO_EVIL), "web_page_fetch",
+     fetch("https://docs.example.com/a", "https://x.evil.example/"), "deny", "no-evil"),
+    ("broad deny is not carved out", (DOCS, DENY_NETWORK), "web_page_fetch",
+     fetch("https://docs.example.com/a"), "deny", "no-network"),
+    # 4: the default for what no rule judged
+    ("default for reads and network", (), "web_page_fetch",
+     fetch("https://evil.example/"), "allow", "default"),
+    ("default: a target rule's kind only", (ACME_MAIL,), "mail_message_send",
+     mail("ann@acme.com"), "ask", "default"),  # the write is left to the default
+    ("e-mail inside acme", (ACME_MAIL, ASK_MAIL, SEND_OK), "mail_message_send",
+     mail("ann@acme.com", "raj@acme.com"), "allow", "acme-mail"),
+    ("e-mail outside acme", (ACME_MAIL, ASK_MAIL, SEND_OK), "mail_message_send",
+     mail("ann@acme.com", "eve@evil.com"), "ask", "ask-mail"),
+    ("no recipients", (ACME_MAIL, ASK_MAIL, SEND_OK), "mail_message_send",
+     mail(), "allow", "send-ok"),
+    # a target rule's amount condition holds or it names nothing
+    ("target rule with an amount: under", (ASK_USD, ALLOW_REFUNDS), "billing_refund_create",
+     (write("billing:refund/1"), spend(5_000)), "allow", "refunds"),
+    ("target rule with an amount: over", (ASK_USD, ALLOW_REFUNDS), "billing_refund_create",
+     (write("billing:refund/1"), spend(50_000)), "ask", "usd-big"),
+    ("target rule with an amount: other currency", (ASK_USD, ALLOW_REFUNDS),
+     "billing_refund_create", (write("billing:refund/1"), spend(50_000, currency="EUR")),
+     "allow", "refunds"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("rules", "tool", "effects", "verdict", "rule"),
+    [row[1:] for row in PRECEDENCE],
+    ids=[row[0] for row in PRECEDENCE],
+)
+def test_rule_precedence(
+    rules: tuple[ApprovalRule, ...],
+    tool: str,
+    effects: tuple[Effect, ...],
+    verdict: str,
+    rule: str,
+) -> None:
+    decision = ApprovalPolicy(rules).decide(tool, effects, reversible=True)
+    assert (decision.verdict, decision.rule_id) == (verdict, rule)
+    assert decision.reason
+
+
+@pytest.mark.parametrize(
+    ("rules", "tool", "effects", "verdict"),
+    [row[1:5] for row in PRECEDENCE if len(row[1]) > 1],
+    ids=[row[0] for row in PRECEDENCE if len(row[1]) > 1],
+)
+def test_no_order_of_the_rules_changes_a_verdict(
+    rules: tuple[ApprovalRule, ...], tool: str, effects: tuple[Effect, ...], verdict: str
+) -> None:
+    for order in itertools.permutations(rules):
+        assert ApprovalPolicy(order).decide(tool, effects, reversible=True).verdict == verdict
+
+
+def test_the_reason_names_the_effect_a_target_rule_decided() -> None:
+    decision = ApprovalPolicy((DOCS, OTHER_HOSTS)).decide(
+        "web_page_fetch", fetch("https://evil.example/a"), reversible=True
+    )
+    assert decision.reason == "rule 'other-hosts' (ask) for network(https://evil.example/a)"
+
+
+# -- the inventory's view: verdicts by target class -----------------------------------------
+
+EVERYWHERE = Grant(effects=(read("web:page/*"), network("**"), disclose("email:**")))
+
+
+def test_approval_cases_tell_target_classes_apart() -> None:
+    cases = approval_cases(
+        "web_page_fetch",
+        (read("web:page/*"), network("{url}")),
+        reversible=True,
+        approvals=ApprovalPolicy((DOCS, OTHER_HOSTS)),
+        grant=EVERYWHERE,
+    )
+    found = {(c.targets, c.verdict, c.rule) for c in cases}
+    assert found == {
+        (("network(*.python.org)",), "allow", "docs"),
+        (("network(https://docs.example.com/**)",), "allow", "docs"),
+        ((), "ask", "other-hosts"),
+    }
+    assert verdict_at(cases, 0, ("network(*.python.org)",)) == "allow"
+    assert verdict_at(cases, 0) == "ask"
+    assert verdict_at(cases, 0, ("network(unknown.example)",)) == "ask"  # as every other
+    assert target_classes(cases)[0] == ()
+
+
+@pytest.mark.parametrize(
+    "rules",
+    [
+        (ACME_MAIL, OTHER_HOSTS),  # a target rule of another kind
+        (  # a pattern the declared one cannot reach
+            ApprovalRule(id="py", action="allow", effect="network", targets=("*.python.org",)),
+            OTHER_HOSTS,
+        ),
+    ],
+)
+def test_only_target_rules_that_can_name_the_effect_make_classes(
+    rules: tuple[ApprovalRule, ...],
+) -> None:
+    cases = approval_cases(
+        "web_docs_get",
+        (network("https://docs.example.com/{page}"),),
+        reversible=True,
+        approvals=ApprovalPolicy(rules),
+        grant=EVERYWHERE,
+    )
+    assert [(c.targets, c.verdict) for c in cases] == [((), "ask")]
+
+
+def test_a_fixed_target_is_decided_exactly() -> None:
+    cases = approval_cases(
+        "web_docs_get",
+        (network("https://docs.example.com/guide"),),
+        reversible=True,
+        approvals=ApprovalPolicy((DOCS, OTHER_HOSTS)),
+        grant=EVERYWHERE,
+    )
+    assert [(c.targets, c.verdict, c.rule) for c in cases] == [((), "allow", "docs")]
+
+
+def test_approval_cases_without_target_rules_are_unchanged() -> None:
+    cases = approval_cases(
+        "billing_refund_create",
+        (write("billing:refund/*"), spend("{amount}")),
+        reversible=False,
+        approvals=ApprovalPolicy((ALLOW_REFUNDS,)),
+        grant=Grant(spend_limits={"USD": 1000}),
+    )
+    assert [(c.from_amount, c.verdict, c.rule, c.targets) for c in cases] == [
+        (0, "allow", "refunds", ()),
+        (1001, "deny", "spend_limit", ()),
+    ]
+    assert "targets" not in cases[0].model_dump()  # the lock file's form is unchanged
+
+
+# -- policy files ---------------------------------------------------------------------------
+
+POLICY = """
+version = 1
+
+[roles.web_reader]
+scopes = ["web.read"]
+effects = ["read(web:page/*)", "network(https://docs.example.com/**)", "network(*.python.org)"]
+
+[[roles.web_reader.rules]]
+id = "docs-hosts"
+action = "allow"
+effect = "network"
+targets = ["https://docs.example.com/**", "*.python.org"]
+
+[[roles.web_reader.rules]]
+id = "other-hosts"
+action = "ask"
+effect = "network"
+
+[principals."*"]
+roles = ["web_reader"]
+"""
+
+
+def test_a_policy_file_holds_rules_on_targets() -> None:
+    policy = parse_policy(POLICY)
+    rules = policy.role_approvals("web_reader")
+    (effect,) = network("{url}").resolve_all({"url": "https://www.python.org/"})
+    decision = rules.decide("web_page_fetch", (effect,), reversible=True)
+    assert (decision.verdict, decision.rule_id) == ("allow", "docs-hosts")
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "key", "fragment"),
+    [
+        ('effect = "network"\ntargets', "targets", "roles.web_reader.rules[0]", "need an effect"),
+        (
+            '"*.python.org"]\n\n[[',
+            '"https://{x}/"]\n\n[[',
+            "roles.web_reader.rules[0]",
+            "placeholder",
+        ),
+        ("targets = [", "target = [", "roles.web_reader.rules[0].target", "unknown key"),
+    ],
+)
+def test_malformed_rules_on_targets_name_the_key(
+    old: str, new: str, key: str, fragment: str
+) -> None:
+    assert old in POLICY
+    with pytest.raises(PolicyFileError) as info:
+        parse_policy(POLICY.replace(old, new, 1), source="web.toml")
+    assert info.value.key == key
+    assert fragment in info.value.reason
+
+
+def test_the_policy_file_docstring_example_parses() -> None:
+    import airlock.policies._policy_file as module
+
+    assert module.__doc__ is not None
+    lines = module.__doc__.split("Format (``version = 1``)::\n", 1)[1].splitlines()
+    example = []
+    for line in lines:
+        if line and not line.startswith("    "):
+            break
+        example.append(line[4:])
+    data = tomllib.loads("\n".join(example))
+    assert data["roles"]["web_reader"]["rules"][0]["targets"]

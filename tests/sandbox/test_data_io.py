@@ -1,0 +1,356 @@
+"""Files in and files out, through real containers: inputs mounted read-only at ``/data``,
+artifacts left in ``/out`` and received over the bridge, judged from the host.
+
+Programs try to write their inputs, reach inputs they were not given, escape ``/out`` with
+links, overflow its limits, and forge the frames that carry artifacts; the host asserts that
+nothing crossed. The inputs tests run under both runtimes; the rest under ``runc`` (the
+frames and their checks are the runtime's business no more than the bridge's).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airlock.policies import ContainerRuntime, SandboxProfile
+from airlock.sandbox import DockerBackend, RunResult
+from tests.conftest import IMAGE, LoopThread
+from tests.sandbox.runtimes import RUNTIMES, RuntimeSandbox, runtime_sandbox
+
+pytestmark = pytest.mark.docker
+
+FULL = {"language_mode": "full"}
+
+
+@pytest.fixture(scope="module", params=RUNTIMES)
+def sandbox(request: pytest.FixtureRequest) -> Iterator[RuntimeSandbox]:
+    runtime: ContainerRuntime = request.param
+    with runtime_sandbox(runtime) as box:
+        yield box
+
+
+@pytest.fixture(scope="module")
+def runc() -> Iterator[RuntimeSandbox]:
+    with runtime_sandbox("runc") as box:
+        yield box
+
+
+def run(
+    box: RuntimeSandbox,
+    program: str,
+    *,
+    inputs: dict[str, Path] | None = None,
+    artifacts: Path | None = None,
+    **profile: Any,
+) -> RunResult:
+    chosen = box.backend.profile.model_copy(update={**FULL, **profile})
+    chosen = SandboxProfile.model_validate(chosen.model_dump())
+    return box.loop.call(
+        box.backend.run(
+            textwrap.dedent(program), profile=chosen, inputs=inputs, artifacts=artifacts
+        )
+    )
+
+
+@pytest.fixture
+def given(tmp_path: Path) -> dict[str, Path]:
+    data = tmp_path / "sales.csv"
+    data.write_text("region,amount\nnorth,10\nsouth,20\n")
+    data.chmod(0o644)
+    folder = tmp_path / "reports"
+    folder.mkdir()
+    folder.chmod(0o755)
+    (folder / "q1.txt").write_text("first quarter")
+    (folder / "q1.txt").chmod(0o644)
+    return {"sales.csv": data, "reports": folder}
+
+
+WRITES = """
+import errno, os
+def attempt(action):
+    try:
+        action()
+        return "crossed"
+    except OSError as exc:
+        return errno.errorcode[exc.errno]
+{
+    "read": open("/data/sales.csv").read(),
+    "listing": sorted(os.listdir("/data")),
+    "in_folder": open("/data/reports/q1.txt").read(),
+    "overwrite": attempt(lambda: open("/data/sales.csv", "w").write("x")),
+    "append": attempt(lambda: open("/data/sales.csv", "a").write("x")),
+    "unlink": attempt(lambda: os.unlink("/data/sales.csv")),
+    "rename": attempt(lambda: os.rename("/data/reports/q1.txt", "/data/reports/q2.txt")),
+    "create": attempt(lambda: open("/data/reports/new.txt", "w").write("x")),
+    "mkdir": attempt(lambda: os.mkdir("/data/reports/sub")),
+    "chmod": attempt(lambda: os.chmod("/data/sales.csv", 0o777)),
+    "truncate": attempt(lambda: os.truncate("/data/sales.csv", 0)),
+    "new_input": attempt(lambda: open("/data/extra.csv", "w").write("x")),
+}
+"""
+
+
+def test_inputs_are_read_only(sandbox: RuntimeSandbox, given: dict[str, Path]) -> None:
+    before = {name: path.stat().st_mtime_ns for name, path in given.items()}
+    result = run(sandbox, WRITES, inputs=given)
+    assert result.ok, result.error
+    value = result.value
+    assert isinstance(value, dict)
+    assert value["read"] == "region,amount\nnorth,10\nsouth,20\n"
+    assert value["listing"] == ["reports", "sales.csv"]
+    assert value["in_folder"] == "first quarter"
+    for attempt in ("overwrite", "append", "unlink", "rename", "create", "mkdir", "chmod",
+                    "truncate", "new_input"):  # fmt: skip
+        assert value[attempt] in {"EROFS", "EACCES", "EPERM"}, attempt
+    assert {name: path.stat().st_mtime_ns for name, path in given.items()} == before
+    assert given["sales.csv"].read_text() == "region,amount\nnorth,10\nsouth,20\n"
+    assert sorted(p.name for p in given["reports"].iterdir()) == ["q1.txt"]
+
+
+def test_a_run_without_inputs_sees_none(sandbox: RuntimeSandbox) -> None:
+    result = run(sandbox, "import os\nos.path.exists('/data') and os.listdir('/data')")
+    assert result.ok, result.error
+    assert result.value in (None, False, [])
+
+
+def test_a_pooled_container_with_inputs_serves_only_runs_that_ask_for_them(
+    given: dict[str, Path],
+) -> None:
+    loop = LoopThread()
+    profile = SandboxProfile(language_mode="full")
+    backend = DockerBackend(image=IMAGE, pool_size=1, profile=profile, inputs=given)
+    try:
+        loop.call(backend.start())
+        loop.call(backend.pool.wait_ready(1))
+        listing = "import os\nsorted(os.listdir('/data')) if os.path.exists('/data') else []"
+        bare = loop.call(backend.run(listing))
+        assert (bare.value, bare.pooled) == ([], False)  # never a container with inputs
+        loop.call(backend.pool.wait_ready(1))
+        asked = loop.call(backend.run(listing, inputs=given))
+        assert (asked.value, asked.pooled) == (["reports", "sales.csv"], True)
+        one = loop.call(backend.run(listing, inputs={"sales.csv": given["sales.csv"]}))
+        assert (one.value, one.pooled) == (["sales.csv"], False)
+    finally:
+        loop.call(backend.close())
+        loop.stop()
+
+
+OUT = """
+import os
+os.makedirs("/out/charts/by region", exist_ok=True)
+open("/out/charts/by region/north.csv", "w").write("north,10\\n")
+open("/out/report.txt", "w").write("REPORT-MARKER " * 1000)
+open("/out/.hidden", "w").write("h")
+os.symlink("/etc/passwd", "/out/passwd")
+os.symlink("/data", "/out/data")
+os.symlink("/run/airlock/bridge.sock", "/out/bridge")
+"done"
+"""
+
+
+def test_artifacts_come_back_as_files_on_the_host(runc: RuntimeSandbox, tmp_path: Path) -> None:
+    store = tmp_path / "store" / "run-1"
+    result = run(runc, OUT, artifacts=store)
+    assert result.ok, result.error
+    refs = {ref.name: ref for ref in result.artifacts}
+    assert sorted(refs) == ["_hidden", "charts/by_region/north.csv", "report.txt"]
+    report = Path(refs["report.txt"].path)
+    assert report.read_text() == "REPORT-MARKER " * 1000
+    assert refs["report.txt"].sha256 == hashlib.sha256(report.read_bytes()).hexdigest()
+    assert refs["report.txt"].media_type == "text/plain"
+    assert refs["charts/by_region/north.csv"].uri == (
+        "airlock://artifacts/run-1/charts/by_region/north.csv"
+    )
+    assert {s.name: s.reason for s in result.artifacts_skipped} == {
+        "bridge": "a symbolic link",
+        "data": "a symbolic link",
+        "passwd": "a symbolic link",
+    }
+    stored = sorted(str(p.relative_to(store)) for p in store.rglob("*") if p.is_file())
+    assert stored == sorted(refs)
+    assert not any(p.is_symlink() for p in store.rglob("*"))
+
+
+def test_without_a_store_nothing_comes_back(runc: RuntimeSandbox) -> None:
+    result = run(runc, "open('/out/a.txt', 'w').write('x')")
+    assert result.ok, result.error
+    assert result.artifacts == ()
+
+
+LIMITS = [
+    (
+        "files",
+        "for n in range(6):\n    open(f'/out/f{n}.txt', 'w').write('x')\n",
+        {"artifact_limit_files": 5},
+        "the program left 6 files in /out; the limit is 5 files",
+    ),
+    (
+        "sparse_bytes",
+        "f = open('/out/holes.bin', 'wb')\nf.truncate(10 * 2**30)\nf.close()\n",
+        {"artifact_limit_bytes": 2**20},
+        "the files in /out hold 10240.0 MiB (10737418240 bytes); the limit is 1.0 MiB",
+    ),
+    (
+        "tmpfs_full",
+        "open('/out/big.bin', 'wb').write(b'x' * 3 * 2**20)\n",
+        {"artifact_limit_bytes": 2**20},
+        "the program filled /out; the artifact limit is 1.0 MiB and 64 files",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "program", "settings", "message"), LIMITS, ids=[c[0] for c in LIMITS]
+)
+def test_artifacts_over_a_limit_fail_the_run_naming_amount_and_limit(
+    runc: RuntimeSandbox,
+    tmp_path: Path,
+    case: str,
+    program: str,
+    settings: dict[str, int],
+    message: str,
+) -> None:
+    store = tmp_path / "run"
+    result = run(runc, program, artifacts=store, **settings)
+    assert (result.status, result.limit) == ("limit_exceeded", "artifacts")
+    assert result.error is not None
+    assert result.error.message.startswith(message), result.error.message
+    assert result.artifacts == ()
+    assert not store.exists()
+
+
+FORGED = """
+import base64, json, os, struct
+def frame(message):
+    body = json.dumps(message).encode()
+    return struct.pack(">I", len(body)) + body
+# The bridge is the one descriptor the runner kept: find it and speak for the runner.
+fds = [int(fd) for fd in os.listdir("/proc/self/fd")]
+bridge = next(fd for fd in fds if os.readlink(f"/proc/self/fd/{fd}").startswith("socket:"))
+os.write(bridge, frame({"type": "artifact", "name": NAME, "offset": 0,
+                        "data": base64.b64encode(b"owned").decode(), "end": True}))
+import time
+time.sleep(5)
+"""
+
+
+@pytest.mark.parametrize(
+    "name", ["../../escape.txt", "/etc/cron.d/x", ".ssh/authorized_keys", "a/../../b"]
+)
+def test_a_forged_artifact_frame_ends_the_run_and_writes_nothing(
+    runc: RuntimeSandbox, tmp_path: Path, name: str
+) -> None:
+    store = tmp_path / "store" / "run"
+    result = run(runc, FORGED.replace("NAME", repr(name)), artifacts=store)
+    assert result.status == "protocol_error"
+    assert result.error is not None
+    assert "artifact name" in result.error.message
+    assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
+
+
+def test_a_forged_frame_in_a_run_that_collects_nothing_ends_it(runc: RuntimeSandbox) -> None:
+    result = run(runc, FORGED.replace("NAME", repr("fine.txt")))
+    assert result.status == "protocol_error"
+    assert result.error is not None
+    assert result.error.message == "this run collects no artifacts"
+
+
+def test_top_level_await_runs_and_a_misplaced_statement_names_its_line(
+    runc: RuntimeSandbox,
+) -> None:
+    awaited = run(
+        runc,
+        """
+        import asyncio
+        async def double(x):
+            await asyncio.sleep(0)
+            return 2 * x
+        values = await asyncio.gather(*(double(n) for n in range(3)))
+        sum(values) + await double(10)
+        """,
+        language_mode="restricted",
+    )
+    assert (awaited.status, awaited.value) == ("ok", 26)
+    for program, line, message in [
+        ("x = 1\nreturn x\n", 2, "'return' outside function"),
+        ("for i in range(2):\n    pass\nbreak\n", 3, "'break' outside loop"),
+        ("def f():\n    await g()\n", 2, "'await' outside async function"),
+        ("yield 1\n", 1, "'yield' outside function"),
+    ]:
+        for mode in ("full", "restricted"):
+            result = run(runc, program, language_mode=mode)
+            assert result.status == "error", (program, mode, result)
+            assert result.error is not None
+            assert (result.error.type, result.error.line) == ("SyntaxError", line)
+            assert message in result.error.message
+
+
+def test_the_data_image_has_its_packages_loaded_and_keeps_both_seccomp_layers(
+    tmp_path: Path,
+) -> None:
+    with runtime_sandbox("runc", "data") as box:
+        result = run(
+            box,
+            """
+            import ctypes, os, sys, socket, threading
+            loaded = [m for m in ("numpy", "pandas", "pyarrow", "matplotlib.pyplot")
+                      if m in sys.modules]
+            import numpy as np, pandas as pd, pyarrow as pa, pyarrow.compute as pc
+            import matplotlib
+            import matplotlib.pyplot as plt
+            frame = pd.DataFrame({"g": list("abab"), "v": np.arange(4)})
+            table = pa.table({"v": list(range(100000))})
+            figure, axes = plt.subplots()
+            axes.plot([1, 2, 3])
+            figure.savefig("/out/line.png")
+            def errno_of(call):
+                try:
+                    call()
+                    return 0
+                except OSError as exc:
+                    return exc.errno
+            {
+                "loaded_before": loaded,
+                "sum": int(frame.groupby("g")["v"].sum()["b"]),
+                "arrow": pc.sum(table["v"]).as_py(),
+                "backend": matplotlib.get_backend(),
+                "environ": dict(os.environ),
+                "execve": errno_of(lambda: os.execv("/bin/true", ["/bin/true"])),
+                "socket": errno_of(lambda: socket.socket(socket.AF_UNIX)),
+                "threads": threading.active_count(),
+            }
+            """,
+            artifacts=tmp_path / "run",
+        )
+    assert result.ok, (result.error, result.stderr)
+    value = result.value
+    assert isinstance(value, dict)
+    assert value["loaded_before"] == ["numpy", "pandas", "pyarrow", "matplotlib.pyplot"]
+    assert (value["sum"], value["arrow"]) == (4, 4999950000)
+    assert value["backend"].lower() == "agg"
+    assert value["environ"] == {}
+    assert (value["execve"], value["socket"]) == (1, 1)
+    [chart] = result.artifacts
+    assert chart.media_type == "image/png"
+    assert Path(chart.path).read_bytes().startswith(b"\x89PNG")
+
+
+def test_a_missing_data_image_says_how_to_build_it() -> None:
+    async def attempt() -> None:
+        async with DockerBackend(
+            image=IMAGE,
+            data_image="airlock-no-such-image:never",
+            profile=SandboxProfile(image="data"),
+        ) as backend:
+            await backend.run("1")
+
+    from airlock.sandbox import ImageMissing
+
+    with pytest.raises(ImageMissing, match="make image-data"):
+        asyncio.run(attempt())

@@ -1,0 +1,163 @@
+"""The checks before a step is claimed, in the design's order, for a commit and for an
+approved read: exists (``not_found``) → same principal (``denied``) → fingerprint
+(``approval_mismatch``) → receipt stored (return it, replayed) → expiry (``preview_expired``);
+and, for a step with sealed values, whether this process holds them."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hmac
+
+from airlock.policies import Principal
+from airlock.tools._approvals import load_preview
+from airlock.tools._errors import (
+    ApprovalMismatchError,
+    ConflictError,
+    DeniedError,
+    NeedsApprovalError,
+    PreviewExpiredError,
+)
+from airlock.tools._ledger import LedgerStore, StepStateError
+from airlock.tools._preview import Approval, Preview, Receipt
+from airlock.tools._sealed import SecretVault, sealed_fields
+from airlock.tools._sender import Sender
+from airlock.tools._spec import ToolSpec
+
+__all__ = ["checked_for_commit", "claim_for_commit", "fingerprint_holds", "refuse_lost_secret"]
+
+
+def checked_for_commit(
+    ledger: LedgerStore,
+    vault: SecretVault,
+    preview_id: str,
+    approved_fingerprint: str,
+    session: Principal,
+    *,
+    now: float,
+) -> tuple[Preview, Approval | None] | Receipt:
+    """The preview and its approval once the checks pass; the stored receipt, replayed,
+    when there is one.
+
+    Raises:
+        ToolError: ``not_found``, ``denied``, ``approval_mismatch`` or ``preview_expired``.
+    """
+    preview = load_preview(ledger, preview_id)
+    principal = preview.principal
+    if (principal.user_id, principal.tenant_id) != (session.user_id, session.tenant_id):
+        raise DeniedError(
+            "this change belongs to another principal's run; you cannot commit it",
+            reason="policy",
+            detail=f"preview of {principal.user_id}@{principal.tenant_id}",
+        )
+    approval = ledger.approval(preview.id)
+    if not fingerprint_holds(preview, approved_fingerprint, approval):
+        raise ApprovalMismatchError(
+            f"the approval does not match preview {preview.id!r}; request a new approval",
+            detail="given, stored, recomputed or approved fingerprints differ",
+        )
+    stored = ledger.receipt(preview.key)
+    if stored is not None:
+        vault.release(preview.id)
+        return dataclasses.replace(stored, replayed=True)
+    if preview.expired(now):
+        maybe_sent = preview.state in ("sending", "unknown")
+        raise PreviewExpiredError(
+            f"preview {preview.id!r} expired; prepare the change again"
+            + ("; an earlier send may have acted, reconcile resolves it" if maybe_sent else ""),
+            outcome="unknown" if maybe_sent else "error",
+        )
+    return preview, approval
+
+
+def refuse_lost_secret(
+    ledger: LedgerStore, vault: SecretVault, spec: ToolSpec, preview: Preview, *, now: float
+) -> None:
+    """Refuse, before anything is claimed or sent, a step whose sealed values this process
+    does not hold; one never sent is failed, so the same intent can be asked again (it gets
+    a new preview).
+
+    Raises:
+        PreviewExpiredError: the values are not held here (outcome ``unknown`` when an
+            earlier send may have acted).
+    """
+    fields = sealed_fields(spec)
+    if not fields or vault.unseal(preview.id, preview.effect, fields) is not None:
+        return
+    never_sent = preview.state in ("prepared", "approved")
+    if never_sent:
+        with contextlib.suppress(StepStateError):
+            ledger.transition(
+                preview.id,
+                expect={preview.state},
+                expect_attempts=preview.attempts,
+                to="failed",
+                at=now,
+                actor="ledger",
+                how="its secret is not held by the process committing it",
+                error="secret_unavailable",
+            )
+    raise PreviewExpiredError(
+        "this change holds a secret that only the process that prepared it had; call the "
+        "tool again"
+        + ("" if never_sent else "; an earlier send may have acted, reconcile resolves it"),
+        outcome="error" if never_sent else "unknown",
+        detail=f"preview {preview.id} ({preview.state}): sealed values not held here",
+    )
+
+
+def fingerprint_holds(preview: Preview, given: str, approval: Approval | None) -> bool:
+    """Given == stored == recomputed from the stored fields == the approval's (if any)."""
+    same = hmac.compare_digest(given, preview.fingerprint) and hmac.compare_digest(
+        preview.computed_fingerprint(), preview.fingerprint
+    )
+    if approval is not None:
+        same = same and hmac.compare_digest(approval.fingerprint, preview.fingerprint)
+    return same
+
+
+def claim_for_commit(
+    sender: Sender, spec: ToolSpec, preview: Preview, approval: Approval | None, *, now: float
+) -> Preview | Receipt | None:
+    """Claim an approved (or ``unknown``) step for this process: the claimed step, a
+    replayed receipt, or ``None`` when another process moved it first (look again).
+
+    Raises:
+        ToolError: the step cannot be sent: ``needs_approval``, ``denied``, or ``conflict``
+            (in flight elsewhere, or failed before).
+    """
+    state = preview.state
+    try:
+        if state == "approved":
+            if approval is None:
+                raise NeedsApprovalError(rule=preview.rule, preview_id=preview.id)
+            # A consumed approval means another commit just claimed it: the ledger's
+            # compare-and-set refuses this claim and the next look sees ``sending``.
+            return sender.claim(spec, preview, how="claimed by commit", consume=True, now=now)
+        if state == "unknown":
+            return sender.claim(spec, preview, how="claimed to resend by commit retry", now=now)
+    except StepStateError:
+        return None
+    if state == "prepared":
+        raise NeedsApprovalError(
+            f"preview {preview.id!r} waits for approval (rule {preview.rule!r})",
+            rule=preview.rule,
+            preview_id=preview.id,
+        )
+    if state == "denied":
+        raise DeniedError(
+            f"this change was denied ({preview.error or 'no reason'}); do not retry it",
+            reason="policy",
+        )
+    if state == "sending":
+        raise ConflictError(
+            f"a commit of preview {preview.id!r} is in flight; ask again shortly",
+            detail=f"owner {preview.owner}, lease until {preview.lease_until}",
+        )
+    if state == "failed":
+        raise ConflictError(
+            f"this change failed ({preview.error}); prepare it again to retry",
+            detail=preview.error,
+        )
+    stored = sender.ledger.receipt(preview.key)  # committed: the receipt came in meanwhile
+    return None if stored is None else dataclasses.replace(stored, replayed=True)
