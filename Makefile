@@ -8,7 +8,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: all setup venv engine image image-data demo test lint types pytest bench clean
+.PHONY: all setup venv engine image image-data postgres demo test lint types pytest bench clean
 
 all: test
 
@@ -34,6 +34,14 @@ image-data: image
 
 setup: image image-data
 
+# PostgreSQL's binaries: the tests and the write benchmark start a throwaway server of their own.
+postgres:
+	@scripts/ensure-postgres.sh
+
+# Debian's chromium, for the approval page's browser test.
+browser:
+	@scripts/ensure-browser.sh
+
 demo: setup
 	$(PY) -m examples.billing.demo
 	$(PY) -m examples.data.demo
@@ -47,13 +55,14 @@ types: venv
 	$(VENV)/bin/mypy
 
 # Slow tests (the bridge fuzzer) run under CI=true; a local run deselects them.
-pytest: setup
+pytest: setup postgres browser
 	$(PY) -m pytest -q $(if $(filter true,$(CI)),,-m "not slow")
 
 test: lint types pytest
 
-bench: setup
+bench: setup postgres
 	$(PY) bench/sandbox_start.py
+	$(PY) bench/throughput.py
 	$(PY) bench/admission.py
 	$(PY) bench/bridge.py
 	$(PY) bench/writes.py

@@ -12,18 +12,33 @@ really sends. The same loop runs with the ledger:
 * on disk, ``synchronous=FULL`` (the default): every step synced before it returns.
 
 The system of record stays in memory throughout, so the rows differ only in the ledger.
+
+``--batch N`` (default 100; 0 skips it) adds batch commits against the real billing service
+(``examples/billing``, on loopback) and a Docker sandbox: one program proposes N refunds
+(``tools.propose.billing_refund_create.batch``), the host prepares each from the invoice
+record, a person approves the batch once (``WritePath.approve_batch``), and the session
+commits it (``Session.resume(batch_id)``). The baseline, in the same run and against the same
+service, is N direct writes one by one (prepare, approve, commit). Every round checks the
+service: exactly one refund per item, no duplicate. ``--rounds R`` repeats it (fresh
+invoices each round).
+
+``--databases N`` (default 300; 0 skips it) runs N writes per process with the ledger on
+SQLite and on a throwaway PostgreSQL server, from 1 and from 4 processes sharing it, side by
+side (``bench/_database_writes.py``).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import statistics
 import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import anyio
 
@@ -33,6 +48,7 @@ from airlock.policies import ApprovalPolicy, ApprovalRule, Grant, Principal, wri
 from airlock.tools import (
     AuditLog,
     CallContext,
+    Credential,
     MemoryAuditStore,
     Registry,
     SQLiteLedgerStore,
@@ -89,6 +105,129 @@ async def _measure(ledger: SQLiteLedgerStore, n: int) -> tuple[list[float], list
     return prepare_ms, commit_ms, n / elapsed
 
 
+_PROPOSE = """
+import datetime
+began = datetime.datetime.now()
+handles = tools.propose.billing_refund_create.batch(
+    [{"invoice_id": i, "reason": "requested_by_customer"} for i in INVOICES]
+)
+{"proposed": len(handles), "seconds": (datetime.datetime.now() - began).total_seconds()}
+"""
+
+
+async def batch_main(n: int, rounds: int) -> None:
+    """Batch commits against the real billing service (see the module's docstring)."""
+    from airlock.harness import Budget, Harness
+    from airlock.inventory import load_policy_document
+    from airlock.sandbox import DockerBackend, SandboxError
+    from examples.billing import DEMO_POLICY, build_billing_registry, serve_billing
+    from examples.billing.story import DEMO_USER
+
+    image = os.environ.get("AIRLOCK_IMAGE", "airlock-sandbox:latest")
+    rates: dict[str, list[float]] = {"direct": [], "propose": [], "commit": []}
+    with serve_billing(invoices_per_tenant=3 * n * rounds) as billing:
+        credentials = {
+            t: Credential.from_value(tok, name=f"BILLING_TOKEN_{t.upper()}")
+            for t, tok in billing.tokens.items()
+        }
+        registry = build_billing_registry(billing.base_url, credentials)
+        subject = load_policy_document(DEMO_POLICY).principal(DEMO_USER)
+        tenant = subject.principal.tenant_id
+        paid = [
+            i["id"]
+            for i in billing.store.invoices(tenant, after=None, limit=100_000, status=None)
+            if i["payments"] and not i["refunds"]
+        ]
+        if len(paid) < 2 * n * rounds:
+            raise AssertionError(f"only {len(paid)} paid invoices for {2 * n * rounds} refunds")
+        with tempfile.TemporaryDirectory() as tmp:
+            ledger = SQLiteLedgerStore(Path(tmp) / "ledger.db")
+            try:
+                async with DockerBackend(image=image, pool_size=1) as backend:
+                    harness = Harness(
+                        registry,
+                        load_policy_document(DEMO_POLICY).policy,
+                        backend,
+                        ledger,
+                        budget=Budget(calls=1000, result_bytes=200_000, bytes=5_000_000),
+                    )
+                    for r in range(rounds):
+                        mine = paid[2 * n * r : 2 * n * (r + 1)]
+                        direct, batch = mine[:n], mine[n:]
+                        rates["direct"].append(
+                            await _direct_writes(harness, subject.principal, direct)
+                        )
+                        propose_s, commit_s = await _batch_round(harness, subject.principal, batch)
+                        rates["propose"].append(n / propose_s)
+                        rates["commit"].append(n / commit_s)
+                        held = billing.store.refunds(tenant)
+                        per_invoice = {x["invoice_id"] for x in held}
+                        if len(held) != 2 * n * (r + 1) or len(per_invoice) != len(held):
+                            raise AssertionError(f"{len(held)} refunds: duplicates or missing")
+            except SandboxError as exc:
+                print(f"\nbatch commits skipped: the sandbox is unavailable ({exc})")
+                return
+            finally:
+                ledger.close()
+        total = billing.store.count("refunds")
+    print(f"\nbatch of {n} proposals from one program, approved once ({rounds} rounds)")
+    print(f"{'case':<44}{'median/s':>12}{'min/s':>10}{'max/s':>10}")
+    for name, label in (
+        ("direct", "direct writes one by one (baseline)"),
+        ("propose", "previews proposed from one program"),
+        ("commit", "batch items committed"),
+    ):
+        values = rates[name]
+        print(
+            f"{label:<44}{statistics.median(values):>12,.1f}{min(values):>10,.1f}"
+            f"{max(values):>10,.1f}"
+        )
+    ratio = statistics.median(rates["commit"]) / statistics.median(rates["direct"])
+    print(f"batch commits vs direct writes: {ratio:.2f}x")
+    print(f"refunds held by the service: {total} ({2 * n * rounds} expected), duplicates: 0")
+
+
+async def _direct_writes(harness: Any, principal: Principal, invoices: list[str]) -> float:
+    """Writes per second, one by one, as the model makes them: a direct call (its preview),
+    a person's approval, the session's commit."""
+    session = harness.session(principal)
+    began = time.perf_counter()
+    for invoice in invoices:
+        paused = await session.call(
+            "billing_refund_create", {"invoice_id": invoice, "reason": "requested_by_customer"}
+        )
+        body = json.loads(paused.content)
+        harness.writes.approve(
+            body["preview_id"], approver="bench", fingerprint=body["fingerprint"]
+        )
+        done = await session.resume(body["preview_id"])
+        if done.is_error:
+            raise AssertionError(f"a direct write failed: {done.content[:300]}")
+    return len(invoices) / (time.perf_counter() - began)
+
+
+async def _batch_round(
+    harness: Any, principal: Principal, invoices: list[str]
+) -> tuple[float, float]:
+    """Seconds to propose the batch (inside the program) and to approve and commit it."""
+    session = harness.session(principal)
+    code = f"INVOICES = {invoices!r}\n" + _PROPOSE
+    result = await session.execute_code(code)
+    body = json.loads(result.content)
+    if result.is_error or body["value"]["proposed"] != len(invoices):
+        raise AssertionError(f"the program did not propose the batch: {result.content[:500]}")
+    batch = body["proposals"]
+    began = time.perf_counter()
+    harness.writes.approve_batch(
+        batch["batch_id"], approver="bench", fingerprint=batch["fingerprint"]
+    )
+    done = await session.resume(batch["batch_id"])
+    commit_s = time.perf_counter() - began
+    if json.loads(done.content)["counts"] != {"committed": len(invoices)}:
+        raise AssertionError(f"the batch did not commit: {done.content[:500]}")
+    return float(body["value"]["seconds"]), commit_s
+
+
 async def main(n: int) -> None:
     cases: list[tuple[str, Callable[[Path], SQLiteLedgerStore]]] = [
         ("memory", lambda _: SQLiteLedgerStore(":memory:")),
@@ -118,4 +257,17 @@ async def main(n: int) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--writes", type=int, default=1000)
-    anyio.run(main, parser.parse_args().writes)
+    parser.add_argument("--batch", type=int, default=100, help="proposals per batch; 0: skip")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument(
+        "--databases", type=int, default=300, help="writes per process, SQLite vs PostgreSQL"
+    )
+    arguments = parser.parse_args()
+    if arguments.writes:
+        anyio.run(main, arguments.writes)
+    if arguments.batch:
+        anyio.run(batch_main, arguments.batch, arguments.rounds)
+    if arguments.databases:
+        from bench._database_writes import databases_main  # (bench/_database_writes.py)
+
+        databases_main(arguments.databases)

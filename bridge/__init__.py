@@ -7,7 +7,7 @@ Guest programs call read tools through the sandbox's Unix socket; the host side
 types, protocol version, error shapes); it is shipped into the sandbox image as it is.
 """
 
-from airlock.bridge._api import ParamStub, ToolStub, render_api, tool_stubs
+from airlock.bridge._api import ParamStub, ToolStub, proposal_stubs, render_api, tool_stubs
 from airlock.bridge._codec import (
     MAX_DEPTH,
     MAX_ELEMENTS,
@@ -48,6 +48,7 @@ __all__ = [
     "decode_body",
     "encode_frame",
     "program_error",
+    "proposal_stubs",
     "read_frame",
     "read_sized_frame",
     "render_api",

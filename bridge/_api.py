@@ -3,7 +3,9 @@
 One description, two renderings: :func:`tool_stubs` is what the guest receives in the ``run``
 frame (it builds functions with these signatures and docstrings), :func:`render_api` is the
 same API as Python source for the model's ``execute_code`` description. Only tools the
-principal can see from ``code`` appear: write tools never do.
+principal can see from ``code`` appear: write tools never do, except as *proposals*
+(:func:`proposal_stubs`, ``tools.propose.NAME(...)``) when their contract and the run's grant
+allow it: a proposal stores a preview for a person to approve, and commits nothing.
 """
 
 from __future__ import annotations
@@ -19,9 +21,16 @@ from pydantic import BaseModel
 
 from airlock.bridge.airlock_wire import ERRORS
 from airlock.policies import Principal
-from airlock.tools import JSONObject, JSONValue, Registry
+from airlock.tools import JSONObject, JSONValue, Registry, ToolDefinition
 
-__all__ = ["ParamStub", "ToolStub", "render_api", "signature_text", "tool_stubs"]
+__all__ = [
+    "ParamStub",
+    "ToolStub",
+    "proposal_stubs",
+    "render_api",
+    "signature_text",
+    "tool_stubs",
+]
 
 _SCALARS = {
     "string": "str",
@@ -63,6 +72,8 @@ class ToolStub:
     doc: str
     params: tuple[ParamStub, ...]
     returns: str = "dict"
+    proposal: bool = False
+    """A write the program may propose (``tools.propose.NAME``), not a tool it calls."""
 
     def to_wire(self) -> JSONObject:
         """The stub as sent to the guest in the ``run`` frame."""
@@ -127,10 +138,44 @@ def tool_stubs(
     ``names``, when given, narrows them further (a harness leaves out tools the run's grant
     cannot use).
     """
+    definitions = [
+        d for d in registry.visible(principal, "code") if names is None or d.name in names
+    ]
+    return _stubs(registry, definitions, proposal=False)
+
+
+_PROPOSAL_NOTE = (
+    "Proposes this change; nothing is changed from code. The host computes the exact effect "
+    "as for a direct call, and when the program ends its proposals wait as one batch for a "
+    "person to approve."
+)
+_PROPOSAL_RETURNS = "Returns:\n    dict with keys: preview_id, tool, summary, state"
+
+
+def proposal_stubs(
+    registry: Registry, principal: Principal, *, names: Collection[str]
+) -> list[ToolStub]:
+    """Stubs of the write tools in ``names`` that ``principal`` may propose from code (the
+    tool's contract says ``proposable``, the principal has its scope), sorted by name. The
+    caller decides ``names`` from the run's grant (``Grant.allows_proposal``)."""
+    definitions = [
+        d
+        for d in registry.visible(principal, "direct")
+        if d.name in names and _proposable(registry, d.name)
+    ]
+    return _stubs(registry, definitions, proposal=True)
+
+
+def _proposable(registry: Registry, name: str) -> bool:
+    spec = registry.get(name)
+    return spec is not None and spec.write is not None and spec.write.proposable
+
+
+def _stubs(
+    registry: Registry, definitions: list[ToolDefinition], *, proposal: bool
+) -> list[ToolStub]:
     stubs = []
-    for definition in registry.visible(principal, "code"):
-        if names is not None and definition.name not in names:
-            continue
+    for definition in definitions:
         schema = definition.parameters
         defs = schema.get("$defs") if isinstance(schema.get("$defs"), dict) else {}
         properties = schema.get("properties")
@@ -147,15 +192,24 @@ def tool_stubs(
             for field, sub in (properties.items() if isinstance(properties, dict) else ())
         )
         sections = [definition.description.strip()]
+        if proposal:
+            sections.append(_PROPOSAL_NOTE)
         documented = [p for p in params if p.description]
         if documented:
             sections.append(
                 "Args:\n" + "\n".join(f"    {p.name}: {p.description}" for p in documented)
             )
-        returns = _returns_section(registry, definition.name)
+        returns = _PROPOSAL_RETURNS if proposal else _returns_section(registry, definition.name)
         if returns:
             sections.append(returns)
-        stubs.append(ToolStub(name=definition.name, doc="\n\n".join(sections), params=params))
+        stubs.append(
+            ToolStub(
+                name=definition.name,
+                doc="\n\n".join(sections),
+                params=params,
+                proposal=proposal,
+            )
+        )
     return stubs
 
 
@@ -246,17 +300,41 @@ _PREAMBLE = f'''\
 
 
 def render_api(
-    registry: Registry, principal: Principal, *, names: Collection[str] | None = None
+    registry: Registry,
+    principal: Principal,
+    *,
+    names: Collection[str] | None = None,
+    proposals: Collection[str] = (),
 ) -> str:
     """The typed API ``principal``'s programs can call, as Python source with docstrings.
 
-    ``names``, when given, narrows the tools as in :func:`tool_stubs`.
+    ``names``, when given, narrows the tools as in :func:`tool_stubs`; ``proposals`` names
+    the write tools the run's programs may propose (:func:`proposal_stubs`), rendered as the
+    ``propose`` namespace.
     """
     blocks = [_PREAMBLE]
     for stub in tool_stubs(registry, principal, names=names):
-        params = signature_text(stub.params)
-        doc = textwrap.indent(stub.doc, "    ").lstrip()
-        blocks.append(f'def {stub.name}({params}) -> {stub.returns}:\n    """{doc}\n    """\n')
+        blocks.append(_function(stub))
     if len(blocks) == 1:
         blocks.append("# No tools are callable from code for this principal.\n")
+    proposed = proposal_stubs(registry, principal, names=proposals) if proposals else []
+    if proposed:
+        functions = "\n".join(textwrap.indent(_function(stub), "    ") for stub in proposed)
+        blocks.append(f'class propose:\n    """{_PROPOSE_DOC}"""\n\n{functions}')
     return "\n\n".join(blocks)
+
+
+_PROPOSE_DOC = """Writes a program may propose, never make: `tools.propose.NAME(**args)`.
+
+    Each proposal is admitted and prepared on the host as a direct call of the tool would be
+    (the amount and target come from the system of record) and returns its preview's id and
+    summary. When the program ends, its proposals wait as one batch for a person to approve;
+    the program's answer says how many there are. `await tools.propose.NAME.aio(**args)` and
+    `tools.propose.NAME.batch([args, ...])` work as for tools.
+    """
+
+
+def _function(stub: ToolStub) -> str:
+    params = signature_text(stub.params)
+    doc = textwrap.indent(stub.doc, "    ").lstrip()
+    return f'def {stub.name}({params}) -> {stub.returns}:\n    """{doc}\n    """\n'

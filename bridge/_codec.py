@@ -63,6 +63,8 @@ _SLICE_BYTES: Final = 64 * 1024
 the interpreter for well under a millisecond each."""
 _READ_BYTES: Final = 1024 * 1024
 _ESCAPE: Final = re.compile(rb"\\.", re.DOTALL)
+# One encoder for every frame: ``json.dumps`` with options builds a new one per call.
+_ENCODER: Final = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
 
 
 class FrameError(ValueError):
@@ -70,8 +72,12 @@ class FrameError(ValueError):
 
 
 def encode_frame(message: dict[str, Any]) -> bytes:
-    """Serialize one message as a frame (compact ASCII JSON, no NaN)."""
-    body = json.dumps(message, separators=(",", ":"), allow_nan=False).encode()
+    """Serialize one message as a frame (compact ASCII JSON, no NaN).
+
+    Raises:
+        ValueError: a value JSON cannot hold (``NaN``, ``Infinity``).
+    """
+    body = _ENCODER.encode(message).encode()
     return _HEADER.pack(len(body)) + body
 
 
@@ -267,7 +273,8 @@ def decode_body(body: bytes | bytearray, *, max_elements: int = MAX_ELEMENTS) ->
     finally:
         if collecting:
             gc.enable()
-    if not _depth_within(message, MAX_DEPTH):
+    # Each level opens a bracket: a body with few of them (as every call frame) is shallow.
+    if body.count(b"[") + body.count(b"{") > MAX_DEPTH and not _depth_within(message, MAX_DEPTH):
         raise FrameError(f"frame nests deeper than {MAX_DEPTH} levels")
     if not isinstance(message, dict) or not isinstance(message.get("type"), str):
         raise FrameError("a frame must be a JSON object with a string 'type'")

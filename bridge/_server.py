@@ -3,7 +3,9 @@
 Every ``call`` frame becomes ``Registry.call(tool, args, ctx)`` with ``caller="code"`` and a
 context the host built from the run's :class:`ToolSession`: the principal, grant and deadline
 come from the host, never from a frame. Results go back as ``result`` frames matched by the
-guest's call id, in whatever order they finish.
+guest's call id, in whatever order they finish. A ``propose`` frame is a program's proposal
+of a write: it becomes :meth:`ToolSession.propose <airlock.bridge.ToolSession.propose>` (admitted
+and prepared on the host, never committed), answered like a call.
 
 A malformed, oversized or unexpected frame, or a run limit reached, ends the run: the guest is
 told with an ``abort`` frame, pending calls are cancelled, and the end is recorded in the audit
@@ -11,12 +13,18 @@ log. Nothing a guest sends can raise out of :func:`serve_run`, and nothing it do
 :func:`serve_run` past the run's deadline (plus :data:`_CANCEL_GRACE_S` for tool calls to
 notice their cancellation): every read from the guest waits for the deadline at most, and
 nothing ever waits for the guest to read. A ``log`` frame's message reaches the operator's log
-on one line, with control characters escaped.
+on one line, with control characters escaped. Frames already received are handled one after
+another (up to :data:`_FRAMES_PER_TURN` before other runs get the loop), and the results that
+finish in one turn of the loop leave in one write.
 
 ``artifact`` frames (the files a program left, sent after it ends) go to the run's
 :class:`ArtifactSink` on a worker thread, after their shape, name and piece size are checked;
 they are bounded by the sink's limits (bytes and files) rather than by ``max_bytes_in``, and
 every piece but a file's last must be full, so their number is bounded too.
+
+It is one module over 400 lines on purpose: reading, dispatching and answering one run's
+frames share the run's state (calls in flight, bytes each way, how it ended), and every path
+that ends a run must see all of it at once.
 """
 
 from __future__ import annotations
@@ -54,6 +62,12 @@ _MAX_REFUSED: Final = 64
 _CANCEL_GRACE_S: Final = 5.0
 """How long the end of a run waits for its cancelled tool calls (host code) to finish."""
 _ARTIFACT_NAME: Final = re.compile(wire.ARTIFACT_NAME)
+_FLUSH_FRAMES: Final = 16
+"""Results written together at most; more finishing in one turn of the loop go in parts."""
+_COALESCE_BYTES: Final = 64 * 1024
+"""Results larger than this are written on their own."""
+_FRAMES_PER_TURN: Final = 64
+"""Frames already buffered that one run handles before the event loop serves others."""
 
 
 class _End(Exception):
@@ -91,50 +105,67 @@ class _RunServer:
         self._in_flight = 0
         self._bytes_in = 0
         self._bytes_out = 0
+        self._outbox: list[bytes] = []
         self._ended: RunEnd | None = None
 
     async def serve(self) -> dict[str, Any] | RunEnd | None:
+        loop = asyncio.get_running_loop()
         try:
-            while True:
-                if self._ended is not None:
-                    raise _End(self._ended)
-                remaining = self._deadline - time.monotonic()
-                if remaining <= 0:
-                    raise _End(RunEnd("timeout", "timeout", "the run's deadline passed"))
-                try:
-                    frame, size = await asyncio.wait_for(
-                        read_sized_frame(self._reader, max_bytes=self._max_frame), remaining
-                    )
-                except TimeoutError:
-                    raise _End(RunEnd("timeout", "timeout", "the run's deadline passed")) from None
-                except FrameError as exc:
-                    raise _protocol(str(exc)) from None
-                except (ConnectionError, OSError):
-                    frame, size = None, 0
-                if frame is None:
-                    if self._ended is not None:
-                        raise _End(self._ended)
-                    return None
-                if frame["type"] == wire.ARTIFACT:
-                    await self._artifact(frame, size)
-                    continue
-                self._bytes_in += size
-                if self._bytes_in > self._limits.max_bytes_in:
-                    raise _End(
-                        RunEnd(
-                            "limit_exceeded",
-                            "bytes",
-                            f"the program sent {self._bytes_in} bytes through the bridge; the "
-                            f"limit is {self._limits.max_bytes_in} bytes",
-                        )
-                    )
-                done = self._handle(frame, size)
-                if done is not None:
-                    return done
+            # One timeout for the whole run, not one per read: frames already buffered are
+            # then handled without a trip through the event loop (a per-read ``wait_for``
+            # was a task and a loop iteration per frame).
+            bound = asyncio.timeout_at(loop.time() + (self._deadline - time.monotonic()))
+            try:
+                async with bound:
+                    return await self._serve_frames()
+            except TimeoutError:
+                if not bound.expired():
+                    raise
+                raise _End(RunEnd("timeout", "timeout", "the run's deadline passed")) from None
         except _End as stop:
             return await self._end(stop.end)
         finally:
             await self._cancel_pending()
+
+    async def _serve_frames(self) -> dict[str, Any] | None:
+        handled = 0
+        while True:
+            if self._ended is not None:
+                raise _End(self._ended)
+            handled += 1
+            if handled % _FRAMES_PER_TURN == 0:  # a burst of buffered frames: let others run
+                await asyncio.sleep(0)
+            if time.monotonic() >= self._deadline:
+                raise _End(RunEnd("timeout", "timeout", "the run's deadline passed"))
+            try:
+                frame, size = await read_sized_frame(self._reader, max_bytes=self._max_frame)
+            except FrameError as exc:
+                raise _protocol(str(exc)) from None
+            except (ConnectionError, OSError):
+                frame, size = None, 0
+            if frame is None:
+                if self._ended is not None:
+                    raise _End(self._ended)
+                return None
+            if frame["type"] == wire.ARTIFACT:
+                await self._artifact(frame, size)
+                continue
+            self._bytes_in += size
+            if self._bytes_in > self._limits.max_bytes_in:
+                raise _End(
+                    RunEnd(
+                        "limit_exceeded",
+                        "bytes",
+                        f"the program sent {self._bytes_in} bytes through the bridge; the "
+                        f"limit is {self._limits.max_bytes_in} bytes",
+                    )
+                )
+            done = self._handle(frame, size)
+            if done is not None:
+                if self._tasks:  # calls sent just before the end get their turn, as before
+                    await asyncio.sleep(0)
+                self._flush()
+                return done
 
     def _handle(self, frame: dict[str, Any], size: int) -> dict[str, Any] | None:
         kind = frame["type"]
@@ -165,6 +196,13 @@ class _RunServer:
                 )
             self._admit_count(len(items))
             self._spawn(self._answer_batch(call_id, tool, items))
+        elif kind == wire.PROPOSE:
+            call_id, tool = self._call_header(frame)
+            args = frame.get("args")
+            if not isinstance(args, dict):
+                raise _protocol("a proposal's 'args' must be an object")
+            self._admit_count(1)
+            self._spawn(self._answer_call(call_id, tool, args, propose=True))
         elif kind == wire.LOG:
             message = frame.get("message")
             if not isinstance(message, str):
@@ -270,8 +308,11 @@ class _RunServer:
         self._tasks.discard(task)
         self._in_flight -= 1
 
-    async def _admit(self, guest_id: str, tool: str, args: dict[str, Any]) -> JSONObject:
-        """One admitted call's wire outcome: ``{ok, value}`` or ``{ok, error}``."""
+    async def _admit(
+        self, guest_id: str, tool: str, args: dict[str, Any], *, propose: int = 0
+    ) -> JSONObject:
+        """One admitted call's wire outcome: ``{ok, value}`` or ``{ok, error}``; with
+        ``propose`` (the call id), a proposal's."""
         if self._session is None:
             error = UnknownToolError(name=tool)
             return {"ok": False, "error": program_error(error)}
@@ -279,7 +320,10 @@ class _RunServer:
         ctx = self._session.context(f"{prefix}:{guest_id}", self._deadline)
         async with self._semaphore:
             try:
-                value = await self._session.registry.call(tool, args, ctx)
+                if propose:
+                    value = await self._session.propose(tool, args, ctx, order=propose)
+                else:
+                    value = await self._session.registry.call(tool, args, ctx)
             except ToolError as exc:
                 return {"ok": False, "error": program_error(exc)}
             except Exception as exc:  # the registry audits it; the guest learns only the class
@@ -294,8 +338,10 @@ class _RunServer:
                 }
         return {"ok": True, "value": value}
 
-    async def _answer_call(self, call_id: int, tool: str, args: dict[str, Any]) -> None:
-        outcome = await self._admit(str(call_id), tool, args)
+    async def _answer_call(
+        self, call_id: int, tool: str, args: dict[str, Any], *, propose: bool = False
+    ) -> None:
+        outcome = await self._admit(str(call_id), tool, args, propose=call_id if propose else 0)
         self._send({"type": wire.RESULT, "id": call_id, **outcome})
 
     async def _answer_batch(self, call_id: int, tool: str, items: list[dict[str, Any]]) -> None:
@@ -341,9 +387,27 @@ class _RunServer:
             )
             self._writer.transport.abort()
             return
-        self._writer.write(frame)
+        if (self._in_flight <= 1 and not self._outbox) or len(frame) > _COALESCE_BYTES:
+            # The only call (no one to wait for), or a large result (not worth a copy).
+            self._writer.write(frame)
+            return
+        # Results that finish in the same turn of the event loop leave in one write: one
+        # system call and one wake-up of the guest for all of them, not one each.
+        # A full outbox leaves at once, so the guest can go on while the rest are answered.
+        self._outbox.append(frame)
+        if len(self._outbox) >= _FLUSH_FRAMES:
+            self._flush()
+        elif len(self._outbox) == 1:
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        frames, self._outbox = self._outbox, []
+        if frames and self._ended is None:
+            with contextlib.suppress(ConnectionError, OSError, RuntimeError):
+                self._writer.write(b"".join(frames))
 
     async def _end(self, end: RunEnd) -> RunEnd:
+        self._flush()  # results already answered go before the abort
         self._ended = end
         with contextlib.suppress(ConnectionError, OSError, RuntimeError):
             self._writer.write(

@@ -5,6 +5,12 @@ come from the application's session, never from a frame) and :class:`BridgeLimit
 the run may do through the bridge; :func:`~airlock.bridge.serve_run` serves the run under both
 and answers a :class:`RunEnd` when it had to stop it. An :class:`ArtifactSink` takes the files
 the program left, piece by piece, when the host collects them.
+
+A session with a write path (``writes``) also takes the program's *proposals* of the write
+tools in ``proposable`` (``tools.propose.NAME(...)``): each is admitted and prepared by
+:meth:`WritePath.propose_from_code <airlock.tools.WritePath.propose_from_code>`, nothing is
+committed, and :meth:`ToolSession.proposed_previews` lists what the program proposed, in
+order, for the harness to store as one batch.
 """
 
 from __future__ import annotations
@@ -13,13 +19,18 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from airlock.bridge._api import ToolStub, tool_stubs
+from airlock.bridge._api import ToolStub, proposal_stubs, tool_stubs
 from airlock.policies import ApprovalPolicy, Grant, Principal
 from airlock.tools import (
     CallContext,
+    JSONObject,
+    LimitExceededError,
     Observations,
+    Preview,
     Registry,
     RunAuthority,
+    UnknownToolError,
+    WritePath,
     audit_event,
 )
 
@@ -81,6 +92,9 @@ class BridgeLimits:
     """Largest ``call``, ``batch`` or ``log`` frame."""
     max_batch_items: int = 1000
     """Items in one ``batch`` frame."""
+    max_proposals: int = 100
+    """Writes one program may propose; each one more is refused as ``limit_exceeded``
+    (``proposals``), and the program goes on."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +129,14 @@ class ToolSession:
     call_prefix: str | None = None
     """Prefix of this program's call ids in the audit log (default: the run id); a harness
     running several programs in one run gives each its own."""
+    writes: WritePath | None = None
+    """Where the program's proposals go; without it, it may propose nothing."""
+    proposable: frozenset[str] = frozenset()
+    """Write tools the program is offered under ``tools.propose`` (a harness offers those
+    the tool's contract and the grant allow); admission judges every proposal anyway."""
+    proposed: int = field(default=0, init=False)
+    """Proposals the program made so far, refused ones included."""
+    _proposals: list[tuple[int, Preview]] = field(default_factory=list, init=False, repr=False)
     authority: RunAuthority = field(init=False, repr=False)
     """The run's authority, from the fields above; every call's context comes from it."""
 
@@ -128,8 +150,66 @@ class ToolSession:
         )
 
     def stubs(self) -> list[ToolStub]:
-        """The tools this run's program may call, for the ``run`` frame."""
-        return tool_stubs(self.registry, self.principal, names=self.tool_names)
+        """The tools this run's program may call, and the writes it may propose, for the
+        ``run`` frame."""
+        stubs = tool_stubs(self.registry, self.principal, names=self.tool_names)
+        if self.writes is not None and self.proposable:
+            stubs += proposal_stubs(self.registry, self.principal, names=self.proposable)
+        return stubs
+
+    async def propose(
+        self, tool: str, args: dict[str, object], ctx: CallContext, *, order: int
+    ) -> JSONObject:
+        """One proposal of the program (the ``order``-th frame of the run): its preview's id,
+        tool, summary and state. Nothing is committed.
+
+        Raises:
+            LimitExceededError: the program proposed more than ``limits.max_proposals``.
+            UnknownToolError: this run takes no proposals (no write path).
+            ToolError: as :meth:`WritePath.propose_from_code
+                <airlock.tools.WritePath.propose_from_code>`.
+        """
+        self.proposed += 1
+        limit = self.limits.max_proposals
+        if self.writes is None or self.proposed > limit:
+            error: LimitExceededError | UnknownToolError
+            if self.writes is None:
+                error = UnknownToolError(name=tool, detail="this run takes no proposals")
+            else:
+                error = LimitExceededError(
+                    f"the program proposed {self.proposed} writes; the limit is {limit} per "
+                    "program. Propose fewer, or split the work across programs",
+                    limit="proposals",
+                )
+            self.registry.audit.record(
+                audit_event(
+                    ctx,
+                    tool[:128],
+                    stage="lookup" if self.writes is None else "authorize",
+                    decision="deny",
+                    rule="proposals" if self.writes is not None else "lookup",
+                    outcome="error",
+                    code=error.code,
+                    detail=f"proposal refused: {error.detail or error.message}"[:500],
+                )
+            )
+            raise error
+        preview = await self.writes.propose_from_code(tool, args, ctx)
+        self._proposals.append((order, preview))
+        return {
+            "preview_id": preview.id,
+            "tool": preview.tool,
+            "summary": preview.summary,
+            "state": preview.state,
+        }
+
+    def proposed_previews(self) -> list[Preview]:
+        """The previews the program proposed, in the order it proposed them, each once (the
+        same intent proposed twice is one preview)."""
+        seen: dict[str, Preview] = {}
+        for _, preview in sorted(self._proposals, key=lambda entry: entry[0]):
+            seen.setdefault(preview.id, preview)
+        return list(seen.values())
 
     def context(self, call_id: str, deadline: float) -> CallContext:
         """The context of one call from code."""

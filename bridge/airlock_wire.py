@@ -13,22 +13,28 @@ JSON (other characters as ``\\u`` escapes) holding one object whose ``type`` is 
 frame types below.
 
 Guest to host: :data:`HELLO` ``{version, pid}`` once the runner is warm; :data:`CALL`
-``{id, tool, args}``; :data:`BATCH` ``{id, tool, items}``; :data:`LOG` ``{message}``;
+``{id, tool, args}``; :data:`BATCH` ``{id, tool, items}``; :data:`PROPOSE` ``{id, tool,
+args}``, a proposal of a write (answered like a call, with ``{preview_id, tool, summary,
+state}``; nothing is committed); :data:`LOG` ``{message}``;
 :data:`REFUSED` ``{tool}``, once per name, when the program reached for a tool it was not
 given (the guest refuses it on the spot; the host records the attempt);
 :data:`ARTIFACT` ``{name, offset, data, end}``, after the program, one piece of a file it left
 in :data:`OUT_DIR` (``data`` is base64 of at most :data:`ARTIFACT_CHUNK_BYTES`; every piece
 but a file's last holds exactly that many); :data:`DONE` ``{result}``. Host to guest:
 :data:`RUN` ``{program, mode, allowed_imports, output_limit, value_limit, value_elements,
-tools, artifacts, keep?}``; :data:`RESULT` ``{id, ok, value | error}``; :data:`ABORT`
-``{code, message}``. A result's ``error`` is ``{code, message, retryable}`` plus the typed
-fields :data:`ERRORS` names for its code.
+tools, artifacts, keep?}`` (a stub in ``tools`` with ``"proposal": true`` is a write the
+program may propose, under ``tools.propose``); :data:`RESULT` ``{id, ok, value | error}``;
+:data:`ABORT` ``{code, message}``. A result's ``error`` is ``{code, message, retryable}``
+plus the typed fields :data:`ERRORS` names for its code.
 ``value_limit`` (bytes of compact JSON) and ``value_elements`` (values and keys) bound the
 program's final value: the host refuses a frame over its budget, so the guest refuses such a
 value first, as ``result_too_large``. ``artifacts`` is ``{dir, files, bytes}`` when the host
 collects the files a program leaves (at most ``files`` of them, ``bytes`` in all), or
 ``null``; the guest names each file by :data:`ARTIFACT_NAME` and the host refuses any other
-name.
+name. ``keep`` (``true``, or ``"clean"`` for a container reused with nothing kept) comes with
+a one-time ``token``: the runner then runs each program in a process of its own, on a new
+connection whose first frame is :data:`HELLO` ``{version, pid, token}``, and the host serves
+the program on that connection only.
 
 Host code that cannot import this module keeps its own copy of two values, pinned to these by
 tests: the default sandbox profile's allowed imports (:data:`WARM_UP_IMPORTS`) and the typed
@@ -40,13 +46,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final, NamedTuple
 
-PROTOCOL_VERSION: Final = 3
+PROTOCOL_VERSION: Final = 4
 """Sent in ``hello``; the host refuses a runner that speaks another version (2: the guest
-reports refused tool names; 3: artifacts)."""
+reports refused tool names; 3: artifacts; 4: proposals of writes)."""
 
 HELLO: Final = "hello"
 CALL: Final = "call"
 BATCH: Final = "batch"
+PROPOSE: Final = "propose"
 LOG: Final = "log"
 REFUSED: Final = "refused"
 DONE: Final = "done"
@@ -127,7 +134,8 @@ ERRORS: Final[Mapping[str, ErrorShape]] = {
 """Every tool error code, by the class a program catches and the typed fields it carries."""
 
 NAMESPACE_MEMBERS: Final = frozenset(
-    {"ToolError", "log", *(shape.name for shape in ERRORS.values())}
+    {"ToolError", "log", "propose", *(shape.name for shape in ERRORS.values())}
 )
-"""Members of a program's ``tools`` namespace that are not tools: ``log()`` and the error
-classes. No tool can have one of these names (tool names are lower-case ``a_b_c``)."""
+"""Members of a program's ``tools`` namespace that are not tools: ``log()``, ``propose`` (the
+writes the program may propose, ``tools.propose.NAME(...)``) and the error classes. No tool
+can have one of these names (tool names are lower-case ``a_b_c``)."""

@@ -6,6 +6,10 @@ every resolved effect of the call matches one of :attr:`Grant.effects` of the sa
 by part, :mod:`airlock.policies._network`), and every ``spend`` stays within
 :attr:`Grant.spend_limits` for its currency. Nothing is implied: ``write`` does not imply
 ``read``, and a grant without a currency in ``spend_limits`` allows no spending in it.
+
+:attr:`Grant.propose` names the write tools a run's programs may *propose* from code (tool
+name patterns); a proposal is then admitted like a direct call of the tool, so the grant's
+effects and limits judge its prepared effect as well.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from types import MappingProxyType
 
 from airlock.policies._effects import Effect
 from airlock.policies._network import target_covers
+from airlock.policies._patterns import glob_regex
 
 __all__ = ["Grant"]
 
@@ -30,9 +35,13 @@ class Grant:
     """Effect patterns the run may exercise, e.g. ``read("billing:invoice/*")``."""
     spend_limits: Mapping[str, int] = field(default_factory=dict)
     """Largest amount, in minor units, one call may spend per currency (``{"USD": 5000}``)."""
+    propose: frozenset[str] = frozenset()
+    """Tool-name patterns (``billing_refund_*``) of write tools the run's programs may
+    propose from code; empty: none. The tool must be proposable by its contract too."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "scopes", frozenset(self.scopes))
+        object.__setattr__(self, "propose", frozenset(self.propose))
         object.__setattr__(self, "effects", tuple(self.effects))
         for effect in self.effects:
             if effect.kind == "spend":
@@ -53,6 +62,10 @@ class Grant:
     def allows_scope(self, scope: str) -> bool:
         """Whether the run may use tools that require ``scope``."""
         return scope in self.scopes
+
+    def allows_proposal(self, tool: str) -> bool:
+        """Whether the run's programs may propose the write tool ``tool`` from code."""
+        return any(glob_regex(pattern).fullmatch(tool) for pattern in self.propose)
 
     def covers(self, effect: Effect) -> bool:
         """Whether ``effect`` (resolved, or a declared pattern) lies inside this grant."""
@@ -78,7 +91,12 @@ class Grant:
         for currency, limit in other.spend_limits.items():
             limits[currency] = max(limit, limits.get(currency, 0))
         effects = self.effects + tuple(e for e in other.effects if e not in self.effects)
-        return Grant(scopes=self.scopes | other.scopes, effects=effects, spend_limits=limits)
+        return Grant(
+            scopes=self.scopes | other.scopes,
+            effects=effects,
+            spend_limits=limits,
+            propose=self.propose | other.propose,
+        )
 
     def restrict_scopes(self, scopes: Iterable[str]) -> Grant:
         """This grant with its scopes cut down to those in ``scopes``."""
@@ -86,4 +104,5 @@ class Grant:
             scopes=self.scopes & frozenset(scopes),
             effects=self.effects,
             spend_limits=self.spend_limits,
+            propose=self.propose,
         )

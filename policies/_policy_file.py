@@ -15,6 +15,7 @@ Format (``version = 1``)::
     scopes = ["billing.read", "billing.write"]
     effects = ["write(billing:refund/*)"]
     spend_limits = { USD = 50000 }          # largest spend per call, minor units
+    propose = ["billing_refund_create"]     # write tools programs may propose from code
 
     [[roles.billing_agent.rules]]           # approval rules, see policies._approval
     id = "large-refund"                     # unique in the file, recorded in the audit log
@@ -44,6 +45,9 @@ Format (``version = 1``)::
     roles = ["billing_agent"]
     # scopes, effects, spend_limits and rules may also be given here directly
 
+    self_approval = false                   # optional (top level, before any table): may
+                                            # the person who asked approve their own write?
+
     [sandbox]                               # optional: the profile programs run under
     language_mode = "restricted"            # any SandboxProfile field: timeout_s,
     timeout_s = 10.0                        # memory_bytes, cpus, pids_limit, ...
@@ -69,7 +73,15 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StringConstraints, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    StringConstraints,
+    ValidationError,
+)
 
 from airlock.policies._approval import ApprovalPolicy, ApprovalRule
 from airlock.policies._effects import Effect
@@ -100,6 +112,7 @@ class PolicyFileError(UsageError):
 
 _Scope = Annotated[str, StringConstraints(pattern=SCOPE_PATTERN, max_length=128)]
 _Currency = Annotated[str, StringConstraints(pattern=r"^[A-Z]{3}$")]
+_ToolPattern = Annotated[str, StringConstraints(pattern=r"^[a-z0-9_*]{1,64}$")]
 _Name = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_*][A-Za-z0-9_.@:-]{0,127}$")]
 
 
@@ -109,6 +122,7 @@ class _Entry(BaseModel):
     scopes: tuple[_Scope, ...] = ()
     effects: tuple[str, ...] = ()
     spend_limits: dict[_Currency, Annotated[StrictInt, Field(ge=0)]] = {}
+    propose: tuple[_ToolPattern, ...] = ()
     rules: tuple[ApprovalRule, ...] = ()
 
 
@@ -125,6 +139,7 @@ class _File(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     version: Literal[1]
+    self_approval: StrictBool = False
     roles: dict[_Name, _Role] = {}
     principals: dict[_Name, _PrincipalEntry] = {}
     sandbox: SandboxProfile = SandboxProfile()
@@ -155,6 +170,8 @@ class Policy:
     sandbox: SandboxProfile = field(default_factory=SandboxProfile, repr=False)
     """The sandbox profile of ``[sandbox]``: the defaults for every key the file leaves out."""
     _roles: Mapping[str, _Authority] = field(repr=False, default_factory=dict)
+    self_approval: bool = False
+    """Whether the person who asked for a write may approve it (``self_approval = true``)."""
 
     @property
     def principals(self) -> tuple[str, ...]:
@@ -278,6 +295,7 @@ def parse_policy(text: str, *, source: str = "<policy>") -> Policy:
         _bindings=bindings,
         _roles=roles,
         sandbox=parsed.sandbox,
+        self_approval=parsed.self_approval,
     )
 
 
@@ -301,7 +319,10 @@ def _authority(
             raise fail(f"rule id {rule.id!r} is already used at {first}", (*key, "rules", i, "id"))
         seen_rules[rule.id] = (*key, "rules", i, "id")
     grant = Grant(
-        scopes=frozenset(entry.scopes), effects=tuple(effects), spend_limits=entry.spend_limits
+        scopes=frozenset(entry.scopes),
+        effects=tuple(effects),
+        spend_limits=entry.spend_limits,
+        propose=frozenset(entry.propose),
     )
     return _Authority(grant, entry.rules)
 

@@ -113,6 +113,13 @@ class SandboxProfile(BaseModel):
         description="Most files one run may leave in /out; more fail the run as "
         "limit_exceeded (artifacts), and none is copied.",
     )
+    max_proposals: int = Field(
+        default=100,
+        ge=0,
+        le=10_000,
+        description="Most writes one program may propose (`tools.propose.NAME(...)`); one "
+        "more is refused as limit_exceeded (proposals), naming the limit and the amount.",
+    )
     user: str = Field(
         default="65534:65534",
         description="Non-root uid:gid the program runs as.",

@@ -1,12 +1,20 @@
 """One sandbox container: started hardened, its runner connected over the bridge socket.
 
-A :class:`SandboxContainer` serves exactly one program and is then destroyed. The program is
-delivered as a ``run`` frame over a Unix socket that lives in a per-container host directory
-bind-mounted read-only at ``/run/airlock``; the result comes back as a ``done`` frame, which
+A :class:`SandboxContainer` serves exactly one program and is then destroyed, unless it is
+kept for one principal's conversation. The program is delivered as a ``run`` frame over a Unix
+socket that lives in a per-container host directory bind-mounted read-only at
+``/run/airlock``; the result comes back as a ``done`` frame, which
 :func:`~airlock.sandbox._outcome.judge_outcome` turns into the run's result. Nothing is copied
 in or out of the container's file system: inputs are host files bind-mounted read-only at
 ``/data/NAME`` when the container is created, and the files a program leaves in ``/out`` (a
 size-capped tmpfs) come back as ``artifact`` frames (:mod:`airlock.sandbox._artifacts`).
+
+A kept container's runner is a zygote (``airlock_zygote`` in the guest) that runs no program
+itself: for each ``run`` frame, sent on the connection it said ``hello`` on, it ends every
+other process in the container, opens a new connection for the program and says ``hello`` on
+it with the frame's one-time ``token``, then forks the program's process. The host serves the
+program on that connection only (a connection without the token is closed unread) and closes
+it after ``done``: nothing a program leaves behind can send a frame in the next one's name.
 
 The host stays in control whatever the guest does: no wait on the guest outlasts the run's
 deadline (plus :data:`_GRACE_S` to judge the result), and :meth:`SandboxContainer.destroy`
@@ -18,9 +26,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import secrets
 import shutil
 import socket
-import struct
 import tempfile
 import time
 from pathlib import Path
@@ -50,8 +58,8 @@ from airlock.sandbox._hardening import GUEST_MOUNT, container_config
 from airlock.sandbox._inputs import RunInput
 from airlock.sandbox._masked import run_masked
 from airlock.sandbox._outcome import judge_outcome
-from airlock.sandbox._result import RunResult
-from airlock.sandbox._runtime import is_runner_peer
+from airlock.sandbox._program_link import HELLO_MAX_BYTES, accept_program, accept_runner
+from airlock.sandbox._result import ProgramError, RunResult
 
 __all__ = ["GUEST_MOUNT", "MAX_VALUE_BYTES", "SandboxContainer", "container_config"]
 
@@ -61,18 +69,14 @@ in the guest as ``result_too_large`` with its size and this limit."""
 _VALUE_ELEMENTS: Final = MAX_ELEMENTS - 1000
 """Values and keys a final value may hold: the done frame's other fields fit in the rest."""
 _STARTUP_TIMEOUT_S: Final = 30.0
-_HELLO_MAX_BYTES: Final = 4096
 # A done frame holds two capped streams (JSON escaping can grow text up to 6x), an error
 # with a traceback and a final value.
 _RESULT_OVERHEAD_BYTES: Final = 256 * 1024
 _GRACE_S: Final = 5.0
 """After a run's deadline: time for the bridge to wind down before the run is ended anyway."""
-
-
-def _peer_pid(sock: socket.socket) -> int:
-    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    pid, _uid, _gid = struct.unpack("3i", creds)
-    return int(pid)
+_PROGRAM_HELLO_S: Final = 10.0
+"""How long a kept runner may take to open a program's connection (ending the previous
+program's processes first)."""
 
 
 class SandboxContainer:
@@ -87,6 +91,9 @@ class SandboxContainer:
         writer: asyncio.StreamWriter,
         profile: SandboxProfile,
         inputs: tuple[RunInput, ...] = (),
+        listener: socket.socket | None = None,
+        runner_pid: int = 0,
+        runtime: str = "runc",
     ) -> None:
         self.container = container
         self.profile = profile
@@ -97,6 +104,10 @@ class SandboxContainer:
         self._writer = writer
         self._used = False
         self._kept = False
+        self._listener = listener
+        """Open for the connections a kept runner opens, one per program."""
+        self._runner_pid = runner_pid
+        self._runtime = runtime
 
     @property
     def id(self) -> str:
@@ -149,11 +160,13 @@ class SandboxContainer:
                 with contextlib.suppress(Exception):
                     container = await create
                 raise
-            connection = await cls._accept_runner(listener, container)
+            connection, runner_pid, runtime = await accept_runner(
+                listener, container, timeout=_STARTUP_TIMEOUT_S
+            )
             reader, writer = await asyncio.open_unix_connection(sock=connection)
             try:
                 hello = await asyncio.wait_for(
-                    read_frame(reader, max_bytes=_HELLO_MAX_BYTES), _STARTUP_TIMEOUT_S
+                    read_frame(reader, max_bytes=HELLO_MAX_BYTES), _STARTUP_TIMEOUT_S
                 )
             except BaseException:
                 writer.transport.abort()
@@ -166,14 +179,13 @@ class SandboxContainer:
                 writer.transport.abort()
                 raise SandboxFailure(f"the runner's hello was not understood: {hello!r}")
         except BaseException as exc:
+            listener.close()
             if container is not None:
                 await _remove(container)
             shutil.rmtree(socket_dir, ignore_errors=True)
             if isinstance(exc, (TimeoutError, FrameError, OSError)):
                 raise SandboxFailure(f"the sandbox runner did not start: {exc!r}") from exc
             raise
-        finally:
-            listener.close()
         return cls(
             container=container,
             socket_dir=socket_dir,
@@ -181,27 +193,10 @@ class SandboxContainer:
             writer=writer,
             profile=profile,
             inputs=inputs,
-        )
-
-    @staticmethod
-    async def _accept_runner(listener: socket.socket, container: Container) -> socket.socket:
-        loop = asyncio.get_running_loop()
-        connection, _ = await asyncio.wait_for(loop.sock_accept(listener), _STARTUP_TIMEOUT_S)
-        # The socket file is world-connectable on the host: only the container's own first
-        # process (the runner) may be the peer.
-        with map_docker_errors():
-            await asyncio.to_thread(container.reload)
-        runner_pid = int(container.attrs["State"]["Pid"])
-        runtime = str(container.attrs["HostConfig"].get("Runtime") or "runc")
-        if not is_runner_peer(
-            _peer_pid(connection),
+            listener=listener,
+            runner_pid=runner_pid,
             runtime=runtime,
-            container_pid=runner_pid,
-            container_id=str(container.id),
-        ):
-            connection.close()
-            raise SandboxFailure("a process other than the container's runner connected")
-        return connection
+        )
 
     async def run(
         self,
@@ -211,13 +206,15 @@ class SandboxContainer:
         pooled: bool,
         tools: ToolSession | None = None,
         keep: bool = False,
+        clean: bool = False,
         artifacts: Path | None = None,
     ) -> RunResult:
         """Deliver ``program``, serve its tool calls, and report how it ended.
 
         The caller destroys the container afterwards, whatever happened; unless ``keep``,
         which makes the runner wait for further programs of the same conversation (every
-        run of a kept container must pass ``keep``). With ``artifacts`` (a directory that
+        run of a kept container must pass ``keep``); with ``clean`` too, each program starts
+        with an empty ``/tmp`` and no names kept. With ``artifacts`` (a directory that
         does not exist yet), the files the program leaves in ``/out`` are stored there and
         listed in the result. Returns by the profile's deadline plus :data:`_GRACE_S` and the
         time to judge the result, whatever the guest does.
@@ -243,6 +240,7 @@ class SandboxContainer:
             "files": profile.artifact_limit_files,
             "bytes": profile.artifact_limit_bytes,
         }
+        token = secrets.token_urlsafe(24) if keep else ""
         self._writer.write(
             encode_frame(
                 {
@@ -255,14 +253,15 @@ class SandboxContainer:
                     "value_elements": _VALUE_ELEMENTS,
                     "tools": stubs,
                     "artifacts": wanted if receiver is not None else None,
-                    **({"keep": True} if keep else {}),
+                    **({"keep": "clean" if clean else True, "token": token} if keep else {}),
                 }
             )
         )
         outcome: dict[str, Any] | RunEnd | None
         try:
             outcome = await asyncio.wait_for(
-                self._serve(tools, deadline, profile, receiver), profile.timeout_s + _GRACE_S
+                self._serve(tools, deadline, profile, receiver, token),
+                profile.timeout_s + _GRACE_S,
             )
         except TimeoutError:  # the bridge did not wind down after the deadline
             outcome = RunEnd("timeout", "timeout", "the run's deadline passed")
@@ -274,9 +273,24 @@ class SandboxContainer:
                 stored = await asyncio.to_thread(receiver.finish)
             except ArtifactRefused as exc:
                 outcome = RunEnd("protocol_error", None, exc.message)
-        result = await judge_outcome(
-            outcome, container=self.container, began=began, profile=profile, pooled=pooled
-        )
+        if outcome is None and keep and self.alive:
+            # The program's process ended without reporting; the kept runner is fine.
+            result = RunResult(
+                status="error",
+                exit_status=1,
+                has_value=False,
+                error=ProgramError(
+                    type="ProgramExited",
+                    message="the program's process ended before it reported (it exited "
+                    "or was killed); its top-level names are not kept",
+                ),
+                duration_s=time.perf_counter() - began,
+                pooled=pooled,
+            )
+        else:
+            result = await judge_outcome(
+                outcome, container=self.container, began=began, profile=profile, pooled=pooled
+            )
         if receiver is not None and result.status not in ("ok", "error"):
             await asyncio.to_thread(receiver.discard)
             stored = ()
@@ -290,6 +304,7 @@ class SandboxContainer:
         deadline: float,
         profile: SandboxProfile,
         artifacts: ArtifactReceiver | None,
+        token: str,
     ) -> dict[str, Any] | RunEnd | None:
         try:
             # A runner that does not read its program cannot hold the host past the deadline.
@@ -299,16 +314,43 @@ class SandboxContainer:
             if tools is not None:
                 tools.record_end(end)
             return end
-        return await serve_run(
-            self._reader,
-            self._writer,
-            session=tools,
-            deadline=deadline,
-            max_done_bytes=2 * 6 * profile.output_limit_bytes
-            + MAX_VALUE_BYTES
-            + _RESULT_OVERHEAD_BYTES,
-            artifacts=artifacts,
-        )
+        reader, writer = self._reader, self._writer
+        if token:
+            program = (
+                await accept_program(
+                    self._listener,
+                    token=token,
+                    deadline=min(deadline, time.monotonic() + _PROGRAM_HELLO_S),
+                    runtime=self._runtime,
+                    runner_pid=self._runner_pid,
+                    container_id=self.id,
+                )
+                if self._listener is not None
+                else None
+            )
+            if program is None:
+                end = RunEnd(
+                    "protocol_error", None, "the kept runner did not open the program's connection"
+                )
+                if tools is not None:
+                    tools.record_end(end)
+                return end
+            reader, writer = program
+        try:
+            return await serve_run(
+                reader,
+                writer,
+                session=tools,
+                deadline=deadline,
+                max_done_bytes=2 * 6 * profile.output_limit_bytes
+                + MAX_VALUE_BYTES
+                + _RESULT_OVERHEAD_BYTES,
+                artifacts=artifacts,
+            )
+        finally:
+            if token:
+                # The program's connection ends with it: nothing it left can send on it.
+                writer.transport.abort()
 
     def memory_bytes(self) -> int | None:
         """Memory currently charged to the container, from its cgroup."""
@@ -324,6 +366,8 @@ class SandboxContainer:
             SandboxError: the engine did not remove the container.
         """
         self._writer.transport.abort()
+        if self._listener is not None:
+            self._listener.close()
         try:
             await _remove(self.container)
         finally:

@@ -11,6 +11,11 @@ before any run, carries the backend's own ``inputs`` (``airlock serve --inputs D
 takes one only when it asks for exactly those, and any other run with inputs starts its own
 container (a cold start; the benchmark measures it). A run without inputs never gets a
 container that has some.
+
+With ``reuse=True`` a principal's runs share one container, never another principal's, each
+in a fresh process with an empty ``/tmp`` (:mod:`airlock.sandbox._reuse`); it goes after
+``reuse_idle_s`` without a run, after a limit hit, or for another principal's beyond
+``reuse_max``.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from airlock.bridge import ToolSession
 from airlock.policies import Principal, SandboxProfile
 from airlock.sandbox._container import SandboxContainer
 from airlock.sandbox._errors import ImageMissing, SandboxError, SandboxFailure, map_docker_errors
+from airlock.sandbox._hardening import container_settings, mounted
 from airlock.sandbox._inputs import RunInput, resolve_inputs
 from airlock.sandbox._kept import KeptSandbox
 from airlock.sandbox._owner import (
@@ -47,6 +53,7 @@ from airlock.sandbox._owner import (
 )
 from airlock.sandbox._pool import WarmPool
 from airlock.sandbox._result import ProgramError, RunResult
+from airlock.sandbox._reuse import PrincipalContainers
 
 __all__ = ["DEFAULT_DATA_IMAGE", "DEFAULT_IMAGE", "MAX_PROGRAM_BYTES", "DockerBackend", "Inputs"]
 
@@ -58,26 +65,6 @@ Inputs = Mapping[str, str | os.PathLike[str]]
 _CLOSE_WAIT_S: Final = 5.0
 """How long :meth:`DockerBackend.close` waits for removals in progress before its last sweep."""
 _log = logging.getLogger(__name__)
-
-
-def _container_settings(profile: SandboxProfile) -> tuple[object, ...]:
-    # What is fixed when a container starts; the rest travels with each run.
-    return (
-        profile.image,
-        profile.memory_bytes,
-        profile.cpus,
-        profile.pids_limit,
-        profile.nofile_limit,
-        profile.tmpfs_bytes,
-        profile.user,
-        profile.seccomp_allowed,
-        profile.runtime,
-        profile.artifact_limit_bytes,
-    )
-
-
-def _mounted(inputs: tuple[RunInput, ...]) -> tuple[tuple[str, str, bool], ...]:
-    return tuple((i.name, str(i.source), i.directory) for i in inputs)
 
 
 class DockerBackend:
@@ -104,6 +91,9 @@ class DockerBackend:
         pool_size: int = 0,
         client: docker.DockerClient | None = None,
         inputs: Inputs | None = None,
+        reuse: bool = False,
+        reuse_idle_s: float = 30.0,
+        reuse_max: int = 32,
     ) -> None:
         self.image = image
         self.data_image = data_image
@@ -125,6 +115,11 @@ class DockerBackend:
         self._closed = False
         self._kept: weakref.WeakSet[KeptSandbox] = weakref.WeakSet()
         self._images_found: set[str] = set()
+        self.reuse = reuse
+        self._reused = PrincipalContainers(
+            lambda owner: self.keep(owner, idle_timeout=reuse_idle_s, clean=True),
+            limit=reuse_max,
+        )
 
     @property
     def can_keep(self) -> bool:
@@ -261,6 +256,22 @@ class DockerBackend:
                 ),
                 duration_s=time.perf_counter() - began,
             )
+        if self.reuse and tools is not None and not mounts and self._poolable(profile, mounts):
+            result = await self._reused.run(
+                program,
+                profile=profile,
+                tools=tools,
+                artifacts=artifacts,
+                fresh=lambda: self._run_fresh(program, profile, tools, mounts, artifacts),
+            )
+        else:
+            result = await self._run_fresh(program, profile, tools, mounts, artifacts)
+        return result.model_copy(update={"duration_s": time.perf_counter() - began})
+
+    async def _run_fresh(
+        self, program: str, profile: SandboxProfile, tools: ToolSession | None,
+        mounts: tuple[RunInput, ...], artifacts: Path | None,
+    ) -> RunResult:  # fmt: skip
         container = None
         if self._poolable(profile, mounts):
             container = self.pool.take()
@@ -281,14 +292,13 @@ class DockerBackend:
                 task = asyncio.create_task(self._destroy(container))
                 self._cleanup.add(task)
                 task.add_done_callback(self._cleanup.discard)
-        return result.model_copy(update={"duration_s": time.perf_counter() - began})
+        return result
 
     def _poolable(self, profile: SandboxProfile, inputs: tuple[RunInput, ...]) -> bool:
         """Whether a pooled container fits a run: the same container settings and exactly
         the inputs the pool's containers were created with."""
-        return _container_settings(profile) == _container_settings(self.profile) and _mounted(
-            inputs
-        ) == _mounted(self._pool_inputs)
+        same = container_settings(profile) == container_settings(self.profile)
+        return same and mounted(inputs) == mounted(self._pool_inputs)
 
     def keep(
         self,
@@ -297,10 +307,12 @@ class DockerBackend:
         idle_timeout: float = 300.0,
         profile: SandboxProfile | None = None,
         inputs: Inputs | None = None,
+        clean: bool = False,
     ) -> KeptSandbox:
         """A kept sandbox for one conversation of ``owner``: programs run one after another
         in one container and see the top-level names earlier ones left (see
         :class:`KeptSandbox`); ``inputs`` are mounted in it for the whole conversation.
+        With ``clean``, nothing is kept: each program starts with an empty ``/tmp``.
         :meth:`close` removes it with everything else.
 
         Raises:
@@ -321,8 +333,9 @@ class DockerBackend:
             profile=chosen,
             idle_timeout=idle_timeout,
             max_program_bytes=MAX_PROGRAM_BYTES,
-            container_settings=_container_settings,
+            container_settings=container_settings,
             inputs=tuple(sorted(given)),
+            clean=clean,
         )
         self._kept.add(kept)
         return kept
@@ -354,6 +367,7 @@ class DockerBackend:
         sweep: about a second with a responsive engine, ten seconds and the sweep at worst."""
         self._closed = True
         work = [kept.close() for kept in list(self._kept)]
+        work.append(self._reused.close())
         work.append(self.pool.close())
         work.extend(self._destroy(container) for container in list(self._active))
         for outcome in await asyncio.gather(*work, return_exceptions=True):

@@ -18,10 +18,32 @@ from airlock.policies import SandboxProfile
 from airlock.sandbox._inputs import RunInput
 from airlock.sandbox._masked import MASKED_PATHS
 
-__all__ = ["GUEST_MOUNT", "container_config"]
+__all__ = ["GUEST_MOUNT", "container_config", "container_settings", "mounted"]
 
 GUEST_MOUNT: Final = wire.SOCKET_DIR
 """Where the bridge socket's host directory is mounted (read-only)."""
+
+
+def container_settings(profile: SandboxProfile) -> tuple[object, ...]:
+    """What of ``profile`` is fixed when a container starts (the rest travels with each run):
+    a pooled or kept container serves a run only when these are the run's."""
+    return (
+        profile.image,
+        profile.memory_bytes,
+        profile.cpus,
+        profile.pids_limit,
+        profile.nofile_limit,
+        profile.tmpfs_bytes,
+        profile.user,
+        profile.seccomp_allowed,
+        profile.runtime,
+        profile.artifact_limit_bytes,
+    )
+
+
+def mounted(inputs: tuple[RunInput, ...]) -> tuple[tuple[str, str, bool], ...]:
+    """The inputs a container was created with, comparable."""
+    return tuple((i.name, str(i.source), i.directory) for i in inputs)
 
 
 def container_config(

@@ -1,13 +1,19 @@
 """A kept sandbox: one container for one conversation, so programs build on earlier state.
 
 Every other run gets a fresh container; a kept sandbox instead sends each program of one
-principal's conversation to the same runner, which starts it with the top-level names the
-earlier programs left. It is never shared: programs of another principal are refused. The
-container goes away after ``idle_timeout`` seconds without a program, after a program hits
-a limit or breaks the protocol (the runner may be in any state then), and on :meth:`close`;
-the next program then starts a new container with empty state, and :attr:`starts` counts up.
-:meth:`close` does not wait for a program in flight: it removes the container under it, and
-that program's run returns (its runner gone) within a bounded time.
+principal's conversation to the same container. It is never shared: programs of another
+principal are refused. Each program still runs in a fresh process, forked for it once every
+process of the previous program is gone, over a bridge connection of its own (see
+:mod:`airlock.sandbox._container`); what it finds from earlier programs is explicit: files
+under ``/tmp`` and the earlier programs' top-level names that are plain data, plain functions
+or imported modules (the guest's ``airlock_kept`` says exactly which).
+
+The container goes away after ``idle_timeout`` seconds without a program, after a program hits
+a limit or breaks the protocol, and on :meth:`close`; the next program then starts a new
+container with empty state, and :attr:`starts` counts up. Every wait is bounded: a program
+waiting for the one before it counts that wait against its own deadline, and :meth:`close`
+does not wait for a program in flight: it removes the container under it, and that
+program's run returns (its runner gone) within a bounded time.
 """
 
 from __future__ import annotations
@@ -51,6 +57,7 @@ class KeptSandbox:
         max_program_bytes: int,
         container_settings: Callable[[SandboxProfile], object],
         inputs: tuple[str, ...] = (),
+        clean: bool = False,
     ) -> None:
         if idle_timeout <= 0:
             raise ValueError(f"idle_timeout must be positive, not {idle_timeout!r}")
@@ -59,6 +66,11 @@ class KeptSandbox:
         self.inputs = inputs
         """Names of the inputs mounted for the whole conversation (``/data/NAME``)."""
         self.idle_timeout = idle_timeout
+        self.clean = clean
+        """Each program starts with an empty ``/tmp`` and no names kept: the container is
+        reused for speed, nothing of one program reaches the next."""
+        self.last_used = time.monotonic()
+        self._waiting = 0
         self.starts = 0
         """Containers started so far; a new one means earlier state is gone."""
         self._start = start
@@ -69,6 +81,11 @@ class KeptSandbox:
         self._timer: asyncio.TimerHandle | None = None
         self._expiring: set[asyncio.Task[None]] = set()
         self._closed = False
+
+    @property
+    def busy(self) -> bool:
+        """Whether a program runs, or waits to run, now."""
+        return self._lock.locked() or self._waiting > 0
 
     @property
     def alive(self) -> bool:
@@ -115,11 +132,25 @@ class KeptSandbox:
                 ),
                 duration_s=0.0,
             )
-        async with self._lock:
+        began = time.perf_counter()
+        # The program before this one ends by its own deadline; waiting for it counts
+        # against this program's, so no call waits longer than its deadline.
+        self._waiting += 1
+        try:
+            acquired = await _acquire(self._lock, profile.timeout_s)
+        finally:
+            self._waiting -= 1
+        if not acquired:
+            return _still_busy(profile, time.perf_counter() - began)
+        try:
             if self._closed:
                 raise UsageError("this kept sandbox is closed; open another")
             self._cancel_timer()
-            began = time.perf_counter()
+            waited = time.perf_counter() - began
+            if waited > 0.05:
+                profile = profile.model_copy(
+                    update={"timeout_s": max(profile.timeout_s - waited, 0.05)}
+                )
             container = self._container
             if container is not None and not container.alive:
                 await self._drop()
@@ -135,6 +166,7 @@ class KeptSandbox:
                     pooled=False,
                     tools=tools,
                     keep=True,
+                    clean=self.clean,
                     artifacts=artifacts,
                 )
             except BaseException:
@@ -146,6 +178,9 @@ class KeptSandbox:
             else:
                 self._timer = asyncio.get_running_loop().call_later(self.idle_timeout, self._expire)
             return result.model_copy(update={"duration_s": time.perf_counter() - began})
+        finally:
+            self.last_used = time.monotonic()
+            self._lock.release()
 
     def _cancel_timer(self) -> None:
         if self._timer is not None:
@@ -193,6 +228,43 @@ class KeptSandbox:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, SandboxFailure):
                 await task
+
+
+async def _acquire(lock: asyncio.Lock, timeout: float) -> bool:
+    """Acquire ``lock`` within ``timeout`` seconds; never leaves it held on ``False``."""
+    waiter = asyncio.ensure_future(lock.acquire())
+    try:
+        done, _ = await asyncio.wait({waiter}, timeout=timeout)
+    except asyncio.CancelledError:
+        waiter.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await waiter
+        if not waiter.cancelled():
+            lock.release()
+        raise
+    if done:
+        return True
+    waiter.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await waiter
+    if not waiter.cancelled():
+        lock.release()  # acquired just as the wait ended
+    return False
+
+
+def _still_busy(profile: SandboxProfile, waited: float) -> RunResult:
+    return RunResult(
+        status="limit_exceeded",
+        exit_status=137,
+        has_value=False,
+        limit="timeout",
+        error=ProgramError(
+            type="LimitExceeded",
+            message=f"the conversation's previous program was still running after "
+            f"{profile.timeout_s:g} s, this program's deadline; it did not run",
+        ),
+        duration_s=waited,
+    )
 
 
 def _identity(principal: Principal) -> tuple[str, str]:

@@ -19,6 +19,7 @@ from airlock.bridge import ToolSession
 from airlock.policies import SandboxProfile
 from airlock.sandbox import DEFAULT_DATA_IMAGE, DEFAULT_IMAGE, DockerBackend, RunResult
 from airlock.sandbox._owner import OWNER_LABEL, labelled_containers, owner_label
+from tests.postgres import postgres_url  # noqa: F401 -- the fixture, for every test
 
 T = TypeVar("T")
 IMAGE = os.environ.get("AIRLOCK_IMAGE", DEFAULT_IMAGE)

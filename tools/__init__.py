@@ -19,11 +19,20 @@ from airlock.tools._audit import (
 from airlock.tools._audit_chain import ChainReport
 from airlock.tools._audit_find import FoundCall, find_calls
 from airlock.tools._audit_log import AuditLog
+from airlock.tools._batch_records import Batch, BatchItem, BatchItemState
+from airlock.tools._batches import (
+    BATCH_PREFIX,
+    approve_batch,
+    batch_fingerprint,
+    batch_items,
+    spend_totals,
+)
 from airlock.tools._context import CALLERS, CallContext, Caller, Observations, RunAuthority
 from airlock.tools._credential import CREDENTIAL_NAME, Credential
 from airlock.tools._destination import Destination, parse_destination
 from airlock.tools._errors import (
     ERROR_CODES,
+    LEDGER_ERRORS,
     AmbiguousWriteError,
     ApprovalMismatchError,
     ConflictError,
@@ -31,6 +40,15 @@ from airlock.tools._errors import (
     ErrorCode,
     FieldIssue,
     InvalidInputError,
+    LedgerCorruptError,
+    LedgerError,
+    LedgerErrorCode,
+    LedgerIOError,
+    LedgerLockedError,
+    LedgerNotADatabaseError,
+    LedgerReadOnlyError,
+    LedgerReplacedError,
+    LedgerUnavailableError,
     LimitExceededError,
     NeedsApprovalError,
     NotFoundError,
@@ -66,10 +84,12 @@ from airlock.tools._write_tool import write_tool
 from airlock.tools._writes import WritePath
 
 __all__ = [
+    "BATCH_PREFIX",
     "CALLERS",
     "CREDENTIAL_NAME",
     "ERROR_CODES",
     "EXERCISED_STAGES",
+    "LEDGER_ERRORS",
     "NAME_PATTERN",
     "STEP_STATES",
     "Admission",
@@ -81,6 +101,9 @@ __all__ = [
     "AuditLog",
     "AuditSink",
     "AuditStore",
+    "Batch",
+    "BatchItem",
+    "BatchItemState",
     "CallContext",
     "CallOutcome",
     "Caller",
@@ -95,7 +118,16 @@ __all__ = [
     "InvalidInputError",
     "JSONObject",
     "JSONValue",
+    "LedgerCorruptError",
+    "LedgerError",
+    "LedgerErrorCode",
+    "LedgerIOError",
+    "LedgerLockedError",
+    "LedgerNotADatabaseError",
+    "LedgerReadOnlyError",
+    "LedgerReplacedError",
     "LedgerStore",
+    "LedgerUnavailableError",
     "LimitExceededError",
     "MemoryAuditStore",
     "NeedsApprovalError",
@@ -132,8 +164,11 @@ __all__ = [
     "UpstreamError",
     "WriteContract",
     "WritePath",
+    "approve_batch",
     "approve_preview",
     "audit_event",
+    "batch_fingerprint",
+    "batch_items",
     "deny_preview",
     "error_for_status",
     "escape_controls",
@@ -143,5 +178,6 @@ __all__ = [
     "redact",
     "requires",
     "route_path",
+    "spend_totals",
     "write_tool",
 ]

@@ -2,7 +2,9 @@
 
 These need only the ledger, not the tools, so ``airlock approvals`` can run anywhere the
 ledger is. The approver's id comes from whoever operates the approval surface (the CLI's
-user, a web session), never from the run, and ``policy:`` ids are reserved for rules.
+user, a web session), never from the run, and ``policy:`` ids are reserved for rules. The
+person who asked for a change (the preview's principal) cannot approve it unless the policy
+allows it (``self_approval = true``): a second person's look is the point of asking.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import re
 from airlock.tools._errors import (
     ApprovalMismatchError,
     ConflictError,
+    DeniedError,
     InvalidInputError,
     NotFoundError,
     PreviewExpiredError,
@@ -20,7 +23,7 @@ from airlock.tools._errors import (
 from airlock.tools._ledger import LedgerStore, StepStateError
 from airlock.tools._preview import Approval, Preview
 
-__all__ = ["approve_preview", "deny_preview", "load_preview"]
+__all__ = ["approve_preview", "deny_preview", "is_requester", "load_preview"]
 
 _APPROVER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@:-]{0,127}$")
 
@@ -45,14 +48,17 @@ def approve_preview(
     now: float,
     fingerprint: str | None = None,
     reason: str = "",
+    self_approval: bool = False,
 ) -> Approval:
     """Record that ``approver`` (a person) approved the preview's fingerprint.
 
     ``fingerprint`` is the one the person was shown; when given it must still be the
     preview's. Either way the stored effect must still hash to the stored fingerprint.
+    ``self_approval`` (the policy's setting) lets the requester approve their own change.
 
     Raises:
         NotFoundError: no such preview.
+        DeniedError: ``approver`` asked for this change and ``self_approval`` is off.
         ApprovalMismatchError: the preview's effect or fingerprint changed since it was shown.
         PreviewExpiredError: the preview is past its expiry.
         ConflictError: the preview is not waiting for approval (already approved, denied,
@@ -61,9 +67,15 @@ def approve_preview(
     """
     _check_approver(approver)
     preview = load_preview(ledger, preview_id)
+    if not self_approval and is_requester(approver, preview):
+        raise DeniedError(
+            f"{approver!r} asked for preview {preview.id!r} and cannot approve it; ask another "
+            "person, or set self_approval = true in the policy"
+        )
     shown = preview.fingerprint if fingerprint is None else fingerprint
     if not (
-        hmac.compare_digest(shown, preview.fingerprint)
+        # As bytes: compare_digest refuses a str with non-ASCII characters (TypeError).
+        hmac.compare_digest(shown.encode("utf-8", "surrogatepass"), preview.fingerprint.encode())
         and hmac.compare_digest(preview.computed_fingerprint(), preview.fingerprint)
     ):
         raise ApprovalMismatchError(
@@ -124,6 +136,13 @@ def deny_preview(
         )
     except StepStateError as exc:
         raise _not_waiting(exc.preview) from None
+
+
+def is_requester(approver: str, preview: Preview) -> bool:
+    """Whether ``approver`` is the principal who asked for ``preview`` (``USER`` or
+    ``USER@TENANT``)."""
+    who = preview.principal
+    return approver in (who.user_id, f"{who.user_id}@{who.tenant_id}")
 
 
 def _check_approver(approver: str) -> None:

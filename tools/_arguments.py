@@ -64,7 +64,8 @@ def validate_arguments(model: type[BaseModel], raw: bytes) -> BaseModel:
         InvalidInputError: with one :class:`FieldIssue` per problem (values never echoed).
     """
     try:
-        return model.model_validate_json(raw, strict=True)
+        instance: BaseModel = model.__pydantic_validator__.validate_json(raw, strict=True)
+        return instance
     except ValidationError as exc:
         issues = tuple(
             FieldIssue(

@@ -28,13 +28,13 @@ import hmac
 import json
 import os
 import secrets
-import sqlite3
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from airlock.policies import UsageError
+from airlock.tools._sql_rows import SQLConnection
 
 __all__ = [
     "GENESIS",
@@ -165,7 +165,7 @@ def split_effect(effect: str) -> tuple[str, str, str | None]:
     return kind, target, (None if star < 0 else target[:star])
 
 
-def verify_chain(conn: sqlite3.Connection, key: bytes, columns: str) -> ChainReport:
+def verify_chain(conn: SQLConnection, key: bytes, columns: str) -> ChainReport:
     """Walk every record of the store on ``conn`` in order (``columns``: the stored columns
     after ``id`` and before ``chain``) and report the first that does not fit."""
     checked = 0
@@ -256,16 +256,15 @@ def verify_chain(conn: sqlite3.Connection, key: bytes, columns: str) -> ChainRep
     return _programs(conn, report)
 
 
-def _effect_index(conn: sqlite3.Connection) -> Iterator[tuple[int, str, str, str | None]]:
+def _effect_index(conn: SQLConnection) -> Iterator[tuple[int, str, str, str | None]]:
     # A second connection would see another snapshot; one cursor beside the other is fine.
-    cursor = conn.cursor()
-    for row in cursor.execute(
+    for row in conn.execute(
         "SELECT event_id, kind, target, prefix FROM audit_effects ORDER BY event_id"
     ):
         yield int(row[0]), str(row[1]), str(row[2]), None if row[3] is None else str(row[3])
 
 
-def _programs(conn: sqlite3.Connection, report: ChainReport) -> ChainReport:
+def _programs(conn: SQLConnection, report: ChainReport) -> ChainReport:
     count = 0
     for digest, text in conn.execute("SELECT hash, text FROM audit_programs ORDER BY hash"):
         count += 1
@@ -285,7 +284,7 @@ def _programs(conn: sqlite3.Connection, report: ChainReport) -> ChainReport:
 
 
 def _bad(
-    conn: sqlite3.Connection,
+    conn: SQLConnection,
     checked: int,
     previous: bytes,
     problem: ChainProblem,

@@ -1,4 +1,5 @@
-"""Which calls touched what: searches of the SQLite audit store through its indexes.
+"""Which calls touched what: searches of the audit store (SQLite or PostgreSQL) through its
+indexes.
 
 :func:`find_calls` answers "which runs touched ``billing:invoice/inv_1*``", "did any
 code-called tool write or reach the network" and the like, in one query of the effect
@@ -16,14 +17,13 @@ from __future__ import annotations
 
 import json
 import re
-import sqlite3
 from collections.abc import Collection
 from typing import Any, Final, NamedTuple
 
 from airlock.policies import EFFECT_KINDS, UsageError, covers, glob_regex
 from airlock.tools._audit import CallOutcome
 from airlock.tools._context import Caller
-from airlock.tools._sqlite_audit import SQLiteAuditStore
+from airlock.tools._sql_rows import SearchableAuditStore, SQLConnection
 
 __all__ = ["FoundCall", "find_calls"]
 
@@ -60,7 +60,7 @@ class FoundCall(NamedTuple):
 
 
 def find_calls(
-    store: SQLiteAuditStore,
+    store: SearchableAuditStore,
     *,
     resource: str | None = None,
     kinds: Collection[str] = (),
@@ -92,7 +92,7 @@ def find_calls(
             f"resource {resource!r} must be 1-256 characters of letters, digits and "
             "_ . @ + * / : -, for example 'billing:invoice/inv_1*'"
         )
-    where, params = ["1"], []
+    where, params = ["1 = 1"], []
     for clause, value in (
         ("e.caller = ?", caller),
         ("e.tool = ?", tool),
@@ -112,11 +112,12 @@ def find_calls(
     # then their calls, fetched by ascending record number (far faster than a join that
     # visits the calls in the order of the effect index).
     sql = (
-        f"SELECT {_CALL} FROM audit_events e WHERE e.id IN (SELECT event_id FROM ({effects})) "
+        f"SELECT {_CALL} FROM audit_events e WHERE e.id IN "
+        f"(SELECT event_id FROM ({effects}) AS matched) "
         f"AND {' AND '.join(where)} ORDER BY e.id"
     )
 
-    def read(conn: sqlite3.Connection) -> tuple[list[Any], list[Any]]:
+    def read(conn: SQLConnection) -> tuple[list[Any], list[Any]]:
         return (
             conn.execute(effects, values).fetchall(),
             conn.execute(sql, [*values, *params]).fetchall(),
@@ -129,7 +130,7 @@ def find_calls(
     return _matched(calls, by_call, _Matcher(resource))
 
 
-def _first_record(store: SQLiteAuditStore, since: float) -> int:
+def _first_record(store: SearchableAuditStore, since: float) -> int:
     """The lowest record number whose event ended at or after ``since`` (0 when none)."""
     row = store.read(
         lambda conn: conn.execute(
@@ -202,10 +203,10 @@ def _matched(calls: list[Any], effects: dict[int, list[Any]], inside: _Matcher) 
     return found
 
 
-def _by_time(store: SQLiteAuditStore, where: list[str], params: list[Any]) -> list[FoundCall]:
+def _by_time(store: SearchableAuditStore, where: list[str], params: list[Any]) -> list[FoundCall]:
     clause = " AND ".join(where)
 
-    def rows(conn: sqlite3.Connection) -> list[Any]:
+    def rows(conn: SQLConnection) -> list[Any]:
         return conn.execute(
             f"SELECT {_CALL}, e.effects FROM audit_events e "
             f"WHERE {clause} AND e.id >= ? ORDER BY e.id",

@@ -82,7 +82,9 @@ class AuditLog:
         self._inline = isinstance(self._store, MemoryAuditStore)
         self._batch_size = batch_size
         self._sinks = list(sinks)
-        self._cond = threading.Condition()
+        # Recording takes the lock alone (the condition's own methods cost more per call).
+        self._lock = threading.RLock()
+        self._cond = threading.Condition(self._lock)
         self._queue: deque[AuditEvent | _Program] = deque()
         self._recorded = 0  # items queued since the start, in order
         self._stored = 0  # of those, how many the store holds (always a prefix)
@@ -149,7 +151,7 @@ class AuditLog:
         return digest
 
     def _put(self, item: AuditEvent | _Program) -> None:
-        with self._cond:
+        with self._lock:
             if self._closed:
                 raise RuntimeError("this audit log is closed; nothing more can be recorded")
             if self._inline:
@@ -164,8 +166,10 @@ class AuditLog:
         if isinstance(item, _Program):
             self._store.append([], {item.digest: item.text})
             return
-        self._store.append([item])
-        self._emit([item])
+        events = [item]
+        self._store.append(events)
+        if self._sinks:
+            self._emit(events)
 
     def _kick(self, *, urgent: bool = False) -> None:
         # Called with the lock held: make sure a writer will see the queue (at once when
@@ -348,7 +352,8 @@ class AuditLog:
     def _after_fork(self) -> None:
         # A forked child has no writer thread and may have inherited a held lock; what the
         # parent had queued is the parent's to write.
-        self._cond = threading.Condition()
+        self._lock = threading.RLock()
+        self._cond = threading.Condition(self._lock)
         self._queue.clear()
         self._recorded = self._stored = 0
         self._waiters = []

@@ -151,11 +151,12 @@ def event_of_row(row: Sequence[Any]) -> AuditEvent:
     )
 
 
-def refuse_old_schema(path: Path) -> None:
-    """Raise when ``path`` holds an audit table without the chain (an older airlock's)."""
-    if not path.exists():
+def refuse_old_schema(path: Path, *, timeout: float = 5.0) -> None:
+    """Raise when ``path`` holds an audit table without the chain (an older airlock's);
+    wait at most ``timeout`` seconds for another process's lock."""
+    if not path.is_file():
         return
-    conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=timeout)
     try:
         row = conn.execute(
             "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'audit_events'"

@@ -108,7 +108,9 @@ def refuse_lost_secret(
 
 def fingerprint_holds(preview: Preview, given: str, approval: Approval | None) -> bool:
     """Given == stored == recomputed from the stored fields == the approval's (if any)."""
-    same = hmac.compare_digest(given, preview.fingerprint) and hmac.compare_digest(
+    # As bytes: compare_digest refuses a str with non-ASCII characters (TypeError).
+    given_bytes = given.encode("utf-8", "surrogatepass")
+    same = hmac.compare_digest(given_bytes, preview.fingerprint.encode()) and hmac.compare_digest(
         preview.computed_fingerprint(), preview.fingerprint
     )
     if approval is not None:

@@ -17,6 +17,14 @@
         ├── NeedsApprovalError        needs_approval    .rule, .preview_id
         ├── LimitExceededError        limit_exceeded    .limit
         └── ProtocolError             protocol_error    .reason
+    └── LedgerError                   ledger_error      .path, .store: a durable store failed
+        ├── LedgerUnavailableError    ledger_unavailable   cannot be opened (a directory...)
+        ├── LedgerNotADatabaseError   ledger_not_database  not an SQLite file, or not this store's
+        ├── LedgerCorruptError        ledger_corrupt       malformed or truncated
+        ├── LedgerReadOnlyError       ledger_readonly      the file or its folder is read-only
+        ├── LedgerLockedError         ledger_locked        held by another process  retryable
+        ├── LedgerIOError             ledger_io            the disk failed or is full  retryable
+        └── LedgerReplacedError       ledger_replaced      deleted or replaced while open
 
 ``code`` and ``retryable`` (the same request may succeed later unchanged) are class facts.
 ``outcome`` is per instance: ``"error"`` means known and nothing committed, ``"unknown"`` means
@@ -24,6 +32,10 @@ the tool may have acted (it raised something unexpected or ran out of time), so 
 must not assume either way. The wire form carries only what the model may see: code,
 message, retryable, outcome and typed attributes (:meth:`ToolError.wire_fields`).
 :attr:`ToolError.detail` is for the operator log and never leaves the host.
+
+:class:`LedgerError` is the other branch: the ledger (or the audit store, which shares its
+SQLite layer) cannot be used. It never crosses to the model or a guest; it names the file and
+says what to do, and :data:`LEDGER_ERRORS` lists its classes by code.
 
 The whole tree is one module, over the usual size, on purpose: each class is a few lines of
 one pattern, and the wire form (:meth:`ToolError.from_wire` over every code) needs them all.
@@ -40,6 +52,7 @@ from airlock.tools._json import JSONObject, JSONValue
 
 __all__ = [
     "ERROR_CODES",
+    "LEDGER_ERRORS",
     "AmbiguousWriteError",
     "ApprovalMismatchError",
     "ConflictError",
@@ -47,6 +60,15 @@ __all__ = [
     "ErrorCode",
     "FieldIssue",
     "InvalidInputError",
+    "LedgerCorruptError",
+    "LedgerError",
+    "LedgerErrorCode",
+    "LedgerIOError",
+    "LedgerLockedError",
+    "LedgerNotADatabaseError",
+    "LedgerReadOnlyError",
+    "LedgerReplacedError",
+    "LedgerUnavailableError",
     "LimitExceededError",
     "NeedsApprovalError",
     "NotFoundError",
@@ -480,3 +502,96 @@ _BY_CODE: dict[str, type[ToolError]] = {
         ProtocolError,
     )
 }
+
+
+LedgerErrorCode = Literal[
+    "ledger_error",
+    "ledger_unavailable",
+    "ledger_not_database",
+    "ledger_corrupt",
+    "ledger_readonly",
+    "ledger_locked",
+    "ledger_io",
+    "ledger_replaced",
+]
+
+
+class LedgerError(AirlockError):
+    """A durable store (the ledger, or the audit store) cannot be used as asked.
+
+    The message names the file (:attr:`path`) and the problem, and says what to do;
+    :attr:`store` is what the file is (``"the ledger"``, ``"the audit store"``). Nothing was
+    written by the operation that raised it.
+    """
+
+    code: ClassVar[LedgerErrorCode] = "ledger_error"
+    retryable: ClassVar[bool] = False
+
+    def __init__(self, message: str, *, path: str, store: str = "the ledger") -> None:
+        self.message = message
+        self.path = path
+        self.store = store
+        super().__init__(message)
+
+
+class LedgerUnavailableError(LedgerError):
+    """The file cannot be opened: it is a directory, its folder is missing, or it may not be
+    read."""
+
+    code = "ledger_unavailable"
+
+
+class LedgerNotADatabaseError(LedgerError):
+    """The file is not an SQLite database, is empty where one must exist, or is another
+    program's database."""
+
+    code = "ledger_not_database"
+
+
+class LedgerCorruptError(LedgerError):
+    """SQLite found the file malformed or truncated."""
+
+    code = "ledger_corrupt"
+
+
+class LedgerReadOnlyError(LedgerError):
+    """The file, or the folder SQLite keeps its journal in, cannot be written."""
+
+    code = "ledger_readonly"
+
+
+class LedgerLockedError(LedgerError):
+    """Another process held the file's lock longer than the store waits for it."""
+
+    code = "ledger_locked"
+    retryable = True
+
+
+class LedgerIOError(LedgerError):
+    """The disk failed or is full; the same operation may succeed once it is fixed."""
+
+    code = "ledger_io"
+    retryable = True
+
+
+class LedgerReplacedError(LedgerError):
+    """The file was deleted or replaced while the store had it open; the operation wrote
+    nothing, and nothing may be sent on the strength of the old file."""
+
+    code = "ledger_replaced"
+
+
+LEDGER_ERRORS: dict[LedgerErrorCode, type[LedgerError]] = {
+    cls.code: cls
+    for cls in (
+        LedgerError,
+        LedgerUnavailableError,
+        LedgerNotADatabaseError,
+        LedgerCorruptError,
+        LedgerReadOnlyError,
+        LedgerLockedError,
+        LedgerIOError,
+        LedgerReplacedError,
+    )
+}
+"""Every :class:`LedgerError` class by its code."""

@@ -3,15 +3,20 @@ of what the tool declares (:mod:`airlock.tools._egress`).
 
 The deadline is min(tool timeout, time left in the run). The handler runs as the current
 call of its context: an async one in the calling task, a sync one in a worker thread that
-anyio gives a copy of that context. What the handler reached that the tool does not declare
-decides the answer (``denied``), whatever the handler then did with the refusal.
+anyio gives a copy of that context. On asyncio, an async handler's deadline is set only
+once the handler first waits: one that answers without waiting (most reads of data at hand)
+could not be stopped by it, and pays nothing for it. What the handler reached that
+the tool does not declare decides the answer (``denied``), whatever the handler then did with
+the refusal.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
-from collections.abc import Mapping
+import types
+from collections.abc import Coroutine, Generator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -63,13 +68,39 @@ async def execute(
     )
     check = tool.reach.check(phase="handler", tenant=ctx.principal.tenant_id, values=values)
     token = enter_call(check)  # a sync handler's worker thread runs in a copy of it
+    timed_out = False
     try:
-        with anyio.move_on_after(budget) as scope:
-            # Whether the handler is async was decided at registration (see invoke()).
-            if tool.is_async:
-                result = await call()
+        # Whether the handler is async was decided at registration (see invoke()).
+        loop = asyncio._get_running_loop()
+        if tool.is_async and loop is not None:
+            deadline = loop.time() + budget
+            handler = call()
+            try:
+                # Its first step, up to where it first waits: a handler that never waits
+                # (most reads of data at hand) finishes here, and a deadline could not have
+                # stopped it anyway, so it pays for no timeout.
+                waiting = handler.send(None)
+            except StopIteration as finished:
+                result = finished.value
             else:
+                # asyncio's own timeout, not a cancel scope of anyio's: the handler may have
+                # entered scopes of its own in its first step, and anyio's must nest.
+                bound = asyncio.timeout_at(deadline)
+                try:
+                    async with bound:
+                        result = await _resume(handler, waiting)
+                except TimeoutError:
+                    if not bound.expired():
+                        raise
+                    timed_out = True
+        elif tool.is_async:  # another event loop library
+            with anyio.move_on_after(budget) as scope:
+                result = await call()
+            timed_out = scope.cancelled_caught
+        else:
+            with anyio.move_on_after(budget) as scope:
                 result = await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
+            timed_out = scope.cancelled_caught
     except NotFoundError as exc:
         _refuse_undeclared(check, trail, exc)
         # One canonical answer, so another tenant's record reads exactly like a missing one.
@@ -88,9 +119,32 @@ async def execute(
     finally:
         leave_call(token, check)
     _refuse_undeclared(check, trail, None)  # caught by the handler: it fails all the same
-    if scope.cancelled_caught:
+    if timed_out:
         raise ToolTimeoutError(seconds=budget)
     return result
+
+
+@types.coroutine
+def _resume(coroutine: Coroutine[Any, Any, Any], waiting: Any) -> Generator[Any, Any, Any]:
+    """Go on with ``coroutine``, which has run its first step and waits on ``waiting``:
+    what the event loop sends or throws in reaches it, as if it were awaited from the start
+    (so a cancel scope around this stops it as it would have)."""
+    while True:
+        try:
+            sent = yield waiting
+        except GeneratorExit:
+            coroutine.close()
+            raise
+        except BaseException as exc:  # a cancellation, or what the loop throws in
+            try:
+                waiting = coroutine.throw(exc)
+            except StopIteration as finished:
+                return finished.value
+        else:
+            try:
+                waiting = coroutine.send(sent)
+            except StopIteration as finished:
+                return finished.value
 
 
 def _refuse_undeclared(

@@ -9,7 +9,13 @@ by implementing this protocol:
   ``committed``;
 * an approval is consumed at most once;
 * :meth:`LedgerStore.transition` is a compare-and-set on (state, attempts): of two processes
-  claiming the same step, exactly one wins and the other gets :class:`StepStateError`.
+  claiming the same step, exactly one wins and the other gets :class:`StepStateError`;
+* a claim keeps its owner and lease expiry as given, so another process (on another host too)
+  can take the step over once the owner is gone or the lease ran out (the write path's rule).
+
+Two stores implement it: :class:`~airlock.tools.SQLiteLedgerStore` (a file) and
+:class:`~airlock.tools.postgres.PostgresLedgerStore` (one database for processes on several
+hosts); the ledger suites run every invariant on both (``tests/tools/stores.py``).
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Protocol
 
+from airlock.tools._batch_records import Batch
 from airlock.tools._errors import ConflictError
 from airlock.tools._preview import Approval, Preview, Receipt, StepEvent, StepState
 
@@ -102,6 +109,21 @@ class LedgerStore(Protocol):
             StepStateError: the step is not in ``expect``, its attempts differ from
                 ``expect_attempts``, or the approval was already consumed.
         """
+
+    def add_batch(self, batch: Batch) -> None:
+        """Store a new batch: the ordered preview ids one program proposed and their
+        fingerprint (:mod:`airlock.tools._batches`). Batches are written once, never changed;
+        their items' states live on the previews.
+
+        Raises:
+            ValueError: a batch with this id exists, or an item is no stored preview.
+        """
+
+    def batch(self, batch_id: str) -> Batch | None:
+        """The batch with this id, if any."""
+
+    def batches(self, *, run_id: str | None = None, limit: int = 100) -> list[Batch]:
+        """Stored batches, of one run when ``run_id`` is given, newest first."""
 
     def close(self) -> None:
         """Release resources; the store is unusable afterwards."""

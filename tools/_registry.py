@@ -194,6 +194,7 @@ class Registry:
         ctx: CallContext,
         *,
         approvable: bool = False,
+        proposal: bool = False,
     ) -> Admission:
         """Steps 1–4 of the admission order: look-up, validation, authorization (scope;
         then, for a read, its resolved effects against the grant and the approval rules),
@@ -204,6 +205,9 @@ class Registry:
         the approval rules ask about raises ``needs_approval``, unless ``approvable`` (the
         write path's direct calls): then it is admitted with
         :attr:`Admission.needs_approval` set, for the write path to store its preview.
+        ``proposal`` admits a program's proposal of a write (``ctx.caller == "code"``): the
+        look-up then finds only write tools whose contract makes them proposable, and
+        answers ``unknown_tool`` for every other name, as for any call from code.
 
         Raises:
             ToolError: the stable code of the first step that refused.
@@ -211,7 +215,7 @@ class Registry:
         trail = CallTrail(self.audit, name, args, ctx)
         waits = False
         try:  # (not `with trail.recording()`: this path runs on every call, and is hot)
-            spec = self._lookup(name, ctx).spec
+            spec = self._lookup(name, ctx, proposal=proposal).spec
             trail.stage, trail.rule = "validate", "input"
             trail.secret_fields = spec.secret_fields
             instance = validate_arguments(
@@ -322,10 +326,18 @@ class Registry:
             raise UsageError(f"{name!r} is not a read tool of this registry")
         return await self._execute(tool, values, ctx)
 
-    def _lookup(self, name: str, ctx: CallContext) -> CompiledTool:
+    def _lookup(self, name: str, ctx: CallContext, *, proposal: bool = False) -> CompiledTool:
         tool = self._tools.get(name) if isinstance(name, str) else None
         if tool is None:
             why = "no such tool"
+        elif proposal:
+            write = tool.spec.write
+            if write is None or not write.proposable or ctx.caller != "code":
+                why = "not proposable from code"
+            elif not ctx.principal.has_scope(tool.spec.scope):
+                why = f"hidden: principal lacks scope {tool.spec.scope!r}"
+            else:
+                return tool
         elif ctx.caller not in tool.spec.callers:
             why = f"not callable by {ctx.caller!r}"
         elif not ctx.principal.has_scope(tool.spec.scope):

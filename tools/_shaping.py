@@ -20,8 +20,8 @@ def shape_result(model: type[BaseModel], result: Any, *, max_bytes: int) -> JSON
             handler ran, so the outcome is ``unknown``.
         ResultTooLargeError: the projected result is over ``max_bytes``; never truncated.
     """
-    try:
-        shaped = model.model_validate(result, from_attributes=True)
+    try:  # (the model's own validator and serializer: the model_* wrappers cost more here)
+        shaped = model.__pydantic_validator__.validate_python(result, from_attributes=True)
     except ValidationError as exc:
         raise UpstreamError(
             outcome="unknown",
@@ -30,5 +30,5 @@ def shape_result(model: type[BaseModel], result: Any, *, max_bytes: int) -> JSON
     size = len(model.__pydantic_serializer__.to_json(shaped))
     if size > max_bytes:
         raise ResultTooLargeError(size_bytes=size, limit_bytes=max_bytes)
-    data: JSONObject = shaped.model_dump(mode="json")
+    data: JSONObject = model.__pydantic_serializer__.to_python(shaped, mode="json")
     return data

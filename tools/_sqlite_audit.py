@@ -63,6 +63,8 @@ class SQLiteAuditStore:
     Raises:
         AuditStoreError: the file was written by an older airlock (no chain), or it holds
             records and its key is missing.
+        LedgerError: the file cannot be used (see :class:`~airlock.tools.SQLiteLedgerStore`);
+            the same errors, naming the audit store, come from any later operation.
     """
 
     def __init__(
@@ -78,11 +80,12 @@ class SQLiteAuditStore:
         memory = str(path) == ":memory:"
         self.key_file = Path(key_file) if key_file is not None else Path(f"{self.path}.key")
         if not memory:
-            refuse_old_schema(self.path)
+            refuse_old_schema(self.path, timeout=busy_timeout)
         self._db = SQLiteConnection(
             self.path,
             SCHEMA,
             label="the audit store",
+            marker="audit_events",
             synchronous=synchronous,
             busy_timeout=busy_timeout,
             readonly=readonly,
@@ -137,7 +140,7 @@ class SQLiteAuditStore:
 
     def _chain_key(self) -> bytes:
         if self._key is None:
-            raise sqlite3.OperationalError(f"the audit store {self.path} is open read-only")
+            raise self._db.refuse_write()
         return self._key
 
     # -- reading --------------------------------------------------------------------------

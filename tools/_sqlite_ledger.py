@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from airlock.policies import Principal
+from airlock.tools._batch_records import Batch
 from airlock.tools._ledger import StepStateError
 from airlock.tools._preview import (
     LIVE_STATES,
@@ -90,6 +91,15 @@ CREATE TABLE IF NOT EXISTS step_events (
     how TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS step_events_preview ON step_events (preview_id, id);
+CREATE TABLE IF NOT EXISTS batches (
+    id TEXT PRIMARY KEY,
+    run_id TEXT NOT NULL,
+    principal TEXT NOT NULL,
+    items TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    created REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS batches_run ON batches (run_id, created);
 PRAGMA user_version = 1;
 """
 _PREVIEW_COLUMNS = (
@@ -98,6 +108,7 @@ _PREVIEW_COLUMNS = (
 )
 _APPROVAL_COLUMNS = "preview_id, fingerprint, kind, approver, rule, at, reason, consumed_at"
 _RECEIPT_COLUMNS = "key, preview_id, tool, data, stored_at, resolved_by"
+_BATCH_COLUMNS = "id, run_id, principal, items, fingerprint, created"
 
 
 class SQLiteLedgerStore:
@@ -108,6 +119,12 @@ class SQLiteLedgerStore:
     process but not of the machine. Within a process one connection serves all threads
     under a lock; a forked child opens its own. ``readonly`` opens an existing file for
     inspection without creating or changing anything.
+
+    A file that cannot serve as the ledger (a directory, not a database, damaged, read-only,
+    locked past ``busy_timeout``) raises :class:`~airlock.tools.LedgerError` naming it, at
+    opening or at the first operation that meets the fault; so does a file deleted or
+    replaced while it is open, before any transaction writes. A zero-byte file is a new
+    ledger when opened to write. No ``sqlite3`` exception leaves the store.
     """
 
     def __init__(
@@ -123,6 +140,7 @@ class SQLiteLedgerStore:
             self.path,
             _SCHEMA,
             label="the ledger",
+            marker="previews",
             pragmas=("foreign_keys=ON",),
             synchronous=synchronous,
             busy_timeout=busy_timeout,
@@ -193,7 +211,46 @@ class SQLiteLedgerStore:
             for r in rows
         ]
 
+    def batch(self, batch_id: str) -> Batch | None:
+        sql = f"SELECT {_BATCH_COLUMNS} FROM batches WHERE id = ?"
+        row = self._db.read(lambda conn: conn.execute(sql, (batch_id,)).fetchone())
+        return None if row is None else _batch(row)
+
+    def batches(self, *, run_id: str | None = None, limit: int = 100) -> list[Batch]:
+        sql = f"SELECT {_BATCH_COLUMNS} FROM batches"
+        params: list[object] = []
+        if run_id is not None:
+            sql += " WHERE run_id = ?"
+            params.append(run_id)
+        sql += " ORDER BY created DESC, id LIMIT ?"
+        params.append(int(limit))
+        rows = self._db.read(lambda conn: conn.execute(sql, params).fetchall())
+        return [_batch(row) for row in rows]
+
     # -- writes -------------------------------------------------------------------------
+
+    def add_batch(self, batch: Batch) -> None:
+        with self._db.transaction() as conn:
+            marks = ", ".join("?" * len(batch.items))
+            found = conn.execute(
+                f"SELECT COUNT(*) FROM previews WHERE id IN ({marks})", batch.items
+            ).fetchone()[0]
+            if found != len(set(batch.items)):
+                raise ValueError(f"batch {batch.id!r} names previews the ledger does not hold")
+            try:
+                conn.execute(
+                    f"INSERT INTO batches ({_BATCH_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)",
+                    (
+                        batch.id,
+                        batch.run_id,
+                        batch.principal.model_dump_json(),
+                        json.dumps(list(batch.items)),
+                        batch.fingerprint,
+                        batch.created,
+                    ),
+                )
+            except sqlite3.IntegrityError:
+                raise ValueError(f"batch {batch.id!r} exists already") from None
 
     def add_preview(self, preview: Preview) -> Preview:
         if preview.state != "prepared":
@@ -402,6 +459,17 @@ def _approval(r: tuple[Any, ...]) -> Approval:
         at=float(r[5]),
         reason=str(r[6]),
         consumed_at=None if r[7] is None else float(r[7]),
+    )
+
+
+def _batch(r: tuple[Any, ...]) -> Batch:
+    return Batch(
+        id=str(r[0]),
+        run_id=str(r[1]),
+        principal=Principal.model_validate_json(r[2]),
+        items=tuple(str(i) for i in json.loads(r[3])),
+        fingerprint=str(r[4]),
+        created=float(r[5]),
     )
 
 

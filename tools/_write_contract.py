@@ -51,6 +51,11 @@ class WriteContract:
     """A short line describing an effect; by default the resolved effects are listed."""
     secret_inputs: frozenset[str] = frozenset()
     """Input fields marked ``Secret()``: never part of the intent (the key is stored)."""
+    proposable: bool = False
+    """Whether a program may *propose* this write from code (``tools.propose.NAME(...)``):
+    the host admits and prepares it exactly as a direct call and stores its preview in the
+    run's batch; nothing is ever committed from code. Off by default; the policy must also
+    allow it (``propose = [...]`` in the grant)."""
 
 
 class WriteRunner(Protocol):

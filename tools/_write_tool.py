@@ -36,6 +36,7 @@ def write_tool(
     destinations: Iterable[str] = (),
     credentials: Iterable[str] = (),
     tenant_credentials: Mapping[str, str] | None = None,
+    proposable: bool = False,
 ) -> ToolSpec:
     """The :class:`ToolSpec` of a write tool; register it with ``registry.register(spec)``.
 
@@ -59,7 +60,10 @@ def write_tool(
     value stays in the memory of the process that prepared it and is handed back to
     ``commit``), see :class:`~airlock.tools.WritePath`.
 
-    The tool is callable directly only; registration checks the contract.
+    The tool is callable directly only; registration checks the contract. ``proposable``
+    lets a program *propose* it from code (``tools.propose.NAME(...)``): the host prepares
+    each proposal as a direct call would and the run's previews wait for approval as one
+    batch; a program never commits. The policy must allow it too (``propose`` in a grant).
 
     Raises:
         UsageError: only when registered (``Registry.register``), like every contract rule.
@@ -91,5 +95,6 @@ def write_tool(
             lookup=lookup,
             summarize=summarize,
             secret_inputs=secret,
+            proposable=proposable,
         ),
     )

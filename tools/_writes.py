@@ -49,6 +49,7 @@ from typing import Any
 from airlock.policies import Principal, UsageError
 from airlock.tools._admission import Admission
 from airlock.tools._approvals import approve_preview, deny_preview, load_preview
+from airlock.tools._batch_writes import BatchWrites
 from airlock.tools._commit_checks import (
     checked_for_commit,
     claim_for_commit,
@@ -79,8 +80,9 @@ __all__ = ["WritePath"]
 _MAX_CLAIMS = 4
 
 
-class WritePath:
-    """The write path of one registry, on one ledger.
+class WritePath(BatchWrites):
+    """The write path of one registry, on one ledger (and of proposals from code and their
+    batches: :class:`~airlock.tools._batch_writes.BatchWrites`).
 
     Args:
         registry: the tools; the write path attaches itself so direct write calls reach it.
@@ -204,9 +206,16 @@ class WritePath:
     # -- approval ------------------------------------------------------------------------
 
     def approve(
-        self, preview_id: str, *, approver: str, fingerprint: str | None = None, reason: str = ""
+        self,
+        preview_id: str,
+        *,
+        approver: str,
+        fingerprint: str | None = None,
+        reason: str = "",
+        self_approval: bool = False,
     ) -> Approval:
-        """A person approves the preview (see :func:`~airlock.tools.approve_preview`).
+        """A person approves the preview (see :func:`~airlock.tools.approve_preview`);
+        ``self_approval`` is the policy's setting.
 
         Raises:
             ToolError: as :func:`~airlock.tools.approve_preview`.
@@ -218,6 +227,7 @@ class WritePath:
             now=self.clock(),
             fingerprint=fingerprint,
             reason=reason,
+            self_approval=self_approval,
         )
         preview = load_preview(self.ledger, preview_id)
         self._sender.audit(

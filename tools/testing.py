@@ -223,11 +223,13 @@ def refund_tool(
     name: str = "billing_refund_create",
     with_lookup: bool = True,
     timeout: float = 5.0,
+    proposable: bool = False,
 ) -> ToolSpec:
     """A refund write tool over ``system``; ``invoices`` maps ids to records with
     ``tenant_id``, ``amount_minor``, ``currency`` and ``customer``.
 
-    ``with_lookup`` decides whether reconciliation queries the system or resends.
+    ``with_lookup`` decides whether reconciliation queries the system or resends;
+    ``proposable`` whether programs may propose it from code.
     """
 
     def prepare(args: RefundArgs, principal: Principal) -> Refund:
@@ -268,4 +270,5 @@ def refund_tool(
             f"refund {e.amount_minor / 100:.2f} {e.currency} on {e.invoice_id} to {e.recipient}"
         ),
         timeout=timeout,
+        proposable=proposable,
     )

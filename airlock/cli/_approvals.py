@@ -4,9 +4,9 @@ approves writes, and the operator who resolves writes a crash left undecided."""
 from __future__ import annotations
 
 import datetime as dt
-import getpass
 import json
 import time
+from functools import partial
 from pathlib import Path
 from typing import Annotated
 
@@ -15,15 +15,21 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from airlock.cli._approver import Approver
+from airlock.cli._batches import approve_batch_command, show_batch
 from airlock.cli._inventory import usage_errors
-from airlock.cli._settings import Settings
+from airlock.cli._settings import Settings, login_name
+from airlock.harness import database_url, open_ledger
 from airlock.inventory import load_tool_registry
+from airlock.policies import load_policy
 from airlock.tools import (
+    BATCH_PREFIX,
+    InvalidInputError,
+    LedgerStore,
     Preview,
     SQLiteLedgerStore,
     ToolError,
     WritePath,
-    approve_preview,
     deny_preview,
 )
 
@@ -31,7 +37,7 @@ __all__ = ["approvals_app", "default_ledger", "receipts_app", "reconcile"]
 
 approvals_app = typer.Typer(
     name="approvals",
-    help="Previews of writes waiting for a person: list, show, approve, deny.",
+    help="Previews of writes waiting for a person: list, show, approve, deny, serve (a page).",
     no_args_is_help=True,
 )
 receipts_app = typer.Typer(
@@ -51,18 +57,24 @@ def default_ledger() -> Path:
     return Settings.from_env().home / "ledger.db"
 
 
-def _open(ledger: Path | None, *, readonly: bool) -> SQLiteLedgerStore:
+def _open(ledger: Path | None, *, readonly: bool) -> LedgerStore:
+    url = database_url()  # AIRLOCK_DATABASE_URL: the ledger every harness process shares
+    if ledger is None and url is not None:
+        with usage_errors():
+            return open_ledger(url)
     path = ledger if ledger is not None else default_ledger()
     if not path.exists():
         Console(stderr=True).print(
             f"no ledger at {path}; nothing was prepared yet, or pass --ledger"
         )
         raise typer.Exit(code=1)
-    return SQLiteLedgerStore(path, readonly=readonly)
+    return SQLiteLedgerStore(path, readonly=readonly, busy_timeout=Settings.from_env().busy_timeout)
 
 
 def _fail(exc: ToolError) -> typer.Exit:
-    Console(stderr=True).print(f"[red]{exc.code}[/]: {exc.message}", highlight=False)
+    Console(stderr=True, soft_wrap=True).print(
+        f"[red]{exc.code}[/]: {exc.message}", highlight=False
+    )
     return typer.Exit(code=1)
 
 
@@ -118,6 +130,14 @@ def show(
 ) -> None:
     """Show the full effect as code computed it, the fingerprint, the rule and the history."""
     store = _open(ledger, readonly=True)
+    if preview_id.startswith(BATCH_PREFIX):  # a batch: its fingerprint and every item
+        try:
+            show_batch(store, preview_id)
+        except ToolError as exc:
+            raise _fail(exc) from None
+        finally:
+            store.close()
+        return
     try:
         preview = store.preview(preview_id)
         if preview is None:
@@ -181,26 +201,80 @@ def approve(
         str | None, typer.Option("--as", help="Your id (default: your login name).")
     ] = None,
     reason: Annotated[str, typer.Option(help="A note kept with the approval.")] = "",
+    commit: Annotated[
+        bool,
+        typer.Option(
+            "--commit", help="Commit it now, once, through --registry's tools (with the receipt)."
+        ),
+    ] = False,
+    tools: Annotated[
+        str | None,
+        typer.Option("--registry", help="MODULE:OBJECT of the Registry that commits (--commit)."),
+    ] = None,
+    policy: Annotated[
+        Path | None,
+        typer.Option(
+            help="The policy file; its self_approval lets a requester approve their own write.",
+            dir_okay=False,
+        ),
+    ] = None,
 ) -> None:
-    """Approve a preview's fingerprint; the harness then commits it once."""
+    """Approve a preview's fingerprint; the harness that asked then commits it once (or this
+    command does, with --commit)."""
+    if fingerprint is None:
+        raise _fail(
+            InvalidInputError(
+                f"give --fingerprint: the one you reviewed (airlock approvals show {preview_id})"
+            )
+        )
+    if commit and tools is None:
+        raise _fail(InvalidInputError("--commit needs --registry MODULE:OBJECT: the tools"))
+    with usage_errors():
+        registry = load_tool_registry(tools) if commit and tools is not None else None
+        self_approval = load_policy(policy).self_approval if policy is not None else False
     store = _open(ledger, readonly=False)
+    if preview_id.startswith(BATCH_PREFIX):  # a batch a program proposed: one fingerprint
+        try:
+            approve_batch_command(
+                store,
+                preview_id,
+                approver=login_name() if approver is None else approver,
+                fingerprint=fingerprint,
+                reason=reason,
+                self_approval=self_approval,
+                registry=registry,
+            )
+        except ToolError as exc:
+            raise _fail(exc) from None
+        finally:
+            store.close()
+        return
     try:
-        approval = approve_preview(
+        person = Approver.of_registry(
+            login_name() if approver is None else approver,
             store,
-            preview_id,
-            approver=approver or getpass.getuser(),
-            now=time.time(),
-            fingerprint=fingerprint,
-            reason=reason,
+            self_approval=self_approval,
+            registry=registry,
+        )
+        done = anyio.run(
+            partial(person.approve, preview_id, fingerprint=fingerprint, reason=reason)
         )
     except ToolError as exc:
         raise _fail(exc) from None
     finally:
         store.close()
-    Console().print(
+    console = Console()
+    approval = done.approval
+    console.print(
         f"approved {preview_id} (fingerprint {approval.fingerprint[:16]}…) as {approval.approver}",
         highlight=False,
     )
+    if done.in_flight:
+        console.print("a harness is committing it now; `approvals show` will list the receipt")
+    elif done.receipt is not None:
+        how = "already committed" if done.receipt.replayed else "committed"
+        console.print(f"{how}; receipt:", highlight=False)
+        console.print_json(json.dumps(done.receipt.data))
 
 
 @approvals_app.command("deny")
@@ -218,7 +292,7 @@ def deny(
         deny_preview(
             store,
             preview_id,
-            approver=approver or getpass.getuser(),
+            approver=login_name() if approver is None else approver,
             reason=reason,
             now=time.time(),
         )

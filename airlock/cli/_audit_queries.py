@@ -9,14 +9,17 @@ import datetime as dt
 import json
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
+if TYPE_CHECKING:
+    from airlock.tools.postgres import PostgresAuditStore
 from airlock.cli._inventory import load_inventory, usage_errors
 from airlock.cli._settings import Settings
+from airlock.harness import database_url, open_audit_store
 from airlock.inventory import (
     ANY_PRINCIPAL,
     ExercisedTool,
@@ -53,15 +56,25 @@ SinceOption = Annotated[
 ]
 
 
-def open_store(db: Path | None, *, key: Path | None = None) -> SQLiteAuditStore:
-    """The audit store at ``db`` (default: the one in ``AIRLOCK_HOME``), read-only; exits 1
-    when there is none (nothing is created), 2 when it cannot be read."""
-    path = db if db is not None else Settings.from_env().audit_db
+def open_store(
+    db: Path | None, *, key: Path | None = None
+) -> SQLiteAuditStore | PostgresAuditStore:
+    """The audit store at ``db`` (default: the database ``AIRLOCK_DATABASE_URL`` names, else
+    the one in ``AIRLOCK_HOME``), read-only; exits 1 when there is none (nothing is created),
+    2 when it cannot be read."""
+    settings = Settings.from_env()
+    url = database_url()
+    if db is None and url is not None:
+        with usage_errors():
+            return open_audit_store(url, readonly=True, key_file=key)
+    path = db if db is not None else settings.audit_db
     if not path.exists():
         Console(stderr=True).print(f"no audit log at {path}; run something first or pass --db")
         raise typer.Exit(code=1)
     with usage_errors():
-        return SQLiteAuditStore(path, readonly=True, key_file=key)
+        return SQLiteAuditStore(
+            path, readonly=True, key_file=key, busy_timeout=settings.busy_timeout
+        )
 
 
 def time_text(ts: float) -> str:

@@ -103,7 +103,8 @@ def chat(
     inputs: InputsOption = None,
 ) -> None:
     """Talk with a model (live, or a recorded replay) over the session's tools; every tool
-    call and result is printed, and writes pause for `airlock approvals approve`. Files the
+    call and result is printed; a write waits for `airlock approvals approve` (a live chat
+    waits with it, commits it once approved and tells the model). Files the
     programs leave in /out are stored under AIRLOCK_HOME/artifacts (`airlock artifacts`)."""
     console = Console(highlight=False)
     settings = Settings.from_env()
@@ -130,7 +131,12 @@ def chat(
             try:
                 await show({"role": "user", "content": prompt or ""})
                 return await chat_loop(
-                    live, session, prompt or "", max_turns=max_turns, on_message=show
+                    live,
+                    session,
+                    prompt or "",
+                    max_turns=max_turns,
+                    on_message=show,
+                    writes=session,  # writes it asked for: wait, commit once approved, tell
                 )
             finally:
                 await live.aclose()

@@ -256,6 +256,11 @@ def _program_table(report: ProgramEffects) -> str:
         console.print(table if report.uses else "no tool calls found")
         console.print(f"tools: {', '.join(report.tools) or 'none'}", markup=False)
         console.print(f"effects: {', '.join(report.effects) or 'none'}", markup=False)
+        if report.proposals:
+            console.print(
+                f"proposes (each approved before it is made): {', '.join(report.proposals)}",
+                markup=False,
+            )
         for unknown in report.unknown:
             console.print(
                 f"unknown tool {unknown.name!r} at line {unknown.line}: {unknown.reason}",

@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.table import Table
 
 from airlock.cli._settings import Settings
-from airlock.harness import EXECUTE_CODE
+from airlock.harness import EXECUTE_CODE, database_url, open_audit_store
 from airlock.policies import ContainerRuntime, Principal, SandboxProfile, UsageError
 from airlock.sandbox import (
     DATA_PACKAGES,
@@ -44,7 +44,7 @@ from airlock.sandbox import (
     packages_text,
     read_image_labels,
 )
-from airlock.tools import AuditLog, Caller, SQLiteAuditStore, audit_event
+from airlock.tools import AuditLog, AuditStore, Caller, SQLiteAuditStore, audit_event
 
 __all__ = ["copy_artifacts", "doctor", "parse_size", "profile_options", "run"]
 
@@ -219,16 +219,28 @@ def run(
         ) as backend:
             return await backend.run(program, inputs=given, artifacts=settings.artifacts / run_id)
 
+    # Opened before the run: a program whose record cannot be kept does not run.
+    url = database_url()  # AIRLOCK_DATABASE_URL: the audit log every harness process shares
+    audit: AuditStore = (
+        SQLiteAuditStore(settings.audit_db, busy_timeout=settings.busy_timeout)
+        if url is None
+        else open_audit_store(url, busy_timeout=settings.busy_timeout)
+    )
     began = time.perf_counter()
     try:
         result = asyncio.run(go())
     except InputRefused as exc:
+        audit.close()
         Console(stderr=True).print(f"[red]input refused ({exc.reason}):[/] {exc.message}")
         raise typer.Exit(2) from None
     except SandboxError as exc:
+        audit.close()
         Console(stderr=True).print(f"[red]sandbox unavailable ({exc.code}):[/] {exc}")
         raise typer.Exit(3) from None
-    _audit_run(settings, program, result, time.perf_counter() - began, run_id, sorted(given))
+    except BaseException:
+        audit.close()
+        raise
+    _audit_run(audit, program, result, time.perf_counter() - began, run_id, sorted(given))
     copies: list[Path] = []
     if out is not None and result.artifacts:
         try:
@@ -258,7 +270,7 @@ class _Operator:
 
 
 def _audit_run(
-    settings: Settings,
+    store: AuditStore,
     program: str,
     result: RunResult,
     seconds: float,
@@ -266,9 +278,10 @@ def _audit_run(
     inputs: Sequence[str] = (),
 ) -> None:
     """Record the program (its text by hash), the inputs it read and how it ended in
-    ``audit.db`` in ``AIRLOCK_HOME``, as any program a session runs is."""
+    ``store`` (``audit.db`` in ``AIRLOCK_HOME``), as any program a session runs is; the store
+    is closed afterwards."""
     who = _Operator(Principal(user_id=_os_user(), tenant_id="local"), run_id, run_id)
-    with AuditLog(SQLiteAuditStore(settings.audit_db)) as log:
+    with AuditLog(store) as log:
         log.record(
             audit_event(
                 who,

@@ -29,13 +29,14 @@ from airlock.cli._approvals import default_ledger
 from airlock.cli._inventory import PolicyOption, RegistryOption, TenantOption, usage_errors
 from airlock.cli._run import profile_options
 from airlock.cli._settings import Settings
-from airlock.harness import Harness, Session
+from airlock.harness import Harness, Session, database_url, open_audit_store, open_ledger
 from airlock.inventory import load_policy_document, load_tool_registry
 from airlock.policies import SandboxProfile, UsageError
 from airlock.sandbox import DockerBackend, SandboxError
-from airlock.tools import SQLiteAuditStore, SQLiteLedgerStore
+from airlock.tools import AuditStore, LedgerStore, SQLiteAuditStore, SQLiteLedgerStore
 
 __all__ = [
+    "DatabaseOption",
     "ImageOption",
     "InputsOption",
     "KeepStateOption",
@@ -61,6 +62,13 @@ KeepStateOption = Annotated[
     bool,
     typer.Option(
         "--keep-state", help="Run the session's programs in one kept container (state stays)."
+    ),
+]
+DatabaseOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Database of the ledger and audit log: postgresql://USER@HOST/DB, shared by "
+        "several harness processes (default: AIRLOCK_DATABASE_URL, else SQLite files).",
     ),
 ]
 InputsOption = Annotated[
@@ -109,13 +117,15 @@ async def open_session(
     ledger: Path | None,
     settings: Settings,
     options: SandboxOptions | None = None,
+    database: str | None = None,
 ) -> AsyncIterator[Session]:
     """A session for ``user`` over the registry, the policy, a Docker sandbox and the ledger
     (``ledger.db`` in ``AIRLOCK_HOME`` when None), open for as long as the block runs. Its
     calls are audited in ``audit.db`` in ``AIRLOCK_HOME`` unless the registry has a store of
     its own, each durable before its answer returns; the log is flushed and closed at the end.
     ``options`` change the policy's sandbox profile, keep state and give inputs; artifacts
-    are stored in ``AIRLOCK_HOME/artifacts``.
+    are stored in ``AIRLOCK_HOME/artifacts``. While it is open, the session's paused writes
+    that a person approves are committed within a second (:meth:`Session.watch_writes`).
 
     Raises:
         RegistryRefError, PolicyFileError, UsageError: the registry, policy or principal is
@@ -128,14 +138,22 @@ async def open_session(
     subject = document.principal(user, tenant=tenant)
     profile = options.profile(document.policy.sandbox)
     files = options.input_files()
-    if ledger is None:
-        ledger = default_ledger()
-    ledger.parent.mkdir(parents=True, exist_ok=True)
-    store = SQLiteLedgerStore(ledger)
-    audit: SQLiteAuditStore | None = None
+    # A database URL (--database, AIRLOCK_DATABASE_URL) holds both stores; else the files.
+    url = database_url(database)
+    store: LedgerStore
+    if url is not None and ledger is None:
+        store = open_ledger(url, busy_timeout=settings.busy_timeout)
+    else:
+        if ledger is None:
+            ledger = default_ledger()
+        ledger.parent.mkdir(parents=True, exist_ok=True)
+        store = SQLiteLedgerStore(ledger, busy_timeout=settings.busy_timeout)
+    audit: AuditStore | None = None
     try:
-        if catalog.audit.provisional:
-            audit = SQLiteAuditStore(settings.audit_db)
+        if catalog.audit.provisional and url is not None:
+            audit = open_audit_store(url, busy_timeout=settings.busy_timeout)
+        elif catalog.audit.provisional:
+            audit = SQLiteAuditStore(settings.audit_db, busy_timeout=settings.busy_timeout)
         async with DockerBackend(
             image=settings.image,
             data_image=settings.data_image,
@@ -154,13 +172,29 @@ async def open_session(
                 subject.principal, keep_state=options.keep_state, inputs=files
             )
             try:
-                yield session
+                async with _watching(session):
+                    yield session
             finally:
                 await session.close()
     finally:
         store.close()
         if audit is not None:
             catalog.audit.close()
+
+
+@asynccontextmanager
+async def _watching(session: Session) -> AsyncIterator[None]:
+    """Approved writes commit while the server waits for the model's next call."""
+    failed: Exception | None = None
+    async with anyio.create_task_group() as watching:
+        watching.start_soon(session.watch_writes)
+        try:
+            yield
+        except Exception as exc:  # raised below, outside the task group: not as a group
+            failed = exc
+        watching.cancel_scope.cancel()
+    if failed is not None:
+        raise failed
 
 
 async def _stop_on_signal(scope: anyio.CancelScope) -> None:
@@ -212,6 +246,7 @@ def serve(
     image: ImageOption = None,
     keep_state: KeepStateOption = False,
     inputs: InputsOption = None,
+    database: DatabaseOption = None,
 ) -> None:
     """Serve a session's tools (execute_code, direct reads, writes that answer with a
     preview) to an MCP client, over stdio or streamable HTTP on loopback; the files programs
@@ -232,8 +267,11 @@ def serve(
             ledger=ledger,
             settings=settings,
             options=options,
+            database=database,
         ) as session:
-            server = build_mcp_server(session)
+            server = build_mcp_server(
+                session, write_status=session.resume, on_settled=session.on_settled
+            )
             if http is not None:
                 with _signals_after_uvicorn():
                     await serve_http(server, port=http)

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import getpass
 import os
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from airlock.harness import airlock_home
+from airlock.policies import UsageError
 
-__all__ = ["Settings"]
+__all__ = ["Settings", "login_name"]
 
 
 class Settings(BaseModel):
@@ -35,6 +37,13 @@ class Settings(BaseModel):
     pool_size: int = Field(
         default=2, ge=0, le=64, description="Containers kept started and waiting for a run."
     )
+    busy_timeout: float = Field(
+        default=5.0,
+        gt=0,
+        le=600,
+        description="Seconds a command waits for a ledger or audit store that another "
+        "process holds locked before it gives up, naming the file (AIRLOCK_BUSY_TIMEOUT).",
+    )
 
     @property
     def audit_db(self) -> Path:
@@ -49,14 +58,53 @@ class Settings(BaseModel):
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Settings:
-        """Read ``AIRLOCK_HOME``, ``AIRLOCK_IMAGE``, ``AIRLOCK_DATA_IMAGE`` and
-        ``AIRLOCK_POOL_SIZE``."""
+        """Read ``AIRLOCK_HOME``, ``AIRLOCK_IMAGE``, ``AIRLOCK_DATA_IMAGE``,
+        ``AIRLOCK_POOL_SIZE`` and ``AIRLOCK_BUSY_TIMEOUT``.
+
+        Raises:
+            UsageError: a number is malformed or out of range; the message names it.
+        """
         env = os.environ if environ is None else environ
         values: dict[str, object] = {"home": airlock_home(env)}
         if image := env.get("AIRLOCK_IMAGE"):
             values["image"] = image
         if data_image := env.get("AIRLOCK_DATA_IMAGE"):
             values["data_image"] = data_image
-        if pool := env.get("AIRLOCK_POOL_SIZE"):
-            values["pool_size"] = int(pool)
-        return cls.model_validate(values)
+        for name, field in (
+            ("AIRLOCK_POOL_SIZE", "pool_size"),
+            ("AIRLOCK_BUSY_TIMEOUT", "busy_timeout"),
+        ):
+            if text := env.get(name):
+                values[field] = _number(name, text)
+        try:
+            return cls.model_validate(values)
+        except ValidationError as exc:
+            wrong = "; ".join(f"{e['loc'][0]}: {e['msg']}" for e in exc.errors())
+            raise UsageError(f"an AIRLOCK_ setting is out of range: {wrong}") from None
+
+
+def _number(name: str, text: str) -> float | int:
+    try:
+        return int(text) if name == "AIRLOCK_POOL_SIZE" else float(text)
+    except ValueError:
+        raise UsageError(f"{name}={text!r} is not a number; set it to one, or unset it") from None
+
+
+def login_name() -> str:
+    """The operating system's name for the user running the command: who approves when
+    ``--as`` is not given.
+
+    Raises:
+        UsageError: the system has no name for this user (no ``LOGNAME``/``USER`` and no
+            passwd entry, as in a bare container); the message says to pass ``--as``.
+    """
+    try:
+        name = getpass.getuser()
+    except (OSError, KeyError):
+        name = ""
+    if not name:
+        raise UsageError(
+            f"there is no login name for user id {os.getuid()} (no LOGNAME or USER, no passwd "
+            "entry); pass --as YOUR_ID"
+        )
+    return name

@@ -8,18 +8,27 @@ stops asking for tools. Only the HTTP call is live, and it goes through an injec
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Any, Final
+import json
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Final, Protocol
 
+import anyio
 import httpx
 
 from airlock.frontends._provider_wire import anthropic_tools
 from airlock.frontends._providers import handle_turn
 from airlock.frontends._replay import Transcript
-from airlock.harness import ModelToolSurface
+from airlock.harness import ModelResult, ModelToolSurface
 from airlock.policies import AirlockError
 
-__all__ = ["ANTHROPIC_URL", "DEFAULT_MODEL", "AnthropicModel", "ModelAPIError", "chat_loop"]
+__all__ = [
+    "ANTHROPIC_URL",
+    "DEFAULT_MODEL",
+    "AnthropicModel",
+    "ModelAPIError",
+    "PausedWrites",
+    "chat_loop",
+]
 
 ANTHROPIC_URL: Final = "https://api.anthropic.com/v1/messages"
 ANTHROPIC_VERSION: Final = "2023-06-01"
@@ -109,6 +118,23 @@ class AnthropicModel:
         await self._client.aclose()
 
 
+class PausedWrites(Protocol):
+    """What :func:`chat_loop` needs to wait for a session's paused writes (a
+    :class:`~airlock.Session` is one)."""
+
+    def pending(self) -> Sequence[object]:
+        """The writes still waiting for a decision or a commit."""
+        ...
+
+    async def settle_writes(self) -> list[ModelResult]:
+        """Commit the writes approved meanwhile; the outcomes of those settled."""
+        ...
+
+    def take_settled(self) -> list[ModelResult]:
+        """The settled outcomes the model was not told yet (each once)."""
+        ...
+
+
 async def chat_loop(
     model: AnthropicModel,
     surface: ModelToolSurface,
@@ -116,8 +142,15 @@ async def chat_loop(
     *,
     max_turns: int = 20,
     on_message: Callable[[dict[str, Any]], Awaitable[None]] | None = None,
+    writes: PausedWrites | None = None,
+    poll: float = 1.0,
 ) -> Transcript:
     """Talk with ``model`` until it stops calling tools (or ``max_turns`` model turns).
+
+    With ``writes`` (the session), a model that stops while writes it asked for wait for a
+    person is not left there: the loop waits, committing each write once it is approved
+    (checking every ``poll`` seconds, until each is committed, denied or expired), and tells
+    the model their outcomes in the next user message.
 
     Raises:
         ModelAPIError: a request to the model failed.
@@ -131,11 +164,28 @@ async def chat_loop(
         transcript.messages.append(said)
         if on_message is not None:
             await on_message(said)
-        if reply.get("stop_reason") != "tool_use":
+        if reply.get("stop_reason") == "tool_use":
+            content: list[dict[str, Any]] = await handle_turn(surface, reply["content"])
+        elif writes is not None and (settled := await _settled(writes, poll)):
+            text = "Writes settled since your last turn: " + json.dumps(
+                [json.loads(result.content) for result in settled], separators=(",", ":")
+            )
+            content = [{"type": "text", "text": text}]
+        else:
             break
-        answers = await handle_turn(surface, reply["content"])
-        answered = {"role": "user", "content": answers}
+        answered = {"role": "user", "content": content}
         transcript.messages.append(answered)
         if on_message is not None:
             await on_message(answered)
     return transcript
+
+
+async def _settled(writes: PausedWrites, poll: float) -> list[ModelResult]:
+    """Wait until a paused write is settled, and return every outcome the model was not
+    told yet (none when no write waits)."""
+    while True:
+        await writes.settle_writes()
+        told = writes.take_settled()
+        if told or not writes.pending():
+            return told
+        await anyio.sleep(poll)

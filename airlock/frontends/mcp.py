@@ -5,6 +5,13 @@ not Python functions here: their names, descriptions and strict schemas come fro
 and every call goes through ``surface.call`` so an MCP client gets exactly the answers a
 provider loop gets (write tools answer with a preview, never a commit).
 
+A write answers ``needs_approval`` with its preview id; once a person decides, the server
+commits it (``airlock serve`` settles approved writes every second) and the client asks
+``write_status(preview_id)`` for the receipt, ``denied`` or ``needs_approval`` while it
+waits: never by calling the write again. Each paused write is also the resource
+``airlock://writes/PREVIEW_ID`` (its status); a client that listens for it
+(``subscriptions/listen``) is notified when the write is settled.
+
 Artifacts (the files a program left in ``/out``) are resources: a call's result carries a
 ``resource_link`` for each, beside the text the model reads (which holds their references,
 never their bytes), and the client may list them and read them. Only the artifacts this
@@ -17,12 +24,15 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+import json
 import os
+import re
+from collections.abc import Awaitable, Callable, Mapping
 from importlib import metadata
 from typing import Any, Final
 
 from airlock._extras import requires_extra
-from airlock.harness import ModelTool, ModelToolSurface
+from airlock.harness import ModelResult, ModelTool, ModelToolSurface, failure
 from airlock.sandbox import ArtifactRef
 
 with requires_extra("mcp", feature="the MCP server (airlock serve --mcp)"):
@@ -30,19 +40,29 @@ with requires_extra("mcp", feature="the MCP server (airlock serve --mcp)"):
     import uvicorn
     from mcp.server import Server, ServerRequestContext
     from mcp.server.stdio import stdio_server
+    from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
     from mcp.shared.exceptions import MCPError
+    from mcp.shared.subscriptions import ResourceUpdated
 
 __all__ = [
     "LOOPBACK",
     "MAX_RESOURCE_BYTES",
+    "WRITES_URI",
+    "WRITE_STATUS",
     "build_mcp_server",
     "mcp_tool",
     "read_artifact",
     "serve_http",
     "serve_stdio",
+    "write_status_tool",
 ]
 
 LOOPBACK: Final = "127.0.0.1"
+WRITE_STATUS: Final = "write_status"
+"""The tool that tells where a paused write stands (offered beside the session's tools)."""
+PREVIEW_ID_PATTERN: Final = r"^pv_[0-9a-f]{24}$"
+WRITES_URI: Final = "airlock://writes/"
+"""A paused write's status resource is this prefix and its preview id."""
 MAX_RESOURCE_BYTES: Final = 64 * 2**20
 """The largest artifact served as a resource (larger ones: ``airlock artifacts get``)."""
 # One JSON-RPC message per line; a program in execute_code can be long.
@@ -112,20 +132,76 @@ def read_artifact(ref: ArtifactRef, *, max_bytes: int = MAX_RESOURCE_BYTES) -> b
     return data
 
 
-def build_mcp_server(surface: ModelToolSurface, *, name: str = "airlock") -> Server[Any]:
+def write_status_tool() -> types.Tool:
+    """The MCP definition of ``write_status``: where a paused write stands."""
+    return types.Tool(
+        name=WRITE_STATUS,
+        description=(
+            "Where a write that answered needs_approval stands, by its preview id: its receipt "
+            "once a person approved it and it was committed, denied with the reason, or "
+            "needs_approval while it waits. Use it instead of calling the write again. It "
+            "commits nothing that was not approved."
+        ),
+        input_schema={
+            "type": "object",
+            "properties": {
+                "preview_id": {"type": "string", "pattern": PREVIEW_ID_PATTERN, "maxLength": 27}
+            },
+            "required": ["preview_id"],
+            "additionalProperties": False,
+        },
+        annotations=types.ToolAnnotations(
+            read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False
+        ),
+    )
+
+
+def build_mcp_server(
+    surface: ModelToolSurface,
+    *,
+    name: str = "airlock",
+    write_status: Callable[[str], Awaitable[ModelResult]] | None = None,
+    on_settled: Callable[[Callable[[list[ModelResult]], Awaitable[None]]], None] | None = None,
+) -> Server[Any]:
     """An MCP server whose tools are ``surface.tools()`` and whose calls go to ``surface``;
-    the artifacts its calls produce are its resources."""
+    the artifacts its calls produce are its resources. With ``write_status`` (a session's
+    :meth:`~airlock.Session.resume`), the tool ``write_status(preview_id)`` is offered too,
+    and each write its calls paused is a resource; with ``on_settled`` (a session's
+    :meth:`~airlock.Session.on_settled`), listeners of such a resource are notified when
+    its write is settled."""
     offered: dict[str, ArtifactRef] = {}
+    paused: dict[str, str] = {}  # resource URI -> preview id, of writes this server paused
+    bus = InMemorySubscriptionBus()
+
+    async def settled(results: list[ModelResult]) -> None:
+        for result in results:
+            preview_id = _preview_id(result)
+            if preview_id is not None and WRITES_URI + preview_id in paused:
+                await bus.publish(ResourceUpdated(uri=WRITES_URI + preview_id))
+
+    if on_settled is not None:
+        on_settled(settled)
 
     async def list_tools(
         ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=[mcp_tool(t) for t in surface.tools()])
+        tools = [mcp_tool(t) for t in surface.tools()]
+        if write_status is not None:
+            tools.append(write_status_tool())
+        return types.ListToolsResult(tools=tools)
 
     async def call_tool(
         ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
+        if write_status is not None and params.name == WRITE_STATUS:
+            result = await _write_status(write_status, params.arguments)
+            return types.CallToolResult(
+                content=[types.TextContent(text=result.content)], is_error=result.is_error
+            )
         result = await surface.call(params.name, dict(params.arguments or {}))
+        preview_id = _preview_id(result) if result.code == "needs_approval" else None
+        if write_status is not None and preview_id is not None:
+            paused[WRITES_URI + preview_id] = preview_id
         content: list[types.ContentBlock] = [types.TextContent(text=result.content)]
         for ref in result.artifacts:
             offered[ref.uri] = ref
@@ -135,11 +211,29 @@ def build_mcp_server(surface: ModelToolSurface, *, name: str = "airlock") -> Ser
     async def list_resources(
         ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListResourcesResult:
-        return types.ListResourcesResult(resources=[_resource(r) for r in offered.values()])
+        writes = [
+            types.Resource(
+                name=preview_id,
+                uri=uri,
+                mime_type="application/json",
+                description="where a write that waited for approval stands (write_status)",
+            )
+            for uri, preview_id in paused.items()
+        ]
+        return types.ListResourcesResult(
+            resources=[_resource(r) for r in offered.values()] + writes
+        )
 
     async def read_resource(
         ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams
     ) -> types.ReadResourceResult:
+        waiting = paused.get(str(params.uri))
+        if waiting is not None and write_status is not None:
+            status = await write_status(waiting)
+            where = types.TextResourceContents(
+                uri=str(params.uri), mime_type="application/json", text=status.content
+            )
+            return types.ReadResourceResult(contents=[where])
         ref = offered.get(str(params.uri))
         if ref is None:
             raise MCPError(
@@ -163,14 +257,50 @@ def build_mcp_server(surface: ModelToolSurface, *, name: str = "airlock") -> Ser
         )
         return types.ReadResourceResult(contents=[contents])
 
+    instructions = _INSTRUCTIONS
+    if write_status is not None:
+        instructions += (
+            " Once a person decided, the server commits an approved write itself; "
+            "write_status(preview_id) tells where it stands."
+        )
     return Server(
         name,
-        instructions=_INSTRUCTIONS,
+        instructions=instructions,
         on_list_tools=list_tools,
         on_call_tool=call_tool,
         on_list_resources=list_resources,
         on_read_resource=read_resource,
+        on_subscriptions_listen=ListenHandler(bus),
     )
+
+
+def _preview_id(result: ModelResult) -> str | None:
+    """The preview id a result names, if it is a pv_... id."""
+    try:
+        body = json.loads(result.content)
+    except ValueError:
+        return None
+    found = body.get("preview_id") if isinstance(body, dict) else None
+    if isinstance(found, str) and re.fullmatch(PREVIEW_ID_PATTERN, found):
+        return found
+    return None
+
+
+async def _write_status(
+    status: Callable[[str], Awaitable[ModelResult]], arguments: Mapping[str, Any] | None
+) -> ModelResult:
+    given = dict(arguments or {})
+    preview_id = given.get("preview_id")
+    if (
+        set(given) != {"preview_id"}
+        or not isinstance(preview_id, str)
+        or not re.fullmatch(PREVIEW_ID_PATTERN, preview_id)
+    ):
+        return failure(
+            "invalid_input",
+            "give exactly preview_id: the pv_... id a write answered needs_approval with",
+        )
+    return await status(preview_id)
 
 
 def _version() -> str:

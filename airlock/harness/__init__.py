@@ -9,6 +9,13 @@ before its answer returns, and :class:`AuditSpans` exports it as OpenTelemetry s
 
 from airlock.harness._artifacts import ArtifactStore
 from airlock.harness._budget import Budget
+from airlock.harness._database import (
+    DATABASE_ENV,
+    database_url,
+    is_postgres,
+    open_audit_store,
+    open_ledger,
+)
 from airlock.harness._execute_code import EXECUTE_CODE, ExecuteCodeArgs
 from airlock.harness._harness import Harness, NoToolsWarning
 from airlock.harness._home import airlock_home
@@ -19,6 +26,7 @@ from airlock.harness._results import HARNESS_CODES, HarnessCode, failure
 from airlock.harness._session import Session
 
 __all__ = [
+    "DATABASE_ENV",
     "EXECUTE_CODE",
     "HARNESS_CODES",
     "ArtifactStore",
@@ -34,5 +42,9 @@ __all__ = [
     "PendingWrite",
     "Session",
     "airlock_home",
+    "database_url",
     "failure",
+    "is_postgres",
+    "open_audit_store",
+    "open_ledger",
 ]

@@ -57,18 +57,23 @@ def describe_execute_code(
     kept_idle_s: float | None = None,
     reaches_network: bool = False,
     inputs: Sequence[RunInput] = (),
+    proposes: bool = False,
 ) -> ModelTool:
     """The ``execute_code`` tool as offered to a model, with ``api`` (the typed Python API
     of the read tools its principal may call from code) in its description.
     ``kept_idle_s`` says that programs keep state (a kept sandbox with that idle timeout);
     ``reaches_network`` that a tool its programs may call has a ``network`` effect;
-    ``inputs`` are the files every program of the session finds under ``/data``."""
+    ``inputs`` are the files every program of the session finds under ``/data``;
+    ``proposes`` that programs may propose writes (``tools.propose``)."""
     state = (
         "keep state from one run to the next."
         if kept_idle_s is None
         else "outlive the conversation. Top-level variables and functions stay for the next "
         f"program of this conversation, until {kept_idle_s:g} s pass without one or a program "
-        'hits a limit; a result with "state_reset": true started with nothing kept.'
+        'hits a limit; a result with "state_reset": true started with nothing kept. Kept are '
+        "plain data (numbers, strings, lists, dicts, sets, dates...), functions defined with a "
+        "plain def, imports, and files in /tmp; other objects (a DataFrame, an instance of your "
+        "class) are not: write them to files in /tmp. Each program runs in a fresh process."
     )
     if profile.language_mode == "restricted":
         imports = "Imports allowed: " + ", ".join(sorted(profile.allowed_imports)) + "."
@@ -94,8 +99,16 @@ def describe_execute_code(
         "When to use it: tasks that need many tool calls or processing of their results "
         "(bulk reads, joins, filters, counts, finding duplicates). The program calls the read "
         "tools below as `tools.NAME(...)`, and only the answer enters your context. For a "
-        "single lookup, call the tool directly. Changes are never made from code: call the "
-        "write tool directly; it answers with a preview that a person or a policy approves.",
+        "single lookup, call the tool directly. "
+        + (
+            "Changes are never made from code, but a program may propose the ones listed "
+            "under `propose` below (`tools.propose.NAME(...)`): each becomes a preview, and "
+            "when the program ends they wait as one batch for a person to approve; the "
+            "result says how many (`proposals`). Other changes: call the write tool directly."
+            if proposes
+            else "Changes are never made from code: call the write tool directly; it answers "
+            "with a preview that a person or a policy approves."
+        ),
         f"Limits per program: {profile.timeout_s:g} s wall clock, "
         f"{profile.memory_bytes // 2**20} MiB memory, {calls} tool calls, a result of at most "
         f"{result_bytes} bytes (a larger one is refused as result_too_large: return a "

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from airlock.harness._otel import spans_from_environment
 from airlock.policies import UsageError
-from airlock.tools import AuditLog, AuditStore, Registry, SQLiteAuditStore
+from airlock.tools import AuditLog, AuditStore, Registry
 
 __all__ = ["airlock_home", "durable_audit"]
 
@@ -30,7 +30,8 @@ def airlock_home(environ: Mapping[str, str] | None = None) -> Path:
 
 def durable_audit(registry: Registry, store: AuditStore | None) -> AuditLog:
     """The registry's audit log, given a durable store when it has none of its own:
-    ``store``, else the SQLite store ``audit.db`` under :func:`airlock_home`. Spans are
+    ``store``, else the one ``AIRLOCK_DATABASE_URL`` names, else the SQLite store
+    ``audit.db`` under :func:`airlock_home`. Spans are
     exported over OTLP as well when ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or ``..._TRACES_...``)
     is set.
 
@@ -38,9 +39,12 @@ def durable_audit(registry: Registry, store: AuditStore | None) -> AuditLog:
         UsageError: ``store`` is given and the registry already writes to another one.
         MissingExtraError: OTLP is configured and the ``otel`` extra is not installed.
     """
+    # Imported here: the database module finds its default folder through this one.
+    from airlock.harness._database import database_url, open_audit_store
+
     log = registry.audit
     if log.provisional:
-        log.attach(store if store is not None else SQLiteAuditStore(airlock_home() / "audit.db"))
+        log.attach(store if store is not None else open_audit_store(database_url()))
     elif store is not None and store is not log.store:
         raise UsageError(
             "the registry already records to its own audit store (Registry(audit=...)); "

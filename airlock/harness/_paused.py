@@ -14,14 +14,14 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Final
 
 import anyio
 
 from airlock.harness._model_tools import ModelResult
-from airlock.harness._results import failure, success
+from airlock.harness._results import compact, failure, success
 from airlock.policies import Principal
 from airlock.tools import (
     CallContext,
@@ -82,6 +82,11 @@ class PausedWrites:
         """Makes the call context an approved read runs in, from a call id."""
         self._pending: dict[str, PendingWrite] = {}
         self._locks: dict[str, anyio.Lock] = {}
+        self._settling = anyio.Lock()
+        self._untold: list[ModelResult] = []
+        """Outcomes of writes settled since the model's last answer."""
+        self.listeners: list[Callable[[list[ModelResult]], Awaitable[None]]] = []
+        """Told the outcomes of every settle that found some (a server's notifications)."""
 
     def hold(self, preview: Preview) -> None:
         """Keep ``preview`` as pending, bound to the fingerprint it has now."""
@@ -141,6 +146,89 @@ class PausedWrites:
             ctx = self._context(f"{self.run_id}:{preview.id}")
             return await self._writes.run_read(preview.id, fingerprint, ctx)
         return await self._writes.commit(preview.id, fingerprint, self.principal)
+
+    async def settle(
+        self,
+        *,
+        also: Callable[[], Awaitable[list[ModelResult]]] | None = None,
+        now: float | None = None,
+    ) -> list[ModelResult]:
+        """Finish every pending write a person (or another process) decided meanwhile:
+        commit the approved ones once, and answer for the denied, expired and already
+        committed ones; writes still waiting, or in flight elsewhere, stay pending. ``also``
+        settles more (a session's batches) under the same lock.
+
+        The answers, in the order the writes were paused, are what the model is told on its
+        next turn. Never raises for tool errors: a failed commit is answered with its code.
+        """
+        ledger = self._ledger()
+        if ledger is None:
+            return []
+        at = time.time() if now is None else now
+        answers: list[ModelResult] = []
+        async with self._settling:  # two settles at once would report a write twice
+            for pending in self.waiting():
+                answer = await self._settle_one(ledger, pending, at)
+                if answer is not None:
+                    answers.append(answer)
+            if also is not None:
+                answers.extend(await also())
+            self._untold.extend(answers)
+        for listener in self.listeners if answers else ():
+            try:
+                await listener(answers)
+            except Exception:  # a client gone away must not undo a commit that happened
+                _log.exception("run %s: telling a listener of settled writes failed", self.run_id)
+        return answers
+
+    async def watch(self, settle: Callable[[], Awaitable[object]], *, interval: float) -> None:
+        """Call ``settle`` every ``interval`` seconds until cancelled; an error is logged,
+        never raised (a server must outlive a bad moment of its ledger: the next call says)."""
+        while True:
+            await anyio.sleep(interval)
+            try:
+                await settle()
+            except Exception:
+                _log.exception("run %s: settling approved writes failed", self.run_id)
+
+    def take_untold(self) -> list[ModelResult]:
+        """The outcomes :meth:`settle` found that the model was not told yet; forgets them."""
+        untold, self._untold = self._untold, []
+        return untold
+
+    def with_settled(self, result: ModelResult, *, cap: int) -> ModelResult:
+        """``result`` with the untold outcomes under ``settled_writes``, which it then
+        forgets; ``result`` as it is (the outcomes kept for a later answer) when it is no
+        JSON object or the outcomes would take it over ``cap`` bytes."""
+        if not self._untold:
+            return result
+        body = json.loads(result.content)
+        if not isinstance(body, dict):
+            return result
+        body["settled_writes"] = [json.loads(answer.content) for answer in self._untold]
+        told = compact(body)
+        if len(told.encode()) > cap:
+            return result
+        self._untold = []
+        return result.model_copy(update={"content": told})
+
+    async def _settle_one(
+        self, ledger: LedgerStore, pending: PendingWrite, at: float
+    ) -> ModelResult | None:
+        if pending.preview_id not in self._pending:
+            return None  # resumed meanwhile: whoever resumed it has its answer
+        current = ledger.preview(pending.preview_id)
+        if current is None or (current.state == "prepared" and not current.expired(at)):
+            return None
+        try:
+            result = await self.finish(pending.preview_id)
+        except ToolError as exc:
+            if pending.preview_id in self._pending:
+                return None  # in flight elsewhere, or worth another try: not final yet
+            return failure(
+                exc.code, exc.message, retryable=exc.retryable, preview_id=pending.preview_id
+            )
+        return None if result.code == "needs_approval" else result
 
     def already(self, preview: Preview) -> ModelResult:
         """The answer to asking again for an intent that was already committed in this run:

@@ -5,7 +5,9 @@ programs: it checks the inputs against the grant before any container starts (re
 input is ``read(file:NAME)``; one outside the grant answers ``denied`` and is audited), runs
 the program in a fresh container or the session's kept one, stores what the program left in
 ``/out`` in a directory of its own under the harness's artifact store, and records one audit
-event per program with the inputs it was given.
+event per program with the inputs it was given. The writes a program proposed
+(``tools.propose.NAME(...)``) become one batch in the ledger, and its result says so in one
+short note (``proposals``: batch id, fingerprint, count, total per currency, preview ids).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from airlock.bridge import BridgeLimits, ToolSession
+from airlock.harness._batches import PausedBatches
 from airlock.harness._budget import Budget
 from airlock.harness._execute_code import ExecuteCodeArgs, program_result
 from airlock.harness._model_tools import ModelResult
@@ -35,7 +38,14 @@ from airlock.sandbox import (
     input_effect,
     resolve_inputs,
 )
-from airlock.tools import CallContext, FieldIssue, InvalidInputError, Observations, Registry
+from airlock.tools import (
+    CallContext,
+    FieldIssue,
+    InvalidInputError,
+    Observations,
+    Registry,
+    WritePath,
+)
 
 __all__ = ["SessionPrograms"]
 
@@ -66,6 +76,12 @@ class SessionPrograms:
     given: dict[str, Any] = field(default_factory=dict)
     """The session's inputs: name -> host path."""
     artifact_root: Path | None = None
+    writes: WritePath | None = None
+    """Where proposals from code go; without it, programs may propose nothing."""
+    proposable: frozenset[str] = frozenset()
+    """Write tools programs are offered under ``tools.propose``."""
+    batches: PausedBatches | None = None
+    """Where the batches of proposals wait for approval."""
     inputs: tuple[RunInput, ...] = field(init=False)
     """The session's inputs, checked: every program finds them under ``/data``."""
     _kept: KeptSandbox | None = field(init=False, default=None)
@@ -153,10 +169,14 @@ class SessionPrograms:
             grant=self.grant,
             run_id=self.run_id,
             approvals=self.approvals,
-            limits=BridgeLimits(max_calls=self.budget.program_calls),
+            limits=BridgeLimits(
+                max_calls=self.budget.program_calls, max_proposals=self.profile.max_proposals
+            ),
             observations=self.observations,
             tool_names=self.code_tools,
             call_prefix=call_id,  # the program's calls: RUN:mN:1, RUN:mN:2, ...
+            writes=self.writes if self.proposable else None,
+            proposable=self.proposable,
         )
         began = time.perf_counter()
         notes: dict[str, object] = {}
@@ -194,7 +214,15 @@ class SessionPrograms:
             run.tool_calls,
             f", stderr: {run.stderr[-500:]!r}" if run.stderr else "",
         )
+        proposed = tools.proposed_previews()
+        if proposed and self.writes is not None and self.batches is not None:
+            # However the program ended: what it proposed waits, and the model must know.
+            batch = self.writes.store_batch(proposed)
+            notes["proposals"] = self.batches.hold(batch, proposed)
         result = program_result(run, stdout_bytes=self.budget.stdout_bytes, notes=notes)
+        waits = isinstance(note := notes.get("proposals"), dict) and note["status"] != "approved"
+        if waits and not result.is_error:
+            result = result.model_copy(update={"code": "needs_approval"})
         self.audit.program(
             ctx,
             digest,

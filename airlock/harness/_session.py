@@ -16,11 +16,18 @@ names); the model sees :meth:`Session.tools` and every call it makes goes throug
     ├── the same intent again, already committed ─► already_committed + its receipt
     └── anything else ─► unknown_tool
 
+A program may also *propose* writes (``tools.propose.NAME(...)``) that the tool's contract
+and the grant allow: its result then carries one note about them as a batch, and
+:meth:`Session.resume` with the batch id commits each item a person approved, once.
+
 A paused write goes on with :meth:`Session.resume` once a person (``airlock approvals
 approve``, :func:`airlock.tools.approve_preview`) or a policy approved it: the session commits once
 and returns the receipt; a denial returns ``denied``; still waiting returns
-``needs_approval`` again. Pending writes live in the ledger under the session's run id, so
-another process can rebuild the session (:meth:`Harness.resume_session`) and resume them.
+``needs_approval`` again. Nor need the model ask: each call first finishes the writes decided
+meanwhile (:meth:`Session.settle_writes`; ``serve`` and ``chat`` also run
+:meth:`Session.watch_writes`), and its answer carries their outcomes under ``settled_writes``.
+Pending writes live in the ledger under the session's run id, so another process can
+rebuild the session (:meth:`Harness.resume_session`) and resume them.
 
 ``needs_approval`` is answered with ``is_error=False``: the call did what it should (a
 preview now waits for a person), and an error flag invites a model to retry with other
@@ -43,13 +50,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airlock.bridge import render_api
+from airlock.harness._approval_pause import ApprovalPause
+from airlock.harness._batches import PausedBatches
 from airlock.harness._budget import Budget, BudgetMeter
 from airlock.harness._execute_code import (
     EXECUTE_CODE,
     describe_execute_code,
 )
 from airlock.harness._model_tools import ModelResult, ModelTool
-from airlock.harness._paused import PausedWrites, PendingWrite
+from airlock.harness._paused import PausedWrites
 from airlock.harness._programs import SessionPrograms
 from airlock.harness._results import failure, from_tool_error, sized, success
 from airlock.harness._session_audit import SessionAudit
@@ -84,7 +93,7 @@ __all__ = ["Session"]
 _log = logging.getLogger("airlock.harness")
 
 
-class Session:
+class Session(ApprovalPause):
     """One conversation: principal, grant, budget, run id, and the tools the model may call.
 
     Build it with :meth:`Harness.session`; it implements
@@ -130,11 +139,13 @@ class Session:
             observations=self._observations,
         )
         self._paused = PausedWrites(writes, principal, self.run_id, context=self._context)
+        self._batches = PausedBatches(writes, principal, self.run_id)
         self._audit = SessionAudit(registry.audit)
         self._keep_state = keep_state
         self._idle_timeout = idle_timeout
         self._direct = self._usable_names("direct")
         self._code = self._usable_names("code")
+        self._proposable = self._proposable_names()
         self._programs = SessionPrograms(
             registry=registry,
             sandbox=sandbox,
@@ -151,6 +162,9 @@ class Session:
             idle_timeout=idle_timeout,
             given=dict(inputs or {}),
             artifact_root=artifact_root,
+            writes=writes,
+            proposable=self._proposable,
+            batches=self._batches,
         )
         self._tools = self._build_tools()
 
@@ -172,8 +186,28 @@ class Session:
             names.add(definition.name)
         return frozenset(names)
 
+    def _proposable_names(self) -> frozenset[str]:
+        """Write tools this session's programs may propose: the tool's contract allows it,
+        the principal sees it, the grant has its scope and lists it in ``propose``."""
+        if self._writes is None:
+            return frozenset()
+        names = set()
+        for definition in self._registry.visible(self.principal, "direct"):
+            spec = self._registry.get(definition.name)
+            if (
+                spec is not None
+                and spec.write is not None
+                and spec.write.proposable
+                and self.grant.allows_scope(spec.scope)
+                and self.grant.allows_proposal(spec.name)
+            ):
+                names.add(spec.name)
+        return frozenset(names)
+
     def _build_tools(self) -> list[ModelTool]:
-        api = render_api(self._registry, self.principal, names=self._code)
+        api = render_api(
+            self._registry, self.principal, names=self._code, proposals=self._proposable
+        )
         listed = [
             describe_execute_code(
                 api,
@@ -188,6 +222,7 @@ class Session:
                     if spec is not None
                 ),
                 inputs=self._programs.inputs,
+                proposes=bool(self._proposable),
             )
         ]
         for definition in self._registry.visible(self.principal, "direct"):
@@ -254,6 +289,8 @@ class Session:
             return from_tool_error(
                 LimitExceededError(self._meter.used_up_message(used_up), limit=used_up)
             )
+        if self._paused.waiting() or self._batches.waiting():
+            await self.settle_writes()
         self._meter.calls += 1
         # The nonce keeps call ids unique when another process resumes the same run.
         call_id = f"{self.run_id}:m{self._meter.calls}-{self._nonce}"
@@ -287,7 +324,7 @@ class Session:
         # The call's events are stored before its answer is given (group commit, off the
         # event loop): a crash after this loses nothing of it.
         await self._audit.durable()
-        return self._account(result)
+        return self._account(self._paused.with_settled(result, cap=self._meter.result_cap()))
 
     def _account(self, result: ModelResult) -> ModelResult:
         result = sized(result, self._meter.result_cap())
@@ -318,44 +355,6 @@ class Session:
             return self._paused.paused(preview)
         # Approved by a policy rule (or the same intent was prepared before): finish it now.
         return await self._paused.finish(preview.id)
-
-    # -- the approval pause --------------------------------------------------------------
-
-    def pending(self) -> list[PendingWrite]:
-        """Writes of this session waiting for approval or commit, oldest first."""
-        return self._paused.waiting()
-
-    async def resume(self, preview_id: str | None = None) -> ModelResult:
-        """Go on with a paused write (the oldest one when ``preview_id`` is None).
-
-        Approved: commit once and return the receipt (again on every later resume, the
-        same receipt; nothing is sent twice). Denied: ``denied`` with the reason. Still
-        waiting: ``needs_approval`` again. Never raises for tool errors.
-        """
-        if preview_id is None:
-            waiting = self._paused.waiting()
-            if not waiting:
-                return self._account(
-                    failure(
-                        "not_found", "no write of this session waits; there is nothing to resume"
-                    )
-                )
-            preview_id = waiting[0].preview_id
-        try:
-            result = await self._paused.finish(preview_id)
-        except ToolError as exc:
-            result = from_tool_error(exc)
-        await self._audit.durable()
-        return self._account(result)
-
-    async def resume_all(self) -> dict[str, ModelResult]:
-        """:meth:`resume` every pending write, by preview id."""
-        return {p.preview_id: await self.resume(p.preview_id) for p in self.pending()}
-
-    def restore_pending(self) -> list[PendingWrite]:
-        """Load this run's unfinished writes from the ledger (another process may have
-        paused them); returns the pending writes, oldest first."""
-        return self._paused.restore()
 
     @classmethod
     def restore(

@@ -8,7 +8,10 @@ approval rules decide, by amount, whether a call goes ahead, waits for approval 
 
 - ``code``: a sandboxed program can call it and some call needs no approval;
 - ``direct``: the model can call it and some call needs no approval;
-- ``after_approval``: some direct call goes ahead only once approved.
+- ``after_approval``: some direct call goes ahead only once approved;
+- ``proposal``: a sandboxed program may propose it (the tool's contract says
+  ``proposable`` and the grant lists it in ``propose``): its preview waits in the program's
+  batch, and only an approval commits it. Listed apart from ``code``, which stays reads only.
 
 A tool with side effects reachable from code would break the core promise of airlock, so it
 is never listed as such: building the inventory fails with :class:`UnsafeRegistryError`.
@@ -121,6 +124,7 @@ def subject_inventory(catalog: ToolCatalog, subject: Subject) -> SubjectInventor
             scopes=tuple(sorted(grant.scopes)),
             effects=tuple(sorted(str(e) for e in grant.effects)),
             spend_limits=dict(sorted(grant.spend_limits.items())),
+            propose=tuple(sorted(grant.propose)),
         ),
         tools=entries,
         composed=_composed(entries),
@@ -172,6 +176,9 @@ def _tool_entry(spec: ToolSpec, subject: Subject, *, direct: bool, code: bool) -
             reach.append("direct")
         if direct and any(case.verdict == "ask" for case in approval):
             reach.append("after_approval")
+        proposable = spec.write is not None and spec.write.proposable
+        if direct and proposable and grant.allows_proposal(spec.name) and reach:
+            reach.append("proposal")
         if not reach:
             denied = "no caller may reach it without an approval it cannot get"
     hosts = destinations(spec)
@@ -266,6 +273,7 @@ def _composed(entries: Sequence[ToolEntry]) -> ComposedView:
         totals.append(EffectTotal(kind=kind, tools=tools, patterns=tuple(sorted(patterns))))
     return ComposedView(
         from_code=from_code,
+        proposable_from_code=_path(entries, "proposal"),
         direct=_path(entries, "direct"),
         after_approval=_path(entries, "after_approval"),
         totals=tuple(totals),

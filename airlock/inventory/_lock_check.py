@@ -6,7 +6,8 @@ fails a check; it is anything that lets some principal reach more:
 
 - a new subject, or a tool that becomes reachable: listed with *every* effect, destination
   and credential it brings (a tool with side effects callable from code is called out);
-- a tool reachable in a new way (``code`` or ``direct``); an effect, destination or
+- a tool reachable in a new way (``code``, ``direct``, or ``proposal``: programs may now
+  propose it); a grant that lets programs propose more tools; an effect, destination or
   credential not covered by the old ones (a wider pattern, a new host, path or scheme);
 - an approval verdict loosened at some amount (deny → ask, ask → allow);
 - a precondition removed or weakened (fewer fields must agree);
@@ -111,6 +112,7 @@ def _grant_lines(key: str, grant: GrantSummary) -> list[Change]:
     lines = [f"scope {scope}" for scope in grant.scopes]
     lines += list(grant.effects)
     lines += [f"spend limit {cur}: {amount}" for cur, amount in grant.spend_limits.items()]
+    lines += [f"propose {pattern}" for pattern in grant.propose]
     return [Change("growth", key, "", "grant_widened", line) for line in lines]
 
 
@@ -160,7 +162,8 @@ def _side_effects_from_code(key: str, name: str, tool: LockedTool) -> list[Chang
 # Reaching a tool without approval (from code or directly) is more than reaching it only once
 # approved; "after_approval" appearing or going away is explained by the approval verdicts,
 # which are judged amount by amount in _compare_approval.
-_OPEN_REACH: Final = ("code", "direct")
+# A proposal is reached from code without the model asking for it: growth as well.
+_OPEN_REACH: Final = ("code", "direct", "proposal")
 
 
 def _compare_tool(key: str, name: str, old: LockedTool, new: LockedTool) -> list[Change]:
@@ -273,6 +276,10 @@ def _compare_grant(key: str, old: GrantSummary, new: GrantSummary) -> list[Chang
     for effect in sorted(set(old.effects) - set(new.effects)):
         if not _effect_covered(effect, new.effects):
             changes.append(Change("shrink", key, "", "grant_narrowed", effect))
+    for pattern in sorted(set(new.propose) - set(old.propose)):
+        changes.append(Change("growth", key, "", "grant_widened", f"propose {pattern}"))
+    for pattern in sorted(set(old.propose) - set(new.propose)):
+        changes.append(Change("shrink", key, "", "grant_narrowed", f"propose {pattern}"))
     for currency in sorted(old.spend_limits.keys() | new.spend_limits.keys()):
         before, after = old.spend_limits.get(currency, -1), new.spend_limits.get(currency, -1)
         if before == after:

@@ -40,9 +40,11 @@ __all__ = [
 
 INVENTORY_VERSION: Final = 2
 
-Reach = Literal["code", "direct", "after_approval"]
+Reach = Literal["code", "direct", "after_approval", "proposal"]
 """How a tool can be reached: from a sandboxed program, by the model directly without
-approval, or directly once a person or policy approves the preview."""
+approval, directly once a person or policy approves the preview, or as a *proposal* from a
+sandboxed program (a write whose preview waits in the program's batch; it is committed only
+once approved, never from code)."""
 GrantCoverage = Coverage
 Idempotency = Literal["safe", "keyed", "idempotent", "not_idempotent", "unknown"]
 """``safe``: no side effects, repeating a call changes nothing. ``keyed``: committed through
@@ -151,6 +153,10 @@ class GrantSummary(_Record):
     spend_limits: dict[str, int] = Field(
         description="Largest spend per call, in minor units, by currency."
     )
+    propose: tuple[str, ...] = Field(
+        default=(),
+        description="Tool-name patterns of the writes the subject's programs may propose.",
+    )
 
 
 class PathView(_Record):
@@ -180,6 +186,13 @@ class ComposedView(_Record):
 
     from_code: PathView = Field(
         description="Reachable from a sandboxed program without approval: reads only."
+    )
+    proposable_from_code: PathView = Field(
+        default=PathView(tools=(), effects=()),
+        description=(
+            "Writes a sandboxed program may propose, never make: each proposal is a preview "
+            "that waits, in the program's batch, for a person or policy to approve it."
+        ),
     )
     direct: PathView = Field(description="Reachable by the model directly, without approval.")
     after_approval: PathView = Field(
@@ -232,6 +245,11 @@ class SandboxLimits(_Record):
     )
     artifact_files: int = Field(
         default=0, description="Most files one run may leave in /out for the host."
+    )
+    proposals: int = Field(
+        default=0,
+        description="Most writes one program may propose (tools.propose.NAME), each waiting "
+        "for approval; a higher limit is growth.",
     )
 
 

@@ -92,6 +92,7 @@ def _grant_line(subject: SubjectInventory) -> str:
     return (
         f"scopes: {', '.join(grant.scopes) or 'none'}; effects: "
         f"{', '.join(grant.effects) or 'none'}; spend limits: {limits or 'none'}"
+        + (f"; programs may propose: {', '.join(grant.propose)}" if grant.propose else "")
     )
 
 
@@ -193,6 +194,11 @@ def _table(inventory: Inventory) -> str:
         console.print(table if subject.tools else "no visible tools")
         composed = subject.composed
         console.print(f"from code (reads only): {_path_text(composed.from_code)}", markup=False)
+        console.print(
+            "proposable from code (each approved before it is made): "
+            + _path_text(composed.proposable_from_code),
+            markup=False,
+        )
         console.print(f"directly: {_path_text(composed.direct)}", markup=False)
         console.print(f"after approval: {_path_text(composed.after_approval)}", markup=False)
         totals = "; ".join(
@@ -260,6 +266,8 @@ def _markdown(inventory: Inventory) -> str:
         lines += [
             "",
             f"- **From code** (reads only): {_cell(_path_text(composed.from_code))}",
+            "- **Proposable from code** (each approved before it is made): "
+            + _cell(_path_text(composed.proposable_from_code)),
             f"- **Directly**: {_cell(_path_text(composed.direct))}",
             f"- **After approval**: {_cell(_path_text(composed.after_approval))}",
             "- **Totals**: "

@@ -47,6 +47,7 @@ def sandbox_effects(profile: SandboxProfile, *, image: str, image_digest: str) -
             input_bytes=profile.input_limit_bytes,
             artifact_bytes=profile.artifact_limit_bytes,
             artifact_files=profile.artifact_limit_files,
+            proposals=profile.max_proposals,
         ),
         language_mode=profile.language_mode,
         allowed_imports=tuple(sorted(profile.allowed_imports)),

@@ -26,7 +26,11 @@ What it cannot follow it reports as *unresolved*, never guessed (the lists are i
   ``socket``, ``sys``, ``gc``, ``subprocess``, ... as an import, an imported name or an
   attribute of another module.
 
-A name the principal cannot call from code is reported as *unknown*.
+A name the principal cannot call from code is reported as *unknown*. A proposal
+(``tools.propose.NAME(...)``) is listed apart, in :attr:`ProgramEffects.proposals`: it is
+resolved against the write tools whose contract makes them proposable and whose scope the
+principal has (the grant's ``propose`` list is the session's to apply); any other name is
+*unknown* too. Proposals never count as calls: each waits for approval before it is made.
 
 The verdict (:attr:`ProgramEffects.verdict`) is ``complete`` only when nothing is unresolved
 or unknown: then every tool the program can call appears in :attr:`ProgramEffects.tools`,
@@ -98,6 +102,11 @@ class ProgramEffects(_Record):
     effects: tuple[str, ...] = Field(description="Declared effects of those tools, sorted.")
     uses: tuple[ToolUse, ...] = Field(description="Every resolved use, in source order.")
     unknown: tuple[UnknownUse, ...] = Field(description="Names it cannot call from code.")
+    proposals: tuple[str, ...] = Field(
+        default=(),
+        description="Writes the program proposes (``tools.propose.NAME``), resolved, sorted: "
+        "each waits for approval before it is made.",
+    )
     unresolved: tuple[Unresolved, ...] = Field(description="Constructs it cannot resolve.")
     may_reach: tuple[str, ...] = Field(
         description=(
@@ -131,10 +140,26 @@ def check_program(source: str, catalog: ToolCatalog, principal: Principal) -> Pr
         raise ProgramSyntaxError(exc.msg, line=exc.lineno) from None
     specs = {spec.name: spec for spec in catalog.specs()}
     callable_names = {d.name for d in catalog.visible(principal, "code")}
+    proposable = {
+        d.name
+        for d in catalog.visible(principal, "direct")
+        if (write := specs[d.name].write) is not None and write.proposable
+    }
     scan = ProgramScan(source, tree)
-    uses, unknown = [], []
+    uses, unknown, proposals = [], [], set()
     for use in scan.uses:
-        if use.tool in callable_names:
+        if use.proposal and use.tool in proposable:
+            proposals.add(use.tool)
+        elif use.proposal:
+            unknown.append(
+                UnknownUse(
+                    line=use.line,
+                    column=use.column,
+                    name=use.tool,
+                    reason="no write tool of this name may be proposed from code",
+                )
+            )
+        elif use.tool in callable_names:
             uses.append(use)
         else:
             unknown.append(
@@ -153,6 +178,7 @@ def check_program(source: str, catalog: ToolCatalog, principal: Principal) -> Pr
         effects=effects,
         uses=tuple(uses),
         unknown=tuple(unknown),
+        proposals=tuple(sorted(proposals)),
         unresolved=tuple(scan.unresolved),
         may_reach=bound,
     )

@@ -47,6 +47,7 @@ class ToolUse(_Record):
     tool: str = Field(description="The tool's name.")
     form: CallForm = Field(description="call, aio, batch, getattr, alias or reference.")
     via: str | None = Field(description="The alias it was reached through, if any.")
+    proposal: bool = Field(default=False, description="A proposal: tools.propose.NAME.")
 
 
 class Unresolved(_Record):
@@ -265,6 +266,8 @@ class ProgramScan:
         if isinstance(parent, ast.Attribute) and parent.value is node:
             if parent.attr.startswith("_"):
                 self._unresolved(parent, f"private attribute {parent.attr!r} of the namespace")
+            elif parent.attr == "propose":
+                self._proposal_use(parent)
             elif parent.attr not in _MEMBERS:
                 self._tool_use(parent, parent.attr, via=_via(node))
             return
@@ -323,6 +326,19 @@ class ProgramScan:
                 elif parent.attr in ("aio", "batch") and isinstance(grand, ast.Call):
                     form = "aio" if parent.attr == "aio" else "batch"
         self._record(node, tool, form, via)
+
+    def _proposal_use(self, node: ast.Attribute) -> None:
+        """``tools.propose.NAME...``: a proposal of the write NAME; the ``propose`` namespace
+        taken any other way is unresolved (what it proposes through cannot be named)."""
+        parent = self._parents.get(node)
+        if not (isinstance(parent, ast.Attribute) and parent.value is node):
+            return self._unresolved(node, "the propose namespace is used as a value")
+        if parent.attr.startswith("_"):
+            return self._unresolved(parent, f"private attribute {parent.attr!r} of proposals")
+        start = len(self.uses)
+        self._tool_use(parent, parent.attr, via=None)
+        for n in range(start, len(self.uses)):
+            self.uses[n] = self.uses[n].model_copy(update={"proposal": True})
 
     def _record(self, node: ast.AST, tool: str, form: CallForm, via: str | None) -> None:
         line, column = _position(node)

@@ -28,7 +28,7 @@ from examples.billing.story import DemoError, DemoReport, run_story
 __all__ = ["demo", "main"]
 
 _RESULT_CHARS = 600  # long tool results are shortened on screen, never in the context
-_ATTEMPT = {"": "receipt", "ambiguous_write": "answer lost"}
+_ATTEMPT = {"committed": "receipt", "unknown": "answer lost"}
 
 
 class RichNarrator:
@@ -75,18 +75,15 @@ class RichNarrator:
         body = json.loads(result.content)
         if result.is_error:
             said = f"[red]{result.code}[/]: {body.get('message', '')}"
-        else:
-            receipt = body["receipt"]
-            said = (
-                f"[green]{body['status']}[/], receipt {receipt['id']}: "
-                f"{receipt['amount_minor'] / 100:,.2f} {receipt['currency']} "
-                f"({receipt['status']})"
-            )
+        else:  # a batch: how many items stand where
+            counts = ", ".join(f"{n} {state}" for state, n in body["counts"].items())
+            said = f"[green]{body['status']}[/]: {counts}"
         self.console.print(f"  [bold]{label}[/] → {said}")
 
 
 def demo() -> None:
-    """Find duplicate payments with one sandboxed program, then refund with approval."""
+    """Find duplicate payments with one sandboxed program that proposes their refunds; one
+    approval of the batch commits them."""
     console = Console()
     settings = Settings.from_env()
     console.rule("airlock demo: duplicate payments, found by code, refunded with approval")
@@ -122,6 +119,12 @@ def _summary(console: Console, report: DemoReport) -> None:
         f"{len(report.duplicates)} duplicates"
     )
 
+    batch = report.batch
+    total = ", ".join(f"{n / 100:,.2f} {c}" for c, n in batch.proposal["total"].items())
+    console.print(
+        f"the program proposed {batch.proposal['count']} refunds ({total}) as batch "
+        f"{batch.batch_id}; one approval of fingerprint {batch.fingerprint[:16]}… committed them"
+    )
     refunds = Table(title="refunds")
     for column in ("invoice", "amount", "attempts", "refund", "held by the service"):
         refunds.add_column(column)
@@ -130,7 +133,7 @@ def _summary(console: Console, report: DemoReport) -> None:
         refunds.add_row(
             step.invoice_id,
             f"{receipt['amount_minor'] / 100:,.2f} {receipt['currency']}",
-            " → ".join(_ATTEMPT.get(a.code or "", a.code or "receipt") for a in step.attempts),
+            " → ".join(_ATTEMPT.get(a, a) for a in step.attempts),
             str(receipt["id"]),
             str(step.service_refunds),
         )

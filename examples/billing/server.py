@@ -68,16 +68,21 @@ def serve_billing(
     """Seed a store and serve it on 127.0.0.1 on ``port`` (a free one when 0), in a
     background thread.
 
-    A new file (or ``:memory:``) is seeded; an existing seeded file is served as it is, but
-    its tokens are not known, so pass a fresh path.
+    A new file (or ``:memory:``) is seeded; an existing seeded file is served as it is (its
+    invoices, payments, refunds and idempotency keys), with fresh tokens issued for the
+    tenants it holds (``tenants`` and the seed options then do not apply).
 
     Raises:
         RuntimeError: the server did not start within ``startup_timeout`` seconds.
     """
-    tokens = {tenant: "tok_" + secrets.token_urlsafe(24) for tenant in tenants}
     admin_token = "adm_" + secrets.token_urlsafe(24)
     store = BillingStore(db_path)
-    seed_store(store, tokens, seed=seed, invoices_per_tenant=invoices_per_tenant)
+    existing = store.tenant_ids()
+    tokens = {tenant: "tok_" + secrets.token_urlsafe(24) for tenant in existing or tenants}
+    if existing:  # served as it is; the tokens it was seeded with were never kept
+        store.issue_tokens(tokens)
+    else:
+        seed_store(store, tokens, seed=seed, invoices_per_tenant=invoices_per_tenant)
     faults = Faults()
     app = billing_app(store, faults, admin_token=admin_token)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -122,7 +127,11 @@ def serve_billing(
 def main(argv: Sequence[str] | None = None) -> None:
     """Serve until interrupted; print the base URL and tokens as one JSON line first."""
     parser = argparse.ArgumentParser(prog="python -m examples.billing")
-    parser.add_argument("--db", default=":memory:", help="SQLite file (new) or :memory:")
+    parser.add_argument(
+        "--db",
+        default=":memory:",
+        help="SQLite file (a new one is seeded, an existing one served as it is) or :memory:",
+    )
     parser.add_argument("--seed", type=int, default=7, help="seed of the generated records")
     parser.add_argument("--port", type=int, default=8400, help="port on 127.0.0.1 (0: a free one)")
     args = parser.parse_args(argv)

@@ -168,6 +168,28 @@ class BillingStore:
             rows = self._conn.execute(sql + " ORDER BY id", args).fetchall()
         return [_refund_json(row) for row in rows]
 
+    def tenant_ids(self) -> list[str]:
+        """The tenants this store holds, sorted (none in a new file)."""
+        with self._lock:
+            rows = self._conn.execute("SELECT id FROM tenants ORDER BY id").fetchall()
+        return [str(row["id"]) for row in rows]
+
+    def issue_tokens(self, tokens: dict[str, str]) -> None:
+        """Make ``tokens`` (tenant id -> bearer token) the tenants' tokens; the old ones stop
+        working. Only their digests are stored.
+
+        Raises:
+            KeyError: a tenant is not in the store.
+        """
+        with self.transaction() as conn:
+            for tenant, token in tokens.items():
+                changed = conn.execute(
+                    "UPDATE tenants SET token_sha256 = ? WHERE id = ?",
+                    (token_digest(token), tenant),
+                ).rowcount
+                if changed != 1:
+                    raise KeyError(tenant)
+
     def count(self, table: Literal["refunds", "invoices", "payments", "idempotency_keys"]) -> int:
         """Rows in ``table`` (tests and the demo use it to show "one refund")."""
         with self._lock:

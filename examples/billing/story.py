@@ -1,13 +1,17 @@
 """The demo's story, end to end against real parts: the billing service on loopback, a
 Docker sandbox, the SQLite ledger and audit log, and a replayed model.
 
-1. The model runs one program that reads every invoice of its tenant through the bridge
-   and returns only the ones paid twice.
-2. It asks for a refund: the call becomes a preview whose amount code computed from the
-   invoice record; a person approves it with ``airlock approvals approve``; the session
-   commits it once and gets the receipt.
-3. A second refund's answer is lost after the service committed it: the retry sends the
-   same idempotency key and gets the same refund back, and the service holds one.
+1. The model runs one program that reads every invoice of its tenant through the bridge,
+   returns only the ones paid twice, and *proposes* a refund of each duplicate payment
+   (``tools.propose.billing_refund_create``): the host prepares each refund as a direct call
+   would, its amount computed from the invoice record, and nothing is sent. The program's
+   result says that its proposals wait as one batch.
+2. A person approves the whole batch with its one fingerprint (``airlock approvals approve
+   pb_... --fingerprint F``); the session commits each refund once, with its own idempotency
+   key and receipt.
+3. One refund's answer is lost after the service committed it: that item is ``unknown``; the
+   retry sends the same key and gets the same refund back. The service holds one refund per
+   duplicate, exactly.
 4. The same reads as direct calls, to measure what they would have put into the context.
 
 :func:`run_story` returns a :class:`DemoReport`; a :class:`Narrator` sees each step as it
@@ -46,6 +50,7 @@ from examples.billing import DEMO_POLICY, BillingServer, build_billing_registry,
 
 __all__ = [
     "DEMO_REPLAY",
+    "BatchStep",
     "DemoError",
     "DemoReport",
     "Narrator",
@@ -69,17 +74,30 @@ class DemoError(AirlockError):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RefundStep:
-    """One refund from the model's call to the receipt."""
+    """One refund of the batch, from the program's proposal to the receipt."""
 
     invoice_id: str
     preview_id: str
     fingerprint: str
     summary: str
-    attempts: tuple[ModelResult, ...]
-    """What each commit attempt answered, in order (a lost response, then the retry...)."""
+    attempts: tuple[str, ...]
+    """Where the item stood after each commit of the batch, in order (``unknown`` after a
+    lost answer, then ``committed``...)."""
     receipt: dict[str, Any]
     service_refunds: int
     """Refunds the billing service holds for the invoice afterwards."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BatchStep:
+    """The batch of refunds the program proposed, its approval and its commits."""
+
+    batch_id: str
+    fingerprint: str
+    proposal: dict[str, Any]
+    """The note the model saw about the batch (count, total per currency, ids)."""
+    commits: tuple[ModelResult, ...]
+    """What each commit of the batch answered the model, in order."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -94,6 +112,7 @@ class DemoReport:
     code_path: ContextBytes
     direct_path: ContextBytes
     refunds: tuple[RefundStep, ...]
+    batch: BatchStep
     effects: tuple[ExercisedTool, ...]
     audit_db: Path
     ledger_db: Path
@@ -170,6 +189,7 @@ async def _play(
     subject = document.principal(DEMO_USER)
     replay = ReplayModel.load(replay_path)
     refunds: list[RefundStep] = []
+    batches: list[BatchStep] = []
 
     async with DockerBackend(image=image, pool_size=1) as backend:
         harness = Harness(registry, document.policy, backend, ledger)
@@ -181,15 +201,19 @@ async def _play(
         async def after_turn(index: int, answers: list[dict[str, Any]]) -> None:
             for answer in answers:
                 body = _json(answer)
-                if isinstance(body, dict) and body.get("status") == "needs_approval":
-                    lose = len(refunds) == 1  # the second refund's answer goes missing
-                    refunds.append(
-                        await _approve_and_commit(session, billing, ledger, body, lose, narrator)
+                proposal = body.get("proposals") if isinstance(body, dict) else None
+                if isinstance(proposal, dict) and proposal.get("status") == "needs_approval":
+                    step, items = await _approve_and_commit(
+                        session, billing, ledger, proposal, narrator
                     )
+                    batches.append(step)
+                    refunds.extend(items)
 
         transcript = await replay.play(session, after_turn=after_turn, on_message=show)
         scan = _scan_result(transcript)
         code_path = transcript.context(upto="toolu_scan")
+        if len(batches) != 1:
+            raise DemoError(f"the program's proposals came as {len(batches)} batches, not one")
         direct_path = await _direct_calls(
             harness, session, [d["invoice_id"] for d in scan["duplicates"]], narrator
         )
@@ -209,6 +233,7 @@ async def _play(
         code_path=code_path,
         direct_path=direct_path,
         refunds=tuple(refunds),
+        batch=batches[0],
         effects=tuple(effects),
         audit_db=run_dir / "audit.db",
         ledger_db=run_dir / "ledger.db",
@@ -220,54 +245,71 @@ async def _approve_and_commit(
     session: Session,
     billing: BillingServer,
     ledger: SQLiteLedgerStore,
-    paused: dict[str, Any],
-    lose_response: bool,
+    proposal: dict[str, Any],
     narrator: Narrator,
-) -> RefundStep:
-    """A person approves the preview with the CLI; the session commits it (and, when
-    ``lose_response``, the service's first answer is dropped after it committed)."""
-    preview_id, fingerprint = str(paused["preview_id"]), str(paused["fingerprint"])
-    preview = ledger.preview(preview_id)
-    if preview is None:
-        raise DemoError(f"the paused write {preview_id} is not in the ledger")
-    invoice_id = str(preview.effect["invoice_id"])
+) -> tuple[BatchStep, list[RefundStep]]:
+    """A person approves the batch with the CLI and its one fingerprint; the session commits
+    it, the service's answer to one refund is dropped after it committed, and the retry
+    settles that one with the same key."""
+    batch_id, fingerprint = str(proposal["batch_id"]), str(proposal["fingerprint"])
+    batch = ledger.batch(batch_id)
+    if batch is None:
+        raise DemoError(f"the proposed batch {batch_id} is not in the ledger")
     command = [
-        "airlock", "approvals", "approve", preview_id,
+        "airlock", "approvals", "approve", batch_id,
         "--ledger", str(ledger.path), "--fingerprint", fingerprint, "--as", APPROVER,
     ]  # fmt: skip
     output = _airlock_cli(command[1:])
-    narrator.step("a person approves it", "$ " + " ".join(command) + "\n" + output)
-    attempts: list[ModelResult] = []
-    if lose_response:
-        billing.faults.drop_after_commit()
-        narrator.step(
-            "the network loses the answer",
-            "the service will commit the next refund and then drop the connection",
-        )
-        attempts.append(await session.resume(preview_id))
-        narrator.attempt("commit", attempts[-1])
-        if attempts[-1].code != "ambiguous_write":
-            raise DemoError(f"the lost answer came back as {attempts[-1].code}, not ambiguous")
-    attempts.append(await session.resume(preview_id))
-    narrator.attempt("retry" if lose_response else "commit", attempts[-1])
-    attempts.append(await session.resume(preview_id))  # asked again: the same receipt
-    narrator.attempt("asked again", attempts[-1])
-    committed, again = attempts[-2], attempts[-1]
-    if committed.is_error or committed.content != again.content:
-        raise DemoError(f"the refund of {invoice_id} did not settle on one receipt")
-    receipt = _json_text(committed.content)
-    stored = billing.store.refunds(preview.principal.tenant_id, invoice_id=invoice_id)
-    if len(stored) != 1 or stored[0]["id"] != receipt["receipt"]["id"]:
-        raise DemoError(f"the service holds {len(stored)} refunds of {invoice_id}, not one")
-    return RefundStep(
-        invoice_id=invoice_id,
-        preview_id=preview_id,
-        fingerprint=fingerprint,
-        summary=str(paused.get("summary", "")),
-        attempts=tuple(attempts),
-        receipt=receipt,
-        service_refunds=len(stored),
+    narrator.step("a person approves the whole batch", "$ " + " ".join(command) + "\n" + output)
+    billing.faults.drop_after_commit()
+    narrator.step(
+        "the network loses an answer",
+        "the service will commit one refund and then drop the connection",
     )
+    commits = [await session.resume(batch_id)]
+    narrator.attempt("commit the batch", commits[-1])
+    states = [_states(ledger, batch.items)]
+    if "unknown" not in states[-1].values():
+        raise DemoError("the lost answer did not leave its refund unknown")
+    commits.append(await session.resume(batch_id))  # the same key again: settles it
+    narrator.attempt("retry", commits[-1])
+    states.append(_states(ledger, batch.items))
+    commits.append(await session.resume(batch_id))  # asked again: the same receipts
+    narrator.attempt("asked again", commits[-1])
+    states.append(_states(ledger, batch.items))
+    if commits[-2].content != commits[-1].content or set(states[-1].values()) != {"committed"}:
+        raise DemoError("the batch did not settle on one receipt per refund")
+    steps = []
+    for preview_id in batch.items:
+        preview = ledger.preview(preview_id)
+        receipt = ledger.receipt(preview.key) if preview is not None else None
+        if preview is None or receipt is None:
+            raise DemoError(f"the refund {preview_id} has no receipt")
+        invoice_id = str(preview.effect["invoice_id"])
+        stored = billing.store.refunds(preview.principal.tenant_id, invoice_id=invoice_id)
+        if len(stored) != 1 or stored[0]["id"] != receipt.data["id"]:
+            raise DemoError(f"the service holds {len(stored)} refunds of {invoice_id}, not one")
+        steps.append(
+            RefundStep(
+                invoice_id=invoice_id,
+                preview_id=preview_id,
+                fingerprint=preview.fingerprint,
+                summary=preview.summary,
+                attempts=tuple(s[preview_id] for s in states),
+                receipt={"receipt": dict(receipt.data)},
+                service_refunds=len(stored),
+            )
+        )
+    step = BatchStep(
+        batch_id=batch_id, fingerprint=fingerprint, proposal=proposal, commits=tuple(commits)
+    )
+    return step, steps
+
+
+def _states(ledger: SQLiteLedgerStore, items: Sequence[str]) -> dict[str, str]:
+    """Where each preview of a batch stands in the ledger."""
+    found = {i: ledger.preview(i) for i in items}
+    return {i: p.state if p is not None else "missing" for i, p in found.items()}
 
 
 async def _direct_calls(

@@ -350,6 +350,8 @@ def register_billing_tools(
             destinations=adapter.destinations,
             credentials=used,
             tenant_credentials=by_tenant,
+            # A program that finds duplicate payments may propose their refunds as one batch.
+            proposable=True,
         )
     )
     return registry

@@ -15,6 +15,7 @@ Standard library only; shipped in the image next to the runner.
 
 from __future__ import annotations
 
+import errno
 import os
 import resource
 import threading
@@ -136,11 +137,41 @@ def value_elements(value: Any) -> int:
     return count
 
 
+def limit_of(exc: BaseException, out_dir: str) -> str | None:
+    """The limit an exception of the program's shows it hit (``memory``, ``disk``, or
+    ``artifacts`` when ``out_dir`` is the full one), or ``None``."""
+    if isinstance(exc, MemoryError):
+        return "memory"
+    if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+        return "artifacts" if _is_full(out_dir) else "disk"
+    return None
+
+
+def _is_full(path: str) -> bool:
+    """Whether the file system at ``path`` (``/out``) has less than a page left."""
+    try:
+        info = os.statvfs(path)
+    except OSError:
+        return False
+    return info.f_bavail * info.f_frsize < 4096
+
+
+def usage() -> tuple[float, int]:
+    """CPU seconds and peak memory (bytes) of this process and its children so far."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+    peak_kib = max(own.ru_maxrss, children.ru_maxrss)
+    return cpu, peak_kib * 1024
+
+
 __all__ = [
     "VALUE_ELEMENTS",
     "VALUE_LIMIT",
     "StreamCapture",
     "isolate_descriptors",
+    "limit_of",
     "too_large",
+    "usage",
     "value_elements",
 ]

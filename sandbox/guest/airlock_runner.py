@@ -25,19 +25,17 @@ Life of a runner (one per container, one program per runner):
    ``result_too_large`` with its size, so the ``done`` frame stays within the host's frame
    budget.
 
-A ``run`` frame with ``"keep": true`` starts a kept runner instead (one conversation of one
-principal): after ``done`` it waits for the next ``run`` frame, and each program starts with
-the top-level names earlier programs left. It exits when the host closes the bridge.
+A ``run`` frame with ``"keep": true`` makes the runner a zygote (``airlock_zygote``): each
+program of the conversation runs in a process forked for it, over a connection of its own;
+what it leaves the next is explicit (``airlock_kept``).
 
 Frames and their types are the shared contract in ``airlock_wire``.
 """
 
 from __future__ import annotations
 
-import errno
 import json
 import os
-import resource
 import sys
 import time
 import traceback
@@ -51,8 +49,10 @@ if TYPE_CHECKING:
     from airlock.bridge import airlock_wire as wire
     from airlock.sandbox.guest import airlock_artifacts as artifacts
     from airlock.sandbox.guest import airlock_image as image
+    from airlock.sandbox.guest import airlock_zygote as zygote
     from airlock.sandbox.guest.airlock_bridge import Connection, Tools
     from airlock.sandbox.guest.airlock_errors import ERRORS, RunAborted, ToolError
+    from airlock.sandbox.guest.airlock_kept import KeptGlobals, top_level_definitions
     from airlock.sandbox.guest.airlock_language import (
         PROGRAM_FILENAME,
         ProgramRejected,
@@ -66,7 +66,9 @@ if TYPE_CHECKING:
         VALUE_LIMIT,
         StreamCapture,
         isolate_descriptors,
+        limit_of,
         too_large,
+        usage,
     )
     from airlock.sandbox.guest.airlock_seccomp import confine
 else:
@@ -77,8 +79,10 @@ else:
     import airlock_artifacts as artifacts
     import airlock_image as image
     import airlock_wire as wire
+    import airlock_zygote as zygote
     from airlock_bridge import Connection, Tools
     from airlock_errors import ERRORS, RunAborted, ToolError
+    from airlock_kept import KeptGlobals, top_level_definitions
     from airlock_language import (
         PROGRAM_FILENAME,
         ProgramRejected,
@@ -92,11 +96,14 @@ else:
         VALUE_LIMIT,
         StreamCapture,
         isolate_descriptors,
+        limit_of,
         too_large,
+        usage,
     )
     from airlock_seccomp import confine
 
 _TRACEBACK_LIMIT = 8 * 1024
+_SCRATCH = "/tmp"
 _RUNNER_PID = os.getpid()
 
 
@@ -130,48 +137,23 @@ def _program_traceback(exc: BaseException) -> str:
     return text[-_TRACEBACK_LIMIT:]
 
 
-def _limit_of(exc: BaseException) -> str | None:
-    if isinstance(exc, MemoryError):
-        return "memory"
-    if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
-        return "artifacts" if _is_full(wire.OUT_DIR) else "disk"
-    return None
-
-
-def _is_full(path: str) -> bool:
-    """Whether the file system at ``path`` (``/out``) has less than a page left."""
-    try:
-        info = os.statvfs(path)
-    except OSError:
-        return False
-    return info.f_bavail * info.f_frsize < 4096
-
-
-def _usage() -> tuple[float, int]:
-    own = resource.getrusage(resource.RUSAGE_SELF)
-    children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
-    peak_kib = max(own.ru_maxrss, children.ru_maxrss)
-    return cpu, peak_kib * 1024
-
-
 def execute(
     request: dict[str, Any],
     finish: Any,
     tools: Tools | None = None,
-    state: dict[str, Any] | None = None,
+    kept: KeptGlobals | None = None,
 ) -> dict[str, Any]:
     """Run one program and return the ``done`` result. ``finish(result)`` ends the run early.
 
-    ``state`` (kept runners only) holds the top-level names of earlier programs: the program
-    starts with them and leaves its own there.
+    ``kept`` (a kept session's program only) holds the top-level names earlier programs
+    left: the program starts with them, and leaves its own there for the next one.
     """
     tools = tools if tools is not None else Tools(None, [])
     source = request["program"]
     mode = request.get("mode", "restricted")
     allowed = frozenset(request.get("allowed_imports", ()))
     output_limit = int(request.get("output_limit", 1024 * 1024))
-    cpu_before, _ = _usage()
+    cpu_before, _ = usage()
     started_at = time.time()
     clock = time.perf_counter()
     final = _FinalValue(
@@ -213,8 +195,8 @@ def execute(
         else full_globals(final.set, tools)
     )
     fresh = set(namespace)
-    if state:
-        namespace.update(state)
+    if kept is not None:
+        kept.restore(namespace, lambda text: compile_program(text, mode, allowed)[0])
     streams: list[StreamCapture] = []
 
     def overflow() -> None:
@@ -243,7 +225,7 @@ def execute(
             result.update(status="error", exit_status=code)
             result["error"] = {"type": "SystemExit", "message": f"exit status {code}"}
     except BaseException as exc:
-        limit = _limit_of(exc)
+        limit = limit_of(exc, wire.OUT_DIR)
         error = {
             "type": type(exc).__name__,
             "message": str(exc)[:_TRACEBACK_LIMIT],
@@ -260,11 +242,20 @@ def execute(
     finally:
         for stream in streams:
             stream.close()
-        if state is not None:
-            # The run's own bindings (result, tools, guards) are rebuilt each time.
-            state.clear()
-            state.update((k, v) for k, v in namespace.items() if k not in fresh)
-    return _finalize(result, clock, cpu_before, final, *streams)
+    finished = _finalize(result, clock, cpu_before, final, *streams)
+    if kept is not None:
+        # The run's own bindings (result, tools, guards) are rebuilt each time.
+        try:
+            kept.keep(
+                namespace,
+                fresh=fresh,
+                defined=top_level_definitions(source),
+                program_file=PROGRAM_FILENAME,
+            )
+        except OSError as exc:
+            kept.notes.append(f"nothing ({exc.strerror or exc})")
+        finished["stderr"] += kept.note()
+    return finished
 
 
 def _finalize(
@@ -275,7 +266,7 @@ def _finalize(
     stdout: StreamCapture | None,
     stderr: StreamCapture | None,
 ) -> dict[str, Any]:
-    cpu_after, peak = _usage()
+    cpu_after, peak = usage()
     result["duration_s"] = time.perf_counter() - clock
     result["cpu_time_s"] = max(cpu_after - cpu_before, 0.0)
     result["peak_memory_bytes"] = peak
@@ -351,24 +342,39 @@ def main(argv: list[str]) -> int:
         connection.send({"type": wire.DONE, "result": result})
         os._exit(0)
 
+    if request.get("keep"):
+        return zygote.serve(connection, socket_path, request, _run_kept, _prepare_kept)
     # The second seccomp layer, before any of the program's code runs; no layer, no run.
     confine(request.get("mode"), refuse=finish)
-    if not request.get("keep"):
-        result = execute(request, finish, tools)
-        artifacts.deliver(connection.send, request, result)
-        finish(result)
-    state: dict[str, Any] = {}
-    while True:
-        result = execute(request, finish, tools, state)
-        artifacts.deliver(connection.send, request, result)
+    result = execute(request, finish, tools)
+    artifacts.deliver(connection.send, request, result)
+    finish(result)
+    return 0
+
+
+def _prepare_kept(request: dict[str, Any]) -> None:
+    artifacts.empty(wire.OUT_DIR)  # every other process is gone: they stay empty
+    if request.get("keep") == "clean":
+        artifacts.empty(_SCRATCH)
+
+
+def _run_kept(connection: Connection, request: dict[str, Any]) -> None:
+    """One kept program, in the process forked for it, over its own ``connection``."""
+    global _RUNNER_PID
+    _RUNNER_PID = os.getpid()  # a child the program forks must never report for it
+    tools = Tools(connection, request.get("tools") or [])
+
+    def finish(result: dict[str, Any]) -> None:
         connection.send({"type": wire.DONE, "result": result})
-        try:
-            request = connection.recv()
-        except (ConnectionError, OSError, ValueError):
-            os._exit(0)  # the host closed the bridge: the conversation is over
-        if request.get("type") != wire.RUN:
-            os._exit(3)
-        tools = Tools(connection, request.get("tools") or [])
+        os._exit(0)
+
+    confine(request.get("mode"), refuse=finish)
+    kept = None if request.get("keep") == "clean" else KeptGlobals()
+    if kept is not None:
+        kept.read()
+    result = execute(request, finish, tools, kept)
+    artifacts.deliver(connection.send, request, result)
+    finish(result)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ PUBLIC_API = [
     "decode_body",
     "encode_frame",
     "program_error",
+    "proposal_stubs",
     "read_frame",
     "read_sized_frame",
     "render_api",

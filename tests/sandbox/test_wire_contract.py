@@ -60,7 +60,7 @@ PINS: list[tuple[str, Callable[[], Any], Callable[[], Any]]] = [
      lambda: {name for name in vars(bridge.Tools) if not name.startswith("_")},
      lambda: airlock.bridge.NAMESPACE_MEMBERS),
     ("namespace_errors",
-     lambda: {name: getattr(bridge.Tools, name) for name in wire.NAMESPACE_MEMBERS - {"log"}},
+     lambda: {name: getattr(bridge.Tools, name) for name in wire.NAMESPACE_MEMBERS - {"log", "propose"}},
      lambda: {cls.__name__: cls for cls in [errors.ToolError, *errors.ERRORS.values()]}),
     ("socket_path",
      lambda: _dockerfile("CMD"),

@@ -6,6 +6,7 @@ import pytest
 
 from airlock.tools import Registry
 from tests.tools.billing import Handled, build_registry
+from tests.tools.stores import backend  # noqa: F401 -- the fixture, for the store suites
 
 
 @pytest.fixture

@@ -1,5 +1,6 @@
 """The audit log and its stores: queries, programs, the writer thread, group commits,
-durable waits that never block the event loop, failures, provisional logs and sinks."""
+durable waits that never block the event loop, failures, provisional logs and sinks. What a
+store does runs on each store: in memory, SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -18,12 +19,14 @@ from airlock.policies import UsageError
 from airlock.tools import (
     AuditEvent,
     AuditLog,
+    LedgerReadOnlyError,
     MemoryAuditStore,
     RunSummary,
     SQLiteAuditStore,
     program_hash,
 )
 from tests.audit_events import stored_event
+from tests.tools.stores import BACKENDS, Backend, make_backend
 
 
 def event(
@@ -32,14 +35,14 @@ def event(
     return stored_event(run_id=run, call_id=call, tool=tool, **kw)
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", *BACKENDS])
 def store(request: pytest.FixtureRequest, tmp_path: Path):  # type: ignore[no-untyped-def]
     if request.param == "memory":
         yield MemoryAuditStore()
     else:
-        sqlite_store = SQLiteAuditStore(tmp_path / "audit.db")
-        yield sqlite_store
-        sqlite_store.close()
+        durable = make_backend(request.param, tmp_path, request).audit()
+        yield durable
+        durable.close()
 
 
 def test_query_by_run_tool_and_time(store) -> None:  # type: ignore[no-untyped-def]
@@ -70,11 +73,14 @@ def test_fields_round_trip_as_stored(store) -> None:  # type: ignore[no-untyped-
     store.append([odd])
     [back] = store.query()
     assert back.ts == 100.0
-    assert back.detail == "a\x00b"
+    # PostgreSQL's text cannot hold a NUL: it is stored (and chained) as U+FFFD.
+    assert back.detail == (
+        "a\ufffdb" if store.__class__.__name__.startswith("Postgres") else "a\x00b"
+    )
     assert back.approver == "bob"
     assert back.final is False
     assert back.tool in ("x\ud800y", "x?y")  # memory keeps it; SQLite writes what UTF-8 can
-    if isinstance(store, SQLiteAuditStore):
+    if not isinstance(store, MemoryAuditStore):
         assert isinstance(back.ts, float)
         assert store.verify().ok
 
@@ -89,16 +95,16 @@ def test_programs_are_stored_once_by_hash(store) -> None:  # type: ignore[no-unt
     assert len(digest) == 32
 
 
-def test_runs_are_the_most_recent_by_their_last_record(tmp_path: Path) -> None:
-    store = SQLiteAuditStore(tmp_path / "audit.db")
+def test_runs_are_the_most_recent_by_their_last_record(backend: Backend) -> None:
+    store = backend.audit()
     store.append([event("old", "c1"), event("mid", "c1"), event("old", "c2")])
     assert [r.run_id for r in store.runs()] == ["old", "mid"]
     assert [r.run_id for r in store.runs(limit=1)] == ["old"]
     store.close()
 
 
-def test_records_come_in_pages_with_their_number_and_chain(tmp_path: Path) -> None:
-    store = SQLiteAuditStore(tmp_path / "audit.db")
+def test_records_come_in_pages_with_their_number_and_chain(backend: Backend) -> None:
+    store = backend.audit()
     store.append([event(call=f"c{i}", ts=float(i)) for i in range(2500)])
     records = list(store.records(since=10.0))
     assert [n for n, _, _ in records] == list(range(11, 2501))
@@ -119,7 +125,7 @@ def test_sqlite_uses_wal_and_survives_reopening(tmp_path: Path) -> None:
     assert (path.parent / "audit.db.key").stat().st_mode & 0o777 == 0o600
     reader = SQLiteAuditStore(path, readonly=True)
     assert len(reader.query(run_id="r1")) == 1
-    with pytest.raises(sqlite3.OperationalError):
+    with pytest.raises(LedgerReadOnlyError):
         reader.append([event()])
     reader.close()
 
@@ -358,8 +364,8 @@ def test_sinks_see_stored_batches_and_a_failing_one_changes_nothing(tmp_path: Pa
         log.record(event())
 
 
-def test_threads_share_one_log(tmp_path: Path) -> None:
-    log = AuditLog(SQLiteAuditStore(tmp_path / "audit.db"), batch_size=7)
+def test_threads_share_one_log(backend: Backend) -> None:
+    log = AuditLog(backend.audit(), batch_size=7)
 
     def work(n: int) -> None:
         for i in range(200):
@@ -376,23 +382,22 @@ def test_threads_share_one_log(tmp_path: Path) -> None:
     log.close()
 
 
-def _write_from_process(path: str, run: str) -> None:
-    with AuditLog(SQLiteAuditStore(path), batch_size=10) as log:
+def _write_from_process(backend: Backend, run: str) -> None:
+    with AuditLog(backend.audit(), batch_size=10) as log:
         for i in range(100):
             log.record(event(run=run, call=f"c{i}"))
 
 
-def test_processes_extend_one_chain(tmp_path: Path) -> None:
-    path = str(tmp_path / "audit.db")
-    SQLiteAuditStore(path).close()
+def test_processes_extend_one_chain(backend: Backend) -> None:
+    backend.audit().close()
     spawn = multiprocessing.get_context("spawn")
-    workers = [spawn.Process(target=_write_from_process, args=(path, f"p{n}")) for n in range(3)]
+    workers = [spawn.Process(target=_write_from_process, args=(backend, f"p{n}")) for n in range(3)]
     for worker in workers:
         worker.start()
     for worker in workers:
         worker.join(timeout=30)
         assert worker.exitcode == 0
-    store = SQLiteAuditStore(path)
+    store = backend.audit()
     assert len(store.query()) == 300
     assert sorted(r.run_id for r in store.runs()) == ["p0", "p1", "p2"]
     report = store.verify()
@@ -401,9 +406,8 @@ def test_processes_extend_one_chain(tmp_path: Path) -> None:
     store.close()
 
 
-def test_a_forked_child_writes_its_own_events_only(tmp_path: Path) -> None:
-    path = tmp_path / "audit.db"
-    log = AuditLog(SQLiteAuditStore(path))
+def test_a_forked_child_writes_its_own_events_only(backend: Backend) -> None:
+    log = AuditLog(backend.audit())
     store = GatedStore()
     store.gate.clear()
     held = threaded(store)
@@ -431,8 +435,8 @@ def test_batch_size_must_be_positive() -> None:
         AuditLog(MemoryAuditStore(), batch_size=0)
 
 
-def test_run_summary_counts_previews_apart(tmp_path: Path) -> None:
-    store = SQLiteAuditStore(tmp_path / "audit.db")
+def test_run_summary_counts_previews_apart(backend: Backend) -> None:
+    store = backend.audit()
     store.append([event(outcome="preview", code="needs_approval", decision="ask")])
     [summary] = store.runs()
     assert isinstance(summary, RunSummary)

@@ -1,20 +1,20 @@
 """Tampering with the audit store behind its back, with plain SQL as someone holding the file
-would: every edit, deletion, reordering and truncation is found, and ``verify`` names the
-first record that does not fit."""
+(or a login to the database) would: every edit, deletion, reordering and truncation is found,
+and ``verify`` names the first record that does not fit. Each test runs on SQLite and on
+PostgreSQL."""
 
 from __future__ import annotations
 
 import hmac
 import json
-import sqlite3
-from pathlib import Path
 from typing import get_args
 
 import pytest
 
-from airlock.tools import AuditEvent, ChainReport, SQLiteAuditStore, program_hash
+from airlock.tools import AuditEvent, ChainReport, program_hash
 from airlock.tools._audit_chain import GENESIS, ChainProblem, link
 from airlock.tools._audit_schema import COLUMNS
+from tests.tools.stores import Backend
 
 RECORDS = 10
 PROGRAMS = ("tools.a_b_c(x=1)\n", "sum(range(3))\n")
@@ -43,32 +43,48 @@ def event(i: int) -> AuditEvent:
 
 
 @pytest.fixture
-def db(tmp_path: Path) -> Path:
-    path = tmp_path / "audit.db"
-    store = SQLiteAuditStore(path)
+def db(backend: Backend) -> Backend:
+    store = backend.audit()
     store.append([event(i) for i in range(1, 6)], {program_hash(PROGRAMS[0]): PROGRAMS[0]})
     store.append([event(i) for i in range(6, RECORDS + 1)], {program_hash(p): p for p in PROGRAMS})
     store.close()
-    return path
+    return backend
 
 
-def verify(path: Path) -> ChainReport:
-    store = SQLiteAuditStore(path, readonly=True)
+def verify(db: Backend) -> ChainReport:
+    store = db.audit(readonly=True)
     try:
         return store.verify()
     finally:
         store.close()
 
 
-def tamper(path: Path, *statements: str) -> None:
-    conn = sqlite3.connect(path)
+# What differs in PostgreSQL's SQL from the statements below, written for SQLite.
+PG_SPELLING = {
+    "zeroblob(32)": "decode(repeat('00', 32), 'hex')",
+    "CAST('import os' AS BLOB)": "convert_to('import os', 'UTF8')",
+}
+PG_STATEMENTS = {
+    # PostgreSQL checks a unique key row by row: renumber through negative ids.
+    "UPDATE audit_events SET id = id - 1 WHERE id > 4": (
+        "UPDATE audit_events SET id = -(id - 1) WHERE id > 4",
+        "UPDATE audit_events SET id = -id WHERE id < 0",
+    ),
+}
+
+
+def tamper(db: Backend, *statements: str) -> None:
     for statement in statements:
-        conn.execute(statement)
-    conn.commit()
-    conn.close()
+        if db.name == "sqlite":
+            db.sql(statement)
+            continue
+        for spelled in PG_STATEMENTS.get(statement, (statement,)):
+            for sqlite_form, pg_form in PG_SPELLING.items():
+                spelled = spelled.replace(sqlite_form, pg_form)
+            db.sql(spelled)
 
 
-def test_an_untouched_store_verifies(db: Path) -> None:
+def test_an_untouched_store_verifies(db: Backend) -> None:
     report = verify(db)
     assert report.ok, report
     assert (report.records, report.head, report.programs) == (RECORDS, RECORDS, 2)
@@ -81,14 +97,24 @@ EDIT = (
     "WHEN typeof({col}) = 'integer' THEN 1 - {col} "
     "WHEN {col} IS NULL THEN 'x' ELSE {col} || 'x' END WHERE id = 4"
 )
+PG_NUMBERS = {"ts": "{col} + 1", "duration_s": "{col} + 1", "final": "1 - {col}"}
+PG_NUMBERS["exercised"] = "1 - {col}"
+
+
+def edit(db: Backend, column: str) -> str:
+    """An edit of ``column`` of record 4 that changes its value, whatever its type."""
+    if db.name == "sqlite":
+        return EDIT.format(col=column)
+    value = PG_NUMBERS.get(column, "COALESCE({col}, '') || 'x'").format(col=column)
+    return f"UPDATE audit_events SET {column} = {value} WHERE id = 4"
 
 
 @pytest.mark.parametrize("column", [*COLUMNS.split(", "), "chain"])
-def test_editing_any_column_of_a_record_is_found_at_that_record(db: Path, column: str) -> None:
+def test_editing_any_column_of_a_record_is_found_at_that_record(db: Backend, column: str) -> None:
     statement = (
         "UPDATE audit_events SET chain = zeroblob(32) WHERE id = 4"
         if column == "chain"
-        else EDIT.format(col=column)
+        else edit(db, column)
     )
     tamper(db, statement)
     report = verify(db)
@@ -170,7 +196,7 @@ TAMPERING: list[tuple[str, tuple[str, ...], ChainProblem, int]] = [
     ("name", "statements", "problem", "record"), TAMPERING, ids=[t[0] for t in TAMPERING]
 )
 def test_tampering_is_found_at_the_first_bad_record(
-    db: Path, name: str, statements: tuple[str, ...], problem: ChainProblem, record: int
+    db: Backend, name: str, statements: tuple[str, ...], problem: ChainProblem, record: int
 ) -> None:
     assert verify(db).ok
     tamper(db, *statements)
@@ -183,22 +209,19 @@ def test_every_problem_verify_can_report_has_a_tampering_case() -> None:
     assert {t[2] for t in TAMPERING} | {"changed"} == set(get_args(ChainProblem))
 
 
-def test_a_chain_recomputed_without_the_key_is_found_at_record_one(db: Path) -> None:
+def test_a_chain_recomputed_without_the_key_is_found_at_record_one(db: Backend) -> None:
     # Someone who can write the file but not read the key rebuilds every chain value.
-    conn = sqlite3.connect(db)
-    rows = conn.execute(f"SELECT id, {COLUMNS} FROM audit_events ORDER BY id").fetchall()
+    rows = db.sql(f"SELECT id, {COLUMNS} FROM audit_events ORDER BY id")
     guess, chain = b"\x01" * 32, GENESIS
     for row in rows:
         chain = link(guess, chain, row)
-        conn.execute("UPDATE audit_events SET chain = ? WHERE id = ?", (chain, row[0]))
-    conn.commit()
-    conn.close()
+        db.sql("UPDATE audit_events SET chain = ? WHERE id = ?", (chain, row[0]))
     report = verify(db)
     assert (report.problem, report.record) == ("changed", 1)
 
 
-def test_verify_with_another_key_fails_and_without_one_says_so(db: Path) -> None:
-    key_file = db.parent / "audit.db.key"
+def test_verify_with_another_key_fails_and_without_one_says_so(db: Backend) -> None:
+    key_file = db.root / "audit.db.key"
     original = key_file.read_text()
     key_file.write_text("ab" * 32)
     assert (verify(db).problem, verify(db).record) == ("changed", 1)
@@ -206,26 +229,24 @@ def test_verify_with_another_key_fails_and_without_one_says_so(db: Path) -> None
     with pytest.raises(Exception, match="key") as caught:
         verify(db)
     assert getattr(caught.value, "code", None) == "audit_store"
-    moved = db.parent / "elsewhere.key"
+    moved = db.root / "elsewhere.key"
     moved.write_text(original)
-    store = SQLiteAuditStore(db, readonly=True, key_file=moved)
+    store = db.audit(readonly=True, key_file=moved)
     assert store.verify().ok
     store.close()
 
 
-def test_the_chain_links_each_record_to_the_one_before(db: Path) -> None:
-    conn = sqlite3.connect(db)
-    key = bytes.fromhex((db.parent / "audit.db.key").read_text().strip())
+def test_the_chain_links_each_record_to_the_one_before(db: Backend) -> None:
+    key = bytes.fromhex((db.root / "audit.db.key").read_text().strip())
     previous = GENESIS
-    for row in conn.execute(f"SELECT id, {COLUMNS}, chain FROM audit_events ORDER BY id"):
-        assert hmac.compare_digest(link(key, previous, row[:-1]), row[-1])
+    for row in db.sql(f"SELECT id, {COLUMNS}, chain FROM audit_events ORDER BY id"):
+        assert hmac.compare_digest(link(key, previous, row[:-1]), bytes(row[-1]))
         assert json.loads(row[COLUMNS.split(", ").index("effects") + 1])
-        previous = row[-1]
-    conn.close()
+        previous = bytes(row[-1])
 
 
-def test_writers_after_a_reopen_extend_the_same_chain(db: Path) -> None:
-    store = SQLiteAuditStore(db)
+def test_writers_after_a_reopen_extend_the_same_chain(db: Backend) -> None:
+    store = db.audit()
     store.append([event(11)])
     store.close()
     report = verify(db)

@@ -21,6 +21,7 @@ from airlock.tools import (
     find_calls,
 )
 from tests.audit_events import stored_event
+from tests.tools.stores import BACKENDS, make_backend
 
 
 def event(call: str, *effects: str, **kw: Any) -> AuditEvent:
@@ -62,10 +63,10 @@ EVENTS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def store(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    path = tmp_path_factory.mktemp("find") / "audit.db"
-    writable = SQLiteAuditStore(path)
+@pytest.fixture(scope="module", params=BACKENDS)
+def store(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Any:
+    root = tmp_path_factory.mktemp("find")
+    writable = make_backend(request.param, root, request).audit()
     writable.append(EVENTS)
     yield writable
     writable.close()
@@ -117,7 +118,7 @@ QUESTIONS: list[tuple[str, dict[str, Any], list[str], list[str]]] = [
     ("name", "question", "certain", "possible"), QUESTIONS, ids=[q[0] for q in QUESTIONS]
 )
 def test_find_answers_with_certain_and_possible_calls(
-    store: SQLiteAuditStore,
+    store: Any,
     name: str,
     question: dict[str, Any],
     certain: list[str],
@@ -131,7 +132,7 @@ def test_find_answers_with_certain_and_possible_calls(
         assert call.record == 1 + [e.call_id for e in EVENTS].index(call.call_id)
 
 
-def test_find_names_the_matching_effects_only(store: SQLiteAuditStore) -> None:
+def test_find_names_the_matching_effects_only(store: Any) -> None:
     [listed] = [f for f in find_calls(store, resource="billing:invoice/inv_1*") if f.certain][1:]
     assert listed.matched == ("read(billing:invoice/inv_13)",)
 
@@ -145,7 +146,7 @@ def test_find_names_the_matching_effects_only(store: SQLiteAuditStore) -> None:
     ],
 )
 def test_find_refuses_what_is_not_a_question(
-    store: SQLiteAuditStore, question: dict[str, Any], message: str
+    store: Any, question: dict[str, Any], message: str
 ) -> None:
     with pytest.raises(UsageError, match=message):
         find_calls(store, **question)
@@ -280,6 +281,27 @@ def test_find_reads_a_large_log_through_its_indexes(tmp_path: Path) -> None:
             "EXPLAIN QUERY PLAN SELECT * FROM audit_effects x JOIN audit_events e "
             "ON e.id = x.event_id WHERE x.prefix IS NULL AND x.target >= ? AND x.target < ?",
             ("billing:invoice/inv_1", "billing:invoice/inv_2"),
+        ).fetchall()
+    )
+    assert any("audit_effects_target" in str(row) for row in plan), plan
+    found = find_calls(store, resource="billing:invoice/inv_29*")
+    assert [f.call_id for f in found] == [
+        f"c{i}" for i in range(3000) if str(i).startswith("29") and i > 29
+    ]
+    store.close()
+
+
+def test_find_reads_a_large_postgres_log_through_its_indexes(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    store = make_backend("postgres", tmp_path, request).audit()
+    store.append([event(f"c{i}", f"read(billing:invoice/inv_{i})") for i in range(3000)])
+    store.read(lambda conn: conn.execute("ANALYZE audit_effects"))
+    plan = store.read(
+        lambda conn: conn.execute(
+            "EXPLAIN SELECT event_id FROM audit_effects "
+            "WHERE prefix IS NULL AND target >= ? AND target < ?",
+            ("billing:invoice/inv_29", "billing:invoice/inv_2:"),
         ).fetchall()
     )
     assert any("audit_effects_target" in str(row) for row in plan), plan

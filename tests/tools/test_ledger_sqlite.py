@@ -1,4 +1,5 @@
-"""The SQLite ledger store: its invariants hold in single transactions, whoever calls it."""
+"""The ledger stores (SQLite and PostgreSQL, each test on both unless it is about one):
+their invariants hold in single transactions, whoever calls them."""
 
 from __future__ import annotations
 
@@ -10,8 +11,16 @@ from pathlib import Path
 import pytest
 
 from airlock.policies import Principal
-from airlock.tools import Approval, Preview, Receipt, SQLiteLedgerStore, StepStateError
+from airlock.tools import (
+    Approval,
+    LedgerReadOnlyError,
+    Preview,
+    Receipt,
+    SQLiteLedgerStore,
+    StepStateError,
+)
 from airlock.tools._preview import fingerprint, idempotency_key
+from tests.tools.stores import Backend
 
 ALICE = Principal(user_id="alice", tenant_id="acme", scopes=frozenset({"billing.write"}))
 
@@ -60,7 +69,14 @@ def _receipt(preview: Preview, preview_id: str | None = None) -> Receipt:
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[SQLiteLedgerStore]:
+def store(backend: Backend) -> Iterator[SQLiteLedgerStore]:
+    s = backend.ledger()
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def sqlite_store(tmp_path: Path) -> Iterator[SQLiteLedgerStore]:
     s = SQLiteLedgerStore(tmp_path / "ledger.db")
     yield s
     s.close()
@@ -101,14 +117,29 @@ def test_a_failed_preview_frees_its_key(store: SQLiteLedgerStore) -> None:
 
 
 def test_the_database_itself_refuses_two_live_previews_with_one_key(
-    store: SQLiteLedgerStore, tmp_path: Path
+    store: SQLiteLedgerStore, backend: Backend
 ) -> None:
     store.add_preview(_preview(1))
-    with sqlite3.connect(tmp_path / "ledger.db") as conn, pytest.raises(sqlite3.IntegrityError):
-        conn.execute(
+    with pytest.raises(backend.integrity_error):
+        backend.sql(
             "INSERT INTO previews SELECT 'pv_x', run_id, tool, user_id, tenant_id, principal, "
             "effect, effects, summary, key, fingerprint, rule, created, expires, state, updated, "
-            "attempts, owner, lease_until, error FROM previews"
+            "attempts, owner, lease_until, error FROM previews",
+            store="ledger",
+        )
+
+
+def test_the_database_itself_refuses_a_second_receipt_for_a_key(
+    store: SQLiteLedgerStore, backend: Backend
+) -> None:
+    first = store.add_preview(_preview(1))
+    _to(store, first, "prepared", "sending")
+    _to(store, first, "sending", "committed", receipt=_receipt(first))
+    with pytest.raises(backend.integrity_error):
+        backend.sql(
+            "INSERT INTO receipts SELECT key, 'pv_2', tool, data, stored_at, resolved_by "
+            "FROM receipts",
+            store="ledger",
         )
 
 
@@ -168,17 +199,19 @@ def test_history_records_every_transition(store: SQLiteLedgerStore) -> None:
     ]
 
 
-def test_wal_mode_and_schema_version(store: SQLiteLedgerStore, tmp_path: Path) -> None:
+def test_wal_mode_and_schema_version(sqlite_store: SQLiteLedgerStore, tmp_path: Path) -> None:
     with sqlite3.connect(tmp_path / "ledger.db") as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         assert conn.execute("PRAGMA user_version").fetchone()[0] == 1
 
 
-def test_readonly_store_reads_but_cannot_write(store: SQLiteLedgerStore, tmp_path: Path) -> None:
-    preview = store.add_preview(_preview())
+def test_readonly_store_reads_but_cannot_write(
+    sqlite_store: SQLiteLedgerStore, tmp_path: Path
+) -> None:
+    preview = sqlite_store.add_preview(_preview())
     reader = SQLiteLedgerStore(tmp_path / "ledger.db", readonly=True)
     assert reader.preview(preview.id) == preview
-    with pytest.raises(sqlite3.OperationalError):
+    with pytest.raises(LedgerReadOnlyError):
         reader.add_preview(_preview(2))
     reader.close()
 

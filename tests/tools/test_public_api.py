@@ -5,10 +5,12 @@ from tests.public_api import assert_public_api
 
 # The public API, changed only on purpose: a name added or removed fails this test.
 PUBLIC_API = [
+    "BATCH_PREFIX",
     "CALLERS",
     "CREDENTIAL_NAME",
     "ERROR_CODES",
     "EXERCISED_STAGES",
+    "LEDGER_ERRORS",
     "NAME_PATTERN",
     "STEP_STATES",
     "Admission",
@@ -20,6 +22,9 @@ PUBLIC_API = [
     "AuditLog",
     "AuditSink",
     "AuditStore",
+    "Batch",
+    "BatchItem",
+    "BatchItemState",
     "CallContext",
     "CallOutcome",
     "Caller",
@@ -34,7 +39,16 @@ PUBLIC_API = [
     "InvalidInputError",
     "JSONObject",
     "JSONValue",
+    "LedgerCorruptError",
+    "LedgerError",
+    "LedgerErrorCode",
+    "LedgerIOError",
+    "LedgerLockedError",
+    "LedgerNotADatabaseError",
+    "LedgerReadOnlyError",
+    "LedgerReplacedError",
     "LedgerStore",
+    "LedgerUnavailableError",
     "LimitExceededError",
     "MemoryAuditStore",
     "NeedsApprovalError",
@@ -71,8 +85,11 @@ PUBLIC_API = [
     "UpstreamError",
     "WriteContract",
     "WritePath",
+    "approve_batch",
     "approve_preview",
     "audit_event",
+    "batch_fingerprint",
+    "batch_items",
     "deny_preview",
     "error_for_status",
     "escape_controls",
@@ -82,6 +99,7 @@ PUBLIC_API = [
     "redact",
     "requires",
     "route_path",
+    "spend_totals",
     "write_tool",
 ]
 
@@ -96,5 +114,9 @@ def test_tool_errors_share_one_root() -> None:
     errors = [getattr(tools, n) for n in tools.__all__ if n.endswith("Error")]
     assert len(errors) >= 15
     for error in errors:
-        assert issubclass(error, tools.ToolError), error
+        # Two branches: a tool call's errors, and a durable store's (never on the wire).
+        assert issubclass(error, tools.ToolError | tools.LedgerError), error
         assert issubclass(error, AirlockError), error
+    assert set(tools.LEDGER_ERRORS.values()) == {
+        e for e in errors if issubclass(e, tools.LedgerError)
+    }

@@ -10,6 +10,7 @@ import pytest
 
 from airlock.tools import AmbiguousWriteError, Registry, SQLiteLedgerStore, WritePath
 from airlock.tools.testing import SystemOfRecord
+from tests.tools.stores import Backend
 
 from .test_write_world import ALICE, World
 
@@ -17,8 +18,8 @@ pytestmark = pytest.mark.anyio
 
 
 @pytest.fixture(params=[True, False], ids=["query", "resend"])
-def world(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[World]:
-    w = World(tmp_path, with_lookup=request.param)
+def world(tmp_path: Path, request: pytest.FixtureRequest, backend: Backend) -> Iterator[World]:
+    w = World(tmp_path, with_lookup=request.param, database=backend.url)
     yield w
     w.close()
 

@@ -19,13 +19,13 @@ from airlock.tools import (
     Registry,
     RunAuthority,
     Secret,
-    SQLiteLedgerStore,
     ToolSpec,
     WritePath,
     write_tool,
 )
 from airlock.tools._arguments import validated_args_hash
 from airlock.tools._audit_log import AuditLog
+from tests.tools.stores import LEDGER_TABLES, Backend, dump_tables, open_ledger
 
 pytestmark = pytest.mark.anyio
 
@@ -116,15 +116,16 @@ def mark_all_read_tool(marked: list[str]) -> ToolSpec:
 
 
 class World:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, database: str | None = None) -> None:
         self.root = root
+        self.database = database
         self.bank = Bank()
         self.marked: list[str] = []
         self.store = MemoryAuditStore()
         self.registry = Registry(audit=AuditLog(self.store))
         self.registry.register(transfer_tool(self.bank))
         self.registry.register(mark_all_read_tool(self.marked))
-        self.ledger = SQLiteLedgerStore(root / "ledger.db", synchronous="NORMAL")
+        self.ledger = open_ledger(database or str(root))
         self.writes = WritePath(self.registry, self.ledger)
 
     def another_process(self) -> WritePath:
@@ -135,6 +136,8 @@ class World:
         return WritePath(registry, self.ledger)
 
     def ledger_bytes(self) -> bytes:
+        if self.database is not None:
+            return dump_tables(self.database, LEDGER_TABLES)
         return b"".join(p.read_bytes() for p in sorted(self.root.glob("ledger.db*")))
 
 
@@ -144,8 +147,8 @@ def ctx(approvals: ApprovalPolicy = ALLOW, run_id: str = "run_1") -> CallContext
 
 
 @pytest.fixture
-def world(tmp_path: Path) -> Iterator[World]:
-    w = World(tmp_path)
+def world(tmp_path: Path, backend: Backend) -> Iterator[World]:
+    w = World(tmp_path, backend.url)
     yield w
     w.ledger.close()
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from airlock.tools import (
     write_tool,
 )
 from airlock.tools.testing import Refund, SystemOfRecord, refund_tool
+from tests.tools.stores import Backend
 
 from .test_write_world import ALICE, ALLOW, ASK, BOB, DENY, GRANT, MALLORY, TOOL, World
 
@@ -29,8 +29,8 @@ pytestmark = pytest.mark.anyio
 
 
 @pytest.fixture
-def world(tmp_path: Path) -> Iterator[World]:
-    w = World(tmp_path)
+def world(tmp_path: Path, backend: Backend) -> Iterator[World]:
+    w = World(tmp_path, database=backend.url)
     yield w
     w.close()
 
@@ -264,22 +264,17 @@ async def test_commit_refuses_a_step_that_is_not_ready(world: World, state: str,
 
 
 def _tamper_effect(world: World, preview: Preview) -> None:
-    with sqlite3.connect(world.root / "ledger.db") as conn:
-        effect = Refund.model_validate(preview.effect).model_copy(update={"amount_minor": 99_999})
-        conn.execute(
-            "UPDATE previews SET effect = ? WHERE id = ?",
-            (effect.model_dump_json(), preview.id),
-        )
+    effect = Refund.model_validate(preview.effect).model_copy(update={"amount_minor": 99_999})
+    world.sql("UPDATE previews SET effect = ? WHERE id = ?", (effect.model_dump_json(), preview.id))
 
 
 def _tamper_effect_and_fingerprint(world: World, preview: Preview) -> str:
     changed = dataclasses.replace(preview, effect={**preview.effect, "recipient": "cus_evil"})
     new = changed.computed_fingerprint()
-    with sqlite3.connect(world.root / "ledger.db") as conn:
-        conn.execute(
-            "UPDATE previews SET effect = ?, fingerprint = ? WHERE id = ?",
-            (Refund.model_validate(changed.effect).model_dump_json(), new, preview.id),
-        )
+    world.sql(
+        "UPDATE previews SET effect = ?, fingerprint = ? WHERE id = ?",
+        (Refund.model_validate(changed.effect).model_dump_json(), new, preview.id),
+    )
     return new
 
 

@@ -11,6 +11,8 @@ from pathlib import Path
 import anyio
 import pytest
 
+from tests.tools.stores import Backend
+
 from .test_write_world import ALICE, World, commit_many, crash_after_send
 
 SPAWN = multiprocessing.get_context("spawn")
@@ -18,14 +20,15 @@ SPAWN = multiprocessing.get_context("spawn")
 
 @pytest.mark.parametrize("with_lookup", [True, False], ids=["query", "resend"])
 def test_killed_between_send_and_receipt_then_reconcile_gives_one_effect_one_receipt(
-    tmp_path: Path, with_lookup: bool
+    tmp_path: Path, with_lookup: bool, backend: Backend
 ) -> None:
-    world = World(tmp_path, with_lookup=with_lookup)
+    world = World(tmp_path, with_lookup=with_lookup, database=backend.url)
     preview = anyio.run(world.prepare, "inv_20")
     world.close()
     sent = SPAWN.Event()
     child = SPAWN.Process(
-        target=crash_after_send, args=(str(tmp_path), preview.id, preview.fingerprint, sent)
+        target=crash_after_send,
+        args=(str(tmp_path), preview.id, preview.fingerprint, sent, backend.url),
     )
     child.start()
     try:
@@ -35,7 +38,7 @@ def test_killed_between_send_and_receipt_then_reconcile_gives_one_effect_one_rec
         child.join(timeout=30)
     assert child.exitcode == -signal.SIGKILL
 
-    restarted = World(tmp_path, with_lookup=with_lookup)
+    restarted = World(tmp_path, with_lookup=with_lookup, database=backend.url)
     stuck = restarted.ledger.preview(preview.id)
     assert stuck is not None
     assert stuck.state == "sending"
@@ -61,9 +64,9 @@ def test_killed_between_send_and_receipt_then_reconcile_gives_one_effect_one_rec
     restarted.close()
 
 
-def test_64_concurrent_commits_from_8_processes_send_once(tmp_path: Path) -> None:
+def test_64_concurrent_commits_from_8_processes_send_once(tmp_path: Path, backend: Backend) -> None:
     processes, tasks = 8, 8
-    world = World(tmp_path)
+    world = World(tmp_path, database=backend.url)
     preview = anyio.run(world.prepare, "inv_21")
     world.close()
     barrier = SPAWN.Barrier(processes)
@@ -71,7 +74,7 @@ def test_64_concurrent_commits_from_8_processes_send_once(tmp_path: Path) -> Non
     children = [
         SPAWN.Process(
             target=commit_many,
-            args=(str(tmp_path), preview.id, preview.fingerprint, tasks, barrier, out),
+            args=(str(tmp_path), preview.id, preview.fingerprint, tasks, barrier, out, backend.url),
         )
         for _ in range(processes)
     ]
@@ -82,7 +85,7 @@ def test_64_concurrent_commits_from_8_processes_send_once(tmp_path: Path) -> Non
         child.join(timeout=30)
         assert child.exitcode == 0
 
-    after = World(tmp_path)
+    after = World(tmp_path, database=backend.url)
     assert len(results) == processes * tasks
     kinds = Counter(kind for kind, _, _ in results)
     assert set(kinds) <= {"receipt", "conflict"}

@@ -1,6 +1,7 @@
 """A small world for the write-path tests: a refund tool over a fake system of record, a
-SQLite ledger and a clock the tests move. Several processes can open the same world by its
-directory (the crash and concurrency tests do)."""
+ledger (SQLite in the world's directory, or PostgreSQL at a URL) and a clock the tests move.
+Several processes can open the same world by its directory and ledger location (the crash and
+concurrency tests do)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from typing import Any
 import anyio
 
 from airlock.policies import ApprovalPolicy, ApprovalRule, Grant, Principal, write
-from airlock.tools import CallContext, Preview, Registry, SQLiteLedgerStore, ToolError, WritePath
+from airlock.tools import CallContext, Preview, Registry, ToolError, WritePath
 from airlock.tools.testing import SystemOfRecord, refund_tool
+from tests.tools.stores import open_ledger, run_sql
 
 TOOL = "billing_refund_create"
 ALICE = Principal(user_id="alice", tenant_id="acme", scopes=frozenset({"billing.write"}))
@@ -75,16 +77,22 @@ class World:
         timeout: float = 5.0,
         latency: float = 0.0,
         ttl: float = 900.0,
+        database: str | None = None,
     ) -> None:
         self.root = root
+        self.database = database
         self.system = SystemOfRecord(root / "system.db", latency=latency)
-        self.ledger = SQLiteLedgerStore(root / "ledger.db", synchronous="NORMAL")
+        self.ledger = open_ledger(database or str(root))
         self.registry = Registry()
         self.registry.register(
             refund_tool(self.system, INVOICES, with_lookup=with_lookup, timeout=timeout)
         )
         self.clock = clock or Clock()
         self.writes = WritePath(self.registry, self.ledger, clock=self.clock, ttl=ttl)
+
+    def sql(self, statement: str, params: tuple[Any, ...] = ()) -> list[Any]:
+        """Run one statement (``?`` placeholders) on the ledger's database, as an intruder."""
+        return run_sql(self.database or str(self.root / "ledger.db"), statement, params)
 
     def ctx(
         self,
@@ -121,9 +129,11 @@ def run(coro_fn: Any, *args: Any) -> Any:
 # -- child processes (spawned: they import this module and rebuild the world by its path) --
 
 
-def crash_after_send(root: str, preview_id: str, fingerprint: str, sent: Any) -> None:
+def crash_after_send(
+    root: str, preview_id: str, fingerprint: str, sent: Any, database: str | None = None
+) -> None:
     """Commit, and hang between the system's commit and its reply until killed."""
-    world = World(Path(root))
+    world = World(Path(root), database=database)
 
     def hang(key: str) -> None:
         sent.set()
@@ -134,10 +144,16 @@ def crash_after_send(root: str, preview_id: str, fingerprint: str, sent: Any) ->
 
 
 def commit_many(
-    root: str, preview_id: str, fingerprint: str, tasks: int, barrier: Any, out: Any
+    root: str,
+    preview_id: str,
+    fingerprint: str,
+    tasks: int,
+    barrier: Any,
+    out: Any,
+    database: str | None = None,
 ) -> None:
     """Commit the same preview from ``tasks`` concurrent tasks once every process is ready."""
-    world = World(Path(root), latency=0.05)
+    world = World(Path(root), latency=0.05, database=database)
 
     async def one() -> tuple[str, str, bool]:
         try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,7 +13,13 @@ import pytest
 from typer.testing import CliRunner
 
 from airlock.cli import app, approvals_app, default_ledger
-from airlock.tools import AmbiguousWriteError, Preview, Registry
+from airlock.tools import (
+    AmbiguousWriteError,
+    ConflictError,
+    NeedsApprovalError,
+    Preview,
+    Registry,
+)
 from airlock.tools.testing import SystemOfRecord, refund_tool
 from tests.tools.test_write_world import ALICE, ASK, INVOICES, World
 
@@ -91,7 +98,18 @@ def test_approving_a_changed_preview_is_refused(world: World, waiting: Preview) 
             "UPDATE previews SET effect = replace(effect, '1003', '99999') WHERE id = ?",
             (waiting.id,),
         )
-    result = runner.invoke(approvals_app, ["approve", waiting.id, "--as", "carol", *_ledger(world)])
+    result = runner.invoke(
+        approvals_app,
+        [
+            "approve",
+            waiting.id,
+            "--fingerprint",
+            waiting.fingerprint,
+            "--as",
+            "carol",
+            *_ledger(world),
+        ],
+    )
     assert result.exit_code == 1
     assert "approval_mismatch" in result.output
     assert world.ledger.approval(waiting.id) is None
@@ -120,7 +138,9 @@ def test_deny_needs_a_reason_and_blocks_the_commit(world: World, waiting: Previe
 
 
 def test_unknown_preview_and_missing_ledger(world: World, tmp_path: Path) -> None:
-    unknown = runner.invoke(approvals_app, ["approve", "pv_nope", *_ledger(world)])
+    unknown = runner.invoke(
+        approvals_app, ["approve", "pv_nope", "--fingerprint", "0" * 64, *_ledger(world)]
+    )
     assert unknown.exit_code == 1
     assert "not_found" in unknown.output
     missing = runner.invoke(approvals_app, ["list", "--ledger", str(tmp_path / "none.db")])
@@ -184,3 +204,134 @@ def test_reconcile_needs_a_registry_that_runs_tools(world: World, ref: str, reas
     assert "error (registry_ref)" in result.output
     assert reason in " ".join(result.output.split())
     assert world.system.sends() == 0
+
+
+def _approve(world: World, preview: Preview, *extra: str) -> list[str]:
+    return ["approve", preview.id, *_ledger(world), *extra]
+
+
+SELF_APPROVAL = "version = 1\nself_approval = true\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "says"),
+    [
+        (["--as", "carol"], "invalid_input", "give --fingerprint"),
+        (["--as", "", "--fingerprint", "FP"], "invalid_input", "approver ''"),
+        (["--as", "alice", "--fingerprint", "FP"], "denied", "'alice' asked for preview"),
+        (["--as", "alice@acme", "--fingerprint", "FP"], "denied", "self_approval = true"),
+        (["--as", "policy:x", "--fingerprint", "FP"], "invalid_input", "not starting with"),
+        (["--as", "carol", "--fingerprint", "FP", "--commit"], "invalid_input", "--registry"),
+    ],
+)
+def test_approve_refusals_have_a_code_and_one_line(
+    world: World, waiting: Preview, args: list[str], code: str, says: str
+) -> None:
+    args = [waiting.fingerprint if a == "FP" else a for a in args]
+    result = runner.invoke(approvals_app, _approve(world, waiting, *args))
+    assert result.exit_code == 1
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1, result.output
+    assert lines[0].startswith(f"{code}: ")
+    assert says in lines[0]
+    assert world.ledger.approval(waiting.id) is None
+
+
+def test_a_policy_with_self_approval_lets_the_requester_approve(
+    world: World, waiting: Preview
+) -> None:
+    policy = world.root / "policy.toml"
+    policy.write_text(SELF_APPROVAL)
+    fp = ["--fingerprint", waiting.fingerprint, "--as", "alice"]
+    result = runner.invoke(approvals_app, _approve(world, waiting, *fp, "--policy", str(policy)))
+    assert result.exit_code == 0, result.output
+    approval = world.ledger.approval(waiting.id)
+    assert approval is not None
+    assert approval.approver == "alice"
+
+
+def test_approve_commit_sends_once_and_the_harness_gets_the_same_receipt(
+    world: World, waiting: Preview, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AIRLOCK_TEST_SYSTEM", str(world.root / "system.db"))
+    tools = "tests.airlock.cli.test_approvals:registry"
+    fp = ["--fingerprint", waiting.fingerprint, "--as", "carol"]
+    result = runner.invoke(
+        approvals_app, _approve(world, waiting, *fp, "--commit", "--registry", tools)
+    )
+    assert result.exit_code == 0, result.output
+    assert "committed; receipt:" in result.output
+    assert world.system.effects() == 1
+    stored = world.ledger.preview(waiting.id)
+    assert stored is not None
+    assert stored.state == "committed"
+    # The harness that asked for it finds the receipt and sends nothing.
+    receipt = anyio.run(world.writes.commit, waiting.id, waiting.fingerprint, ALICE)
+    assert receipt.replayed
+    assert world.system.effects() == 1
+    again = runner.invoke(
+        approvals_app, _approve(world, waiting, *fp, "--commit", "--registry", tools)
+    )
+    assert again.exit_code == 1
+    assert again.output.startswith("conflict: ")
+
+
+def test_approve_commit_while_the_harness_commits_sends_once(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    waiting = [
+        anyio.run(lambda n=n: world.prepare(f"inv_{n}", approvals=ASK)) for n in range(6, 14)
+    ]
+    monkeypatch.setenv("AIRLOCK_TEST_SYSTEM", str(world.root / "system.db"))
+    tools = "tests.airlock.cli.test_approvals:registry"
+    settled: list[str] = []
+
+    def harness() -> None:  # another process's harness, polling its paused writes
+        other = World(world.root)
+
+        async def commit_all() -> None:
+            left = list(waiting)
+            with anyio.fail_after(60):
+                while left:
+                    preview = left.pop(0)
+                    try:
+                        await other.writes.commit(preview.id, preview.fingerprint, ALICE)
+                    except (NeedsApprovalError, ConflictError):
+                        left.append(preview)
+                        await anyio.sleep(0.001)
+                    else:
+                        settled.append(preview.id)
+
+        try:
+            anyio.run(commit_all)
+        finally:
+            other.close()
+
+    thread = threading.Thread(target=harness)
+    thread.start()
+    for preview in waiting:
+        result = runner.invoke(
+            approvals_app,
+            [
+                *_approve(world, preview, "--fingerprint", preview.fingerprint, "--as", "carol"),
+                "--commit",
+                "--registry",
+                tools,
+            ],
+        )
+        assert result.exit_code == 0, result.output
+    thread.join(60)
+    assert sorted(settled) == sorted(p.id for p in waiting)
+    assert world.system.effects() == len(waiting)
+    assert len(world.ledger.receipts()) == len(waiting)
+
+
+def test_deny_as_nobody_is_refused(world: World, waiting: Preview) -> None:
+    result = runner.invoke(
+        approvals_app, ["deny", waiting.id, "--reason", "no", "--as", "", *_ledger(world)]
+    )
+    assert result.exit_code == 1
+    assert result.output.startswith("invalid_input: approver ''")
+    stored = world.ledger.preview(waiting.id)
+    assert stored is not None
+    assert stored.state == "prepared"

@@ -4,6 +4,7 @@ the Anthropic Messages API, and ``--replay`` plays recorded turns."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -157,3 +158,62 @@ def test_chat_replays_the_bulk_read_in_the_real_sandbox(
     assert "→ execute_code" in result.output
     assert '"scanned":200' in result.output.replace("\n", "")
     assert "bytes of tool results entered the context" in result.output
+
+
+@pytest.mark.anyio
+async def test_a_live_chat_waits_for_its_writes_commits_them_once_and_tells_the_model(
+    tmp_path: Path,
+) -> None:
+    import anyio
+
+    from airlock.sandbox.testing import ScriptedBackend
+    from airlock.tools import approve_preview
+    from tests.airlock.session_world import World
+
+    world = World(tmp_path, ScriptedBackend([]))
+    session = world.session()
+    refund = {"invoice_id": "inv_3", "reason": "duplicate"}
+    seen: list[dict[str, Any]] = []
+    replies = [
+        reply(
+            [
+                {
+                    "type": "tool_use",
+                    "id": "toolu_1",
+                    "name": "billing_refund_create",
+                    "input": refund,
+                }
+            ],
+            "tool_use",
+        ),
+        reply([{"type": "text", "text": "It waits for a person."}], "end_turn"),
+        reply([{"type": "text", "text": "Refunded."}], "end_turn"),
+    ]
+    model = AnthropicModel("test-key", client=anthropic_api(replies, seen))
+
+    async def approve_when_paused() -> None:
+        while not session.pending():
+            await anyio.sleep(0.01)
+        await anyio.sleep(0.05)  # the model has ended its turn by now
+        [waiting] = session.pending()
+        approve_preview(world.ledger, waiting.preview_id, approver="bob", now=time.time())
+
+    try:
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as group:
+                group.start_soon(approve_when_paused)
+                transcript = await chat_loop(
+                    model, session, "refund inv_3", writes=session, poll=0.01
+                )
+        sends = world.system.sends()
+    finally:
+        await model.aclose()
+        world.close()
+    told = transcript.messages[-2]["content"][0]["text"]
+    assert told.startswith("Writes settled since your last turn: ")
+    [settled] = json.loads(told.removeprefix("Writes settled since your last turn: "))
+    assert settled["status"] == "committed"
+    assert settled["receipt"]["amount_minor"] == 1003
+    assert transcript.messages[-1]["content"][0]["text"] == "Refunded."
+    assert len(seen) == 3
+    assert sends == 1

@@ -183,7 +183,72 @@ async def test_airlock_serve_mcp_over_stdio_lists_runs_code_and_previews_a_write
             assert preview["status"] == "needs_approval"
             assert preview["summary"].startswith("refund ")
             assert preview["preview_id"].startswith("pv_")
+
+            # A person approves; the server commits it without the model asking again, and
+            # write_status tells where it stands.
+            assert "write_status" in listed
+            waiting = await client.call_tool("write_status", {"preview_id": preview["preview_id"]})
+            assert json.loads(_text(waiting))["status"] == "needs_approval"
+            approved = await anyio.to_thread.run_sync(
+                functools.partial(
+                    CliRunner().invoke,
+                    app,
+                    [
+                        "approvals",
+                        "approve",
+                        preview["preview_id"],
+                        "--as",
+                        "carol",
+                        "--fingerprint",
+                        preview["fingerprint"],
+                        "--ledger",
+                        str(tmp_path / "ledger.db"),
+                    ],
+                )
+            )
+            assert approved.exit_code == 0, approved.output
+            status: dict[str, Any] = {}
+            while status.get("status") != "committed":
+                await anyio.sleep(0.2)
+                done = await client.call_tool("write_status", {"preview_id": preview["preview_id"]})
+                status = json.loads(_text(done))
+            again = await client.call_tool("write_status", {"preview_id": preview["preview_id"]})
+            assert json.loads(_text(again))["receipt"] == status["receipt"]
     assert (tmp_path / "ledger.db").exists()
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    "arguments",
+    [{}, {"preview_id": 7}, {"preview_id": "pv_1"}, {"preview_id": "pv_" + "a" * 24, "x": 1}],
+)
+async def test_write_status_refuses_malformed_arguments(arguments: dict[str, Any]) -> None:
+    asked: list[str] = []
+
+    async def status(preview_id: str) -> ModelResult:
+        asked.append(preview_id)
+        return ModelResult(is_error=False, content='{"status":"committed"}')
+
+    async with Client(build_mcp_server(TwoTools(), write_status=status)) as client:
+        listed = [t.name for t in (await client.list_tools()).tools]
+        refused = await client.call_tool("write_status", arguments)
+        ok = await client.call_tool("write_status", {"preview_id": "pv_" + "0" * 24})
+    assert listed == ["billing_invoice_get", "billing_invoice_void", "write_status"]
+    assert isinstance(refused, types.CallToolResult)
+    assert refused.is_error
+    assert json.loads(_text(refused))["error"] == "invalid_input"
+    assert json.loads(_text(ok)) == {"status": "committed"}
+    assert asked == ["pv_" + "0" * 24]
+
+
+@pytest.mark.anyio
+async def test_without_write_status_the_tool_is_not_offered() -> None:
+    async with Client(build_mcp_server(TwoTools())) as client:
+        listed = [t.name for t in (await client.list_tools()).tools]
+        called = await client.call_tool("write_status", {"preview_id": "pv_" + "0" * 24})
+    assert "write_status" not in listed
+    assert isinstance(called, types.CallToolResult)
+    assert called.is_error
 
 
 POLICY_ARGS = [
@@ -254,3 +319,49 @@ def test_sigterm_stops_serving_and_removes_the_sandbox_containers(
             process.kill()
             process.wait(10)
     assert containers() == []
+
+
+class PausingSurface(TwoTools):
+    """A write pauses with a real-looking preview id."""
+
+    preview_id = "pv_" + "1" * 24
+
+    async def call(self, name: str, arguments: dict[str, Any]) -> ModelResult:
+        if name == VOID_TOOL.name:
+            body = {"status": "needs_approval", "preview_id": self.preview_id}
+            return ModelResult(is_error=False, content=json.dumps(body), code="needs_approval")
+        return await super().call(name, arguments)
+
+
+@pytest.mark.anyio
+async def test_a_listening_client_is_notified_when_its_write_is_settled() -> None:
+    from mcp.shared.subscriptions import ResourceUpdated
+
+    surface = PausingSurface()
+    listeners: list[Any] = []
+    state = {"status": "needs_approval"}
+
+    async def status(preview_id: str) -> ModelResult:
+        return ModelResult(is_error=False, content=json.dumps({**state, "preview_id": preview_id}))
+
+    server = build_mcp_server(surface, write_status=status, on_settled=listeners.append)
+    uri = "airlock://writes/" + surface.preview_id
+    async with Client(server) as client:
+        await client.call_tool("billing_invoice_void", {"invoice_id": "inv_1"})
+        listed = [str(r.uri) for r in (await client.list_resources()).resources]
+        assert listed == [uri]
+        async with client.listen(resource_subscriptions=[uri]) as subscription:
+            state["status"] = "committed"
+            settled = ModelResult(
+                is_error=False,
+                content=json.dumps({"status": "committed", "preview_id": surface.preview_id}),
+            )
+            [listener] = listeners
+            await listener([settled])
+            with anyio.fail_after(10):
+                event = await subscription.__aiter__().__anext__()
+        assert event == ResourceUpdated(uri=uri)
+        read = await client.read_resource(uri)
+    [contents] = read.contents
+    assert isinstance(contents, types.TextResourceContents)
+    assert json.loads(contents.text)["status"] == "committed"

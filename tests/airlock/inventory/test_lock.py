@@ -32,7 +32,7 @@ from airlock.inventory import (
     sandbox_effects,
 )
 from airlock.policies import Effect, network, parse_policy, read
-from airlock.tools import Registry, ToolSpec, requires
+from airlock.tools import Registry, ToolSpec, WriteContract, requires
 from tests.airlock.inventory_registry import POLICY, POLICY_ARG, REGISTRY_REF, REPO, registry
 
 runner = CliRunner()
@@ -175,9 +175,33 @@ _ALLOW_ONE_CDN = (
     'targets = ["a.cdn.example.net"]\n'
 )
 
+
 # name: (before, after, the change before -> after, the change after -> before)
+def _proposable(world: World) -> World:
+    """The refund tool's contract lets programs propose it (not yet the policy)."""
+    refund = next(s for s in world.specs if s.name == REFUND)
+    contract = WriteContract(
+        prepare=lambda args, principal: args,
+        commit=lambda effect, key: {},
+        effect_model=refund.input_model,
+        intent=("invoice_id",),
+        proposable=True,
+    )
+    return tool(REFUND, write=contract)(world)
+
+
+_PROPOSE = policy(
+    "spend_limits = { USD = 50000 }",
+    'spend_limits = { USD = 50000 }\npropose = ["billing_refund_*"]',
+)
+
+
 CHANGES: dict[str, tuple[Edit, Edit, Expected, Expected]] = {
     "new tool": (same, added(_export_spec()), "growth", "shrink"),
+    # A program may now propose refunds: lock growth, in the grant and in the tool's reach.
+    "a write proposable from code": (same, both(_proposable, _PROPOSE), "growth", "shrink"),
+    "a grant that may propose, contract off": (same, _PROPOSE, "growth", "shrink"),
+    "a contract that may be proposed, grant off": (same, _proposable, "neutral", "neutral"),
     "removed tool": (same, dropped(FETCH), "shrink", "growth"),
     "new effect": (
         same,
@@ -366,6 +390,13 @@ def test_each_change_undone_is_judged_too(case: str) -> None:
 def _kinds(before: Edit, after: Edit) -> set[tuple[str, str, str]]:
     changes = compare_locks(lock_of(before(BASE)), lock_of(after(BASE)))
     return {(c.direction, c.kind, c.detail) for c in changes}
+
+
+def test_a_newly_proposable_tool_is_named_as_proposable_from_code() -> None:
+    kinds = _kinds(same, both(_proposable, _PROPOSE))
+    assert ("growth", "new_reach", "now reachable: proposal") in kinds
+    assert ("growth", "grant_widened", "propose billing_refund_*") in kinds
+    assert not any(kind == "write_from_code" for _, kind, _ in kinds)  # code stays reads only
 
 
 def test_a_new_tool_shows_every_effect_host_and_credential_it_brings() -> None:

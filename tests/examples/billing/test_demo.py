@@ -74,26 +74,49 @@ def test_the_program_puts_far_fewer_bytes_into_the_context(
     assert report.saved_percent >= 90.0
 
 
-def test_each_refund_is_approved_committed_once_and_held_once(
+def test_the_program_proposes_the_refunds_as_one_batch_the_model_sees_in_short(
+    played: tuple[DemoReport, BillingServer, Recorder],
+) -> None:
+    report, _, _ = played
+    proposal = report.batch.proposal
+    assert proposal["count"] == len(report.duplicates) == 8
+    assert proposal["batch_id"] == report.batch.batch_id
+    assert proposal["total"] == {"USD": sum(d["amount_minor"] for d in report.duplicates)}
+    assert sorted(proposal["preview_ids"]) == sorted(r.preview_id for r in report.refunds)
+    assert set(proposal) == {
+        "status",
+        "batch_id",
+        "fingerprint",
+        "count",
+        "total",
+        "preview_ids",
+        "expires_in_min",
+        "message",
+    }  # fmt: skip  (a short note: never the previews themselves)
+
+
+def test_one_approval_commits_each_refund_once_and_the_service_holds_exactly_eight(
     played: tuple[DemoReport, BillingServer, Recorder],
 ) -> None:
     report, billing, _ = played
-    first, lost = report.refunds
-    assert [a.code for a in first.attempts] == [None, None]
-    assert [a.code for a in lost.attempts] == ["ambiguous_write", None, None]
-    assert lost.attempts[1].content == lost.attempts[2].content  # the same receipt again
+    assert billing.store.count("refunds") == 8
     assert billing.faults.fired["drop_after_commit"] == 1
-    assert billing.store.count("refunds") == 2
+    lost = [r for r in report.refunds if r.attempts[0] == "unknown"]
+    assert len(lost) == 1
+    assert lost[0].attempts == ("unknown", "committed", "committed")
+    assert all(r.attempts == ("committed",) * 3 for r in report.refunds if r not in lost)
+    first, retry, again = report.batch.commits
+    assert json.loads(first.content)["counts"] == {"committed": 7, "unknown": 1}
+    assert retry.content == again.content  # asked again: the same answer, nothing sent
+    invoices = {
+        i["id"]: i for i in billing.store.invoices("acme", after=None, limit=1000, status=None)
+    }
     for step in report.refunds:
         [stored] = billing.store.refunds("acme", invoice_id=step.invoice_id)
         receipt = step.receipt["receipt"]
         assert receipt["id"] == stored["id"]
-        # The amount came from the record: the duplicate payment, not a model-written figure.
-        invoice = next(
-            i
-            for i in billing.store.invoices("acme", after=None, limit=1000, status=None)
-            if i["id"] == step.invoice_id
-        )
+        # The amount came from the record: the duplicate payment, not a program's figure.
+        invoice = invoices[step.invoice_id]
         assert receipt["amount_minor"] == invoice["payments"][-1]["amount_minor"]
         assert stored["payment_id"] == invoice["payments"][-1]["id"]
 
@@ -108,12 +131,15 @@ def test_code_only_read_and_the_audit_log_holds_the_run(
         assert found.outside == ()
         if "code" in found.callers:
             assert all(e.startswith("read(") for e in found.effects), found
-    assert by_tool["billing_refund_create"].callers == ("direct",)
+    assert by_tool["billing_refund_create"].callers == ("direct",)  # the harness commits
     store = SQLiteAuditStore(report.audit_db)
     try:
-        assert store.query(run_id=report.run_id)
+        events = store.query(run_id=report.run_id)
     finally:
         store.close()
+    proposals = [e for e in events if e.tool == "billing_refund_create" and e.caller == "code"]
+    # The program proposed, and only proposed: each is a stored preview, nothing it sent.
+    assert [(e.outcome, e.code) for e in proposals] == [("preview", "needs_approval")] * 8
     assert report.ledger_db.exists()
 
 

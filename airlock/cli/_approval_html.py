@@ -1,0 +1,205 @@
+"""The approval page's HTML: server-rendered, no script, every value escaped.
+
+What a person needs to decide is on the page: who asked (the principal and run), the tool,
+the summary, the effects and amounts as the tool's ``prepare`` computed them (never text the
+model wrote), the full effect, the rule that asked, the expiry and the fingerprint the
+approval will carry. Each form carries the page's CSRF token; none carries who approves.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from html import escape
+
+from airlock.tools import Batch, BatchItem, Preview, Receipt
+
+__all__ = ["PageView", "render_page", "render_refusal"]
+
+_STYLE = """
+body { font-family: system-ui, sans-serif; margin: 1.5rem; max-width: 72rem; color: #222; }
+h1 { font-size: 1.4rem; } h2 { font-size: 1.15rem; margin-top: 2rem; }
+.warning { background: #fff3cd; border: 1px solid #e0c060; padding: .6rem; }
+.notice { background: #e8f4ea; border: 1px solid #7bb38a; padding: .6rem; }
+.error { background: #fbe9e9; border: 1px solid #d08080; padding: .6rem; }
+.card { border: 1px solid #ccc; border-radius: 6px; padding: .8rem; margin: .8rem 0; }
+.mono, pre { font-family: ui-monospace, monospace; font-size: .85rem; }
+pre { background: #f6f6f6; padding: .5rem; overflow-x: auto; }
+table { border-collapse: collapse; } td, th { border: 1px solid #ddd; padding: .3rem .5rem; }
+form { display: inline-block; margin-right: 1rem; }
+"""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PageView:
+    """What one rendering of the page shows."""
+
+    approver: str
+    ledger: str
+    commits: bool
+    """Approvals are committed by the page (it has the tools); else the asking harness does."""
+    csrf: str
+    waiting: Sequence[Preview]
+    approved: Sequence[Preview]
+    """Approved and not yet committed (or in flight)."""
+    receipts: Sequence[Receipt]
+    batches: Sequence[tuple[Batch, Sequence[BatchItem], dict[str, int]]]
+    """Batches with an item still waiting: the batch, its items, and spend per currency."""
+    self_approval: bool
+    warning: str | None = None
+    notice: str | None = None
+    error: str | None = None
+    now: float
+
+
+def _time(ts: float) -> str:
+    return dt.datetime.fromtimestamp(ts, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _amounts(effects: Sequence[str]) -> str:
+    spends = [e.removeprefix("spend(").removesuffix(")") for e in effects if e.startswith("spend(")]
+    return ", ".join(spends) or "none"
+
+
+def _csrf(view: PageView) -> str:
+    return f'<input type="hidden" name="csrf" value="{escape(view.csrf)}">'
+
+
+def _preview_card(view: PageView, p: Preview) -> str:
+    requester = f"{p.principal.user_id}@{p.principal.tenant_id}"
+    own = not view.self_approval and view.approver in (p.principal.user_id, requester)
+    minutes = max(0, round((p.expires - view.now) / 60))
+    rows = [
+        ("tool", escape(p.tool)),
+        ("requested by", f"{escape(requester)} (run <span class=mono>{escape(p.run_id)}</span>)"),
+        ("summary", escape(p.summary)),
+        ("effects", escape(", ".join(p.effects))),
+        ("amounts", escape(_amounts(p.effects))),
+        ("rule", escape(p.rule)),
+        ("expires", f"{escape(_time(p.expires))} (in {minutes} min)"),
+        ("fingerprint", f'<span class="mono fingerprint">{escape(p.fingerprint)}</span>'),
+    ]
+    table = "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in rows)
+    effect = escape(json.dumps(p.effect, indent=2, sort_keys=True))
+    pid = escape(p.id)
+    note = (
+        "<p class=warning>You asked for this change: another person must approve it.</p>"
+        if own
+        else ""
+    )
+    return f"""
+<div class="card preview" id="{pid}" data-preview="{pid}">
+  <h3 class=mono>{pid}</h3>
+  <table>{table}</table>
+  <details><summary>effect as the tool computed it</summary><pre>{effect}</pre></details>
+  {note}
+  <form method="post" action="/approve">
+    {_csrf(view)}
+    <input type="hidden" name="preview_id" value="{pid}">
+    <input type="hidden" name="fingerprint" value="{escape(p.fingerprint)}">
+    <button type="submit" class="approve">Approve fingerprint {escape(p.fingerprint[:12])}…</button>
+  </form>
+  <form method="post" action="/deny">
+    {_csrf(view)}
+    <input type="hidden" name="preview_id" value="{pid}">
+    <input type="text" name="reason" placeholder="why (required)" required maxlength="500">
+    <button type="submit" class="deny">Deny</button>
+  </form>
+</div>"""
+
+
+def _batch_card(
+    view: PageView, batch: Batch, items: Sequence[BatchItem], totals: dict[str, int]
+) -> str:
+    requester = f"{batch.principal.user_id}@{batch.principal.tenant_id}"
+    rows = "".join(
+        f"<tr><td class=mono>{escape(i.preview_id)}</td><td>{escape(i.tool)}</td>"
+        f"<td>{escape(i.summary)}</td><td>{escape(i.state)}</td></tr>"
+        for i in items
+    )
+    total = ", ".join(f"{amount} {currency}" for currency, amount in totals.items()) or "none"
+    bid = escape(batch.id)
+    return f"""
+<div class="card batch" id="{bid}" data-batch="{bid}">
+  <h3 class=mono>batch {bid}</h3>
+  <p>{len(items)} item(s) proposed by a program of {escape(requester)}
+     (run <span class=mono>{escape(batch.run_id)}</span>); spend in minor units: {escape(total)}</p>
+  <p>fingerprint <span class="mono fingerprint">{escape(batch.fingerprint)}</span></p>
+  <table><tr><th>preview</th><th>tool</th><th>summary</th><th>state</th></tr>{rows}</table>
+  <form method="post" action="/approve-batch">
+    {_csrf(view)}
+    <input type="hidden" name="batch_id" value="{bid}">
+    <input type="hidden" name="fingerprint" value="{escape(batch.fingerprint)}">
+    <button type="submit" class="approve">Approve batch, fingerprint
+      {escape(batch.fingerprint[:12])}…</button>
+  </form>
+</div>"""
+
+
+def _receipts(receipts: Sequence[Receipt]) -> str:
+    if not receipts:
+        return "<p>No receipts yet.</p>"
+    rows = "".join(
+        f'<tr class="receipt" data-preview="{escape(r.preview_id)}">'
+        f"<td>{escape(_time(r.stored_at))}</td><td class=mono>{escape(r.preview_id)}</td>"
+        f"<td>{escape(r.tool)}</td><td>{escape(r.resolved_by)}</td>"
+        f"<td class=mono>{escape(json.dumps(r.data, sort_keys=True))}</td></tr>"
+        for r in receipts
+    )
+    head = "<tr><th>stored</th><th>preview</th><th>tool</th><th>how</th><th>receipt</th></tr>"
+    return f"<table id=receipts>{head}{rows}</table>"
+
+
+def render_page(view: PageView) -> str:
+    """The whole page for ``view``."""
+    banners = "".join(
+        f'<p class="{kind}" id="{kind}">{escape(text)}</p>'
+        for kind, text in (
+            ("warning", view.warning),
+            ("notice", view.notice),
+            ("error", view.error),
+        )
+        if text
+    )
+    how = (
+        "An approval here commits the write at once, once, and shows its receipt."
+        if view.commits
+        else "An approval here is recorded; the session that asked commits the write once."
+    )
+    waiting = "".join(_preview_card(view, p) for p in view.waiting) or (
+        "<p id=nothing>Nothing waits for approval.</p>"
+    )
+    batches = "".join(_batch_card(view, b, items, t) for b, items, t in view.batches)
+    approved = "".join(
+        f"<li class=mono>{escape(p.id)} {escape(p.tool)} [{escape(p.state)}] "
+        f"{escape(p.summary)}</li>"
+        for p in view.approved
+    )
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<title>airlock approvals</title><style>{_STYLE}</style></head>
+<body>
+<h1>airlock approvals</h1>
+<p>Approving as <strong id="approver">{escape(view.approver)}</strong> on ledger
+<span class=mono>{escape(view.ledger)}</span>. {escape(how)}</p>
+{banners}
+<h2>Waiting for approval</h2>
+{batches}
+{waiting}
+<h2>Approved, not yet committed</h2>
+<ul>{approved or "<li>none</li>"}</ul>
+<h2>Receipts</h2>
+{_receipts(view.receipts)}
+<p><a href="/">refresh</a></p>
+</body></html>
+"""
+
+
+def render_refusal(title: str, message: str) -> str:
+    """A small page that says why a request was refused."""
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title></head>
+<body><h1>{escape(title)}</h1><p>{escape(message)}</p></body></html>
+"""

@@ -1,0 +1,76 @@
+"""One container per principal for its runs, each run in a fresh process (``reuse=True``).
+
+A warm pool saves a run the wait for ``docker run``, but every run still costs the engine a
+container start and a removal: with many runs, that is the limit. Reusing a container across
+the runs of one principal (never two: it belongs to one, and a run of another principal is
+refused) saves both, and gives up nothing of what a run starts from: each run is a kept
+sandbox's program in ``clean`` mode, a fresh process with an empty ``/tmp`` and no names kept,
+once every process of the previous run is gone. A principal's runs take turns in its
+container; one that would have to wait for another runs in a fresh container instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from airlock.bridge import ToolSession
+from airlock.policies import Principal, SandboxProfile
+from airlock.sandbox._kept import KeptSandbox
+from airlock.sandbox._result import RunResult
+
+__all__ = ["PrincipalContainers"]
+
+
+class PrincipalContainers:
+    """A clean kept sandbox per principal (by user and tenant), made on first use; when
+    ``limit`` principals hold one and another needs one, the least recently used idle one
+    goes (in the background)."""
+
+    def __init__(self, make: Callable[[Principal], KeptSandbox], *, limit: int) -> None:
+        if limit < 1:
+            raise ValueError(f"reuse_max must be at least 1, not {limit!r}")
+        self._make = make
+        self._limit = limit
+        self._held: dict[tuple[str, str], KeptSandbox] = {}
+        self._closing: set[asyncio.Task[None]] = set()
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    async def run(
+        self,
+        program: str,
+        *,
+        profile: SandboxProfile,
+        tools: ToolSession,
+        artifacts: Path | None,
+        fresh: Callable[[], Awaitable[RunResult]],
+    ) -> RunResult:
+        """Run ``program`` in the container of ``tools``' principal, or by ``fresh()`` (in
+        a container of its own) when that one is running another of its programs."""
+        owner = tools.principal
+        key = (owner.user_id, owner.tenant_id)
+        held = self._held.get(key)
+        if held is not None and held.busy:
+            return await fresh()
+        if held is None:
+            if len(self._held) >= self._limit:
+                self._evict()
+            held = self._held[key] = self._make(owner)
+        return await held.run(program, profile=profile, tools=tools, artifacts=artifacts)
+
+    def _evict(self) -> None:
+        idle = [key for key, held in self._held.items() if not held.busy]
+        if not idle:
+            return  # every one runs now: one more for a while
+        oldest = min(idle, key=lambda key: self._held[key].last_used)
+        task = asyncio.create_task(self._held.pop(oldest).close())
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+    async def close(self) -> None:
+        """Remove every principal's container (and wait for evictions in progress)."""
+        held, self._held = list(self._held.values()), {}
+        await asyncio.gather(*(h.close() for h in held), *self._closing, return_exceptions=True)

@@ -1,0 +1,359 @@
+"""What a kept session's program hands to the next one: its top-level names, as data.
+
+Standard library only. Each program of a kept session runs in a process of its own (see
+``airlock_zygote``), so nothing of one program's process reaches the next: no thread, no
+child, no patched module. What is kept is explicit:
+
+- files under the working directory ``/tmp`` (the container's own, emptied when it goes);
+- top-level names, of three kinds, written to :data:`GLOBALS_FILE` after each program and
+  read back before the next one:
+
+  * plain data: ``None``, ``bool``, ``int``, ``float``, ``complex``, ``str``, ``bytes``,
+    ``bytearray``, ``list``, ``tuple``, ``dict``, ``set``, ``frozenset``, ``OrderedDict``,
+    ``Counter``, ``defaultdict`` (of a builtin type), ``deque``, ``datetime``'s ``date``,
+    ``datetime``, ``time``, ``timedelta`` and ``timezone``, and ``Decimal``, nested freely;
+  * functions defined by a top-level ``def`` without decorators whose defaults are
+    literals: their source is kept (annotations left out) and defined again, in the next
+    program's own namespace and language mode, so they see its ``tools`` and globals;
+  * modules, and what ``from MODULE import NAME`` binds (a function, a class): imported
+    again, through the next program's import rules.
+
+Anything else (a DataFrame, an instance of a program's class, a class, a lambda, an open
+file) is not kept: the next program starts without that name, and the program that left it
+is told so on its stderr. Keep such values as files under ``/tmp``.
+
+Reading the file back never runs code a program wrote: the data is unpickled with no class
+but the plain ones above, and a kept function is defined (not called) from a source that must
+parse to one such ``def``.
+"""
+
+from __future__ import annotations
+
+import ast
+import collections
+import datetime
+import decimal
+import io
+import os
+import pickle
+import sys
+import types
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+GLOBALS_FILE = "/tmp/.airlock-globals"
+"""Where a kept session's top-level names wait for the next program."""
+_MAX_ELEMENTS = 5_000_000
+"""Values and keys a kept name may hold; a larger one is not kept (walking it costs time)."""
+_NOTE_CHARS = 600
+
+_PLAIN = frozenset(
+    {
+        type(None), bool, int, float, complex, str, bytes, bytearray, list, tuple, dict, set,
+        frozenset, collections.OrderedDict, collections.Counter, collections.defaultdict,
+        collections.deque, datetime.date, datetime.datetime, datetime.time,
+        datetime.timedelta, datetime.timezone, decimal.Decimal,
+    }
+)  # fmt: skip
+_BUILTIN_FACTORIES = (list, dict, set, int, float, str, tuple, frozenset, bytes)
+_ALLOWED_GLOBALS = frozenset(
+    {("builtins", t.__name__) for t in (*_BUILTIN_FACTORIES, complex, bool, bytearray)}
+    | {
+        ("collections", "OrderedDict"),
+        ("collections", "Counter"),
+        ("collections", "defaultdict"),
+        ("collections", "deque"),
+        ("datetime", "date"),
+        ("datetime", "datetime"),
+        ("datetime", "time"),
+        ("datetime", "timedelta"),
+        ("datetime", "timezone"),
+        ("decimal", "Decimal"),
+        ("_codecs", "encode"),  # bytearray's reduction at protocol < 5
+    }
+)
+
+
+class _DataOnly(pickle.Unpickler):
+    """Unpickles plain data: any other class or function is refused."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) not in _ALLOWED_GLOBALS:
+            raise pickle.UnpicklingError(f"{module}.{name} is not plain data")
+        return super().find_class(module, name)
+
+
+def loads_data(data: bytes) -> Any:
+    """Unpickle ``data`` holding plain data only.
+
+    Raises:
+        pickle.UnpicklingError: it names another class or function.
+    """
+    return _DataOnly(io.BytesIO(data)).load()
+
+
+def is_plain(value: object) -> bool:
+    """Whether ``value`` is plain data (see the module's docstring), walked without calling
+    any of its methods."""
+    seen: set[int] = set()
+    stack: list[Any] = [value]
+    count = 0
+    while stack:
+        item = stack.pop()
+        count += 1
+        if count > _MAX_ELEMENTS:
+            return False
+        kind = type(item)
+        if kind not in _PLAIN:
+            return False
+        if kind is collections.defaultdict:
+            factory = item.default_factory
+            if factory is not None and factory not in _BUILTIN_FACTORIES:
+                return False
+        elif kind is datetime.datetime or kind is datetime.time:
+            zone = item.tzinfo
+            if zone is not None and type(zone) is not datetime.timezone:
+                return False
+        if id(item) in seen:
+            continue
+        if kind in (list, tuple, set, frozenset, collections.deque):
+            seen.add(id(item))
+            stack.extend(item)
+        elif isinstance(item, dict):
+            seen.add(id(item))
+            stack.extend(item.keys())
+            stack.extend(item.values())
+    return True
+
+
+def _importable(value: object) -> str | None:
+    """``MODULE:QUALNAME`` when ``value`` is what importing that name gives (a function or
+    class of a module), else ``None``."""
+    if not isinstance(value, (type, types.FunctionType, types.BuiltinFunctionType)):
+        return None
+    module = getattr(value, "__module__", None)
+    qualname = getattr(value, "__qualname__", None)
+    if not isinstance(module, str) or not isinstance(qualname, str) or "<" in qualname:
+        return None
+    if module.startswith("airlock") or module == "builtins":
+        return None
+    found: object = sys.modules.get(module)
+    for part in qualname.split("."):
+        found = getattr(found, part, None)
+    return f"{module}:{qualname}" if found is value else None
+
+
+def _literal(node: ast.expr | None) -> bool:
+    if node is None or isinstance(node, ast.Constant):
+        return True
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        return isinstance(node.operand, ast.Constant)
+    return False
+
+
+def definition(node: ast.stmt) -> str | None:
+    """The source to keep for a top-level ``def`` (annotations left out), or ``None`` when
+    defining it again could run code: decorators, or a default that is not a literal."""
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or node.decorator_list:
+        return None
+    arguments = node.args
+    if not all(_literal(d) for d in [*arguments.defaults, *arguments.kw_defaults]):
+        return None
+    node = _without_annotations(node)
+    return ast.unparse(node)
+
+
+def _without_annotations(node: ast.FunctionDef | ast.AsyncFunctionDef) -> ast.stmt:
+    copy = ast.parse(ast.unparse(node)).body[0]
+    assert isinstance(copy, (ast.FunctionDef, ast.AsyncFunctionDef))
+    copy.returns = None
+    arguments = copy.args
+    for argument in [
+        *arguments.posonlyargs,
+        *arguments.args,
+        *arguments.kwonlyargs,
+        arguments.vararg,
+        arguments.kwarg,
+    ]:
+        if argument is not None:
+            argument.annotation = None
+    copy.type_comment = None
+    return copy
+
+
+def top_level_definitions(source: str) -> dict[str, tuple[int, str]]:
+    """The keepable top-level ``def`` statements of a program: name -> (line, source)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return {}
+    found: dict[str, tuple[int, str]] = {}
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            kept = definition(node)
+            if kept is None:
+                found.pop(node.name, None)
+            else:
+                found[node.name] = (node.lineno, kept)
+    return found
+
+
+_T = TypeVar("_T", str, bytes)
+
+
+def _entries(stored: object, kind: type[_T]) -> dict[str, _T]:
+    if not isinstance(stored, dict):
+        return {}
+    return {k: v for k, v in stored.items() if isinstance(k, str) and isinstance(v, kind)}
+
+
+class KeptGlobals:
+    """The top-level names one kept program starts with and leaves (see the module)."""
+
+    def __init__(self, path: str = GLOBALS_FILE) -> None:
+        self.path = path
+        self.data: dict[str, bytes] = {}
+        self.functions: dict[str, str] = {}
+        self.modules: dict[str, str] = {}
+        self.restored: dict[str, object] = {}
+        """Names defined again from the file -> the object given to the program."""
+        self.notes: list[str] = []
+
+    def read(self) -> None:
+        """Read what the previous program left; a damaged file leaves nothing kept."""
+        try:
+            with open(self.path, "rb") as file:
+                stored = loads_data(file.read())
+        except FileNotFoundError:
+            return
+        except Exception as exc:  # whatever the previous program wrote there
+            self.notes.append(f"the kept names could not be read ({type(exc).__name__})")
+            return
+        if not isinstance(stored, dict):
+            return
+        self.data = _entries(stored.get("data"), bytes)
+        self.functions = _entries(stored.get("functions"), str)
+        self.modules = _entries(stored.get("modules"), str)
+
+    def restore(self, namespace: dict[str, Any], compile_definition: Callable[[str], Any]) -> None:
+        """Put the kept names into ``namespace``: modules imported through its own
+        ``__import__``, functions defined by ``compile_definition(source)`` (code to run in
+        it), data unpickled."""
+        builtins = namespace.get("__builtins__")
+        importer: Callable[..., Any] = __import__
+        if isinstance(builtins, dict) and callable(builtins.get("__import__")):
+            importer = builtins["__import__"]
+        for name, where in self.modules.items():
+            module, _, attribute = where.partition(":")
+            try:
+                value = importer(module, namespace, None, [attribute or "__name__"], 0)
+                for part in attribute.split(".") if attribute else ():
+                    value = getattr(value, part)
+            except Exception:
+                self.notes.append(f"{name} ({where} is not importable here)")
+                continue
+            namespace[name] = value
+            self.restored[name] = value
+        for name, source in self.functions.items():
+            try:
+                tree = ast.parse(source)
+                if len(tree.body) != 1 or definition(tree.body[0]) is None:
+                    continue
+                if getattr(tree.body[0], "name", None) != name:
+                    continue
+                exec(compile_definition(source), namespace)
+            except Exception:
+                self.notes.append(f"{name} (its definition is refused here)")
+                continue
+            self.restored[name] = namespace.get(name)
+        for name, blob in self.data.items():
+            try:
+                value = loads_data(blob)
+            except Exception:
+                continue
+            namespace[name] = value
+            self.restored[name] = value
+
+    def keep(
+        self,
+        namespace: dict[str, Any],
+        *,
+        fresh: set[str],
+        defined: dict[str, tuple[int, str]],
+        program_file: str,
+    ) -> None:
+        """Write ``namespace``'s top-level names (but ``fresh``, the run's own bindings) for
+        the next program; ``defined`` are this program's keepable definitions."""
+        data: dict[str, bytes] = {}
+        functions: dict[str, str] = {}
+        modules: dict[str, str] = {}
+        dropped: list[str] = []
+        for name, value in namespace.items():
+            if name in fresh or name.startswith("__"):
+                continue
+            if isinstance(value, types.ModuleType):
+                modules[name] = str(value.__name__)
+            elif (where := _importable(value)) is not None:
+                modules[name] = where
+            elif isinstance(value, types.FunctionType):
+                source = self._function_source(name, value, defined, program_file)
+                if source is None:
+                    dropped.append(f"{name} (a function defined otherwise than by a plain def)")
+                else:
+                    functions[name] = source
+            elif is_plain(value):
+                try:
+                    data[name] = pickle.dumps(value, protocol=5)
+                except Exception:
+                    dropped.append(name)
+            else:
+                dropped.append(f"{name} ({type(value).__name__})")
+        payload = pickle.dumps({"data": data, "functions": functions, "modules": modules})
+        temporary = self.path + ".new"
+        with open(temporary, "wb") as file:
+            file.write(payload)
+        os.replace(temporary, self.path)
+        if dropped:
+            self.notes.append(", ".join(sorted(dropped)))
+
+    def _function_source(
+        self,
+        name: str,
+        value: types.FunctionType,
+        defined: dict[str, tuple[int, str]],
+        program_file: str,
+    ) -> str | None:
+        if self.restored.get(name) is value:
+            return self.functions.get(name)
+        code = value.__code__
+        entry = defined.get(name)
+        if (
+            entry is None
+            or code.co_filename != program_file
+            or code.co_name != name
+            or code.co_firstlineno != entry[0]
+        ):
+            return None
+        return entry[1]
+
+    def note(self) -> str:
+        """A line for the program's stderr naming what the next program will not have."""
+        if not self.notes:
+            return ""
+        text = "; ".join(self.notes)
+        if len(text) > _NOTE_CHARS:
+            text = text[:_NOTE_CHARS] + "..."
+        return (
+            f"\n[airlock] not kept for the next program: {text}. Only plain data, plain "
+            "functions and imported modules are kept; write other values to files in /tmp.\n"
+        )
+
+
+__all__ = [
+    "GLOBALS_FILE",
+    "KeptGlobals",
+    "definition",
+    "is_plain",
+    "loads_data",
+    "top_level_definitions",
+]

@@ -1,0 +1,346 @@
+"""The approval page without a browser: who gets in, forged and stale posts, the approver
+that configuration names (never a form field), and approve, deny and commit through it."""
+
+from __future__ import annotations
+
+import re
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from starlette.testclient import TestClient
+from typer.testing import CliRunner
+
+from airlock.cli import app
+from airlock.cli._approval_page import COOKIE, ApprovalPage
+from airlock.cli._approver import Approver
+from airlock.tools import Preview
+from tests.tools.test_write_world import ASK, Clock, World
+
+TOKEN = "t0ken-" + "x" * 20
+BASE = "http://127.0.0.1"
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[World]:
+    w = World(tmp_path, clock=Clock())
+    yield w
+    w.close()
+
+
+@pytest.fixture
+def waiting(world: World) -> Preview:
+    return anyio.run(lambda: world.prepare("inv_3", approvals=ASK))
+
+
+def page(world: World, *, name: str = "carol", commits: bool = True, **kw: Any) -> ApprovalPage:
+    approver = Approver(name, world.ledger, writes=world.writes if commits else None, **kw)
+    return ApprovalPage(approver, ledger="ledger.db", token=TOKEN, clock=world.clock)
+
+
+def browser(p: ApprovalPage) -> TestClient:
+    """A client that opened the printed link: it holds the session cookie."""
+    client = TestClient(p.app(), base_url=BASE, follow_redirects=False)
+    opened = client.get("/", params={"token": TOKEN})
+    assert opened.status_code == 303
+    assert COOKIE in opened.cookies
+    return client
+
+
+def csrf(client: TestClient) -> str:
+    shown = client.get("/")
+    assert shown.status_code == 200, shown.text
+    found = re.search(r'name="csrf" value="([^"]+)"', shown.text)
+    assert found is not None
+    return found.group(1)
+
+
+def test_the_page_shows_what_a_person_decides_on(world: World, waiting: Preview) -> None:
+    shown = browser(page(world)).get("/")
+    assert shown.status_code == 200
+    for fact in (
+        waiting.id,
+        waiting.fingerprint,
+        "refund 10.03 USD on inv_3",
+        "alice@acme",
+        "1003 USD",
+        "refunds-ask",
+        "&quot;recipient&quot;: &quot;cus_3&quot;",
+        "carol",
+    ):
+        assert fact in shown.text, fact
+    assert shown.headers["x-frame-options"] == "DENY"
+    assert "frame-ancestors 'none'" in shown.headers["content-security-policy"]
+
+
+@pytest.mark.parametrize(
+    ("token", "status"), [(None, 401), ("wrong", 401), (TOKEN[:-1], 401), ("", 401)]
+)
+def test_without_the_link_nobody_gets_in(
+    world: World, waiting: Preview, token: str | None, status: int
+) -> None:
+    client = TestClient(page(world).app(), base_url=BASE, follow_redirects=False)
+    shown = client.get("/", params={} if token is None else {"token": token})
+    assert shown.status_code == status
+    assert waiting.id not in shown.text
+    client.cookies.set(COOKIE, "made-up")
+    assert client.get("/").status_code == 401
+
+
+def test_another_host_is_refused(world: World, waiting: Preview) -> None:
+    client = TestClient(page(world).app(), base_url="http://evil.example", follow_redirects=False)
+    assert client.get("/", params={"token": TOKEN}).status_code == 400
+
+
+FORGERIES: list[tuple[str, dict[str, str], dict[str, str], int]] = [
+    ("no csrf", {}, {}, 403),
+    ("made-up csrf", {"csrf": "x" * 43}, {}, 403),
+    ("another origin", {}, {"origin": "http://evil.example"}, 403),
+    ("not a form", {}, {"content-type": "application/json"}, 415),
+    ("no session", {}, {"cookie": f"{COOKIE}=made-up"}, 401),
+]
+
+
+@pytest.mark.parametrize(("case", "fields", "headers", "status"), FORGERIES)
+def test_forged_posts_change_nothing(
+    world: World,
+    waiting: Preview,
+    case: str,
+    fields: dict[str, str],
+    headers: dict[str, str],
+    status: int,
+) -> None:
+    client = browser(page(world))
+    form = {"csrf": csrf(client), "preview_id": waiting.id, "fingerprint": waiting.fingerprint}
+    form.update(fields)
+    if "csrf" in form and case == "no csrf":
+        del form["csrf"]
+    if headers.get("content-type") == "application/json":
+        posted = client.post("/approve", json=form, headers=headers)
+    else:
+        if "cookie" in headers:
+            client.cookies.clear()
+        posted = client.post("/approve", data=form, headers=headers)
+    assert posted.status_code == status, (case, posted.text)
+    assert world.ledger.approval(waiting.id) is None
+    assert world.system.sends() == 0
+
+
+def test_a_form_of_another_session_or_a_stale_one_is_refused(
+    world: World, waiting: Preview
+) -> None:
+    p = page(world)
+    mine, theirs = browser(p), browser(p)
+    form = {"csrf": csrf(theirs), "preview_id": waiting.id, "fingerprint": waiting.fingerprint}
+    assert mine.post("/approve", data=form).status_code == 403
+    stale = {**form, "csrf": csrf(mine)}
+    world.clock.advance(901)
+    assert mine.post("/approve", data=stale).status_code == 403
+    assert world.ledger.approval(waiting.id) is None
+
+
+def test_the_approver_comes_from_configuration_not_the_form(world: World, waiting: Preview) -> None:
+    client = browser(page(world, commits=False))
+    form = {
+        "csrf": csrf(client),
+        "preview_id": waiting.id,
+        "fingerprint": waiting.fingerprint,
+        "approver": "mallory",
+        "as": "mallory",
+    }
+    posted = client.post("/approve", data=form)
+    assert posted.status_code == 303
+    approval = world.ledger.approval(waiting.id)
+    assert approval is not None
+    assert approval.approver == "carol"
+    shown = client.get("/").text
+    assert f"approved {waiting.id} as carol; the session that asked commits it" in shown
+    assert world.system.sends() == 0  # the harness that asked commits it
+
+
+def test_approving_commits_once_and_shows_the_receipt(world: World, waiting: Preview) -> None:
+    client = browser(page(world))
+    form = {"csrf": csrf(client), "preview_id": waiting.id, "fingerprint": waiting.fingerprint}
+    assert client.post("/approve", data=form).status_code == 303
+    shown = client.get("/").text
+    assert "committed once, receipt" in shown
+    assert f'class="receipt" data-preview="{waiting.id}"' in shown
+    assert world.system.effects() == 1
+    again = client.post("/approve", data=form)  # the page's token stays valid a while
+    assert again.status_code == 303
+    assert "conflict: " in client.get("/").text
+    assert world.system.effects() == 1
+
+
+@pytest.mark.parametrize(
+    ("name", "fingerprint", "says"),
+    [
+        ("alice", "FP", "denied: &#x27;alice&#x27; asked for preview"),
+        ("alice@acme", "FP", "set self_approval = true in the policy"),
+        ("carol", "0" * 64, "approval_mismatch: "),
+        ("policy:auto", "FP", "invalid_input: "),
+    ],
+)
+def test_refused_approvals_say_why_on_the_page(
+    world: World, waiting: Preview, name: str, fingerprint: str, says: str
+) -> None:
+    client = browser(page(world, name=name))
+    fp = waiting.fingerprint if fingerprint == "FP" else fingerprint
+    form = {"csrf": csrf(client), "preview_id": waiting.id, "fingerprint": fp}
+    assert client.post("/approve", data=form).status_code == 303
+    assert says in client.get("/").text
+    assert world.ledger.approval(waiting.id) is None
+    assert world.system.sends() == 0
+
+
+def test_self_approval_when_the_policy_allows_it(world: World, waiting: Preview) -> None:
+    client = browser(page(world, name="alice", self_approval=True))
+    shown = client.get("/").text
+    assert "another person must approve" not in shown
+    form = {"csrf": csrf(client), "preview_id": waiting.id, "fingerprint": waiting.fingerprint}
+    client.post("/approve", data=form)
+    assert world.system.effects() == 1
+
+
+def test_deny_needs_a_reason_and_blocks_the_commit(world: World, waiting: Preview) -> None:
+    client = browser(page(world))
+    form = {"csrf": csrf(client), "preview_id": waiting.id, "reason": " "}
+    client.post("/deny", data=form)
+    assert "give a reason" in client.get("/").text
+    client.post("/deny", data={**form, "csrf": csrf(client), "reason": "wrong customer"})
+    stored = world.ledger.preview(waiting.id)
+    assert stored is not None
+    assert stored.state == "denied"
+    assert waiting.id not in re.sub(r"denied pv_\w+", "", client.get("/").text)
+
+
+def test_without_a_token_the_page_warns(world: World, waiting: Preview) -> None:
+    approver = Approver("carol", world.ledger)
+    p = ApprovalPage(approver, ledger="ledger.db", token=None, clock=world.clock)
+    shown = TestClient(p.app(), base_url=BASE).get("/")
+    assert shown.status_code == 200
+    assert "anyone who can reach this port on this machine can approve writes as carol" in (
+        shown.text
+    )
+    assert waiting.id in shown.text
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.mark.parametrize("no_token", [False, True])
+def test_approvals_serve_prints_the_link_and_serves_the_page(
+    world: World, waiting: Preview, no_token: bool
+) -> None:
+    port = _free_port()
+    command = [
+        str(Path(sys.executable).parent / "airlock"),
+        "approvals",
+        "serve",
+        "--port",
+        str(port),
+        "--as",
+        "carol",
+        "--ledger",
+        str(world.root / "ledger.db"),
+    ] + (["--no-token"] if no_token else [])
+    server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout is not None
+        link = server.stdout.readline().strip().removeprefix("approvals page: ")
+        assert link.startswith(f"http://127.0.0.1:{port}/")
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                opened = httpx.get(link, follow_redirects=False)
+                break
+            except httpx.ConnectError:
+                assert time.monotonic() < deadline, "the page did not start"
+                time.sleep(0.05)
+        if no_token:
+            assert opened.status_code == 200
+            assert "anyone who can reach this port" in opened.text
+        else:
+            assert opened.status_code == 303
+            assert httpx.get(f"http://127.0.0.1:{port}/").status_code == 401
+            opened = httpx.get(f"http://127.0.0.1:{port}/", cookies=opened.cookies)
+        assert opened.status_code == 200
+        assert waiting.id in opened.text
+        assert waiting.fingerprint in opened.text
+    finally:
+        server.terminate()
+        _, err = server.communicate(timeout=20)
+    assert ("no token: anyone who can reach this port" in err) == no_token
+
+
+def test_approvals_serve_refuses_an_empty_approver(world: World) -> None:
+    result = CliRunner().invoke(
+        app, ["approvals", "serve", "--as", "", "--ledger", str(world.root / "ledger.db")]
+    )
+    assert result.exit_code == 1
+    assert result.output.strip() == "invalid_input: --as '' names nobody; give the approver's id"
+
+
+@pytest.mark.parametrize(
+    ("name", "self_approval", "says", "sends"),
+    [
+        ("carol", False, "approved batch PB as carol: 2 committed", 2),
+        (
+            "alice",
+            False,
+            "denied: &#x27;alice&#x27; proposed batch &#x27;PB&#x27; and cannot approve it",
+            0,
+        ),
+        ("alice", True, "approved batch PB as alice: 2 committed", 2),
+    ],
+)
+def test_a_batch_is_approved_with_its_one_fingerprint(
+    world: World, name: str, self_approval: bool, says: str, sends: int
+) -> None:
+    items = [anyio.run(lambda n=n: world.prepare(f"inv_{n}", approvals=ASK)) for n in (5, 6)]
+    batch = world.writes.store_batch(items)
+    client = browser(page(world, name=name, self_approval=self_approval))
+    shown = client.get("/").text
+    assert batch.fingerprint in shown
+    assert all(item.id in shown for item in items)
+    form = {"csrf": csrf(client), "batch_id": batch.id, "fingerprint": batch.fingerprint}
+    assert client.post("/approve-batch", data=form).status_code == 303
+    assert says.replace("PB", batch.id) in client.get("/").text
+    assert world.system.effects() == sends
+
+
+def test_a_policy_file_with_a_malformed_self_approval_is_a_usage_error(
+    world: World, waiting: Preview
+) -> None:
+    policy = world.root / "policy.toml"
+    policy.write_text('version = 1\nself_approval = "yes"\n')
+    result = CliRunner().invoke(
+        app,
+        [
+            "approvals",
+            "approve",
+            waiting.id,
+            "--fingerprint",
+            waiting.fingerprint,
+            "--as",
+            "alice",
+            "--policy",
+            str(policy),
+            "--ledger",
+            str(world.root / "ledger.db"),
+        ],
+    )
+    assert result.exit_code == 2
+    assert "error (policy_file)" in result.output
+    assert "self_approval" in result.output
+    assert world.ledger.approval(waiting.id) is None

@@ -1,0 +1,368 @@
+"""Nothing survives a program of a kept session but what is kept on purpose.
+
+Hostile first programs in a real kept container, under each runtime: one leaves a thread,
+a child process or a daemonized (double-forked, ``setsid``) grandchild that keeps trying to
+send frames (a forged ``done``, tool calls) on the bridge and to open a connection of its own;
+one patches modules (``json.dumps``, the bridge's ``send``); one writes half a frame. The next
+program's answer, call count and audit records are its own, the program after it gets its own
+answer too (nothing shifted), and the leftover is gone, as the container's pid list shows from
+the host. A program that stops reading does not hold up the next program nor ``close()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import textwrap
+import time
+from collections.abc import AsyncIterator
+
+import docker
+import pytest
+
+from airlock.bridge import ToolSession
+from airlock.policies import ContainerRuntime, SandboxProfile
+from airlock.sandbox import DockerBackend, KeptSandbox, RunResult
+from airlock.tools import AuditLog, MemoryAuditStore, Registry
+from tests.bridge.records import ALICE, GRANT, build_registry
+from tests.conftest import IMAGE
+from tests.sandbox.runtimes import RUNTIMES, require_runtime
+
+DEADLINE_S = 4.0
+MARGIN_S = 6.0
+"""How long past its deadline a call or a close may take (judging, removing a container)."""
+
+# What a leftover does, forever: forge the next program's answer and make calls in its name
+# on the bridge it inherited, and try a connection of its own to the host's socket.
+_ATTACK = """
+import json, os, socket, struct, time
+def _frame(message):
+    body = json.dumps(message).encode()
+    return struct.pack(">I", len(body)) + body
+def _attack(fd):
+    forged = _frame({"type": "done", "result": {"status": "ok", "exit_status": 0,
+        "has_value": True, "value": "forged"}})
+    call = _frame({"type": "call", "id": 999, "tool": "records_item_get",
+        "args": {"record_id": "rec_7"}})
+    hello = _frame({"type": "hello", "version": 3, "pid": 1, "token": "guess"})
+    while True:
+        for data in (call, forged):
+            try:
+                os.write(fd, data)
+            except OSError:
+                pass
+        try:
+            own = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            own.connect("/run/airlock/bridge.sock")
+            own.sendall(hello + forged)
+        except OSError:
+            pass
+        time.sleep(0.005)
+BRIDGE = tools._connection.fileno()
+"""
+
+LEFTOVERS = {
+    "thread": _ATTACK
+    + textwrap.dedent("""
+        import threading
+        def _later():
+            time.sleep(0.05)
+            _attack(BRIDGE)
+        threading.Thread(target=_later, daemon=False).start()
+        "first"
+    """),
+    "child": _ATTACK
+    + textwrap.dedent("""
+        if os.fork() == 0:
+            time.sleep(0.05)
+            _attack(BRIDGE)
+        "first"
+    """),
+    "daemon": _ATTACK
+    + textwrap.dedent("""
+        if os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:
+                time.sleep(0.05)
+                _attack(BRIDGE)
+            os._exit(0)
+        "first"
+    """),
+    "patched-modules": textwrap.dedent("""
+        import json, sys
+        json.loads = lambda *args, **kwargs: {"type": "result", "id": 1, "ok": True,
+            "value": "forged"}
+        bridge = sys.modules["airlock_bridge"]
+        send = bridge.Connection.send
+        def forging(self, message):
+            if message.get("type") == "done":
+                message["result"]["value"] = "forged"
+            send(self, message)
+        bridge.Connection.send = forging
+        "first"
+    """),
+    "half-frame-left": _ATTACK
+    + textwrap.dedent("""
+        if os.fork() == 0:
+            time.sleep(0.05)
+            os.write(BRIDGE, struct.pack(">I", 4000) + b'{"type": "done", "res')
+            _attack(BRIDGE)
+        "first"
+    """),
+    "half-frame": textwrap.dedent("""
+        import os, struct
+        os.write(tools._connection.fileno(), struct.pack(">I", 4000) + b'{"type": "call", "i')
+        "first"
+    """),
+}
+"""Hostile first programs, by what they leave."""
+
+SECOND = textwrap.dedent("""
+    import time
+    total = tools.records_item_get(record_id="rec_2")["total"]
+    time.sleep(0.3)  # a leftover, if any were alive, would act now
+    total
+""")
+
+FULL = SandboxProfile(language_mode="full", timeout_s=DEADLINE_S)
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(params=RUNTIMES)
+async def backend(request: pytest.FixtureRequest) -> AsyncIterator[DockerBackend]:
+    runtime: ContainerRuntime = request.param
+    require_runtime(runtime)
+    profile = FULL.model_copy(update={"runtime": runtime})
+    backend = DockerBackend(image=IMAGE, profile=profile, pool_size=0)
+    await backend.start()
+    try:
+        yield backend
+    finally:
+        await backend.close()
+
+
+def _session(registry: Registry) -> ToolSession:
+    return ToolSession(registry=registry, principal=ALICE, grant=GRANT)
+
+
+def _pids(container_id: str) -> list[tuple[int, int, int, str]]:
+    """The container's pid list as the engine shows it from inside: (pid, threads, start
+    time in clock ticks, command) of every process but the lister itself."""
+    lister = (
+        "import os\n"
+        "me = os.getpid()\n"
+        "for p in sorted(int(e) for e in os.listdir('/proc') if e.isdigit()):\n"
+        "    if p == me: continue\n"
+        "    try:\n"
+        "        cmd = open(f'/proc/{p}/cmdline', 'rb').read().replace(b'\\0', b' ').decode()\n"
+        "        start = open(f'/proc/{p}/stat').read().rsplit(')', 1)[1].split()[19]\n"
+        "        print(p, len(os.listdir(f'/proc/{p}/task')), start, cmd.strip())\n"
+        "    except OSError: pass\n"
+    )
+    container = docker.from_env().containers.get(container_id)
+    for _ in range(5):
+        # The runner ends every other process once a program's process exits: a lister
+        # started just then is ended too, and tries again.
+        code, output = container.exec_run(["python3", "-I", "-S", "-c", lister])
+        if code == 0:
+            break
+        time.sleep(0.1)
+    assert code == 0, output
+    rows = []
+    for line in output.decode().splitlines():
+        pid, threads, start, command = line.split(" ", 3)
+        rows.append((int(pid), int(threads), int(start), command))
+    return rows
+
+
+async def _only_the_runner(kept: KeptSandbox, since: int) -> None:
+    """The container holds its runner (pid 1, one thread) and at most the next program's
+    process, forked ahead after the last program (started at ``since`` or later, one
+    thread), and nothing else, within 2 s."""
+    container = kept._container
+    assert container is not None
+    rows: list[tuple[int, int, int, str]] = []
+    end = time.monotonic() + 2.0
+    while time.monotonic() < end:
+        rows = await asyncio.to_thread(_pids, container.id)
+        others = [row for row in rows if row[0] != 1]
+        if len(others) <= 1 and all(row[1] == 1 and row[2] >= since for row in others):
+            break
+        await asyncio.sleep(0.1)
+    assert [(pid, threads) for pid, threads, _, _ in rows if pid == 1] == [(1, 1)], rows
+    others = [row for row in rows if row[0] != 1]
+    assert len(others) <= 1, rows
+    assert all(threads == 1 and start >= since for _, threads, start, _ in others), rows
+    assert all("airlock_runner.py" in command for *_, command in rows), rows
+
+
+def _calls(audit: AuditLog, session: ToolSession) -> list[tuple[str, str, str]]:
+    return [
+        (event.call_id, event.tool, event.outcome)
+        for event in audit.events(run_id=session.run_id)
+        if event.tool
+    ]
+
+
+@pytest.mark.docker
+@pytest.mark.anyio
+@pytest.mark.parametrize("leftover", sorted(LEFTOVERS))
+async def test_what_a_program_leaves_cannot_reach_the_next(
+    backend: DockerBackend, leftover: str
+) -> None:
+    audit = AuditLog(MemoryAuditStore())
+    registry = build_registry(audit=audit)
+    kept = backend.keep(ALICE, idle_timeout=60)
+    try:
+        first_session = _session(registry)
+        first = await kept.run(LEFTOVERS[leftover], tools=first_session)
+        second_session = _session(registry)
+        began = time.monotonic()
+        second = await kept.run(SECOND, tools=second_session)
+        took = time.monotonic() - began
+        third = await kept.run(
+            "[40 + 2, int(open('/proc/self/stat').read().rsplit(')', 1)[1].split()[19])]",
+            tools=_session(registry),
+        )
+        if kept.alive:
+            await _only_the_runner(kept, since=third.value[1])
+        await asyncio.sleep(0.3)  # a leftover that survived would have sent by now
+        first_calls = _calls(audit, first_session)
+        second_calls = _calls(audit, second_session)
+    finally:
+        await kept.close()
+
+    assert (second.status, second.value, second.tool_calls) == ("ok", 20, 1), second
+    assert (third.status, third.value[0]) == ("ok", 42), third
+    # Not held up by what the first left (after a broken stream: a new container's start).
+    assert took < (DEADLINE_S + MARGIN_S if leftover == "half-frame" else DEADLINE_S), took
+    # The second program's audit records are its one call, nothing a leftover sent.
+    assert [(tool, outcome) for _, tool, outcome in second_calls] == [("records_item_get", "ok")], (
+        second_calls
+    )
+    assert all(call_id.startswith(second_session.run_id) for call_id, _, _ in second_calls)
+    # Whatever the leftover sent while the first program still ran is the first's own.
+    assert all(tool in ("records_item_get", "") for _, tool, _ in first_calls), first_calls
+    if leftover == "half-frame" or (leftover == "half-frame-left" and kept.starts == 2):
+        # The broken stream ends the first program only; the next starts afresh.
+        assert first.status in ("protocol_error", "limit_exceeded"), first
+        assert kept.starts == 2
+    else:
+        # Until its own ``done`` its process tree speaks for it: a forged answer there is
+        # the first program's own doing.
+        assert first.status == "ok", first
+        assert first.value in ("first", "forged"), first
+        assert kept.starts == 1
+
+
+@pytest.mark.docker
+@pytest.mark.anyio
+async def test_kept_names_come_back_and_patches_do_not(backend: DockerBackend) -> None:
+    kept = backend.keep(ALICE, idle_timeout=60)
+    try:
+        first = await kept.run(
+            textwrap.dedent("""
+                import json
+                rows = [{"n": 1}, {"n": 2}]
+                def total(items, start=0):
+                    return start + sum(item["n"] for item in items)
+                from collections import Counter
+                from math import sqrt
+                json.dumps = lambda v, *a, _o=json.dumps, **k: "patched" if v == 1 else _o(v)
+                open("/tmp/kept.txt", "w").write("file")
+                class Point:
+                    pass
+                here = Point()
+                "first"
+            """)
+        )
+        second = await kept.run(
+            "import os\n"
+            "[total(rows), json.dumps(1), open('/tmp/kept.txt').read(), "
+            "'here' in globals(), 'Point' in globals(), sqrt(16), Counter('aab')['a']]"
+        )
+    finally:
+        await kept.close()
+    assert first.status == "ok", first
+    assert "not kept for the next program: Point (type), here (Point)" in first.stderr
+    assert (second.status, second.value) == ("ok", [3, "1", "file", False, False, 4.0, 2]), second
+
+
+@pytest.mark.docker
+@pytest.mark.anyio
+async def test_a_program_that_stops_reading_holds_up_neither_the_next_nor_close(
+    backend: DockerBackend,
+) -> None:
+    registry = build_registry()
+    kept = backend.keep(ALICE, idle_timeout=60)
+    # Fires calls whose results (1 MB each) it never reads, and spins until its deadline.
+    spins = textwrap.dedent("""
+        conn = tools._connection
+        for _ in range(40):
+            conn.submit({"type": "call", "tool": "records_blob_get", "args": {"size": 1_000_000}})
+        while True:
+            pass
+    """)
+    # Fires the same calls and ends at once, leaving the host with results nobody reads.
+    leaves = spins.replace("while True:\n    pass", '"left"')
+    try:
+        left = await kept.run(leaves, tools=_session(registry))
+        began = time.monotonic()
+        results = await asyncio.gather(
+            kept.run(spins, tools=_session(registry)),
+            kept.run("1 + 1", tools=_session(registry)),
+        )
+        took = time.monotonic() - began
+        assert took < DEADLINE_S + MARGIN_S, took
+        closing = asyncio.create_task(kept.run(spins, tools=_session(registry)))
+        await asyncio.sleep(1.0)
+        began = time.monotonic()
+        await asyncio.wait_for(kept.close(), MARGIN_S)
+        closed_in = time.monotonic() - began
+        ended: RunResult = await asyncio.wait_for(closing, MARGIN_S)
+    finally:
+        await kept.close()
+    assert left.status in ("ok", "error"), left
+    spun, waited = results
+    assert (spun.status, spun.limit) == ("limit_exceeded", "timeout"), spun
+    # The second call waited for the first within its own deadline, then gave up.
+    assert waited.status == "limit_exceeded", waited
+    assert closed_in < MARGIN_S
+    assert ended.status in ("error", "limit_exceeded"), ended
+
+
+@pytest.mark.docker
+@pytest.mark.anyio
+async def test_reuse_keeps_one_container_per_principal_and_nothing_between_runs() -> None:
+    require_runtime("runc")
+    backend = DockerBackend(image=IMAGE, profile=FULL, pool_size=0, reuse=True, reuse_max=2)
+    await backend.start()
+    registry = build_registry()
+    bob = ALICE.model_copy(update={"user_id": "bob"})
+    carol = ALICE.model_copy(update={"user_id": "carol"})
+    leaves = textwrap.dedent("""
+        import os, time
+        found = sorted(os.listdir("/tmp"))
+        others = sorted(int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid())
+        open("/tmp/left", "w").write("x")
+        if os.fork() == 0:
+            time.sleep(60)
+        [found, others, open("/proc/1/stat").read().split()[21]]
+    """)
+    seen: list[tuple[str, RunResult]] = []
+    try:
+        for owner in (ALICE, bob, ALICE, bob, carol, ALICE):
+            tools = ToolSession(registry=registry, principal=owner, grant=GRANT)
+            seen.append((owner.user_id, await backend.run(leaves, tools=tools)))
+    finally:
+        await backend.close()
+    for _, result in seen:
+        assert result.status == "ok", result
+        assert result.value[:2] == [[], [1]], result  # a clean /tmp, no leftover process
+    # The runner's start time tells containers apart: one per principal while it is held.
+    started = {(who, result.value[2]) for who, result in seen[:4]}
+    assert len(started) == 2, started
+    assert len({s for _, s in started}) == 2, started
