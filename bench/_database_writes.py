@@ -40,7 +40,7 @@ def _worker(location: str, worker: int, n: int, barrier: Any, out: Any) -> None:
 
     from airlock.tools import AuditLog, MemoryAuditStore, Registry, WritePath
     from airlock.tools.testing import SystemOfRecord, refund_tool
-    from bench.writes import ARGS, INVOICES, PRINCIPAL, _context
+    from bench._write_world import ARGS, INVOICES, PRINCIPAL, write_context
 
     ledger = _ledger(location)
     system = SystemOfRecord(":memory:")
@@ -51,7 +51,7 @@ def _worker(location: str, worker: int, n: int, barrier: Any, out: Any) -> None:
     async def write(i: int) -> float:
         t0 = time.perf_counter()
         preview = await writes.preview_call(
-            "billing_refund_create", ARGS, _context(worker * 1_000_000 + i)
+            "billing_refund_create", ARGS, write_context(worker * 1_000_000 + i)
         )
         await writes.commit(preview.id, preview.fingerprint, PRINCIPAL)
         return (time.perf_counter() - t0) * 1000

@@ -44,10 +44,9 @@ import anyio
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from airlock.policies import ApprovalPolicy, ApprovalRule, Grant, Principal, write
+from airlock.policies import Principal
 from airlock.tools import (
     AuditLog,
-    CallContext,
     Credential,
     MemoryAuditStore,
     Registry,
@@ -56,25 +55,9 @@ from airlock.tools import (
 )
 from airlock.tools.testing import SystemOfRecord, refund_tool
 from bench._table import print_table
+from bench._write_world import ARGS, INVOICES, PRINCIPAL, write_context
 
-PRINCIPAL = Principal(user_id="alice", tenant_id="acme", scopes=frozenset({"billing.write"}))
-GRANT = Grant(
-    scopes=frozenset({"billing.write"}),
-    effects=(write("billing:refund/*"),),
-    spend_limits={"USD": 1_000_000},
-)
-POLICY = ApprovalPolicy((ApprovalRule(id="refunds-auto", action="allow"),))
-INVOICES = {
-    "inv_1": {"tenant_id": "acme", "amount_minor": 1200, "currency": "USD", "customer": "c"}
-}
-ARGS = {"invoice_id": "inv_1", "reason": "duplicate"}
 Sync = Literal["FULL", "NORMAL", "OFF"]
-
-
-def _context(i: int) -> CallContext:
-    return CallContext(
-        principal=PRINCIPAL, grant=GRANT, run_id=f"bench_{i}", caller="direct", approvals=POLICY
-    )
 
 
 async def _measure(ledger: SQLiteLedgerStore, n: int) -> tuple[list[float], list[float], float]:
@@ -91,7 +74,7 @@ async def _measure(ledger: SQLiteLedgerStore, n: int) -> tuple[list[float], list
         if i == warm:
             started = time.perf_counter()
         t0 = time.perf_counter()
-        preview = await writes.preview_call("billing_refund_create", ARGS, _context(i))
+        preview = await writes.preview_call("billing_refund_create", ARGS, write_context(i))
         t1 = time.perf_counter()
         await writes.commit(preview.id, preview.fingerprint, PRINCIPAL)
         t2 = time.perf_counter()

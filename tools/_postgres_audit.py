@@ -18,7 +18,6 @@ from __future__ import annotations
 import functools
 import hmac
 import re
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -27,17 +26,14 @@ import psycopg
 
 from airlock.tools._audit import AuditEvent, RunSummary
 from airlock.tools._audit_chain import (
-    GENESIS,
     AuditStoreError,
     ChainReport,
-    canonical,
     head_mac,
-    link_numbered,
     load_key,
-    split_effect,
     verify_chain,
 )
-from airlock.tools._audit_schema import COLUMNS, event_of_row, row_of
+from airlock.tools._audit_schema import COLUMNS, event_of_row
+from airlock.tools._audit_sql import chain_rows, encode_events, filters, page, program_text
 from airlock.tools._errors import LedgerReadOnlyError
 from airlock.tools._postgres_connection import Connection, PostgresDatabase, redact_url
 from airlock.tools._sql_rows import SQLConnection
@@ -153,27 +149,13 @@ class PostgresAuditStore:
                 store=LABEL,
             )
         key = self._key
-        rows, encoded, effects = [], [], []
-        for count, event in enumerate(events, 1):
-            row = tuple(_pg_text(v) for v in row_of(event))
-            rows.append(row)
-            encoded.append(canonical(row))
-            effects.append([split_effect(e) for e in event.effects])
-            if count % 128 == 0:
-                time.sleep(0)  # let other threads (the event loop) run between slices
+        prepared = encode_events(events, _pg_text)
         with self._db.transaction() as conn:
             conn.execute("LOCK TABLE audit_head IN EXCLUSIVE MODE")
             last = conn.execute(
                 "SELECT id, chain FROM audit_events ORDER BY id DESC LIMIT 1"
             ).fetchone()
-            number, chain = (0, GENESIS) if last is None else (int(last[0]), bytes(last[1]))
-            chained: list[tuple[Any, ...]] = []
-            indexed: list[tuple[Any, ...]] = []
-            for row, rest, split in zip(rows, encoded, effects, strict=True):
-                number += 1
-                chain = link_numbered(key, chain, number, rest)
-                chained.append((number, *row, chain))
-                indexed.extend((number, *effect) for effect in split)
+            number, chain, chained, indexed = chain_rows(key, last, prepared)
             with conn.cursor() as cursor:
                 if chained:
                     cursor.executemany(_INSERT_EVENT, chained)
@@ -197,11 +179,11 @@ class PostgresAuditStore:
         since: float | None = None,
         limit: int | None = None,
     ) -> list[AuditEvent]:
-        where, params = _filters(run_id=run_id, tool=tool, since=since)
+        where, params = filters(run_id=run_id, tool=tool, since=since)
         sql = f"SELECT {COLUMNS} FROM audit_events{where} ORDER BY id"
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
-        rows = self._db.read(lambda conn: conn.execute(sql.encode(), params).fetchall())
+        rows = self.read(lambda conn: conn.execute(sql, params).fetchall())
         return [event_of_row(row) for row in rows]
 
     def records(
@@ -209,19 +191,19 @@ class PostgresAuditStore:
     ) -> Iterator[tuple[int, AuditEvent, str]]:
         """Every stored event as (record number, event, chain in hex), in order, read in
         pages so that exporting a large log holds one page in memory."""
-        where, params = _filters(run_id=run_id, since=since, until=until)
+        where, params = filters(run_id=run_id, since=since, until=until)
         sql = (
             f"SELECT id, {COLUMNS}, chain FROM audit_events{where}"
-            f"{' AND' if where else ' WHERE'} id > %s ORDER BY id LIMIT 1000"
-        ).encode()
+            f"{' AND' if where else ' WHERE'} id > ? ORDER BY id LIMIT 1000"
+        )
         after = 0
         while True:
-            page = self._db.read(functools.partial(_page, sql, [*params, after]))
-            if not page:
+            rows = self.read(functools.partial(page, sql, [*params, after]))
+            if not rows:
                 return
-            for row in page:
+            for row in rows:
                 yield int(row[0]), event_of_row(row[1:-1]), bytes(row[-1]).hex()
-            after = int(page[-1][0])
+            after = int(rows[-1][0])
 
     def runs(self, *, limit: int = 50) -> list[RunSummary]:
         def recent(conn: Connection) -> list[Any]:
@@ -272,12 +254,7 @@ class PostgresAuditStore:
         ]
 
     def program(self, digest: str) -> str | None:
-        row = self._db.read(
-            lambda conn: conn.execute(
-                "SELECT text FROM audit_programs WHERE hash = %s", (digest,)
-            ).fetchone()
-        )
-        return None if row is None else bytes(row[0]).decode("utf-8", "surrogatepass")
+        return self._db.read(lambda conn: program_text(QmarkConnection(conn), digest))
 
     def read(self, fn: Callable[[SQLConnection], T]) -> T:
         """``fn(connection)`` on a connection that takes SQLite's placeholders (see
@@ -301,28 +278,3 @@ class PostgresAuditStore:
     def close(self) -> None:
         if self._owned:
             self._db.close()
-
-
-def _page(sql: bytes, params: list[Any], conn: Connection) -> list[Any]:
-    return conn.execute(sql, params).fetchall()
-
-
-def _filters(
-    *,
-    run_id: str | None = None,
-    tool: str | None = None,
-    since: float | None = None,
-    until: float | None = None,
-) -> tuple[str, list[Any]]:
-    where: list[str] = []
-    params: list[Any] = []
-    for clause, value in (
-        ("run_id = %s", run_id),
-        ("tool = %s", tool),
-        ("ts >= %s", since),
-        ("ts < %s", until),
-    ):
-        if value is not None:
-            where.append(clause)
-            params.append(value)
-    return (" WHERE " + " AND ".join(where) if where else ""), params

@@ -16,21 +16,40 @@ wall-clock seconds. A process on another host cannot tell whether the owner stil
 there the lease's expiry is what lets reconciliation take the step over (hosts keep their
 clocks in step with NTP; the lease's grace covers the skew).
 
-Rows are mapped to records as in :mod:`airlock.tools._sqlite_ledger` (the same columns, the
-same JSON in text columns), so both stores hold the same data in the same form.
+The steps of a transition and the mapping between rows and records are those of the SQLite
+store (:mod:`airlock.tools._ledger_sql`), so both stores hold the same data in the same form.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Collection
-from typing import Any
+from collections.abc import Callable, Collection
+from typing import TypeVar
 
 from psycopg import errors
 
 from airlock.tools._batch_records import Batch
 from airlock.tools._ledger import StepStateError
-from airlock.tools._postgres_connection import Connection, PostgresDatabase
+from airlock.tools._ledger_sql import (
+    BATCH_COLUMNS,
+    PREVIEW_COLUMNS,
+    apply,
+    current_step,
+    event,
+    get_preview,
+    move_step,
+    preview_of,
+    preview_row,
+    previews_query,
+    read_approval,
+    read_batch,
+    read_batches,
+    read_history,
+    read_receipt,
+    read_receipts,
+)
+from airlock.tools._postgres_audit import QmarkConnection
+from airlock.tools._postgres_connection import PostgresDatabase
 from airlock.tools._preview import (
     LIVE_STATES,
     STEP_STATES,
@@ -39,24 +58,13 @@ from airlock.tools._preview import (
     Receipt,
     StepEvent,
     StepState,
-    canonical_json,
-)
-from airlock.tools._sqlite_ledger import (
-    _APPROVAL_COLUMNS,
-    _BATCH_COLUMNS,
-    _PREVIEW_COLUMNS,
-    _RECEIPT_COLUMNS,
-    _approval,
-    _batch,
-    _preview,
-    _preview_row,
-    _receipt,
-    _state,
 )
 
 __all__ = ["PostgresLedgerStore"]
 
 LABEL = "the ledger"
+
+T = TypeVar("T")
 
 _LIVE = ", ".join(f"'{s}'" for s in sorted(LIVE_STATES))
 
@@ -88,7 +96,7 @@ class PostgresLedgerStore:
     # -- reads --------------------------------------------------------------------------
 
     def preview(self, preview_id: str) -> Preview | None:
-        return self._db.read(lambda conn: _get_preview(conn, preview_id))
+        return self._read(lambda conn: get_preview(conn, preview_id))
 
     def previews(
         self,
@@ -97,75 +105,32 @@ class PostgresLedgerStore:
         limit: int = 100,
         run_id: str | None = None,
     ) -> list[Preview]:
-        sql = f"SELECT {_PREVIEW_COLUMNS} FROM previews"
-        where: list[str] = []
-        params: list[object] = []
-        if states is not None:
-            wanted = sorted(set(states))
-            if not wanted:
-                return []
-            where.append("state = ANY(%s)")
-            params.append(wanted)
-        if run_id is not None:
-            where.append("run_id = %s")
-            params.append(run_id)
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        sql += " ORDER BY created DESC, id LIMIT %s"
-        params.append(int(limit))
-        rows = self._db.read(lambda conn: conn.execute(sql.encode(), params).fetchall())
-        return [_preview(row) for row in rows]
+        query = previews_query(states, limit, run_id)
+        if query is None:
+            return []
+        rows = self._read(lambda conn: conn.execute(*query).fetchall())
+        return [preview_of(row) for row in rows]
 
     def approval(self, preview_id: str) -> Approval | None:
-        sql = f"SELECT {_APPROVAL_COLUMNS} FROM approvals WHERE preview_id = %s"
-        row = self._db.read(lambda conn: conn.execute(sql.encode(), (preview_id,)).fetchone())
-        return None if row is None else _approval(row)
+        return self._read(lambda conn: read_approval(conn, preview_id))
 
     def receipt(self, key: str) -> Receipt | None:
-        sql = f"SELECT {_RECEIPT_COLUMNS} FROM receipts WHERE key = %s"
-        row = self._db.read(lambda conn: conn.execute(sql.encode(), (key,)).fetchone())
-        return None if row is None else _receipt(row)
+        return self._read(lambda conn: read_receipt(conn, key))
 
     def receipts(self, *, limit: int = 100) -> list[Receipt]:
-        sql = f"SELECT {_RECEIPT_COLUMNS} FROM receipts ORDER BY stored_at DESC, key LIMIT %s"
-        rows = self._db.read(lambda conn: conn.execute(sql.encode(), (int(limit),)).fetchall())
-        return [_receipt(row) for row in rows]
+        return self._read(lambda conn: read_receipts(conn, limit))
 
     def history(self, preview_id: str) -> list[StepEvent]:
-        rows = self._db.read(
-            lambda conn: conn.execute(
-                "SELECT preview_id, at, from_state, to_state, actor, how FROM step_events "
-                "WHERE preview_id = %s ORDER BY id",
-                (preview_id,),
-            ).fetchall()
-        )
-        return [
-            StepEvent(
-                preview_id=str(r[0]),
-                at=float(r[1]),
-                from_state=None if r[2] is None else _state(r[2]),
-                to_state=_state(r[3]),
-                actor=str(r[4]),
-                how=str(r[5]),
-            )
-            for r in rows
-        ]
+        return self._read(lambda conn: read_history(conn, preview_id))
 
     def batch(self, batch_id: str) -> Batch | None:
-        sql = f"SELECT {_BATCH_COLUMNS} FROM batches WHERE id = %s"
-        row = self._db.read(lambda conn: conn.execute(sql.encode(), (batch_id,)).fetchone())
-        return None if row is None else _batch(row)
+        return self._read(lambda conn: read_batch(conn, batch_id))
 
     def batches(self, *, run_id: str | None = None, limit: int = 100) -> list[Batch]:
-        sql = f"SELECT {_BATCH_COLUMNS} FROM batches"
-        params: list[object] = []
-        if run_id is not None:
-            sql += " WHERE run_id = %s"
-            params.append(run_id)
-        sql += " ORDER BY created DESC, id LIMIT %s"
-        params.append(int(limit))
-        rows = self._db.read(lambda conn: conn.execute(sql.encode(), params).fetchall())
-        return [_batch(row) for row in rows]
+        return self._read(lambda conn: read_batches(conn, run_id, limit))
+
+    def _read(self, fn: Callable[[QmarkConnection], T]) -> T:
+        return self._db.read(lambda conn: fn(QmarkConnection(conn)))
 
     # -- writes -------------------------------------------------------------------------
 
@@ -177,7 +142,7 @@ class PostgresLedgerStore:
             if found is None or found[0] != len(set(batch.items)):
                 raise ValueError(f"batch {batch.id!r} names previews the ledger does not hold")
             inserted = conn.execute(
-                f"INSERT INTO batches ({_BATCH_COLUMNS}) VALUES ({_marks(_BATCH_COLUMNS)}) "
+                f"INSERT INTO batches ({BATCH_COLUMNS}) VALUES ({_marks(BATCH_COLUMNS)}) "
                 "ON CONFLICT (id) DO NOTHING RETURNING id".encode(),
                 (
                     batch.id,
@@ -195,22 +160,28 @@ class PostgresLedgerStore:
         if preview.state != "prepared":
             raise ValueError(f"a new preview must be 'prepared', not {preview.state!r}")
         insert = (
-            f"INSERT INTO previews ({_PREVIEW_COLUMNS}) VALUES ({_marks(_PREVIEW_COLUMNS)}) "
+            f"INSERT INTO previews ({PREVIEW_COLUMNS}) VALUES ({_marks(PREVIEW_COLUMNS)}) "
             f"ON CONFLICT (key) WHERE state IN ({_LIVE}) DO NOTHING RETURNING id"
         ).encode()
-        live = f"SELECT {_PREVIEW_COLUMNS} FROM previews WHERE key = %s AND state IN ({_LIVE})"
+        live = f"SELECT {PREVIEW_COLUMNS} FROM previews WHERE key = %s AND state IN ({_LIVE})"
         # The live preview that holds the key may leave the live states between the insert
         # that collided with it and the read of it; then the key is free: insert again.
         for _ in range(10):
             with self._db.transaction() as conn:
-                if conn.execute(insert, _preview_row(preview)).fetchone() is not None:
-                    _event(
-                        conn, preview.id, preview.created, None, "prepared", "ledger", "prepared"
+                if conn.execute(insert, preview_row(preview)).fetchone() is not None:
+                    event(
+                        QmarkConnection(conn),
+                        preview.id,
+                        preview.created,
+                        None,
+                        "prepared",
+                        "ledger",
+                        "prepared",
                     )
                     return preview
                 row = conn.execute(live.encode(), (preview.key,)).fetchone()
                 if row is not None:
-                    return _preview(row)
+                    return preview_of(row)
         prepared: tuple[StepState, ...] = ("prepared",)
         raise StepStateError(preview, prepared)
 
@@ -235,106 +206,28 @@ class PostgresLedgerStore:
             raise ValueError(f"unknown step state {to!r}; use one of {STEP_STATES}")
         current: Preview | None = None
         try:
-            with self._db.transaction() as conn:
-                current = _get_preview(conn, preview_id, lock=True)
-                if current is None:
-                    raise KeyError(preview_id)
-                if current.state not in expect or (
-                    expect_attempts is not None and current.attempts != expect_attempts
-                ):
-                    raise StepStateError(current, expect)
-                _apply(conn, current, expect, approval, consume_approval, receipt, at)
-                attempts = current.attempts + (1 if to == "sending" else 0)
-                conn.execute(
-                    "UPDATE previews SET state = %s, updated = %s, attempts = %s, owner = %s, "
-                    "lease_until = %s, error = %s WHERE id = %s",
-                    (
-                        to,
-                        at,
-                        attempts,
-                        owner if owner is not None else current.owner,
-                        lease_until,
-                        error,
-                        preview_id,
-                    ),
+            with self._db.transaction() as pg:
+                conn = QmarkConnection(pg)
+                current = current_step(
+                    conn, preview_id, expect, expect_attempts, lock=" FOR UPDATE"
                 )
-                _event(conn, preview_id, at, current.state, to, actor, how)
-                updated = _get_preview(conn, preview_id)
+                apply(conn, current, expect, approval, consume_approval, receipt, at)
+                updated = move_step(
+                    conn,
+                    current,
+                    to=to,
+                    at=at,
+                    actor=actor,
+                    how=how,
+                    owner=owner,
+                    lease_until=lease_until,
+                    error=error,
+                )
         except errors.UniqueViolation:  # a second approval or receipt: someone was first
             assert current is not None  # the violation comes after the step was read
             raise StepStateError(current, expect) from None
-        assert updated is not None  # written in this transaction
         return updated
 
     def close(self) -> None:
         if self._owned:
             self._db.close()
-
-
-def _apply(
-    conn: Connection,
-    current: Preview,
-    expect: Collection[StepState],
-    approval: Approval | None,
-    consume_approval: bool,
-    receipt: Receipt | None,
-    at: float,
-) -> None:
-    """The side records of one transition: a new approval, its consumption, a receipt."""
-    if approval is not None:
-        conn.execute(
-            f"INSERT INTO approvals ({_APPROVAL_COLUMNS}) "
-            f"VALUES ({_marks(_APPROVAL_COLUMNS)})".encode(),
-            (
-                approval.preview_id,
-                approval.fingerprint,
-                approval.kind,
-                approval.approver,
-                approval.rule,
-                approval.at,
-                approval.reason,
-                approval.consumed_at,
-            ),
-        )
-    if consume_approval:
-        used = conn.execute(
-            "UPDATE approvals SET consumed_at = %s WHERE preview_id = %s AND consumed_at IS NULL",
-            (at, current.id),
-        ).rowcount
-        if used != 1:
-            raise StepStateError(current, expect)
-    if receipt is not None:
-        conn.execute(
-            f"INSERT INTO receipts ({_RECEIPT_COLUMNS}) "
-            f"VALUES ({_marks(_RECEIPT_COLUMNS)})".encode(),
-            (
-                receipt.key,
-                receipt.preview_id,
-                receipt.tool,
-                canonical_json(receipt.data).decode(),
-                receipt.stored_at,
-                receipt.resolved_by,
-            ),
-        )
-
-
-def _event(
-    conn: Connection,
-    preview_id: str,
-    at: float,
-    from_state: StepState | None,
-    to_state: StepState,
-    actor: str,
-    how: str,
-) -> None:
-    conn.execute(
-        "INSERT INTO step_events (preview_id, at, from_state, to_state, actor, how) "
-        "VALUES (%s, %s, %s, %s, %s, %s)",
-        (preview_id, at, from_state, to_state, actor, how[:500]),
-    )
-
-
-def _get_preview(conn: Connection, preview_id: str, *, lock: bool = False) -> Preview | None:
-    sql = f"SELECT {_PREVIEW_COLUMNS} FROM previews WHERE id = %s{' FOR UPDATE' if lock else ''}"
-    row: Any = conn.execute(sql.encode(), (preview_id,)).fetchone()
-    return None if row is None else _preview(row)

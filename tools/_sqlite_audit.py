@@ -13,20 +13,15 @@ from __future__ import annotations
 
 import functools
 import sqlite3
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from airlock.tools._audit import AuditEvent, RunSummary
 from airlock.tools._audit_chain import (
-    GENESIS,
     ChainReport,
-    canonical,
     head_mac,
-    link_numbered,
     load_key,
-    split_effect,
     verify_chain,
 )
 from airlock.tools._audit_schema import (
@@ -38,8 +33,8 @@ from airlock.tools._audit_schema import (
     SET_HEAD,
     event_of_row,
     refuse_old_schema,
-    row_of,
 )
+from airlock.tools._audit_sql import chain_rows, encode_events, filters, page, program_text
 from airlock.tools._sqlite_connection import SQLiteConnection
 
 __all__ = ["SQLiteAuditStore"]
@@ -105,28 +100,12 @@ class SQLiteAuditStore:
         self, events: Sequence[AuditEvent], programs: Mapping[str, str] | None = None
     ) -> None:
         key = self._chain_key()
-        rows, encoded, effects = [], [], []
-        for count, event in enumerate(events, 1):
-            row = row_of(event)
-            rows.append(row)
-            encoded.append(canonical(row))
-            effects.append([split_effect(e) for e in event.effects])
-            if count % 128 == 0:
-                # Serializing is Python work under the GIL: let other threads (the event
-                # loop) run between slices, so a large batch never holds them up for long.
-                time.sleep(0)
+        prepared = encode_events(events)
         with self._db.transaction() as conn:
             last = conn.execute(
                 "SELECT id, chain FROM audit_events ORDER BY id DESC LIMIT 1"
             ).fetchone()
-            number, chain = (0, GENESIS) if last is None else (int(last[0]), bytes(last[1]))
-            chained: list[tuple[Any, ...]] = []
-            indexed: list[tuple[Any, ...]] = []
-            for row, rest, split in zip(rows, encoded, effects, strict=True):
-                number += 1
-                chain = link_numbered(key, chain, number, rest)
-                chained.append((number, *row, chain))
-                indexed.extend((number, *effect) for effect in split)
+            number, chain, chained, indexed = chain_rows(key, last, prepared)
             conn.executemany(INSERT_EVENT, chained)
             if indexed:
                 conn.executemany(INSERT_EFFECT, indexed)
@@ -153,7 +132,7 @@ class SQLiteAuditStore:
         since: float | None = None,
         limit: int | None = None,
     ) -> list[AuditEvent]:
-        where, params = _filters(run_id=run_id, tool=tool, since=since)
+        where, params = filters(run_id=run_id, tool=tool, since=since)
         hint = _index_for(run_id=run_id, tool=tool, since=since)
         sql = f"SELECT {COLUMNS} FROM audit_events{hint}{where} ORDER BY id"
         if limit is not None:
@@ -166,7 +145,7 @@ class SQLiteAuditStore:
     ) -> Iterator[tuple[int, AuditEvent, str]]:
         """Every stored event as (record number, event, chain in hex), in order, read in
         pages so that exporting a large log holds one page in memory."""
-        where, params = _filters(run_id=run_id, since=since, until=until)
+        where, params = filters(run_id=run_id, since=since, until=until)
         hint = _index_for(run_id=run_id, since=since)
         sql = (
             f"SELECT id, {COLUMNS}, chain FROM audit_events{hint}{where}"
@@ -174,12 +153,12 @@ class SQLiteAuditStore:
         )
         after = 0
         while True:
-            page = self._db.read(functools.partial(_page, sql, [*params, after]))
-            if not page:
+            rows = self._db.read(functools.partial(page, sql, [*params, after]))
+            if not rows:
                 return
-            for row in page:
+            for row in rows:
                 yield int(row[0]), event_of_row(row[1:-1]), bytes(row[-1]).hex()
-            after = int(page[-1][0])
+            after = int(rows[-1][0])
 
     def runs(self, *, limit: int = 50) -> list[RunSummary]:
         def recent(conn: sqlite3.Connection) -> list[Any]:
@@ -220,12 +199,7 @@ class SQLiteAuditStore:
         ]
 
     def program(self, digest: str) -> str | None:
-        row = self._db.read(
-            lambda conn: conn.execute(
-                "SELECT text FROM audit_programs WHERE hash = ?", (digest,)
-            ).fetchone()
-        )
-        return None if row is None else bytes(row[0]).decode("utf-8", "surrogatepass")
+        return self._db.read(lambda conn: program_text(conn, digest))
 
     def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """``fn(connection)`` under the store's lock: for queries of its own
@@ -244,31 +218,6 @@ class SQLiteAuditStore:
 
     def close(self) -> None:
         self._db.close()
-
-
-def _page(sql: str, params: list[Any], conn: sqlite3.Connection) -> list[Any]:
-    return conn.execute(sql, params).fetchall()
-
-
-def _filters(
-    *,
-    run_id: str | None = None,
-    tool: str | None = None,
-    since: float | None = None,
-    until: float | None = None,
-) -> tuple[str, list[Any]]:
-    where: list[str] = []
-    params: list[Any] = []
-    for clause, value in (
-        ("run_id = ?", run_id),
-        ("tool = ?", tool),
-        ("ts >= ?", since),
-        ("ts < ?", until),
-    ):
-        if value is not None:
-            where.append(clause)
-            params.append(value)
-    return (" WHERE " + " AND ".join(where) if where else ""), params
 
 
 def _index_for(

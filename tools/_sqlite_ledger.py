@@ -4,10 +4,8 @@ Several processes may share the file. Each transaction takes the write lock up f
 (``BEGIN IMMEDIATE``), reads the step and writes it, so a compare-and-set on the state cannot
 interleave with another process's; writers wait up to ``busy_timeout`` seconds. The unique
 index on live previews' keys and the primary key on ``receipts.key`` hold the idempotency
-invariants even against a buggy caller.
-
-It is one module over 400 lines on purpose: the schema, the transactions and the mapping
-between rows and records are one job, and a column added changes all three together.
+invariants even against a buggy caller. The steps of a transition and the mapping between
+rows and records are shared with the PostgreSQL store (:mod:`airlock.tools._ledger_sql`).
 """
 
 from __future__ import annotations
@@ -16,11 +14,28 @@ import json
 import sqlite3
 from collections.abc import Collection
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
-from airlock.policies import Principal
 from airlock.tools._batch_records import Batch
 from airlock.tools._ledger import StepStateError
+from airlock.tools._ledger_sql import (
+    BATCH_COLUMNS,
+    PREVIEW_COLUMNS,
+    apply,
+    current_step,
+    event,
+    get_preview,
+    move_step,
+    preview_of,
+    preview_row,
+    previews_query,
+    read_approval,
+    read_batch,
+    read_batches,
+    read_history,
+    read_receipt,
+    read_receipts,
+)
 from airlock.tools._preview import (
     LIVE_STATES,
     STEP_STATES,
@@ -29,7 +44,6 @@ from airlock.tools._preview import (
     Receipt,
     StepEvent,
     StepState,
-    canonical_json,
 )
 from airlock.tools._sqlite_connection import SQLiteConnection
 
@@ -102,13 +116,6 @@ CREATE TABLE IF NOT EXISTS batches (
 CREATE INDEX IF NOT EXISTS batches_run ON batches (run_id, created);
 PRAGMA user_version = 1;
 """
-_PREVIEW_COLUMNS = (
-    "id, run_id, tool, user_id, tenant_id, principal, effect, effects, summary, key, "
-    "fingerprint, rule, created, expires, state, updated, attempts, owner, lease_until, error"
-)
-_APPROVAL_COLUMNS = "preview_id, fingerprint, kind, approver, rule, at, reason, consumed_at"
-_RECEIPT_COLUMNS = "key, preview_id, tool, data, stored_at, resolved_by"
-_BATCH_COLUMNS = "id, run_id, principal, items, fingerprint, created"
 
 
 class SQLiteLedgerStore:
@@ -150,7 +157,7 @@ class SQLiteLedgerStore:
     # -- reads --------------------------------------------------------------------------
 
     def preview(self, preview_id: str) -> Preview | None:
-        return self._db.read(lambda conn: _get_preview(conn, preview_id))
+        return self._db.read(lambda conn: get_preview(conn, preview_id))
 
     def previews(
         self,
@@ -159,73 +166,29 @@ class SQLiteLedgerStore:
         limit: int = 100,
         run_id: str | None = None,
     ) -> list[Preview]:
-        sql = f"SELECT {_PREVIEW_COLUMNS} FROM previews"
-        where: list[str] = []
-        params: list[object] = []
-        if states is not None:
-            wanted = sorted(set(states))
-            if not wanted:
-                return []
-            where.append(f"state IN ({', '.join('?' * len(wanted))})")
-            params.extend(wanted)
-        if run_id is not None:
-            where.append("run_id = ?")
-            params.append(run_id)
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        sql += " ORDER BY created DESC, id LIMIT ?"
-        params.append(int(limit))
-        rows = self._db.read(lambda conn: conn.execute(sql, params).fetchall())
-        return [_preview(row) for row in rows]
+        query = previews_query(states, limit, run_id)
+        if query is None:
+            return []
+        rows = self._db.read(lambda conn: conn.execute(*query).fetchall())
+        return [preview_of(row) for row in rows]
 
     def approval(self, preview_id: str) -> Approval | None:
-        sql = f"SELECT {_APPROVAL_COLUMNS} FROM approvals WHERE preview_id = ?"
-        row = self._db.read(lambda conn: conn.execute(sql, (preview_id,)).fetchone())
-        return None if row is None else _approval(row)
+        return self._db.read(lambda conn: read_approval(conn, preview_id))
 
     def receipt(self, key: str) -> Receipt | None:
-        sql = f"SELECT {_RECEIPT_COLUMNS} FROM receipts WHERE key = ?"
-        row = self._db.read(lambda conn: conn.execute(sql, (key,)).fetchone())
-        return None if row is None else _receipt(row)
+        return self._db.read(lambda conn: read_receipt(conn, key))
 
     def receipts(self, *, limit: int = 100) -> list[Receipt]:
-        sql = f"SELECT {_RECEIPT_COLUMNS} FROM receipts ORDER BY stored_at DESC, key LIMIT ?"
-        rows = self._db.read(lambda conn: conn.execute(sql, (int(limit),)).fetchall())
-        return [_receipt(row) for row in rows]
+        return self._db.read(lambda conn: read_receipts(conn, limit))
 
     def history(self, preview_id: str) -> list[StepEvent]:
-        sql = (
-            "SELECT preview_id, at, from_state, to_state, actor, how FROM step_events "
-            "WHERE preview_id = ? ORDER BY id"
-        )
-        rows = self._db.read(lambda conn: conn.execute(sql, (preview_id,)).fetchall())
-        return [
-            StepEvent(
-                preview_id=str(r[0]),
-                at=float(r[1]),
-                from_state=None if r[2] is None else _state(r[2]),
-                to_state=_state(r[3]),
-                actor=str(r[4]),
-                how=str(r[5]),
-            )
-            for r in rows
-        ]
+        return self._db.read(lambda conn: read_history(conn, preview_id))
 
     def batch(self, batch_id: str) -> Batch | None:
-        sql = f"SELECT {_BATCH_COLUMNS} FROM batches WHERE id = ?"
-        row = self._db.read(lambda conn: conn.execute(sql, (batch_id,)).fetchone())
-        return None if row is None else _batch(row)
+        return self._db.read(lambda conn: read_batch(conn, batch_id))
 
     def batches(self, *, run_id: str | None = None, limit: int = 100) -> list[Batch]:
-        sql = f"SELECT {_BATCH_COLUMNS} FROM batches"
-        params: list[object] = []
-        if run_id is not None:
-            sql += " WHERE run_id = ?"
-            params.append(run_id)
-        sql += " ORDER BY created DESC, id LIMIT ?"
-        params.append(int(limit))
-        rows = self._db.read(lambda conn: conn.execute(sql, params).fetchall())
-        return [_batch(row) for row in rows]
+        return self._db.read(lambda conn: read_batches(conn, run_id, limit))
 
     # -- writes -------------------------------------------------------------------------
 
@@ -239,7 +202,7 @@ class SQLiteLedgerStore:
                 raise ValueError(f"batch {batch.id!r} names previews the ledger does not hold")
             try:
                 conn.execute(
-                    f"INSERT INTO batches ({_BATCH_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)",
+                    f"INSERT INTO batches ({BATCH_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)",
                     (
                         batch.id,
                         batch.run_id,
@@ -257,16 +220,16 @@ class SQLiteLedgerStore:
             raise ValueError(f"a new preview must be 'prepared', not {preview.state!r}")
         with self._db.transaction() as conn:
             live = conn.execute(
-                f"SELECT {_PREVIEW_COLUMNS} FROM previews WHERE key = ? AND state IN ({_LIVE})",
+                f"SELECT {PREVIEW_COLUMNS} FROM previews WHERE key = ? AND state IN ({_LIVE})",
                 (preview.key,),
             ).fetchone()
             if live is not None:
-                return _preview(live)
+                return preview_of(live)
             conn.execute(
-                f"INSERT INTO previews ({_PREVIEW_COLUMNS}) VALUES ({', '.join('?' * 20)})",
-                _preview_row(preview),
+                f"INSERT INTO previews ({PREVIEW_COLUMNS}) VALUES ({', '.join('?' * 20)})",
+                preview_row(preview),
             )
-            _event(conn, preview.id, preview.created, None, "prepared", "ledger", "prepared")
+            event(conn, preview.id, preview.created, None, "prepared", "ledger", "prepared")
         return preview
 
     def transition(
@@ -289,199 +252,22 @@ class SQLiteLedgerStore:
         if to not in STEP_STATES:
             raise ValueError(f"unknown step state {to!r}; use one of {STEP_STATES}")
         with self._db.transaction() as conn:
-            current = _get_preview(conn, preview_id)
-            if current is None:
-                raise KeyError(preview_id)
-            if current.state not in expect or (
-                expect_attempts is not None and current.attempts != expect_attempts
-            ):
-                raise StepStateError(current, expect)
+            current = current_step(conn, preview_id, expect, expect_attempts)
             try:
-                _apply(conn, current, expect, approval, consume_approval, receipt, at)
+                apply(conn, current, expect, approval, consume_approval, receipt, at)
             except sqlite3.IntegrityError:  # a second approval or receipt: someone was first
                 raise StepStateError(current, expect) from None
-            attempts = current.attempts + (1 if to == "sending" else 0)
-            conn.execute(
-                "UPDATE previews SET state = ?, updated = ?, attempts = ?, owner = ?, "
-                "lease_until = ?, error = ? WHERE id = ?",
-                (
-                    to,
-                    at,
-                    attempts,
-                    owner if owner is not None else current.owner,
-                    lease_until,
-                    error,
-                    preview_id,
-                ),
+            return move_step(
+                conn,
+                current,
+                to=to,
+                at=at,
+                actor=actor,
+                how=how,
+                owner=owner,
+                lease_until=lease_until,
+                error=error,
             )
-            _event(conn, preview_id, at, current.state, to, actor, how)
-            updated = _get_preview(conn, preview_id)
-        assert updated is not None  # written in this transaction
-        return updated
 
     def close(self) -> None:
         self._db.close()
-
-
-def _apply(
-    conn: sqlite3.Connection,
-    current: Preview,
-    expect: Collection[StepState],
-    approval: Approval | None,
-    consume_approval: bool,
-    receipt: Receipt | None,
-    at: float,
-) -> None:
-    """The side records of one transition: a new approval, its consumption, a receipt."""
-    preview_id = current.id
-    if approval is not None:
-        conn.execute(
-            f"INSERT INTO approvals ({_APPROVAL_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                approval.preview_id,
-                approval.fingerprint,
-                approval.kind,
-                approval.approver,
-                approval.rule,
-                approval.at,
-                approval.reason,
-                approval.consumed_at,
-            ),
-        )
-    if consume_approval:
-        used = conn.execute(
-            "UPDATE approvals SET consumed_at = ? WHERE preview_id = ? AND consumed_at IS NULL",
-            (at, preview_id),
-        ).rowcount
-        if used != 1:
-            raise StepStateError(current, expect)
-    if receipt is not None:
-        conn.execute(
-            f"INSERT INTO receipts ({_RECEIPT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)",
-            (
-                receipt.key,
-                receipt.preview_id,
-                receipt.tool,
-                canonical_json(receipt.data).decode(),
-                receipt.stored_at,
-                receipt.resolved_by,
-            ),
-        )
-
-
-def _event(
-    conn: sqlite3.Connection,
-    preview_id: str,
-    at: float,
-    from_state: StepState | None,
-    to_state: StepState,
-    actor: str,
-    how: str,
-) -> None:
-    conn.execute(
-        "INSERT INTO step_events (preview_id, at, from_state, to_state, actor, how) "
-        "VALUES (?, ?, ?, ?, ?, ?)",
-        (preview_id, at, from_state, to_state, actor, how[:500]),
-    )
-
-
-def _get_preview(conn: sqlite3.Connection, preview_id: str) -> Preview | None:
-    row = conn.execute(
-        f"SELECT {_PREVIEW_COLUMNS} FROM previews WHERE id = ?", (preview_id,)
-    ).fetchone()
-    return None if row is None else _preview(row)
-
-
-def _preview_row(p: Preview) -> tuple[object, ...]:
-    return (
-        p.id,
-        p.run_id,
-        p.tool,
-        p.principal.user_id,
-        p.principal.tenant_id,
-        p.principal.model_dump_json(),
-        canonical_json(p.effect).decode(),
-        json.dumps(list(p.effects)),
-        p.summary,
-        p.key,
-        p.fingerprint,
-        p.rule,
-        p.created,
-        p.expires,
-        p.state,
-        p.updated,
-        p.attempts,
-        p.owner,
-        p.lease_until,
-        p.error,
-    )
-
-
-def _state(value: object) -> StepState:
-    if value not in STEP_STATES:
-        raise ValueError(f"the ledger holds an unknown state {value!r}")
-    return value
-
-
-def _preview(r: tuple[Any, ...]) -> Preview:
-    return Preview(
-        id=str(r[0]),
-        run_id=str(r[1]),
-        tool=str(r[2]),
-        principal=Principal.model_validate_json(r[5]),
-        effect=json.loads(r[6]),
-        effects=tuple(str(e) for e in json.loads(r[7])),
-        summary=str(r[8]),
-        key=str(r[9]),
-        fingerprint=str(r[10]),
-        rule=str(r[11]),
-        created=float(r[12]),
-        expires=float(r[13]),
-        state=_state(r[14]),
-        updated=float(r[15]),
-        attempts=int(r[16]),
-        owner=None if r[17] is None else str(r[17]),
-        lease_until=None if r[18] is None else float(r[18]),
-        error=None if r[19] is None else str(r[19]),
-    )
-
-
-def _approval(r: tuple[Any, ...]) -> Approval:
-    kind = r[2]
-    if kind not in ("policy", "person"):
-        raise ValueError(f"the ledger holds an unknown approver kind {kind!r}")
-    return Approval(
-        preview_id=str(r[0]),
-        fingerprint=str(r[1]),
-        kind=kind,
-        approver=str(r[3]),
-        rule=str(r[4]),
-        at=float(r[5]),
-        reason=str(r[6]),
-        consumed_at=None if r[7] is None else float(r[7]),
-    )
-
-
-def _batch(r: tuple[Any, ...]) -> Batch:
-    return Batch(
-        id=str(r[0]),
-        run_id=str(r[1]),
-        principal=Principal.model_validate_json(r[2]),
-        items=tuple(str(i) for i in json.loads(r[3])),
-        fingerprint=str(r[4]),
-        created=float(r[5]),
-    )
-
-
-def _receipt(r: tuple[Any, ...]) -> Receipt:
-    resolved = r[5]
-    if resolved not in ("send", "resend", "query"):
-        raise ValueError(f"the ledger holds an unknown resolution {resolved!r}")
-    return Receipt(
-        key=str(r[0]),
-        preview_id=str(r[1]),
-        tool=str(r[2]),
-        data=json.loads(r[3]),
-        stored_at=float(r[4]),
-        resolved_by=resolved,
-    )

@@ -19,8 +19,16 @@ from typing import TYPE_CHECKING
 
 from airlock._extras import requires_extra
 from airlock.harness._home import airlock_home
+from airlock.harness._otel import spans_from_environment
 from airlock.policies import UsageError
-from airlock.tools import LedgerStore, SQLiteAuditStore, SQLiteLedgerStore
+from airlock.tools import (
+    AuditLog,
+    AuditStore,
+    LedgerStore,
+    Registry,
+    SQLiteAuditStore,
+    SQLiteLedgerStore,
+)
 
 if TYPE_CHECKING:  # the postgres extra may not be installed
     from airlock.tools.postgres import PostgresAuditStore
@@ -28,6 +36,7 @@ if TYPE_CHECKING:  # the postgres extra may not be installed
 __all__ = [
     "DATABASE_ENV",
     "database_url",
+    "durable_audit",
     "is_postgres",
     "open_audit_store",
     "open_ledger",
@@ -105,3 +114,26 @@ def open_audit_store(
     return SQLiteAuditStore(
         _folder(url) / "audit.db", key_file=key_file, readonly=readonly, busy_timeout=busy_timeout
     )
+
+
+def durable_audit(registry: Registry, store: AuditStore | None) -> AuditLog:
+    """The registry's audit log, given a durable store when it has none of its own:
+    ``store``, else the one ``AIRLOCK_DATABASE_URL`` names, else the SQLite store
+    ``audit.db`` under :func:`airlock_home`. Spans are
+    exported over OTLP as well when ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or ``..._TRACES_...``)
+    is set.
+
+    Raises:
+        UsageError: ``store`` is given and the registry already writes to another one.
+        MissingExtraError: OTLP is configured and the ``otel`` extra is not installed.
+    """
+    log = registry.audit
+    if log.provisional:
+        log.attach(store if store is not None else open_audit_store(database_url()))
+    elif store is not None and store is not log.store:
+        raise UsageError(
+            "the registry already records to its own audit store (Registry(audit=...)); "
+            "pass the store to the registry or to the Harness, not to both"
+        )
+    spans_from_environment(log)
+    return log

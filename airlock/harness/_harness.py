@@ -9,8 +9,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from airlock.harness._budget import Budget
+from airlock.harness._database import durable_audit
 from airlock.harness._execute_code import EXECUTE_CODE
-from airlock.harness._home import airlock_home, durable_audit
+from airlock.harness._home import airlock_home
 from airlock.harness._session import Session
 from airlock.policies import (
     Grant,

@@ -74,6 +74,7 @@ from airlock.tools import (
     CallContext,
     Caller,
     InvalidInputError,
+    LedgerError,
     LimitExceededError,
     Observations,
     Preview,
@@ -314,6 +315,14 @@ class Session(ApprovalPause):
             if exc.detail:
                 _log.info("run %s call %s: %s (%s)", self.run_id, call_id, exc.code, exc.detail)
             result = from_tool_error(exc)
+        except LedgerError as exc:
+            # The message names a host path: the operator's log gets it, the model does not.
+            _log.error("run %s call %s: %s (%s)", self.run_id, call_id, exc.code, exc)
+            result = failure(
+                exc.code,
+                f"{exc.store} cannot be used right now; nothing was written",
+                retryable=exc.retryable,
+            )
         except SandboxError as exc:
             _log.warning("run %s: the sandbox could not run a program: %s", self.run_id, exc)
             result = failure(

@@ -243,3 +243,18 @@ async def test_prompt_injection_in_a_result_changes_no_authority(tmp_path: Path)
         assert (await session.resume()).code == "needs_approval"
     finally:
         world.close()
+
+
+async def test_a_ledger_that_cannot_be_used_is_a_failure_the_model_reads_without_the_path(
+    world: World, tmp_path: Path
+) -> None:
+    session = world.session()
+    ledger_file = tmp_path / "ledger.db"
+    ledger_file.rename(tmp_path / "moved.db")  # the file the harness opened is gone
+
+    result = await session.call(REFUND, {"invoice_id": "inv_3", "reason": "duplicate"})
+
+    assert (result.is_error, result.code) == (True, "ledger_replaced"), result.content
+    assert str(tmp_path) not in result.content
+    assert body(result)["message"] == "the ledger cannot be used right now; nothing was written"
+    assert world.system.sends() == 0
