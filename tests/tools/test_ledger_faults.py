@@ -14,53 +14,19 @@ from typing import Any
 
 import pytest
 
-from airlock.policies import Principal
 from airlock.tools import (
     LEDGER_ERRORS,
-    Approval,
     Batch,
     LedgerError,
     LedgerNotADatabaseError,
     LedgerReplacedError,
     LedgerStore,
-    Preview,
     SQLiteAuditStore,
     SQLiteLedgerStore,
     approve_preview,
 )
-from airlock.tools._preview import fingerprint, idempotency_key
 from tests.audit_events import stored_event
-
-ALICE = Principal(user_id="alice", tenant_id="acme", scopes=frozenset({"billing.write"}))
-
-
-def _preview(n: int = 1) -> Preview:
-    key = idempotency_key("run_1", "billing_refund_create", {"invoice_id": f"inv_{n}"})
-    effect = {"invoice_id": f"inv_{n}", "amount_minor": 100 * n}
-    return Preview(
-        id=f"pv_{n}",
-        run_id="run_1",
-        tool="billing_refund_create",
-        principal=ALICE,
-        effect=effect,  # type: ignore[arg-type]
-        effects=(f"spend({100 * n} USD)",),
-        summary="refund",
-        key=key,
-        fingerprint=fingerprint("billing_refund_create", effect, ALICE, key),  # type: ignore[arg-type]
-        rule="r",
-        created=1.0 + n,
-        expires=1000.0,
-        state="prepared",
-        updated=1.0 + n,
-    )
-
-
-def _approval(preview: Preview) -> Approval:
-    return Approval(
-        preview_id=preview.id, fingerprint=preview.fingerprint, kind="person", approver="bob",
-        rule="r", at=2.0,
-    )  # fmt: skip
-
+from tests.tools.ledger_records import ALICE, make_approval, make_preview
 
 # -- SQLite's errors, injected under every operation --------------------------------------
 
@@ -174,7 +140,7 @@ class _Faulty:
 
 
 LEDGER_CALLS: dict[str, Callable[[SQLiteLedgerStore], object]] = {
-    "add_preview": lambda s: s.add_preview(_preview(2)),
+    "add_preview": lambda s: s.add_preview(make_preview(2)),
     "preview": lambda s: s.preview("pv_1"),
     "previews": lambda s: s.previews(),
     "approval": lambda s: s.approval("pv_1"),
@@ -188,7 +154,7 @@ LEDGER_CALLS: dict[str, Callable[[SQLiteLedgerStore], object]] = {
         at=2.0,
         actor="bob",
         how="approved",
-        approval=_approval(_preview()),
+        approval=make_approval(make_preview()),
     ),
     "batch": lambda s: s.batch("pb_1"),
     "batches": lambda s: s.batches(),
@@ -245,7 +211,7 @@ def test_ledger_faults_are_ledger_errors(
 ) -> None:
     path = tmp_path / "ledger.db"
     store = SQLiteLedgerStore(path)
-    store.add_preview(_preview())
+    store.add_preview(make_preview())
     store._db._conn = _Faulty(injected)  # type: ignore[assignment]
     with pytest.raises(LedgerError) as raised:
         LEDGER_CALLS[call](store)
@@ -294,9 +260,9 @@ def test_an_empty_file_becomes_a_new_ledger_when_written(
     with caplog.at_level(logging.WARNING, logger="airlock.ledger"):
         store = SQLiteLedgerStore(path)
     assert f"{path} is an empty file (0 bytes); it is initialised as a new one" in caplog.text
-    store.add_preview(_preview())
+    store.add_preview(make_preview())
     store.close()
-    assert SQLiteLedgerStore(path, readonly=True).preview("pv_1") == _preview()
+    assert SQLiteLedgerStore(path, readonly=True).preview("pv_1") == make_preview()
 
 
 @pytest.mark.parametrize("readonly", [False, True])
@@ -337,11 +303,11 @@ def test_a_replaced_ledger_refuses_reads_and_writes(
 ) -> None:
     path = tmp_path / "ledger.db"
     store = SQLiteLedgerStore(path)
-    preview = store.add_preview(_preview())
+    preview = store.add_preview(make_preview())
     change(path)
     for operation in (
         lambda: store.previews(),
-        lambda: store.add_preview(_preview(2)),
+        lambda: store.add_preview(make_preview(2)),
         lambda: approve_preview(store, preview.id, approver="bob", now=2.0),
     ):
         with pytest.raises(LedgerReplacedError, match="was deleted or replaced while it was open"):
@@ -355,7 +321,7 @@ def test_a_forked_child_finds_the_replacement(
 ) -> None:
     path = tmp_path / "ledger.db"
     store = SQLiteLedgerStore(path)
-    store.add_preview(_preview())
+    store.add_preview(make_preview())
     change(path)
     existed = path.exists()
     read, write = os.pipe()
@@ -398,10 +364,10 @@ def test_a_relative_path_survives_a_change_of_directory(
     (tmp_path / "elsewhere").mkdir()
     monkeypatch.chdir(tmp_path)
     store = SQLiteLedgerStore("ledger.db")
-    store.add_preview(_preview())
+    store.add_preview(make_preview())
     monkeypatch.chdir(tmp_path / "elsewhere")
     assert [p.id for p in store.previews()] == ["pv_1"]
-    store.add_preview(_preview(2))
+    store.add_preview(make_preview(2))
     store.close()
     assert not (tmp_path / "elsewhere" / "ledger.db").exists()
 

@@ -10,62 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from airlock.policies import Principal
 from airlock.tools import (
-    Approval,
     LedgerReadOnlyError,
     Preview,
-    Receipt,
     SQLiteLedgerStore,
     StepStateError,
 )
-from airlock.tools._preview import fingerprint, idempotency_key
+from tests.tools.ledger_records import make_approval, make_preview, make_receipt
 from tests.tools.stores import Backend
-
-ALICE = Principal(user_id="alice", tenant_id="acme", scopes=frozenset({"billing.write"}))
-
-
-def _preview(n: int = 1, *, key: str | None = None) -> Preview:
-    key = key or idempotency_key("run_1", "billing_refund_create", {"invoice_id": f"inv_{n}"})
-    effect = {"invoice_id": f"inv_{n}", "amount_minor": 100 * n}
-    return Preview(
-        id=f"pv_{n}",
-        run_id="run_1",
-        tool="billing_refund_create",
-        principal=ALICE,
-        effect=effect,  # type: ignore[arg-type]
-        effects=(f"spend({100 * n} USD)",),
-        summary="refund",
-        key=key,
-        fingerprint=fingerprint("billing_refund_create", effect, ALICE, key),  # type: ignore[arg-type]
-        rule="r",
-        created=1.0 + n,
-        expires=1000.0,
-        state="prepared",
-        updated=1.0 + n,
-    )
-
-
-def _approval(preview: Preview) -> Approval:
-    return Approval(
-        preview_id=preview.id,
-        fingerprint=preview.fingerprint,
-        kind="person",
-        approver="bob",
-        rule="r",
-        at=2.0,
-    )
-
-
-def _receipt(preview: Preview, preview_id: str | None = None) -> Receipt:
-    return Receipt(
-        key=preview.key,
-        preview_id=preview_id or preview.id,
-        tool=preview.tool,
-        data={"id": "re_1"},
-        stored_at=3.0,
-        resolved_by="send",
-    )
 
 
 @pytest.fixture
@@ -95,7 +47,7 @@ def _to(store: SQLiteLedgerStore, preview: Preview, frm: str, to: str, **kw: obj
 
 
 def test_a_preview_round_trips_exactly(store: SQLiteLedgerStore) -> None:
-    preview = _preview()
+    preview = make_preview()
     assert store.add_preview(preview) == preview
     assert store.preview(preview.id) == preview
     assert store.previews(states={"prepared"}) == [preview]
@@ -103,23 +55,23 @@ def test_a_preview_round_trips_exactly(store: SQLiteLedgerStore) -> None:
 
 
 def test_one_live_preview_per_key(store: SQLiteLedgerStore) -> None:
-    first = store.add_preview(_preview(1))
-    again = store.add_preview(dataclasses.replace(_preview(2), key=first.key, id="pv_other"))
+    first = store.add_preview(make_preview(1))
+    again = store.add_preview(dataclasses.replace(make_preview(2), key=first.key, id="pv_other"))
     assert again == first
     assert len(store.previews()) == 1
 
 
 def test_a_failed_preview_frees_its_key(store: SQLiteLedgerStore) -> None:
-    first = store.add_preview(_preview(1))
+    first = store.add_preview(make_preview(1))
     _to(store, first, "prepared", "failed", error="preview_expired")
-    second = store.add_preview(dataclasses.replace(_preview(2), key=first.key))
+    second = store.add_preview(dataclasses.replace(make_preview(2), key=first.key))
     assert second.id == "pv_2"
 
 
 def test_the_database_itself_refuses_two_live_previews_with_one_key(
     store: SQLiteLedgerStore, backend: Backend
 ) -> None:
-    store.add_preview(_preview(1))
+    store.add_preview(make_preview(1))
     with pytest.raises(backend.integrity_error):
         backend.sql(
             "INSERT INTO previews SELECT 'pv_x', run_id, tool, user_id, tenant_id, principal, "
@@ -132,9 +84,9 @@ def test_the_database_itself_refuses_two_live_previews_with_one_key(
 def test_the_database_itself_refuses_a_second_receipt_for_a_key(
     store: SQLiteLedgerStore, backend: Backend
 ) -> None:
-    first = store.add_preview(_preview(1))
+    first = store.add_preview(make_preview(1))
     _to(store, first, "prepared", "sending")
-    _to(store, first, "sending", "committed", receipt=_receipt(first))
+    _to(store, first, "sending", "committed", receipt=make_receipt(first))
     with pytest.raises(backend.integrity_error):
         backend.sql(
             "INSERT INTO receipts SELECT key, 'pv_2', tool, data, stored_at, resolved_by "
@@ -144,11 +96,11 @@ def test_the_database_itself_refuses_a_second_receipt_for_a_key(
 
 
 def test_transition_is_a_compare_and_set(store: SQLiteLedgerStore) -> None:
-    preview = store.add_preview(_preview())
+    preview = store.add_preview(make_preview())
     with pytest.raises(StepStateError) as stale:
         _to(store, preview, "approved", "sending")
     assert stale.value.preview.state == "prepared"
-    approved = _to(store, preview, "prepared", "approved", approval=_approval(preview))
+    approved = _to(store, preview, "prepared", "approved", approval=make_approval(preview))
     sending = _to(store, approved, "approved", "sending", consume_approval=True, owner="h:1")
     assert (sending.attempts, sending.owner) == (1, "h:1")
     with pytest.raises(StepStateError):
@@ -166,8 +118,8 @@ def test_transition_is_a_compare_and_set(store: SQLiteLedgerStore) -> None:
 
 
 def test_an_approval_is_consumed_once(store: SQLiteLedgerStore) -> None:
-    preview = store.add_preview(_preview())
-    _to(store, preview, "prepared", "approved", approval=_approval(preview))
+    preview = store.add_preview(make_preview())
+    _to(store, preview, "prepared", "approved", approval=make_approval(preview))
     _to(store, preview, "approved", "sending", consume_approval=True)
     _to(store, preview, "sending", "unknown")
     with pytest.raises(StepStateError):
@@ -178,20 +130,20 @@ def test_an_approval_is_consumed_once(store: SQLiteLedgerStore) -> None:
 
 
 def test_a_second_receipt_for_a_key_is_refused_and_rolled_back(store: SQLiteLedgerStore) -> None:
-    first = store.add_preview(_preview(1))
+    first = store.add_preview(make_preview(1))
     _to(store, first, "prepared", "sending")
-    _to(store, first, "sending", "committed", receipt=_receipt(first))
+    _to(store, first, "sending", "committed", receipt=make_receipt(first))
     _to(store, first, "committed", "failed")  # (not a real path: frees the key for this test)
-    second = store.add_preview(dataclasses.replace(_preview(2), key=first.key))
+    second = store.add_preview(dataclasses.replace(make_preview(2), key=first.key))
     _to(store, second, "prepared", "sending")
     with pytest.raises(StepStateError):
-        _to(store, second, "sending", "committed", receipt=_receipt(second))
+        _to(store, second, "sending", "committed", receipt=make_receipt(second))
     assert store.preview(second.id).state == "sending"  # type: ignore[union-attr]
     assert [r.preview_id for r in store.receipts()] == [first.id]
 
 
 def test_history_records_every_transition(store: SQLiteLedgerStore) -> None:
-    preview = store.add_preview(_preview())
+    preview = store.add_preview(make_preview())
     _to(store, preview, "prepared", "denied", error="no")
     assert [(e.from_state, e.to_state) for e in store.history(preview.id)] == [
         (None, "prepared"),
@@ -208,17 +160,17 @@ def test_wal_mode_and_schema_version(sqlite_store: SQLiteLedgerStore, tmp_path: 
 def test_readonly_store_reads_but_cannot_write(
     sqlite_store: SQLiteLedgerStore, tmp_path: Path
 ) -> None:
-    preview = sqlite_store.add_preview(_preview())
+    preview = sqlite_store.add_preview(make_preview())
     reader = SQLiteLedgerStore(tmp_path / "ledger.db", readonly=True)
     assert reader.preview(preview.id) == preview
     with pytest.raises(LedgerReadOnlyError):
-        reader.add_preview(_preview(2))
+        reader.add_preview(make_preview(2))
     reader.close()
 
 
 def test_in_memory_store_works_and_closed_store_refuses() -> None:
     memory = SQLiteLedgerStore(":memory:")
-    memory.add_preview(_preview())
+    memory.add_preview(make_preview())
     assert len(memory.previews()) == 1
     memory.close()
     with pytest.raises(RuntimeError):
@@ -227,4 +179,4 @@ def test_in_memory_store_works_and_closed_store_refuses() -> None:
 
 def test_a_new_preview_must_start_prepared(store: SQLiteLedgerStore) -> None:
     with pytest.raises(ValueError, match="prepared"):
-        store.add_preview(dataclasses.replace(_preview(), state="approved"))
+        store.add_preview(dataclasses.replace(make_preview(), state="approved"))

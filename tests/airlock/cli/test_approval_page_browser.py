@@ -19,20 +19,11 @@ import uvicorn
 
 from airlock.cli._approval_page import ApprovalPage
 from airlock.cli._approver import Approver
-from airlock.policies import ApprovalPolicy, ApprovalRule, Grant, Principal, read, write
 from airlock.tools import CallContext, Credential, Preview, SQLiteLedgerStore, WritePath
 from examples.billing.server import BillingServer, serve_billing
 from examples.billing.tools import build_billing_registry
+from tests.examples.billing.caller import ALICE, ASK, GRANT
 
-ALICE = Principal(
-    user_id="alice", tenant_id="acme", scopes=frozenset({"billing.read", "billing.write"})
-)
-GRANT = Grant(
-    scopes=frozenset({"billing.read", "billing.write"}),
-    effects=(read("billing:invoice/*"), write("billing:refund/*")),
-    spend_limits={"USD": 1_000_000},
-)
-ASK = ApprovalPolicy((ApprovalRule(id="refunds-ask", action="ask", tools=("billing_refund_*",)),))
 TOKEN = "browser-test-token-0123456789"
 
 

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from airlock.policies import ApprovalPolicy, ApprovalRule, Grant, Principal, read, write
 from airlock.tools import (
     CallContext,
     Credential,
@@ -25,18 +24,9 @@ from airlock.tools import (
 )
 from examples.billing.server import BillingServer, serve_billing
 from examples.billing.tools import build_billing_registry
+from tests.examples.billing.caller import ALICE, ASK, GRANT
 
 pytestmark = pytest.mark.anyio
-
-ALICE = Principal(
-    user_id="alice", tenant_id="acme", scopes=frozenset({"billing.read", "billing.write"})
-)
-GRANT = Grant(
-    scopes=frozenset({"billing.read", "billing.write"}),
-    effects=(read("billing:invoice/*"), write("billing:refund/*")),
-    spend_limits={"USD": 1_000_000},
-)
-ASK = ApprovalPolicy((ApprovalRule(id="refunds-ask", action="ask", tools=("billing_refund_*",)),))
 
 
 def _deleted(path: Path) -> None:

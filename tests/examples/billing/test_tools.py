@@ -19,7 +19,7 @@ from airlock.inventory import (
     load_policy_document,
     subject_inventory,
 )
-from airlock.policies import ApprovalPolicy, ApprovalRule, Grant, Principal, read, write
+from airlock.policies import Principal
 from airlock.tools import (
     AmbiguousWriteError,
     CallContext,
@@ -39,18 +39,10 @@ from airlock.tools import (
 from examples.billing.server import BillingServer, serve_billing
 from examples.billing.tools import build_billing_registry
 from tests.airlock.inventory_registry import POLICY
+from tests.examples.billing.caller import ALICE, ASK, GRANT
 
 pytestmark = pytest.mark.anyio
 
-ALICE = Principal(
-    user_id="alice", tenant_id="acme", scopes=frozenset({"billing.read", "billing.write"})
-)
-GRANT = Grant(
-    scopes=frozenset({"billing.read", "billing.write"}),
-    effects=(read("billing:invoice/*"), write("billing:refund/*")),
-    spend_limits={"USD": 1_000_000},
-)
-ASK = ApprovalPolicy((ApprovalRule(id="refunds-ask", action="ask", tools=("billing_refund_*",)),))
 SENSITIVE = ("last4", "card", "billing_address", "internal_note", "email", "line1", "name")
 
 
