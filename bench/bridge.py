@@ -129,7 +129,12 @@ async def host_floor(registry: Registry, calls: int) -> tuple[list[float], float
     return latencies, total
 
 
+def _load() -> str:
+    return "load average " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
 async def main(round_trips: int, image: str, runs: int) -> None:
+    print(f"image {image}; before: {_load()}")
     with tempfile.TemporaryDirectory() as tmp:
         audit = AuditLog(SQLiteAuditStore(Path(tmp) / "audit.db"), batch_size=1024)
         registry = build_registry(audit)
@@ -193,6 +198,7 @@ async def main(round_trips: int, image: str, runs: int) -> None:
         f"\nround trip median {statistics.median(us):.0f} us, p99 {percentile(us, 99):.0f} us; "
         f"audit events for the run: {events} (every call admitted and recorded)"
     )
+    print(f"after: {_load()}")
     print(
         "goals: 64 concurrent .aio >= 3x the loop's calls/s (issue 17); round trip median "
         "<= 120 us on a loaded machine (issue 17), p99 <= 1000 us; >= 30,000 batched calls/s"

@@ -1,5 +1,5 @@
 """Time from a run request to the program's first instruction and to its result, and a tool
-call's round trip, under each container runtime (runc and gVisor's runsc) and in each image
+call's round trip, under each container runtime (runc, crun and gVisor's runsc) and in each image
 (base, and data: numpy, pandas, pyarrow, matplotlib) side by side.
 
 Cold: ``docker run`` per run (no pool). Warm: a pooled container whose runner is connected
@@ -16,7 +16,8 @@ mounted when a container is created), unless the backend's pool was created with
 those inputs; and what importing the data packages costs a fresh interpreter (what the warm
 runner saves each run).
 
-    .venv/bin/python bench/sandbox_start.py [--runs 50] [--runtimes runc,runsc] [--images base,data]
+    .venv/bin/python bench/sandbox_start.py [--runs 50] [--runtimes runc,crun,runsc]
+        [--images base,data]
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import get_args
 
 import docker
 
@@ -262,7 +264,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=50)
     parser.add_argument("--calls", type=int, default=500)
-    parser.add_argument("--runtimes", default="runc,runsc")
+    parser.add_argument("--runtimes", default="runc,crun,runsc")
     parser.add_argument("--images", default="base,data", help="base and/or data")
     parser.add_argument("--image", default=os.environ.get("AIRLOCK_IMAGE", DEFAULT_IMAGE))
     parser.add_argument(
@@ -272,10 +274,12 @@ if __name__ == "__main__":
     kinds = [k for k in args.images.split(",") if k]
     if not kinds or set(kinds) - {"base", "data"}:
         raise SystemExit(f"--images takes base and data, not {args.images!r}")
+    known: tuple[ContainerRuntime, ...] = get_args(ContainerRuntime)
     chosen: list[ContainerRuntime] = []
     for name in args.runtimes.split(","):
-        if name not in ("runc", "runsc"):
-            raise SystemExit(f"--runtimes takes runc and runsc, not {name!r}")
-        chosen.append("runc" if name == "runc" else "runsc")
+        runtime = next((r for r in known if r == name), None)
+        if runtime is None:
+            raise SystemExit(f"--runtimes takes {', '.join(known)}, not {name!r}")
+        chosen.append(runtime)
     images = {"base": args.image, "data": args.data_image}
     asyncio.run(main(args.runs, args.calls, images, chosen, kinds))

@@ -3,28 +3,35 @@
 Every case runs the same trivial program (``PROGRAM``, full mode) for ``--seconds`` of
 sustained load, each run from a clean process and a clean scratch directory, and no container
 ever serves two principals. In one benchmark run, so that the ratios hold on a loaded
-machine:
+machine (``--rounds`` splits each case's time into rounds that take turns, so that a burst of
+load falls on every case alike):
 
 - ``docker run --rm``: the baseline, ``--concurrency`` workers each starting a container of
   the sandbox image (``--network none``) that runs the program and is removed, through the
-  engine's API (``containers.run(remove=True)``), as bare as a container run gets;
+  engine's API (``containers.run(remove=True)``), as bare as a container run gets, under the
+  engine's default runtime (runc) as a user would type it; and the same with
+  ``--runtime crun`` when the engine has crun (``sandbox/image/ensure-engine.sh``);
 - ``new principal per request, pool N``: the same workers through :class:`DockerBackend`,
   every request from a new principal, so every run takes a fresh container (a warm one when
-  the pool of size N has it);
+  the pool of size N has it), under each of ``--new-principal-runtimes`` (runc, crun);
 - ``reuse, P principals``: P principals each issuing runs one after another, all at once;
   with ``reuse=True`` each principal's runs share one container (a fresh process and an empty
   ``/tmp`` per run);
 - warm run: one principal, one run at a time, the machine otherwise as it is: a reused
-  container, and a pooled fresh container (the pool refilled before each run).
+  container with runs issued back to back, and issued 20 ms after the previous result (as
+  between a model's turns: the container is ready for the next program again), and a pooled
+  fresh container (the pool refilled before each run).
 
     .venv/bin/python bench/throughput.py [--seconds 10] [--concurrency 8]
         [--principals 1,2,8,32] [--pools 0,2,4,8] [--warm-runs 200] [--runtime runc]
+        [--new-principal-runtimes runc,crun] [--rounds 1]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import os
 import sys
 import time
@@ -32,6 +39,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 
 import docker
+import docker.errors
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -39,11 +47,11 @@ from airlock.bridge import ToolSession
 from airlock.policies import Grant, Principal, SandboxProfile
 from airlock.sandbox import DEFAULT_IMAGE, DockerBackend, RunResult
 from airlock.tools import Registry
+from bench._bare_docker import run_bare
 from bench._table import percentile, print_table
 
 PROGRAM = "import os\nlen(os.listdir('/tmp')) + 1\n"
 """Also a check: a clean scratch directory holds nothing, so every run answers 1."""
-BARE_COMMAND = ["python3", "-I", "-S", "-c", "import os; print(len(os.listdir('/tmp')) + 1)"]
 IMAGE = os.environ.get("AIRLOCK_IMAGE", DEFAULT_IMAGE)
 REGISTRY = Registry()
 
@@ -79,19 +87,13 @@ async def _sustain(
     return latencies, len(latencies) / (time.monotonic() - began)
 
 
-async def bare_docker(workers: int, seconds: float, runtime: str) -> tuple[list[float], float]:
+async def bare_docker(
+    workers: int, seconds: float, runtime: str | None
+) -> tuple[list[float], float]:
     client = docker.from_env()
 
     def run_one() -> None:
-        output = client.containers.run(
-            IMAGE,
-            BARE_COMMAND,
-            entrypoint=[],
-            remove=True,
-            network_mode="none",
-            runtime=runtime,
-            user="65534:65534",
-        )
+        output = run_bare(client, IMAGE, runtime)
         if output.strip() != b"1":
             raise SystemExit(f"the bare run answered {output!r}")
 
@@ -130,30 +132,82 @@ async def reused(
         return await _sustain(principals, seconds, one)
 
 
-async def warm(runs: int, profile: SandboxProfile) -> tuple[list[float], list[float]]:
+WARM_PAUSE_S = 0.02
+"""The pause before each run of the warm case's paused row: as between a model's turns, and
+long enough for a reused container to be ready for the next program again."""
+WARM_BLOCK = 25
+"""Runs of one kind in a row: the warm case alternates back-to-back and paused blocks, so
+that both see the same load."""
+FRESH = "pooled fresh container"
+BACK_TO_BACK = "reused container, back to back"
+PAUSED = f"reused, {WARM_PAUSE_S * 1000:g} ms apart (ready again)"
+
+
+async def warm(runs: int, profile: SandboxProfile) -> dict[str, list[float]]:
+    """Request -> result of ``runs`` runs, one at a time: in a reused container (a fresh
+    process per run) issued back to back, and issued :data:`WARM_PAUSE_S` after the previous
+    result, in alternating blocks; and (at most 50) in a pooled fresh container, the pool
+    refilled and settled before each."""
     owner = Principal(user_id="warm", tenant_id="bench")
-    kept: list[float] = []
-    fresh: list[float] = []
+    samples: dict[str, list[float]] = {FRESH: [], BACK_TO_BACK: [], PAUSED: []}
     async with DockerBackend(image=IMAGE, profile=profile, pool_size=1, reuse=True) as backend:
         for _ in range(20):
             await backend.run(PROGRAM, tools=_session(owner))
-        for _ in range(runs):
-            began = time.perf_counter()
-            _check(await backend.run(PROGRAM, tools=_session(owner)))
-            kept.append(time.perf_counter() - began)
+        while len(samples[PAUSED]) < runs:
+            for name, pause in ((BACK_TO_BACK, 0.0), (PAUSED, WARM_PAUSE_S)):
+                # A back-to-back block's first run follows a pause: it is not counted.
+                for n in range(min(WARM_BLOCK, runs - len(samples[name])) + (not pause)):
+                    if pause:
+                        await asyncio.sleep(pause)
+                    began = time.perf_counter()
+                    _check(await backend.run(PROGRAM, tools=_session(owner)))
+                    if pause or n:
+                        samples[name].append(time.perf_counter() - began)
     async with DockerBackend(image=IMAGE, profile=profile, pool_size=1) as backend:
         for _ in range(min(runs, 50)):
             await backend.pool.wait_ready(1, timeout=300)
             await asyncio.sleep(0.2)  # the refill's start has settled
             began = time.perf_counter()
             _check(await backend.run(PROGRAM))
-            fresh.append(time.perf_counter() - began)
-    return kept, fresh
+            samples[FRESH].append(time.perf_counter() - began)
+    return samples
 
 
 def _load() -> str:
     one, five, fifteen = os.getloadavg()
     return f"{one:.2f} {five:.2f} {fifteen:.2f}"
+
+
+Case = Callable[[float], Awaitable[tuple[list[float], float]]]
+
+
+def _new_principal_cases(
+    args: argparse.Namespace, profile: SandboxProfile, base: str
+) -> dict[str, Case]:
+    """The sustained cases by row name: the baselines first (``base``: the engine's default
+    runtime, runc, as a user would type it; then crun when the engine has it), then a new
+    principal per run under each of ``--new-principal-runtimes`` and each pool size."""
+    workers = args.concurrency
+    cases: dict[str, Case] = {base: lambda seconds: bare_docker(workers, seconds, None)}
+    offered = docker.from_env().info().get("Runtimes") or {}
+    if "crun" in offered:
+        name = f"docker run --rm --runtime crun, {workers} c."
+        cases[name] = lambda seconds: bare_docker(workers, seconds, "crun")
+    for runtime in (r for r in args.new_principal_runtimes.split(",") if r):
+        if runtime not in offered:
+            print(f"the engine has no {runtime!r} runtime: its rows are left out")
+            continue
+        chosen = profile.model_copy(update={"runtime": runtime})
+        for pool in (int(p) for p in args.pools.split(",") if p):
+            name = f"new principal/run, pool {pool}" + ("" if runtime == "runc" else f", {runtime}")
+            cases[name] = functools.partial(_new_principals_for, workers, pool, chosen)
+    return cases
+
+
+async def _new_principals_for(
+    workers: int, pool: int, profile: SandboxProfile, seconds: float
+) -> tuple[list[float], float]:
+    return await new_principals(workers, seconds, pool, profile)
 
 
 async def main() -> None:
@@ -164,24 +218,36 @@ async def main() -> None:
     parser.add_argument("--pools", default="0,2,4,8")
     parser.add_argument("--reuse-pool", type=int, default=4)
     parser.add_argument("--warm-runs", type=int, default=200)
-    parser.add_argument("--runtime", default="runc")
+    parser.add_argument("--runtime", default="runc", help="of the reuse and warm cases")
+    parser.add_argument("--new-principal-runtimes", default="runc,crun")
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="split each sustained case's seconds into rounds"
+    )
     args = parser.parse_args()
     profile = SandboxProfile.model_validate({"language_mode": "full", "runtime": args.runtime})
     print(f"load average at start: {_load()}; image {IMAGE}; runtime {args.runtime}")
 
-    rows: list[tuple[str, list[float], float]] = []
     base = f"docker run --rm, {args.concurrency} conc."
-    rows.append((base, *await bare_docker(args.concurrency, args.seconds, args.runtime)))
-    for pool in (int(p) for p in args.pools.split(",")):
-        name = f"new principal/run, pool {pool}"
-        rows.append((name, *await new_principals(args.concurrency, args.seconds, pool, profile)))
-    for count in (int(p) for p in args.principals.split(",")):
+    cases = _new_principal_cases(args, profile, base)
+    rows: list[tuple[str, list[float], float]] = []
+    for name in cases:
+        rows.append((name, [], 0.0))
+    # Rounds: every case runs once per round, in turn, so that a burst of load on a shared
+    # machine falls on all of them alike; its rate is all its runs over all its time.
+    spent = dict.fromkeys(cases, 0.0)
+    for _ in range(args.rounds):
+        for index, (name, case) in enumerate(cases.items()):
+            samples, rate = await case(args.seconds / args.rounds)
+            rows[index][1].extend(samples)
+            spent[name] += len(samples) / rate if rate else 0.0
+    rows = [(name, samples, len(samples) / spent[name]) for name, samples, _ in rows]
+    for count in (int(p) for p in args.principals.split(",") if p):
         name = f"reuse, {count} principals"
         rows.append((name, *await reused(count, args.seconds, args.reuse_pool, profile)))
-    kept, fresh = await warm(args.warm_runs, profile)
+    warm_samples = await warm(args.warm_runs, profile) if args.warm_runs > 0 else {}
     print(f"load average at end: {_load()}")
 
-    print(f"\nsustained runs/s ({args.seconds:g} s per case)")
+    print(f"\nsustained runs/s ({args.seconds:g} s per case, in {args.rounds} rounds)")
     print(f"{'case':<38}{'runs':>6}{'runs/s':>10}{'p50 ms':>10}{'p99 ms':>10}  ratio")
     base_rate = rows[0][2]
     for name, samples, rate in rows:
@@ -195,15 +261,13 @@ async def main() -> None:
         [(name, [s * 1000 for s in samples], base) for name, samples, _ in rows],
         "ms",
     )
+    if not warm_samples:
+        return
     print_table(
         "warm run, one at a time (request -> result)",
         [
-            ("pooled fresh container", [s * 1000 for s in fresh], ""),
-            (
-                "reused container (fresh process)",
-                [s * 1000 for s in kept],
-                "pooled fresh container",
-            ),
+            (name, [s * 1000 for s in warm_samples[name]], "" if name == FRESH else FRESH)
+            for name in (FRESH, BACK_TO_BACK, PAUSED)
         ],
         "ms",
     )

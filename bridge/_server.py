@@ -13,9 +13,15 @@ log. Nothing a guest sends can raise out of :func:`serve_run`, and nothing it do
 :func:`serve_run` past the run's deadline (plus :data:`_CANCEL_GRACE_S` for tool calls to
 notice their cancellation): every read from the guest waits for the deadline at most, and
 nothing ever waits for the guest to read. A ``log`` frame's message reaches the operator's log
-on one line, with control characters escaped. Frames already received are handled one after
-another (up to :data:`_FRAMES_PER_TURN` before other runs get the loop), and the results that
-finish in one turn of the loop leave in one write.
+on one line, with control characters escaped.
+
+Frames are handled in the event loop's callback that received them (:class:`FrameInbox`), one
+after another (up to :data:`_FRAMES_PER_TURN` before other runs get the loop), and each call
+runs at once, until it first waits (:class:`CallRunner`): a read of data at hand is answered
+in the turn of the loop that received it, with no task or extra turn of the loop per call.
+The results that finish together leave in one write. What the callbacks cannot do (decode a
+large frame off the loop, store an artifact, finish on ``done``, end the run) waits for the
+run's own task, and reading stops meanwhile.
 
 ``artifact`` frames (the files a program left, sent after it ends) go to the run's
 :class:`ArtifactSink` on a worker thread, after their shape, name and piece size are checked;
@@ -36,12 +42,16 @@ import contextlib
 import logging
 import re
 import time
-from collections.abc import Mapping
+from collections import deque
+from collections.abc import Coroutine, Mapping
 from typing import Any, Final
 
+from airlock.bridge import _codec
 from airlock.bridge import airlock_wire as wire
-from airlock.bridge._codec import FrameError, encode_frame, read_sized_frame
+from airlock.bridge._codec import OFF_LOOP_BYTES, FrameError, encode_frame, encode_result
+from airlock.bridge._inbox import CHUNK_BYTES, FrameInbox
 from airlock.bridge._program_errors import program_error
+from airlock.bridge._runner import CallRunner
 from airlock.bridge._session import (
     ArtifactRefused,
     ArtifactSink,
@@ -98,8 +108,9 @@ class _RunServer:
         self._limits = session.limits if session else BridgeLimits()
         self._deadline = deadline
         self._max_frame = max(max_done_bytes, self._limits.max_call_frame_bytes)
-        self._semaphore = asyncio.Semaphore(self._limits.max_concurrency)
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._running = 0  # calls executing (at most max_concurrency)
+        self._turns: deque[asyncio.Future[None]] = deque()  # calls waiting for their turn
+        self._calls = CallRunner(on_done=self._done)
         self._seen_ids: set[int] = set()
         self._refused = 0
         self._in_flight = 0
@@ -107,13 +118,22 @@ class _RunServer:
         self._bytes_out = 0
         self._outbox: list[bytes] = []
         self._ended: RunEnd | None = None
+        self._inbox = FrameInbox(
+            max_bytes=self._max_frame, on_data=self._pump, on_end=self._wake_up
+        )
+        self._slow: tuple[Any, int, bool] | None = None
+        """A frame for the run's task: (body or frame, size on the wire, decoded)."""
+        self._stop: BaseException | None = None
+        """Why the run must end, found by a callback, for the run's task to raise."""
+        self._waiter: asyncio.Future[None] | None = None
+        self._scheduled = False
+        self._pumping = False  # frames are being handled: results wait for the end of them
 
     async def serve(self) -> dict[str, Any] | RunEnd | None:
         loop = asyncio.get_running_loop()
         try:
-            # One timeout for the whole run, not one per read: frames already buffered are
-            # then handled without a trip through the event loop (a per-read ``wait_for``
-            # was a task and a loop iteration per frame).
+            # One timeout for the whole run, not one per read: frames are handled in the
+            # callback that received them, and this task waits only for what needs it.
             bound = asyncio.timeout_at(loop.time() + (self._deadline - time.monotonic()))
             try:
                 async with bound:
@@ -125,52 +145,152 @@ class _RunServer:
         except _End as stop:
             return await self._end(stop.end)
         finally:
+            self._inbox.close()
             await self._cancel_pending()
 
     async def _serve_frames(self) -> dict[str, Any] | None:
-        handled = 0
+        """Wait for what the frame callbacks cannot do: a frame to decode off the loop, an
+        artifact, the ``done`` frame, the end of the run or of the stream."""
+        loop = asyncio.get_running_loop()
+        reads_socket = await self._inbox.take_over(self._reader, self._writer)
         while True:
+            if self._stop is not None:
+                raise self._stop
+            if self._slow is not None:
+                item, size, decoded = self._slow
+                self._slow = None
+                done = await self._slow_frame(item, size, decoded=decoded)
+                if done is not None:
+                    return done
+                self._pump()
+                continue
             if self._ended is not None:
                 raise _End(self._ended)
-            handled += 1
-            if handled % _FRAMES_PER_TURN == 0:  # a burst of buffered frames: let others run
+            if self._inbox.ended:
+                if not self._inbox.clean:
+                    return None
+                if self._inbox.holding:  # frames sent before the end are served first
+                    if not self._pump():
+                        raise _protocol("the stream ended inside a frame")
+                    await asyncio.sleep(0)
+                    continue
+                return None
+            if self._scheduled:  # a burst of frames: the rest are handled on the next turn
                 await asyncio.sleep(0)
-            if time.monotonic() >= self._deadline:
-                raise _End(RunEnd("timeout", "timeout", "the run's deadline passed"))
-            try:
-                frame, size = await read_sized_frame(self._reader, max_bytes=self._max_frame)
-            except FrameError as exc:
-                raise _protocol(str(exc)) from None
-            except (ConnectionError, OSError):
-                frame, size = None, 0
-            if frame is None:
+            elif reads_socket:
+                self._waiter = loop.create_future()
+                try:
+                    await self._waiter
+                finally:
+                    self._waiter = None
+            else:
+                try:
+                    data = await self._reader.read(CHUNK_BYTES)
+                except (ConnectionError, OSError) as exc:
+                    self._inbox.connection_lost(exc)
+                    continue
+                if data:
+                    self._inbox.feed(data)
+                else:
+                    self._inbox.eof_received()
+
+    def _pump(self) -> bool:
+        """Handle the frames the inbox holds, in order, up to :data:`_FRAMES_PER_TURN` (the
+        rest on the loop's next turn, so other runs get theirs); whether any was split off.
+        A frame that needs this run's task (:meth:`_serve_frames`) stops the pump, and
+        reading, until the task has handled it. Never raises: an end is left for the task.
+        The results of the calls answered meanwhile leave together, at the end."""
+        self._pumping = True
+        try:
+            return self._pump_frames()
+        finally:
+            self._pumping = False
+            if self._outbox:
+                self._flush()
+
+    def _pump_frames(self) -> bool:
+        self._scheduled = False
+        if self._slow is not None or self._stop is not None:
+            return False
+        split = False
+        try:
+            for _ in range(_FRAMES_PER_TURN):
                 if self._ended is not None:
                     raise _End(self._ended)
-                return None
-            if frame["type"] == wire.ARTIFACT:
-                await self._artifact(frame, size)
-                continue
-            self._bytes_in += size
-            if self._bytes_in > self._limits.max_bytes_in:
-                raise _End(
-                    RunEnd(
-                        "limit_exceeded",
-                        "bytes",
-                        f"the program sent {self._bytes_in} bytes through the bridge; the "
-                        f"limit is {self._limits.max_bytes_in} bytes",
-                    )
-                )
-            done = self._handle(frame, size)
-            if done is not None:
-                if self._tasks:  # calls sent just before the end get their turn, as before
-                    await asyncio.sleep(0)
-                self._flush()
-                return done
+                if time.monotonic() >= self._deadline:
+                    raise _End(RunEnd("timeout", "timeout", "the run's deadline passed"))
+                taken = self._inbox.next_frame()
+                if taken is None:
+                    self._inbox.resume()
+                    return split
+                split = True
+                body, size = taken
+                if len(body) > OFF_LOOP_BYTES:  # decoded in a worker thread
+                    self._slow = (body, size, False)
+                    break
+                frame = _codec.decode_body(body)
+                if not self._take(frame, size):
+                    self._slow = (frame, size, True)
+                    break
+            else:
+                self._inbox.pause()
+                self._scheduled = True
+                asyncio.get_running_loop().call_soon(self._pump)
+                return split
+        except FrameError as exc:
+            self._stop = _protocol(str(exc))
+        except Exception as exc:  # an _End, or a bug of the host's: raised in the task
+            self._stop = exc
+        self._inbox.pause()
+        self._wake_up()
+        return split
 
-    def _handle(self, frame: dict[str, Any], size: int) -> dict[str, Any] | None:
+    def _wake_up(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    def _take(self, frame: dict[str, Any], size: int) -> bool:
+        """Handle one frame here; ``False`` when it is for the run's task (an artifact, the
+        ``done`` frame)."""
         kind = frame["type"]
+        if kind == wire.ARTIFACT:
+            return False
+        self._bytes_in += size
+        if self._bytes_in > self._limits.max_bytes_in:
+            raise _End(
+                RunEnd(
+                    "limit_exceeded",
+                    "bytes",
+                    f"the program sent {self._bytes_in} bytes through the bridge; the "
+                    f"limit is {self._limits.max_bytes_in} bytes",
+                )
+            )
         if kind == wire.DONE:
-            return frame
+            return False
+        self._handle(frame, size)
+        return True
+
+    async def _slow_frame(self, item: Any, size: int, *, decoded: bool) -> dict[str, Any] | None:
+        """A frame the callbacks left to the run's task; the ``done`` frame, or ``None``."""
+        if decoded:
+            frame: dict[str, Any] = item
+        else:
+            try:
+                frame = await asyncio.to_thread(_codec.decode_body, item)
+            except FrameError as exc:
+                raise _protocol(str(exc)) from None
+            if self._take(frame, size):
+                return None
+        if frame["type"] == wire.ARTIFACT:
+            await self._artifact(frame, size)
+            return None
+        if self._calls.busy:  # calls sent just before the end get their turn, as before
+            await asyncio.sleep(0)
+        self._flush()
+        return frame
+
+    def _handle(self, frame: dict[str, Any], size: int) -> None:
+        kind = frame["type"]
         if size > self._limits.max_call_frame_bytes:
             raise _protocol(f"a {kind!r} frame of {size} bytes is over the frame limit")
         if kind == wire.CALL:
@@ -221,7 +341,6 @@ class _RunServer:
                 self._session.record_refused(name, self._refused)
         else:
             raise _protocol(f"unexpected frame type {kind[:40]!r}")
-        return None
 
     async def _artifact(self, frame: dict[str, Any], size: int) -> None:
         """Check one ``artifact`` frame and hand its piece to the sink (off the loop)."""
@@ -298,51 +417,67 @@ class _RunServer:
                 )
             self._session.calls += count
 
-    def _spawn(self, coro: Any) -> None:
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         self._in_flight += 1
-        task: asyncio.Task[None] = asyncio.create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._done)
+        self._calls.submit(coro)
 
-    def _done(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
+    def _done(self) -> None:
         self._in_flight -= 1
 
     async def _admit(
         self, guest_id: str, tool: str, args: dict[str, Any], *, propose: int = 0
-    ) -> JSONObject:
-        """One admitted call's wire outcome: ``{ok, value}`` or ``{ok, error}``; with
-        ``propose`` (the call id), a proposal's."""
-        if self._session is None:
-            error = UnknownToolError(name=tool)
-            return {"ok": False, "error": program_error(error)}
-        prefix = self._session.call_prefix or self._session.run_id
-        ctx = self._session.context(f"{prefix}:{guest_id}", self._deadline)
-        async with self._semaphore:
+    ) -> tuple[bool, Any]:
+        """One admitted call's outcome for the wire: ``(True, value)`` or ``(False, error)``;
+        with ``propose`` (the call id), a proposal's."""
+        session = self._session
+        if session is None:
+            return False, program_error(UnknownToolError(name=tool))
+        ctx = session.context(f"{session.call_prefix or session.run_id}:{guest_id}", self._deadline)
+        if self._running >= self._limits.max_concurrency:
+            await self._turn()
+        self._running += 1
+        try:
+            if propose:
+                return True, await session.propose(tool, args, ctx, order=propose)
+            return True, await session.registry.call(tool, args, ctx)
+        except ToolError as exc:
+            return False, program_error(exc)
+        except Exception as exc:  # the registry audits it; the guest learns only the class
+            _log.exception("tool %r failed unexpectedly in run %s", tool, self._run_id)
+            return False, {
+                "code": "upstream",
+                "message": f"the tool failed ({type(exc).__name__})",
+                "retryable": True,
+            }
+        finally:
+            self._running -= 1
+            if self._turns:
+                self._next_turn()
+
+    async def _turn(self) -> None:
+        """Wait until fewer than ``max_concurrency`` calls run (in order of arrival)."""
+        while self._running >= self._limits.max_concurrency:
+            turn = asyncio.get_running_loop().create_future()
+            self._turns.append(turn)
             try:
-                if propose:
-                    value = await self._session.propose(tool, args, ctx, order=propose)
-                else:
-                    value = await self._session.registry.call(tool, args, ctx)
-            except ToolError as exc:
-                return {"ok": False, "error": program_error(exc)}
-            except Exception as exc:  # the registry audits it; the guest learns only the class
-                _log.exception("tool %r failed unexpectedly in run %s", tool, self._run_id)
-                return {
-                    "ok": False,
-                    "error": {
-                        "code": "upstream",
-                        "message": f"the tool failed ({type(exc).__name__})",
-                        "retryable": True,
-                    },
-                }
-        return {"ok": True, "value": value}
+                await turn
+            except asyncio.CancelledError:
+                if turn.done() and not turn.cancelled():
+                    self._next_turn()  # pass the turn it was given on
+                raise
+
+    def _next_turn(self) -> None:
+        while self._turns:
+            turn = self._turns.popleft()
+            if not turn.done():
+                turn.set_result(None)
+                return
 
     async def _answer_call(
         self, call_id: int, tool: str, args: dict[str, Any], *, propose: bool = False
     ) -> None:
-        outcome = await self._admit(str(call_id), tool, args, propose=call_id if propose else 0)
-        self._send({"type": wire.RESULT, "id": call_id, **outcome})
+        ok, value = await self._admit(str(call_id), tool, args, propose=call_id if propose else 0)
+        self._send(call_id, ok, value)
 
     async def _answer_batch(self, call_id: int, tool: str, items: list[dict[str, Any]]) -> None:
         outcomes: list[JSONObject] = [{} for _ in items]
@@ -352,29 +487,24 @@ class _RunServer:
             # A few workers share the items: concurrency for slow tools without a task
             # (and its scheduling cost) per item for fast ones.
             for n, item in pending:
-                outcomes[n] = await self._admit(f"{call_id}.{n}", tool, item)
+                ok, value = await self._admit(f"{call_id}.{n}", tool, item)
+                outcomes[n] = {"ok": True, "value": value} if ok else {"ok": False, "error": value}
 
         workers = min(len(items), self._limits.max_concurrency)
         await asyncio.gather(*(worker() for _ in range(workers)))
-        self._send({"type": wire.RESULT, "id": call_id, "ok": True, "value": outcomes})
+        self._send(call_id, True, outcomes)
 
-    def _send(self, message: dict[str, Any]) -> None:
+    def _send(self, call_id: int, ok: bool, value: Any) -> None:
+        """Answer call ``call_id``: a ``result`` frame with its value, or its error."""
         if self._ended is not None:
             return
         try:
-            frame = encode_frame(message)
+            frame = encode_result(call_id, ok, value)
         except ValueError:  # a tool returned NaN or the like: a bug on the host side
-            frame = encode_frame(
-                {
-                    "type": wire.RESULT,
-                    "id": message["id"],
-                    "ok": False,
-                    "error": {
-                        "code": "upstream",
-                        "message": "unencodable result",
-                        "retryable": False,
-                    },
-                }
+            frame = encode_result(
+                call_id,
+                False,
+                {"code": "upstream", "message": "unencodable result", "retryable": False},
             )
         self._bytes_out += len(frame)
         if self._bytes_out > self._limits.max_bytes_out:
@@ -387,17 +517,20 @@ class _RunServer:
             )
             self._writer.transport.abort()
             return
-        if (self._in_flight <= 1 and not self._outbox) or len(frame) > _COALESCE_BYTES:
+        if len(frame) > _COALESCE_BYTES or (
+            self._in_flight <= 1 and not self._outbox and not self._pumping
+        ):
             # The only call (no one to wait for), or a large result (not worth a copy).
             self._writer.write(frame)
             return
         # Results that finish in the same turn of the event loop leave in one write: one
-        # system call and one wake-up of the guest for all of them, not one each.
+        # system call and one wake-up of the guest for all of them, not one each (those
+        # answered while frames are handled leave when the frames are done).
         # A full outbox leaves at once, so the guest can go on while the rest are answered.
         self._outbox.append(frame)
         if len(self._outbox) >= _FLUSH_FRAMES:
             self._flush()
-        elif len(self._outbox) == 1:
+        elif len(self._outbox) == 1 and not self._pumping:
             asyncio.get_running_loop().call_soon(self._flush)
 
     def _flush(self) -> None:
@@ -418,11 +551,10 @@ class _RunServer:
         return end
 
     async def _cancel_pending(self) -> None:
-        for task in list(self._tasks):
-            task.cancel()
-        if self._tasks:
+        self._calls.cancel()
+        if self._calls.tasks:
             # A handler that swallows its cancellation must not hold the run open.
-            _, stuck = await asyncio.wait(list(self._tasks), timeout=_CANCEL_GRACE_S)
+            _, stuck = await asyncio.wait(list(self._calls.tasks), timeout=_CANCEL_GRACE_S)
             if stuck:
                 _log.warning(
                     "%d tool calls of run %s ignored their cancellation", len(stuck), self._run_id
@@ -457,4 +589,4 @@ async def serve_run(
         return await server.serve()
     finally:
         if session is not None:
-            await asyncio.to_thread(session.registry.audit.flush)
+            await session.registry.audit.wait_durable()

@@ -168,6 +168,11 @@ class Decision:
         return "default" if self.rule is None else self.rule.id
 
 
+_ASK_SIDE_EFFECTS: Final = Decision("ask", None, "no rule matched a call with side effects")
+_ALLOW_READ_ONLY: Final = Decision("allow", None, "no rule matched a read-only call")
+"""The two defaults (step 4), made once: a :class:`Decision` is frozen, so one can be shared."""
+
+
 @dataclass(frozen=True, slots=True)
 class ApprovalPolicy:
     """An ordered list of rules; :meth:`decide` applies them to one call."""
@@ -195,9 +200,10 @@ class ApprovalPolicy:
                 best = rule
         if best is not None:
             return Decision(best.action, best, f"rule {best.id!r} ({best.action})")
-        if any(e.kind in SIDE_EFFECT_KINDS for e in effects):
-            return Decision("ask", None, "no rule matched a call with side effects")
-        return Decision("allow", None, "no rule matched a read-only call")
+        for effect in effects:  # (a loop and shared answers: this runs on every call)
+            if effect.kind in SIDE_EFFECT_KINDS:
+                return _ASK_SIDE_EFFECTS
+        return _ALLOW_READ_ONLY
 
     def _decide_by_targets(
         self, tool: str, effects: Sequence[Effect], *, reversible: bool
@@ -239,9 +245,9 @@ class ApprovalPolicy:
         default: Decision | None = None
         if not judged and (rest or not effects):
             if any(e.kind in SIDE_EFFECT_KINDS for e in rest):
-                default = Decision("ask", None, "no rule matched a call with side effects")
+                default = _ASK_SIDE_EFFECTS
             elif found is None:
-                default = Decision("allow", None, "no rule matched a read-only call")
+                default = _ALLOW_READ_ONLY
         if found is None:
             assert default is not None
             return default

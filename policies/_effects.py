@@ -144,11 +144,26 @@ class Effect:
             return self
         if self.each is not None:
             raise EffectArgumentError(self.each, "is a list placeholder; use resolve_all")
-        target = "".join(
-            literal if name is None else self._value(name, args.get(name, _MISSING))
-            for literal, name in _parts(self.target)
-        )
-        return self._concrete(target, args)
+        # A loop, not a generator, and one safe segment taken as it is: this runs for every
+        # admitted call. Anything else (a number, a URL, a refusal) is :meth:`_value`'s.
+        pieces = []
+        for literal, name in _parts(self.target):
+            if name is None:
+                pieces.append(literal)
+                continue
+            value = args.get(name, _MISSING)
+            if (
+                type(value) is str
+                and not self.takes_url
+                and _SAFE_VALUE.match(value) is not None
+                and value.count("@") <= 1
+            ):
+                pieces.append(value)
+            else:
+                pieces.append(self._value(name, value))
+        if self.amount is None:
+            return _concrete_effect(self.kind, "".join(pieces), None)
+        return self._concrete("".join(pieces), args)
 
     def resolve_all(self, args: Mapping[str, object]) -> tuple[Effect, ...]:
         """The concrete effects of one call: one, or one per element of a ``{field[]}``
@@ -184,7 +199,9 @@ class Effect:
     def _value(self, name: str, value: object) -> str:
         if value is _MISSING:
             raise EffectArgumentError(name, "is required by the tool's declared effects")
-        if self.takes_url and type(value) is str:
+        if not self.takes_url:
+            return _segment(name, value)
+        if type(value) is str:
             if "://" in value:
                 try:
                     return url_target(value)
@@ -205,14 +222,7 @@ class Effect:
                 raise EffectArgumentError(name, "must be a non-negative integer (minor units)")
             amount = value
         # Built without __post_init__: the template was checked once, every value just now.
-        concrete = object.__new__(Effect)
-        object.__setattr__(concrete, "kind", self.kind)
-        object.__setattr__(concrete, "target", target)
-        object.__setattr__(concrete, "amount", amount)
-        object.__setattr__(concrete, "placeholders", frozenset())
-        object.__setattr__(concrete, "each", None)
-        object.__setattr__(concrete, "takes_url", False)
-        return concrete
+        return _concrete_effect(self.kind, target, amount)
 
     def __str__(self) -> str:
         if self.kind == "spend":
@@ -240,6 +250,30 @@ class Effect:
             raw, currency = spend_match.groups()
             return spend(raw if raw.startswith("{") else int(raw), currency=currency)
         return cls(kind, inner)  # type: ignore[arg-type]  # kind matched the Literal's values
+
+
+_NO_PLACEHOLDERS: Final[frozenset[str]] = frozenset()
+
+
+_new_object = object.__new__
+# The slots of an Effect, set directly: a frozen dataclass sets each field through
+# object.__setattr__, which costs more than the rest of resolving a placeholder.
+_SET_KIND, _SET_TARGET, _SET_AMOUNT, _SET_PLACEHOLDERS, _SET_EACH, _SET_TAKES_URL = (
+    getattr(Effect, name).__set__ for name in Effect.__slots__
+)
+
+
+def _concrete_effect(kind: EffectKind, target: str, amount: int | str | None) -> Effect:
+    """A resolved :class:`Effect`, made without its ``__init__`` (its template was checked
+    once, its values just now); the same effect ``Effect(kind, target, amount)`` is."""
+    made: Effect = _new_object(Effect)
+    _SET_KIND(made, kind)
+    _SET_TARGET(made, target)
+    _SET_AMOUNT(made, amount)
+    _SET_PLACEHOLDERS(made, _NO_PLACEHOLDERS)
+    _SET_EACH(made, None)
+    _SET_TAKES_URL(made, False)
+    return made
 
 
 def _check_target(kind: EffectKind, target: str) -> None:

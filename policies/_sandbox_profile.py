@@ -57,9 +57,11 @@ class SandboxProfile(BaseModel):
     runtime: ContainerRuntime = Field(
         default="runc",
         description=(
-            "OCI runtime: `runc` (default) or `runsc` (gVisor, registered with the engine by "
-            "`sandbox/image/ensure-engine.sh`): the program's system calls then reach "
-            "gVisor's kernel, not the host's; starts are slower."
+            "OCI runtime: `runc` (default), `crun` (the same isolation as runc, from a "
+            "runtime in C that starts a container with less CPU) or `runsc` (gVisor: the "
+            "program's system calls then reach gVisor's kernel, not the host's; starts are "
+            "slower); crun and runsc are registered with the engine by "
+            "`sandbox/image/ensure-engine.sh`."
         ),
     )
     timeout_s: float = Field(

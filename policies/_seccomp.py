@@ -39,9 +39,10 @@ __all__ = [
     "seccomp_profile_hash",
 ]
 
-ContainerRuntime = Literal["runc", "runsc"]
-"""The OCI runtime a container runs under: ``runc`` (Linux namespaces and the host kernel) or
-``runsc`` (gVisor: a user-space kernel between the program and the host's)."""
+ContainerRuntime = Literal["runc", "crun", "runsc"]
+"""The OCI runtime a container runs under: ``runc`` or ``crun`` (Linux namespaces and the host
+kernel; crun is a smaller runtime in C that starts a container with less CPU) or ``runsc``
+(gVisor: a user-space kernel between the program and the host's)."""
 
 SECCOMP_ALLOWED_SYSCALLS: Final[frozenset[str]] = frozenset(
     {

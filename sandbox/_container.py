@@ -10,11 +10,12 @@ in or out of the container's file system: inputs are host files bind-mounted rea
 size-capped tmpfs) come back as ``artifact`` frames (:mod:`airlock.sandbox._artifacts`).
 
 A kept container's runner is a zygote (``airlock_zygote`` in the guest) that runs no program
-itself: for each ``run`` frame, sent on the connection it said ``hello`` on, it ends every
-other process in the container, opens a new connection for the program and says ``hello`` on
-it with the frame's one-time ``token``, then forks the program's process. The host serves the
-program on that connection only (a connection without the token is closed unread) and closes
-it after ``done``: nothing a program leaves behind can send a frame in the next one's name.
+itself: for each program it ends every other process in the container and forks a process
+for it, with a connection of its own on which it says ``hello`` with a one-time token the host
+sent it (:class:`~airlock.sandbox._program_link.ProgramLinks`: accepted ahead, in the
+background; a connection without the token is closed unread). The host writes the program's
+``run`` frame on that connection, serves it there only and closes it after ``done``: nothing a
+program leaves behind can send a frame in the next one's name.
 
 The host stays in control whatever the guest does: no wait on the guest outlasts the run's
 deadline (plus :data:`_GRACE_S` to judge the result), and :meth:`SandboxContainer.destroy`
@@ -26,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import secrets
 import shutil
 import socket
 import tempfile
@@ -58,7 +58,7 @@ from airlock.sandbox._hardening import GUEST_MOUNT, container_config
 from airlock.sandbox._inputs import RunInput
 from airlock.sandbox._masked import run_masked
 from airlock.sandbox._outcome import judge_outcome
-from airlock.sandbox._program_link import HELLO_MAX_BYTES, accept_program, accept_runner
+from airlock.sandbox._program_link import HELLO_MAX_BYTES, ProgramLinks, accept_runner
 from airlock.sandbox._result import ProgramError, RunResult
 
 __all__ = ["GUEST_MOUNT", "MAX_VALUE_BYTES", "SandboxContainer", "container_config"]
@@ -108,6 +108,19 @@ class SandboxContainer:
         """Open for the connections a kept runner opens, one per program."""
         self._runner_pid = runner_pid
         self._runtime = runtime
+        self._links = (
+            ProgramLinks(
+                writer,
+                listener,
+                runtime=runtime,
+                runner_pid=runner_pid,
+                container_id=str(container.id),
+                hello_s=_PROGRAM_HELLO_S,
+            )
+            if listener is not None
+            else None
+        )
+        """A kept container's program connections (the next one's, accepted ahead)."""
 
     @property
     def id(self) -> str:
@@ -117,7 +130,11 @@ class SandboxContainer:
     @property
     def alive(self) -> bool:
         """Whether the runner is still connected (a pooled container can die while idle)."""
-        return not self._reader.at_eof() and not self._writer.is_closing()
+        return (
+            not self._reader.at_eof()
+            and not self._writer.is_closing()
+            and (self._links is None or self._links.usable)
+        )
 
     @classmethod
     async def start(
@@ -225,7 +242,6 @@ class SandboxContainer:
         self._kept = keep
         began = time.perf_counter()
         deadline = time.monotonic() + profile.timeout_s
-        stubs = [stub.to_wire() for stub in tools.stubs()] if tools else []
         receiver = (
             ArtifactReceiver(
                 artifacts,
@@ -235,34 +251,45 @@ class SandboxContainer:
             if artifacts is not None
             else None
         )
-        wanted = {
-            "dir": wire.OUT_DIR,
-            "files": profile.artifact_limit_files,
-            "bytes": profile.artifact_limit_bytes,
-        }
-        token = secrets.token_urlsafe(24) if keep else ""
-        self._writer.write(
-            encode_frame(
-                {
-                    "type": wire.RUN,
-                    "program": program,
-                    "mode": profile.language_mode,
-                    "allowed_imports": sorted(profile.allowed_imports),
-                    "output_limit": profile.output_limit_bytes,
-                    "value_limit": MAX_VALUE_BYTES,
-                    "value_elements": _VALUE_ELEMENTS,
-                    "tools": stubs,
-                    "artifacts": wanted if receiver is not None else None,
-                    **({"keep": "clean" if clean else True, "token": token} if keep else {}),
+        frame = encode_frame(
+            {
+                "type": wire.RUN,
+                "program": program,
+                "mode": profile.language_mode,
+                "allowed_imports": sorted(profile.allowed_imports),
+                "output_limit": profile.output_limit_bytes,
+                "value_limit": MAX_VALUE_BYTES,
+                "value_elements": _VALUE_ELEMENTS,
+                "tools": [stub.to_wire() for stub in tools.stubs()] if tools else [],
+                "artifacts": {
+                    "dir": wire.OUT_DIR,
+                    "files": profile.artifact_limit_files,
+                    "bytes": profile.artifact_limit_bytes,
                 }
-            )
+                if receiver is not None
+                else None,
+                **({"keep": "clean" if clean else True} if keep else {}),
+            }
         )
         outcome: dict[str, Any] | RunEnd | None
         try:
-            outcome = await asyncio.wait_for(
-                self._serve(tools, deadline, profile, receiver, token),
-                profile.timeout_s + _GRACE_S,
-            )
+            async with asyncio.timeout(profile.timeout_s + _GRACE_S):
+                if keep:
+                    if self._links is None:
+                        raise SandboxFailure("a kept container needs its socket's listener")
+                    outcome = await self._links.serve(
+                        frame,
+                        lambda r, w: self._serve(r, w, tools, deadline, profile, receiver),
+                        deadline=min(deadline, time.monotonic() + _PROGRAM_HELLO_S),
+                        keep="clean" if clean else True,
+                        mode=profile.language_mode,
+                        tools=tools,
+                    )
+                else:
+                    self._writer.write(frame)
+                    outcome = await self._serve(
+                        self._reader, self._writer, tools, deadline, profile, receiver
+                    )
         except TimeoutError:  # the bridge did not wind down after the deadline
             outcome = RunEnd("timeout", "timeout", "the run's deadline passed")
         except (ConnectionError, OSError):
@@ -273,6 +300,7 @@ class SandboxContainer:
                 stored = await asyncio.to_thread(receiver.finish)
             except ArtifactRefused as exc:
                 outcome = RunEnd("protocol_error", None, exc.message)
+        update: dict[str, Any] = {"tool_calls": tools.calls if tools else 0}
         if outcome is None and keep and self.alive:
             # The program's process ended without reporting; the kept runner is fine.
             result = RunResult(
@@ -291,66 +319,44 @@ class SandboxContainer:
             result = await judge_outcome(
                 outcome, container=self.container, began=began, profile=profile, pooled=pooled
             )
-        if receiver is not None and result.status not in ("ok", "error"):
-            await asyncio.to_thread(receiver.discard)
-            stored = ()
-        return result.model_copy(
-            update={"tool_calls": tools.calls if tools else 0, "artifacts": stored}
-        )
+        if receiver is not None:
+            if result.status in ("ok", "error"):
+                update["artifacts"] = stored
+            else:
+                await asyncio.to_thread(receiver.discard)
+        # model_copy does not validate: the value is the decoder's JSON as it is.
+        return result.model_copy(update=update)
 
     async def _serve(
         self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
         tools: ToolSession | None,
         deadline: float,
         profile: SandboxProfile,
         artifacts: ArtifactReceiver | None,
-        token: str,
     ) -> dict[str, Any] | RunEnd | None:
-        try:
-            # A runner that does not read its program cannot hold the host past the deadline.
-            await asyncio.wait_for(self._writer.drain(), max(deadline - time.monotonic(), 0.0))
-        except TimeoutError:
-            end = RunEnd("timeout", "timeout", "the runner did not take its program in time")
-            if tools is not None:
-                tools.record_end(end)
-            return end
-        reader, writer = self._reader, self._writer
-        if token:
-            program = (
-                await accept_program(
-                    self._listener,
-                    token=token,
-                    deadline=min(deadline, time.monotonic() + _PROGRAM_HELLO_S),
-                    runtime=self._runtime,
-                    runner_pid=self._runner_pid,
-                    container_id=self.id,
-                )
-                if self._listener is not None
-                else None
-            )
-            if program is None:
-                end = RunEnd(
-                    "protocol_error", None, "the kept runner did not open the program's connection"
-                )
+        if writer.transport.get_write_buffer_size():
+            try:
+                # A runner that does not read its program cannot hold the host past the
+                # deadline.
+                async with asyncio.timeout(max(deadline - time.monotonic(), 0.0)):
+                    await writer.drain()
+            except TimeoutError:
+                end = RunEnd("timeout", "timeout", "the runner did not take its program in time")
                 if tools is not None:
                     tools.record_end(end)
                 return end
-            reader, writer = program
-        try:
-            return await serve_run(
-                reader,
-                writer,
-                session=tools,
-                deadline=deadline,
-                max_done_bytes=2 * 6 * profile.output_limit_bytes
-                + MAX_VALUE_BYTES
-                + _RESULT_OVERHEAD_BYTES,
-                artifacts=artifacts,
-            )
-        finally:
-            if token:
-                # The program's connection ends with it: nothing it left can send on it.
-                writer.transport.abort()
+        return await serve_run(
+            reader,
+            writer,
+            session=tools,
+            deadline=deadline,
+            max_done_bytes=2 * 6 * profile.output_limit_bytes
+            + MAX_VALUE_BYTES
+            + _RESULT_OVERHEAD_BYTES,
+            artifacts=artifacts,
+        )
 
     def memory_bytes(self) -> int | None:
         """Memory currently charged to the container, from its cgroup."""
@@ -366,6 +372,8 @@ class SandboxContainer:
             SandboxError: the engine did not remove the container.
         """
         self._writer.transport.abort()
+        if self._links is not None:
+            self._links.close()  # a kept program in flight returns now
         if self._listener is not None:
             self._listener.close()
         try:

@@ -240,8 +240,10 @@ class DockerBackend:
         if not self._started:
             await self.start()
         profile = profile or self.profile
-        mounts = await asyncio.to_thread(
-            resolve_inputs, inputs, limit_bytes=profile.input_limit_bytes
+        mounts = (
+            await asyncio.to_thread(resolve_inputs, inputs, limit_bytes=profile.input_limit_bytes)
+            if inputs
+            else ()
         )
         began = time.perf_counter()
         size = len(program.encode("utf-8", errors="replace"))

@@ -77,7 +77,7 @@ def check_engine(
                         f"runtime {runtime}",
                         False,
                         f"the engine offers {', '.join(offered) or 'no runtime'}",
-                        "run `make engine` (installs runsc and registers it with dockerd)",
+                        "run `make engine` (installs runsc and crun, registers them with dockerd)",
                     )
                 )
                 return findings

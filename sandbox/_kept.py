@@ -231,25 +231,14 @@ class KeptSandbox:
 
 
 async def _acquire(lock: asyncio.Lock, timeout: float) -> bool:
-    """Acquire ``lock`` within ``timeout`` seconds; never leaves it held on ``False``."""
-    waiter = asyncio.ensure_future(lock.acquire())
+    """Acquire ``lock`` within ``timeout`` seconds; never leaves it held on ``False`` (nor
+    when cancelled: :meth:`asyncio.Lock.acquire` gives up a lock it was handed then)."""
     try:
-        done, _ = await asyncio.wait({waiter}, timeout=timeout)
-    except asyncio.CancelledError:
-        waiter.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await waiter
-        if not waiter.cancelled():
-            lock.release()
-        raise
-    if done:
-        return True
-    waiter.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await waiter
-    if not waiter.cancelled():
-        lock.release()  # acquired just as the wait ended
-    return False
+        async with asyncio.timeout(timeout):
+            await lock.acquire()
+    except TimeoutError:
+        return False
+    return True
 
 
 def _still_busy(profile: SandboxProfile, waited: float) -> RunResult:

@@ -140,7 +140,8 @@ def _checked(
     stdout, cut_out = _cap_text(guest.stdout, cap)
     stderr, cut_err = _cap_text(guest.stderr, cap)
     status, limit, exit_status = guest.status, guest.limit, guest.exit_status
-    evidence = read_evidence(container_id)
+    # A program that finished needs no verdict on limits: its peak is its processes' own.
+    evidence = read_evidence(container_id) if status != "ok" else None
     if status != "ok" and limit is None and evidence is not None:
         # A failure caused by a limit surfaces in the guest as an ordinary exception
         # (fork fails with EAGAIN); the kernel's counters say which limit it was.

@@ -2,30 +2,40 @@
 program, told apart from any other.
 
 A kept container's runner (the guest's zygote) opens a new connection to the host's socket for
-every program and says ``hello`` on it with the ``run`` frame's one-time ``token``. The socket
-file is connectable from anywhere in the container (and, on the host, by anyone who can reach
-the directory), so :func:`accept_program` takes a connection only from the runner's own peer
-(see :func:`~airlock.sandbox._runtime.is_runner_peer`) that says the token; it closes any
-other unread.
+every program and says ``hello`` on it with the one-time ``token`` the host sent it for that
+program. The socket file is connectable from anywhere in the container (and, on the host, by
+anyone who can reach the directory), so :func:`accept_program` takes a connection only from
+the runner's own peer (see :func:`~airlock.sandbox._runtime.is_runner_peer`) that says the
+token; it closes any other unread. It runs in the background while the container waits for
+its next program, and whatever it waits on is bounded by its ``deadline``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hmac
+import secrets
 import socket
 import struct
 import time
-from typing import Final
+from collections.abc import Awaitable, Callable
+from typing import Any, Final
 
 from docker.models.containers import Container
 
-from airlock.bridge import FrameError, read_frame
+from airlock.bridge import FrameError, RunEnd, ToolSession, encode_frame, read_frame
 from airlock.bridge import airlock_wire as wire
 from airlock.sandbox._errors import SandboxFailure, map_docker_errors
 from airlock.sandbox._runtime import is_runner_peer
 
-__all__ = ["HELLO_MAX_BYTES", "accept_program", "accept_runner", "peer_pid"]
+__all__ = [
+    "HELLO_MAX_BYTES",
+    "Link",
+    "ProgramLinks",
+    "accept_program",
+    "accept_runner",
+    "peer_pid",
+]
 
 HELLO_MAX_BYTES: Final = 4096
 """The largest ``hello`` frame the host reads."""
@@ -99,13 +109,14 @@ async def accept_program(
             continue
         reader, writer = await asyncio.open_unix_connection(sock=connection)
         try:
-            hello = await asyncio.wait_for(
-                read_frame(reader, max_bytes=HELLO_MAX_BYTES),
-                max(deadline - time.monotonic(), 0.0),
-            )
+            async with asyncio.timeout(max(deadline - time.monotonic(), 0.0)):
+                hello = await read_frame(reader, max_bytes=HELLO_MAX_BYTES)
         except (TimeoutError, FrameError, OSError):
             writer.transport.abort()
             continue
+        except BaseException:  # cancelled: the connection is nobody's
+            writer.transport.abort()
+            raise
         given = hello.get("token") if hello else None
         if (
             hello is not None
@@ -116,3 +127,156 @@ async def accept_program(
             return reader, writer
         writer.transport.abort()
     return None
+
+
+Link = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+"""A program's own connection, accepted and checked."""
+_Outcome = dict[str, Any] | RunEnd | None
+
+
+class ProgramLinks:
+    """A kept container's program connections: the next program's, accepted ahead, and the
+    one of the program in flight.
+
+    :meth:`prepare` sends the runner (on its ``control`` connection) the next program's
+    one-time token, with what the host expects of that program (``keep``, and the language
+    ``mode``, which its process warms up), and accepts in the background the connection that
+    process opens with the token. The runner forks that process as soon as the container is
+    clear (the previous program's process exited) and says ``hello`` for it when the token
+    comes, so a run (:meth:`take`) finds it connected, checked and warm.
+    """
+
+    def __init__(
+        self,
+        control: asyncio.StreamWriter,
+        listener: socket.socket,
+        *,
+        runtime: str,
+        runner_pid: int,
+        container_id: str,
+        hello_s: float,
+    ) -> None:
+        self._control = control
+        self._listener = listener
+        self._runtime = runtime
+        self._runner_pid = runner_pid
+        self._container_id = container_id
+        self._hello_s = hello_s
+        self._next: asyncio.Task[Link | None] | None = None
+        self._serving: asyncio.StreamWriter | None = None
+
+    @property
+    def usable(self) -> bool:
+        """Whether the next program's connection, accepted or still coming, can serve."""
+        ahead = self._next
+        if ahead is None or not ahead.done():
+            return True
+        if ahead.cancelled() or ahead.exception() is not None:
+            return False
+        link = ahead.result()
+        return link is not None and not link[0].at_eof() and not link[1].is_closing()
+
+    def prepare(self, *, keep: bool | str, mode: str) -> None:
+        """Have the runner make the next program's process ready, and accept its connection
+        in the background (unless that is under way already)."""
+        if self._next is not None or self._control.is_closing():
+            return
+        token = secrets.token_urlsafe(24)
+        frame = {"type": wire.RUN, "keep": keep, "mode": mode, "token": token}
+        self._control.write(encode_frame(frame))
+        self._next = asyncio.ensure_future(
+            accept_program(
+                self._listener,
+                token=token,
+                deadline=time.monotonic() + self._hello_s,
+                runtime=self._runtime,
+                runner_pid=self._runner_pid,
+                container_id=self._container_id,
+            )
+        )
+        self._next.add_done_callback(_retrieved)  # a failure is a container not alive
+
+    async def take(self, deadline: float) -> Link | None:
+        """The next program's connection, waited for until ``deadline`` (monotonic) at most;
+        ``None`` when none was prepared, it failed, or it did not come in time. It is the
+        program in flight until :meth:`release`."""
+        ahead, self._next = self._next, None
+        if ahead is None:
+            return None
+        if not ahead.done():
+            loop = asyncio.get_running_loop()
+            try:
+                async with asyncio.timeout_at(loop.time() + (deadline - time.monotonic())):
+                    await asyncio.wait([ahead])
+            except TimeoutError:
+                _discard(ahead)
+                return None
+            except BaseException:
+                _discard(ahead)
+                raise
+        if ahead.cancelled() or ahead.exception() is not None:
+            return None
+        link = ahead.result()
+        if link is not None:
+            self._serving = link[1]
+        return link
+
+    async def serve(
+        self,
+        frame: bytes,
+        serve: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[_Outcome]],
+        *,
+        deadline: float,
+        keep: bool | str,
+        mode: str,
+        tools: ToolSession | None,
+    ) -> _Outcome:
+        """Send one program's ``run`` frame on its own connection (the next program's, taken
+        by ``deadline`` at most), serve it there with ``serve(reader, writer)``, then end
+        that connection and :meth:`prepare` the next program's."""
+        self.prepare(keep=keep, mode=mode)  # the container's first program
+        link = await self.take(deadline)
+        if link is None:
+            end = RunEnd(
+                "protocol_error", None, "the kept runner did not open the program's connection"
+            )
+            if tools is not None:
+                tools.record_end(end)
+            return end
+        try:
+            link[1].write(frame)
+            return await serve(*link)
+        finally:
+            # The runner clears the container (whatever of this program still runs goes)
+            # and connects the next program's process.
+            self.release()
+            self.prepare(keep=keep, mode=mode)
+
+    def release(self) -> None:
+        """End the connection of the program in flight: nothing it left can send on it."""
+        serving, self._serving = self._serving, None
+        if serving is not None:
+            serving.transport.abort()
+
+    def close(self) -> None:
+        """End every program connection, in flight (its run returns now) or ahead."""
+        self.release()
+        _discard(self._next)
+        self._next = None
+
+
+def _retrieved(ahead: asyncio.Task[Link | None]) -> None:
+    if not ahead.cancelled():
+        ahead.exception()
+
+
+def _discard(ahead: asyncio.Task[Link | None] | None) -> None:
+    """Cancel ``ahead``, or close the connection it accepted."""
+    if ahead is None:
+        return
+    if not ahead.done():
+        ahead.cancel()
+    elif not ahead.cancelled() and ahead.exception() is None:
+        link = ahead.result()
+        if link is not None:
+            link[1].transport.abort()

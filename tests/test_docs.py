@@ -81,22 +81,40 @@ export BILLING_TOKEN_ACME=tok_...              # a host secret: never in a conta
             "command itself (billing_service below) and exports every tenant's token"
         ),
         """\
-sustained runs/s (8 s per case)
+sustained runs/s (6 s per case, in 2 rounds)
 case                                    runs    runs/s    p50 ms    p99 ms  ratio
-docker run --rm, 8 conc.                  56       6.2    1124.2    1909.0  1.00x docker run --rm, 8 conc.
-new principal/run, pool 0                 37       4.1    1807.5    2841.3  0.66x docker run --rm, 8 conc.
-new principal/run, pool 2                 37       3.9    2052.9    3452.9  0.63x docker run --rm, 8 conc.
-new principal/run, pool 4                 39       4.0    2004.7    4212.9  0.64x docker run --rm, 8 conc.
-new principal/run, pool 8                 41       4.2    2242.0    3828.8  0.67x docker run --rm, 8 conc.
-reuse, 1 principals                      969     121.0       7.1      24.5  19.42x docker run --rm, 8 conc.
-reuse, 2 principals                     1279     159.8      11.4      33.4  25.64x docker run --rm, 8 conc.
-reuse, 8 principals                     1374     171.1      44.0     130.7  27.46x docker run --rm, 8 conc.
-reuse, 32 principals                    1672     204.6     158.2     267.9  32.83x docker run --rm, 8 conc.
+docker run --rm, 8 conc.                  40       4.9    1334.5    2579.5  1.00x docker run --rm, 8 conc.
+docker run --rm --runtime crun, 8 c.      44       5.5    1213.5    2049.6  1.11x docker run --rm, 8 conc.
+new principal/run, pool 0                 32       3.8    1855.2    3425.9  0.76x docker run --rm, 8 conc.
+new principal/run, pool 4                 33       3.8    2020.7    3997.2  0.77x docker run --rm, 8 conc.
+new principal/run, pool 0, crun           32       4.1    1571.3    3461.7  0.84x docker run --rm, 8 conc.
+new principal/run, pool 4, crun           35       4.3    1639.8    3743.5  0.87x docker run --rm, 8 conc.
+reuse, 1 principals                      752     125.3       7.4      17.7  25.42x docker run --rm, 8 conc.
+reuse, 2 principals                     1284     213.9       8.5      32.9  43.37x docker run --rm, 8 conc.
+reuse, 8 principals                     1235     204.3      37.2      98.9  41.44x docker run --rm, 8 conc.
+reuse, 32 principals                    1094     176.3     172.3     408.8  35.75x docker run --rm, 8 conc.
 
 warm run, one at a time (request -> result)
 case                                       n       median ms        p99 ms  ratio
-pooled fresh container                    50           8.464        27.495
-reused container (fresh process)         200           7.116        13.119  0.84x pooled fresh container""": _PERFORMANCE,
+pooled fresh container                    50          21.000        36.154
+reused container, back to back           300           5.908        11.841  0.28x pooled fresh container
+reused, 20 ms apart (ready again)        300           2.859         5.021  0.14x pooled fresh container""": _PERFORMANCE,
+        """\
+request -> result, 20 runs each (ms)
+case                                       n       median ms        p99 ms  ratio
+runc base cold                            20         401.004       477.124
+runc base warm                            20           7.373        28.271
+runc data cold                            20        1279.496      1411.297  3.19x runc base cold
+runc data warm                            20          13.723        44.191  1.86x runc base warm
+crun base cold                            20         338.729       407.690  0.84x runc base cold
+crun base warm                            20           7.463        18.756  1.01x runc base warm
+crun data cold                            20        1247.198      1438.144  3.68x crun base cold
+crun data warm                            20           9.808        29.295  1.31x crun base warm
+
+tool call round trip, 500 sequential calls (us)
+case                                       n       median us        p99 us  ratio
+runc guest -> host -> guest              500         126.288      2143.912
+crun guest -> host -> guest              500         135.302      2480.916  1.07x runc guest -> host -> guest""": _PERFORMANCE,
         """\
 request -> first instruction, 50 runs each (ms)
 case                                       n       median ms        p99 ms  ratio
@@ -139,20 +157,20 @@ runc data: idle pooled container memory (cgroup): median 86.7 MiB over 2 contain
 50000 calls per row; audit rows stored: 52000
 path                        median us    p99 us  overhead us   ratio    calls/s
 -------------------------------------------------------------------------------
-handler (no admission)           0.28      0.54         0.00     1.0  2,299,993
-admission, checks off           31.12     83.85        30.84   113.2     28,453
-admission, memory audit         31.48     84.91        31.20   114.5     28,481
-admission, SQLite audit         33.93    116.31        33.65   123.4     15,322
-runtime checks of declarations: +0.36 us a call at the median (goal <= 5 us)
+handler (no admission)           0.28      0.88         0.00     1.0  1,809,576
+admission, checks off           20.53    188.03        20.25    72.8     37,330
+admission, memory audit         20.96    187.34        20.68    74.3     31,426
+admission, SQLite audit         21.02    214.13        20.74    74.5     14,406
+runtime checks of declarations: +0.43 us a call at the median (goal <= 5 us)
 
 one audit event with no call current, and the per-call check, 50000 each (us)
 case                                       n       median us        p99 us  ratio
-ignored event, no hook                   200           0.067         0.204
-watched event, no hook                   200           0.086         0.115
-ignored event, hook                      200           0.250         0.360  3.75x ignored event, no hook
-watched event, hook                      200           0.311         0.452  3.60x watched event, no hook
-per-call check, no connection            200           0.802         4.262
-audit events per admitted call (100 calls, the event loop's start and stop included): 0.26""": _PERFORMANCE,
+ignored event, no hook                   200           0.069         0.106
+watched event, no hook                   200           0.088         0.204
+ignored event, hook                      200           0.257         0.961  3.71x ignored event, no hook
+watched event, hook                      200           0.324         0.551  3.66x watched event, no hook
+per-call check, no connection            200           0.631         1.418
+audit events per admitted call (100 calls, the event loop's start and stop included): 1.26""": _PERFORMANCE,
         """\
 batch of 100 proposals from one program, approved once (5 rounds)
 case                                            median/s     min/s     max/s
@@ -164,32 +182,31 @@ refunds held by the service: 1000 (1000 expected), duplicates: 0""": _PERFORMANC
         """\
 bridge round trip, 2000 sequential calls (us)
 case                                       n       median us        p99 us  ratio
-guest -> host -> guest                  2000         191.870      3075.391  6.33x host Registry.call (floor)
-host Registry.call (floor)              2000          30.295       117.469
+guest -> host -> guest                  2000         132.551      2936.704  4.99x host Registry.call (floor)
+host Registry.call (floor)              2000          26.543       211.184
 
 1,000 reads of a ~227-byte record, 5 runs each, interleaved (ms; ratio of times, lower is faster)
 case                                       n       median ms        p99 ms  ratio
-sequential (loop of single calls)          5         520.235       558.181
-1 concurrent .aio (bounded gather)         5         508.790       804.792  0.98x sequential (loop of single calls)
-4 concurrent .aio (bounded gather)         5         288.929       401.362  0.56x sequential (loop of single calls)
-16 concurrent .aio (bounded gather)        5         239.839       271.319  0.46x sequential (loop of single calls)
-64 concurrent .aio (bounded gather)        5         178.208       254.078  0.34x sequential (loop of single calls)
-1,000 at once (plain gather of .aio)       5         188.154       281.592  0.36x sequential (loop of single calls)
-batched (one .batch of 1,000)              5          62.876       136.301  0.12x sequential (loop of single calls)
-host Registry.call loop (floor)            1          46.235        46.235
+sequential (loop of single calls)          5         260.589       328.317
+1 concurrent .aio (bounded gather)         5         355.024       369.346  1.36x sequential (loop of single calls)
+4 concurrent .aio (bounded gather)         5         200.234       206.335  0.77x sequential (loop of single calls)
+16 concurrent .aio (bounded gather)        5         145.857       150.744  0.56x sequential (loop of single calls)
+64 concurrent .aio (bounded gather)        5          86.277       111.616  0.33x sequential (loop of single calls)
+1,000 at once (plain gather of .aio)       5          99.353       174.906  0.38x sequential (loop of single calls)
+batched (one .batch of 1,000)              5          67.611        78.134  0.26x sequential (loop of single calls)
+host Registry.call loop (floor)            1          40.060        40.060
 
 case                                   calls/s at the median  x the loop
-sequential (loop of single calls)                      1,922       1.00x
-1 concurrent .aio (bounded gather)                     1,965       1.02x
-4 concurrent .aio (bounded gather)                     3,461       1.80x
-16 concurrent .aio (bounded gather)                    4,169       2.17x
-64 concurrent .aio (bounded gather)                    5,611       2.92x
-1,000 at once (plain gather of .aio)                   5,315       2.76x
-batched (one .batch of 1,000)                         15,904       8.27x
-host Registry.call loop (floor)                       21,629      11.25x
+sequential (loop of single calls)                      3,837       1.00x
+1 concurrent .aio (bounded gather)                     2,817       0.73x
+4 concurrent .aio (bounded gather)                     4,994       1.30x
+16 concurrent .aio (bounded gather)                    6,856       1.79x
+64 concurrent .aio (bounded gather)                   11,591       3.02x
+1,000 at once (plain gather of .aio)                  10,065       2.62x
+batched (one .batch of 1,000)                         14,790       3.85x
+host Registry.call loop (floor)                       24,962       6.50x
 
-round trip median 192 us, p99 3075 us; audit events for the run: 37200 (every call admitted and recorded)
-goals: 64 concurrent .aio >= 3x the loop's calls/s (issue 17); round trip median <= 120 us on a loaded machine (issue 17), p99 <= 1000 us; >= 30,000 batched calls/s""": _PERFORMANCE,
+round trip median 133 us, p99 2937 us; audit events for the run: 37200 (every call admitted and recorded)""": _PERFORMANCE,
         """\
 one write (prepare + approve(policy) + commit) by ledger, 1000 writes per case
 case                                       n       median ms        p99 ms  ratio
@@ -405,7 +422,7 @@ Kind = Literal["file", "python", "sh", "output", "not_run"]
 EXPECTED_KINDS: Final[dict[Path, dict[Kind, int]]] = {
     DATA: {"file": 3, "python": 3, "sh": 3, "output": 5, "not_run": 2},
     DEPLOY: {"file": 0, "python": 1, "sh": 0, "output": 1, "not_run": 4},
-    README: {"file": 4, "python": 0, "sh": 8, "output": 0, "not_run": 14},
+    README: {"file": 4, "python": 0, "sh": 8, "output": 0, "not_run": 15},
     GUIDE: {"file": 7, "python": 17, "sh": 7, "output": 20, "not_run": 1},
 }
 

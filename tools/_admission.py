@@ -17,11 +17,11 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 from pydantic import BaseModel
 
-from airlock.policies import Effect, Grant
+from airlock.policies import ApprovalPolicy, Effect, Grant
 from airlock.tools._arguments import raw_args_hash
 from airlock.tools._audit import AdmissionDecision, CallOutcome, Stage, audit_event
 from airlock.tools._audit_log import AuditLog
@@ -29,7 +29,7 @@ from airlock.tools._context import CallContext
 from airlock.tools._errors import DeniedError, ToolError
 from airlock.tools._spec import ToolSpec
 
-__all__ = ["Admission", "Authorization", "CallTrail", "authorize"]
+__all__ = ["Admission", "Authorization", "CallTrail", "authorize", "new_admission"]
 
 
 class Authorization(NamedTuple):
@@ -44,33 +44,42 @@ class Authorization(NamedTuple):
     """Why the approval rules decided so (operator detail)."""
 
 
+_DEFAULT_READ: Final = ApprovalPolicy().decide("default", (), reversible=True)
+"""What approval rules answer a call no rule matched and without side effects: one shared
+decision (frozen), so its authorization is made once too."""
+_DEFAULT_READ_ALLOWED: Final = Authorization(
+    _DEFAULT_READ.verdict, _DEFAULT_READ.rule_id, None, _DEFAULT_READ.reason
+)
+
+
 def authorize(spec: ToolSpec, effects: tuple[Effect, ...], ctx: CallContext) -> Authorization:
     """Resolved ``effects`` of a call of ``spec`` against the run's grant, then its approval
     rules (scope is checked at admission, before anything is resolved)."""
-    action = "change" if spec.write is not None else "call"
-    covered = spec.write is None and _covers_declared(ctx.grant, spec)
-    outside = None if covered else ctx.grant.uncovered(effects)
-    if outside is not None:
-        spent = outside.kind == "spend"
-        return Authorization(
-            decision="deny",
-            rule="spend" if spent else "grant",
-            refusal=DeniedError(
-                f"{outside} is outside this run's grant; do not retry it",
-                reason="spend" if spent else "effect",
-            ),
-        )
+    grant = ctx.grant
+    if spec.write is not None or not _covers_declared(grant, spec):
+        outside = grant.uncovered(effects)
+        if outside is not None:
+            spent = outside.kind == "spend"
+            return Authorization(
+                decision="deny",
+                rule="spend" if spent else "grant",
+                refusal=DeniedError(
+                    f"{outside} is outside this run's grant; do not retry it",
+                    reason="spend" if spent else "effect",
+                ),
+            )
     verdict = ctx.approvals.decide(spec.name, effects, reversible=spec.reversible)
-    refusal = None
+    if verdict is _DEFAULT_READ:
+        return _DEFAULT_READ_ALLOWED
     if verdict.verdict == "deny":
+        action = "change" if spec.write is not None else "call"
         refusal = DeniedError(
             f"a policy rule forbids this {action}; do not retry it",
             reason="policy",
             detail=verdict.reason,
         )
-    return Authorization(
-        decision=verdict.verdict, rule=verdict.rule_id, refusal=refusal, reason=verdict.reason
-    )
+        return Authorization("deny", verdict.rule_id, refusal, verdict.reason)
+    return Authorization(verdict.verdict, verdict.rule_id, None, verdict.reason)
 
 
 # Per tool name, the last few (grant, spec) pairs judged and whether the grant covers the
@@ -205,3 +214,46 @@ class Admission:
     needs_approval: bool = False
     """A read the approval rules ask about: only the write path may take it on, as a
     preview a person approves (``Registry.admit(..., approvable=True)``)."""
+
+
+class _AdmissionBuilder:
+    """Makes an :class:`Admission`: ``_AdmissionBuilder(...)`` *is* one, fields in order.
+    The same slots, without the frozen dataclass's ``__setattr__`` (``object.__setattr__``
+    per field, on every call); once they are set, the object becomes the :class:`Admission`
+    it is (the layouts are the same, so its class may be assigned; a test holds the two in
+    step)."""
+
+    __slots__ = Admission.__slots__
+
+    def __init__(
+        self,
+        spec: ToolSpec,
+        input: BaseModel,
+        values: Mapping[str, Any],
+        effects: tuple[Effect, ...],
+        trail: CallTrail,
+        needs_approval: bool,
+    ) -> None:
+        self.spec = spec
+        self.input = input
+        self.values = values
+        self.effects = effects
+        self.trail = trail
+        self.needs_approval = needs_approval
+        self.__class__ = Admission  # type: ignore[assignment]
+
+
+def new_admission(
+    spec: ToolSpec,
+    input: BaseModel,
+    values: Mapping[str, Any],
+    effects: tuple[Effect, ...],
+    trail: CallTrail,
+    needs_approval: bool = False,
+) -> Admission:
+    """The :class:`Admission` of a call, made as cheaply as admission runs (see
+    :class:`_AdmissionBuilder`); the same object ``Admission(...)`` makes."""
+    made: Admission = _AdmissionBuilder(  # type: ignore[assignment]  # (it is one)
+        spec, input, values, effects, trail, needs_approval
+    )
+    return made

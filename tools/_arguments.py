@@ -5,22 +5,32 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
 import pydantic_core
 from pydantic import BaseModel, ValidationError
+from pydantic_core import SchemaSerializer, SchemaValidator
 
 from airlock.policies import Effect, EffectArgumentError
 from airlock.tools._errors import FieldIssue, InvalidInputError
 from airlock.tools._secret import Secret
 
+if TYPE_CHECKING:
+    from pydantic.plugin._schema_validator import PluggableSchemaValidator
+
+ModelValidator: TypeAlias = "SchemaValidator | PluggableSchemaValidator"
+"""What ``Model.__pydantic_validator__`` is."""
+
 __all__ = [
+    "ModelValidator",
     "effect_field_problems",
     "encode_arguments",
+    "hash_input",
     "raw_args_hash",
     "resolve_effects",
     "secret_fields_of",
     "validate_arguments",
+    "validate_input",
     "validated_args_hash",
 ]
 
@@ -39,7 +49,7 @@ def encode_arguments(args: object, *, max_bytes: int) -> bytes:
     Raises:
         InvalidInputError: not an object of plain JSON values (no NaN), or over ``max_bytes``.
     """
-    if not isinstance(args, Mapping):
+    if type(args) is not dict and not isinstance(args, Mapping):  # (most often a dict)
         raise InvalidInputError(issues=(FieldIssue("", "arguments must be a JSON object"),))
     try:
         raw = pydantic_core.to_json(args, inf_nan_mode="constants")
@@ -63,8 +73,18 @@ def validate_arguments(model: type[BaseModel], raw: bytes) -> BaseModel:
     Raises:
         InvalidInputError: with one :class:`FieldIssue` per problem (values never echoed).
     """
+    return validate_input(model.__pydantic_validator__, raw)
+
+
+def validate_input(validator: ModelValidator, raw: bytes) -> BaseModel:
+    """:func:`validate_arguments` with the input model's validator (which a registry reads
+    once per tool).
+
+    Raises:
+        InvalidInputError: as :func:`validate_arguments`.
+    """
     try:
-        instance: BaseModel = model.__pydantic_validator__.validate_json(raw, strict=True)
+        instance: BaseModel = validator.validate_json(raw, strict=True)
         return instance
     except ValidationError as exc:
         issues = tuple(
@@ -146,9 +166,21 @@ def validated_args_hash(instance: BaseModel, *, secret_fields: frozenset[str]) -
 
     Field order is the model's, so equal arguments hash equally however they were sent.
     """
-    exclude = set(secret_fields) if secret_fields else None
-    data = instance.__pydantic_serializer__.to_json(instance, exclude=exclude)
-    return hashlib.blake2b(data, digest_size=16).hexdigest()
+    return hash_input(instance.__pydantic_serializer__, instance, set(secret_fields) or None)
+
+
+def hash_input(
+    serializer: SchemaSerializer, instance: BaseModel, leave_out: set[str] | None
+) -> str:
+    """:func:`validated_args_hash` with the input model's serializer and the secret fields to
+    leave out (``None``: none), which a registry reads once per tool."""
+    digest = _BLAKE2B_128.copy()  # (a copy costs less than making one with its parameters)
+    digest.update(serializer.to_json(instance, exclude=leave_out))
+    return digest.hexdigest()
+
+
+_BLAKE2B_128: Final = hashlib.blake2b(digest_size=16)
+"""BLAKE2b with a 128-bit digest, nothing hashed yet: :func:`hash_input` hashes a copy."""
 
 
 def raw_args_hash(args: object, *, secret_fields: frozenset[str]) -> str:

@@ -166,25 +166,88 @@ def audit_event(
     ``Authorization`` header), and control characters in ``tool`` (the name as a program
     sent it), ``rule``, ``effects`` and ``detail`` are escaped (see :mod:`._redact`).
     """
-    return AuditEvent(
-        ts=time.time() if ts is None else ts,
-        run_id=who.run_id,
-        call_id=who.call_id,
-        caller=who.caller,
-        tool=escape_controls(tool),
-        user_id=who.principal.user_id,
-        tenant_id=who.principal.tenant_id,
-        args_hash=args_hash,
-        stage=stage,
-        decision=decision,
-        rule=escape_controls(rule),
-        outcome=outcome,
-        code=code,
-        duration_s=duration_s,
-        effects=tuple(escape_controls(str(e)) for e in effects),
-        detail=None if detail is None else escape_controls(redact(detail)),
-        final=final,
+    # Every call makes one of these, so the common case is kept cheap: text that is printable
+    # already (almost all of it) is checked in one C call and kept as it is.
+    principal = who.principal
+    texts = tuple(map(str, effects))
+    if not "".join(texts).isprintable():
+        texts = tuple(map(escape_controls, texts))
+    event: AuditEvent = _EventBuilder(  # type: ignore[assignment]  # (it is one: see there)
+        time.time() if ts is None else ts,
+        who.run_id,
+        who.call_id,
+        who.caller,
+        tool if tool.isprintable() else escape_controls(tool),
+        principal.user_id,
+        principal.tenant_id,
+        args_hash,
+        stage,
+        decision,
+        rule if rule.isprintable() else escape_controls(rule),
+        outcome,
+        code,
+        duration_s,
+        texts,
+        None if detail is None else escape_controls(redact(detail)),
+        final,
+        None,
     )
+    return event
+
+
+class _EventBuilder:
+    """Makes an :class:`AuditEvent`: ``_EventBuilder(...)`` *is* one, fields in order.
+
+    A frozen dataclass sets each field through ``object.__setattr__`` (about 0.1 us a field,
+    18 fields, on every call). This class has the same slots without the frozen
+    ``__setattr__``: it sets them directly, then makes the object the :class:`AuditEvent` it
+    is (the layouts are the same, so its class may be assigned; a test holds the two in
+    step). Assigning the class raises one ``object.__setattr__`` audit event, which every
+    audit hook of the process sees (the runtime checks' hook ignores it in about 0.2 us:
+    far less than the 18 calls it saves)."""
+
+    __slots__ = AuditEvent.__slots__
+
+    def __init__(
+        self,
+        ts: float,
+        run_id: str,
+        call_id: str,
+        caller: Caller,
+        tool: str,
+        user_id: str,
+        tenant_id: str,
+        args_hash: str,
+        stage: Stage,
+        decision: AdmissionDecision,
+        rule: str,
+        outcome: CallOutcome,
+        code: str | None,
+        duration_s: float,
+        effects: tuple[str, ...],
+        detail: str | None,
+        final: bool,
+        approver: str | None,
+    ) -> None:
+        self.ts = ts
+        self.run_id = run_id
+        self.call_id = call_id
+        self.caller = caller
+        self.tool = tool
+        self.user_id = user_id
+        self.tenant_id = tenant_id
+        self.args_hash = args_hash
+        self.stage = stage
+        self.decision = decision
+        self.rule = rule
+        self.outcome = outcome
+        self.code = code
+        self.duration_s = duration_s
+        self.effects = effects
+        self.detail = detail
+        self.final = final
+        self.approver = approver
+        self.__class__ = AuditEvent  # type: ignore[assignment]
 
 
 class AuditStore(Protocol):

@@ -141,7 +141,19 @@ class AuditLog:
 
     def record(self, event: AuditEvent) -> None:
         """Queue ``event`` for the writer; never waits for a disk."""
-        self._put(event)
+        with self._lock:  # (``_put`` inlined: every call records one event)
+            if self._closed:
+                raise RuntimeError("this audit log is closed; nothing more can be recorded")
+            if self._inline:  # a memory store appends in microseconds
+                events = [event]
+                self._store.append(events)
+                if self._sinks:
+                    self._emit(events)
+                return
+            self._queue.append(event)
+            self._recorded += 1
+            if self._writer is None or self._idle:
+                self._kick()
 
     def record_program(self, text: str) -> str:
         """Queue the text of a program to be stored once under its hash; returns the hash

@@ -9,7 +9,7 @@ import uuid
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Final, Literal, get_args
+from typing import Final, Literal, NoReturn, get_args
 
 from airlock.policies import ApprovalPolicy, Grant, Principal
 from airlock.tools._errors import NotFoundError
@@ -76,7 +76,7 @@ class CallContext:
 
     def __post_init__(self) -> None:
         if self.caller not in CALLERS:
-            raise ValueError(f"caller {self.caller!r} must be one of {CALLERS}")
+            _refuse_caller(self.caller)
 
     def remaining(self) -> float:
         """Seconds left in the run's budget (negative when it is over)."""
@@ -110,14 +110,58 @@ class RunAuthority:
     """The run's evidence for preconditions, shared by all its calls."""
 
     def context(self, caller: Caller, call_id: str, *, deadline: float = math.inf) -> CallContext:
-        """The context of one call by ``caller``."""
-        return CallContext(
-            principal=self.principal,
-            grant=self.grant,
-            run_id=self.run_id,
-            caller=caller,
-            call_id=call_id,
-            deadline=deadline,
-            approvals=self.approvals,
-            observations=self.observations,
+        """The context of one call by ``caller``.
+
+        Raises:
+            ValueError: ``caller`` is not one of :data:`CALLERS`.
+        """
+        made: CallContext = _ContextBuilder(  # type: ignore[assignment]  # (it is one)
+            self.principal,
+            self.grant,
+            self.run_id,
+            caller,
+            call_id,
+            deadline,
+            self.approvals,
+            self.observations,
         )
+        return made
+
+
+class _ContextBuilder:
+    """Makes a :class:`CallContext`: ``_ContextBuilder(...)`` *is* one, fields in order.
+
+    A frozen dataclass sets each field through ``object.__setattr__``, and a run makes a
+    context for every call. This class has the same slots without the frozen
+    ``__setattr__``: it sets them directly, checks the caller as ``CallContext`` does, then
+    makes the object the :class:`CallContext` it is (the layouts are the same, so its class
+    may be assigned; a test holds the two in step)."""
+
+    __slots__ = CallContext.__slots__
+
+    def __init__(
+        self,
+        principal: Principal,
+        grant: Grant,
+        run_id: str,
+        caller: Caller,
+        call_id: str,
+        deadline: float,
+        approvals: ApprovalPolicy,
+        observations: Observations | None,
+    ) -> None:
+        if caller not in CALLERS:
+            _refuse_caller(caller)
+        self.principal = principal
+        self.grant = grant
+        self.run_id = run_id
+        self.caller = caller
+        self.call_id = call_id
+        self.deadline = deadline
+        self.approvals = approvals
+        self.observations = observations
+        self.__class__ = CallContext  # type: ignore[assignment]
+
+
+def _refuse_caller(caller: object) -> NoReturn:
+    raise ValueError(f"caller {caller!r} must be one of {CALLERS}")

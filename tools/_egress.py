@@ -156,7 +156,8 @@ class DeclaredReach:
         """The check of one call by a principal of ``tenant``: a read's, whose validated
         arguments are ``values``, or a write step's, whose resolved effects are ``effects``
         (a preview's, as text, for ``commit`` and ``lookup``)."""
-        return CallCheck(self, phase=phase, tenant=tenant, values=values, effects=tuple(effects))
+        # (Positional: a check is made for every call.)
+        return CallCheck(self, phase, tenant, values, tuple(effects))
 
 
 class CallCheck:
@@ -183,7 +184,6 @@ class CallCheck:
     def __init__(
         self,
         reach: DeclaredReach,
-        *,
         phase: Phase,
         tenant: str,
         values: Mapping[str, Any] | None,

@@ -4,8 +4,9 @@ of what the tool declares (:mod:`airlock.tools._egress`).
 The deadline is min(tool timeout, time left in the run). The handler runs as the current
 call of its context: an async one in the calling task, a sync one in a worker thread that
 anyio gives a copy of that context. On asyncio, an async handler's deadline is set only
-once the handler first waits: one that answers without waiting (most reads of data at hand)
-could not be stopped by it, and pays nothing for it. What the handler reached that
+once the handler first waits (counted from when it started): one that answers without waiting
+(most reads of data at hand) could not be stopped by it, and pays nothing for it, not even a
+second reading of the clock. What the handler reached that
 the tool does not declare decides the answer (``denied``), whatever the handler then did with
 the refusal.
 """
@@ -15,8 +16,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import time
 import types
-from collections.abc import Coroutine, Generator, Mapping
+from collections.abc import Callable, Coroutine, Generator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -28,6 +30,7 @@ from airlock.tools._egress import enter as enter_call
 from airlock.tools._egress import leave as leave_call
 from airlock.tools._errors import NotFoundError, ToolError, ToolTimeoutError, UpstreamError
 from airlock.tools._registration import CompiledTool
+from airlock.tools._spec import ToolSpec
 
 if TYPE_CHECKING:
     from airlock.tools._admission import CallTrail
@@ -54,18 +57,14 @@ async def execute(
             ``upstream`` with outcome ``unknown`` for anything else.
     """
     spec = tool.spec
-    budget = min(spec.timeout, ctx.remaining())
+    now = time.monotonic()  # the one clock read of a handler that answers without waiting
+    budget = min(spec.timeout, ctx.deadline - now)  # (ctx.remaining(), on the same reading)
     if budget <= 0:
         raise ToolTimeoutError(
             "the run's time budget is used up; finish with what you have",
             seconds=0.0,
             outcome="error",
         )
-    call = (
-        functools.partial(spec.handler, ctx, **values)
-        if spec.takes_context
-        else functools.partial(spec.handler, **values)
-    )
     check = tool.reach.check(phase="handler", tenant=ctx.principal.tenant_id, values=values)
     token = enter_call(check)  # a sync handler's worker thread runs in a copy of it
     timed_out = False
@@ -73,8 +72,7 @@ async def execute(
         # Whether the handler is async was decided at registration (see invoke()).
         loop = asyncio._get_running_loop()
         if tool.is_async and loop is not None:
-            deadline = loop.time() + budget
-            handler = call()
+            handler = spec.handler(ctx, **values) if spec.takes_context else spec.handler(**values)
             try:
                 # Its first step, up to where it first waits: a handler that never waits
                 # (most reads of data at hand) finishes here, and a deadline could not have
@@ -83,6 +81,9 @@ async def execute(
             except StopIteration as finished:
                 result = finished.value
             else:
+                # The deadline counts from before the first step, as if it had been set then
+                # (on the loop's clock, which need not be time.monotonic()).
+                deadline = loop.time() - (time.monotonic() - now) + budget
                 # asyncio's own timeout, not a cancel scope of anyio's: the handler may have
                 # entered scopes of its own in its first step, and anyio's must nest.
                 bound = asyncio.timeout_at(deadline)
@@ -95,11 +96,13 @@ async def execute(
                     timed_out = True
         elif tool.is_async:  # another event loop library
             with anyio.move_on_after(budget) as scope:
-                result = await call()
+                result = await _bind(spec, ctx, values)()
             timed_out = scope.cancelled_caught
         else:
             with anyio.move_on_after(budget) as scope:
-                result = await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
+                result = await anyio.to_thread.run_sync(
+                    _bind(spec, ctx, values), abandon_on_cancel=True
+                )
             timed_out = scope.cancelled_caught
     except NotFoundError as exc:
         _refuse_undeclared(check, trail, exc)
@@ -118,10 +121,18 @@ async def execute(
         ) from exc
     finally:
         leave_call(token, check)
-    _refuse_undeclared(check, trail, None)  # caught by the handler: it fails all the same
+    if check.violations:  # caught by the handler: it fails all the same
+        _refuse_undeclared(check, trail, None)
     if timed_out:
         raise ToolTimeoutError(seconds=budget)
     return result
+
+
+def _bind(spec: ToolSpec, ctx: CallContext, values: Mapping[str, Any]) -> Callable[[], Any]:
+    """The handler's call with the call's arguments, to be made elsewhere (a worker thread)."""
+    if spec.takes_context:
+        return functools.partial(spec.handler, ctx, **values)
+    return functools.partial(spec.handler, **values)
 
 
 @types.coroutine

@@ -25,8 +25,9 @@ class MemoryAuditStore:
     ) -> None:
         with self._lock:
             self._events.extend(events)
-            for digest, text in (programs or {}).items():
-                self._programs.setdefault(digest, text)
+            if programs:
+                for digest, text in programs.items():
+                    self._programs.setdefault(digest, text)
 
     def query(
         self,

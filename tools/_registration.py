@@ -11,9 +11,10 @@ from types import MappingProxyType
 from typing import Any, Final
 
 from pydantic import BaseModel
+from pydantic_core import SchemaSerializer
 
 from airlock.policies import SCOPE_PATTERN, Effect, UsageError
-from airlock.tools._arguments import effect_field_problems
+from airlock.tools._arguments import ModelValidator, effect_field_problems
 from airlock.tools._context import CALLERS, Caller
 from airlock.tools._credential import CREDENTIAL_NAME, Credential
 from airlock.tools._destination import Destination, parse_destination
@@ -45,6 +46,16 @@ class CompiledTool:
     is_async: bool
     reach: DeclaredReach
     """What its code may reach while it runs (the runtime check of its declarations)."""
+    input_validator: ModelValidator
+    """The input model's validator (read once: a model class's attributes cost more)."""
+    input_serializer: SchemaSerializer
+    """The input model's serializer, for the argument hash."""
+    hash_leaves_out: set[str] | None
+    """The secret fields the argument hash leaves out; ``None`` when there are none."""
+    output_validator: ModelValidator
+    """The output model's validator, for shaping."""
+    output_serializer: SchemaSerializer
+    """The output model's serializer, for shaping."""
 
 
 def build_spec(
@@ -188,6 +199,11 @@ def compile_tool(spec: ToolSpec) -> CompiledTool:
         schema=strict_schema(spec.input_model),
         is_async=is_async_callable(spec.handler),
         reach=reach,
+        input_validator=spec.input_model.__pydantic_validator__,
+        input_serializer=spec.input_model.__pydantic_serializer__,
+        hash_leaves_out=set(spec.secret_fields) or None,
+        output_validator=spec.output_model.__pydantic_validator__,
+        output_serializer=spec.output_model.__pydantic_serializer__,
     )
 
 

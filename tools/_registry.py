@@ -28,13 +28,8 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from airlock.policies import Effect, Principal, UsageError
-from airlock.tools._admission import Admission, CallTrail, authorize
-from airlock.tools._arguments import (
-    encode_arguments,
-    resolve_effects,
-    validate_arguments,
-    validated_args_hash,
-)
+from airlock.tools._admission import Admission, CallTrail, authorize, new_admission
+from airlock.tools._arguments import encode_arguments, hash_input, resolve_effects, validate_input
 from airlock.tools._audit_log import AuditLog
 from airlock.tools._context import CallContext, Caller
 from airlock.tools._errors import (
@@ -49,7 +44,7 @@ from airlock.tools._json import JSONObject
 from airlock.tools._records import RecordsRead, record_effects
 from airlock.tools._registration import CompiledTool, build_spec, compile_tool
 from airlock.tools._schema import ToolDefinition
-from airlock.tools._shaping import shape_result
+from airlock.tools._shaping import shape_with
 from airlock.tools._spec import Precondition, ToolSpec
 from airlock.tools._write_contract import WriteRunner
 
@@ -212,19 +207,27 @@ class Registry:
         Raises:
             ToolError: the stable code of the first step that refused.
         """
+        tool, instance, values, trail, waits = self._admit(name, args, ctx, approvable, proposal)
+        return new_admission(tool.spec, instance, values, trail.effects, trail, waits)
+
+    def _admit(
+        self, name: str, args: Mapping[str, Any], ctx: CallContext, approvable: bool, proposal: bool
+    ) -> tuple[CompiledTool, BaseModel, dict[str, Any], CallTrail, bool]:
+        """:meth:`admit`'s steps; a tuple, so :meth:`call` runs a read without an Admission."""
         trail = CallTrail(self.audit, name, args, ctx)
         waits = False
         try:  # (not `with trail.recording()`: this path runs on every call, and is hot)
-            spec = self._lookup(name, ctx, proposal=proposal).spec
+            tool = self._lookup(name, ctx, proposal=proposal)
+            spec = tool.spec
             trail.stage, trail.rule = "validate", "input"
             trail.secret_fields = spec.secret_fields
-            instance = validate_arguments(
-                spec.input_model, encode_arguments(args, max_bytes=self._max_input_bytes)
+            instance = validate_input(
+                tool.input_validator, encode_arguments(args, max_bytes=self._max_input_bytes)
             )
-            trail.args_hash = validated_args_hash(instance, secret_fields=spec.secret_fields)
+            trail.args_hash = hash_input(tool.input_serializer, instance, tool.hash_leaves_out)
             values: dict[str, Any] = dict(instance.__dict__)
             trail.stage, trail.rule = "authorize", "scope"
-            if not ctx.grant.allows_scope(spec.scope):
+            if spec.scope not in ctx.grant.scopes:  # (allows_scope(), without a call)
                 raise DeniedError(
                     f"this run's grant lacks scope {spec.scope!r}; "
                     "do not call this tool in this run",
@@ -254,14 +257,7 @@ class Registry:
         except BaseException as exc:
             trail.failed(exc)
             raise
-        return Admission(
-            spec=spec,
-            input=instance,
-            values=values,
-            effects=trail.effects,
-            trail=trail,
-            needs_approval=waits,
-        )
+        return tool, instance, values, trail, waits
 
     async def call(self, name: str, args: Mapping[str, Any], ctx: CallContext) -> JSONObject:
         """Admit and run one call; the shaped, JSON-able result.
@@ -275,11 +271,12 @@ class Registry:
             ToolError: the stable code of the first step that refused or failed.
         """
         approvable = self._writes is not None and ctx.caller == "direct"
-        admission = self.admit(name, args, ctx, approvable=approvable)
-        if admission.spec.write is not None or admission.needs_approval:
+        tool, instance, values, trail, waits = self._admit(name, args, ctx, approvable, False)
+        if tool.spec.write is not None or waits:
+            admission = new_admission(tool.spec, instance, values, trail.effects, trail, waits)
             writes = self._write_runner(admission)
             raise writes.waiting(await writes.propose(admission, ctx))
-        return await self.run(admission, ctx)
+        return await self._run(tool, values, trail, ctx)
 
     async def run(self, admission: Admission, ctx: CallContext) -> JSONObject:
         """Step 5 and 6 for an admitted read: run it with limits, shape its result, and
@@ -295,11 +292,23 @@ class Registry:
             raise UsageError(f"{spec.name} is a write tool; the write path prepares its calls")
         if admission.needs_approval:
             raise NeedsApprovalError(rule=admission.trail.rule)
-        trail = admission.trail
+        return await self._run(self._tools[spec.name], admission.values, admission.trail, ctx)
+
+    async def _run(
+        self, tool: CompiledTool, values: Mapping[str, Any], trail: CallTrail, ctx: CallContext
+    ) -> JSONObject:
+        """:meth:`run`'s steps for an admitted read of ``tool``."""
+        spec = tool.spec
         try:
-            result = await self._execute(self._tools[spec.name], admission.values, ctx, trail=trail)
+            result = await self._execute(tool, values, ctx, trail=trail)
             trail.stage = "shape"
-            shaped = shape_result(spec.output_model, result, max_bytes=spec.max_result_bytes)
+            shaped = shape_with(
+                spec.output_model,
+                tool.output_validator,
+                tool.output_serializer,
+                result,
+                spec.max_result_bytes,
+            )
         except BaseException as exc:
             trail.failed(exc)
             raise
@@ -309,7 +318,7 @@ class Registry:
             trail.effects = trail.effects if named is None else named
         trail.record("ok")
         if spec.name in self._evidence and ctx.observations is not None:
-            ctx.observations.record(spec.name, admission.values)
+            ctx.observations.record(spec.name, values)
         return shaped
 
     async def run_approved(self, name: str, values: Mapping[str, Any], ctx: CallContext) -> Any:
@@ -340,7 +349,7 @@ class Registry:
                 return tool
         elif ctx.caller not in tool.spec.callers:
             why = f"not callable by {ctx.caller!r}"
-        elif not ctx.principal.has_scope(tool.spec.scope):
+        elif tool.spec.scope not in ctx.principal.scopes:  # (has_scope(), without a call)
             why = f"hidden: principal lacks scope {tool.spec.scope!r}"
         else:
             return tool

@@ -5,11 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
+from pydantic_core import SchemaSerializer
 
+from airlock.tools._arguments import ModelValidator
 from airlock.tools._errors import ResultTooLargeError, UpstreamError
 from airlock.tools._json import JSONObject
 
-__all__ = ["shape_result"]
+__all__ = ["shape_result", "shape_with"]
 
 
 def shape_result(model: type[BaseModel], result: Any, *, max_bytes: int) -> JSONObject:
@@ -20,15 +22,34 @@ def shape_result(model: type[BaseModel], result: Any, *, max_bytes: int) -> JSON
             handler ran, so the outcome is ``unknown``.
         ResultTooLargeError: the projected result is over ``max_bytes``; never truncated.
     """
+    return shape_with(
+        model, model.__pydantic_validator__, model.__pydantic_serializer__, result, max_bytes
+    )
+
+
+def shape_with(
+    model: type[BaseModel],
+    validator: ModelValidator,
+    serializer: SchemaSerializer,
+    result: Any,
+    max_bytes: int,
+) -> JSONObject:
+    """:func:`shape_result` with ``model``'s validator and serializer (which a registry reads
+    once per tool: a model class's attributes cost more than the rest of a small result).
+
+    Raises:
+        UpstreamError: as :func:`shape_result`.
+        ResultTooLargeError: as :func:`shape_result`.
+    """
     try:  # (the model's own validator and serializer: the model_* wrappers cost more here)
-        shaped = model.__pydantic_validator__.validate_python(result, from_attributes=True)
+        shaped = validator.validate_python(result, from_attributes=True)
     except ValidationError as exc:
         raise UpstreamError(
             outcome="unknown",
             detail=f"result does not fit {model.__name__}: {exc}",
         ) from None
-    size = len(model.__pydantic_serializer__.to_json(shaped))
+    size = len(serializer.to_json(shaped))
     if size > max_bytes:
         raise ResultTooLargeError(size_bytes=size, limit_bytes=max_bytes)
-    data: JSONObject = model.__pydantic_serializer__.to_python(shaped, mode="json")
+    data: JSONObject = serializer.to_python(shaped, mode="json")
     return data

@@ -181,7 +181,7 @@ def run(
         str | None,
         typer.Option(help="restricted or full (default: restricted; the data image: full)."),
     ] = None,
-    runtime: Annotated[str, typer.Option(help="runc, or runsc (gVisor).")] = "runc",
+    runtime: Annotated[str, typer.Option(help="runc, crun, or runsc (gVisor).")] = "runc",
     image: Annotated[
         str, typer.Option(help="base, or data (numpy, pandas, pyarrow, matplotlib).")
     ] = "base",
@@ -342,7 +342,7 @@ def _image_packages(image: str) -> ProbeFinding:
 
 
 def doctor(
-    runtime: Annotated[str, typer.Option(help="runc, or runsc (gVisor).")] = "runc",
+    runtime: Annotated[str, typer.Option(help="runc, crun, or runsc (gVisor).")] = "runc",
     image: Annotated[
         str, typer.Option(help="base, or data (numpy, pandas, pyarrow, matplotlib).")
     ] = "base",

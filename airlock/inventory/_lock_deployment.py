@@ -137,7 +137,7 @@ def _refusals(before: Any, after: Any) -> list[tuple[Direction, str]]:
 
 # gVisor puts a second kernel between the program and the host's; an unknown runtime may be
 # anything, so it ranks as the widest.
-_RUNTIMES: Final = {"runsc": 0, "runc": 1}
+_RUNTIMES: Final = {"runsc": 0, "runc": 1, "crun": 1}
 
 
 SANDBOX_RULES: Final[Mapping[str, _Judge]] = {

@@ -52,6 +52,7 @@ _HEADER = struct.Struct(wire.HEADER_FORMAT)
 _RECV_BYTES = 256 * 1024
 _BUSY_RETRY_S = 0.0005  # how soon a loop looks again while a waiting thread reads for it
 _ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)  # one for every frame
+_DECODER = json.JSONDecoder()
 
 
 class Connection:
@@ -95,7 +96,9 @@ class Connection:
         self._sock.close()
 
     def send(self, message: dict[str, Any]) -> None:
-        frame = _encode(message)
+        self._send_frame(_encode(message))
+
+    def _send_frame(self, frame: bytes) -> None:
         with self._send_lock:
             if self._outbox:  # awaitable calls queued before this frame leave first
                 frame = b"".join(self._outbox) + frame
@@ -118,6 +121,7 @@ class Connection:
         self._received += self._scratch[:count]
 
     def _next_frame(self) -> dict[str, Any] | None:
+        """The next whole frame already received, or ``None``."""
         received = self._received
         if len(received) < _HEADER.size:
             return None
@@ -127,14 +131,53 @@ class Connection:
         end = _HEADER.size + size
         if len(received) < end:
             return None
-        body = bytes(received[_HEADER.size : end])
-        del received[:end]
-        message = json.loads(body)
+        text = received[_HEADER.size : end].decode()
+        if end == len(received):
+            received.clear()
+        else:
+            del received[:end]
+        message = _DECODER.decode(text)
         if not isinstance(message, dict):
             raise ConnectionError("a frame must hold a JSON object")
         return message
 
     # -- calls ----------------------------------------------------------------------------
+
+    def call(self, message: dict[str, Any]) -> Any:
+        """Send a call or batch frame and wait for its result (or raise its error).
+
+        When no other thread reads the socket, this one sends and reads its own answer with
+        blocking system calls: no future, no other thread, no selector (the loop of single
+        calls a program makes pays for nothing else). Otherwise as :meth:`submit` and
+        :meth:`wait`.
+        """
+        if not self._read_lock.acquire(blocking=False):
+            return self.wait(self.submit(message))
+        try:
+            with self._state_lock:
+                if self._aborted is not None:
+                    raise self._aborted
+                call_id = next(self._ids)
+            message["id"] = call_id
+            frame = _encode(message)  # (a value JSON cannot hold raises here, to the program)
+            try:
+                self._send_frame(frame)
+                while True:
+                    answer = self.recv()
+                    if answer.get("id") == call_id and answer.get("type") == wire.RESULT:
+                        break
+                    self._dispatch(answer)  # another thread's result, or the host's abort
+                    if self._aborted is not None:
+                        raise self._aborted
+            except (ConnectionError, OSError, ValueError):
+                closed = errors.RunAborted("protocol_error", "the bridge to the host is closed")
+                self._abort(closed)
+                raise (self._aborted or closed) from None
+        finally:
+            self._read_lock.release()
+        if answer.get("ok"):
+            return answer.get("value")
+        raise errors.error_from_wire(answer.get("error"))
 
     def submit(self, message: dict[str, Any], *, awaited: bool = False) -> Future[Any]:
         """Send a call or batch frame; the future holds its result.
@@ -175,7 +218,8 @@ class Connection:
             future: asyncio.Future[Any] = loop.create_future()
             self._pending[call_id] = future
             self._watched += 1
-        frame = _encode({**message, "id": call_id})
+        message["id"] = call_id
+        frame = _encode(message)
         with self._send_lock:
             self._outbox.append(frame)
             # Once per turn of this loop (a flush left pending on a loop that has since
@@ -279,14 +323,15 @@ class Connection:
             return
         if kind != wire.RESULT:
             return
+        call_id = frame.get("id")
         with self._state_lock:
-            call_id = frame.get("id")
             future = self._pending.pop(call_id, None)  # type: ignore[arg-type]
-            self._awaited.discard(call_id)
+            if future is None:
+                return
+            if self._awaited:
+                self._awaited.discard(call_id)
             if isinstance(future, asyncio.Future):
                 self._watched -= 1
-        if future is None:
-            return
         if frame.get("ok"):
             _settle(future, frame.get("value"), None)
         else:
@@ -319,6 +364,12 @@ def _settle(
             with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
                 loop.call_soon_threadsafe(_settle, future, value, error)
             return
+        if not future.done():  # (in its own thread: nothing can settle it meanwhile)
+            if error is None:
+                future.set_result(value)
+            else:
+                future.set_exception(error)
+        return
     if future.done():  # cancelled by the program, or already failed by an abort
         return
     # A call's future is cancelled from the program's thread (asyncio.wrap_future), so a
@@ -401,8 +452,7 @@ class ToolFunction:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         arguments = self._arguments(args, kwargs)
-        message = {"type": self._frame, "tool": self.name, "args": arguments}
-        return self._connection.wait(self._connection.submit(message))
+        return self._connection.call({"type": self._frame, "tool": self.name, "args": arguments})
 
     def aio(self, *args: Any, **kwargs: Any) -> asyncio.Future[Any]:
         """The same call as an awaitable, so independent calls can run concurrently."""
@@ -424,11 +474,10 @@ class ToolFunction:
         a ``ToolError`` instance.
         """
         arguments = [self._arguments((), dict(item)) for item in items]
-        future = self._connection.submit(
-            {"type": wire.BATCH, "tool": self.name, "items": arguments}
-        )
         results = []
-        for entry in self._connection.wait(future):
+        for entry in self._connection.call(
+            {"type": wire.BATCH, "tool": self.name, "items": arguments}
+        ):
             if entry.get("ok"):
                 results.append(entry.get("value"))
                 continue

@@ -56,6 +56,8 @@ class StreamCapture:
         self.data = bytearray()
         self.truncated = False
         self._on_overflow = on_overflow
+        # A kept program's process starts capturing before its program is known (see
+        # :meth:`arm`): starting the reader thread costs a run more than anything else it does.
         self._saved = os.dup(fd)
         read_end, write_end = os.pipe()
         os.dup2(write_end, fd)
@@ -76,9 +78,16 @@ class StreamCapture:
             if len(chunk) > room:
                 self.data += chunk[: max(room, 0)]
                 self.truncated = True
-                self._on_overflow()
+                if self._on_overflow is not None:
+                    self._on_overflow()
                 return
             self.data += chunk
+
+    def arm(self, limit: int, on_overflow: Any) -> None:
+        """Set the limit and the overflow action of a capture started ahead of its program
+        (before anything was written to it)."""
+        self._on_overflow = on_overflow
+        self.limit = limit
 
     def close(self) -> None:
         # Restoring the descriptor closes the pipe's last write end held by this process, so

@@ -25,9 +25,10 @@ Life of a runner (one per container, one program per runner):
    ``result_too_large`` with its size, so the ``done`` frame stays within the host's frame
    budget.
 
-A ``run`` frame with ``"keep": true`` makes the runner a zygote (``airlock_zygote``): each
-program of the conversation runs in a process forked for it, over a connection of its own;
-what it leaves the next is explicit (``airlock_kept``).
+A ``run`` frame with ``"keep"`` (and a one-time ``token`` instead of a program) makes the
+runner a zygote (``airlock_zygote``): each program of the conversation runs in a process
+forked for it ahead of its program, which then comes over a connection of its own
+(``airlock_kept_program``); what it leaves the next is explicit (``airlock_kept``).
 
 Frames and their types are the shared contract in ``airlock_wire``.
 """
@@ -39,6 +40,7 @@ import os
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 _GUEST_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -49,6 +51,7 @@ if TYPE_CHECKING:
     from airlock.bridge import airlock_wire as wire
     from airlock.sandbox.guest import airlock_artifacts as artifacts
     from airlock.sandbox.guest import airlock_image as image
+    from airlock.sandbox.guest import airlock_kept_program as kept_program
     from airlock.sandbox.guest import airlock_zygote as zygote
     from airlock.sandbox.guest.airlock_bridge import Connection, Tools
     from airlock.sandbox.guest.airlock_errors import ERRORS, RunAborted, ToolError
@@ -78,6 +81,7 @@ else:
     sys.path[:0] = [_GUEST_DIR, os.path.join(_GUEST_DIR, "lib")]
     import airlock_artifacts as artifacts
     import airlock_image as image
+    import airlock_kept_program as kept_program
     import airlock_wire as wire
     import airlock_zygote as zygote
     from airlock_bridge import Connection, Tools
@@ -103,7 +107,8 @@ else:
     from airlock_seccomp import confine
 
 _TRACEBACK_LIMIT = 8 * 1024
-_SCRATCH = "/tmp"
+_OUTPUT_LIMIT = 1024 * 1024
+"""Bytes of stdout and of stderr a program may write, unless its ``run`` frame says."""
 _RUNNER_PID = os.getpid()
 
 
@@ -142,17 +147,19 @@ def execute(
     finish: Any,
     tools: Tools | None = None,
     kept: KeptGlobals | None = None,
+    captures: tuple[StreamCapture, StreamCapture] | None = None,
 ) -> dict[str, Any]:
     """Run one program and return the ``done`` result. ``finish(result)`` ends the run early.
 
     ``kept`` (a kept session's program only) holds the top-level names earlier programs
     left: the program starts with them, and leaves its own there for the next one.
+    ``captures`` are stdout's and stderr's captures started ahead (else started here).
     """
     tools = tools if tools is not None else Tools(None, [])
     source = request["program"]
     mode = request.get("mode", "restricted")
     allowed = frozenset(request.get("allowed_imports", ()))
-    output_limit = int(request.get("output_limit", 1024 * 1024))
+    output_limit = int(request.get("output_limit", _OUTPUT_LIMIT))
     cpu_before, _ = usage()
     started_at = time.time()
     clock = time.perf_counter()
@@ -203,10 +210,17 @@ def execute(
         result.update(status="limit_exceeded", exit_status=137, limit="output")
         finish(_finalize(result, clock, cpu_before, final, *streams))
 
-    sys.stdout.flush()
-    sys.stderr.flush()
-    streams.append(StreamCapture(1, output_limit, overflow))
-    streams.append(StreamCapture(2, output_limit, overflow))
+    if captures is None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        captures = (
+            StreamCapture(1, output_limit, overflow),
+            StreamCapture(2, output_limit, overflow),
+        )
+    else:
+        for capture in captures:
+            capture.arm(output_limit, overflow)
+    streams.extend(captures)
     try:
         try:
             run_program(body_code, last_code, namespace, final.set, lambda: final.is_set)
@@ -343,7 +357,7 @@ def main(argv: list[str]) -> int:
         os._exit(0)
 
     if request.get("keep"):
-        return zygote.serve(connection, socket_path, request, _run_kept, _prepare_kept)
+        return zygote.serve(connection, socket_path, request, _run_kept, kept_program.prepare)
     # The second seccomp layer, before any of the program's code runs; no layer, no run.
     confine(request.get("mode"), refuse=finish)
     result = execute(request, finish, tools)
@@ -352,29 +366,11 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def _prepare_kept(request: dict[str, Any]) -> None:
-    artifacts.empty(wire.OUT_DIR)  # every other process is gone: they stay empty
-    if request.get("keep") == "clean":
-        artifacts.empty(_SCRATCH)
-
-
-def _run_kept(connection: Connection, request: dict[str, Any]) -> None:
-    """One kept program, in the process forked for it, over its own ``connection``."""
+def _run_kept(connection: Connection, ahead: dict[str, Any], started: Callable[[], bool]) -> None:
+    """One kept program, in the process forked for it (``airlock_kept_program``)."""
     global _RUNNER_PID
     _RUNNER_PID = os.getpid()  # a child the program forks must never report for it
-    tools = Tools(connection, request.get("tools") or [])
-
-    def finish(result: dict[str, Any]) -> None:
-        connection.send({"type": wire.DONE, "result": result})
-        os._exit(0)
-
-    confine(request.get("mode"), refuse=finish)
-    kept = None if request.get("keep") == "clean" else KeptGlobals()
-    if kept is not None:
-        kept.read()
-    result = execute(request, finish, tools, kept)
-    artifacts.deliver(connection.send, request, result)
-    finish(result)
+    kept_program.run(connection, ahead, started, execute)
 
 
 if __name__ == "__main__":

@@ -17,9 +17,10 @@ connected to the bridge:
 can read. The rules are data (:data:`RULES`); the host renders the same list as libseccomp's
 PFC text (:func:`export_pfc`) for ``airlock doctor`` and the effect inventory.
 
-Filters only ever add up: a kept runner's layer is the one of its first program's mode, and
-a restricted layer, once loaded, stays. A layer that cannot be loaded ends the run before any
-of the program's code runs (:func:`confine`).
+Filters only ever add up: a kept program's process, forked before its program is known,
+loads the rules all modes share while it waits (:func:`confine_ahead`), then its mode's on
+top. A layer that cannot be loaded ends the run before any of the program's code runs
+(:func:`confine`).
 """
 
 from __future__ import annotations
@@ -40,7 +41,15 @@ except Exception as exc:  # reported by confine(), which then runs nothing
 else:
     _IMPORT_ERROR = None
 
-__all__ = ["MODES", "RULES", "ConfinementError", "GuestRule", "confine", "export_pfc"]
+__all__ = [
+    "MODES",
+    "RULES",
+    "ConfinementError",
+    "GuestRule",
+    "confine",
+    "confine_ahead",
+    "export_pfc",
+]
 
 MODES = ("restricted", "full")
 _AF_UNIX = 1
@@ -136,13 +145,8 @@ def confine(mode: object, refuse: Callable[[dict[str, Any]], object]) -> None:
     On failure ``refuse`` gets the ``done`` result that reports it (it sends it and ends the
     runner); if ``refuse`` returns, the process exits: it never returns without the layer.
     """
-    chosen = _mode(mode)
-    wanted = {_key(r) for r in RULES if chosen in r.modes}
-    if wanted <= _loaded:
-        return
     try:
-        built = None if _loaded else _prebuilt.pop(chosen, None)
-        (built or _build(chosen, frozenset(_loaded))).load()
+        _load(_mode(mode))
     except Exception as exc:  # any failure means no layer: never run the program then
         message = (
             f"the sandbox's second seccomp layer did not load ({type(exc).__name__}: {exc}); "
@@ -162,14 +166,46 @@ def confine(mode: object, refuse: Callable[[dict[str, Any]], object]) -> None:
             }
         )
         os._exit(4)
+
+
+def confine_ahead() -> None:
+    """Load the rules every mode shares, before the program (and so its mode) is known; a
+    failure is left for :func:`confine` to meet again and report."""
+    try:
+        _load(_SHARED)
+    except Exception:
+        return
+
+
+def _load(mode: str) -> None:
+    wanted = _rules_of(mode)
+    if wanted <= _loaded:
+        return
+    skip = frozenset(_loaded)
+    built = _prebuilt.pop((mode, skip), None)
+    (built or _build(mode, skip)).load()
     _loaded.update(wanted)
 
 
-def _prebuild() -> dict[str, Any]:
+def _rules_of(mode: str) -> frozenset[str]:
+    return frozenset(_key(r) for r in RULES if mode in r.modes)
+
+
+_SHARED = "full"
+"""The mode whose rules every mode has (``full``'s are a subset of ``restricted``'s)."""
+
+
+def _prebuild() -> dict[tuple[str, frozenset[str]], Any]:
     # Built when the runner starts, so a run only loads its layer (building is about two
-    # thirds of the cost). A failure here is met again, and reported, by confine().
+    # thirds of the cost): each mode's whole layer, and restricted's rules on top of the
+    # shared ones (a kept program's process loads those before its program is known). A
+    # failure here is met again, and reported, by confine().
+    shared = _rules_of(_SHARED)
     try:
-        return {mode: _build(mode) for mode in MODES}
+        return {
+            **{(mode, frozenset()): _build(mode) for mode in MODES},
+            ("restricted", shared): _build("restricted", shared),
+        }
     except Exception:
         return {}
 

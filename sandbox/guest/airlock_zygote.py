@@ -6,19 +6,27 @@ answer, a child could make calls in the next program's name, a patched module co
 how the next result is sent. So the runner, once warm, becomes a *zygote*:
 
 1. it holds the control connection to the host (the one it said ``hello`` on) and reads
-   ``run`` frames from it; no program's process ever holds that connection;
-2. as soon as a program's process exits, it ends every other process in the container
-   (``kill(-1, SIGKILL)`` from the container's init, then reaping) and checks the container's
-   pid list (``/proc``) until it holds no process but its own; it empties ``/out`` (and, for
-   a clean container, ``/tmp``);
-3. then it forks the next program's process ahead of its ``run`` frame, with a new bridge
-   connection open, waiting on a pipe; when the frame comes, and the pid list holds nothing
-   but that process, it says ``hello`` on the connection with the frame's one-time
-   ``token`` (which only this process has read, so the host can tell the program's
-   connection from any other) and hands the frame over the pipe;
-4. the program's process has closed the control connection; it loads its language mode's
-   seccomp layer and runs the program over its own connection, which the host closes after
-   ``done``.
+   ``run`` frames from it; no program's process ever holds that connection, and no program
+   ever travels on it: a ``run`` frame there holds only the next program's one-time
+   ``token`` and what the host expects of that program (``keep``, ``mode``). The host sends
+   one when a kept container takes its first program, and again as soon as it has the
+   ``done`` of each program (or has given up on it);
+2. for each, it ends every other process in the container (``kill(-1, SIGKILL)`` from the
+   container's init, then reaping, woken by each child's exit) and checks the container's pid
+   list (``/proc``) until it holds no process but its own and it has one thread; it empties
+   ``/out`` (and, for a clean container, ``/tmp``);
+3. then it opens a new bridge connection, says ``hello`` on it with the token (which no
+   program's process has seen: the host sends it once the previous program's process was
+   forked, and only this process reads the control connection, so the host can tell the
+   program's connection from any other), and forks the next program's process with it. So
+   the process exists, connected and checked by the host, before its program is asked for:
+   a run then pays neither the clearing nor the fork nor the connection, only its own work;
+4. the program's process has closed the control connection; while it waits it loads the
+   seccomp layer all modes share, runs a small program of the runner's own through the real
+   path (a fresh process pays for its first touch of each page it shares with the zygote),
+   and starts capturing its output; then it receives its ``run`` frame (the program) on its
+   own connection, adds its mode's layer and runs the program; the host closes the
+   connection after ``done``.
 
 The zygote is the container's init (pid 1): no program can signal it away, and every orphan
 becomes its child, to be reaped. It is not dumpable, so no other process of the same user
@@ -29,7 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import json
+import gc
 import os
 import select
 import signal
@@ -70,11 +78,17 @@ def own_threads(me: int) -> int:
         return 1
 
 
-def clear_processes(timeout: float = _CLEAR_TIMEOUT_S) -> bool:
+def clear_processes(timeout: float = _CLEAR_TIMEOUT_S, wake: int | None = None) -> bool:
     """End every process in the container but this one and wait until the pid list shows
-    none (zombies reaped); whether that happened within ``timeout`` seconds."""
+    none (zombies reaped); whether that happened within ``timeout`` seconds. ``wake`` is
+    the read end of the zygote's signal pipe: a child's exit wakes the wait at once."""
     me = os.getpid()
     end = time.monotonic() + timeout
+    watch: tuple[Any, int] | None = None
+    if wake is not None:
+        poller = select.poll()
+        poller.register(wake, select.POLLIN)
+        watch = (poller, wake)
     while True:
         with contextlib.suppress(ProcessLookupError):
             os.kill(-1, signal.SIGKILL)  # every process this user may signal, but init and me
@@ -83,7 +97,19 @@ def clear_processes(timeout: float = _CLEAR_TIMEOUT_S) -> bool:
             return True
         if time.monotonic() > end:
             return False
-        time.sleep(0.0005)
+        if watch is None:
+            time.sleep(0.0005)
+        else:
+            # A process that is not our child (one the engine started) wakes nobody: look
+            # again after a millisecond whatever happens.
+            watch[0].poll(1)
+            _drain(watch[1])
+
+
+def _drain(fd: int) -> None:
+    with contextlib.suppress(BlockingIOError):
+        while os.read(fd, 512):
+            pass
 
 
 def _reap() -> None:
@@ -102,44 +128,54 @@ def _not_dumpable() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
 
 
-class _Spare:
-    """A program's process forked ahead, with its bridge connection open, waiting on a pipe
-    for its ``run`` frame: a run then pays neither the fork nor the connection."""
+RunProgram = Callable[[Connection, dict[str, Any], Callable[[], bool]], None]
+"""What runs in a program's process: ``run_program(connection, ahead, started)``, where
+``started()`` waits until the zygote has said ``hello`` for the process (``False``: it never
+will), and which must not return."""
 
-    def __init__(self, pid: int, connection: Connection, pipe: int) -> None:
+
+class _Spare:
+    """The next program's process, forked as soon as the container was cleared after the
+    previous one, with a bridge connection open on which nothing was said yet, and a pipe on
+    which the zygote tells it when it did."""
+
+    def __init__(
+        self, pid: int, connection: Connection, started: int, ahead: dict[str, Any]
+    ) -> None:
         self.pid = pid
         self.connection = connection
-        self.pipe = pipe
+        self.started = started
+        self.ahead = ahead
 
-    def start(self, request: dict[str, Any]) -> None:
-        """Say ``hello`` with the request's token on the program's connection, hand the
-        process its request, and let go of both."""
-        self.connection.send(
-            {
-                "type": wire.HELLO,
-                "version": wire.PROTOCOL_VERSION,
-                "pid": os.getpid(),
-                "token": str(request.get("token", "")),
-            }
-        )
-        data = json.dumps(request, separators=(",", ":")).encode()
-        # A process that died meanwhile never sends ``done``: the host judges that.
-        with contextlib.suppress(OSError), os.fdopen(self.pipe, "wb") as pipe:
-            pipe.write(data)
-        self.connection.close()
+    def start(self, token: str) -> None:
+        """Say ``hello`` with ``token`` on the process's connection (it then receives its
+        program there), tell the process, and let go of both."""
+        hello = {"type": wire.HELLO, "version": wire.PROTOCOL_VERSION, "pid": os.getpid()}
+        try:
+            self.connection.send({**hello, "token": token})
+            os.write(self.started, b"1")
+        except OSError:
+            pass  # the host judges a program whose connection never came
+        finally:
+            self.discard()
 
     def discard(self) -> None:
-        with contextlib.suppress(OSError):
-            os.close(self.pipe)
+        """Let go of the process's connection and pipe (the process goes with the next
+        clearing); the zygote never reads a program's connection."""
         self.connection.close()
+        with contextlib.suppress(OSError):
+            os.close(self.started)
 
 
 def _fork_spare(
     socket_path: str,
     control: Connection,
     wake: tuple[int, int],
-    run_program: Callable[[Connection, dict[str, Any]], None],
+    ahead: dict[str, Any],
+    run_program: RunProgram,
 ) -> _Spare:
+    """Open the next program's connection and fork the process that will run the program on
+    it, once the zygote has said ``hello`` there."""
     connection = Connection(socket_path)
     read_end, write_end = os.pipe()
     child = os.fork()
@@ -151,29 +187,38 @@ def _fork_spare(
             for fd in (*wake, write_end):
                 os.close(fd)
             control.close()
-            with os.fdopen(read_end, "rb") as pipe:
-                data = pipe.read()
-            if data:
-                run_program(connection, json.loads(data))
+            run_program(connection, ahead, lambda: _started(read_end))
         finally:
             os._exit(70)
     os.close(read_end)
-    return _Spare(child, connection, write_end)
+    return _Spare(child, connection, write_end, ahead)
+
+
+def _started(pipe: int) -> bool:
+    try:
+        started = os.read(pipe, 1) == b"1"
+    except OSError:
+        started = False
+    os.close(pipe)
+    return started
 
 
 def serve(
     control: Connection,
     socket_path: str,
-    request: dict[str, Any],
-    run_program: Callable[[Connection, dict[str, Any]], None],
+    first: dict[str, Any],
+    run_program: RunProgram,
     before_program: Callable[[dict[str, Any]], None],
 ) -> int:
-    """Serve ``run`` frames from ``control``, ``request`` first, each in a fresh process
-    running ``run_program(connection, request)`` (which must not return); before each
-    program's process is forked, every other process is gone and ``before_program(request)``
-    has prepared the container. The next program's process is forked as soon as the previous
-    one exits (:class:`_Spare`). Returns the runner's exit status once the host closes
-    ``control``."""
+    """Serve a kept container: for each ``run`` frame from ``control`` (``first`` first),
+    which holds the next program's one-time ``token`` and what the host expects of it
+    (``keep``, ``mode``: the frame without the token is ``ahead``), make sure the container
+    holds nothing but the next program's process, forked after every other process was ended
+    and ``before_program(ahead)`` prepared the container, and say ``hello`` with the token on
+    its connection. That process runs ``run_program`` (see :data:`RunProgram`) and receives
+    its program on the connection. The next one is forked as soon as the previous program's
+    process exits. Returns the runner's exit status once the host closes ``control`` (0), or
+    when the container could not be cleared (5) or the frame holds no token (3)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _not_dumpable()
     wake = os.pipe()
@@ -181,68 +226,94 @@ def serve(
         os.set_blocking(fd, False)
     signal.set_wakeup_fd(wake[1])
     signal.signal(signal.SIGCHLD, lambda _signal, _frame: None)
+    # Every object the runner made so far stays where it is: a collection in a program's
+    # process would otherwise touch (and so copy) every page of the warm interpreter.
+    gc.freeze()
+    me = os.getpid()
 
-    def spare_after(previous: dict[str, Any]) -> _Spare | None:
-        if not clear_processes():
+    def spare_after(ahead: dict[str, Any]) -> _Spare | None:
+        if not clear_processes(wake=wake[0]):
             return None
-        before_program(previous)
-        return _fork_spare(socket_path, control, wake, run_program)
+        before_program(ahead)
+        return _fork_spare(socket_path, control, wake, ahead, run_program)
 
-    spare = spare_after(request)
-    while True:  # ``request`` is the ``run`` frame to serve now
-        if spare is None or other_processes(os.getpid()) != [spare.pid]:
-            # The previous program's process still runs, or the spare died: from nothing.
-            if spare is not None:
-                spare.discard()
-            spare = spare_after(request)
+    spare: _Spare | None = None
+    request: dict[str, Any] | None = first
+    while request is not None:
+        token = request.get("token")
+        if not isinstance(token, str) or not token:
+            return 3
+        ahead = {"keep": request.get("keep"), "mode": request.get("mode")}
+        if spare is not None and (
+            spare.ahead["keep"] != ahead["keep"]
+            or other_processes(me) != [spare.pid]
+            or own_threads(me) != 1
+        ):
+            # The previous program's process still runs, the spare died, or it was made
+            # for another kind of program: from nothing.
+            spare.discard()
+            spare = None
+        if spare is None:
+            spare = spare_after(ahead)
             if spare is None:
                 return 5
         running: int | None = spare.pid
-        spare.start(request)
+        spare.start(token)
         spare = None
         while True:
-            following = _next_event(control, wake[0], running)
-            if following is None:
-                clear_processes()
-                return 0
-            if isinstance(following, str):  # the program's process exited
-                running = None
-                spare = spare_after(request)
-                if spare is None:
-                    return 5
-                continue
-            request = following
-            break
+            event = _next_event(control, wake[0], running)
+            if not isinstance(event, str):
+                request = event
+                break
+            # The program's process exited: clear the container and fork the next one now.
+            running = None
+            spare = spare_after(ahead)
+            if spare is None:
+                return 5
+    if spare is not None:
+        spare.discard()
+    clear_processes(wake=wake[0])
+    return 0
 
 
 def _next_event(control: Connection, wake: int, child: int | None) -> dict[str, Any] | str | None:
-    """What happens next: the program's process ``child`` exited (``"exited"``), or the
-    next ``run`` frame came (the frame). ``None`` when the host closed ``control``."""
+    """What happens next: the process ``child`` exited (``"exited"``, once), or the next
+    ``run`` frame came (the frame); ``None`` when the host closed ``control`` or sent
+    anything else. Children are reaped meanwhile."""
     # poll, not select: gVisor refuses select() to this process.
     waiting = select.poll()
     waiting.register(control.fileno(), select.POLLIN)
     waiting.register(wake, select.POLLIN)
     while True:
-        ready = {fd for fd, _ in waiting.poll()}
+        try:
+            # A frame that came with the previous one is read already: no poll would see it.
+            buffered = control._next_frame()
+        except (ConnectionError, ValueError):
+            return None
+        ready = {control.fileno()} if buffered is not None else set()
+        if not ready:
+            ready = {fd for fd, _ in waiting.poll()}
         if wake in ready:
-            with contextlib.suppress(BlockingIOError):
-                while os.read(wake, 512):
-                    pass
-            if child is not None:
-                try:
-                    done, _ = os.waitpid(child, os.WNOHANG)
-                except ChildProcessError:
-                    done = child
-                if done == child:
-                    return "exited"
+            _drain(wake)
+            if child is not None and _exited(child):
+                return "exited"
+            _reap()
         if control.fileno() in ready:
             try:
-                request = control.recv()
+                request = buffered if buffered is not None else control.recv()
             except (ConnectionError, OSError, ValueError):
                 return None
             if request.get("type") != wire.RUN:
                 return None
             return request
+
+
+def _exited(child: int) -> bool:
+    try:
+        done, _ = os.waitpid(child, os.WNOHANG)
+    except ChildProcessError:
+        return True
+    return done == child
 
 
 __all__ = ["clear_processes", "other_processes", "serve"]

@@ -150,6 +150,39 @@ def test_calls_made_in_one_turn_leave_in_one_write(tmp_path: Path) -> None:
     assert len(sends) == 1, f"40 calls made in one turn went out in {len(sends)} writes"
 
 
+def test_a_loop_of_single_calls_is_one_write_and_one_read_each(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    made: list[object] = []
+    real_future = guest.Future
+
+    class Counted(real_future):  # type: ignore[misc,valid-type]
+        def __init__(self) -> None:
+            made.append(self)
+            super().__init__()
+
+    monkeypatch.setattr(guest, "Future", Counted)
+    with bridge(tmp_path) as (tools, connection, session, _host):
+        threads = threading.active_count()
+        records = [tools.records_item_get(record_id=f"rec_{n}") for n in range(1, 51)]
+        batch = tools.records_item_get.batch([{"record_id": "rec_7"}, {"record_id": "rec_8"}])
+        assert threading.active_count() == threads
+        assert connection._watcher is None
+        assert not connection._pending
+    assert [total(r) for r in records] == [n * 10 for n in range(1, 51)]
+    assert [total(r) for r in batch] == [70, 80]
+    assert made == []  # no future, no thread, no selector: this thread reads its answer
+    assert audited_ok(session) == 52
+
+
+def test_a_value_json_cannot_hold_fails_the_call_and_not_the_run(tmp_path: Path) -> None:
+    with bridge(tmp_path) as (tools, _, session, _host):
+        with pytest.raises(ValueError, match="JSON"):
+            tools.records_item_get(record_id=float("nan"))
+        assert total(tools.records_item_get(record_id="rec_2")) == 20
+    assert audited_ok(session) == 1
+
+
 def test_sync_calls_in_a_coroutine_and_in_threads_meanwhile(tmp_path: Path) -> None:
     async def program(tools: Any) -> tuple[list[Any], list[int], list[int]]:
         pending = [tools.records_slow_get.aio(record_id=f"rec_{n}") for n in range(1, 9)]

@@ -107,9 +107,9 @@ async def test_a_large_frame_is_decoded_off_the_event_loop(monkeypatch: pytest.M
 
     monkeypatch.setattr(codec, "decode_body", recording)
     small = encode_frame({"type": "log", "message": "x"})
-    large = encode_frame({"type": "done", "result": {"stdout": "y" * (2 * codec._OFF_LOOP_BYTES)}})
+    large = encode_frame({"type": "done", "result": {"stdout": "y" * (2 * codec.OFF_LOOP_BYTES)}})
     outcome, _ = await _serve(small + large, _session())
-    assert outcome["result"]["stdout"] == "y" * (2 * codec._OFF_LOOP_BYTES)
+    assert outcome["result"]["stdout"] == "y" * (2 * codec.OFF_LOOP_BYTES)
     loop_thread = threading.current_thread().name
     assert threads[0] == loop_thread  # a small frame costs less than a hop to a thread
     assert threads[1] != loop_thread

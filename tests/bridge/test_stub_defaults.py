@@ -97,6 +97,9 @@ class Bridge:
     def wait(self, future: Future[Any]) -> Any:
         return future.result()
 
+    def call(self, message: dict[str, Any]) -> Any:
+        return self.wait(self.submit(message))
+
 
 def function(registry: Registry) -> tuple[Any, Bridge]:
     (stub,) = tool_stubs(registry, ALICE)

@@ -14,6 +14,7 @@ from airlock.bridge import (
     encode_frame,
     read_frame,
 )
+from airlock.bridge._codec import encode_result
 
 
 @pytest.fixture
@@ -44,6 +45,7 @@ BAD_BODIES = [
         "values and keys",
     ),
     ("not_json", b"{type: 1}", "not JSON"),
+    ("trailing_data", b'{"type":"a"} {"type":"b"}', "not JSON"),
     ("array", b"[]", "JSON object"),
     ("missing_type", b'{"kind":"a"}', "string 'type'"),
     ("non_string_type", b'{"type":1}', "string 'type'"),
@@ -62,6 +64,28 @@ def test_round_trip() -> None:
     frame = encode_frame(message)
     assert struct.unpack(">I", frame[:4])[0] == len(frame) - 4
     assert decode_body(frame[4:]) == message
+
+
+RESULTS = [
+    (True, {"record_id": "rec_1", "memo": "caf\u00e9 \u2028", "n": [1, 2.5, None, False]}),
+    (True, [{"ok": True, "value": 1}, {"ok": False, "error": {"code": "not_found"}}]),
+    (True, None),
+    (False, {"code": "not_found", "message": "no such record", "retryable": False}),
+]
+
+
+@pytest.mark.parametrize(("ok", "value"), RESULTS, ids=["record", "batch", "none", "error"])
+def test_a_result_frame_is_the_frame_of_its_message(ok: bool, value: object) -> None:
+    message = {"type": "result", "id": 2**53 - 1, "ok": ok, ("value" if ok else "error"): value}
+    frame = encode_result(2**53 - 1, ok, value)
+    assert frame[4:].isascii()
+    assert struct.unpack(">I", frame[:4])[0] == len(frame) - 4
+    assert decode_body(frame[4:]) == decode_body(encode_frame(message)[4:]) == message
+
+
+def test_a_result_json_cannot_hold_is_refused() -> None:
+    with pytest.raises(ValueError, match="JSON"):
+        encode_result(1, True, {"v": float("nan")})
 
 
 def _reader(data: bytes, *, eof: bool = True) -> asyncio.StreamReader:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import pytest
@@ -114,3 +115,50 @@ def test_parse_refuses_malformed_text(text: str) -> None:
 )
 def test_pattern_containment(grant: str, declared: str, expected: bool) -> None:
     assert covers(grant, declared) is expected
+
+
+# -- a resolved effect is made without the dataclass's __init__: the same effect ----------------
+
+RESOLVED = [  # (declared, arguments, the effect it resolves to)
+    (read("billing:invoice/{invoice_id}"), {"invoice_id": "inv_1"}, read("billing:invoice/inv_1")),
+    (read("billing:invoice/{invoice_id}"), {"invoice_id": 42}, read("billing:invoice/42")),
+    (read("a:{x}/b/{y}"), {"x": "one", "y": "two@host"}, read("a:one/b/two@host")),
+    (disclose("email:{to}"), {"to": "bob@example.com"}, disclose("email:bob@example.com")),
+    (network("{url}"), {"url": "docs.example.com"}, network("docs.example.com")),
+    (
+        network("{url}"),
+        {"url": "https://docs.example.com/a"},
+        network("https://docs.example.com/a"),
+    ),
+    (spend("{amount}", currency="EUR"), {"amount": 7}, spend(7, currency="EUR")),
+]
+
+
+@pytest.mark.parametrize(("declared", "args", "expected"), RESOLVED, ids=str)
+def test_a_resolved_effect_is_a_frozen_effect_equal_to_one_built_plainly(
+    declared: Effect, args: dict[str, object], expected: Effect
+) -> None:
+    resolved = declared.resolve(args)
+    assert type(resolved) is Effect
+    assert resolved == expected
+    assert hash(resolved) == hash(expected)
+    assert (str(resolved), repr(resolved)) == (str(expected), repr(expected))
+    assert (resolved.placeholders, resolved.each, resolved.takes_url) == (frozenset(), None, False)
+    assert resolved.resolve({}) is resolved  # nothing left to fill
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        resolved.target = "a:b/c"  # type: ignore[misc]
+
+
+def test_a_resolved_effect_sets_every_field_of_an_effect() -> None:
+    # Made slot by slot, in the order of the dataclass's fields: none may be left unset.
+    assert Effect.__slots__ == tuple(f.name for f in dataclasses.fields(Effect))
+    resolved = read("a:b/{x}").resolve({"x": "y"})
+    assert all(hasattr(resolved, name) for name in Effect.__slots__)
+
+
+@pytest.mark.parametrize(
+    "value", ["a@b@c", "../x", "a/b", "*", ".x", "a b", "x" * 201, "", 1.5, None]
+)
+def test_a_value_off_the_quick_path_is_refused_as_before(value: object) -> None:
+    with pytest.raises(EffectArgumentError):
+        read("a:b/{x}").resolve({"x": value})

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from airlock.policies import SandboxProfile
+from airlock.policies import ContainerRuntime, SandboxProfile
 from airlock.sandbox import (
     UNKNOWN_DIGEST,
     ContainerMount,
@@ -16,6 +16,7 @@ from airlock.sandbox import (
 )
 from airlock.sandbox._container import GUEST_MOUNT, container_config
 from tests.conftest import IMAGE, require_docker
+from tests.sandbox.runtimes import RUNTIMES, require_runtime
 
 
 def test_config_carries_every_hardening_setting() -> None:
@@ -108,6 +109,30 @@ def test_runsc_is_asked_of_the_engine_with_room_for_gvisors_threads() -> None:
     assert seccomp == profile.docker_seccomp()
     described = describe_container(profile, image="img")
     assert (described.runtime, described.pids_limit) == ("runsc", profile.engine_pids_limit)
+
+
+def test_crun_is_asked_of_the_engine_with_every_setting_runc_gets() -> None:
+    # crun is a cheaper way to the same container, never a different one: only the runtime's
+    # name differs from what runc is asked for.
+    runc = container_config(SandboxProfile(), image="img", socket_dir=Path("/s"), labels={})
+    crun = container_config(
+        SandboxProfile(runtime="crun"), image="img", socket_dir=Path("/s"), labels={}
+    )
+    assert crun["runtime"] == "crun"
+    assert {**crun, "runtime": "runc"} == runc
+    assert describe_container(SandboxProfile(runtime="crun"), image="img").runtime == "crun"
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_the_engine_offers_every_runtime_a_profile_may_choose(runtime: ContainerRuntime) -> None:
+    require_runtime(runtime)
+    found = check_engine(IMAGE, runtime=runtime)
+    assert [(f.check, f.ok) for f in found] == [
+        ("engine reachable", True),
+        (f"runtime {runtime}", True),
+        ("sandbox image", True),
+    ]
 
 
 @pytest.mark.parametrize("mode", ["restricted", "full"])

@@ -3,10 +3,13 @@
 Hostile first programs in a real kept container, under each runtime: one leaves a thread,
 a child process or a daemonized (double-forked, ``setsid``) grandchild that keeps trying to
 send frames (a forged ``done``, tool calls) on the bridge and to open a connection of its own;
-one patches modules (``json.dumps``, the bridge's ``send``); one writes half a frame. The next
-program's answer, call count and audit records are its own, the program after it gets its own
-answer too (nothing shifted), and the leftover is gone, as the container's pid list shows from
-the host. A program that stops reading does not hold up the next program nor ``close()``.
+one patches modules (``json.dumps``, the bridge's ``send``); one writes half a frame; one
+exits without reporting and leaves a child that dials the host's socket. The next program's
+answer, call count and audit records are its own, the program after it gets its own answer
+too (nothing shifted), and the leftover is gone, as the container's pid list shows from the
+host. A program that stops reading does not hold up the next program nor ``close()``. A
+program cannot reach into the runner (its memory, descriptors, environment), which holds the
+next program's one-time token.
 """
 
 from __future__ import annotations
@@ -108,6 +111,14 @@ LEFTOVERS = {
             _attack(BRIDGE)
         "first"
     """),
+    "exits-early": _ATTACK
+    + textwrap.dedent("""
+        if os.fork() == 0:
+            os.close(BRIDGE)
+            time.sleep(0.05)
+            _attack(-1)
+        os._exit(0)
+    """),
     "half-frame": textwrap.dedent("""
         import os, struct
         os.write(tools._connection.fileno(), struct.pack(">I", 4000) + b'{"type": "call", "i')
@@ -124,6 +135,9 @@ SECOND = textwrap.dedent("""
 """)
 
 FULL = SandboxProfile(language_mode="full", timeout_s=DEADLINE_S)
+NEXT_THREADS = 3
+"""Threads of the next program's process, forked ahead: its own, and the readers of its
+stdout and stderr, started while it waits for its program."""
 
 
 @pytest.fixture
@@ -180,8 +194,8 @@ def _pids(container_id: str) -> list[tuple[int, int, int, str]]:
 
 async def _only_the_runner(kept: KeptSandbox, since: int) -> None:
     """The container holds its runner (pid 1, one thread) and at most the next program's
-    process, forked ahead after the last program (started at ``since`` or later, one
-    thread), and nothing else, within 2 s."""
+    process, forked ahead after the last program (started at ``since`` or later, with
+    :data:`NEXT_THREADS` threads at most), and nothing else, within 2 s."""
     container = kept._container
     assert container is not None
     rows: list[tuple[int, int, int, str]] = []
@@ -189,13 +203,13 @@ async def _only_the_runner(kept: KeptSandbox, since: int) -> None:
     while time.monotonic() < end:
         rows = await asyncio.to_thread(_pids, container.id)
         others = [row for row in rows if row[0] != 1]
-        if len(others) <= 1 and all(row[1] == 1 and row[2] >= since for row in others):
+        if len(others) <= 1 and all(row[1] <= NEXT_THREADS and row[2] >= since for row in others):
             break
         await asyncio.sleep(0.1)
     assert [(pid, threads) for pid, threads, _, _ in rows if pid == 1] == [(1, 1)], rows
     others = [row for row in rows if row[0] != 1]
     assert len(others) <= 1, rows
-    assert all(threads == 1 and start >= since for _, threads, start, _ in others), rows
+    assert all(threads <= NEXT_THREADS and start >= since for _, threads, start, _ in others), rows
     assert all("airlock_runner.py" in command for *_, command in rows), rows
 
 
@@ -246,7 +260,12 @@ async def test_what_a_program_leaves_cannot_reach_the_next(
     assert all(call_id.startswith(second_session.run_id) for call_id, _, _ in second_calls)
     # Whatever the leftover sent while the first program still ran is the first's own.
     assert all(tool in ("records_item_get", "") for _, tool, _ in first_calls), first_calls
-    if leftover == "half-frame" or (leftover == "half-frame-left" and kept.starts == 2):
+    if leftover == "exits-early":
+        # Its process ended without a ``done``: the runner went on to the next program.
+        assert first.error is not None, first
+        assert first.error.type == "ProgramExited", first
+        assert kept.starts == 1
+    elif leftover == "half-frame" or (leftover == "half-frame-left" and kept.starts == 2):
         # The broken stream ends the first program only; the next starts afresh.
         assert first.status in ("protocol_error", "limit_exceeded"), first
         assert kept.starts == 2
@@ -366,3 +385,59 @@ async def test_reuse_keeps_one_container_per_principal_and_nothing_between_runs(
     started = {(who, result.value[2]) for who, result in seen[:4]}
     assert len(started) == 2, started
     assert len({s for _, s in started}) == 2, started
+
+
+# Where a program could look for the next program's one-time token, or for the runner's own
+# connection to the host: the runner (pid 1) holds both. Each probe must fail. (Under gVisor
+# a program may list the runner's descriptors, and open its pipes; never its connection.)
+RUNNER_PROBES = {
+    "memory": "open('/proc/1/mem', 'rb').read(1)",
+    "connection": textwrap.dedent("""
+        for fd in os.listdir('/proc/1/fd'):
+            if os.readlink(f'/proc/1/fd/{fd}').startswith('socket:'):
+                os.close(os.open(f'/proc/1/fd/{fd}', os.O_RDWR))
+                break
+        else:
+            raise OSError('no connection of the runner in sight')
+    """),
+    "ptrace": textwrap.dedent("""
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.ptrace(16, 1, 0, 0) != 0:  # PTRACE_ATTACH
+            raise OSError(ctypes.get_errno(), "ptrace")
+    """),
+    "pidfd-getfd": textwrap.dedent("""
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        pidfd = libc.syscall(434, 1, 0)  # pidfd_open(1)
+        if pidfd < 0 or libc.syscall(438, pidfd, 3, 0) < 0:  # pidfd_getfd(pidfd, 3)
+            raise OSError(ctypes.get_errno(), "pidfd")
+    """),
+}
+
+
+@pytest.mark.docker
+@pytest.mark.anyio
+@pytest.mark.parametrize("probe", sorted(RUNNER_PROBES))
+async def test_a_program_cannot_reach_into_the_runner(backend: DockerBackend, probe: str) -> None:
+    """The runner hands each program's process its token only on the control connection,
+    which no program's process holds: its memory, descriptors and environment are out of
+    reach, and the next program runs as its own."""
+    registry = build_registry()
+    kept = backend.keep(ALICE, idle_timeout=60)
+    code = "import os\n" + textwrap.dedent(RUNNER_PROBES[probe])
+    try:
+        first = await kept.run(
+            f"try:\n{textwrap.indent(code, '    ')}\n"
+            "    got = 'reached'\n"
+            "except OSError as exc:\n"
+            "    got = type(exc).__name__\n"
+            "got\n",
+            tools=_session(registry),
+        )
+        second = await kept.run(SECOND, tools=_session(registry))
+    finally:
+        await kept.close()
+    assert first.status == "ok", first
+    assert first.value != "reached", first
+    assert (second.status, second.value, second.tool_calls) == ("ok", 20, 1), second

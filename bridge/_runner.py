@@ -1,0 +1,202 @@
+"""One run's tool calls, run one after another in one task until one of them has to wait.
+
+A task per call costs a task's creation and a turn of the event loop before the call even
+starts; most calls from code (reads of data at hand) never wait, so that cost was most of what
+the bridge added to them. :class:`CallRunner` runs the calls frames bring in one task instead,
+each until it first waits. A call that finishes without waiting is done then and there, and
+the next one runs. A call that has to wait keeps that task to itself, as if the task had been
+created for it: what it waits on, a deadline it set and a cancellation all act on that task,
+and a new task runs the calls behind it. Each call runs in a copy of the context it would have
+had in a task of its own, so nothing one call sets in a context variable reaches another.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import types
+from collections import deque
+from collections.abc import Callable, Coroutine, Generator
+from typing import Any, Final
+
+__all__ = ["CallRunner"]
+
+_log = logging.getLogger(__name__)
+_CALLS_PER_TURN: Final = 64
+"""Calls one task runs before the event loop serves others."""
+
+Call = Coroutine[Any, Any, None]
+
+
+_Handoff = tuple[contextvars.Context, Call, Any]
+"""A call that ran its first step elsewhere and waits: its context, itself, what it waits on."""
+# How a call runs at once in the callback that received it: as a step of the idle runner
+# task (asyncio's own way of running a task's step), so that whatever it sets up that
+# belongs to a task (a deadline, a cancel scope) belongs to a task that can carry it on.
+_enter_task: Callable[[asyncio.AbstractEventLoop, asyncio.Task[Any]], None] | None = getattr(
+    asyncio.tasks, "_enter_task", None
+)
+_leave_task: Callable[[asyncio.AbstractEventLoop, asyncio.Task[Any]], None] | None = getattr(
+    asyncio.tasks, "_leave_task", None
+)
+
+
+class CallRunner:
+    """Runs submitted calls in order of submission, each to its end; ``on_done`` is called
+    as each one ends (however it ends)."""
+
+    def __init__(self, *, on_done: Callable[[], None]) -> None:
+        self._on_done = on_done
+        self._queue: deque[Call] = deque()
+        self._runner: asyncio.Task[None] | None = None
+        self._idle: asyncio.Future[_Handoff | None] | None = None
+        """Set while the runner waits for calls: the future that wakes it."""
+        self.tasks: set[asyncio.Task[None]] = set()
+        """Every task running calls: the runner, and those kept by a call that waits."""
+
+    @property
+    def busy(self) -> bool:
+        """Calls are waiting to start, or running."""
+        return bool(self._queue or self.tasks)
+
+    def submit(self, call: Call) -> None:
+        """Run ``call`` after those already submitted: at once, when the runner is idle and
+        no task is running (the callback that received the call's frame)."""
+        idle = self._idle
+        if (
+            idle is not None
+            and not self._queue
+            and asyncio.current_task() is None
+            and self._run_now(call, idle)
+        ):
+            return
+        self._queue.append(call)
+        if idle is not None:
+            self._idle = None
+            idle.set_result(None)
+        elif self._runner is None:
+            self._start()
+
+    def _run_now(self, call: Call, idle: asyncio.Future[_Handoff | None]) -> bool:
+        """Run ``call``'s first step as a step of the idle runner; whether it was run (if it
+        waits, the runner carries it on)."""
+        runner = self._runner
+        if runner is None or _enter_task is None or _leave_task is None:
+            return False
+        loop = idle.get_loop()
+        context = contextvars.copy_context()
+        _enter_task(loop, runner)
+        try:
+            waiting = context.run(call.send, None)
+        except StopIteration:
+            self._on_done()
+            return True
+        except Exception:  # the call's own bug: logged, as a task's would be
+            self._on_done()
+            _log.exception("a bridge call failed")
+            return True
+        finally:
+            _leave_task(loop, runner)
+        # It waits: the runner is the call's from now on; the next call starts another.
+        self._idle = self._runner = None
+        idle.set_result((context, call, waiting))
+        return True
+
+    def _start(self) -> None:
+        self._runner = asyncio.get_running_loop().create_task(self._run())
+        self.tasks.add(self._runner)
+        self._runner.add_done_callback(self.tasks.discard)
+
+    def cancel(self) -> None:
+        """Drop the calls not started yet and cancel the running ones."""
+        for call in self._queue:
+            call.close()
+        self._queue.clear()
+        for task in self.tasks:
+            task.cancel()
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            if not self._queue:
+                idle: asyncio.Future[_Handoff | None] = loop.create_future()
+                self._idle = idle
+                try:
+                    handoff = await idle
+                except asyncio.CancelledError as cancel:
+                    if idle.done() and not idle.cancelled() and (given := idle.result()):
+                        # Handed over, and cancelled before it went on: the cancellation is
+                        # the call's (a deadline it set in its first step, or the run's end),
+                        # so it gets it, as a task of its own would have.
+                        await self._carry_on(*given, thrown=cancel)
+                        return
+                    raise
+                finally:
+                    if self._idle is idle:
+                        self._idle = None
+                if handoff is not None:
+                    await self._carry_on(*handoff)
+                    return
+            for _ in range(min(len(self._queue), _CALLS_PER_TURN)):
+                call = self._queue.popleft()
+                context = contextvars.copy_context()
+                try:
+                    waiting = context.run(call.send, None)
+                except StopIteration:
+                    self._on_done()
+                    continue
+                except Exception:  # the call's own bug: logged, as a task's would be
+                    self._on_done()
+                    _log.exception("a bridge call failed")
+                    continue
+                # It waits: this task is the call's from now on; another runs the rest.
+                self._runner = None
+                if self._queue:
+                    self._start()
+                await self._carry_on(context, call, waiting)
+                return
+            if self._queue:  # more than a turn's worth: let others run first
+                await asyncio.sleep(0)
+
+    async def _carry_on(
+        self,
+        context: contextvars.Context,
+        call: Call,
+        waiting: Any,
+        *,
+        thrown: BaseException | None = None,
+    ) -> None:
+        try:
+            await _resume(context, call, waiting, thrown)
+        finally:
+            self._on_done()
+
+
+@types.coroutine
+def _resume(
+    context: contextvars.Context, call: Call, waiting: Any, thrown: BaseException | None
+) -> Generator[Any, Any, None]:
+    """Go on with ``call``, which ran its first step in ``context`` and waits on
+    ``waiting`` (or is to be thrown ``thrown`` first): what the event loop sends or throws in
+    reaches it, in that context, as if a task of its own had awaited it from the start."""
+    while True:
+        if thrown is not None:
+            exc, thrown = thrown, None
+            try:
+                waiting = context.run(call.throw, exc)
+            except StopIteration:
+                return
+            continue
+        try:
+            sent = yield waiting
+        except GeneratorExit:
+            call.close()
+            raise
+        except BaseException as exc:  # a cancellation, or what the loop throws in
+            thrown = exc
+            continue
+        try:
+            waiting = context.run(call.send, sent)
+        except StopIteration:
+            return

@@ -1,0 +1,107 @@
+"""A kept session's program process: made ready before its program is known, then run.
+
+Standard library only. The zygote (``airlock_zygote``) forks this process as soon as the
+container is clear after the previous program, with a connection of its own to the host.
+While it waits, it loads the seccomp layer all modes share, starts capturing its stdout and
+stderr and reads what the earlier programs kept (``airlock_kept``). Once the zygote has said
+``hello`` for it, it waits a moment for its program, then warms up (a fresh process pays for
+its first touch of each page it shares with the zygote: here, rather than in the run), and
+receives its ``run`` frame on its connection, adds its mode's layer and runs it.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from airlock.bridge import airlock_wire as wire
+    from airlock.sandbox.guest import airlock_artifacts as artifacts
+    from airlock.sandbox.guest.airlock_bridge import Connection, Tools
+    from airlock.sandbox.guest.airlock_kept import KeptGlobals
+    from airlock.sandbox.guest.airlock_language import compile_program
+    from airlock.sandbox.guest.airlock_output import StreamCapture
+    from airlock.sandbox.guest.airlock_seccomp import confine, confine_ahead
+else:
+    import airlock_artifacts as artifacts
+    import airlock_wire as wire
+    from airlock_bridge import Connection, Tools
+    from airlock_kept import KeptGlobals
+    from airlock_language import compile_program
+    from airlock_output import StreamCapture
+    from airlock_seccomp import confine, confine_ahead
+
+Execute = Callable[..., dict[str, Any]]
+"""The runner's ``execute(request, finish, tools, kept, captures)``."""
+
+SCRATCH = "/tmp"
+_OUTPUT_LIMIT = 1024 * 1024
+"""A capture's limit until its program's ``run`` frame says."""
+_PROGRAM_SOON_MS = 2
+"""How long a process made ready waits for its program before it warms up."""
+_WARM_UP = "rows = [1, 2]\nlen(rows) + 1\n"
+
+
+def prepare(ahead: dict[str, Any]) -> None:
+    """Prepare the container for the next program (every other process is gone)."""
+    artifacts.empty(wire.OUT_DIR)
+    if ahead.get("keep") == "clean":
+        artifacts.empty(SCRATCH)
+
+
+def run(
+    connection: Connection, ahead: dict[str, Any], started: Callable[[], bool], execute: Execute
+) -> None:
+    """Get ready while the program is not known yet (``ahead``: the host's ``keep`` and the
+    ``mode`` it expects), then, once the zygote has said ``hello`` for this process
+    (``started``), receive the program on ``connection`` and run it with ``execute``."""
+    # A failure to load the shared layer is met again, and reported, by confine() below.
+    confine_ahead()
+    captures = (StreamCapture(1, _OUTPUT_LIMIT, None), StreamCapture(2, _OUTPUT_LIMIT, None))
+    kept = None if ahead.get("keep") == "clean" else KeptGlobals()
+    if kept is not None:
+        kept.read()
+    if not started():
+        return
+    # Not at once: a program that follows its predecessor at once is on its way now (and
+    # waits less for this process than for its warm-up), and the predecessor's result may
+    # still be on its way to the caller (a warm-up would compete with it for a processor).
+    mode = "full" if ahead.get("mode") == "full" else "restricted"
+    if not _readable(connection, _PROGRAM_SOON_MS):
+        compile_program(_WARM_UP, mode, wire.WARM_UP_IMPORTS)
+    if not _readable(connection, 0):
+        warm = {
+            "program": _WARM_UP,
+            "mode": mode,
+            "allowed_imports": sorted(wire.WARM_UP_IMPORTS),
+            "output_limit": 4096,
+        }
+        execute(warm, lambda _result: None)
+    try:
+        request = connection.recv()
+    except (ConnectionError, OSError, ValueError):
+        return  # the host let this process go unused
+    if request.get("type") != wire.RUN:
+        return
+
+    def finish(result: dict[str, Any]) -> None:
+        connection.send({"type": wire.DONE, "result": result})
+        os._exit(0)
+
+    confine(request.get("mode"), refuse=finish)
+    tools = Tools(connection, request.get("tools") or [])
+    result = execute(request, finish, tools, kept, captures)
+    artifacts.deliver(connection.send, request, result)
+    finish(result)
+
+
+def _readable(connection: Connection, wait_ms: int) -> bool:
+    """Whether the host has sent something on ``connection``, within ``wait_ms``."""
+    waiting = select.poll()  # poll, not select: gVisor refuses select() to the runner
+    waiting.register(connection.fileno(), select.POLLIN)
+    return bool(waiting.poll(wait_ms))
+
+
+__all__ = ["SCRATCH", "Execute", "prepare", "run"]
