@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from airlock.bridge import BridgeLimits, RunEnd, ToolSession, encode_frame, serve_run
 from airlock.tools import AuditLog, MemoryAuditStore
+from tests.bridge.frames import decode_frames
 from tests.bridge.records import ALICE, GRANT, build_registry
 
 REGISTRY = build_registry(audit=AuditLog(MemoryAuditStore()), slow_s=0.0)
@@ -168,12 +169,7 @@ async def _good_run() -> tuple[Any, CollectingWriter]:
 
 
 def _results(writer: CollectingWriter) -> list[dict[str, Any]]:
-    out, data = [], bytes(writer.data)
-    while data:
-        (size,) = struct.unpack(">I", data[:4])
-        out.append(json.loads(data[4 : 4 + size]))
-        data = data[4 + size :]
-    return out
+    return decode_frames(bytes(writer.data))
 
 
 @settings(max_examples=2200, deadline=None, suppress_health_check=list(HealthCheck), database=None)

@@ -5,17 +5,16 @@ already buffered first."""
 from __future__ import annotations
 
 import asyncio
-import json
 import random
 import socket
 import struct
 import time
-from typing import Any
 
 import pytest
 
 from airlock.bridge import FrameError, RunEnd, ToolSession, encode_frame, serve_run
 from airlock.bridge._inbox import CHUNK_BYTES, FrameInbox
+from tests.bridge.frames import decode_frames
 from tests.bridge.records import ALICE, GRANT, build_registry
 
 pytestmark = pytest.mark.anyio
@@ -131,7 +130,7 @@ async def test_frames_a_reader_buffered_before_the_run_are_served_first() -> Non
         )
         assert outcome == {"type": "done", "result": {"n": 5}}
         guest.setblocking(False)
-        answers = _frames(guest.recv(1 << 20))
+        answers = decode_frames(guest.recv(1 << 20))
         assert [a["id"] for a in answers] == [1, 2, 3, 4, 5]
         assert all(a["ok"] for a in answers)
         writer.close()
@@ -164,12 +163,3 @@ async def test_a_stream_cut_inside_a_frame_ends_the_run(case: str, tail: bytes) 
     finally:
         guest.close()
         host.close()
-
-
-def _frames(data: bytes) -> list[dict[str, Any]]:
-    out = []
-    while data:
-        (size,) = struct.unpack(">I", data[:4])
-        out.append(json.loads(data[4 : 4 + size]))
-        data = data[4 + size :]
-    return out

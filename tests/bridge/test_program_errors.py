@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import struct
 import time
 from typing import Any
 
@@ -24,6 +23,7 @@ from airlock.tools import (
     UpstreamError,
 )
 from tests.bridge.error_examples import EXAMPLES
+from tests.bridge.frames import decode_frames
 from tests.bridge.records import ALICE, GRANT, RETRY_AFTER_S, build_registry
 
 
@@ -99,15 +99,6 @@ class CollectingWriter:
         raise AssertionError("the run must not be aborted")
 
 
-def _frames(data: bytes) -> list[dict[str, Any]]:
-    out = []
-    while data:
-        (size,) = struct.unpack(">I", data[:4])
-        out.append(json.loads(data[4 : 4 + size]))
-        data = data[4 + size :]
-    return out
-
-
 async def _serve(*frames: dict[str, Any]) -> list[dict[str, Any]]:
     """Serve ``frames`` and end the run once each has its result (``done`` would cancel them)."""
     reader = asyncio.StreamReader()
@@ -125,12 +116,12 @@ async def _serve(*frames: dict[str, Any]) -> list[dict[str, Any]]:
         )
     )
     async with asyncio.timeout(10):
-        while len(_frames(bytes(writer.data))) < len(frames):
+        while len(decode_frames(bytes(writer.data))) < len(frames):
             await asyncio.sleep(0.001)
     reader.feed_data(encode_frame({"type": "done", "result": {}}))
     reader.feed_eof()
     assert await asyncio.wait_for(served, 10) == {"type": "done", "result": {}}
-    return sorted(_frames(bytes(writer.data)), key=lambda f: f["id"])
+    return sorted(decode_frames(bytes(writer.data)), key=lambda f: f["id"])
 
 
 @pytest.mark.anyio
