@@ -40,6 +40,7 @@ import statistics
 import sys
 import tempfile
 import time
+import types
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
@@ -60,7 +61,7 @@ from airlock.tools import (
     _egress_hook,
 )
 from airlock.tools import _execute as execute_module
-from airlock.tools._egress import CallCheck, DeclaredReach
+from airlock.tools._egress import CallCheck
 from bench._table import print_table
 
 InvoiceId = Annotated[str, Field(pattern=r"^inv_[a-z0-9]{1,32}$", max_length=36)]
@@ -165,31 +166,29 @@ def audit_events_per_call(call: Callable[[], Awaitable[object]]) -> float:
 
 @contextmanager
 def runtime_checks_off() -> Iterator[None]:
-    """The runtime checks patched out: one shared check that never refuses, no context
-    variable set (the hook, once installed, stays: it costs a call only per audit event the
-    call raises, counted by :func:`audit_events_per_call`)."""
+    """The runtime checks patched out: one shared check per tool that never refuses (its
+    slots are still set for the call), no context variable set (the hook, once installed,
+    stays: it costs a call only per audit event the call raises, counted by
+    :func:`audit_events_per_call`)."""
     saved: dict[str, Any] = {
-        "check": DeclaredReach.check,
-        "enter": execute_module.enter_call,
-        "leave": execute_module.leave_call,
+        "new": execute_module._new_object,
+        "current": execute_module.CURRENT,
     }
-    shared: dict[int, CallCheck] = {}
+    shared: list[CallCheck] = []
 
-    def check(self: DeclaredReach, **_: object) -> CallCheck:
-        found = shared.get(id(self))
-        if found is None:
-            found = shared[id(self)] = saved["check"](self, phase="handler", tenant="")
-        return found
+    def new(cls: type) -> object:
+        if not shared:
+            shared.append(saved["new"](cls))
+        return shared[0]
 
-    DeclaredReach.check = check  # type: ignore[method-assign]
-    execute_module.enter_call = lambda check: None  # type: ignore[assignment,return-value]
-    execute_module.leave_call = lambda token, check: None  # type: ignore[assignment]
+    execute_module._new_object = new  # type: ignore[assignment]
+    # set() and reset() that do nothing, in C as ContextVar's are (bool() of the check).
+    execute_module.CURRENT = types.SimpleNamespace(set=bool, reset=bool)  # type: ignore[assignment]
     try:
         yield
     finally:
-        DeclaredReach.check = saved["check"]  # type: ignore[method-assign]
-        execute_module.enter_call = saved["enter"]
-        execute_module.leave_call = saved["leave"]
+        execute_module._new_object = saved["new"]
+        execute_module.CURRENT = saved["current"]
 
 
 def audit_event_cost(n: int) -> list[tuple[str, list[float], str]]:

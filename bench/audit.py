@@ -1,6 +1,7 @@
 """The audit log: queries of a large log, and what writing it costs the event loop.
 
-Run: ``.venv/bin/python bench/audit.py [--sizes 100000,1000000] [--runs 5]``.
+Run: ``.venv/bin/python bench/audit.py [--sizes 100000,1000000] [--runs 5]
+[--part all|loop|writer|scale]``.
 
 **Scale.** For each size, a log of that many events spread over 30 days (reads of 100,000
 invoices by id, listings, network fetches, programs, refunds with their commits) is written
@@ -20,6 +21,17 @@ written by the log's writer thread (now). Then calls that each wait until their 
 durable (``wait_durable``, as ``Session.call`` does), 1, 8 and 64 at a time: group commit
 puts concurrent calls' events in one transaction.
 
+**Writer CPU.** What the log's writer thread costs the process per stored event (CPU time of
+that thread, ``time.thread_time_ns``: serializing, chaining, the SQL, the commit and waking
+the waiters), in batches of 1, 80 and 500 events (each batch recorded, then flushed) to a
+new SQLite store with ``synchronous=FULL``; batches of 80 to one already holding 100,000
+events (its effect index has outgrown a batch: each read of another record changes another
+page), and to PostgreSQL (``fsync`` on; the server's CPU is not counted) when a server can be
+started. The floor is the same log writing batches of 80 to a store in memory through its
+writer thread (the log's own machinery). Then the writer's CPU per event, and the whole
+process's CPU per call, while 64 calls at a time each wait until their events are durable
+(as ``Session.call`` does).
+
 Goals (issue 16): ``audit effects --since 1h`` and ``audit find`` at 10^6 events <= 1 s and
 <= 200 MB; the loop never waits for the disk.
 """
@@ -31,18 +43,23 @@ import asyncio
 import os
 import random
 import re
+import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from airlock.tools import (
     AuditEvent,
     AuditLog,
+    AuditStore,
     MemoryAuditStore,
     RunAuthority,
     SQLiteAuditStore,
@@ -367,18 +384,198 @@ def loop(calls: int) -> None:
         print("\n".join(notes[len(cases) :]))
 
 
+# -- the writer's CPU ---------------------------------------------------------------------
+
+
+class TimedLog(AuditLog):
+    """An audit log that adds up the CPU time of its writer threads."""
+
+    def __init__(self, store: AuditStore) -> None:
+        super().__init__(store)
+        self.cpu_ns = 0
+        self._clock = threading.Lock()
+
+    def _run(self) -> None:
+        began = time.thread_time_ns()
+        try:
+            super()._run()
+        finally:
+            with self._clock:
+                self.cpu_ns += time.thread_time_ns() - began
+
+
+class ThreadedMemoryStore(MemoryAuditStore):
+    """A store in memory that the log writes through its writer thread (the floor)."""
+
+
+def writer_cpu(store: AuditStore, events: list[AuditEvent], size: int) -> tuple[float, float]:
+    """Writer CPU µs per stored event, and the mean batch, recording ``events`` in batches
+    of ``size``, each flushed before the next is recorded."""
+    log = TimedLog(store)
+    log._inline = False  # a memory store too goes through the writer thread here
+    transactions = 0
+    append = store.append
+
+    def counted(batch: Sequence[AuditEvent], programs: Mapping[str, str] | None = None) -> None:
+        nonlocal transactions
+        transactions += 1
+        append(batch, programs)
+
+    store.append = counted  # type: ignore[method-assign]
+    for start in range(0, len(events), size):
+        for event in events[start : start + size]:
+            log.record(event)
+        log.flush()
+    log.close()
+    return log.cpu_ns / 1000 / len(events), len(events) / max(1, transactions)
+
+
+async def concurrent_cpu(path: Path, calls: int, concurrency: int) -> tuple[float, float, float]:
+    """Writer CPU µs per stored event, process CPU µs per call and the mean batch while
+    ``concurrency`` callers each make calls that wait until durable."""
+    CountingStore.transactions = 0
+    log = TimedLog(CountingStore(path))
+    registry = make_registry(log)
+    authority = RunAuthority(principal=PRINCIPAL, grant=GRANT, run_id="bench")
+
+    async def caller(k: int) -> None:
+        for i in range(calls // concurrency):
+            ctx = authority.context("direct", f"c{k}:{i}")
+            await registry.call("billing_invoice_get", {"invoice_id": "inv_1"}, ctx)
+            await log.wait_durable()
+
+    began = time.process_time_ns()
+    await asyncio.gather(*(caller(k) for k in range(concurrency)))
+    log.close()
+    process = (time.process_time_ns() - began) / 1000 / calls
+    # One event per call: a read that runs records only its final event.
+    return log.cpu_ns / 1000 / calls, process, calls / max(1, CountingStore.transactions)
+
+
+GROWN = 100_000
+"""Events a grown store holds before the writer is measured on it: the effect index is
+then larger than a batch, so each read of another record changes another page of it."""
+
+
+def grown(tmp: Path, r: int, now: float) -> SQLiteAuditStore:
+    """A copy (for round ``r``) of a store already holding :data:`GROWN` events."""
+    template = tmp / "grown.db"
+    if not template.exists():
+        fill(template, GROWN, now)
+        store = SQLiteAuditStore(template)
+        store.read(lambda conn: conn.execute("PRAGMA wal_checkpoint(TRUNCATE)"))
+        store.close()
+    copy = tmp / f"grown-{r}.db"
+    shutil.copyfile(template, copy)
+    shutil.copyfile(f"{template}.key", f"{copy}.key")
+    return SQLiteAuditStore(copy)
+
+
+def postgres() -> Any:
+    """A throwaway PostgreSQL server (fsync on), started; None when none can be."""
+    from tests.postgres import ThrowawayPostgres, postgres_bin
+
+    if postgres_bin() is None:
+        return None
+    try:
+        return ThrowawayPostgres(durable=True).start()
+    except Exception as exc:  # no server here: the SQLite rows still stand
+        print(f"  PostgreSQL could not start: {exc}")
+        return None
+
+
+def writer(rounds: int) -> None:
+    now = time.time()
+    rows: list[tuple[str, Sequence[float], str]] = []
+    batches: dict[str, list[float]] = {}
+    floor = "memory store, batches of 80 (floor)"
+    with tempfile.TemporaryDirectory() as tmp:
+        cases: list[tuple[str, int, int, Callable[[int], AuditStore]]] = [
+            (floor, 80, 4000, lambda r: ThreadedMemoryStore()),
+            *(
+                (
+                    f"SQLite, batches of {size}",
+                    size,
+                    count,
+                    lambda r, size=size: SQLiteAuditStore(Path(tmp) / f"w{size}-{r}.db"),
+                )
+                for size, count in ((1, 400), (80, 4000), (500, 10000))
+            ),
+            (
+                f"SQLite, batches of 80, {GROWN:,} before",
+                80,
+                4000,
+                lambda r: grown(Path(tmp), r, now),
+            ),
+        ]
+        server = postgres()
+        if server is not None:
+            from airlock.tools.postgres import PostgresAuditStore
+            from tests.postgres import fresh_schema
+
+            cases.append(
+                (
+                    "PostgreSQL, batches of 80",
+                    80,
+                    4000,
+                    lambda r: PostgresAuditStore(
+                        fresh_schema(server.url, f"w{r}"), key_file=Path(tmp) / f"pg-{r}.key"
+                    ),
+                )
+            )
+        try:
+            for name, size, count, build in cases:
+                samples: list[float] = []
+                for r in range(rounds):
+                    # Numbered after a grown store's events: runs and calls of their own.
+                    events = generated(GROWN + r * count, count, GROWN + count * rounds, now)
+                    cpu, batch = writer_cpu(build(r), events, size)
+                    samples.append(cpu)
+                    batches.setdefault(name, []).append(batch)
+                rows.append((name, samples, "" if name == floor else floor))
+        finally:
+            if server is not None:
+                server.stop()
+        print_table(
+            f"writer thread CPU per stored event, {rounds} rounds (µs per event)", rows, "µs"
+        )
+        if server is None:
+            print("  (no PostgreSQL row: no server could be started here)")
+        for name, sizes in batches.items():
+            print(f"  {name:<38}mean batch {statistics.mean(sizes):7.1f} events")
+        writer_us: list[float] = []
+        process: list[float] = []
+        mean: list[float] = []
+        for r in range(rounds):
+            cpu, per_call, batch = asyncio.run(
+                concurrent_cpu(Path(tmp) / f"concurrent-{r}.db", 2048, 64)
+            )
+            writer_us.append(cpu)
+            process.append(per_call)
+            mean.append(batch)
+        print_table(
+            f"64 durable calls at a time, 2,048 calls, {rounds} rounds (µs)",
+            [("writer CPU per stored event", writer_us, ""), ("process CPU per call", process, "")],
+            "µs",
+        )
+        print(f"  mean batch {statistics.mean(mean):.1f} events")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="100000,1000000")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--calls", type=int, default=20_000)
-    parser.add_argument("--part", choices=("all", "loop", "scale"), default="all")
+    parser.add_argument("--part", choices=("all", "loop", "writer", "scale"), default="all")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds of the writer part")
     args = parser.parse_args()
     print(
         f"load average {os.getloadavg()[0]:.2f}, {os.getloadavg()[1]:.2f}, {os.getloadavg()[2]:.2f}"
     )
     if args.part in ("all", "loop"):
         loop(args.calls)
+    if args.part in ("all", "writer"):
+        writer(args.rounds)
     if args.part in ("all", "scale"):
         scale([int(s) for s in args.sizes.split(",")], args.runs)
     print("\ngoals: effects --since 1h and find at 10^6 events <= 1000 ms and <= 200 MiB")

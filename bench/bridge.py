@@ -154,7 +154,9 @@ async def main(round_trips: int, image: str, runs: int) -> None:
                 .replace("RUNS", str(runs))
                 .replace("CONCURRENCY", repr(CONCURRENCY))
             )
+            cpu_before = time.process_time()
             result = await backend.run(program, tools=session)
+            host_cpu = time.process_time() - cpu_before
         if not result.ok or not isinstance(result.value, dict):
             raise SystemExit(f"benchmark program failed: {result.reason()} {result.error}")
         value: dict[str, Any] = result.value
@@ -197,6 +199,12 @@ async def main(round_trips: int, image: str, runs: int) -> None:
     print(
         f"\nround trip median {statistics.median(us):.0f} us, p99 {percentile(us, 99):.0f} us; "
         f"audit events for the run: {events} (every call admitted and recorded)"
+    )
+    calls = session.calls
+    print(
+        f"host CPU per call over the run: {host_cpu / calls * 1e6:.0f} us ({calls} calls; every "
+        "thread of the host process: event loop, admission, audit writer; less noisy than "
+        "time on a shared machine)"
     )
     print(f"after: {_load()}")
     print(

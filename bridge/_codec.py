@@ -34,6 +34,8 @@ import struct
 from collections.abc import Callable, Iterator
 from typing import Any, Final
 
+from pydantic_core import to_json
+
 from airlock.bridge.airlock_wire import HEADER_FORMAT, RESULT
 
 __all__ = [
@@ -83,7 +85,8 @@ def _compact_encoder() -> Callable[[Any], str]:
 
 
 _encode: Final = _compact_encoder()
-_RESULT: Final = RESULT.encode()
+_RESULT_OK: Final = b'{"type":"%s","id":%%d,"ok":true,"value":' % RESULT.encode()
+_RESULT_ERROR: Final = b'{"type":"%s","id":%%d,"ok":false,"error":' % RESULT.encode()
 
 
 class FrameError(ValueError):
@@ -100,20 +103,31 @@ def encode_frame(message: dict[str, Any]) -> bytes:
     return _HEADER.pack(len(body)) + body
 
 
+def _encode_value(value: Any) -> bytes:
+    """``value`` as compact ASCII JSON: by pydantic's serializer (in Rust, three times as fast
+    as the standard library's here) when what it writes is what :func:`encode_frame` would
+    write, else by the standard library's encoder (characters beyond ASCII escaped, ``NaN``
+    refused, a type JSON cannot hold named)."""
+    try:
+        data = to_json(value, inf_nan_mode="constants")
+    except ValueError:  # not a JSON value, or too deep: the encoder below says why
+        return _encode(value).encode()
+    if data.isascii() and b"NaN" not in data and b"Infinity" not in data:
+        return data
+    return _encode(value).encode()
+
+
 def encode_result(call_id: int, ok: bool, value: Any) -> bytes:
-    """A ``result`` frame: call ``call_id``'s value, or (``ok`` false) its error. The same
-    frame as :func:`encode_frame` of ``{type, id, ok, value | error}``, with less work.
+    """A ``result`` frame: call ``call_id``'s value, or (``ok`` false) its error. The frame
+    of the same message as :func:`encode_frame` of ``{type, id, ok, value | error}``, with
+    less work.
 
     Raises:
         ValueError: a value JSON cannot hold (``NaN``, ``Infinity``).
     """
-    body = b'{"type":"%s","id":%d,%s:%s}' % (
-        _RESULT,
-        call_id,
-        b'"ok":true,"value"' if ok else b'"ok":false,"error"',
-        _encode(value).encode(),
-    )
-    return _HEADER.pack(len(body)) + body
+    encoded = _encode_value(value)
+    head = (_RESULT_OK if ok else _RESULT_ERROR) % call_id
+    return b"".join((_HEADER.pack(len(head) + len(encoded) + 1), head, encoded, b"}"))
 
 
 async def read_frame(reader: asyncio.StreamReader, *, max_bytes: int) -> dict[str, Any] | None:

@@ -67,7 +67,7 @@ class CallRunner:
         if (
             idle is not None
             and not self._queue
-            and asyncio.current_task() is None
+            and asyncio.current_task(idle.get_loop()) is None  # (the loop given: no look-up)
             and self._run_now(call, idle)
         ):
             return

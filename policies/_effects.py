@@ -27,7 +27,7 @@ placeholders naming a field of the tool's validated input, and the wildcards of
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Final, Literal, get_args
@@ -195,6 +195,38 @@ class Effect:
             )
             out[self._concrete(target, args)] = None
         return tuple(out)
+
+    def resolver(self) -> Callable[[Mapping[str, object]], tuple[Effect, ...]]:
+        """:meth:`resolve_all` of this effect, made once for every call to come (a registry
+        makes one per declared effect): the same effects, and the same errors.
+
+        An effect without placeholders resolves to itself; one ``{field}`` placeholder in a
+        resource takes a safe segment as it is, with the parts around it read once; every
+        other value and every other form goes through :meth:`resolve_all`.
+        """
+        if not self.placeholders:
+            itself = (self,)
+            return lambda args: itself
+        parts = _parts(self.target)
+        if self.each is not None or self.takes_url or self.amount is not None or len(parts) != 3:
+            return self.resolve_all
+        (before, _), (_, name), (after, _) = parts
+        assert name is not None  # (the middle part of three is the placeholder)
+        kind, safe, slow = self.kind, _SAFE_VALUE.match, self.resolve
+
+        def resolve(args: Mapping[str, object]) -> tuple[Effect, ...]:
+            value = args.get(name, _MISSING)
+            # The test of resolve(); first a cheaper one that passes only values it passes
+            # too (an ASCII identifier of at most 200 characters: letters, digits and "_",
+            # not starting with a digit, no "@"), as most ids are. Anything else: resolve()'s.
+            if type(value) is str and (
+                (value.isascii() and value.isidentifier() and len(value) <= 200)
+                or (safe(value) is not None and value.count("@") <= 1)
+            ):
+                return (_concrete_effect(kind, before + value + after, None),)
+            return (slow(args),)
+
+        return resolve
 
     def _value(self, name: str, value: object) -> str:
         if value is _MISSING:

@@ -141,9 +141,10 @@ class ProgramLinks:
     :meth:`prepare` sends the runner (on its ``control`` connection) the next program's
     one-time token, with what the host expects of that program (``keep``, and the language
     ``mode``, which its process warms up), and accepts in the background the connection that
-    process opens with the token. The runner forks that process as soon as the container is
-    clear (the previous program's process exited) and says ``hello`` for it when the token
-    comes, so a run (:meth:`take`) finds it connected, checked and warm.
+    process opens with the token. The runner ends what the previous program left as soon as
+    its process exits, forks the next process when the token comes (sent once the previous
+    result has been handed on) and says ``hello`` for it, so a run (:meth:`take`) finds it
+    connected, checked and warm.
     """
 
     def __init__(
@@ -164,6 +165,8 @@ class ProgramLinks:
         self._hello_s = hello_s
         self._next: asyncio.Task[Link | None] | None = None
         self._serving: asyncio.StreamWriter | None = None
+        self._soon: asyncio.Handle | None = None
+        """The :meth:`prepare` due once the last result has gone on its way."""
 
     @property
     def usable(self) -> bool:
@@ -233,7 +236,9 @@ class ProgramLinks:
     ) -> _Outcome:
         """Send one program's ``run`` frame on its own connection (the next program's, taken
         by ``deadline`` at most), serve it there with ``serve(reader, writer)``, then end
-        that connection and :meth:`prepare` the next program's."""
+        that connection, and :meth:`prepare` the next program's in the loop's next turn
+        (unless a run comes first and does)."""
+        self._cancel_soon()  # this run prepares its process itself, now
         self.prepare(keep=keep, mode=mode)  # the container's first program
         link = await self.take(deadline)
         if link is None:
@@ -247,10 +252,22 @@ class ProgramLinks:
             link[1].write(frame)
             return await serve(*link)
         finally:
-            # The runner clears the container (whatever of this program still runs goes)
-            # and connects the next program's process.
             self.release()
-            self.prepare(keep=keep, mode=mode)
+            # The runner clears the container (whatever of this program still runs goes)
+            # and connects the next program's process once the token comes: after this
+            # result has gone on its way (the caller's turn of the loop), so that clearing
+            # and forking do not compete with it for a processor. A run that comes first
+            # prepares it itself.
+            self._soon = asyncio.get_running_loop().call_soon(self._prepare_soon, keep, mode)
+
+    def _prepare_soon(self, keep: bool | str, mode: str) -> None:
+        self._soon = None
+        self.prepare(keep=keep, mode=mode)
+
+    def _cancel_soon(self) -> None:
+        if self._soon is not None:
+            self._soon.cancel()
+            self._soon = None
 
     def release(self) -> None:
         """End the connection of the program in flight: nothing it left can send on it."""
@@ -261,6 +278,7 @@ class ProgramLinks:
     def close(self) -> None:
         """End every program connection, in flight (its run returns now) or ahead."""
         self.release()
+        self._cancel_soon()
         _discard(self._next)
         self._next = None
 

@@ -100,6 +100,20 @@ pooled fresh container                    50          21.000        36.154
 reused container, back to back           300           5.908        11.841  0.28x pooled fresh container
 reused, 20 ms apart (ready again)        300           2.859         5.021  0.14x pooled fresh container""": _PERFORMANCE,
         """\
+a warm run 20 ms after the previous result, by step (runc, median us, 150 runs each)
+step                                          before    after
+request -> run frame written                     299      336
+frame written -> guest process wakes             278      281
+wakes -> program starts (seccomp layer, tools)    93       90
+compile                                          169      161
+namespace + run                                   87       83
+output capture closed                            213       28
+results gathered -> done written                  77       71
+done written -> host has read it                1106      987
+done read -> result judged                       506      207
+judged -> result returned                         44       40
+total, median (p90)                      3610 (6534) 2608 (4134)""": _PERFORMANCE,
+        """\
 request -> result, 20 runs each (ms)
 case                                       n       median ms        p99 ms  ratio
 runc base cold                            20         401.004       477.124
@@ -157,19 +171,19 @@ runc data: idle pooled container memory (cgroup): median 86.7 MiB over 2 contain
 50000 calls per row; audit rows stored: 52000
 path                        median us    p99 us  overhead us   ratio    calls/s
 -------------------------------------------------------------------------------
-handler (no admission)           0.28      0.88         0.00     1.0  1,809,576
-admission, checks off           20.53    188.03        20.25    72.8     37,330
-admission, memory audit         20.96    187.34        20.68    74.3     31,426
-admission, SQLite audit         21.02    214.13        20.74    74.5     14,406
-runtime checks of declarations: +0.43 us a call at the median (goal <= 5 us)
+handler (no admission)           0.26      0.46         0.00     1.0  2,480,984
+admission, checks off            9.34     27.48         9.09    36.5     85,868
+admission, memory audit          9.65     27.37         9.40    37.7     71,414
+admission, SQLite audit          9.92     46.97         9.67    38.8     30,599
+runtime checks of declarations: +0.31 us a call at the median (goal <= 5 us)
 
 one audit event with no call current, and the per-call check, 50000 each (us)
 case                                       n       median us        p99 us  ratio
-ignored event, no hook                   200           0.069         0.106
-watched event, no hook                   200           0.088         0.204
-ignored event, hook                      200           0.257         0.961  3.71x ignored event, no hook
-watched event, hook                      200           0.324         0.551  3.66x watched event, no hook
-per-call check, no connection            200           0.631         1.418
+ignored event, no hook                   200           0.062         0.082
+watched event, no hook                   200           0.078         0.204
+ignored event, hook                      200           0.224         0.360  3.62x ignored event, no hook
+watched event, hook                      200           0.269         0.415  3.44x watched event, no hook
+per-call check, no connection            200           0.548         0.726
 audit events per admitted call (100 calls, the event loop's start and stop included): 1.26""": _PERFORMANCE,
         """\
 batch of 100 proposals from one program, approved once (5 rounds)
@@ -182,31 +196,52 @@ refunds held by the service: 1000 (1000 expected), duplicates: 0""": _PERFORMANC
         """\
 bridge round trip, 2000 sequential calls (us)
 case                                       n       median us        p99 us  ratio
-guest -> host -> guest                  2000         132.551      2936.704  4.99x host Registry.call (floor)
-host Registry.call (floor)              2000          26.543       211.184
+guest -> host -> guest                  2000         104.452      1455.593  7.99x host Registry.call (floor)
+host Registry.call (floor)              2000          13.076        89.845
 
 1,000 reads of a ~227-byte record, 5 runs each, interleaved (ms; ratio of times, lower is faster)
 case                                       n       median ms        p99 ms  ratio
-sequential (loop of single calls)          5         260.589       328.317
-1 concurrent .aio (bounded gather)         5         355.024       369.346  1.36x sequential (loop of single calls)
-4 concurrent .aio (bounded gather)         5         200.234       206.335  0.77x sequential (loop of single calls)
-16 concurrent .aio (bounded gather)        5         145.857       150.744  0.56x sequential (loop of single calls)
-64 concurrent .aio (bounded gather)        5          86.277       111.616  0.33x sequential (loop of single calls)
-1,000 at once (plain gather of .aio)       5          99.353       174.906  0.38x sequential (loop of single calls)
-batched (one .batch of 1,000)              5          67.611        78.134  0.26x sequential (loop of single calls)
-host Registry.call loop (floor)            1          40.060        40.060
+sequential (loop of single calls)          5         232.143       255.339
+1 concurrent .aio (bounded gather)         5         218.744       236.159  0.94x sequential (loop of single calls)
+4 concurrent .aio (bounded gather)         5         111.791       114.343  0.48x sequential (loop of single calls)
+16 concurrent .aio (bounded gather)        5          83.560        89.194  0.36x sequential (loop of single calls)
+64 concurrent .aio (bounded gather)        5          68.980        71.209  0.30x sequential (loop of single calls)
+1,000 at once (plain gather of .aio)       5          47.543        57.644  0.20x sequential (loop of single calls)
+batched (one .batch of 1,000)              5          25.444        27.267  0.11x sequential (loop of single calls)
+host Registry.call loop (floor)            1          22.259        22.259
 
 case                                   calls/s at the median  x the loop
-sequential (loop of single calls)                      3,837       1.00x
-1 concurrent .aio (bounded gather)                     2,817       0.73x
-4 concurrent .aio (bounded gather)                     4,994       1.30x
-16 concurrent .aio (bounded gather)                    6,856       1.79x
-64 concurrent .aio (bounded gather)                   11,591       3.02x
-1,000 at once (plain gather of .aio)                  10,065       2.62x
-batched (one .batch of 1,000)                         14,790       3.85x
-host Registry.call loop (floor)                       24,962       6.50x
+sequential (loop of single calls)                      4,308       1.00x
+1 concurrent .aio (bounded gather)                     4,572       1.06x
+4 concurrent .aio (bounded gather)                     8,945       2.08x
+16 concurrent .aio (bounded gather)                   11,967       2.78x
+64 concurrent .aio (bounded gather)                   14,497       3.37x
+1,000 at once (plain gather of .aio)                  21,034       4.88x
+batched (one .batch of 1,000)                         39,302       9.12x
+host Registry.call loop (floor)                       44,925      10.43x
 
-round trip median 133 us, p99 2937 us; audit events for the run: 37200 (every call admitted and recorded)""": _PERFORMANCE,
+round trip median 104 us, p99 1456 us; audit events for the run: 37200 (every call admitted and recorded)
+host CPU per call over the run: 93 us (37200 calls; every thread of the host process: event loop, admission, audit writer; less noisy than time on a shared machine)""": _PERFORMANCE,
+        """\
+writer thread CPU per stored event, 5 rounds (µs per event)
+case                                       n       median µs        p99 µs  ratio
+memory store, batches of 80 (floor)        5           0.623         0.671
+SQLite, batches of 1                       5         293.619       315.281  471.52x memory store, batches of 80 (floor)
+SQLite, batches of 80                      5          22.964        23.468  36.88x memory store, batches of 80 (floor)
+SQLite, batches of 500                     5          18.481        19.129  29.68x memory store, batches of 80 (floor)
+SQLite, batches of 80, 100,000 before      5          36.731        37.179  58.99x memory store, batches of 80 (floor)
+PostgreSQL, batches of 80                  5          20.126        22.766  32.32x memory store, batches of 80 (floor)
+  memory store, batches of 80 (floor)   mean batch    80.0 events
+  SQLite, batches of 1                  mean batch     1.0 events
+  SQLite, batches of 80                 mean batch    80.0 events
+  SQLite, batches of 500                mean batch   500.0 events
+  SQLite, batches of 80, 100,000 before mean batch    80.0 events
+  PostgreSQL, batches of 80             mean batch    80.0 events
+64 durable calls at a time, 2,048 calls, 5 rounds (µs)
+case                                       n       median µs        p99 µs  ratio
+writer CPU per stored event                5          34.015        34.193
+process CPU per call                       5          63.466        65.897
+  mean batch 38.4 events""": _PERFORMANCE,
         """\
 one write (prepare + approve(policy) + commit) by ledger, 1000 writes per case
 case                                       n       median ms        p99 ms  ratio
@@ -422,7 +457,7 @@ Kind = Literal["file", "python", "sh", "output", "not_run"]
 EXPECTED_KINDS: Final[dict[Path, dict[Kind, int]]] = {
     DATA: {"file": 3, "python": 3, "sh": 3, "output": 5, "not_run": 2},
     DEPLOY: {"file": 0, "python": 1, "sh": 0, "output": 1, "not_run": 4},
-    README: {"file": 4, "python": 0, "sh": 8, "output": 0, "not_run": 15},
+    README: {"file": 4, "python": 0, "sh": 8, "output": 0, "not_run": 17},
     GUIDE: {"file": 7, "python": 17, "sh": 7, "output": 20, "not_run": 1},
 }
 

@@ -17,19 +17,39 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Final, NamedTuple
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from pydantic import BaseModel
 
 from airlock.policies import ApprovalPolicy, Effect, Grant
 from airlock.tools._arguments import raw_args_hash
-from airlock.tools._audit import AdmissionDecision, CallOutcome, Stage, audit_event
+from airlock.tools._audit import AdmissionDecision, CallOutcome, Stage, call_event
 from airlock.tools._audit_log import AuditLog
 from airlock.tools._context import CallContext
-from airlock.tools._errors import DeniedError, ToolError
-from airlock.tools._spec import ToolSpec
+from airlock.tools._errors import (
+    ConflictError,
+    DeniedError,
+    NeedsApprovalError,
+    ToolError,
+    UnknownToolError,
+)
+from airlock.tools._spec import Precondition, ToolSpec
 
-__all__ = ["Admission", "Authorization", "CallTrail", "authorize", "new_admission"]
+if TYPE_CHECKING:
+    from airlock.tools._registration import CompiledTool
+
+__all__ = [
+    "Admission",
+    "Authorization",
+    "CallTrail",
+    "authorize",
+    "check_preconditions",
+    "covers_declared",
+    "look_up",
+    "new_admission",
+    "new_trail",
+    "read_waits",
+]
 
 
 class Authorization(NamedTuple):
@@ -56,7 +76,7 @@ def authorize(spec: ToolSpec, effects: tuple[Effect, ...], ctx: CallContext) -> 
     """Resolved ``effects`` of a call of ``spec`` against the run's grant, then its approval
     rules (scope is checked at admission, before anything is resolved)."""
     grant = ctx.grant
-    if spec.write is not None or not _covers_declared(grant, spec):
+    if spec.write is not None or not covers_declared(grant, spec):
         outside = grant.uncovered(effects)
         if outside is not None:
             spent = outside.kind == "spend"
@@ -90,7 +110,7 @@ _DECLARED_COVERED_PER_TOOL = 8
 _DECLARED_COVERED_TOOLS = 4096
 
 
-def _covers_declared(grant: Grant, spec: ToolSpec) -> bool:
+def covers_declared(grant: Grant, spec: ToolSpec) -> bool:
     """Whether ``grant`` covers every effect a call of ``spec`` can resolve to, judged once
     per grant and spec from the declared patterns: a placeholder's value is always one
     segment, which the ``*`` of a pattern stands for, and :meth:`Grant.covers` of a pattern is
@@ -157,18 +177,20 @@ class CallTrail:
         if not self.args_hash and self.stage == "validate":  # invalid input: hash it as sent
             self.args_hash = raw_args_hash(self._args, secret_fields=self.secret_fields)
         self._audit.record(
-            audit_event(
+            call_event(  # (audit_event, by position: this runs on every call)
                 self._ctx,
                 self.tool,
-                stage=self.stage,
-                decision=self.decision,
-                rule=self.rule,
-                outcome=outcome,
-                code=code,
-                args_hash=self.args_hash,
-                effects=self.effects,
-                detail=detail,
-                duration_s=time.perf_counter() - self.started,
+                self.stage,
+                self.decision,
+                self.rule,
+                outcome,
+                code,
+                self.args_hash,
+                self.effects,
+                detail,
+                time.perf_counter() - self.started,
+                True,
+                time.time(),
             )
         )
 
@@ -196,6 +218,35 @@ class CallTrail:
             self.record(exc.outcome, code=exc.code, detail=exc.detail)
         else:
             self.record("unknown", detail=f"{type(exc).__name__}: {exc}"[:500])
+
+
+_new_object = object.__new__
+
+
+def new_trail(audit: AuditLog, name: object, args: object, ctx: CallContext) -> CallTrail:
+    """``CallTrail(audit, name, args, ctx)``, made without calling a class (which costs more
+    than setting its dozen slots; this runs on every call): the same trail."""
+    trail: CallTrail = _new_object(CallTrail)
+    trail.started = time.perf_counter()
+    trail.tool = name[:128] if type(name) is str else _tool_text(name)
+    trail.stage = "lookup"
+    trail.decision = "deny"
+    trail.rule = "lookup"
+    trail.args_hash = ""
+    trail.secret_fields = _NO_FIELDS
+    trail.effects = ()
+    trail._audit = audit
+    trail._args = args
+    trail._ctx = ctx
+    trail._recorded = False
+    return trail
+
+
+_NO_FIELDS: Final[frozenset[str]] = frozenset()
+
+
+def _tool_text(name: object) -> str:
+    return name[:128] if isinstance(name, str) else repr(name)[:128]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -257,3 +308,69 @@ def new_admission(
         spec, input, values, effects, trail, needs_approval
     )
     return made
+
+
+def read_waits(name: str, ctx: CallContext, rule: str, reason: str) -> ToolError:
+    """The answer to a read the approval rules ask about, where no preview can be stored."""
+    if ctx.caller == "code":
+        return NeedsApprovalError(
+            f"a person must approve this call of {name} first, and a program cannot wait for "
+            "that; call it directly (not from code) to ask for the approval",
+            rule=rule,
+            detail=reason,
+        )
+    return DeniedError(
+        f"a person must approve this call of {name}, and this deployment has no approval "
+        "ledger; do not retry it",
+        reason="policy",
+        detail=f"{reason}; no write path attached (WritePath(registry, ledger))",
+    )
+
+
+def check_preconditions(
+    conditions: tuple[Precondition, ...], values: Mapping[str, Any], ctx: CallContext
+) -> None:
+    """Step 4: the evidence each precondition asks for, from earlier calls in the run.
+
+    Raises:
+        ConflictError: the first precondition without its evidence.
+    """
+    for condition in conditions:
+        match = {theirs: values[ours] for ours, theirs in condition.fields.items()}
+        if ctx.observations is None or not ctx.observations.has(condition.tool, match):
+            fields = ", ".join(sorted(condition.fields))
+            raise ConflictError(
+                f"call {condition.tool!r} with the same {fields} first; "
+                "this tool needs that evidence",
+                requires=condition.tool,
+            )
+
+
+def look_up(
+    tools: Mapping[str, CompiledTool], name: str, ctx: CallContext, *, proposal: bool = False
+) -> CompiledTool:
+    """Step 1: the tool ``ctx``'s caller may call by ``name`` (a write tool proposable from
+    code, for a ``proposal``).
+
+    Raises:
+        UnknownToolError: missing, hidden and wrong-caller tools alike; the detail (operator
+            only) says which.
+    """
+    tool = tools.get(name) if isinstance(name, str) else None
+    if tool is None:
+        why = "no such tool"
+    elif proposal:
+        write = tool.spec.write
+        if write is None or not write.proposable or ctx.caller != "code":
+            why = "not proposable from code"
+        elif not ctx.principal.has_scope(tool.spec.scope):
+            why = f"hidden: principal lacks scope {tool.spec.scope!r}"
+        else:
+            return tool
+    elif ctx.caller not in tool.spec.callers:
+        why = f"not callable by {ctx.caller!r}"
+    elif tool.spec.scope not in ctx.principal.scopes:  # (has_scope(), without a call)
+        why = f"hidden: principal lacks scope {tool.spec.scope!r}"
+    else:
+        return tool
+    raise UnknownToolError(name=str(name), detail=why)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
 import pydantic_core
@@ -22,13 +22,19 @@ ModelValidator: TypeAlias = "SchemaValidator | PluggableSchemaValidator"
 """What ``Model.__pydantic_validator__`` is."""
 
 __all__ = [
+    "EffectsResolver",
     "ModelValidator",
+    "admit_arguments",
     "effect_field_problems",
+    "effect_input_error",
+    "effects_resolver",
     "encode_arguments",
     "hash_input",
+    "plain_fields",
     "raw_args_hash",
     "resolve_effects",
     "secret_fields_of",
+    "sent_form_fields",
     "validate_arguments",
     "validate_input",
     "validated_args_hash",
@@ -53,7 +59,9 @@ def encode_arguments(args: object, *, max_bytes: int) -> bytes:
         raise InvalidInputError(issues=(FieldIssue("", "arguments must be a JSON object"),))
     try:
         raw = pydantic_core.to_json(args, inf_nan_mode="constants")
-        if b"NaN" in raw or b"Infinity" in raw:  # rare: only then pay for the exact check
+        # Rare: only then pay for the exact check. (find(), not `in`: `bytes in bytes` first
+        # tries the operand as an integer and clears the TypeError, on every call.)
+        if raw.find(b"NaN") >= 0 or raw.find(b"Infinity") >= 0:
             json.dumps(args, allow_nan=False)
     except (pydantic_core.PydanticSerializationError, TypeError, ValueError) as exc:
         raise InvalidInputError(
@@ -114,7 +122,35 @@ def resolve_effects(effects: tuple[Effect, ...], values: Mapping[str, Any]) -> t
                 out.extend(effect.resolve_all(values))
         return tuple(out)
     except EffectArgumentError as exc:
-        raise InvalidInputError(issues=(FieldIssue(exc.field, exc.reason),)) from None
+        raise effect_input_error(exc) from None
+
+
+EffectsResolver: TypeAlias = Callable[[Mapping[str, Any]], tuple[Effect, ...]]
+"""The concrete effects of one call from its validated arguments (:func:`effects_resolver`)."""
+
+
+def effects_resolver(effects: tuple[Effect, ...]) -> EffectsResolver:
+    """:func:`resolve_effects` of ``effects``, made once per tool (:meth:`Effect.resolver`
+    of each): the same effects, in the same order. It raises
+    :class:`~airlock.policies.EffectArgumentError` where :func:`resolve_effects` raises the
+    :class:`InvalidInputError` of :func:`effect_input_error`.
+    """
+    resolvers = tuple(effect.resolver() for effect in effects)
+    if len(resolvers) == 1:
+        return resolvers[0]
+
+    def resolve(values: Mapping[str, Any]) -> tuple[Effect, ...]:
+        out: list[Effect] = []
+        for one in resolvers:
+            out.extend(one(values))
+        return tuple(out)
+
+    return resolve
+
+
+def effect_input_error(exc: EffectArgumentError) -> InvalidInputError:
+    """What a call answers when an argument cannot fill a placeholder of an effect."""
+    return InvalidInputError(issues=(FieldIssue(exc.field, exc.reason),))
 
 
 def secret_fields_of(model: type[BaseModel]) -> frozenset[str]:
@@ -177,6 +213,120 @@ def hash_input(
     digest = _BLAKE2B_128.copy()  # (a copy costs less than making one with its parameters)
     digest.update(serializer.to_json(instance, exclude=leave_out))
     return digest.hexdigest()
+
+
+def admit_arguments(
+    validator: ModelValidator,
+    serializer: SchemaSerializer,
+    leave_out: set[str] | None,
+    sent_fields: tuple[str, ...] | None,
+    args: object,
+    max_bytes: int,
+) -> tuple[BaseModel, str]:
+    """Step 2 for a registry: the validated arguments and their hash, as
+    :func:`encode_arguments`, :func:`validate_input` and :func:`hash_input` make them in one
+    call (admission makes it on every call).
+
+    ``sent_fields`` are the input fields in order when the model's serializer writes back
+    exactly the JSON it validated (:func:`sent_form_fields`): when the arguments were sent as
+    a dict of those fields in that order, their JSON *is* what the serializer would write,
+    and it is hashed as it is, without serializing the instance again.
+
+    Raises:
+        InvalidInputError: as :func:`encode_arguments` and :func:`validate_input`.
+    """
+    if type(args) is dict:  # (encode_arguments() and validate_input(), spelled out)
+        try:
+            raw = pydantic_core.to_json(args, inf_nan_mode="constants")
+        except (pydantic_core.PydanticSerializationError, TypeError, ValueError):
+            raw = b""  # encode_arguments() answers it, below
+        if not raw or len(raw) > max_bytes:
+            raw = encode_arguments(args, max_bytes=max_bytes)  # raises its InvalidInputError
+        else:
+            for key, value in args.items():
+                # Only a float writes NaN or Infinity: with strings, integers and bools alone
+                # there is nothing to look for (a string that says "NaN" passes the check).
+                if type(value) not in _NO_FLOAT or type(key) is not str:
+                    if raw.find(b"NaN") >= 0 or raw.find(b"Infinity") >= 0:
+                        raw = encode_arguments(args, max_bytes=max_bytes)
+                    break
+        try:
+            instance: BaseModel = validator.validate_json(raw, strict=True)
+        except ValidationError:
+            instance = validate_input(validator, raw)  # raises its InvalidInputError
+    else:
+        raw = encode_arguments(args, max_bytes=max_bytes)
+        instance = validate_input(validator, raw)
+    digest = _BLAKE2B_128.copy()  # (a copy costs less than making one with its parameters)
+    if sent_fields is not None and type(args) is dict and tuple(args) == sent_fields:
+        digest.update(raw)
+    else:
+        digest.update(serializer.to_json(instance, exclude=leave_out))
+    return instance, digest.hexdigest()
+
+
+_NO_FLOAT: Final = (str, int, bool)
+"""Types of argument values whose JSON holds no float (containers may hold one)."""
+
+_SENT_FORM_MODEL: Final = frozenset(
+    {"type", "cls", "schema", "custom_init", "root_model", "config", "ref", "metadata"}
+)
+_SENT_FORM_CONFIG: Final = frozenset({"extra_fields_behavior", "strict", "title"})
+_SENT_FORM_FIELD: Final = frozenset({"type", "schema", "metadata"})
+_SENT_FORM_VALUES: Final = {
+    "str": frozenset({"type", "max_length", "min_length", "pattern", "strict"}),
+    "int": frozenset({"type", "ge", "gt", "le", "lt", "multiple_of", "strict"}),
+    "bool": frozenset({"type", "strict"}),
+}
+"""What a field's value may be for :func:`sent_form_fields`: a string, an integer or a bool
+that validation only checks (patterns, lengths, bounds) and never changes, so its JSON is
+written back as it was read."""
+
+
+def sent_form_fields(model: type[BaseModel]) -> tuple[str, ...] | None:
+    """The fields of ``model`` in order when its serializer writes back, byte for byte, any
+    JSON object of exactly these fields in this order that it validated; ``None`` when that
+    is not certain: the model is not :func:`plain_fields`, or it has secret fields (the hash
+    leaves them out). Such a model's arguments are hashed by serializing its instance
+    (:func:`hash_input`)."""
+    return None if secret_fields_of(model) else plain_fields(model)
+
+
+def plain_fields(model: type[BaseModel]) -> tuple[str, ...] | None:
+    """The fields of ``model`` in order if it is plain, else ``None``. Judged from the
+    model's core schema by an allow-list: no validator, serializer, alias, default or
+    computed field, no configuration beyond ``extra``, ``strict`` and ``title``, and fields
+    that are strings, integers and bools which validation only checks (patterns, lengths,
+    bounds), never changes. An instance's field values are then its JSON values."""
+    schema = getattr(model, "__pydantic_core_schema__", None)
+    if not isinstance(schema, dict):
+        return None
+    if (
+        schema.get("type") != "model"
+        or set(schema) - _SENT_FORM_MODEL
+        or schema.get("custom_init")
+        or schema.get("root_model")
+        or set(schema.get("config", {})) - _SENT_FORM_CONFIG
+    ):
+        return None
+    inner = schema["schema"]
+    if (
+        not isinstance(inner, dict)
+        or inner.get("type") != "model-fields"
+        or set(inner) - {"type", "fields", "model_name", "computed_fields"}
+        or inner.get("computed_fields")
+    ):
+        return None
+    names = []
+    for name, field in inner["fields"].items():
+        if field.get("type") != "model-field" or set(field) - _SENT_FORM_FIELD:
+            return None
+        value = field["schema"]
+        allowed = _SENT_FORM_VALUES.get(value.get("type"))
+        if allowed is None or set(value) - allowed:
+            return None
+        names.append(name)
+    return tuple(names) if names == list(model.model_fields) else None
 
 
 _BLAKE2B_128: Final = hashlib.blake2b(digest_size=16)

@@ -41,10 +41,10 @@ __all__ = [
     "AuditStoreError",
     "ChainProblem",
     "ChainReport",
+    "Linker",
     "canonical",
     "head_mac",
     "link",
-    "link_numbered",
     "load_key",
     "split_effect",
     "verify_chain",
@@ -98,10 +98,33 @@ def canonical(row: Sequence[Any]) -> bytes:
 _COMPACT = json.JSONEncoder(separators=(",", ":"), allow_nan=True).encode
 
 
-def link_numbered(key: bytes, previous: bytes, number: int, rest: bytes) -> bytes:
-    """:func:`link` of ``(number, *row)`` given ``rest = canonical(row)`` (a non-empty row),
-    so a writer serializes its rows before it takes the write lock."""
-    return hmac.digest(key, previous + b"[%d," % number + rest[1:], "sha256")
+class Linker:
+    """:func:`link` for a writer: ``linker(previous, number, tail)`` is the chain of the
+    record ``(number, *row)`` given ``tail``, ``canonical(row)`` without its opening ``[``
+    (a non-empty row), so a writer serializes its rows before it takes the write lock.
+
+    The same HMAC-SHA256, with the key's inner and outer blocks hashed once (RFC 2104) and
+    copied for each record: half the cost of a one-shot HMAC, which prepares the key again
+    every time.
+    """
+
+    __slots__ = ("_inner", "_outer")
+
+    def __init__(self, key: bytes) -> None:
+        block = (hashlib.sha256(key).digest() if len(key) > 64 else key).ljust(64, b"\0")
+        self._inner = hashlib.sha256(block.translate(_IPAD))
+        self._outer = hashlib.sha256(block.translate(_OPAD))
+
+    def __call__(self, previous: bytes, number: int, tail: bytes) -> bytes:
+        inner = self._inner.copy()
+        inner.update(b"%s[%d,%s" % (previous, number, tail))
+        outer = self._outer.copy()
+        outer.update(inner.digest())
+        return outer.digest()
+
+
+_IPAD = bytes(x ^ 0x36 for x in range(256))
+_OPAD = bytes(x ^ 0x5C for x in range(256))
 
 
 def head_mac(key: bytes, records: int, chain: bytes) -> bytes:

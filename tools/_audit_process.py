@@ -34,21 +34,27 @@ class LoopWaiter(NamedTuple):
 
 def release(waiters: list[LoopWaiter], exc: BaseException | None) -> None:
     """Wake ``waiters`` on their loops (with ``exc`` raised in them, if given); callable
-    from any thread."""
+    from any thread. One wake-up per loop settles all of that loop's waiters: each wake-up
+    from another thread writes to the loop's self-pipe, and a group commit releases many
+    waiters of one loop at once."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
     for waiter in waiters:
+        by_loop.setdefault(waiter.loop, []).append(waiter.future)
+    for loop, futures in by_loop.items():
         try:
-            waiter.loop.call_soon_threadsafe(_settle, waiter.future, exc)
+            loop.call_soon_threadsafe(_settle, futures, exc)
         except RuntimeError:  # that loop is closed: nobody waits any more
             continue
 
 
-def _settle(future: asyncio.Future[None], exc: BaseException | None) -> None:
-    if future.done():  # the waiting task was cancelled
-        return
-    if exc is None:
-        future.set_result(None)
-    else:
-        future.set_exception(exc)
+def _settle(futures: list[asyncio.Future[None]], exc: BaseException | None) -> None:
+    for future in futures:
+        if future.done():  # the waiting task was cancelled
+            continue
+        if exc is None:
+            future.set_result(None)
+        else:
+            future.set_exception(exc)
 
 
 _OPEN: weakref.WeakSet[OpenLog] = weakref.WeakSet()

@@ -10,13 +10,14 @@ program once, by hash; ``audit_head`` how many records were written.
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from airlock.tools._audit import AuditEvent
-from airlock.tools._audit_chain import AuditStoreError
+from airlock.tools._audit_chain import AuditStoreError, canonical
 
 __all__ = [
     "COLUMNS",
@@ -25,6 +26,7 @@ __all__ = [
     "INSERT_PROGRAM",
     "SCHEMA",
     "SET_HEAD",
+    "encoded_row",
     "event_of_row",
     "refuse_old_schema",
     "row_of",
@@ -117,6 +119,109 @@ def row_of(e: AuditEvent) -> tuple[Any, ...]:
         None if e.approver is None else _text(e.approver),
         int(e.exercised),
     )
+
+
+def encoded_row(
+    e: AuditEvent, text: Callable[[Any], Any] | None = None
+) -> tuple[tuple[Any, ...], bytes, tuple[str, ...]]:
+    """:func:`row_of` ``e`` (each value passed through ``text``), the row's
+    :func:`~airlock.tools._audit_chain.canonical` bytes without the opening ``[``, and its
+    effects as stored (what the effect index must hold, as :func:`verify_chain
+    <airlock.tools._audit_chain.verify_chain>` reads them back from the row): what a writer
+    stores and chains, computed once per event. ``text`` applies to each effect before the
+    ``effects`` column is serialized, so a text a database cannot hold leaves neither it
+    nor the index.
+
+    Nearly every event's texts are printable ASCII without a quote or a backslash, and its
+    times are finite: such a row is written straight into its JSON, which is then the same,
+    byte for byte, as the encoder's (``tests/tools/test_audit_rows.py`` holds the cases).
+    ``text`` replaces what a database cannot hold (PostgreSQL: NUL), so it must leave such
+    a row as it is, and is not called on it. Any other row goes through ``row_of``,
+    ``text`` and the encoder.
+    """
+    ts, duration = float(e.ts), float(e.duration_s)
+    code, detail, approver, effects = e.code, e.detail, e.approver, e.effects
+    quoted = '","'.join(
+        (
+            e.run_id,
+            e.call_id,
+            e.caller,
+            e.tool,
+            e.user_id,
+            e.tenant_id,
+            e.args_hash,
+            e.stage,
+            e.decision,
+            e.rule,
+            e.outcome,
+        )
+    )
+    texts = "".join(
+        (
+            quoted,
+            "" if code is None else code,
+            "" if detail is None else detail,
+            "" if approver is None else approver,
+            *effects,
+        )
+    )
+    if not (
+        texts.isascii()
+        and texts.isprintable()
+        and texts.count('"') == 20  # the separators of the eleven texts joined: no other
+        and "\\" not in texts
+        and math.isfinite(ts)
+        and math.isfinite(duration)
+    ):
+        return _encoded(e, text)
+    listed = '["' + '", "'.join(effects) + '"]' if effects else "[]"
+    final, exercised = int(e.final), int(e.exercised)
+    row = (
+        ts,
+        e.run_id,
+        e.call_id,
+        e.caller,
+        e.tool,
+        e.user_id,
+        e.tenant_id,
+        e.args_hash,
+        e.stage,
+        e.decision,
+        e.rule,
+        e.outcome,
+        code,
+        duration,
+        listed,
+        detail,
+        final,
+        approver,
+        exercised,
+    )
+    escaped = listed.replace('"', '\\"')
+    code_json = "null" if code is None else f'"{code}"'
+    detail_json = "null" if detail is None else f'"{detail}"'
+    approver_json = "null" if approver is None else f'"{approver}"'
+    tail = (
+        f'{ts!r},"{quoted}",{code_json},{duration!r},"{escaped}",{detail_json},{final},'
+        f"{approver_json},{exercised}]"
+    )
+    return row, tail.encode(), effects
+
+
+def _encoded(
+    e: AuditEvent, text: Callable[[Any], Any] | None
+) -> tuple[tuple[Any, ...], bytes, tuple[str, ...]]:
+    # encoded_row of any event, through row_of and the encoder.
+    stored = tuple(_text(x) for x in e.effects)
+    row = row_of(e)
+    if text is not None:
+        stored = tuple(text(x) for x in stored)
+        at = _EFFECTS_AT
+        row = tuple(text(v) for v in (*row[:at], json.dumps(list(stored)), *row[at + 1 :]))
+    return row, canonical(row)[1:], stored
+
+
+_EFFECTS_AT = COLUMNS.split(", ").index("effects")
 
 
 def _text(value: str) -> str:

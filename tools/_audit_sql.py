@@ -14,46 +14,48 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from airlock.tools._audit import AuditEvent
-from airlock.tools._audit_chain import GENESIS, canonical, link_numbered, split_effect
-from airlock.tools._audit_schema import row_of
+from airlock.tools._audit_chain import GENESIS, Linker, split_effect
+from airlock.tools._audit_schema import encoded_row
 from airlock.tools._sql_rows import SQLConnection
 
 __all__ = ["Encoded", "chain_rows", "encode_events", "filters", "page", "program_text"]
 
-Encoded = tuple[list[tuple[Any, ...]], list[bytes], list[list[tuple[Any, ...]]]]
+Encoded = tuple[list[tuple[Any, ...]], list[bytes], list[list[tuple[str, str, str | None]]]]
 
 
 def encode_events(
     events: Sequence[AuditEvent], text: Callable[[Any], Any] | None = None
 ) -> Encoded:
     """The rows of ``events`` (each value passed through ``text``), their canonical bytes
-    for the chain, and their effects split for the index; done before the transaction."""
-    rows, encoded, effects = [], [], []
+    for the chain (without the opening ``[``: :class:`~airlock.tools._audit_chain.Linker`),
+    and their effects split for the index; done before the transaction."""
+    rows, tails, effects = [], [], []
     for count, event in enumerate(events, 1):
-        row = row_of(event) if text is None else tuple(text(v) for v in row_of(event))
+        row, tail, stored = encoded_row(event, text)
         rows.append(row)
-        encoded.append(canonical(row))
-        effects.append([split_effect(e) for e in event.effects])
+        tails.append(tail)
+        effects.append(list(map(split_effect, stored)))
         if count % 128 == 0:
             # Serializing is Python work under the GIL: let other threads (the event
             # loop) run between slices, so a large batch never holds them up for long.
             time.sleep(0)
-    return rows, encoded, effects
+    return rows, tails, effects
 
 
 def chain_rows(
-    key: bytes, last: Any, prepared: Encoded
+    link: Linker, last: Any, prepared: Encoded
 ) -> tuple[int, bytes, list[tuple[Any, ...]], list[tuple[Any, ...]]]:
     """Number and chain the prepared rows after ``last`` (the last stored ``(id, chain)``
     or None): the last number, the last chain, the event rows and the effect rows."""
     number, chain = (0, GENESIS) if last is None else (int(last[0]), bytes(last[1]))
     chained: list[tuple[Any, ...]] = []
     indexed: list[tuple[Any, ...]] = []
-    for row, rest, split in zip(*prepared, strict=True):
+    for row, tail, split in zip(*prepared, strict=True):
         number += 1
-        chain = link_numbered(key, chain, number, rest)
+        chain = link(chain, number, tail)
         chained.append((number, *row, chain))
-        indexed.extend((number, *effect) for effect in split)
+        for kind, target, prefix in split:
+            indexed.append((number, kind, target, prefix))
     return number, chain, chained, indexed
 
 

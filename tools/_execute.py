@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.to_thread
 
+from airlock.tools import _egress_hook as _hook
 from airlock.tools._context import CallContext
 from airlock.tools._egress import CallCheck
-from airlock.tools._egress import enter as enter_call
-from airlock.tools._egress import leave as leave_call
+from airlock.tools._egress_hook import CURRENT
 from airlock.tools._errors import NotFoundError, ToolError, ToolTimeoutError, UpstreamError
 from airlock.tools._registration import CompiledTool
 from airlock.tools._spec import ToolSpec
@@ -58,28 +58,44 @@ async def execute(
     """
     spec = tool.spec
     now = time.monotonic()  # the one clock read of a handler that answers without waiting
-    budget = min(spec.timeout, ctx.deadline - now)  # (ctx.remaining(), on the same reading)
+    budget, left = spec.timeout, ctx.deadline - now  # (ctx.remaining(), on the same reading)
+    if left < budget:  # (min(), without the call)
+        budget = left
     if budget <= 0:
         raise ToolTimeoutError(
             "the run's time budget is used up; finish with what you have",
             seconds=0.0,
             outcome="error",
         )
-    check = tool.reach.check(phase="handler", tenant=ctx.principal.tenant_id, values=values)
-    token = enter_call(check)  # a sync handler's worker thread runs in a copy of it
+    # reach.check(phase="handler", ...) and _egress.enter(), spelled out: they run on every call.
+    check = _new_object(CallCheck)  # (CallCheck(...)'s slots, set without calling a class)
+    check.reach = tool.reach
+    check.phase = "handler"
+    check.tenant = ctx.principal.tenant_id
+    check.values = values
+    check.effects = ()
+    check.violations = []
+    check.closed = False
+    check._reachable = None
+    check._files = None
+    if not _hook.installed:
+        _hook.install()
+    token = CURRENT.set(check)  # a sync handler's worker thread runs in a copy of it
     timed_out = False
     try:
         # Whether the handler is async was decided at registration (see invoke()).
         loop = asyncio._get_running_loop()
         if tool.is_async and loop is not None:
             handler = spec.handler(ctx, **values) if spec.takes_context else spec.handler(**values)
-            try:
-                # Its first step, up to where it first waits: a handler that never waits
-                # (most reads of data at hand) finishes here, and a deadline could not have
-                # stopped it anyway, so it pays for no timeout.
-                waiting = handler.send(None)
-            except StopIteration as finished:
-                result = finished.value
+            # Its first step, up to where it first waits: a handler that never waits (most
+            # reads of data at hand) finishes here, and a deadline could not have stopped it
+            # anyway, so it pays for no timeout. (Taken by next() on a generator that awaits
+            # it, not by handler.send(): a handler that returns then raises no StopIteration.)
+            answer: list[Any] = []
+            step = _awaited(handler, answer)
+            waiting = next(step, _ANSWERED)
+            if waiting is _ANSWERED:
+                result = answer[0]
             else:
                 # The deadline counts from before the first step, as if it had been set then
                 # (on the loop's clock, which need not be time.monotonic()).
@@ -89,7 +105,8 @@ async def execute(
                 bound = asyncio.timeout_at(deadline)
                 try:
                     async with bound:
-                        result = await _resume(handler, waiting)
+                        await _resume(step, waiting)
+                    result = answer[0]
                 except TimeoutError:
                     if not bound.expired():
                         raise
@@ -120,7 +137,8 @@ async def execute(
             detail=f"{type(exc).__name__}: {exc}"[:500],
         ) from exc
     finally:
-        leave_call(token, check)
+        check.closed = True  # (_egress.leave(), spelled out)
+        CURRENT.reset(token)
     if check.violations:  # caught by the handler: it fails all the same
         _refuse_undeclared(check, trail, None)
     if timed_out:
@@ -128,11 +146,24 @@ async def execute(
     return result
 
 
+_new_object = object.__new__
+
+
 def _bind(spec: ToolSpec, ctx: CallContext, values: Mapping[str, Any]) -> Callable[[], Any]:
     """The handler's call with the call's arguments, to be made elsewhere (a worker thread)."""
     if spec.takes_context:
         return functools.partial(spec.handler, ctx, **values)
     return functools.partial(spec.handler, **values)
+
+
+_ANSWERED: Any = object()
+
+
+@types.coroutine
+def _awaited(handler: Coroutine[Any, Any, Any], answer: list[Any]) -> Generator[Any, Any, None]:
+    """Await ``handler`` and put what it returns in ``answer``, as a generator: what the
+    handler waits on passes through it, and its end raises nothing in whoever steps it."""
+    answer.append((yield from handler))
 
 
 @types.coroutine

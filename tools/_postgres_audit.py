@@ -6,6 +6,7 @@ the same hashing order, so ``airlock audit find/export/effects/verify`` answer t
 either. A batch is appended in one transaction that first takes ``audit_head`` in ``EXCLUSIVE``
 mode: appenders in other processes (on any host) wait for it and then extend the chain from
 its last record, while readers go on reading. A batch is durable when its commit returns.
+Its rows are sent with ``COPY``, one statement per table.
 
 Every process that writes must hold the same chain key (a file, as for SQLite; give each host
 a copy, as a secret). The database keeps a MAC of a fixed text under the key that first wrote
@@ -18,7 +19,7 @@ from __future__ import annotations
 import functools
 import hmac
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -28,6 +29,7 @@ from airlock.tools._audit import AuditEvent, RunSummary
 from airlock.tools._audit_chain import (
     AuditStoreError,
     ChainReport,
+    Linker,
     head_mac,
     load_key,
     verify_chain,
@@ -43,13 +45,11 @@ __all__ = ["PostgresAuditStore", "QmarkConnection"]
 LABEL = "the audit store"
 
 T = TypeVar("T")
-_INSERT_EVENT = (
-    f"INSERT INTO audit_events (id, {COLUMNS}, chain) VALUES ({', '.join(['%s'] * 21)})".encode()
-)
-_INSERT_EFFECT = (
-    b"INSERT INTO audit_effects (event_id, kind, target, prefix) VALUES (%s, %s, %s, %s) "
-    b"ON CONFLICT DO NOTHING"
-)
+# A batch's rows are sent with COPY: a third of the client's CPU of one INSERT per row.
+# Nothing can conflict: the numbers are new (taken under the head's lock), and an event's
+# effects are made distinct first.
+_COPY_EVENTS = f"COPY audit_events (id, {COLUMNS}, chain) FROM STDIN".encode()
+_COPY_EFFECTS = b"COPY audit_effects (event_id, kind, target, prefix) FROM STDIN"
 _INSERT_PROGRAM = b"INSERT INTO audit_programs (hash, text) VALUES (%s, %s) ON CONFLICT DO NOTHING"
 _SET_HEAD = (
     b"INSERT INTO audit_head (one, records, chain, mac) VALUES (1, %s, %s, %s) "
@@ -77,6 +77,15 @@ class QmarkConnection:
 @functools.lru_cache(maxsize=256)
 def _translate(sql: str) -> bytes:
     return _INDEXED_BY.sub("", sql).replace("%", "%%").replace("?", "%s").encode()
+
+
+def _distinct(indexed: list[tuple[Any, ...]]) -> Iterable[tuple[Any, ...]]:
+    """The effect rows, the first of each key ``(event_id, kind, target)`` only (what
+    SQLite's ``INSERT OR IGNORE`` keeps): an event may list one effect twice."""
+    first: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+    for row in indexed:
+        first.setdefault(row[:3], row)
+    return first.values()
 
 
 def _pg_text(value: Any) -> Any:
@@ -121,6 +130,7 @@ class PostgresAuditStore:
             )
             self._key = load_key(self.key_file, create=has_records is None)
             self._check_key(self._key)
+        self._linker = None if self._key is None else Linker(self._key)
 
     def _check_key(self, key: bytes) -> None:
         mac = hmac.digest(key, _KEY_CHECK_TEXT, "sha256")
@@ -140,7 +150,7 @@ class PostgresAuditStore:
     def append(
         self, events: Sequence[AuditEvent], programs: Mapping[str, str] | None = None
     ) -> None:
-        if self._key is None:
+        if self._key is None or self._linker is None:
             where = redact_url(self.url)
             raise LedgerReadOnlyError(
                 f"the audit store at {where!r} was opened read-only; open it without "
@@ -148,19 +158,23 @@ class PostgresAuditStore:
                 path=where,
                 store=LABEL,
             )
-        key = self._key
+        key, linker = self._key, self._linker
         prepared = encode_events(events, _pg_text)
         with self._db.transaction() as conn:
             conn.execute("LOCK TABLE audit_head IN EXCLUSIVE MODE")
             last = conn.execute(
                 "SELECT id, chain FROM audit_events ORDER BY id DESC LIMIT 1"
             ).fetchone()
-            number, chain, chained, indexed = chain_rows(key, last, prepared)
+            number, chain, chained, indexed = chain_rows(linker, last, prepared)
             with conn.cursor() as cursor:
                 if chained:
-                    cursor.executemany(_INSERT_EVENT, chained)
+                    with cursor.copy(_COPY_EVENTS) as copy:
+                        for row in chained:
+                            copy.write_row(row)
                 if indexed:
-                    cursor.executemany(_INSERT_EFFECT, indexed)
+                    with cursor.copy(_COPY_EFFECTS) as copy:
+                        for row in _distinct(indexed):
+                            copy.write_row(row)
                 if programs:
                     cursor.executemany(
                         _INSERT_PROGRAM,

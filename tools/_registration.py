@@ -8,13 +8,20 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from pydantic import BaseModel
 from pydantic_core import SchemaSerializer
 
-from airlock.policies import SCOPE_PATTERN, Effect, UsageError
-from airlock.tools._arguments import ModelValidator, effect_field_problems
+from airlock.policies import SCOPE_PATTERN, Effect, Grant, UsageError
+from airlock.tools._arguments import (
+    EffectsResolver,
+    ModelValidator,
+    effect_field_problems,
+    effects_resolver,
+    plain_fields,
+    sent_form_fields,
+)
 from airlock.tools._context import CALLERS, Caller
 from airlock.tools._credential import CREDENTIAL_NAME, Credential
 from airlock.tools._destination import Destination, parse_destination
@@ -26,6 +33,9 @@ from airlock.tools._schema import schema_problems, strict_schema
 from airlock.tools._signature import shape_of_handler
 from airlock.tools._spec import Precondition, Secret, ToolSpec
 from airlock.tools._write_contract import write_contract_problems
+
+if TYPE_CHECKING:
+    from airlock.tools._admission import Authorization
 
 __all__ = ["NAME_PATTERN", "CompiledTool", "build_spec", "compile_tool"]
 
@@ -52,10 +62,26 @@ class CompiledTool:
     """The input model's serializer, for the argument hash."""
     hash_leaves_out: set[str] | None
     """The secret fields the argument hash leaves out; ``None`` when there are none."""
+    sent_fields: tuple[str, ...] | None
+    """The input fields, when arguments sent in their order are hashed as they were sent
+    (:func:`~airlock.tools._arguments.sent_form_fields`)."""
     output_validator: ModelValidator
     """The output model's validator, for shaping."""
     output_serializer: SchemaSerializer
     """The output model's serializer, for shaping."""
+    plain_output: bool
+    """Whether the output model is plain (:func:`~airlock.tools._arguments.plain_fields`),
+    so that shaping may take its values as they are (``shape_plain``)."""
+    resolve: EffectsResolver
+    """The concrete effects of a call from its validated arguments (made once)."""
+    judged_once: bool
+    """Whether a read's authorization depends on its grant alone, not on its arguments, when
+    no approval rule applies: the kinds of its resolved effects are those it declares (no
+    ``{field[]}`` list, which may resolve to none) and it spends nothing (an amount is
+    judged on every call)."""
+    judged: list[tuple[Grant, Authorization] | None]
+    """The last grant such a read was judged under without approval rules, and the verdict
+    (one entry, replaced whole: see ``Registry._admit``)."""
 
 
 def build_spec(
@@ -202,8 +228,14 @@ def compile_tool(spec: ToolSpec) -> CompiledTool:
         input_validator=spec.input_model.__pydantic_validator__,
         input_serializer=spec.input_model.__pydantic_serializer__,
         hash_leaves_out=set(spec.secret_fields) or None,
+        sent_fields=sent_form_fields(spec.input_model),
         output_validator=spec.output_model.__pydantic_validator__,
         output_serializer=spec.output_model.__pydantic_serializer__,
+        plain_output=plain_fields(spec.output_model) is not None,
+        resolve=effects_resolver(spec.effects),
+        judged_once=spec.write is None
+        and all(e.each is None and e.kind != "spend" for e in spec.effects),
+        judged=[None],
     )
 
 

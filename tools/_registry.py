@@ -27,24 +27,28 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from airlock.policies import Effect, Principal, UsageError
-from airlock.tools._admission import Admission, CallTrail, authorize, new_admission
-from airlock.tools._arguments import encode_arguments, hash_input, resolve_effects, validate_input
+from airlock.policies import ApprovalPolicy, Effect, EffectArgumentError, Principal, UsageError
+from airlock.tools._admission import (
+    Admission,
+    CallTrail,
+    authorize,
+    check_preconditions,
+    covers_declared,
+    look_up,
+    new_admission,
+    new_trail,
+    read_waits,
+)
+from airlock.tools._arguments import admit_arguments, effect_input_error
 from airlock.tools._audit_log import AuditLog
 from airlock.tools._context import CallContext, Caller
-from airlock.tools._errors import (
-    ConflictError,
-    DeniedError,
-    NeedsApprovalError,
-    ToolError,
-    UnknownToolError,
-)
+from airlock.tools._errors import DeniedError, NeedsApprovalError
 from airlock.tools._execute import execute
 from airlock.tools._json import JSONObject
 from airlock.tools._records import RecordsRead, record_effects
 from airlock.tools._registration import CompiledTool, build_spec, compile_tool
 from airlock.tools._schema import ToolDefinition
-from airlock.tools._shaping import shape_with
+from airlock.tools._shaping import shape_plain, shape_with
 from airlock.tools._spec import Precondition, ToolSpec
 from airlock.tools._write_contract import WriteRunner
 
@@ -208,34 +212,61 @@ class Registry:
             ToolError: the stable code of the first step that refused.
         """
         tool, instance, values, trail, waits = self._admit(name, args, ctx, approvable, proposal)
-        return new_admission(tool.spec, instance, values, trail.effects, trail, waits)
+        return new_admission(tool.spec, instance, dict(values), trail.effects, trail, waits)
 
     def _admit(
         self, name: str, args: Mapping[str, Any], ctx: CallContext, approvable: bool, proposal: bool
     ) -> tuple[CompiledTool, BaseModel, dict[str, Any], CallTrail, bool]:
-        """:meth:`admit`'s steps; a tuple, so :meth:`call` runs a read without an Admission."""
-        trail = CallTrail(self.audit, name, args, ctx)
+        """:meth:`admit`'s steps; a tuple, so :meth:`call` runs a read without an Admission
+        (and on the validated instance's own values: nothing changes them)."""
+        trail = new_trail(self.audit, name, args, ctx)
         waits = False
         try:  # (not `with trail.recording()`: this path runs on every call, and is hot)
-            tool = self._lookup(name, ctx, proposal=proposal)
+            # The look-up of a call that finds its tool, spelled out; look_up() says why not.
+            tool = self._tools.get(name) if type(name) is str else None
+            if (
+                tool is None
+                or proposal
+                or ctx.caller not in tool.spec.callers
+                or tool.spec.scope not in ctx.principal.scopes
+            ):
+                tool = look_up(self._tools, name, ctx, proposal=proposal)
             spec = tool.spec
             trail.stage, trail.rule = "validate", "input"
             trail.secret_fields = spec.secret_fields
-            instance = validate_input(
-                tool.input_validator, encode_arguments(args, max_bytes=self._max_input_bytes)
+            instance, trail.args_hash = admit_arguments(
+                tool.input_validator,
+                tool.input_serializer,
+                tool.hash_leaves_out,
+                tool.sent_fields,
+                args,
+                self._max_input_bytes,
             )
-            trail.args_hash = hash_input(tool.input_serializer, instance, tool.hash_leaves_out)
-            values: dict[str, Any] = dict(instance.__dict__)
+            values: dict[str, Any] = instance.__dict__  # (copied for an Admission only)
             trail.stage, trail.rule = "authorize", "scope"
-            if spec.scope not in ctx.grant.scopes:  # (allows_scope(), without a call)
+            grant = ctx.grant
+            if spec.scope not in grant.scopes:  # (allows_scope(), without a call)
                 raise DeniedError(
                     f"this run's grant lacks scope {spec.scope!r}; "
                     "do not call this tool in this run",
                     reason="scope",
                 )
             if spec.write is None:  # a write's effects are known once prepare computed them
-                trail.effects = resolve_effects(spec.effects, values)
-                verdict = authorize(spec, trail.effects, ctx)
+                try:
+                    effects = trail.effects = tool.resolve(values)
+                except EffectArgumentError as exc:
+                    raise effect_input_error(exc) from None
+                # Without approval rules, a read whose effects' kinds are fixed is judged by
+                # its grant alone: once per grant (see CompiledTool.judged_once).
+                approvals = ctx.approvals
+                plain = type(approvals) is ApprovalPolicy and not approvals.rules
+                judged = tool.judged[0]
+                if plain and judged is not None and judged[0] is grant:
+                    verdict = judged[1]
+                else:
+                    verdict = authorize(spec, effects, ctx)
+                    if plain and tool.judged_once and covers_declared(grant, spec):
+                        tool.judged[0] = (grant, verdict)
                 trail.decision, trail.rule = verdict.decision, verdict.rule
                 if verdict.refusal is not None:
                     raise verdict.refusal
@@ -244,13 +275,13 @@ class Registry:
                         # A handler with side effects: no preview can stand for what it does.
                         raise NeedsApprovalError(rule=verdict.rule, detail=verdict.reason)
                     if not approvable:
-                        raise _read_waits(spec.name, ctx, verdict.rule, verdict.reason)
+                        raise read_waits(spec.name, ctx, verdict.rule, verdict.reason)
                     waits = True
             else:
                 trail.decision, trail.rule = "allow", "prepare"
             if spec.preconditions:
                 trail.stage, trail.rule = "precondition", "precondition"
-                _check_preconditions(spec.preconditions, values, ctx)
+                check_preconditions(spec.preconditions, values, ctx)
                 if waits:
                     trail.rule = verdict.rule
             trail.stage = "execute"
@@ -273,10 +304,17 @@ class Registry:
         approvable = self._writes is not None and ctx.caller == "direct"
         tool, instance, values, trail, waits = self._admit(name, args, ctx, approvable, False)
         if tool.spec.write is not None or waits:
-            admission = new_admission(tool.spec, instance, values, trail.effects, trail, waits)
+            admission = new_admission(
+                tool.spec, instance, dict(values), trail.effects, trail, waits
+            )
             writes = self._write_runner(admission)
             raise writes.waiting(await writes.propose(admission, ctx))
-        return await self._run(tool, values, trail, ctx)
+        try:  # step 5 (:meth:`run`'s, spelled out)
+            result = await self._execute(tool, values, ctx, trail=trail)
+        except BaseException as exc:
+            trail.failed(exc)
+            raise
+        return self._shaped(tool, values, trail, ctx, result)
 
     async def run(self, admission: Admission, ctx: CallContext) -> JSONObject:
         """Step 5 and 6 for an admitted read: run it with limits, shape its result, and
@@ -292,17 +330,28 @@ class Registry:
             raise UsageError(f"{spec.name} is a write tool; the write path prepares its calls")
         if admission.needs_approval:
             raise NeedsApprovalError(rule=admission.trail.rule)
-        return await self._run(self._tools[spec.name], admission.values, admission.trail, ctx)
-
-    async def _run(
-        self, tool: CompiledTool, values: Mapping[str, Any], trail: CallTrail, ctx: CallContext
-    ) -> JSONObject:
-        """:meth:`run`'s steps for an admitted read of ``tool``."""
-        spec = tool.spec
+        tool, trail = self._tools[spec.name], admission.trail
         try:
-            result = await self._execute(tool, values, ctx, trail=trail)
-            trail.stage = "shape"
-            shaped = shape_with(
+            result = await self._execute(tool, admission.values, ctx, trail=trail)
+        except BaseException as exc:
+            trail.failed(exc)
+            raise
+        return self._shaped(tool, admission.values, trail, ctx, result)
+
+    def _shaped(
+        self,
+        tool: CompiledTool,
+        values: Mapping[str, Any],
+        trail: CallTrail,
+        ctx: CallContext,
+        result: Any,
+    ) -> JSONObject:
+        """Step 6 for a read of ``tool`` whose handler returned ``result``, and its event.
+        (Not a coroutine, nor the run with it: each level of coroutine costs every call.)"""
+        spec = tool.spec
+        trail.stage = "shape"
+        try:
+            shaped = (shape_plain if tool.plain_output else shape_with)(
                 spec.output_model,
                 tool.output_validator,
                 tool.output_serializer,
@@ -335,26 +384,6 @@ class Registry:
             raise UsageError(f"{name!r} is not a read tool of this registry")
         return await self._execute(tool, values, ctx)
 
-    def _lookup(self, name: str, ctx: CallContext, *, proposal: bool = False) -> CompiledTool:
-        tool = self._tools.get(name) if isinstance(name, str) else None
-        if tool is None:
-            why = "no such tool"
-        elif proposal:
-            write = tool.spec.write
-            if write is None or not write.proposable or ctx.caller != "code":
-                why = "not proposable from code"
-            elif not ctx.principal.has_scope(tool.spec.scope):
-                why = f"hidden: principal lacks scope {tool.spec.scope!r}"
-            else:
-                return tool
-        elif ctx.caller not in tool.spec.callers:
-            why = f"not callable by {ctx.caller!r}"
-        elif tool.spec.scope not in ctx.principal.scopes:  # (has_scope(), without a call)
-            why = f"hidden: principal lacks scope {tool.spec.scope!r}"
-        else:
-            return tool
-        raise UnknownToolError(name=str(name), detail=why)
-
     def _write_runner(self, admission: Admission) -> WriteRunner:
         if self._writes is None:
             with admission.trail.recording():
@@ -367,34 +396,3 @@ class Registry:
 
     # Step 5, the handler's run under the runtime checks of declarations: its own module.
     _execute = staticmethod(execute)
-
-
-def _read_waits(name: str, ctx: CallContext, rule: str, reason: str) -> ToolError:
-    """The answer to a read the approval rules ask about, where no preview can be stored."""
-    if ctx.caller == "code":
-        return NeedsApprovalError(
-            f"a person must approve this call of {name} first, and a program cannot wait for "
-            "that; call it directly (not from code) to ask for the approval",
-            rule=rule,
-            detail=reason,
-        )
-    return DeniedError(
-        f"a person must approve this call of {name}, and this deployment has no approval "
-        "ledger; do not retry it",
-        reason="policy",
-        detail=f"{reason}; no write path attached (WritePath(registry, ledger))",
-    )
-
-
-def _check_preconditions(
-    conditions: tuple[Precondition, ...], values: Mapping[str, Any], ctx: CallContext
-) -> None:
-    for condition in conditions:
-        match = {theirs: values[ours] for ours, theirs in condition.fields.items()}
-        if ctx.observations is None or not ctx.observations.has(condition.tool, match):
-            fields = ", ".join(sorted(condition.fields))
-            raise ConflictError(
-                f"call {condition.tool!r} with the same {fields} first; "
-                "this tool needs that evidence",
-                requires=condition.tool,
-            )

@@ -11,7 +11,7 @@ from airlock.tools._arguments import ModelValidator
 from airlock.tools._errors import ResultTooLargeError, UpstreamError
 from airlock.tools._json import JSONObject
 
-__all__ = ["shape_result", "shape_with"]
+__all__ = ["shape_plain", "shape_result", "shape_with"]
 
 
 def shape_result(model: type[BaseModel], result: Any, *, max_bytes: int) -> JSONObject:
@@ -41,8 +41,26 @@ def shape_with(
         UpstreamError: as :func:`shape_result`.
         ResultTooLargeError: as :func:`shape_result`.
     """
+    shaped = _projected(model, validator, serializer, result, max_bytes)
+    data: JSONObject = serializer.to_python(shaped, mode="json")
+    return data
+
+
+def _projected(
+    model: type[BaseModel],
+    validator: ModelValidator,
+    serializer: SchemaSerializer,
+    result: Any,
+    max_bytes: int,
+) -> BaseModel:
+    """``result`` as an instance of ``model`` whose JSON fits in ``max_bytes``.
+
+    Raises:
+        UpstreamError: as :func:`shape_result`.
+        ResultTooLargeError: as :func:`shape_result`.
+    """
     try:  # (the model's own validator and serializer: the model_* wrappers cost more here)
-        shaped = validator.validate_python(result, from_attributes=True)
+        shaped: BaseModel = validator.validate_python(result, from_attributes=True)
     except ValidationError as exc:
         raise UpstreamError(
             outcome="unknown",
@@ -51,5 +69,35 @@ def shape_with(
     size = len(serializer.to_json(shaped))
     if size > max_bytes:
         raise ResultTooLargeError(size_bytes=size, limit_bytes=max_bytes)
-    data: JSONObject = serializer.to_python(shaped, mode="json")
-    return data
+    return shaped
+
+
+_JSON_SCALARS = (str, int, bool)
+
+
+def shape_plain(
+    model: type[BaseModel],
+    validator: ModelValidator,
+    serializer: SchemaSerializer,
+    result: Any,
+    max_bytes: int,
+) -> JSONObject:
+    """:func:`shape_with` for an output model whose fields are plain
+    (:func:`~airlock.tools._arguments.plain_fields`): when the projection is an instance of
+    ``model`` itself holding only strings, integers and bools, those values are its JSON
+    values, taken without serializing it a second time; the same result.
+
+    Raises:
+        UpstreamError: as :func:`shape_result`.
+        ResultTooLargeError: as :func:`shape_result`.
+    """
+    shaped = _projected(model, validator, serializer, result, max_bytes)
+    if type(shaped) is model:  # (a subclass's instance may hold more than the fields)
+        data: JSONObject = dict(shaped.__dict__)
+        for value in data.values():
+            if type(value) not in _JSON_SCALARS:  # (a str or int subclass: an enum...)
+                break
+        else:
+            return data
+    plain: JSONObject = serializer.to_python(shaped, mode="json")
+    return plain

@@ -20,6 +20,7 @@ from typing import Any, Literal, TypeVar
 from airlock.tools._audit import AuditEvent, RunSummary
 from airlock.tools._audit_chain import (
     ChainReport,
+    Linker,
     head_mac,
     load_key,
     verify_chain,
@@ -93,19 +94,20 @@ class SQLiteAuditStore:
                 lambda conn: conn.execute("SELECT 1 FROM audit_events LIMIT 1").fetchone()
             )
             self._key = load_key(self.key_file, create=has_records is None)
+        self._linker = None if self._key is None else Linker(self._key)
 
     # -- writing --------------------------------------------------------------------------
 
     def append(
         self, events: Sequence[AuditEvent], programs: Mapping[str, str] | None = None
     ) -> None:
-        key = self._chain_key()
+        key, linker = self._chain_key()
         prepared = encode_events(events)
         with self._db.transaction() as conn:
             last = conn.execute(
                 "SELECT id, chain FROM audit_events ORDER BY id DESC LIMIT 1"
             ).fetchone()
-            number, chain, chained, indexed = chain_rows(key, last, prepared)
+            number, chain, chained, indexed = chain_rows(linker, last, prepared)
             conn.executemany(INSERT_EVENT, chained)
             if indexed:
                 conn.executemany(INSERT_EFFECT, indexed)
@@ -117,10 +119,10 @@ class SQLiteAuditStore:
             if chained:
                 conn.execute(SET_HEAD, (number, chain, head_mac(key, number, chain)))
 
-    def _chain_key(self) -> bytes:
-        if self._key is None:
+    def _chain_key(self) -> tuple[bytes, Linker]:
+        if self._key is None or self._linker is None:
             raise self._db.refuse_write()
-        return self._key
+        return self._key, self._linker
 
     # -- reading --------------------------------------------------------------------------
 

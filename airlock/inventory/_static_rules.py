@@ -34,7 +34,8 @@ name, or open a file descriptor (the bridge's): any use is unresolved, except
 ESCAPE_MODULES: Final = frozenset(
     {
         # reach the bridge socket, the runner, frames or raw memory without the namespace
-        "_io", "_socket", "airlock_bridge", "airlock_runner", "builtins", "codecs", "ctypes",
+        "_io", "_socket", "airlock_bridge", "airlock_connection", "airlock_frames",
+        "airlock_runner", "builtins", "codecs", "ctypes",
         "gc", "importlib", "inspect", "io", "os", "posix", "pty", "socket", "subprocess", "sys",
         "traceback",
         # run code from bytes or text, or import and call by dotted name

@@ -15,10 +15,11 @@ Standard library only; shipped in the image next to the runner.
 
 from __future__ import annotations
 
+import _thread
 import errno
 import os
 import resource
-import threading
+import select
 from typing import Any
 
 VALUE_LIMIT = 4 * 1024 * 1024
@@ -44,8 +45,11 @@ class StreamCapture:
     """Captures one file descriptor (1 or 2) through a pipe, up to ``limit`` bytes.
 
     Capturing the descriptor rather than ``sys.stdout`` also catches ``os.write`` and child
-    processes. When the limit is crossed, ``on_overflow`` runs on the reader thread: the
-    program cannot catch that from its own thread. The descriptor it restores afterwards is
+    processes. A reader thread empties the pipe while the program runs, so a program that
+    writes more than a pipe holds never blocks; when the limit is crossed, ``on_overflow``
+    runs on that thread (the program cannot catch that from its own). :meth:`close` takes
+    what is left in the pipe itself rather than waiting for the thread to see the end: a
+    run then waits for no other thread to wake up. The descriptor it restores afterwards is
     ``/dev/null`` (see :func:`isolate_descriptors`), so the copy it keeps meanwhile leads
     nowhere either.
     """
@@ -56,31 +60,62 @@ class StreamCapture:
         self.data = bytearray()
         self.truncated = False
         self._on_overflow = on_overflow
+        self._closed = False
+        # Held while bytes taken from the pipe are added: the thread and close() take turns.
+        self._lock = _thread.allocate_lock()
         # A kept program's process starts capturing before its program is known (see
         # :meth:`arm`): starting the reader thread costs a run more than anything else it does.
         self._saved = os.dup(fd)
         read_end, write_end = os.pipe()
+        os.set_blocking(read_end, False)
         os.dup2(write_end, fd)
-        os.close(write_end)
+        # The capture's own write end: restoring the descriptor then wakes no one.
+        self._write_end: int | None = write_end
         self._read_end = read_end
-        self._thread = threading.Thread(target=self._pump, daemon=True)
-        self._thread.start()
+        # Started without waiting for it to run (as threading.Thread.start would): the
+        # thread takes its turn once this one waits for something.
+        self._ended = _thread.allocate_lock()
+        self._ended.acquire()
+        _thread.start_new_thread(self._run, ())
+
+    def _run(self) -> None:
+        try:
+            self._pump()
+        finally:
+            self._ended.release()
 
     def _pump(self) -> None:
+        # poll, not select: gVisor refuses select() to the runner.
+        waiting = select.poll()
+        waiting.register(self._read_end, select.POLLIN)
+        while True:
+            try:
+                waiting.poll()
+            except OSError:
+                return
+            with self._lock:
+                if self._closed or not self._take():
+                    return
+
+    def _take(self) -> bool:
+        """Add what the pipe holds now (the lock held); ``False`` once nothing more will
+        come: the pipe's end, or the limit crossed (``on_overflow`` called then)."""
         while True:
             try:
                 chunk = os.read(self._read_end, 65536)
+            except BlockingIOError:
+                return True
             except OSError:
-                return
+                return False
             if not chunk:
-                return
+                return False
             room = self.limit - len(self.data)
             if len(chunk) > room:
                 self.data += chunk[: max(room, 0)]
                 self.truncated = True
                 if self._on_overflow is not None:
                     self._on_overflow()
-                return
+                return False
             self.data += chunk
 
     def arm(self, limit: int, on_overflow: Any) -> None:
@@ -89,13 +124,24 @@ class StreamCapture:
         self._on_overflow = on_overflow
         self.limit = limit
 
-    def close(self) -> None:
-        # Restoring the descriptor closes the pipe's last write end held by this process, so
-        # the reader sees end-of-file once every byte written so far has been read.
+    def close(self, *, end_thread: bool = True) -> None:
+        """Stop capturing: restore the descriptor and take what the pipe still holds (what a
+        child of the program writes later is not the run's output). With ``end_thread``,
+        wait for the reader thread to end; without, it sleeps on until the process ends
+        (a kept program's process, which exits once it has reported: no wake-up of another
+        thread, and no contention with it, on the way of the result)."""
         os.dup2(self._saved, self.fd)
         os.close(self._saved)
-        self._thread.join(timeout=0.5)
-        os.close(self._read_end)
+        with self._lock:
+            if not self._closed and not self.truncated:
+                self._take()
+            self._closed = True
+        if end_thread and self._write_end is not None:
+            os.close(self._write_end)  # the thread wakes, sees the capture closed, and ends
+            self._write_end = None
+            if self._ended.acquire(timeout=0.5):
+                self._ended.release()
+            os.close(self._read_end)
 
     def text(self) -> str:
         return self.data.decode("utf-8", errors="replace")

@@ -210,6 +210,9 @@ def execute(
         result.update(status="limit_exceeded", exit_status=137, limit="output")
         finish(_finalize(result, clock, cpu_before, final, *streams))
 
+    # Captures started here end with the run; those started ahead (a kept program's) are
+    # left to the process's exit.
+    owned = captures is None
     if captures is None:
         sys.stdout.flush()
         sys.stderr.flush()
@@ -255,7 +258,7 @@ def execute(
         )
     finally:
         for stream in streams:
-            stream.close()
+            stream.close(end_thread=owned)
     finished = _finalize(result, clock, cpu_before, final, *streams)
     if kept is not None:
         # The run's own bindings (result, tools, guards) are rebuilt each time.

@@ -9,8 +9,8 @@ how the next result is sent. So the runner, once warm, becomes a *zygote*:
    ``run`` frames from it; no program's process ever holds that connection, and no program
    ever travels on it: a ``run`` frame there holds only the next program's one-time
    ``token`` and what the host expects of that program (``keep``, ``mode``). The host sends
-   one when a kept container takes its first program, and again as soon as it has the
-   ``done`` of each program (or has given up on it);
+   one when a kept container takes its first program, and again once it has handed on the
+   result of each program (or has given up on it);
 2. for each, it ends every other process in the container (``kill(-1, SIGKILL)`` from the
    container's init, then reaping, woken by each child's exit) and checks the container's pid
    list (``/proc``) until it holds no process but its own and it has one thread; it empties
@@ -135,9 +135,9 @@ will), and which must not return."""
 
 
 class _Spare:
-    """The next program's process, forked as soon as the container was cleared after the
-    previous one, with a bridge connection open on which nothing was said yet, and a pipe on
-    which the zygote tells it when it did."""
+    """The next program's process, forked when its token came, once the container was
+    cleared after the previous one, with a bridge connection open on which nothing was said
+    yet, and a pipe on which the zygote tells it when it did."""
 
     def __init__(
         self, pid: int, connection: Connection, started: int, ahead: dict[str, Any]
@@ -216,9 +216,10 @@ def serve(
     holds nothing but the next program's process, forked after every other process was ended
     and ``before_program(ahead)`` prepared the container, and say ``hello`` with the token on
     its connection. That process runs ``run_program`` (see :data:`RunProgram`) and receives
-    its program on the connection. The next one is forked as soon as the previous program's
-    process exits. Returns the runner's exit status once the host closes ``control`` (0), or
-    when the container could not be cleared (5) or the frame holds no token (3)."""
+    its program on the connection. Whatever a program left is ended as soon as its process
+    exits; the next process is forked when the next frame comes. Returns the runner's exit
+    status once the host closes ``control`` (0), or when the container could not be cleared
+    (5) or the frame holds no token (3)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _not_dumpable()
     wake = os.pipe()
@@ -265,10 +266,11 @@ def serve(
             if not isinstance(event, str):
                 request = event
                 break
-            # The program's process exited: clear the container and fork the next one now.
+            # The program's process exited: end whatever it left now. The next process is
+            # forked when its token comes: the host sends it once it has handed on this
+            # program's result, which a fork would compete with for a processor.
             running = None
-            spare = spare_after(ahead)
-            if spare is None:
+            if not clear_processes(wake=wake[0]):
                 return 5
     if spare is not None:
         spare.discard()

@@ -25,6 +25,7 @@ from tests.bridge.records import ALICE, GRANT, build_registry
 from tests.sandbox.guest_image import load_guest
 
 guest = load_guest("airlock_bridge")
+connections = load_guest("airlock_connection")
 errors = load_guest("airlock_errors")
 
 STUBS = [
@@ -115,11 +116,37 @@ def test_bounded_gather_is_served_by_the_loop(tmp_path: Path) -> None:
         records = asyncio.run(program(tools))
         # Served by the loop: no reader thread, and nothing left watching or pending.
         assert threading.active_count() == threads
-        assert connection._watcher is None
+        assert connection._watcher is None or connection._watcher.is_closed()
         assert not connection._pending
     assert [r["record_id"] for r in records] == ids
     assert [total(r) for r in records] == [int(i[4:]) * 10 for i in ids]
     assert audited_ok(session) == len(ids)
+
+
+def test_awaiting_one_call_after_another_watches_the_socket_once(tmp_path: Path) -> None:
+    watched: list[str] = []
+
+    class Counting(asyncio.SelectorEventLoop):
+        def add_reader(self, fd: Any, callback: Any, *args: Any) -> None:
+            watched.append("add")
+            super().add_reader(fd, callback, *args)
+
+        def remove_reader(self, fd: Any) -> bool:
+            watched.append("remove")
+            return super().remove_reader(fd)
+
+    async def program(tools: Any) -> list[Any]:
+        return [await tools.records_item_get.aio(record_id=f"rec_{n}") for n in range(1, 21)]
+
+    with bridge(tmp_path) as (tools, connection, session, _):
+        with asyncio.Runner(loop_factory=Counting) as runner:
+            records = runner.run(program(tools))
+        # A sync call afterwards reads its own answer: the closed loop watches nothing.
+        assert total(tools.records_item_get(record_id="rec_7")) == 70
+        assert not connection._pending
+    assert [total(r) for r in records] == [n * 10 for n in range(1, 21)]
+    assert watched == ["add"]  # not an add and a remove (two system calls) per call
+    assert audited_ok(session) == 21
 
 
 def test_calls_made_in_one_turn_leave_in_one_write(tmp_path: Path) -> None:
@@ -154,14 +181,14 @@ def test_a_loop_of_single_calls_is_one_write_and_one_read_each(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     made: list[object] = []
-    real_future = guest.Future
+    real_future = connections.Future
 
     class Counted(real_future):  # type: ignore[misc,valid-type]
         def __init__(self) -> None:
             made.append(self)
             super().__init__()
 
-    monkeypatch.setattr(guest, "Future", Counted)
+    monkeypatch.setattr(connections, "Future", Counted)
     with bridge(tmp_path) as (tools, connection, session, _host):
         threads = threading.active_count()
         records = [tools.records_item_get(record_id=f"rec_{n}") for n in range(1, 51)]
@@ -175,10 +202,21 @@ def test_a_loop_of_single_calls_is_one_write_and_one_read_each(
     assert audited_ok(session) == 52
 
 
-def test_a_value_json_cannot_hold_fails_the_call_and_not_the_run(tmp_path: Path) -> None:
+def _refers_to_itself() -> list[Any]:
+    value: list[Any] = []
+    value.append(value)
+    return value
+
+
+@pytest.mark.parametrize(
+    "value", [float("nan"), float("inf"), _refers_to_itself()], ids=["nan", "inf", "cycle"]
+)
+def test_a_value_json_cannot_hold_fails_the_call_and_not_the_run(
+    tmp_path: Path, value: Any
+) -> None:
     with bridge(tmp_path) as (tools, _, session, _host):
         with pytest.raises(ValueError, match="JSON"):
-            tools.records_item_get(record_id=float("nan"))
+            tools.records_item_get(record_id=value)
         assert total(tools.records_item_get(record_id="rec_2")) == 20
     assert audited_ok(session) == 1
 

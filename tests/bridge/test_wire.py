@@ -71,10 +71,13 @@ RESULTS = [
     (True, [{"ok": True, "value": 1}, {"ok": False, "error": {"code": "not_found"}}]),
     (True, None),
     (False, {"code": "not_found", "message": "no such record", "retryable": False}),
+    (True, {"memo": "NaN and Infinity, as words", "n": [2**70, -0.0, 1e16, 0.1, -(2**63)]}),
+    (True, {"quote": 'a "quoted" \\ back\tslash', "control": "\x00\x1f", "empty": [{}, []]}),
 ]
+RESULT_IDS = ["record", "batch", "none", "error", "words-like-constants", "escapes"]
 
 
-@pytest.mark.parametrize(("ok", "value"), RESULTS, ids=["record", "batch", "none", "error"])
+@pytest.mark.parametrize(("ok", "value"), RESULTS, ids=RESULT_IDS)
 def test_a_result_frame_is_the_frame_of_its_message(ok: bool, value: object) -> None:
     message = {"type": "result", "id": 2**53 - 1, "ok": ok, ("value" if ok else "error"): value}
     frame = encode_result(2**53 - 1, ok, value)
@@ -83,9 +86,10 @@ def test_a_result_frame_is_the_frame_of_its_message(ok: bool, value: object) -> 
     assert decode_body(frame[4:]) == decode_body(encode_frame(message)[4:]) == message
 
 
-def test_a_result_json_cannot_hold_is_refused() -> None:
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf")])
+def test_a_result_json_cannot_hold_is_refused(value: float) -> None:
     with pytest.raises(ValueError, match="JSON"):
-        encode_result(1, True, {"v": float("nan")})
+        encode_result(1, True, {"v": [1, value]})
 
 
 def _reader(data: bytes, *, eof: bool = True) -> asyncio.StreamReader:

@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,6 +26,7 @@ from airlock.tools import (
     SQLiteAuditStore,
     program_hash,
 )
+from airlock.tools._audit_process import LoopWaiter, release
 from tests.audit_events import stored_event
 from tests.tools.stores import BACKENDS, Backend, make_backend
 
@@ -255,8 +257,9 @@ async def test_wait_durable_keeps_the_event_loop_running() -> None:
     assert len(store.query()) == 1
 
 
-@pytest.mark.anyio
-async def test_many_waiters_are_released_by_one_write() -> None:
+async def release_waiters_held_by_one_write(n: int = 100) -> tuple[GatedStore, AuditLog]:
+    """Record ``n`` events whose callers wait until they are durable while the store is held,
+    then let it write; the store and log, once every caller was released."""
     store = GatedStore()
     store.gate.clear()
     log = threaded(store)
@@ -265,12 +268,60 @@ async def test_many_waiters_are_released_by_one_write() -> None:
         log.record(event(call=f"c{i}"))
         await log.wait_durable()
 
-    calls = asyncio.gather(*(call(i) for i in range(100)))
+    calls = asyncio.gather(*(call(i) for i in range(n)))
     await asyncio.sleep(0.1)
     store.gate.set()
     await asyncio.wait_for(calls, 5)
-    assert sum(store.batches) == 100
+    assert sum(store.batches) == n
+    return store, log
+
+
+@pytest.mark.anyio
+async def test_many_waiters_are_released_by_one_write() -> None:
+    store, _ = await release_waiters_held_by_one_write()
     assert len(store.batches) <= 3
+
+
+@pytest.mark.anyio
+async def test_a_write_wakes_each_loop_once_whatever_its_waiters(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Each wake-up from the writer thread writes to the loop's self-pipe: 100 waiters
+    # released by one group commit must cost one, not 100.
+    loop = asyncio.get_running_loop()
+    wakes: list[str] = []
+    wake = loop.call_soon_threadsafe
+
+    def counted(*args: Any) -> asyncio.Handle:
+        wakes.append(threading.current_thread().name)
+        return wake(*args)
+
+    monkeypatch.setattr(loop, "call_soon_threadsafe", counted)
+    store, log = await release_waiters_held_by_one_write()
+    assert 1 <= len(wakes) <= len(store.batches) <= 3
+    assert set(wakes) == {"airlock-audit-writer"}
+    log.close()
+
+
+@pytest.mark.parametrize("failure", [None, OSError("disk full")], ids=["stored", "failed"])
+def test_release_settles_every_waiter_of_every_open_loop(failure: Exception | None) -> None:
+    loops = [asyncio.new_event_loop() for _ in range(3)]
+    closed = asyncio.new_event_loop()
+    closed.close()
+    try:
+        waiters = [LoopWaiter(n, loop, loop.create_future()) for n in range(4) for loop in loops]
+        cancelled = waiters[0].future
+        cancelled.cancel()
+        release([*waiters, LoopWaiter(9, closed, loops[0].create_future())], failure)
+        for loop in loops:
+            loop.run_until_complete(asyncio.sleep(0))
+        for waiter in waiters[1:]:
+            assert waiter.future.done()
+            assert waiter.future.exception() is failure
+        assert cancelled.cancelled()
+    finally:
+        for loop in loops:
+            loop.close()
 
 
 @pytest.mark.anyio

@@ -13,7 +13,7 @@ from typing import Annotated, Any
 import pytest
 from pydantic import BaseModel, Field
 
-from airlock.policies import ApprovalPolicy, Effect, Grant, Principal, read
+from airlock.policies import ApprovalPolicy, Effect, Grant, Principal, network, read, spend
 from airlock.tools import (
     AuditEvent,
     AuditLog,
@@ -127,6 +127,12 @@ EVENTS: list[tuple[str, dict[str, Any]]] = [
     ("an escape in the rule", {"tool": "billing_invoice_get", "rule": "rule\x1b[2J"}),
     ("effects as text, one not printable", {"effects": ("read(a:b/c)", "write(a:b/\u2028)")}),
     ("effects as effects", {"effects": (read("billing:invoice/inv_1"), read("a:b/*"))}),
+    ("one effect", {"effects": (read("billing:invoice/inv_1"),)}),
+    ("one spend", {"effects": (spend(1200, currency="USD"),)}),
+    ("one network effect", {"effects": (network("https://api.example.com/x"),)}),
+    ("one effect as text, not printable", {"effects": ("read(a:b/\x1b[2J)",)}),
+    ("one effect in a list", {"effects": [read("billing:invoice/inv_1")]}),
+    ("no effects", {"effects": ()}),
     ("a credential in the detail", {"detail": "Authorization: Bearer abcdefgh1234\nnext"}),
     ("an error", {"outcome": "error", "code": "denied", "stage": "authorize"}),
     ("not final, at a given time", {"final": False, "ts": 1234.5, "duration_s": 0.25}),

@@ -1,0 +1,258 @@
+"""One run's tool calls, from their frames to their answers: ``call``, ``batch`` and
+``propose`` frames checked, counted against the run's limits, admitted through the registry
+as ``caller="code"`` and answered through the run's :class:`ResultWriter`.
+
+Every call gets a context the host built from the run's :class:`ToolSession`: the principal,
+grant and deadline come from the host, never from a frame. A ``propose`` frame is a program's
+proposal of a write: it becomes :meth:`ToolSession.propose
+<airlock.bridge.ToolSession.propose>` (admitted and prepared on the host, never committed),
+answered like a call. Calls run at once, until they first wait (:class:`CallRunner`); at most
+``max_concurrency`` run at a time, the others wait for their turn in order of arrival.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Mapping
+from typing import Any, Final
+
+from airlock.bridge._program_errors import program_error
+from airlock.bridge._results import ResultWriter
+from airlock.bridge._run_stop import limit_stop, protocol_stop
+from airlock.bridge._runner import CallRunner
+from airlock.bridge._session import BridgeLimits, ToolSession
+from airlock.bridge.airlock_wire import MAX_TOOL_NAME_CHARS
+from airlock.tools import JSONObject, ToolError, UnknownToolError, escape_controls
+
+__all__ = ["CallDispatcher"]
+
+_log = logging.getLogger(__name__)
+_MAX_CALL_ID: Final = 2**53
+# Refused names recorded one by one per run; a program probing names in a loop is recorded
+# this far, then once more as "more" (the guest sends each name once; bytes bound the rest).
+_MAX_REFUSED: Final = 64
+_CANCEL_GRACE_S: Final = 5.0
+"""How long the end of a run waits for its cancelled tool calls (host code) to finish."""
+
+
+class CallDispatcher:
+    """The tool calls of one run: admitted within ``limits`` by ``session`` (``None``: the
+    run has no tools, every call is ``unknown_tool``), answered through ``results``.
+
+    The frame methods raise :class:`~airlock.bridge._run_stop.RunStop` when the frame breaks
+    the protocol or a limit; the call itself then never starts.
+    """
+
+    def __init__(
+        self,
+        session: ToolSession | None,
+        limits: BridgeLimits,
+        *,
+        deadline: float,
+        results: ResultWriter,
+    ) -> None:
+        self._session = session
+        self._limits = limits
+        self._deadline = deadline
+        self._results = results
+        self._running = 0  # calls executing (at most max_concurrency)
+        self._turns: deque[asyncio.Future[None]] = deque()  # calls waiting for their turn
+        self._calls = CallRunner(on_done=self._done)
+        self._seen_ids: set[int] = set()
+        self._refused = 0
+        self._call_prefix = f"{session.call_prefix or session.run_id}:" if session else ""
+        self.in_flight = 0
+        """Calls waiting for their results."""
+
+    @property
+    def busy(self) -> bool:
+        """Calls are waiting to start, or running."""
+        return self._calls.busy
+
+    @property
+    def run_id(self) -> str:
+        return self._session.run_id if self._session else "-"
+
+    # -- frames -----------------------------------------------------------------------------
+
+    def call(self, frame: Mapping[str, Any], *, propose: bool = False) -> None:
+        """Start the call (or with ``propose``, the proposal) a frame asks for."""
+        call_id, tool = self._call_header(frame)
+        args = frame.get("args")
+        if not isinstance(args, dict):
+            what = "a proposal's" if propose else "a call's"
+            raise protocol_stop(f"{what} 'args' must be an object")
+        self._admit_count(1)
+        self.in_flight += 1
+        if propose:
+            self._calls.submit(self._answer_proposal(call_id, tool, args))
+        else:
+            self._calls.submit(self._answer_call(call_id, tool, args))
+
+    def batch(self, frame: Mapping[str, Any]) -> None:
+        """Start the calls of one ``batch`` frame, answered together."""
+        call_id, tool = self._call_header(frame)
+        items = frame.get("items")
+        if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+            raise protocol_stop("a batch's 'items' must be a list of objects")
+        if len(items) > self._limits.max_batch_items:
+            raise limit_stop(
+                "calls",
+                f"a batch of {len(items)} items is too big; the limit is "
+                f"{self._limits.max_batch_items} items",
+            )
+        self._admit_count(len(items))
+        self.in_flight += 1
+        self._calls.submit(self._answer_batch(call_id, tool, items))
+
+    def refused(self, frame: Mapping[str, Any]) -> None:
+        """Record a tool name the program reached for and was not given."""
+        refused = frame.get("tool")
+        if not isinstance(refused, str) or not 0 < len(refused) <= MAX_TOOL_NAME_CHARS:
+            raise protocol_stop("a refused frame's 'tool' must be a short string")
+        self._refused += 1
+        if self._session is not None and self._refused <= _MAX_REFUSED + 1:
+            name = escape_controls(refused) if self._refused <= _MAX_REFUSED else "*"
+            self._session.record_refused(name, self._refused)
+
+    def _call_header(self, frame: Mapping[str, Any]) -> tuple[int, str]:
+        call_id, tool = frame.get("id"), frame.get("tool")
+        if type(call_id) is not int or not 0 < call_id < _MAX_CALL_ID:
+            raise protocol_stop("a call's 'id' must be a positive integer")
+        if call_id in self._seen_ids:
+            raise protocol_stop(f"call id {call_id} was used twice")
+        if not isinstance(tool, str) or not 0 < len(tool) <= MAX_TOOL_NAME_CHARS:
+            raise protocol_stop("a call's 'tool' must be a short string")
+        self._seen_ids.add(call_id)
+        return call_id, tool
+
+    def _admit_count(self, count: int) -> None:
+        if self.in_flight >= self._limits.max_in_flight:
+            raise limit_stop(
+                "in_flight",
+                f"{self.in_flight + 1} calls were waiting for results at once; the limit "
+                f"is {self._limits.max_in_flight}",
+            )
+        session = self._session
+        if session is not None:
+            if session.calls + count > self._limits.max_calls:
+                raise limit_stop(
+                    "calls",
+                    f"the program asked for {session.calls + count} tool calls; "
+                    f"the limit is {self._limits.max_calls} per program",
+                )
+            session.calls += count
+
+    # -- running calls ----------------------------------------------------------------------
+
+    def _done(self) -> None:
+        self.in_flight -= 1
+
+    async def _answer_call(self, call_id: int, tool: str, args: dict[str, Any]) -> None:
+        # The admission of :meth:`_admit`, written out: most calls from code are reads of
+        # data at hand, and a coroutine less is a good part of what the bridge adds to them.
+        session = self._session
+        if session is None:
+            error = program_error(UnknownToolError(name=tool))
+            self._results.send(call_id, False, error, alone=self.in_flight <= 1)
+            return
+        ctx = session.context(self._call_prefix + str(call_id), self._deadline)
+        if self._running >= self._limits.max_concurrency:
+            await self._turn()
+        self._running += 1
+        try:
+            ok, value = True, await session.registry.call(tool, args, ctx)
+        except Exception as exc:
+            ok, value = False, self._failure(tool, exc)
+        finally:
+            self._running -= 1
+            if self._turns:
+                self._next_turn()
+        self._results.send(call_id, ok, value, alone=self.in_flight <= 1)
+
+    async def _admit(
+        self, guest_id: str, tool: str, args: dict[str, Any], *, propose: int = 0
+    ) -> tuple[bool, Any]:
+        """One admitted call's outcome for the wire: ``(True, value)`` or ``(False, error)``;
+        with ``propose`` (the call id), a proposal's."""
+        session = self._session
+        if session is None:
+            return False, program_error(UnknownToolError(name=tool))
+        ctx = session.context(self._call_prefix + guest_id, self._deadline)
+        if self._running >= self._limits.max_concurrency:
+            await self._turn()
+        self._running += 1
+        try:
+            if propose:
+                return True, await session.propose(tool, args, ctx, order=propose)
+            return True, await session.registry.call(tool, args, ctx)
+        except Exception as exc:
+            return False, self._failure(tool, exc)
+        finally:
+            self._running -= 1
+            if self._turns:
+                self._next_turn()
+
+    def _failure(self, tool: str, exc: Exception) -> JSONObject:
+        """A failed call's error for the wire."""
+        if isinstance(exc, ToolError):
+            return program_error(exc)
+        # The registry audits it; the guest learns only the class.
+        _log.error("tool %r failed unexpectedly in run %s", tool, self.run_id, exc_info=exc)
+        return {
+            "code": "upstream",
+            "message": f"the tool failed ({type(exc).__name__})",
+            "retryable": True,
+        }
+
+    async def _turn(self) -> None:
+        """Wait until fewer than ``max_concurrency`` calls run (in order of arrival)."""
+        while self._running >= self._limits.max_concurrency:
+            turn = asyncio.get_running_loop().create_future()
+            self._turns.append(turn)
+            try:
+                await turn
+            except asyncio.CancelledError:
+                if turn.done() and not turn.cancelled():
+                    self._next_turn()  # pass the turn it was given on
+                raise
+
+    def _next_turn(self) -> None:
+        while self._turns:
+            turn = self._turns.popleft()
+            if not turn.done():
+                turn.set_result(None)
+                return
+
+    async def _answer_proposal(self, call_id: int, tool: str, args: dict[str, Any]) -> None:
+        ok, value = await self._admit(str(call_id), tool, args, propose=call_id)
+        self._results.send(call_id, ok, value, alone=self.in_flight <= 1)
+
+    async def _answer_batch(self, call_id: int, tool: str, items: list[dict[str, Any]]) -> None:
+        outcomes: list[JSONObject] = [{} for _ in items]
+        pending = iter(enumerate(items))
+
+        async def worker() -> None:
+            # A few workers share the items: concurrency for slow tools without a task
+            # (and its scheduling cost) per item for fast ones.
+            for n, item in pending:
+                ok, value = await self._admit(f"{call_id}.{n}", tool, item)
+                outcomes[n] = {"ok": True, "value": value} if ok else {"ok": False, "error": value}
+
+        workers = min(len(items), self._limits.max_concurrency)
+        await asyncio.gather(*(worker() for _ in range(workers)))
+        self._results.send(call_id, True, outcomes, alone=self.in_flight <= 1)
+
+    async def cancel_pending(self) -> None:
+        """Drop the calls not started yet and cancel the running ones, waiting for them
+        :data:`_CANCEL_GRACE_S` at most."""
+        self._calls.cancel()
+        if self._calls.tasks:
+            # A handler that swallows its cancellation must not hold the run open.
+            _, stuck = await asyncio.wait(list(self._calls.tasks), timeout=_CANCEL_GRACE_S)
+            if stuck:
+                _log.warning(
+                    "%d tool calls of run %s ignored their cancellation", len(stuck), self.run_id
+                )

@@ -1,0 +1,356 @@
+"""The guest's connection to the host: frames over the bridge socket, with results matched to
+pending calls by id.
+
+Standard library only; shipped in the image next to the runner. Calls made by a program's
+threads (:meth:`Connection.call`, :meth:`Connection.submit` and :meth:`Connection.wait`) and
+awaitable calls served by a running event loop (:meth:`Connection.submit_on_loop`) share one
+state: the pending calls, whoever reads the socket for them, and the abort that fails them
+all. The ``tools`` namespace that calls through it is ``airlock_bridge``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import socket
+import threading
+from concurrent.futures import Future, InvalidStateError
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from airlock.bridge import airlock_wire as wire
+    from airlock.sandbox.guest import airlock_errors as errors
+    from airlock.sandbox.guest import airlock_frames as frames
+else:  # in the image, the guest's modules sit side by side on the runner's path
+    import airlock_errors as errors
+    import airlock_frames as frames
+    import airlock_wire as wire
+
+_RECV_BYTES = 256 * 1024
+_BUSY_RETRY_S = 0.0005  # how soon a loop looks again while a waiting thread reads for it
+
+
+class Connection:
+    """Frames over the bridge socket, with results matched to pending calls by id.
+
+    Results may come back in any order. There is no permanent reader thread: a thread that
+    waits for a synchronous result reads the socket itself (one thread switch fewer per
+    call), handing other calls' results to their futures. Awaitable calls made on a running
+    event loop are served by that loop itself: their frames leave together once per turn of
+    the loop (one system call for all the calls a turn made), and while any is pending the
+    loop watches the socket and resolves their futures in its own thread (no reader thread,
+    no wake-up from another thread per result). Awaitable calls made while another running
+    loop watches fall back to a reader thread, which exits when none are left.
+    """
+
+    def __init__(self, path: str) -> None:
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._sock.connect(path)
+        self._send_lock = threading.Lock()
+        self._read_lock = threading.Lock()
+        self._state_lock = threading.Lock()
+        self._pending: dict[int, Future[Any] | asyncio.Future[Any]] = {}
+        self._awaited: set[int] = set()
+        self._reader_running = False
+        self._ids = itertools.count(1)
+        self._aborted: errors.RunAborted | None = None
+        self._received = bytearray()  # read from the socket, not yet a whole frame
+        self._scratch = memoryview(bytearray(_RECV_BYTES))
+        self._outbox: list[bytes] = []  # frames of awaitable calls not sent yet
+        self._flushing: asyncio.AbstractEventLoop | None = None  # where a flush is due
+        self._watcher: asyncio.AbstractEventLoop | None = None  # the loop reading for them
+        self._watched = 0  # awaitable calls of the watching loop not answered yet
+
+    def fileno(self) -> int:
+        """The bridge socket's descriptor (the runner keeps it open, and closes the rest)."""
+        return self._sock.fileno()
+
+    def close(self) -> None:
+        """Close this end of the bridge (a kept runner's program process closes the
+        connection it does not own)."""
+        self._sock.close()
+
+    def send(self, message: dict[str, Any]) -> None:
+        self._send_frame(frames.encode(message))
+
+    def _send_frame(self, frame: bytes) -> None:
+        with self._send_lock:
+            if self._outbox:  # awaitable calls queued before this frame leave first
+                frame = b"".join(self._outbox) + frame
+                self._outbox.clear()
+            self._sock.sendall(frame)
+
+    def recv(self) -> dict[str, Any]:
+        """The next frame from the host, waiting for it (one reader at a time)."""
+        while True:
+            message = self._next_frame()
+            if message is not None:
+                return message
+            self._fill(0)
+
+    def _fill(self, flags: int) -> None:
+        # Whatever the socket holds, up to the scratch buffer, in one system call.
+        count = self._sock.recv_into(self._scratch, _RECV_BYTES, flags)
+        if not count:
+            raise ConnectionError("the host closed the bridge")
+        self._received += self._scratch[:count]
+
+    def _next_frame(self) -> dict[str, Any] | None:
+        """The next whole frame already received, or ``None``."""
+        return frames.split_frame(self._received)
+
+    # -- calls ----------------------------------------------------------------------------
+
+    def call(self, message: dict[str, Any]) -> Any:
+        """Send a call or batch frame and wait for its result (or raise its error).
+
+        When no other thread reads the socket, this one sends and reads its own answer with
+        blocking system calls: no future, no other thread, no selector (the loop of single
+        calls a program makes pays for nothing else). Otherwise as :meth:`submit` and
+        :meth:`wait`.
+        """
+        if not self._read_lock.acquire(blocking=False):
+            return self.wait(self.submit(message))
+        try:
+            with self._state_lock:
+                if self._aborted is not None:
+                    raise self._aborted
+                call_id = next(self._ids)
+            message["id"] = call_id
+            # (a value JSON cannot hold raises here, to the program)
+            frame = frames.encode(message)
+            try:
+                self._send_frame(frame)
+                while True:
+                    answer = self.recv()
+                    if answer.get("id") == call_id and answer.get("type") == wire.RESULT:
+                        break
+                    self._dispatch(answer)  # another thread's result, or the host's abort
+                    if self._aborted is not None:
+                        raise self._aborted
+            except (ConnectionError, OSError, ValueError):
+                closed = errors.RunAborted("protocol_error", "the bridge to the host is closed")
+                self._abort(closed)
+                raise (self._aborted or closed) from None
+        finally:
+            self._read_lock.release()
+        if answer.get("ok"):
+            return answer.get("value")
+        raise errors.error_from_wire(answer.get("error"))
+
+    def submit(self, message: dict[str, Any], *, awaited: bool = False) -> Future[Any]:
+        """Send a call or batch frame; the future holds its result.
+
+        ``awaited`` marks a call an event loop will wait for: a reader thread then reads.
+        """
+        future: Future[Any] = Future()
+        with self._state_lock:
+            if self._aborted is not None:
+                raise self._aborted
+            call_id = next(self._ids)
+            self._pending[call_id] = future
+            if awaited:
+                self._awaited.add(call_id)
+                if not self._reader_running:
+                    self._reader_running = True
+                    threading.Thread(target=self._read_for_loop, daemon=True).start()
+        self.send({**message, "id": call_id})
+        return future
+
+    def submit_on_loop(
+        self, message: dict[str, Any], loop: asyncio.AbstractEventLoop
+    ) -> asyncio.Future[Any] | None:
+        """Queue a call or batch frame of an awaitable call made on the running ``loop``; the
+        future holds its result. ``None`` when another running loop watches the socket (the
+        caller then uses :meth:`submit` with ``awaited=True``)."""
+        with self._state_lock:
+            if self._aborted is not None:
+                raise self._aborted
+            watcher = self._watcher
+            if watcher is not loop:
+                if watcher is not None and not watcher.is_closed() and watcher.is_running():
+                    return None
+                # The last watcher stopped: its unanswered calls' results are read here now.
+                self._watcher = loop
+                loop.add_reader(self._sock.fileno(), self._on_readable, loop)
+            call_id = next(self._ids)
+            future: asyncio.Future[Any] = loop.create_future()
+            self._pending[call_id] = future
+            self._watched += 1
+        message["id"] = call_id
+        frame = frames.encode(message)
+        with self._send_lock:
+            self._outbox.append(frame)
+            # Once per turn of this loop (a flush left pending on a loop that has since
+            # ended must not hold back the frames queued after it).
+            schedule = self._flushing is not loop
+            self._flushing = loop
+        if schedule:
+            loop.call_soon(self._flush)
+        return future
+
+    def _flush(self) -> None:
+        with self._send_lock:
+            self._flushing = None
+            if not self._outbox:
+                return
+            data = b"".join(self._outbox)
+            self._outbox.clear()
+            try:
+                self._sock.sendall(data)
+            except OSError:
+                failed = True
+            else:
+                failed = False
+        if failed:
+            self._abort(errors.RunAborted("protocol_error", "the bridge to the host is closed"))
+
+    def _on_readable(self, loop: asyncio.AbstractEventLoop) -> None:
+        # Called by a watching loop when the socket has bytes.
+        fd = self._sock.fileno()
+        if self._watcher is not loop:  # another loop took over: leave the reading to it
+            loop.remove_reader(fd)
+            return
+        if not self._read_lock.acquire(blocking=False):
+            # A thread waiting for its own result holds the read lock and reads for everyone
+            # meanwhile: look again shortly, rather than spin on a socket that stays readable
+            # (or, with no call of this loop waiting, stop watching: the bytes are not ours).
+            loop.remove_reader(fd)
+            with self._state_lock:
+                keep = self._watcher is loop and self._watched > 0
+                if not keep and self._watcher is loop:
+                    self._watcher = None
+            if keep:
+                loop.call_later(_BUSY_RETRY_S, self._rearm, loop)
+            return
+        try:
+            self._fill(socket.MSG_DONTWAIT)
+            while (frame := self._next_frame()) is not None:
+                self._dispatch(frame, here=loop)
+        except BlockingIOError:
+            pass  # another reader took the bytes first
+        except (ConnectionError, OSError, ValueError):
+            self._abort(errors.RunAborted("protocol_error", "the bridge to the host is closed"))
+        finally:
+            self._read_lock.release()
+        with self._state_lock:
+            # Answered calls do not end the watch: a program that awaits one call after
+            # another would register the socket again for each (two system calls a call).
+            # The watch ends with the loop, with the run, or when the bytes are another's.
+            ended = self._watcher is loop and self._aborted is not None
+            if ended:
+                self._watcher = None
+        if ended:
+            loop.remove_reader(fd)
+
+    def _rearm(self, loop: asyncio.AbstractEventLoop) -> None:
+        with self._state_lock:
+            if self._watcher is loop and not loop.is_closed():
+                loop.add_reader(self._sock.fileno(), self._on_readable, loop)
+
+    def wait(self, future: Future[Any]) -> Any:
+        """The result of a call this thread waits for, reading the socket when nobody is."""
+        while not future.done():
+            if self._read_lock.acquire(blocking=False):
+                try:
+                    while not future.done():
+                        self._dispatch(self.recv())
+                except (ConnectionError, OSError, ValueError):
+                    self._abort(
+                        errors.RunAborted("protocol_error", "the bridge to the host is closed")
+                    )
+                finally:
+                    self._read_lock.release()
+            else:
+                # Another thread reads and will resolve this future, or stop reading soon.
+                try:
+                    return future.result(timeout=0.001)
+                except TimeoutError:
+                    continue
+        return future.result()
+
+    def _read_for_loop(self) -> None:
+        with self._read_lock:
+            try:
+                while True:
+                    with self._state_lock:
+                        if not self._awaited or self._aborted is not None:
+                            self._reader_running = False
+                            return
+                    self._dispatch(self.recv())
+            except (ConnectionError, OSError, ValueError):
+                self._abort(errors.RunAborted("protocol_error", "the bridge to the host is closed"))
+            finally:
+                with self._state_lock:
+                    self._reader_running = False
+
+    def _dispatch(
+        self, frame: dict[str, Any], *, here: asyncio.AbstractEventLoop | None = None
+    ) -> None:
+        """Hand a result frame to its call's future, or an abort to every call; ``here`` is
+        the event loop running in this thread, when the caller knows it."""
+        kind = frame.get("type")
+        if kind == wire.ABORT:
+            self._abort(errors.RunAborted(str(frame.get("code")), str(frame.get("message"))))
+            return
+        if kind != wire.RESULT:
+            return
+        call_id = frame.get("id")
+        with self._state_lock:
+            future = self._pending.pop(call_id, None)  # type: ignore[arg-type]
+            if future is None:
+                return
+            if self._awaited:
+                self._awaited.discard(call_id)
+            if isinstance(future, asyncio.Future):
+                self._watched -= 1
+        if frame.get("ok"):
+            _settle(future, frame.get("value"), None, here)
+        else:
+            _settle(future, None, errors.error_from_wire(frame.get("error")), here)
+
+    def _abort(self, signal: errors.RunAborted) -> None:
+        with self._state_lock:
+            if self._aborted is None:
+                self._aborted = signal
+            pending, self._pending = self._pending, {}
+            self._awaited.clear()
+            self._watched = 0
+        for future in pending.values():
+            _settle(future, None, signal)
+
+
+def _settle(
+    future: Future[Any] | asyncio.Future[Any],
+    value: Any,
+    error: BaseException | None,
+    here: asyncio.AbstractEventLoop | None = None,
+) -> None:
+    """Resolve a call's future from whichever thread read its result: an event loop's
+    future in the loop's own thread (``here``, when the reader knows it runs there), or
+    through the loop from any other."""
+    if isinstance(future, asyncio.Future):
+        loop = future.get_loop()
+        if loop is not here and asyncio._get_running_loop() is not loop:
+            with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
+                loop.call_soon_threadsafe(_settle, future, value, error)
+            return
+        if not future.done():  # (in its own thread: nothing can settle it meanwhile)
+            if error is None:
+                future.set_result(value)
+            else:
+                future.set_exception(error)
+        return
+    if future.done():  # cancelled by the program, or already failed by an abort
+        return
+    # A call's future is cancelled from the program's thread (asyncio.wrap_future), so a
+    # thread-safe future can still be cancelled between the check above and this.
+    with contextlib.suppress(InvalidStateError):
+        if error is None:
+            future.set_result(value)
+        else:
+            future.set_exception(error)
+
+
+__all__ = ["Connection"]
