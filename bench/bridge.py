@@ -1,13 +1,17 @@
 """Tool calls from a program in a real container, against the same calls made on the host.
 
-Run: ``.venv/bin/python bench/bridge.py [--runs N]``. A trivial read tool returns a ~200-byte
+Run: ``.venv/bin/python bench/bridge.py [--runs N] [--busy N]`` (``--busy``: N processes
+spinning beside it, a loaded machine). A trivial read tool returns a ~200-byte
 record; every call goes through full admission and a durable SQLite audit log (WAL, batched,
 flushed before the run's result returns). The guest measures its own calls with
 ``perf_counter``; the floor is ``Registry.call`` made directly in-process on the host, with the
 same audit log. 1,000 reads are made as a loop of single calls, as a gather of ``.aio`` calls
 bounded to 1, 4, 16 and 64 at a time (a semaphore in the program), as one plain gather and as
 one ``.batch``, interleaved run by run so that drift on a shared machine falls on all of them;
-each is compared with the loop measured in the same run.
+each is compared with the loop measured in the same run. The last lines give the CPU each
+call cost over the whole run: the host's (every thread; then the event loop's and the audit
+writer's shares, from ``/proc`` on Linux) and the guest's (the program's own process, as the
+runner measures it).
 
 Goals (issue 17, 2-core machine): 64 concurrent ``.aio`` calls >= 3x the loop's calls/s;
 round trip median <= 120 us on a loaded machine. (Issue 4: p99 <= 1 ms; >= 30,000 batched
@@ -22,6 +26,7 @@ import os
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -34,6 +39,7 @@ from airlock.bridge import BridgeLimits, ToolSession
 from airlock.policies import Grant, Principal, SandboxProfile, read
 from airlock.sandbox import DEFAULT_IMAGE, DockerBackend
 from airlock.tools import AuditLog, CallContext, Registry, SQLiteAuditStore
+from bench._busy import busy_processes
 from bench._table import percentile, print_table
 
 RUNS = 5
@@ -129,6 +135,20 @@ async def host_floor(registry: Registry, calls: int) -> tuple[list[float], float
     return latencies, total
 
 
+def _thread_cpu() -> dict[str, float]:
+    """CPU seconds of each live thread of this process, by thread name (Linux; empty
+    elsewhere): the event loop's and the audit writer's shares of the host's CPU."""
+    cpu: dict[str, float] = {}
+    for thread in threading.enumerate():
+        try:
+            with open(f"/proc/self/task/{thread.native_id}/schedstat") as stat:
+                ns = int(stat.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue
+        cpu[thread.name] = cpu.get(thread.name, 0.0) + ns / 1e9
+    return cpu
+
+
 def _load() -> str:
     return "load average " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
 
@@ -155,8 +175,12 @@ async def main(round_trips: int, image: str, runs: int) -> None:
                 .replace("CONCURRENCY", repr(CONCURRENCY))
             )
             cpu_before = time.process_time()
+            threads_before = _thread_cpu()
             result = await backend.run(program, tools=session)
             host_cpu = time.process_time() - cpu_before
+            threads = {
+                name: cpu - threads_before.get(name, 0.0) for name, cpu in _thread_cpu().items()
+            }
         if not result.ok or not isinstance(result.value, dict):
             raise SystemExit(f"benchmark program failed: {result.reason()} {result.error}")
         value: dict[str, Any] = result.value
@@ -206,6 +230,20 @@ async def main(round_trips: int, image: str, runs: int) -> None:
         "thread of the host process: event loop, admission, audit writer; less noisy than "
         "time on a shared machine)"
     )
+    split = {
+        "event loop": threads.get("MainThread", 0.0),
+        "audit writer": threads.get("airlock-audit-writer", 0.0),
+    }
+    print(
+        "  of which "
+        + ", ".join(f"{name} {cpu / calls * 1e6:.0f} us" for name, cpu in split.items())
+        + " (the writer's thread, if still alive at the end)"
+    )
+    if result.cpu_time_s is not None:
+        print(
+            f"guest CPU per call over the run: {result.cpu_time_s / calls * 1e6:.0f} us (the "
+            "program's process in the container: its own code and the guest side of the bridge)"
+        )
     print(f"after: {_load()}")
     print(
         "goals: 64 concurrent .aio >= 3x the loop's calls/s (issue 17); round trip median "
@@ -218,5 +256,9 @@ if __name__ == "__main__":
     parser.add_argument("--round-trips", type=int, default=2000)
     parser.add_argument("--runs", type=int, default=RUNS)
     parser.add_argument("--image", default=os.environ.get("AIRLOCK_IMAGE", DEFAULT_IMAGE))
+    parser.add_argument(
+        "--busy", type=int, default=0, help="processes spinning beside it: a loaded machine"
+    )
     args = parser.parse_args()
-    asyncio.run(main(args.round_trips, args.image, args.runs))
+    with busy_processes(args.busy):
+        asyncio.run(main(args.round_trips, args.image, args.runs))

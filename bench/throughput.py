@@ -24,7 +24,10 @@ load falls on every case alike):
 
     .venv/bin/python bench/throughput.py [--seconds 10] [--concurrency 8]
         [--principals 1,2,8,32] [--pools 0,2,4,8] [--warm-runs 200] [--runtime runc]
-        [--new-principal-runtimes runc,crun] [--rounds 1]
+        [--new-principal-runtimes runc,crun] [--rounds 1] [--busy 0]
+
+``--busy N`` runs N processes spinning beside it for the whole benchmark: the loaded machine
+every goal must also hold on.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from airlock.policies import Grant, Principal, SandboxProfile
 from airlock.sandbox import DEFAULT_IMAGE, DockerBackend, RunResult
 from airlock.tools import Registry
 from bench._bare_docker import run_bare
+from bench._busy import busy_processes
 from bench._table import percentile, print_table
 
 PROGRAM = "import os\nlen(os.listdir('/tmp')) + 1\n"
@@ -223,9 +227,20 @@ async def main() -> None:
     parser.add_argument(
         "--rounds", type=int, default=1, help="split each sustained case's seconds into rounds"
     )
+    parser.add_argument(
+        "--busy", type=int, default=0, help="processes spinning beside it: a loaded machine"
+    )
     args = parser.parse_args()
+    with busy_processes(args.busy):
+        await _measure(args)
+
+
+async def _measure(args: argparse.Namespace) -> None:
     profile = SandboxProfile.model_validate({"language_mode": "full", "runtime": args.runtime})
-    print(f"load average at start: {_load()}; image {IMAGE}; runtime {args.runtime}")
+    print(
+        f"load average at start: {_load()}; image {IMAGE}; runtime {args.runtime}; "
+        f"{args.busy} busy processes beside it"
+    )
 
     base = f"docker run --rm, {args.concurrency} conc."
     cases = _new_principal_cases(args, profile, base)

@@ -105,8 +105,8 @@ class DockerBackend:
         self._client = client
         self._owner_labels = owner_labels()
         self._owner = self._owner_labels[OWNER_LABEL]
-        self._socket_root = Path(tempfile.mkdtemp(prefix="airlock-"))
-        self._socket_root.chmod(0o755)
+        self._socket_root: Path | None = None
+        """Made by the first container's start: a backend never started leaves nothing."""
         self.pool = WarmPool(self._start_container, size=pool_size)
         self._cleanup: set[asyncio.Task[None]] = set()
         self._active: set[SandboxContainer] = set()
@@ -200,7 +200,7 @@ class DockerBackend:
             image=self.image_for(chosen),
             profile=chosen,
             labels={LABEL: "1", **self._owner_labels},
-            socket_root=self._socket_root,
+            socket_root=self._sockets(),
             inputs=inputs,
         )
         if self._closed:  # closed while it started: nobody will run or remove it
@@ -361,6 +361,13 @@ class DockerBackend:
         except SandboxError as exc:
             _log.warning("could not destroy sandbox container %s: %s", container.id, exc)
 
+    def _sockets(self) -> Path:
+        """The directory of this backend's containers' socket directories."""
+        if self._socket_root is None:
+            self._socket_root = Path(tempfile.mkdtemp(prefix="airlock-"))
+            self._socket_root.chmod(0o755)
+        return self._socket_root
+
     async def close(self) -> None:
         """Destroy every container this backend started: programs in flight, whatever their
         bridge is doing (their runs then return), kept sandboxes, the pool and its starts in
@@ -386,4 +393,5 @@ class DockerBackend:
                 )
                 for entry in leftovers:
                     await asyncio.to_thread(remove_container, self._client, str(entry["Id"]))
-        shutil.rmtree(self._socket_root, ignore_errors=True)
+        if self._socket_root is not None:
+            shutil.rmtree(self._socket_root, ignore_errors=True)

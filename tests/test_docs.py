@@ -92,27 +92,13 @@ new principal/run, pool 4, crun           35       4.3    1639.8    3743.5  0.87
 reuse, 1 principals                      752     125.3       7.4      17.7  25.42x docker run --rm, 8 conc.
 reuse, 2 principals                     1284     213.9       8.5      32.9  43.37x docker run --rm, 8 conc.
 reuse, 8 principals                     1235     204.3      37.2      98.9  41.44x docker run --rm, 8 conc.
-reuse, 32 principals                    1094     176.3     172.3     408.8  35.75x docker run --rm, 8 conc.
-
+reuse, 32 principals                    1094     176.3     172.3     408.8  35.75x docker run --rm, 8 conc.""": _PERFORMANCE,
+        """\
 warm run, one at a time (request -> result)
 case                                       n       median ms        p99 ms  ratio
-pooled fresh container                    50          21.000        36.154
-reused container, back to back           300           5.908        11.841  0.28x pooled fresh container
-reused, 20 ms apart (ready again)        300           2.859         5.021  0.14x pooled fresh container""": _PERFORMANCE,
-        """\
-a warm run 20 ms after the previous result, by step (runc, median us, 150 runs each)
-step                                          before    after
-request -> run frame written                     299      336
-frame written -> guest process wakes             278      281
-wakes -> program starts (seccomp layer, tools)    93       90
-compile                                          169      161
-namespace + run                                   87       83
-output capture closed                            213       28
-results gathered -> done written                  77       71
-done written -> host has read it                1106      987
-done read -> result judged                       506      207
-judged -> result returned                         44       40
-total, median (p90)                      3610 (6534) 2608 (4134)""": _PERFORMANCE,
+pooled fresh container                    50           2.277         4.488
+reused container, back to back           300           4.242         5.240  1.86x pooled fresh container
+reused, 20 ms apart (ready again)        300           0.854         1.294  0.37x pooled fresh container""": _PERFORMANCE,
         """\
 request -> result, 20 runs each (ms)
 case                                       n       median ms        p99 ms  ratio
@@ -196,32 +182,34 @@ refunds held by the service: 1000 (1000 expected), duplicates: 0""": _PERFORMANC
         """\
 bridge round trip, 2000 sequential calls (us)
 case                                       n       median us        p99 us  ratio
-guest -> host -> guest                  2000         104.452      1455.593  7.99x host Registry.call (floor)
-host Registry.call (floor)              2000          13.076        89.845
+guest -> host -> guest                  2000          57.569       734.424  5.84x host Registry.call (floor)
+host Registry.call (floor)              2000           9.851        22.114
 
 1,000 reads of a ~227-byte record, 5 runs each, interleaved (ms; ratio of times, lower is faster)
 case                                       n       median ms        p99 ms  ratio
-sequential (loop of single calls)          5         232.143       255.339
-1 concurrent .aio (bounded gather)         5         218.744       236.159  0.94x sequential (loop of single calls)
-4 concurrent .aio (bounded gather)         5         111.791       114.343  0.48x sequential (loop of single calls)
-16 concurrent .aio (bounded gather)        5          83.560        89.194  0.36x sequential (loop of single calls)
-64 concurrent .aio (bounded gather)        5          68.980        71.209  0.30x sequential (loop of single calls)
-1,000 at once (plain gather of .aio)       5          47.543        57.644  0.20x sequential (loop of single calls)
-batched (one .batch of 1,000)              5          25.444        27.267  0.11x sequential (loop of single calls)
-host Registry.call loop (floor)            1          22.259        22.259
+sequential (loop of single calls)          5         193.351       240.953
+1 concurrent .aio (bounded gather)         5         166.955       179.587  0.86x sequential (loop of single calls)
+4 concurrent .aio (bounded gather)         5          82.379       107.418  0.43x sequential (loop of single calls)
+16 concurrent .aio (bounded gather)        5          62.504        76.118  0.32x sequential (loop of single calls)
+64 concurrent .aio (bounded gather)        5          45.017        56.863  0.23x sequential (loop of single calls)
+1,000 at once (plain gather of .aio)       5          31.749        53.408  0.16x sequential (loop of single calls)
+batched (one .batch of 1,000)              5          17.395        22.931  0.09x sequential (loop of single calls)
+host Registry.call loop (floor)            1          12.796        12.796
 
 case                                   calls/s at the median  x the loop
-sequential (loop of single calls)                      4,308       1.00x
-1 concurrent .aio (bounded gather)                     4,572       1.06x
-4 concurrent .aio (bounded gather)                     8,945       2.08x
-16 concurrent .aio (bounded gather)                   11,967       2.78x
-64 concurrent .aio (bounded gather)                   14,497       3.37x
-1,000 at once (plain gather of .aio)                  21,034       4.88x
-batched (one .batch of 1,000)                         39,302       9.12x
-host Registry.call loop (floor)                       44,925      10.43x
+sequential (loop of single calls)                      5,172       1.00x
+1 concurrent .aio (bounded gather)                     5,990       1.16x
+4 concurrent .aio (bounded gather)                    12,139       2.35x
+16 concurrent .aio (bounded gather)                   15,999       3.09x
+64 concurrent .aio (bounded gather)                   22,214       4.30x
+1,000 at once (plain gather of .aio)                  31,497       6.09x
+batched (one .batch of 1,000)                         57,486      11.12x
+host Registry.call loop (floor)                       78,151      15.11x
 
-round trip median 104 us, p99 1456 us; audit events for the run: 37200 (every call admitted and recorded)
-host CPU per call over the run: 93 us (37200 calls; every thread of the host process: event loop, admission, audit writer; less noisy than time on a shared machine)""": _PERFORMANCE,
+round trip median 58 us, p99 734 us; audit events for the run: 37200 (every call admitted and recorded)
+host CPU per call over the run: 68 us (37200 calls; every thread of the host process: event loop, admission, audit writer; less noisy than time on a shared machine)
+  of which event loop 48 us, audit writer 20 us (the writer's thread, if still alive at the end)
+guest CPU per call over the run: 24 us (the program's process in the container: its own code and the guest side of the bridge)""": _PERFORMANCE,
         """\
 writer thread CPU per stored event, 5 rounds (µs per event)
 case                                       n       median µs        p99 µs  ratio

@@ -29,17 +29,25 @@ def encode_events(
     """The rows of ``events`` (each value passed through ``text``), their canonical bytes
     for the chain (without the opening ``[``: :class:`~airlock.tools._audit_chain.Linker`),
     and their effects split for the index; done before the transaction."""
-    rows, tails, effects = [], [], []
-    for count, event in enumerate(events, 1):
-        row, tail, stored = encoded_row(event, text)
-        rows.append(row)
-        tails.append(tail)
-        effects.append(list(map(split_effect, stored)))
-        if count % 128 == 0:
+    rows: list[tuple[Any, ...]] = []
+    tails: list[bytes] = []
+    effects: list[list[tuple[str, str, str | None]]] = []
+    add_row, add_tail, add_effects = rows.append, tails.append, effects.append
+    for start in range(0, len(events), _SLICE):
+        if start:
             # Serializing is Python work under the GIL: let other threads (the event
             # loop) run between slices, so a large batch never holds them up for long.
             time.sleep(0)
+        for event in events[start : start + _SLICE]:
+            row, tail, stored = encoded_row(event, text)
+            add_row(row)
+            add_tail(tail)
+            add_effects([split_effect(effect) for effect in stored])
     return rows, tails, effects
+
+
+_SLICE = 128
+"""Events serialized between two chances for other threads to take the GIL."""
 
 
 def chain_rows(

@@ -109,3 +109,13 @@ def test_each_run_gets_a_fresh_container(sandbox: Sandbox) -> None:
     assert first.ok
     assert second.ok
     assert second.value is False
+
+
+def test_ssl_is_not_loaded_ahead_and_still_imports(sandbox: Sandbox) -> None:
+    # The runner keeps OpenSSL out of every container's start; a program may still use it.
+    loaded = sandbox.run("import sys\n'ssl' in sys.modules\n", language_mode="full")
+    assert loaded.ok, loaded.error
+    assert loaded.value is False
+    imported = sandbox.run("import ssl\nssl.OPENSSL_VERSION.split()[0]\n", language_mode="full")
+    assert imported.ok, imported.error
+    assert imported.value == "OpenSSL"

@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import pathlib
+import tempfile
+
 import pytest
 
 from airlock.policies import Principal, SandboxProfile, UsageError
@@ -57,3 +60,14 @@ async def test_the_docker_backend_can_keep() -> None:
         assert not kept.alive
     finally:
         await backend.close()
+
+
+@pytest.mark.anyio
+async def test_a_docker_backend_never_started_leaves_no_directory(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    closed = DockerBackend()
+    await closed.close()
+    DockerBackend()  # dropped unclosed
+    assert list(tmp_path.iterdir()) == []
