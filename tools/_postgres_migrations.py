@@ -1,7 +1,7 @@
 """The PostgreSQL schema as plain SQL files, applied in order, recorded in a version table.
 
 ``migrations/postgres/NNNN_name.sql`` (inside the package, so they ship in the wheel) are
-applied in the order of their number, each in the transaction that records it in
+applied in the order of their number, in one transaction that records each in
 ``airlock_migrations``; a database is never changed by hand. Plain files rather than a
 migration library: the schema stays readable (and reviewable) by whoever runs the database,
 without pulling SQLAlchemy and Alembic into a harness that otherwise does not use them, and
@@ -9,7 +9,7 @@ a dozen lines apply them. Migrations only go forward; a database migrated by a n
 than this one is refused rather than written with an older idea of its tables.
 
 Several processes may start at once: each takes a transaction-scoped advisory lock for the
-schema first, so one applies what is missing and the others then find it applied.
+schema first, so one applies all that is missing and the others then find it applied.
 """
 
 from __future__ import annotations
@@ -67,6 +67,9 @@ def migrate(conn: psycopg.Connection[Any]) -> list[int]:
         MigrationError: the database holds a version this airlock does not know.
     """
     known = migrations()
+    done: list[int] = []
+    # One transaction under the lock for the check and every migration: a process that
+    # waited for the lock finds them all applied, never a later one left for it to apply.
     with conn.transaction():
         conn.execute(
             "SELECT pg_advisory_xact_lock(hashtext('airlock_migrations:' || current_schema()))"
@@ -77,29 +80,19 @@ def migrate(conn: psycopg.Connection[Any]) -> list[int]:
             "applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"
         )
         applied = {int(r[0]) for r in conn.execute(f"SELECT version FROM {_TABLE}")}
-    newer = sorted(applied - {m.version for m in known})
-    if newer:
-        raise MigrationError(
-            f"the database's schema is at version {max(applied)}, which this airlock "
-            f"(versions up to {len(known)}) does not know; upgrade airlock on this host"
-        )
-    done: list[int] = []
-    for migration in known:
-        if migration.version in applied:
-            continue
-        with conn.transaction():
-            conn.execute(
-                "SELECT pg_advisory_xact_lock(hashtext('airlock_migrations:' || current_schema()))"
+        newer = sorted(applied - {m.version for m in known})
+        if newer:
+            raise MigrationError(
+                f"the database's schema is at version {max(applied)}, which this airlock "
+                f"(versions up to {len(known)}) does not know; upgrade airlock on this host"
             )
-            already = conn.execute(
-                f"SELECT 1 FROM {_TABLE} WHERE version = %s", (migration.version,)
-            ).fetchone()
-            if already is not None:  # another process applied it while this one waited
+        for migration in known:
+            if migration.version in applied:
                 continue
             conn.execute(migration.sql.encode())
             conn.execute(
                 f"INSERT INTO {_TABLE} (version, name) VALUES (%s, %s)",
                 (migration.version, migration.name),
             )
-        done.append(migration.version)
+            done.append(migration.version)
     return done
