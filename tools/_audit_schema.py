@@ -141,21 +141,21 @@ def encoded_row(
     """
     ts, duration = float(e.ts), float(e.duration_s)
     code, detail, approver, effects = e.code, e.detail, e.approver, e.effects
-    quoted = '","'.join(
-        (
-            e.run_id,
-            e.call_id,
-            e.caller,
-            e.tool,
-            e.user_id,
-            e.tenant_id,
-            e.args_hash,
-            e.stage,
-            e.decision,
-            e.rule,
-            e.outcome,
-        )
+    # The eleven texts between ``ts`` and ``code``, in column order.
+    plain = (
+        e.run_id,
+        e.call_id,
+        e.caller,
+        e.tool,
+        e.user_id,
+        e.tenant_id,
+        e.args_hash,
+        e.stage,
+        e.decision,
+        e.rule,
+        e.outcome,
     )
+    quoted = '","'.join(plain)
     texts = "".join(
         (
             quoted,
@@ -176,27 +176,7 @@ def encoded_row(
         return _encoded(e, text)
     listed = '["' + '", "'.join(effects) + '"]' if effects else "[]"
     final, exercised = int(e.final), int(e.exercised)
-    row = (
-        ts,
-        e.run_id,
-        e.call_id,
-        e.caller,
-        e.tool,
-        e.user_id,
-        e.tenant_id,
-        e.args_hash,
-        e.stage,
-        e.decision,
-        e.rule,
-        e.outcome,
-        code,
-        duration,
-        listed,
-        detail,
-        final,
-        approver,
-        exercised,
-    )
+    row = (ts, *plain, code, duration, listed, detail, final, approver, exercised)
     escaped = listed.replace('"', '\\"')
     code_json = "null" if code is None else f'"{code}"'
     detail_json = "null" if detail is None else f'"{detail}"'

@@ -23,6 +23,10 @@ __all__ = ["Encoded", "chain_rows", "encode_events", "filters", "page", "program
 Encoded = tuple[list[tuple[Any, ...]], list[bytes], list[list[tuple[str, str, str | None]]]]
 
 
+_SLICE = 128
+"""Events serialized between two chances for other threads to take the GIL."""
+
+
 def encode_events(
     events: Sequence[AuditEvent], text: Callable[[Any], Any] | None = None
 ) -> Encoded:
@@ -44,10 +48,6 @@ def encode_events(
             add_tail(tail)
             add_effects([split_effect(effect) for effect in stored])
     return rows, tails, effects
-
-
-_SLICE = 128
-"""Events serialized between two chances for other threads to take the GIL."""
 
 
 def chain_rows(
