@@ -1,9 +1,11 @@
 """Tool calls from a program in a real container, against the same calls made on the host.
 
-Run: ``.venv/bin/python bench/bridge.py [--runs N] [--busy N]`` (``--busy``: N processes
-spinning beside it, a loaded machine). A trivial read tool returns a ~200-byte
-record; every call goes through full admission and a durable SQLite audit log (WAL, batched,
-flushed before the run's result returns). The guest measures its own calls with
+Run: ``.venv/bin/python bench/bridge.py [--runs N] [--busy N] [--audit memory]``
+(``--busy``: N processes spinning beside it, a loaded machine). A trivial read tool returns a
+~200-byte record; every call goes through full admission and a durable SQLite audit log (WAL,
+batched, flushed before the run's result returns). ``--audit memory`` keeps the events in
+memory instead, stored as they are recorded with no writer thread: the difference between the
+two runs is what writing the log costs the bridge. The guest measures its own calls with
 ``perf_counter``; the floor is ``Registry.call`` made directly in-process on the host, with the
 same audit log. 1,000 reads are made as a loop of single calls, as a gather of ``.aio`` calls
 bounded to 1, 4, 16 and 64 at a time (a semaphore in the program), as one plain gather and as
@@ -38,7 +40,7 @@ from pydantic import BaseModel, Field
 from airlock.bridge import BridgeLimits, ToolSession
 from airlock.policies import Grant, Principal, SandboxProfile, read
 from airlock.sandbox import DEFAULT_IMAGE, DockerBackend
-from airlock.tools import AuditLog, CallContext, Registry, SQLiteAuditStore
+from airlock.tools import AuditLog, CallContext, MemoryAuditStore, Registry, SQLiteAuditStore
 from bench._busy import busy_processes
 from bench._table import percentile, print_table
 
@@ -153,10 +155,18 @@ def _load() -> str:
     return "load average " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-async def main(round_trips: int, image: str, runs: int) -> None:
-    print(f"image {image}; before: {_load()}")
+AUDIT_STORES = ("sqlite", "memory")
+
+
+async def main(round_trips: int, image: str, runs: int, audit_store: str) -> None:
+    print(f"image {image}; audit store {audit_store}; before: {_load()}")
     with tempfile.TemporaryDirectory() as tmp:
-        audit = AuditLog(SQLiteAuditStore(Path(tmp) / "audit.db"), batch_size=1024)
+        store = (
+            MemoryAuditStore()
+            if audit_store == "memory"
+            else SQLiteAuditStore(Path(tmp) / "audit.db")
+        )
+        audit = AuditLog(store, batch_size=1024)
         registry = build_registry(audit)
         floor_lat, floor_total = await host_floor(registry, 2000)
         floor_per_call = floor_total / 2000
@@ -259,6 +269,12 @@ if __name__ == "__main__":
     parser.add_argument(
         "--busy", type=int, default=0, help="processes spinning beside it: a loaded machine"
     )
+    parser.add_argument(
+        "--audit",
+        choices=AUDIT_STORES,
+        default="sqlite",
+        help="where the audit log goes: a durable SQLite file, or memory (no writer thread)",
+    )
     args = parser.parse_args()
     with busy_processes(args.busy):
-        asyncio.run(main(args.round_trips, args.image, args.runs))
+        asyncio.run(main(args.round_trips, args.image, args.runs, args.audit))

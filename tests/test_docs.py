@@ -83,22 +83,22 @@ export BILLING_TOKEN_ACME=tok_...              # a host secret: never in a conta
         """\
 sustained runs/s (6 s per case, in 2 rounds)
 case                                    runs    runs/s    p50 ms    p99 ms  ratio
-docker run --rm, 8 conc.                  40       4.9    1334.5    2579.5  1.00x docker run --rm, 8 conc.
-docker run --rm --runtime crun, 8 c.      44       5.5    1213.5    2049.6  1.11x docker run --rm, 8 conc.
-new principal/run, pool 0                 32       3.8    1855.2    3425.9  0.76x docker run --rm, 8 conc.
-new principal/run, pool 4                 33       3.8    2020.7    3997.2  0.77x docker run --rm, 8 conc.
-new principal/run, pool 0, crun           32       4.1    1571.3    3461.7  0.84x docker run --rm, 8 conc.
-new principal/run, pool 4, crun           35       4.3    1639.8    3743.5  0.87x docker run --rm, 8 conc.
-reuse, 1 principals                      752     125.3       7.4      17.7  25.42x docker run --rm, 8 conc.
-reuse, 2 principals                     1284     213.9       8.5      32.9  43.37x docker run --rm, 8 conc.
-reuse, 8 principals                     1235     204.3      37.2      98.9  41.44x docker run --rm, 8 conc.
-reuse, 32 principals                    1094     176.3     172.3     408.8  35.75x docker run --rm, 8 conc.""": _PERFORMANCE,
+docker run --rm, 8 conc.                  76      10.5     667.6    1199.2  1.00x docker run --rm, 8 conc.
+docker run --rm --runtime crun, 8 c.      80      11.5     585.1    1024.4  1.09x docker run --rm, 8 conc.
+new principal/run, pool 0                 57       8.1     899.5    1382.0  0.77x docker run --rm, 8 conc.
+new principal/run, pool 4                 64       8.3    1003.1    1774.5  0.79x docker run --rm, 8 conc.
+new principal/run, pool 0, crun           62       8.6     867.5    1571.3  0.82x docker run --rm, 8 conc.
+new principal/run, pool 4, crun           64       8.7     976.7    1677.2  0.83x docker run --rm, 8 conc.
+reuse, 1 principals                     1493     248.6       4.0       6.1  23.66x docker run --rm, 8 conc.
+reuse, 2 principals                     2457     409.1       4.6      11.1  38.94x docker run --rm, 8 conc.
+reuse, 8 principals                     2664     442.8      15.9      85.4  42.15x docker run --rm, 8 conc.
+reuse, 32 principals                    2395     393.2      81.1     168.4  37.43x docker run --rm, 8 conc.""": _PERFORMANCE,
         """\
 warm run, one at a time (request -> result)
 case                                       n       median ms        p99 ms  ratio
-pooled fresh container                    50           2.277         4.488
-reused container, back to back           300           4.242         5.240  1.86x pooled fresh container
-reused, 20 ms apart (ready again)        300           0.854         1.294  0.37x pooled fresh container""": _PERFORMANCE,
+pooled fresh container                    50           2.359         6.395
+reused container, back to back           300           4.168         5.084  1.77x pooled fresh container
+reused, 20 ms apart (ready again)        300           0.870         1.274  0.37x pooled fresh container""": _PERFORMANCE,
         """\
 request -> result, 20 runs each (ms)
 case                                       n       median ms        p99 ms  ratio
@@ -182,33 +182,33 @@ refunds held by the service: 1000 (1000 expected), duplicates: 0""": _PERFORMANC
         """\
 bridge round trip, 2000 sequential calls (us)
 case                                       n       median us        p99 us  ratio
-guest -> host -> guest                  2000          57.569       734.424  5.84x host Registry.call (floor)
-host Registry.call (floor)              2000           9.851        22.114
+guest -> host -> guest                  2000          58.651       836.793  5.78x host Registry.call (floor)
+host Registry.call (floor)              2000          10.144        30.979
 
 1,000 reads of a ~227-byte record, 5 runs each, interleaved (ms; ratio of times, lower is faster)
 case                                       n       median ms        p99 ms  ratio
-sequential (loop of single calls)          5         193.351       240.953
-1 concurrent .aio (bounded gather)         5         166.955       179.587  0.86x sequential (loop of single calls)
-4 concurrent .aio (bounded gather)         5          82.379       107.418  0.43x sequential (loop of single calls)
-16 concurrent .aio (bounded gather)        5          62.504        76.118  0.32x sequential (loop of single calls)
-64 concurrent .aio (bounded gather)        5          45.017        56.863  0.23x sequential (loop of single calls)
-1,000 at once (plain gather of .aio)       5          31.749        53.408  0.16x sequential (loop of single calls)
-batched (one .batch of 1,000)              5          17.395        22.931  0.09x sequential (loop of single calls)
-host Registry.call loop (floor)            1          12.796        12.796
+sequential (loop of single calls)          5         169.320       184.831
+1 concurrent .aio (bounded gather)         5         155.800       203.773  0.92x sequential (loop of single calls)
+4 concurrent .aio (bounded gather)         5          82.708       111.555  0.49x sequential (loop of single calls)
+16 concurrent .aio (bounded gather)        5          60.648        78.028  0.36x sequential (loop of single calls)
+64 concurrent .aio (bounded gather)        5          46.890        48.701  0.28x sequential (loop of single calls)
+1,000 at once (plain gather of .aio)       5          30.341        34.441  0.18x sequential (loop of single calls)
+batched (one .batch of 1,000)              5          17.375        18.352  0.10x sequential (loop of single calls)
+host Registry.call loop (floor)            1          13.317        13.317
 
 case                                   calls/s at the median  x the loop
-sequential (loop of single calls)                      5,172       1.00x
-1 concurrent .aio (bounded gather)                     5,990       1.16x
-4 concurrent .aio (bounded gather)                    12,139       2.35x
-16 concurrent .aio (bounded gather)                   15,999       3.09x
-64 concurrent .aio (bounded gather)                   22,214       4.30x
-1,000 at once (plain gather of .aio)                  31,497       6.09x
-batched (one .batch of 1,000)                         57,486      11.12x
-host Registry.call loop (floor)                       78,151      15.11x
+sequential (loop of single calls)                      5,906       1.00x
+1 concurrent .aio (bounded gather)                     6,418       1.09x
+4 concurrent .aio (bounded gather)                    12,091       2.05x
+16 concurrent .aio (bounded gather)                   16,489       2.79x
+64 concurrent .aio (bounded gather)                   21,326       3.61x
+1,000 at once (plain gather of .aio)                  32,958       5.58x
+batched (one .batch of 1,000)                         57,554       9.75x
+host Registry.call loop (floor)                       75,095      12.71x
 
-round trip median 58 us, p99 734 us; audit events for the run: 37200 (every call admitted and recorded)
-host CPU per call over the run: 68 us (37200 calls; every thread of the host process: event loop, admission, audit writer; less noisy than time on a shared machine)
-  of which event loop 48 us, audit writer 20 us (the writer's thread, if still alive at the end)
+round trip median 59 us, p99 837 us; audit events for the run: 37200 (every call admitted and recorded)
+host CPU per call over the run: 63 us (37200 calls; every thread of the host process: event loop, admission, audit writer; less noisy than time on a shared machine)
+  of which event loop 45 us, audit writer 19 us (the writer's thread, if still alive at the end)
 guest CPU per call over the run: 24 us (the program's process in the container: its own code and the guest side of the bridge)""": _PERFORMANCE,
         """\
 writer thread CPU per stored event, 5 rounds (µs per event)
