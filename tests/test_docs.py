@@ -100,59 +100,67 @@ pooled fresh container                    50           2.359         6.395
 reused container, back to back           300           4.168         5.084  1.77x pooled fresh container
 reused, 20 ms apart (ready again)        300           0.870         1.274  0.37x pooled fresh container""": _PERFORMANCE,
         """\
-request -> result, 20 runs each (ms)
-case                                       n       median ms        p99 ms  ratio
-runc base cold                            20         401.004       477.124
-runc base warm                            20           7.373        28.271
-runc data cold                            20        1279.496      1411.297  3.19x runc base cold
-runc data warm                            20          13.723        44.191  1.86x runc base warm
-crun base cold                            20         338.729       407.690  0.84x runc base cold
-crun base warm                            20           7.463        18.756  1.01x runc base warm
-crun data cold                            20        1247.198      1438.144  3.68x crun base cold
-crun data warm                            20           9.808        29.295  1.31x crun base warm
-
-tool call round trip, 500 sequential calls (us)
-case                                       n       median us        p99 us  ratio
-runc guest -> host -> guest              500         126.288      2143.912
-crun guest -> host -> guest              500         135.302      2480.916  1.07x runc guest -> host -> guest""": _PERFORMANCE,
-        """\
 request -> first instruction, 50 runs each (ms)
 case                                       n       median ms        p99 ms  ratio
-runc cold                                 50         407.143      1352.707
-runc warm                                 50           0.905        56.684
-runsc cold                                50         819.619      1472.109  2.01x runc cold
-runsc warm                                50           2.127        26.648  2.35x runc warm
+runc base cold                            50         195.930       234.001
+runc base warm                            50           0.374         6.356
+runc data cold                            50         646.184       677.290  3.30x runc base cold
+runc data warm                            50           0.532         4.824  1.42x runc base warm
+crun base cold                            50         188.919       214.964  0.96x runc base cold
+crun base warm                            50           0.311         3.390  0.83x runc base warm
+crun data cold                            50         639.642       657.423  3.39x crun base cold
+crun data warm                            50           0.547         4.726  1.76x crun base warm
+runsc base cold                           50         673.970       750.003  3.44x runc base cold
+runsc base warm                           50           1.635        18.907  4.37x runc base warm
+runsc data cold                           50        2358.572      2526.208  3.50x runsc base cold
+runsc data warm                           50           2.272        11.152  1.39x runsc base warm
 
 request -> result, 50 runs each (ms)
 case                                       n       median ms        p99 ms  ratio
-runc cold                                 50         408.606      1353.983
-runc warm                                 50           6.944        62.252
-runsc cold                                50         832.704      1484.345  2.04x runc cold
-runsc warm                                50          15.475        81.917  2.23x runc warm
+runc base cold                            50         196.598       234.695
+runc base warm                            50           2.651         7.418
+runc data cold                            50         647.594       678.817  3.29x runc base cold
+runc data warm                            50           5.559        12.954  2.10x runc base warm
+crun base cold                            50         189.617       215.625  0.96x runc base cold
+crun base warm                            50           2.062        13.936  0.78x runc base warm
+crun data cold                            50         641.044       658.868  3.38x crun base cold
+crun data warm                            50           4.816        11.041  2.34x crun base warm
+runsc base cold                           50         679.169       755.492  3.45x runc base cold
+runsc base warm                           50           8.666        25.611  3.27x runc base warm
+runsc data cold                           50        2365.082      2534.393  3.48x runsc base cold
+runsc data warm                           50          10.743       121.435  1.24x runsc base warm
 
 tool call round trip, 500 sequential calls (us)
 case                                       n       median us        p99 us  ratio
-runc guest -> host -> guest              500         196.425      6681.919
-runsc guest -> host -> guest             500         647.004     24666.831  3.29x runc guest -> host -> guest
+runc guest -> host -> guest              500          55.594      1614.081
+crun guest -> host -> guest              500          56.783      1590.482  1.02x runc guest -> host -> guest
+runsc guest -> host -> guest             500         303.235      3211.192  5.45x runc guest -> host -> guest
 
-runc: idle pooled container memory (cgroup): median 13.8 MiB over 2 containers
-runsc: idle pooled container memory (cgroup): median 29.4 MiB over 2 containers
-goals (runc): warm median <= 10 ms, p99 <= 50 ms; idle pooled container <= 32 MiB""": _PERFORMANCE,
-        """\
-request -> result, 30 runs each (ms)
+a data run given an input, request -> result, 50 runs each (ms)
 case                                       n       median ms        p99 ms  ratio
-runc base cold                            30         223.353       247.740
-runc base warm                            30           5.097        10.719
-runc data cold                            30         700.661       742.110  3.14x runc base cold
-runc data warm                            30           6.583        19.244  1.29x runc base warm
+runc data warm, no inputs                 50           5.559        12.954
+runc data, inputs: own container          50         650.494       673.251  117.01x runc data warm, no inputs
+runc data, inputs: pooled with them       50           6.407        21.155  1.15x runc data warm, no inputs
+crun data warm, no inputs                 50           4.816        11.041
+crun data, inputs: own container          50         632.453       655.391  131.31x crun data warm, no inputs
+crun data, inputs: pooled with them       50           5.795        15.748  1.20x crun data warm, no inputs
+runsc data warm, no inputs                50          10.743       121.435
+runsc data, inputs: own container         50        2376.172      2506.174  221.18x runsc data warm, no inputs
+runsc data, inputs: pooled with them      50          14.718        44.393  1.37x runsc data warm, no inputs
 
-a data run given an input, request -> result, 30 runs each (ms)
-runc data warm, no inputs                 30           6.583        19.244
-runc data, inputs: own container          30         704.526       764.870  107.03x runc data warm, no inputs
-runc data, inputs: pooled with them       30           7.921        20.873  1.20x runc data warm, no inputs
+a fresh interpreter in the data image: import cost, 5 runs (ms)
+case                                       n       median ms        p99 ms  ratio
+runc import the data packages              5         503.197       530.829
+crun import the data packages              5         500.350       503.545
+runsc import the data packages             5        2024.565      2130.915
 
-runc import the data packages              5         539.152       575.032
-runc data: idle pooled container memory (cgroup): median 86.7 MiB over 2 containers""": _PERFORMANCE,
+runc base: idle pooled container memory (cgroup): median 13.0 MiB over 2 containers
+runc data: idle pooled container memory (cgroup): median 86.2 MiB over 2 containers
+crun base: idle pooled container memory (cgroup): median 12.9 MiB over 2 containers
+crun data: idle pooled container memory (cgroup): median 86.3 MiB over 2 containers
+runsc base: idle pooled container memory (cgroup): median 28.9 MiB over 2 containers
+runsc data: idle pooled container memory (cgroup): median 107.7 MiB over 2 containers
+goals (runc): warm median <= 10 ms, p99 <= 50 ms; idle pooled container <= 32 MiB""": _PERFORMANCE,
         """\
 50000 calls per row; audit rows stored: 52000
 path                        median us    p99 us  overhead us   ratio    calls/s
@@ -233,20 +241,20 @@ process CPU per call                       5          63.466        65.897
         """\
 one write (prepare + approve(policy) + commit) by ledger, 1000 writes per case
 case                                       n       median ms        p99 ms  ratio
-memory                                  1000           0.629         0.750
-  prepare+approve, memory               1000           0.313         0.388
-  commit, memory                        1000           0.314         0.404
-disk NORMAL                             1000           0.916         5.082  1.46x memory
-  prepare+approve, disk NORMAL          1000           0.446         4.174
-  commit, disk NORMAL                   1000           0.462         4.281
-disk FULL                               1000           1.754         3.546  2.79x memory
-  prepare+approve, disk FULL            1000           0.875         2.052
-  commit, disk FULL                     1000           0.866         2.102
+memory                                  1000           1.195         1.441
+  prepare+approve, memory               1000           0.573         0.706
+  commit, memory                        1000           0.615         0.764
+disk NORMAL                             1000           1.383         6.799  1.16x memory
+  prepare+approve, disk NORMAL          1000           0.648         4.303
+  commit, disk NORMAL                   1000           0.713         4.713
+disk FULL                               1000           2.379         3.803  1.99x memory
+  prepare+approve, disk FULL            1000           1.137         2.206
+  commit, disk FULL                     1000           1.219         2.419
 
 throughput (one writer, sequential)
-ledger memory                          1,541 writes/s
-ledger disk NORMAL                       927 writes/s
-ledger disk FULL                         534 writes/s""": _PERFORMANCE,
+ledger memory                            826 writes/s
+ledger disk NORMAL                       633 writes/s
+ledger disk FULL                         404 writes/s""": _PERFORMANCE,
         """\
 one write (prepare + approve(policy) + commit), ledger by database, 300 writes per process
 case                                       n       median ms        p99 ms  ratio
@@ -445,7 +453,7 @@ Kind = Literal["file", "python", "sh", "output", "not_run"]
 EXPECTED_KINDS: Final[dict[Path, dict[Kind, int]]] = {
     DATA: {"file": 3, "python": 3, "sh": 3, "output": 5, "not_run": 2},
     DEPLOY: {"file": 0, "python": 1, "sh": 0, "output": 1, "not_run": 4},
-    README: {"file": 4, "python": 0, "sh": 8, "output": 0, "not_run": 17},
+    README: {"file": 4, "python": 0, "sh": 8, "output": 0, "not_run": 15},
     GUIDE: {"file": 7, "python": 17, "sh": 7, "output": 20, "not_run": 1},
 }
 
