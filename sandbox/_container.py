@@ -26,49 +26,38 @@ container.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import shutil
-import socket
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Final
 
 import docker
-import docker.errors
-from docker.models.containers import Container
 
 from airlock.bridge import (
     MAX_ELEMENTS,
-    PROTOCOL_VERSION,
     ArtifactRefused,
-    FrameError,
     RunEnd,
     ToolSession,
     encode_frame,
-    read_frame,
     serve_run,
 )
 from airlock.bridge import airlock_wire as wire
 from airlock.policies import SandboxProfile
 from airlock.sandbox._artifacts import ArtifactReceiver, ArtifactRef
 from airlock.sandbox._cgroup import read_evidence
-from airlock.sandbox._errors import SandboxFailure, map_docker_errors
-from airlock.sandbox._hardening import GUEST_MOUNT, container_config
 from airlock.sandbox._inputs import RunInput
-from airlock.sandbox._masked import run_masked
+from airlock.sandbox._launch import Launched, launch, remove
 from airlock.sandbox._outcome import judge_outcome
-from airlock.sandbox._program_link import HELLO_MAX_BYTES, ProgramLinks, accept_runner
+from airlock.sandbox._program_link import ProgramLinks
 from airlock.sandbox._result import ProgramError, RunResult
 
-__all__ = ["GUEST_MOUNT", "MAX_VALUE_BYTES", "SandboxContainer", "container_config"]
+__all__ = ["MAX_VALUE_BYTES", "SandboxContainer"]
 
 MAX_VALUE_BYTES: Final = 4 * 1024 * 1024
 """The largest final value a program may return, as compact JSON; a larger one is refused
 in the guest as ``result_too_large`` with its size and this limit."""
 _VALUE_ELEMENTS: Final = MAX_ELEMENTS - 1000
 """Values and keys a final value may hold: the done frame's other fields fit in the rest."""
-_STARTUP_TIMEOUT_S: Final = 30.0
 # A done frame holds two capped streams (JSON escaping can grow text up to 6x), an error
 # with a traceback and a final value.
 _RESULT_OVERHEAD_BYTES: Final = 256 * 1024
@@ -84,41 +73,31 @@ class SandboxContainer:
 
     def __init__(
         self,
+        client: docker.DockerClient,
+        launched: Launched,
         *,
-        container: Container,
-        socket_dir: Path,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
         profile: SandboxProfile,
         inputs: tuple[RunInput, ...] = (),
-        listener: socket.socket | None = None,
-        runner_pid: int = 0,
-        runtime: str = "runc",
     ) -> None:
-        self.container = container
+        self._client = client
+        self.container = launched.container
         self.profile = profile
         self.inputs = inputs
         """What is mounted at ``/data``: fixed when the container was created."""
-        self._socket_dir = socket_dir
-        self._reader = reader
-        self._writer = writer
+        self._socket_dir = launched.socket_dir
+        self._reader = launched.reader
+        self._writer = launched.writer
         self._used = False
         self._kept = False
-        self._listener = listener
+        self._listener = launched.listener
         """Open for the connections a kept runner opens, one per program."""
-        self._runner_pid = runner_pid
-        self._runtime = runtime
-        self._links = (
-            ProgramLinks(
-                writer,
-                listener,
-                runtime=runtime,
-                runner_pid=runner_pid,
-                container_id=str(container.id),
-                hello_s=_PROGRAM_HELLO_S,
-            )
-            if listener is not None
-            else None
+        self._links = ProgramLinks(
+            launched.writer,
+            launched.listener,
+            runtime=launched.runtime,
+            runner_pid=launched.runner_pid,
+            container_id=str(launched.container.id),
+            hello_s=_PROGRAM_HELLO_S,
         )
         """A kept container's program connections (the next one's, accepted ahead)."""
 
@@ -130,11 +109,7 @@ class SandboxContainer:
     @property
     def alive(self) -> bool:
         """Whether the runner is still connected (a pooled container can die while idle)."""
-        return (
-            not self._reader.at_eof()
-            and not self._writer.is_closing()
-            and (self._links is None or self._links.usable)
-        )
+        return not self._reader.at_eof() and not self._writer.is_closing() and self._links.usable
 
     @classmethod
     async def start(
@@ -147,73 +122,22 @@ class SandboxContainer:
         socket_root: Path,
         inputs: tuple[RunInput, ...] = (),
     ) -> SandboxContainer:
-        """Start a container (with ``inputs`` mounted) and wait until its runner says hello.
+        """Start a container (with ``inputs`` mounted) and wait until its runner says hello
+        (:func:`~airlock.sandbox._launch.launch`).
 
         Raises:
             SandboxFailure: the container did not start or its runner did not connect.
             SandboxError: the engine or the image is missing.
         """
-        socket_dir = Path(tempfile.mkdtemp(prefix="run-", dir=socket_root))
-        container: Container | None = None
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            # The runner is not root and not the host's user: it needs to traverse the
-            # directory and connect to the socket. Who connects is checked below.
-            socket_dir.chmod(0o755)
-            path = socket_dir / wire.SOCKET_NAME
-            listener.bind(str(path))
-            path.chmod(0o666)
-            listener.listen(1)
-            listener.setblocking(False)
-            config = container_config(
-                profile, image=image, socket_dir=socket_dir, labels=labels, inputs=inputs
-            )
-            create = asyncio.ensure_future(asyncio.to_thread(_run_detached, client, config))
-            try:
-                container = await asyncio.shield(create)
-            except asyncio.CancelledError:
-                # The engine goes on creating it (a pool closing cancels its starts): wait for
-                # its answer, so that the container is removed below and never left running.
-                with contextlib.suppress(Exception):
-                    container = await create
-                raise
-            connection, runner_pid, runtime = await accept_runner(
-                listener, container, timeout=_STARTUP_TIMEOUT_S
-            )
-            reader, writer = await asyncio.open_unix_connection(sock=connection)
-            try:
-                hello = await asyncio.wait_for(
-                    read_frame(reader, max_bytes=HELLO_MAX_BYTES), _STARTUP_TIMEOUT_S
-                )
-            except BaseException:
-                writer.transport.abort()
-                raise
-            if (
-                not hello
-                or hello.get("type") != wire.HELLO
-                or hello.get("version") != PROTOCOL_VERSION
-            ):
-                writer.transport.abort()
-                raise SandboxFailure(f"the runner's hello was not understood: {hello!r}")
-        except BaseException as exc:
-            listener.close()
-            if container is not None:
-                await _remove(container)
-            shutil.rmtree(socket_dir, ignore_errors=True)
-            if isinstance(exc, (TimeoutError, FrameError, OSError)):
-                raise SandboxFailure(f"the sandbox runner did not start: {exc!r}") from exc
-            raise
-        return cls(
-            container=container,
-            socket_dir=socket_dir,
-            reader=reader,
-            writer=writer,
+        launched = await launch(
+            client,
+            image=image,
             profile=profile,
+            labels=labels,
+            socket_root=socket_root,
             inputs=inputs,
-            listener=listener,
-            runner_pid=runner_pid,
-            runtime=runtime,
         )
+        return cls(client, launched, profile=profile, inputs=inputs)
 
     async def run(
         self,
@@ -275,8 +199,6 @@ class SandboxContainer:
         try:
             async with asyncio.timeout(profile.timeout_s + _GRACE_S):
                 if keep:
-                    if self._links is None:
-                        raise SandboxFailure("a kept container needs its socket's listener")
                     outcome = await self._links.serve(
                         frame,
                         lambda r, w: self._serve(r, w, tools, deadline, profile, receiver),
@@ -372,29 +294,9 @@ class SandboxContainer:
             SandboxError: the engine did not remove the container.
         """
         self._writer.transport.abort()
-        if self._links is not None:
-            self._links.close()  # a kept program in flight returns now
-        if self._listener is not None:
-            self._listener.close()
+        self._links.close()  # a kept program in flight returns now
+        self._listener.close()
         try:
-            await _remove(self.container)
+            await remove(self._client, self.id)
         finally:
             shutil.rmtree(self._socket_dir, ignore_errors=True)
-
-
-def _run_detached(client: docker.DockerClient, config: dict[str, Any]) -> Container:
-    with map_docker_errors():
-        container = run_masked(client, config)
-    if not isinstance(container, Container):
-        raise SandboxFailure("the engine did not return a detached container")
-    return container
-
-
-async def _remove(container: Container) -> None:
-    with map_docker_errors():
-        try:
-            await asyncio.to_thread(container.remove, force=True)
-        except docker.errors.APIError as exc:
-            # Gone already, or "removal already in progress": success from our side.
-            if exc.status_code not in (404, 409):
-                raise

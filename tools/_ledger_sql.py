@@ -10,6 +10,7 @@ transactions, the row lock (``FOR UPDATE``) and which exception says a unique ke
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Collection
 from typing import Any, Protocol
@@ -175,23 +176,31 @@ def move_step(
 ) -> Preview:
     """Move ``current`` to ``to`` (a send counts an attempt), record the event, and return
     the step as it now is."""
-    attempts = current.attempts + (1 if to == "sending" else 0)
+    # The step as the row now holds it, built from what was written rather than read back:
+    # the columns are plain values (REAL, INTEGER, TEXT) that come back as they went in.
+    updated = dataclasses.replace(
+        current,
+        state=to,
+        updated=float(at),
+        attempts=current.attempts + (1 if to == "sending" else 0),
+        owner=owner if owner is not None else current.owner,
+        lease_until=None if lease_until is None else float(lease_until),
+        error=error,
+    )
     conn.execute(
         "UPDATE previews SET state = ?, updated = ?, attempts = ?, owner = ?, "
         "lease_until = ?, error = ? WHERE id = ?",
         (
             to,
-            at,
-            attempts,
-            owner if owner is not None else current.owner,
-            lease_until,
+            updated.updated,
+            updated.attempts,
+            updated.owner,
+            updated.lease_until,
             error,
             current.id,
         ),
     )
     event(conn, current.id, at, current.state, to, actor, how)
-    updated = get_preview(conn, current.id)
-    assert updated is not None  # written in this transaction
     return updated
 
 

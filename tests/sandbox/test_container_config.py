@@ -14,7 +14,7 @@ from airlock.sandbox import (
     read_image_digest,
     resolve_inputs,
 )
-from airlock.sandbox._container import GUEST_MOUNT, container_config
+from airlock.sandbox._hardening import GUEST_MOUNT, container_config
 from tests.conftest import IMAGE, require_docker
 from tests.sandbox.runtimes import RUNTIMES, require_runtime
 

@@ -117,6 +117,29 @@ def test_transition_is_a_compare_and_set(store: SQLiteLedgerStore) -> None:
         store.transition("pv_missing", expect={"prepared"}, to="denied", at=6, actor="t", how="t")
 
 
+# Each step of a write's life, as (from, to, what the transition sets): the step a
+# transition returns must be the step the ledger then holds, read back, field for field.
+_STEPS: list[tuple[str, str, dict[str, object]]] = [
+    ("prepared", "approved", {"at": 2}),  # an int time comes back a float
+    ("approved", "sending", {"owner": "host:1", "lease_until": 30}),
+    ("sending", "unknown", {"error": "upstream_timeout", "at": 4.25}),
+    ("unknown", "sending", {"owner": None, "lease_until": 40.5}),  # the owner is kept
+    ("sending", "committed", {"lease_until": None}),
+]
+
+
+def test_a_transition_returns_the_step_as_the_ledger_holds_it(store: SQLiteLedgerStore) -> None:
+    step = store.add_preview(make_preview())
+    for frm, to, sets in _STEPS:
+        kw = {"at": 3.5, **sets}
+        step = store.transition(step.id, expect={frm}, to=to, actor="t", how="t", **kw)  # type: ignore[arg-type]
+        held = store.preview(step.id)
+        assert step == held, (frm, to)
+        assert isinstance(step.updated, float)
+        assert step.state == to
+    assert (step.attempts, step.owner, step.error) == (2, "host:1", None)
+
+
 def test_an_approval_is_consumed_once(store: SQLiteLedgerStore) -> None:
     preview = store.add_preview(make_preview())
     _to(store, preview, "prepared", "approved", approval=make_approval(preview))

@@ -1,0 +1,136 @@
+"""Starting one sandbox container: its socket, the hardened container, its runner's hello.
+
+Each container gets a host directory of its own, bind-mounted read-only at ``/run/airlock``,
+holding the Unix socket its runner connects to (the container has no network). The container
+is created and started through the engine (:func:`~airlock.sandbox._masked.run_masked`), the
+runner's connection is accepted only from the process that container started
+(:func:`~airlock.sandbox._program_link.accept_runner`), and it must say ``hello`` in this
+protocol's version. Whatever fails on the way, nothing is left: the container is removed and
+the directory deleted before the error is raised.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import socket
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import docker
+from docker.models.containers import Container
+
+from airlock.bridge import PROTOCOL_VERSION, FrameError, read_frame
+from airlock.bridge import airlock_wire as wire
+from airlock.policies import SandboxProfile
+from airlock.sandbox._errors import SandboxFailure, map_docker_errors
+from airlock.sandbox._hardening import container_config
+from airlock.sandbox._inputs import RunInput
+from airlock.sandbox._masked import run_masked
+from airlock.sandbox._owner import remove_container
+from airlock.sandbox._program_link import HELLO_MAX_BYTES, accept_runner
+
+__all__ = ["Launched", "launch", "remove"]
+
+STARTUP_TIMEOUT_S: Final = 30.0
+"""How long a new container's runner may take to connect and say ``hello``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Launched:
+    """A started container whose runner said ``hello`` on ``reader``/``writer``."""
+
+    container: Container
+    socket_dir: Path
+    """The host directory of its socket: deleted when the container is destroyed."""
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    listener: socket.socket
+    """Still open: a kept runner connects again for each program."""
+    runner_pid: int
+    """The runner's process id on the host, as the engine reported it."""
+    runtime: str
+
+
+async def launch(
+    client: docker.DockerClient,
+    *,
+    image: str,
+    profile: SandboxProfile,
+    labels: dict[str, str],
+    socket_root: Path,
+    inputs: tuple[RunInput, ...] = (),
+) -> Launched:
+    """Start a container (with ``inputs`` mounted) and wait until its runner says hello.
+
+    Raises:
+        SandboxFailure: the container did not start or its runner did not connect.
+        SandboxError: the engine or the image is missing.
+    """
+    socket_dir = Path(tempfile.mkdtemp(prefix="run-", dir=socket_root))
+    container: Container | None = None
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        # The runner is not root and not the host's user: it needs to traverse the
+        # directory and connect to the socket. Who connects is checked by accept_runner.
+        socket_dir.chmod(0o755)
+        path = socket_dir / wire.SOCKET_NAME
+        listener.bind(str(path))
+        path.chmod(0o666)
+        listener.listen(1)
+        listener.setblocking(False)
+        config = container_config(
+            profile, image=image, socket_dir=socket_dir, labels=labels, inputs=inputs
+        )
+        create = asyncio.ensure_future(asyncio.to_thread(_run_detached, client, config))
+        try:
+            container = await asyncio.shield(create)
+        except asyncio.CancelledError:
+            # The engine goes on creating it (a pool closing cancels its starts): wait for
+            # its answer, so that the container is removed below and never left running.
+            with contextlib.suppress(Exception):
+                container = await create
+            raise
+        connection, runner_pid, runtime = await accept_runner(
+            listener, container, timeout=STARTUP_TIMEOUT_S
+        )
+        reader, writer = await asyncio.open_unix_connection(sock=connection)
+        try:
+            hello = await asyncio.wait_for(
+                read_frame(reader, max_bytes=HELLO_MAX_BYTES), STARTUP_TIMEOUT_S
+            )
+        except BaseException:
+            writer.transport.abort()
+            raise
+        if not hello or hello.get("type") != wire.HELLO or hello.get("version") != PROTOCOL_VERSION:
+            writer.transport.abort()
+            raise SandboxFailure(f"the runner's hello was not understood: {hello!r}")
+    except BaseException as exc:
+        listener.close()
+        if container is not None:
+            await remove(client, str(container.id))
+        shutil.rmtree(socket_dir, ignore_errors=True)
+        if isinstance(exc, (TimeoutError, FrameError, OSError)):
+            raise SandboxFailure(f"the sandbox runner did not start: {exc!r}") from exc
+        raise
+    return Launched(container, socket_dir, reader, writer, listener, runner_pid, runtime)
+
+
+async def remove(client: docker.DockerClient, container_id: str) -> None:
+    """Force-remove a container; one gone already, or being removed, is not an error.
+
+    Raises:
+        SandboxError: the engine refused for another reason.
+    """
+    await asyncio.to_thread(remove_container, client, container_id)
+
+
+def _run_detached(client: docker.DockerClient, config: dict[str, Any]) -> Container:
+    with map_docker_errors():
+        container = run_masked(client, config)
+    if not isinstance(container, Container):
+        raise SandboxFailure("the engine did not return a detached container")
+    return container
