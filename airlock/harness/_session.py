@@ -47,7 +47,7 @@ import logging
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from airlock.bridge import render_api
 from airlock.harness._approval_pause import ApprovalPause
@@ -85,9 +85,6 @@ from airlock.tools import (
     UnknownToolError,
     WritePath,
 )
-
-if TYPE_CHECKING:
-    from airlock.harness._harness import Harness
 
 __all__ = ["Session"]
 
@@ -368,7 +365,7 @@ class Session(ApprovalPause):
     @classmethod
     def restore(
         cls,
-        harness: Harness,
+        harness: SessionSource,
         principal: Principal,
         run_id: str,
         *,
@@ -378,6 +375,19 @@ class Session(ApprovalPause):
         """A session of ``run_id`` rebuilt from the ledger (see
         :meth:`Harness.resume_session`)."""
         return harness.resume_session(principal, run_id, grant=grant, budget=budget)
+
+
+class SessionSource(Protocol):
+    """What :meth:`Session.restore` needs of a :class:`~airlock.Harness`."""
+
+    def resume_session(
+        self,
+        principal: Principal,
+        run_id: str,
+        *,
+        grant: Grant | None = None,
+        budget: Budget | None = None,
+    ) -> Session: ...
 
 
 def _reaches_network(spec: ToolSpec) -> bool:
