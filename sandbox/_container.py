@@ -1,9 +1,9 @@
-"""One sandbox container: started hardened, its runner connected over the bridge socket.
+"""One sandbox container, its runner connected over the bridge socket: what a run does with it.
 
-A :class:`SandboxContainer` serves exactly one program and is then destroyed, unless it is
-kept for one principal's conversation. The program is delivered as a ``run`` frame over a Unix
-socket that lives in a per-container host directory bind-mounted read-only at
-``/run/airlock``; the result comes back as a ``done`` frame, which
+A :class:`SandboxContainer` (built on what :func:`~airlock.sandbox._launch.launch` started)
+serves exactly one program and is then destroyed, unless it is kept for one principal's
+conversation. The program is delivered as a ``run`` frame over a Unix socket that lives in a
+per-container host directory bind-mounted read-only at ``/run/airlock``; the result comes back as a ``done`` frame, which
 :func:`~airlock.sandbox._outcome.judge_outcome` turns into the run's result. Nothing is copied
 in or out of the container's file system: inputs are host files bind-mounted read-only at
 ``/data/NAME`` when the container is created, and the files a program leaves in ``/out`` (a
@@ -46,7 +46,7 @@ from airlock.policies import SandboxProfile
 from airlock.sandbox._artifacts import ArtifactReceiver, ArtifactRef
 from airlock.sandbox._cgroup import read_evidence
 from airlock.sandbox._inputs import RunInput
-from airlock.sandbox._launch import Launched, launch, remove
+from airlock.sandbox._launch import Launched, remove
 from airlock.sandbox._outcome import judge_outcome
 from airlock.sandbox._program_link import ProgramLinks
 from airlock.sandbox._result import ProgramError, RunResult
@@ -110,34 +110,6 @@ class SandboxContainer:
     def alive(self) -> bool:
         """Whether the runner is still connected (a pooled container can die while idle)."""
         return not self._reader.at_eof() and not self._writer.is_closing() and self._links.usable
-
-    @classmethod
-    async def start(
-        cls,
-        client: docker.DockerClient,
-        *,
-        image: str,
-        profile: SandboxProfile,
-        labels: dict[str, str],
-        socket_root: Path,
-        inputs: tuple[RunInput, ...] = (),
-    ) -> SandboxContainer:
-        """Start a container (with ``inputs`` mounted) and wait until its runner says hello
-        (:func:`~airlock.sandbox._launch.launch`).
-
-        Raises:
-            SandboxFailure: the container did not start or its runner did not connect.
-            SandboxError: the engine or the image is missing.
-        """
-        launched = await launch(
-            client,
-            image=image,
-            profile=profile,
-            labels=labels,
-            socket_root=socket_root,
-            inputs=inputs,
-        )
-        return cls(client, launched, profile=profile, inputs=inputs)
 
     async def run(
         self,

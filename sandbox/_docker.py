@@ -43,6 +43,7 @@ from airlock.sandbox._errors import ImageMissing, SandboxError, SandboxFailure, 
 from airlock.sandbox._hardening import container_settings, mounted
 from airlock.sandbox._inputs import RunInput, resolve_inputs
 from airlock.sandbox._kept import KeptSandbox
+from airlock.sandbox._launch import launch
 from airlock.sandbox._owner import (
     LABEL,
     OWNER_LABEL,
@@ -195,7 +196,7 @@ class DockerBackend:
             )
         chosen = profile or self.profile
         await self._check_image(chosen)
-        container = await SandboxContainer.start(
+        launched = await launch(
             self.client,
             image=self.image_for(chosen),
             profile=chosen,
@@ -203,6 +204,7 @@ class DockerBackend:
             socket_root=self._sockets(),
             inputs=inputs,
         )
+        container = SandboxContainer(self.client, launched, profile=chosen, inputs=inputs)
         if self._closed:  # closed while it started: nobody will run or remove it
             await self._destroy(container)
             self._refuse_if_closed()
