@@ -241,20 +241,20 @@ process CPU per call                       5          63.466        65.897
         """\
 one write (prepare + approve(policy) + commit) by ledger, 1000 writes per case
 case                                       n       median ms        p99 ms  ratio
-memory                                  1000           1.195         1.441
-  prepare+approve, memory               1000           0.573         0.706
-  commit, memory                        1000           0.615         0.764
-disk NORMAL                             1000           1.383         6.799  1.16x memory
-  prepare+approve, disk NORMAL          1000           0.648         4.303
-  commit, disk NORMAL                   1000           0.713         4.713
-disk FULL                               1000           2.379         3.803  1.99x memory
-  prepare+approve, disk FULL            1000           1.137         2.206
-  commit, disk FULL                     1000           1.219         2.419
+memory                                  1000           1.164         1.694
+  prepare+approve, memory               1000           0.559         0.798
+  commit, memory                        1000           0.595         0.884
+disk NORMAL                             1000           1.339         6.130  1.15x memory
+  prepare+approve, disk NORMAL          1000           0.632         4.761
+  commit, disk NORMAL                   1000           0.692         4.011
+disk FULL                               1000           2.332         3.666  2.00x memory
+  prepare+approve, disk FULL            1000           1.114         2.282
+  commit, disk FULL                     1000           1.195         2.195
 
 throughput (one writer, sequential)
-ledger memory                            826 writes/s
-ledger disk NORMAL                       633 writes/s
-ledger disk FULL                         404 writes/s""": _PERFORMANCE,
+ledger memory                            842 writes/s
+ledger disk NORMAL                       645 writes/s
+ledger disk FULL                         418 writes/s""": _PERFORMANCE,
         """\
 one write (prepare + approve(policy) + commit), ledger by database, 300 writes per process
 case                                       n       median ms        p99 ms  ratio
