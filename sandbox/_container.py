@@ -3,11 +3,12 @@
 A :class:`SandboxContainer` (built on what :func:`~airlock.sandbox._launch.launch` started)
 serves exactly one program and is then destroyed, unless it is kept for one principal's
 conversation. The program is delivered as a ``run`` frame over a Unix socket that lives in a
-per-container host directory bind-mounted read-only at ``/run/airlock``; the result comes back as a ``done`` frame, which
-:func:`~airlock.sandbox._outcome.judge_outcome` turns into the run's result. Nothing is copied
-in or out of the container's file system: inputs are host files bind-mounted read-only at
-``/data/NAME`` when the container is created, and the files a program leaves in ``/out`` (a
-size-capped tmpfs) come back as ``artifact`` frames (:mod:`airlock.sandbox._artifacts`).
+per-container host directory bind-mounted read-only at ``/run/airlock``; the result comes back
+as a ``done`` frame, which :func:`~airlock.sandbox._outcome.judge_outcome` turns into the run's
+result. Nothing is copied in or out of the container's file system: inputs are host files
+bind-mounted read-only at ``/data/NAME`` when the container is created, and the files a program
+leaves in ``/out`` (a size-capped tmpfs) come back as ``artifact`` frames
+(:mod:`airlock.sandbox._artifacts`).
 
 A kept container's runner is a zygote (``airlock_zygote`` in the guest) that runs no program
 itself: for each program it ends every other process in the container and forks a process
