@@ -69,6 +69,8 @@ bench: setup postgres
 	$(PY) bench/context_bytes.py
 	$(PY) bench/hostile_frames.py
 	$(PY) bench/audit.py
+	$(PY) bench/lifecycle_cpu.py
+	$(PY) bench/engine_floor.py
 
 clean:
 	rm -rf $(VENV) .build .mypy_cache .pytest_cache .ruff_cache *.egg-info
