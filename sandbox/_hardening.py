@@ -61,6 +61,10 @@ def container_config(
         "image": image,
         "detach": True,
         "network_mode": "none",
+        # No interface but loopback either way; disabled, the engine does not build a network
+        # sandbox for the container at all (a namespace runc makes instead, without the two
+        # re-executions of dockerd that set it up): about half of what a start costs the machine.
+        "network_disabled": True,
         "read_only": True,
         "tmpfs": {
             "/tmp": f"rw,noexec,nosuid,nodev,size={profile.tmpfs_bytes},mode=1777",

@@ -23,6 +23,7 @@ def test_config_carries_every_hardening_setting() -> None:
     profile = SandboxProfile(memory_bytes=128 * 2**20, pids_limit=32, cpus=0.5)
     config = container_config(profile, image="img", socket_dir=Path("/s"), labels={"l": "1"})
     assert config["network_mode"] == "none"
+    assert config["network_disabled"] is True
     assert config["read_only"] is True
     assert config["tmpfs"] == {
         "/tmp": f"rw,noexec,nosuid,nodev,size={profile.tmpfs_bytes},mode=1777",

@@ -9,11 +9,13 @@ the program, the second seccomp layer loaded after them).
 
 from __future__ import annotations
 
+import os
 import platform
 import socket
 import textwrap
 from collections.abc import Iterator
 
+import docker
 import pytest
 
 from airlock.policies import SECCOMP_ARGUMENT_RULES, ContainerRuntime
@@ -118,6 +120,22 @@ def test_only_loopback_interface_exists(sandbox: Sandbox) -> None:
     """,
     )
     assert value["interfaces"] == ["lo"]
+
+
+def test_each_container_has_a_network_namespace_of_its_own(sandbox: Sandbox) -> None:
+    # Judged from the host. The engine builds no network for a sandbox container (it is
+    # created with networking disabled): the runtime makes its namespace, which must be
+    # neither the host's nor another sandbox's.
+    sandbox.wait_pool()
+    client = docker.from_env()
+    pids = [
+        int(client.api.inspect_container(container.id)["State"]["Pid"])
+        for container in sandbox.backend.pool._ready
+    ]
+    namespaces = [os.readlink(f"/proc/{pid}/ns/net") for pid in pids]
+    assert len(pids) == 2, "the pool holds two idle containers"
+    assert len(set(namespaces)) == len(pids), namespaces
+    assert os.readlink("/proc/self/ns/net") not in namespaces
 
 
 # Every address family this Python knows, except those the outer layer allows.
