@@ -79,6 +79,9 @@ DATA_DIR: Final = "/data"
 """Where a run's inputs are mounted read-only, one entry per input: ``/data/NAME``."""
 OUT_DIR: Final = "/out"
 """The size-capped tmpfs a program leaves its artifacts in."""
+RUN_WAITING: Final = "run-waiting"
+"""Given to the runner after the socket's path when a run is already waiting for its
+container: a base image's runner then does not warm up for the one program it will run."""
 IMAGE_MANIFEST: Final = "image.json"
 """A file beside the runner in images that add packages (the data image): what the image is
 (``{"image", "packages", "warm_imports"}``); the runner imports ``warm_imports`` while it

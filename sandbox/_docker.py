@@ -187,8 +187,10 @@ class DockerBackend:
     async def _start_container(
         self, profile: SandboxProfile | None = None, inputs: tuple[RunInput, ...] | None = None
     ) -> SandboxContainer:
+        """A started container: for the pool (no arguments), or for a run waiting for it."""
         self._refuse_if_closed()
-        if inputs is None:  # a pooled container: the backend's own inputs, checked again
+        pooled = inputs is None
+        if inputs is None:  # the backend's own inputs, checked again
             inputs = await asyncio.to_thread(
                 resolve_inputs,
                 self._pool_inputs_given,
@@ -203,6 +205,7 @@ class DockerBackend:
             labels={LABEL: "1", **self._owner_labels},
             socket_root=self._sockets(),
             inputs=inputs,
+            run_waiting=not pooled,
         )
         container = SandboxContainer(self.client, launched, profile=chosen, inputs=inputs)
         if self._closed:  # closed while it started: nobody will run or remove it
@@ -350,12 +353,9 @@ class DockerBackend:
         mounts = await asyncio.to_thread(
             resolve_inputs, inputs, limit_bytes=profile.input_limit_bytes
         )
-        container = None
-        if self._poolable(profile, mounts):
-            container = self.pool.take()  # a warm runner that never ran anything
-        if container is None:
-            container = await self._start_container(profile, mounts)
-        return container
+        # A warm runner that never ran anything, else one started for this conversation.
+        container = self.pool.take() if self._poolable(profile, mounts) else None
+        return container or await self._start_container(profile, mounts)
 
     async def _destroy(self, container: SandboxContainer) -> None:
         try:

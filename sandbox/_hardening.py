@@ -53,12 +53,15 @@ def container_config(
     socket_dir: Path,
     labels: dict[str, str],
     inputs: tuple[RunInput, ...] = (),
+    run_waiting: bool = False,
 ) -> dict[str, Any]:
     """Keyword arguments for ``containers.run``: the hardened profile, nothing optional, and
     the run's ``inputs`` bind-mounted read-only (the engine refuses a source that does not
-    exist, rather than creating it as ``-v`` would)."""
+    exist, rather than creating it as ``-v`` would). ``run_waiting``: the container is
+    started for a run that waits for it, so its runner does not warm up for later ones."""
     return {
         "image": image,
+        "command": [f"{GUEST_MOUNT}/{wire.SOCKET_NAME}", *([wire.RUN_WAITING] * run_waiting)],
         "detach": True,
         "network_mode": "none",
         # No interface but loopback either way; disabled, the engine does not build a network

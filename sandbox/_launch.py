@@ -63,8 +63,10 @@ async def launch(
     labels: dict[str, str],
     socket_root: Path,
     inputs: tuple[RunInput, ...] = (),
+    run_waiting: bool = False,
 ) -> Launched:
-    """Start a container (with ``inputs`` mounted) and wait until its runner says hello.
+    """Start a container (with ``inputs`` mounted) and wait until its runner says hello;
+    ``run_waiting``: for a run that waits for it (its runner does not warm up first).
 
     Raises:
         SandboxFailure: the container did not start or its runner did not connect.
@@ -83,7 +85,12 @@ async def launch(
         listener.listen(1)
         listener.setblocking(False)
         config = container_config(
-            profile, image=image, socket_dir=socket_dir, labels=labels, inputs=inputs
+            profile,
+            image=image,
+            socket_dir=socket_dir,
+            labels=labels,
+            inputs=inputs,
+            run_waiting=run_waiting,
         )
         create = asyncio.ensure_future(asyncio.to_thread(_run_detached, client, config))
         try:

@@ -49,7 +49,8 @@ def run_masked(client: docker.DockerClient, config: dict[str, Any]) -> Container
         docker.errors.DockerException: as ``containers.run`` would.
     """
     options = {k: v for k, v in config.items() if k not in ("detach", "masked_paths")}
-    options.update(command=None, version=client.api.api_version)
+    options.setdefault("command", None)
+    options["version"] = client.api.api_version
     arguments = _create_args(options)
     arguments["host_config"]["MaskedPaths"] = list(config.get("masked_paths", MASKED_PATHS))
     created = client.api.create_container(**arguments)

@@ -22,7 +22,6 @@ import contextlib
 import errno
 import os
 import re
-import shutil
 import stat
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -265,6 +264,8 @@ def empty(directory: str) -> None:
     for entry in entries:
         try:
             if entry.is_dir(follow_symlinks=False):
+                import shutil  # loaded once by the process that empties (a kept zygote)
+
                 shutil.rmtree(entry.path, ignore_errors=True)
             else:
                 os.unlink(entry.path)

@@ -10,15 +10,22 @@ all. The ``tools`` namespace that calls through it is ``airlock_bridge``.
 
 from __future__ import annotations
 
-import asyncio
+import _socket
 import contextlib
 import itertools
-import socket
+import sys
 import threading
-from concurrent.futures import Future, InvalidStateError
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 if TYPE_CHECKING:
+    # What a runner imports before its first program is CPU that every container spends:
+    # asyncio is loaded by whoever makes an awaitable call (airlock_asyncio), before an event
+    # loop's future can be pending here; concurrent.futures by the first call that needs a
+    # thread-safe future (most programs make none); the socket module's enumerations are
+    # never needed (_socket is the socket).
+    import asyncio
+    from concurrent.futures import Future
+
     from airlock.bridge import airlock_wire as wire
     from airlock.sandbox.guest import airlock_errors as errors
     from airlock.sandbox.guest import airlock_frames as frames
@@ -45,7 +52,7 @@ class Connection:
     """
 
     def __init__(self, path: str) -> None:
-        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
         self._sock.connect(path)
         self._send_lock = threading.Lock()
         self._read_lock = threading.Lock()
@@ -144,6 +151,8 @@ class Connection:
 
         ``awaited`` marks a call an event loop will wait for: a reader thread then reads.
         """
+        from concurrent.futures import Future
+
         future: Future[Any] = Future()
         with self._state_lock:
             if self._aborted is not None:
@@ -225,7 +234,7 @@ class Connection:
                 loop.call_later(_BUSY_RETRY_S, self._rearm, loop)
             return
         try:
-            self._fill(socket.MSG_DONTWAIT)
+            self._fill(_socket.MSG_DONTWAIT)
             while (frame := self._next_frame()) is not None:
                 self._dispatch(frame, here=loop)
         except BlockingIOError:
@@ -303,7 +312,7 @@ class Connection:
                 return
             if self._awaited:
                 self._awaited.discard(call_id)
-            if isinstance(future, asyncio.Future):
+            if _of_loop(future):
                 self._watched -= 1
         if frame.get("ok"):
             _settle(future, frame.get("value"), None, here)
@@ -321,6 +330,11 @@ class Connection:
             _settle(future, None, signal)
 
 
+def _of_loop(future: Future[Any] | asyncio.Future[Any]) -> TypeGuard[asyncio.Future[Any]]:
+    """Whether ``future`` is an event loop's (``concurrent.futures``' have no loop)."""
+    return hasattr(future, "get_loop")
+
+
 def _settle(
     future: Future[Any] | asyncio.Future[Any],
     value: Any,
@@ -330,9 +344,9 @@ def _settle(
     """Resolve a call's future from whichever thread read its result: an event loop's
     future in the loop's own thread (``here``, when the reader knows it runs there), or
     through the loop from any other."""
-    if isinstance(future, asyncio.Future):
+    if _of_loop(future):  # asyncio is loaded
         loop = future.get_loop()
-        if loop is not here and asyncio._get_running_loop() is not loop:
+        if loop is not here and sys.modules["asyncio"]._get_running_loop() is not loop:
             with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
                 loop.call_soon_threadsafe(_settle, future, value, error)
             return
@@ -346,6 +360,8 @@ def _settle(
         return
     # A call's future is cancelled from the program's thread (asyncio.wrap_future), so a
     # thread-safe future can still be cancelled between the check above and this.
+    from concurrent.futures import InvalidStateError  # loaded: the future is of its kind
+
     with contextlib.suppress(InvalidStateError):
         if error is None:
             future.set_result(value)

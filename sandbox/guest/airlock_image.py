@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 import sys
 from typing import Any
 
@@ -78,6 +77,8 @@ def prepare(manifest: dict[str, Any]) -> list[str]:
         os.environ[variable] = threads
     cache = manifest.get("matplotlib_cache")
     if isinstance(cache, str):
+        import shutil  # an image with packages only: the base image's runner does without
+
         os.environ["MPLBACKEND"] = "Agg"
         # matplotlib wants a writable directory for its settings; the font list built with
         # the image is copied there, so it is not rebuilt on every start.

@@ -14,7 +14,8 @@ Life of a runner (one per container, one program per runner):
 2. warm up: import what a default profile allows (``airlock_wire.WARM_UP_IMPORTS``) and
    what the image's manifest names (the data image: numpy, pandas, pyarrow, matplotlib; see
    ``airlock_image``), then compile and run a small program through the exact path a real
-   one takes, so the first real run pays no first-time costs;
+   one takes, so the first real run pays no first-time costs (not a base image's runner
+   started for a run already waiting, ``airlock_wire.RUN_WAITING``: no idle time to hide it);
 3. send ``hello`` (protocol version, pid) and wait for one ``run`` frame;
 4. run the program with stdout/stderr captured at the file-descriptor level and capped (a
    program with top-level ``await`` runs on an event loop of its own);
@@ -48,26 +49,20 @@ _GUEST_DIR = os.path.dirname(os.path.abspath(__file__))
 manifest are there."""
 
 
-def _import_asyncio_without_ssl() -> None:
-    """Import asyncio without ssl: asyncio loads it, and with it OpenSSL's libraries (about
-    5 ms of CPU and 1.3 MiB in every container), for TLS transports only, which a container
-    without a network never opens. A program that imports ssl still gets it."""
-    sys.modules["ssl"] = None  # type: ignore[assignment]  # "import ssl" raises ImportError
-    try:
-        import asyncio  # noqa: F401
-    finally:
-        del sys.modules["ssl"]
-
-
 if TYPE_CHECKING:
+    # Kept conversations' modules (noqa) load where used, never in a one-program runner.
     from airlock.bridge import airlock_wire as wire
     from airlock.sandbox.guest import airlock_artifacts as artifacts
     from airlock.sandbox.guest import airlock_image as image
-    from airlock.sandbox.guest import airlock_kept_program as kept_program
-    from airlock.sandbox.guest import airlock_zygote as zygote
+    from airlock.sandbox.guest import airlock_kept_program as kept_program  # noqa: F401
+    from airlock.sandbox.guest import airlock_zygote as zygote  # noqa: F401
+    from airlock.sandbox.guest.airlock_asyncio import import_asyncio
     from airlock.sandbox.guest.airlock_bridge import Connection, Tools
     from airlock.sandbox.guest.airlock_errors import ERRORS, RunAborted, ToolError
-    from airlock.sandbox.guest.airlock_kept import KeptGlobals, top_level_definitions
+    from airlock.sandbox.guest.airlock_kept import (  # noqa: F401
+        KeptGlobals,
+        top_level_definitions,
+    )
     from airlock.sandbox.guest.airlock_language import (
         PROGRAM_FILENAME,
         ProgramRejected,
@@ -91,15 +86,12 @@ else:
     # library. The guest's modules (the shared airlock_wire among them) and packages sit
     # next to this file.
     sys.path[:0] = [_GUEST_DIR, os.path.join(_GUEST_DIR, "lib")]
-    _import_asyncio_without_ssl()
     import airlock_artifacts as artifacts
     import airlock_image as image
-    import airlock_kept_program as kept_program
     import airlock_wire as wire
-    import airlock_zygote as zygote
+    from airlock_asyncio import import_asyncio
     from airlock_bridge import Connection, Tools
     from airlock_errors import ERRORS, RunAborted, ToolError
-    from airlock_kept import KeptGlobals, top_level_definitions
     from airlock_language import (
         PROGRAM_FILENAME,
         ProgramRejected,
@@ -274,6 +266,8 @@ def execute(
             stream.close(end_thread=owned)
     finished = _finalize(result, clock, cpu_before, final, *streams)
     if kept is not None:
+        if not TYPE_CHECKING:  # a kept program's modules load when a conversation starts
+            from airlock_kept import top_level_definitions
         # The run's own bindings (result, tools, guards) are rebuilt each time.
         try:
             kept.keep(
@@ -335,6 +329,7 @@ def warm_up(allowed_imports: frozenset[str], image_imports: list[str] | None = N
     """Import ``allowed_imports`` and the image's own ``image_imports``, then run a small
     program through the real path, in both modes (and, in an image with packages, one that
     uses them, in full mode), and discard the results."""
+    import_asyncio()  # first: programs' "import asyncio" then finds it loaded without ssl
     for name in sorted(allowed_imports):
         __import__(name)
     for name in image_imports or ():
@@ -360,7 +355,11 @@ def main(argv: list[str]) -> int:
     connection = Connection(socket_path)
     isolate_descriptors(connection.fileno())
     image_imports = image.prepare(image.read_manifest(_GUEST_DIR, wire.IMAGE_MANIFEST))
-    warm_up(wire.WARM_UP_IMPORTS, image_imports)
+    # An image's packages are imported here whatever comes: they read the environment,
+    # which is emptied before any program runs.
+    warmed = wire.RUN_WAITING not in argv[2:] or bool(image_imports)
+    if warmed:
+        warm_up(wire.WARM_UP_IMPORTS, image_imports)
     image.settle()
     connection.send({"type": wire.HELLO, "version": wire.PROTOCOL_VERSION, "pid": os.getpid()})
     request = connection.recv()
@@ -373,6 +372,11 @@ def main(argv: list[str]) -> int:
         os._exit(0)
 
     if request.get("keep"):
+        if not TYPE_CHECKING:  # for a kept conversation only: its programs fork from here
+            import airlock_kept_program as kept_program
+            import airlock_zygote as zygote
+        if not warmed:
+            warm_up(wire.WARM_UP_IMPORTS, image_imports)
         return zygote.serve(connection, socket_path, request, _run_kept, kept_program.prepare)
     # The second seccomp layer, before any of the program's code runs; no layer, no run.
     confine(request.get("mode"), refuse=finish)
@@ -386,6 +390,8 @@ def _run_kept(connection: Connection, ahead: dict[str, Any], started: Callable[[
     """One kept program, in the process forked for it (``airlock_kept_program``)."""
     global _RUNNER_PID
     _RUNNER_PID = os.getpid()  # a child the program forks must never report for it
+    if not TYPE_CHECKING:
+        import airlock_kept_program as kept_program
     kept_program.run(connection, ahead, started, execute)
 
 

@@ -27,14 +27,39 @@ from __future__ import annotations
 
 import errno
 import os
-import tempfile
+import sys
+import types
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+_LIBRARIES = {"c": "libc.so.6", "seccomp": "libseccomp.so.2"}
+"""The libraries pyseccomp loads, by the names the image's (Debian's) have."""
+
+
+def _import_pyseccomp() -> Any:
+    """pyseccomp, which finds its libraries with ``ctypes.util.find_library``: that imports
+    subprocess, shutil and tempfile and runs ``ldconfig`` twice, about 15 ms of CPU in every
+    container before its first program. Its lookups are answered from :data:`_LIBRARIES`
+    instead (a name not there is not found); ``ctypes.util`` stays unimported for whoever
+    imports it later."""
+    import ctypes
+
+    known = types.ModuleType("ctypes.util")
+    known.find_library = _LIBRARIES.get  # type: ignore[attr-defined]
+    sys.modules["ctypes.util"] = known
+    setattr(ctypes, "util", known)  # noqa: B010  # what "import ctypes.util" then reads
+    try:
+        import pyseccomp
+    finally:
+        del sys.modules["ctypes.util"]
+        vars(ctypes).pop("util", None)
+    return pyseccomp
+
+
 try:
-    # Imported with the runner, before it says hello: finding libseccomp costs milliseconds
+    # Imported with the runner, before it says hello: loading libseccomp costs milliseconds
     # that a run should not wait for.
-    import pyseccomp
+    pyseccomp = _import_pyseccomp()
 except Exception as exc:  # reported by confine(), which then runs nothing
     pyseccomp = None
     _IMPORT_ERROR: Exception | None = exc
@@ -220,6 +245,8 @@ def export_pfc(mode: str) -> str:
     Raises:
         ConfinementError: ``pyseccomp`` or libseccomp is not available here.
     """
+    import tempfile  # for this reading only: it imports random, and random hashing
+
     try:
         layer = _build(_mode(mode))
         with tempfile.TemporaryFile("w+") as out:

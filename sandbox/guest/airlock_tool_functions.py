@@ -8,17 +8,20 @@ a call that cannot bind fails in the program as ``InvalidInput`` and nothing is 
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    import asyncio
+    import inspect  # imported where a signature is built
+
     from airlock.bridge import airlock_wire as wire
     from airlock.sandbox.guest import airlock_errors as errors
+    from airlock.sandbox.guest.airlock_asyncio import import_asyncio
     from airlock.sandbox.guest.airlock_connection import Connection
 else:  # in the image, the guest's modules sit side by side on the runner's path
     import airlock_errors as errors
     import airlock_wire as wire
+    from airlock_asyncio import import_asyncio
 
 
 class _HostDefault:
@@ -40,30 +43,20 @@ class ToolFunction:
         self._connection = connection
         self.__name__ = self.name = str(stub["name"])
         self.__doc__ = str(stub.get("doc", ""))
-        params: list[inspect.Parameter] = []
-        kind: inspect._ParameterKind = inspect.Parameter.POSITIONAL_OR_KEYWORD
-        for p in stub.get("params", []):
-            required = p.get("required", True) is not False
-            if not required:
-                # Left out of the call when not given: the host applies the input model's
-                # default, exactly as for a direct call. The value here is for reading only.
-                default = p.get("default") if p.get("shown_default") else _HOST_DEFAULT
-            elif params and params[-1].default is not inspect.Parameter.empty:
-                kind = inspect.Parameter.KEYWORD_ONLY  # a required one after an optional one
-            params.append(
-                inspect.Parameter(
-                    str(p["name"]),
-                    kind,
-                    annotation=str(p.get("annotation", "object")),
-                    default=inspect.Parameter.empty if required else default,
-                )
-            )
-        self.__signature__ = inspect.Signature(
-            params, return_annotation=stub.get("returns", "dict")
-        )
-        self._order = tuple(p.name for p in params)
+        self._stub = stub
+        self._order = tuple(str(p["name"]) for p in stub.get("params", []))
         self._known = frozenset(self._order)
-        self._required = frozenset(p.name for p in params if p.default is inspect.Parameter.empty)
+        self._required = frozenset(
+            str(p["name"]) for p in stub.get("params", []) if p.get("required", True) is not False
+        )
+
+    def __getattr__(self, name: str) -> Any:
+        # The signature is built when first asked for (help(), inspect.signature(), a call
+        # with positional arguments, repr()): most programs never need inspect, nor its import.
+        if name != "__signature__":
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        self.__signature__ = _signature(self._stub)
+        return self.__signature__
 
     def _arguments(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         if not args and self._required <= kwargs.keys() <= self._known:
@@ -86,6 +79,9 @@ class ToolFunction:
     def aio(self, *args: Any, **kwargs: Any) -> asyncio.Future[Any]:
         """The same call as an awaitable, so independent calls can run concurrently."""
         message = {"type": self._frame, "tool": self.name, "args": self._arguments(args, kwargs)}
+        import_asyncio()
+        import asyncio
+
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
@@ -118,6 +114,31 @@ class ToolFunction:
 
     def __repr__(self) -> str:
         return f"<tool {self.name}{self.__signature__}>"
+
+
+def _signature(stub: dict[str, Any]) -> inspect.Signature:
+    """A tool's signature from its stub: a parameter the host defaults is optional."""
+    import inspect
+
+    params: list[inspect.Parameter] = []
+    kind: inspect._ParameterKind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    for p in stub.get("params", []):
+        required = p.get("required", True) is not False
+        if not required:
+            # Left out of the call when not given: the host applies the input model's
+            # default, exactly as for a direct call. The value here is for reading only.
+            default = p.get("default") if p.get("shown_default") else _HOST_DEFAULT
+        elif params and params[-1].default is not inspect.Parameter.empty:
+            kind = inspect.Parameter.KEYWORD_ONLY  # a required one after an optional one
+        params.append(
+            inspect.Parameter(
+                str(p["name"]),
+                kind,
+                annotation=str(p.get("annotation", "object")),
+                default=inspect.Parameter.empty if required else default,
+            )
+        )
+    return inspect.Signature(params, return_annotation=stub.get("returns", "dict"))
 
 
 _PROPOSALS_AT_ONCE = 64  # frames in flight at once, well inside the host's in-flight limit

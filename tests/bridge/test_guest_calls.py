@@ -9,6 +9,7 @@ unanswered, and a run the host ends must all still get exactly their own answers
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import threading
 import time
@@ -181,14 +182,14 @@ def test_a_loop_of_single_calls_is_one_write_and_one_read_each(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     made: list[object] = []
-    real_future = connections.Future
 
-    class Counted(real_future):  # type: ignore[misc,valid-type]
+    class Counted(concurrent.futures.Future[object]):
         def __init__(self) -> None:
             made.append(self)
             super().__init__()
 
-    monkeypatch.setattr(connections, "Future", Counted)
+    # The connection imports its thread-safe future class when it first needs one.
+    monkeypatch.setattr(concurrent.futures, "Future", Counted)
     with bridge(tmp_path) as (tools, connection, session, _host):
         threads = threading.active_count()
         records = [tools.records_item_get(record_id=f"rec_{n}") for n in range(1, 51)]

@@ -1,14 +1,17 @@
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
 import pytest
 
+from airlock.bridge.airlock_wire import RUN_WAITING, SOCKET_NAME
 from airlock.policies import ContainerRuntime, SandboxProfile
 from airlock.sandbox import (
     UNKNOWN_DIGEST,
     ContainerMount,
+    DockerBackend,
     check_engine,
     describe_container,
     read_image_digest,
@@ -52,6 +55,31 @@ def test_config_carries_every_hardening_setting() -> None:
     )
     assert "privileged" not in config
     assert "devices" not in config
+
+
+def test_only_a_container_started_for_a_waiting_run_tells_its_runner_so() -> None:
+    socket_path = f"{GUEST_MOUNT}/{SOCKET_NAME}"
+    pooled = container_config(SandboxProfile(), image="i", socket_dir=Path("/s"), labels={})
+    waited_for = container_config(
+        SandboxProfile(), image="i", socket_dir=Path("/s"), labels={}, run_waiting=True
+    )
+    assert pooled["command"] == [socket_path]
+    assert waited_for["command"] == [socket_path, RUN_WAITING]
+
+
+@pytest.mark.docker
+def test_a_pooled_runner_warms_up_and_one_started_for_a_waiting_run_does_not() -> None:
+    require_docker()
+    program = "import sys\n'asyncio' in sys.modules\n"
+    full = SandboxProfile(language_mode="full")
+
+    async def warmed(pool_size: int) -> object:
+        async with DockerBackend(image=IMAGE, profile=full, pool_size=pool_size) as backend:
+            await backend.pool.wait_ready(pool_size, timeout=60)
+            return (await backend.run(program)).value
+
+    assert asyncio.run(warmed(1)) is True
+    assert asyncio.run(warmed(0)) is False
 
 
 def test_the_description_says_what_the_config_says() -> None:

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from airlock.bridge import PROTOCOL_VERSION, program_error
-from airlock.bridge.airlock_wire import ERRORS
+from airlock.bridge.airlock_wire import ERRORS, RUN_WAITING
 from airlock.policies import SandboxProfile
 from tests.bridge.error_examples import EXAMPLES
 from tests.sandbox.guest_image import RUNNER, load_guest
@@ -55,19 +55,22 @@ def run_in_process(
     answer: Answer | None = None,
     hello: list[dict[str, Any]] | None = None,
     refused: list[str] | None = None,
+    run_waiting: bool = False,
 ) -> dict[str, Any]:
     """Run the real runner as a child process connected over a Unix socket.
 
     The test plays the host: the run offers ``tools`` (each with one ``arg`` parameter),
     ``answer`` answers their calls, the runner's hello frame is appended to ``hello`` and the
-    tool names it reports refused to ``refused``.
+    tool names it reports refused to ``refused``. ``run_waiting``: the runner is started as
+    for a run that waits for its container.
     """
     with tempfile.TemporaryDirectory() as tmp:
         path = str(Path(tmp) / "bridge.sock")
         listener = socket.socket(socket.AF_UNIX)
         listener.bind(path)
         listener.listen(1)
-        child = subprocess.Popen([sys.executable, "-I", str(RUNNER), path], env={})
+        command = [sys.executable, "-I", str(RUNNER), path]
+        child = subprocess.Popen(command + [RUN_WAITING] * run_waiting, env={})
         try:
             listener.settimeout(30)
             conn, _ = listener.accept()
@@ -230,6 +233,79 @@ def test_the_warm_up_program_runs_with_the_warm_up_imports(mode: str) -> None:
     result = run_in_process(runner._WARM_UP_PROGRAM, mode=mode, allowed_imports=imports)
     assert result["status"] == "ok", result["error"]
     assert result["stdout"] == "50\n"
+
+
+# Modules a trivial program does not need, and that a runner does not load before its first
+# program when that program is waiting for it: what a runner loads first is CPU spent on every
+# container started for one run (and ssl, which asyncio would load, on none).
+NOT_LOADED_FOR_ONE_PROGRAM = (
+    "asyncio", "concurrent.futures", "ctypes.util", "inspect", "shutil", "socket", "ssl",
+    "subprocess", "tempfile",
+)  # fmt: skip
+LOADED = "import sys\n[m for m in {names!r} if m in sys.modules]\n"
+
+
+def test_a_runner_started_for_a_waiting_run_loads_only_what_it_needs() -> None:
+    result = run_in_process(
+        LOADED.format(names=NOT_LOADED_FOR_ONE_PROGRAM), "full", run_waiting=True
+    )
+    assert result["status"] == "ok", result["error"]
+    assert result["value"] == []
+
+
+def test_a_runner_for_the_pool_warms_up_with_asyncio_and_without_ssl() -> None:
+    result = run_in_process(LOADED.format(names=("asyncio", "ssl")), "full")
+    assert result["value"] == ["asyncio"]
+
+
+AWAITING_PROGRAMS = {
+    "top_level_await": "import sys\nawait tools.t(1) if False else None\nawait_done = 1\n",
+    "aio_call": "import sys\nawait tools.t.aio(arg=1)\n",
+}
+
+
+@pytest.mark.parametrize("program", sorted(AWAITING_PROGRAMS))
+def test_an_awaiting_program_gets_asyncio_without_ssl(program: str) -> None:
+    source = AWAITING_PROGRAMS[program] + "[m for m in ('asyncio', 'ssl') if m in sys.modules]\n"
+    result = run_in_process(
+        source, "full", tools=["t"], answer=lambda call: {"ok": True, "value": 1},
+        run_waiting=True,
+    )  # fmt: skip
+    assert result["status"] == "ok", result["error"]
+    assert result["value"] == ["asyncio"]
+
+
+def test_a_tool_function_builds_its_signature_when_asked() -> None:
+    program = (
+        "import inspect\n"
+        "[str(inspect.signature(tools.t)), tools.t(2), repr(tools.t), hasattr(tools.t, 'x')]\n"
+    )
+    result = run_in_process(
+        program, "full", tools=["t"], answer=lambda call: {"ok": True, "value": call["args"]}
+    )
+    assert result["value"] == [
+        "(arg: 'object') -> 'dict'",
+        {"arg": 2},
+        "<tool t(arg: 'object') -> 'dict'>",
+        False,
+    ]
+
+
+def test_the_seccomp_layer_finds_libseccomp_without_running_ldconfig() -> None:
+    # pyseccomp's own lookup imports subprocess, shutil and tempfile and runs ldconfig twice;
+    # whoever imports ctypes.util afterwards gets the real module.
+    check = (
+        f"import sys; sys.path.insert(0, {str(RUNNER.parent)!r})\n"
+        "import airlock_seccomp as layer\n"
+        "assert layer._IMPORT_ERROR is None, layer._IMPORT_ERROR\n"
+        "print([m for m in ('subprocess', 'ctypes.util', 'tempfile') if m in sys.modules])\n"
+        "import ctypes.util\n"
+        "print(ctypes.util.find_library('c'), layer.pyseccomp._libseccomp_path)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-I", "-c", check], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.splitlines() == ["[]", "libc.so.6 libseccomp.so.2"]
 
 
 def _answer_with(errors: list[dict[str, Any]]) -> Answer:
