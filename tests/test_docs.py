@@ -83,16 +83,16 @@ export BILLING_TOKEN_ACME=tok_...              # a host secret: never in a conta
         """\
 sustained runs/s (6 s per case, in 2 rounds)
 case                                    runs    runs/s    p50 ms    p99 ms  ratio
-docker run --rm, 8 conc.                  76      10.5     667.6    1199.2  1.00x docker run --rm, 8 conc.
-docker run --rm --runtime crun, 8 c.      80      11.5     585.1    1024.4  1.09x docker run --rm, 8 conc.
-new principal/run, pool 0                 57       8.1     899.5    1382.0  0.77x docker run --rm, 8 conc.
-new principal/run, pool 4                 64       8.3    1003.1    1774.5  0.79x docker run --rm, 8 conc.
-new principal/run, pool 0, crun           62       8.6     867.5    1571.3  0.82x docker run --rm, 8 conc.
-new principal/run, pool 4, crun           64       8.7     976.7    1677.2  0.83x docker run --rm, 8 conc.
-reuse, 1 principals                     1493     248.6       4.0       6.1  23.66x docker run --rm, 8 conc.
-reuse, 2 principals                     2457     409.1       4.6      11.1  38.94x docker run --rm, 8 conc.
-reuse, 8 principals                     2664     442.8      15.9      85.4  42.15x docker run --rm, 8 conc.
-reuse, 32 principals                    2395     393.2      81.1     168.4  37.43x docker run --rm, 8 conc.""": _PERFORMANCE,
+docker run --rm, 8 conc.                  66       9.5     697.4    1382.4  1.00x docker run --rm, 8 conc.
+docker run --rm --runtime crun, 8 c.      75      10.4     638.0    1180.9  1.10x docker run --rm, 8 conc.
+new principal/run, pool 0                 94      14.1     547.3    1019.7  1.49x docker run --rm, 8 conc.
+new principal/run, pool 4                 95      13.5     625.9    1174.3  1.43x docker run --rm, 8 conc.
+new principal/run, pool 0, crun          106      15.8     476.1     751.4  1.67x docker run --rm, 8 conc.
+new principal/run, pool 4, crun          105      15.6     560.5    1093.9  1.64x docker run --rm, 8 conc.
+reuse, 1 principals                     1464     243.9       4.0       5.6  25.76x docker run --rm, 8 conc.
+reuse, 2 principals                     2520     419.8       4.6       8.7  44.35x docker run --rm, 8 conc.
+reuse, 8 principals                     2678     445.2      16.4      72.5  47.03x docker run --rm, 8 conc.
+reuse, 32 principals                    2323     379.2      82.7     167.3  40.06x docker run --rm, 8 conc.""": _PERFORMANCE,
         """\
 warm run, one at a time (request -> result)
 case                                       n       median ms        p99 ms  ratio
@@ -102,64 +102,64 @@ reused, 20 ms apart (ready again)        300           0.870         1.274  0.37
         """\
 request -> first instruction, 50 runs each (ms)
 case                                       n       median ms        p99 ms  ratio
-runc base cold                            50         195.930       234.001
-runc base warm                            50           0.374         6.356
-runc data cold                            50         646.184       677.290  3.30x runc base cold
-runc data warm                            50           0.532         4.824  1.42x runc base warm
-crun base cold                            50         188.919       214.964  0.96x runc base cold
-crun base warm                            50           0.311         3.390  0.83x runc base warm
-crun data cold                            50         639.642       657.423  3.39x crun base cold
-crun data warm                            50           0.547         4.726  1.76x crun base warm
-runsc base cold                           50         673.970       750.003  3.44x runc base cold
-runsc base warm                           50           1.635        18.907  4.37x runc base warm
-runsc data cold                           50        2358.572      2526.208  3.50x runsc base cold
-runsc data warm                           50           2.272        11.152  1.39x runsc base warm
+runc base cold                            50         101.297       127.429
+runc base warm                            50           0.320         4.154
+runc data cold                            50         586.163       648.090  5.79x runc base cold
+runc data warm                            50           0.490        13.332  1.53x runc base warm
+crun base cold                            50          99.801       119.027  0.99x runc base cold
+crun base warm                            50           0.455         5.236  1.42x runc base warm
+crun data cold                            50         594.635       618.725  5.96x crun base cold
+crun data warm                            50           0.593         5.745  1.30x crun base warm
+runsc base cold                           50         373.324       437.014  3.69x runc base cold
+runsc base warm                           50           2.147        17.126  6.71x runc base warm
+runsc data cold                           50        2357.215      2483.036  6.31x runsc base cold
+runsc data warm                           50           2.335        17.029  1.09x runsc base warm
 
 request -> result, 50 runs each (ms)
 case                                       n       median ms        p99 ms  ratio
-runc base cold                            50         196.598       234.695
-runc base warm                            50           2.651         7.418
-runc data cold                            50         647.594       678.817  3.29x runc base cold
-runc data warm                            50           5.559        12.954  2.10x runc base warm
-crun base cold                            50         189.617       215.625  0.96x runc base cold
-crun base warm                            50           2.062        13.936  0.78x runc base warm
-crun data cold                            50         641.044       658.868  3.38x crun base cold
-crun data warm                            50           4.816        11.041  2.34x crun base warm
-runsc base cold                           50         679.169       755.492  3.45x runc base cold
-runsc base warm                           50           8.666        25.611  3.27x runc base warm
-runsc data cold                           50        2365.082      2534.393  3.48x runsc base cold
-runsc data warm                           50          10.743       121.435  1.24x runsc base warm
+runc base cold                            50         102.219       128.465
+runc base warm                            50           2.520         9.112
+runc data cold                            50         587.743       649.612  5.75x runc base cold
+runc data warm                            50           6.357        65.579  2.52x runc base warm
+crun base cold                            50         101.130       119.971  0.99x runc base cold
+crun base warm                            50           3.832        11.097  1.52x runc base warm
+crun data cold                            50         596.306       620.300  5.90x crun base cold
+crun data warm                            50           6.405        13.714  1.67x crun base warm
+runsc base cold                           50         381.276       441.117  3.73x runc base cold
+runsc base warm                           50          10.575        42.031  4.20x runc base warm
+runsc data cold                           50        2363.505      2490.406  6.20x runsc base cold
+runsc data warm                           50          12.967        43.165  1.23x runsc base warm
 
 tool call round trip, 500 sequential calls (us)
 case                                       n       median us        p99 us  ratio
-runc guest -> host -> guest              500          55.594      1614.081
-crun guest -> host -> guest              500          56.783      1590.482  1.02x runc guest -> host -> guest
-runsc guest -> host -> guest             500         303.235      3211.192  5.45x runc guest -> host -> guest
+runc guest -> host -> guest              500          59.965      1306.510
+crun guest -> host -> guest              500          60.040      1106.116  1.00x runc guest -> host -> guest
+runsc guest -> host -> guest             500         294.830      1785.977  4.92x runc guest -> host -> guest
 
 a data run given an input, request -> result, 50 runs each (ms)
 case                                       n       median ms        p99 ms  ratio
-runc data warm, no inputs                 50           5.559        12.954
-runc data, inputs: own container          50         650.494       673.251  117.01x runc data warm, no inputs
-runc data, inputs: pooled with them       50           6.407        21.155  1.15x runc data warm, no inputs
-crun data warm, no inputs                 50           4.816        11.041
-crun data, inputs: own container          50         632.453       655.391  131.31x crun data warm, no inputs
-crun data, inputs: pooled with them       50           5.795        15.748  1.20x crun data warm, no inputs
-runsc data warm, no inputs                50          10.743       121.435
-runsc data, inputs: own container         50        2376.172      2506.174  221.18x runsc data warm, no inputs
-runsc data, inputs: pooled with them      50          14.718        44.393  1.37x runsc data warm, no inputs
+runc data warm, no inputs                 50           6.357        65.579
+runc data, inputs: own container          50         607.589       700.637  95.58x runc data warm, no inputs
+runc data, inputs: pooled with them       50           5.360        19.932  0.84x runc data warm, no inputs
+crun data warm, no inputs                 50           6.405        13.714
+crun data, inputs: own container          50         601.612       660.374  93.93x crun data warm, no inputs
+crun data, inputs: pooled with them       50           7.492        24.622  1.17x crun data warm, no inputs
+runsc data warm, no inputs                50          12.967        43.165
+runsc data, inputs: own container         50        2357.793      2568.098  181.82x runsc data warm, no inputs
+runsc data, inputs: pooled with them      50          15.454        54.108  1.19x runsc data warm, no inputs
 
 a fresh interpreter in the data image: import cost, 5 runs (ms)
 case                                       n       median ms        p99 ms  ratio
-runc import the data packages              5         503.197       530.829
-crun import the data packages              5         500.350       503.545
-runsc import the data packages             5        2024.565      2130.915
+runc import the data packages              5         544.253       566.677
+crun import the data packages              5         528.365       537.972
+runsc import the data packages             5        2112.691      2177.085
 
-runc base: idle pooled container memory (cgroup): median 13.0 MiB over 2 containers
-runc data: idle pooled container memory (cgroup): median 86.2 MiB over 2 containers
-crun base: idle pooled container memory (cgroup): median 12.9 MiB over 2 containers
-crun data: idle pooled container memory (cgroup): median 86.3 MiB over 2 containers
-runsc base: idle pooled container memory (cgroup): median 28.9 MiB over 2 containers
-runsc data: idle pooled container memory (cgroup): median 107.7 MiB over 2 containers
+runc base: idle pooled container memory (cgroup): median 12.2 MiB over 2 containers
+runc data: idle pooled container memory (cgroup): median 86.0 MiB over 2 containers
+crun base: idle pooled container memory (cgroup): median 12.2 MiB over 2 containers
+crun data: idle pooled container memory (cgroup): median 86.0 MiB over 2 containers
+runsc base: idle pooled container memory (cgroup): median 27.4 MiB over 2 containers
+runsc data: idle pooled container memory (cgroup): median 106.7 MiB over 2 containers
 goals (runc): warm median <= 10 ms, p99 <= 50 ms; idle pooled container <= 32 MiB""": _PERFORMANCE,
         """\
 50000 calls per row; audit rows stored: 52000

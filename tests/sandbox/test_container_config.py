@@ -6,18 +6,21 @@ from pathlib import Path
 
 import pytest
 
+from airlock.bridge import ToolSession
 from airlock.bridge.airlock_wire import RUN_WAITING, SOCKET_NAME
 from airlock.policies import ContainerRuntime, SandboxProfile
 from airlock.sandbox import (
     UNKNOWN_DIGEST,
     ContainerMount,
     DockerBackend,
+    RunResult,
     check_engine,
     describe_container,
     read_image_digest,
     resolve_inputs,
 )
 from airlock.sandbox._hardening import GUEST_MOUNT, container_config
+from tests.bridge.records import ALICE, GRANT, build_registry
 from tests.conftest import IMAGE, require_docker
 from tests.sandbox.runtimes import RUNTIMES, require_runtime
 
@@ -80,6 +83,39 @@ def test_a_pooled_runner_warms_up_and_one_started_for_a_waiting_run_does_not() -
 
     assert asyncio.run(warmed(1)) is True
     assert asyncio.run(warmed(0)) is False
+
+
+# A runner started for a waiting run imports nothing ahead: the program's imports (C
+# extensions among them) and its event loop come after the second seccomp layer.
+COLD_PROGRAMS = {
+    "restricted": """
+import asyncio, csv, datetime, decimal, statistics
+async def main():
+    return await asyncio.gather(*(tools.records_item_get.aio(record_id=f"rec_{n}") for n in (1, 2)))
+rows = await main()
+[len(rows), str(decimal.Decimal("1.1") + 1), statistics.mean([1, 2, 3])]
+""",
+    "full": """
+import asyncio, decimal, ssl, statistics, sys
+rows = await asyncio.gather(*(tools.records_item_get.aio(record_id=f"rec_{n}") for n in (1, 2)))
+[len(rows), str(decimal.Decimal("1.1") + 1), statistics.mean([1, 2, 3])]
+""",
+}
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("mode", sorted(COLD_PROGRAMS))
+def test_a_runner_that_did_not_warm_up_imports_and_awaits_under_its_filter(mode: str) -> None:
+    require_docker()
+    profile = SandboxProfile.model_validate({"language_mode": mode})
+    tools = ToolSession(registry=build_registry(), principal=ALICE, grant=GRANT)
+
+    async def run() -> RunResult:
+        async with DockerBackend(image=IMAGE, profile=profile, pool_size=0) as backend:
+            return await backend.run(COLD_PROGRAMS[mode], tools=tools)
+
+    result = asyncio.run(run())
+    assert (result.status, result.value) == ("ok", [2, "2.1", 2]), result.error
 
 
 def test_the_description_says_what_the_config_says() -> None:
