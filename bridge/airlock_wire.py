@@ -43,8 +43,10 @@ fields of each ``airlock.tools`` error class (:data:`ERRORS`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Final, NamedTuple
+TYPE_CHECKING = False  # typing's, which the guest does not import (see airlock.sandbox.guest)
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Final
 
 PROTOCOL_VERSION: Final = 4
 """Sent in ``hello``; the host refuses a runner that speaks another version (2: the guest
@@ -108,13 +110,16 @@ import costs nothing. A profile that allows other modules still works; only thei
 is not paid in advance."""
 
 
-class ErrorShape(NamedTuple):
+class ErrorShape:
     """How a tool error of one code looks to a program."""
 
-    name: str
-    """The error's class in the program's ``tools`` namespace (``tools.NotFound``)."""
-    fields: tuple[str, ...]
-    """Its typed attributes, as the host error class puts them in its wire form."""
+    __slots__ = ("fields", "name")
+
+    def __init__(self, name: str, fields: tuple[str, ...]) -> None:
+        self.name = name
+        """The error's class in the program's ``tools`` namespace (``tools.NotFound``)."""
+        self.fields = fields
+        """Its typed attributes, as the host error class puts them in its wire form."""
 
 
 ERRORS: Final[Mapping[str, ErrorShape]] = {

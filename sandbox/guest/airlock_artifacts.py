@@ -17,22 +17,21 @@ A kept runner empties the directory after each program, so a program's artifacts
 
 from __future__ import annotations
 
-import base64
-import contextlib
+import binascii  # base64's encoder, without base64's imports
 import errno
 import os
-import re
 import stat
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NamedTuple
 
+TYPE_CHECKING = False  # typing's, which the guest does not import (see airlock.sandbox.guest)
 if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
     from airlock.bridge import airlock_wire as wire
 else:  # in the image, the guest's modules sit side by side on the runner's path
     import airlock_wire as wire
 
-_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
-_NAME = re.compile(wire.ARTIFACT_NAME)
+_UNSAFE = r"[^A-Za-z0-9._-]"
 _MAX_DEPTH = 8
 _PART_CHARS = 128
 MAX_SKIPPED = 20
@@ -41,17 +40,22 @@ _DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
-class Artifact(NamedTuple):
+class Artifact:
     """A regular file found under the directory, opened and ready to be sent."""
 
-    name: str
-    fd: int
-    size: int
+    __slots__ = ("fd", "name", "size")
+
+    def __init__(self, name: str, fd: int, size: int) -> None:
+        self.name = name
+        self.fd = fd
+        self.size = size
 
 
 def clean_part(part: str) -> str:
     """One path part made to fit :data:`airlock_wire.ARTIFACT_NAME`."""
-    cleaned = _UNSAFE.sub("_", part)[:_PART_CHARS] or "_"
+    import re  # where a program leaves files; its patterns are cached by re
+
+    cleaned = re.sub(_UNSAFE, "_", part)[:_PART_CHARS] or "_"
     return "_" + cleaned[1:] if cleaned[0] == "." else cleaned
 
 
@@ -85,6 +89,8 @@ def _kind(mode: int) -> str:
 def collect(directory: str) -> tuple[list[Artifact], list[dict[str, str]], int]:
     """The regular files under ``directory`` (opened), what was skipped and why (the first
     :data:`MAX_SKIPPED`), and how many were skipped in all. The caller closes the files."""
+    import re
+
     found: list[Artifact] = []
     skipped: list[dict[str, str]] = []
     skipped_count = 0
@@ -141,7 +147,7 @@ def collect(directory: str) -> tuple[list[Artifact], list[dict[str, str]], int]:
                     skip(name, _kind(opened.st_mode))
                     continue
                 name = _unique(name, taken)
-                if not _NAME.match(name):  # cannot happen after clean_part; never sent
+                if not re.match(wire.ARTIFACT_NAME, name):  # never after clean_part; never sent
                     os.close(file)
                     skip(clean_part(entry.name), "a name the host would refuse")
                     continue
@@ -208,7 +214,7 @@ def send(found: list[Artifact], emit: Callable[[dict[str, Any]], None]) -> None:
                         "type": wire.ARTIFACT,
                         "name": artifact.name,
                         "offset": offset,
-                        "data": base64.b64encode(piece).decode("ascii"),
+                        "data": binascii.b2a_base64(piece, newline=False).decode("ascii"),
                         "end": end,
                     }
                 )
@@ -221,6 +227,8 @@ def send(found: list[Artifact], emit: Callable[[dict[str, Any]], None]) -> None:
 
 def close_all(found: list[Artifact]) -> None:
     """Close the files of a collection that will not be sent."""
+    import contextlib  # a collection refused: not on a run's usual path
+
     for artifact in found:
         with contextlib.suppress(OSError):
             os.close(artifact.fd)

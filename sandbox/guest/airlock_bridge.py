@@ -30,8 +30,7 @@ and ``airlock_namespace`` (``tools`` and ``tools.propose``).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+TYPE_CHECKING = False  # typing's, which the guest does not import (see airlock.sandbox.guest)
 if TYPE_CHECKING:
     from airlock.sandbox.guest.airlock_connection import Connection
     from airlock.sandbox.guest.airlock_namespace import Proposals, Tools, unknown_tool

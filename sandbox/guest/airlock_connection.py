@@ -11,12 +11,11 @@ all. The ``tools`` namespace that calls through it is ``airlock_bridge``.
 from __future__ import annotations
 
 import _socket
-import contextlib
+import _thread  # its locks; threading (functools, collections) only for a reader thread
 import itertools
 import sys
-import threading
-from typing import TYPE_CHECKING, Any, TypeGuard
 
+TYPE_CHECKING = False  # typing's, which the guest does not import (see airlock.sandbox.guest)
 if TYPE_CHECKING:
     # What a runner imports before its first program is CPU that every container spends:
     # asyncio is loaded by whoever makes an awaitable call (airlock_asyncio), before an event
@@ -25,6 +24,7 @@ if TYPE_CHECKING:
     # never needed (_socket is the socket).
     import asyncio
     from concurrent.futures import Future
+    from typing import Any, TypeGuard
 
     from airlock.bridge import airlock_wire as wire
     from airlock.sandbox.guest import airlock_errors as errors
@@ -54,9 +54,9 @@ class Connection:
     def __init__(self, path: str) -> None:
         self._sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
         self._sock.connect(path)
-        self._send_lock = threading.Lock()
-        self._read_lock = threading.Lock()
-        self._state_lock = threading.Lock()
+        self._send_lock = _thread.allocate_lock()
+        self._read_lock = _thread.allocate_lock()
+        self._state_lock = _thread.allocate_lock()
         self._pending: dict[int, Future[Any] | asyncio.Future[Any]] = {}
         self._awaited: set[int] = set()
         self._reader_running = False
@@ -163,6 +163,8 @@ class Connection:
                 self._awaited.add(call_id)
                 if not self._reader_running:
                     self._reader_running = True
+                    import threading  # loaded already: asyncio imports it
+
                     threading.Thread(target=self._read_for_loop, daemon=True).start()
         self.send({**message, "id": call_id})
         return future
@@ -347,6 +349,8 @@ def _settle(
     if _of_loop(future):  # asyncio is loaded
         loop = future.get_loop()
         if loop is not here and sys.modules["asyncio"]._get_running_loop() is not loop:
+            import contextlib  # loaded already: asyncio imports it
+
             with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
                 loop.call_soon_threadsafe(_settle, future, value, error)
             return
@@ -360,6 +364,7 @@ def _settle(
         return
     # A call's future is cancelled from the program's thread (asyncio.wrap_future), so a
     # thread-safe future can still be cancelled between the check above and this.
+    import contextlib
     from concurrent.futures import InvalidStateError  # loaded: the future is of its kind
 
     with contextlib.suppress(InvalidStateError):

@@ -26,9 +26,10 @@ as ``airlock_wire.ERRORS`` lists them, each with that code's typed fields as att
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
+TYPE_CHECKING = False  # typing's, which the guest does not import (see airlock.sandbox.guest)
 if TYPE_CHECKING:
+    from typing import Any
+
     from airlock.bridge import airlock_wire as wire
 else:
     import airlock_wire as wire  # the shared contract, next to this file in the image

@@ -7,36 +7,82 @@ frame; :func:`split_frame` takes the next whole frame off the bytes received so 
 
 from __future__ import annotations
 
-import json
 import struct
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
 
+TYPE_CHECKING = False  # typing's, which the guest does not import (see airlock.sandbox.guest)
 if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
     from airlock.bridge import airlock_wire as wire
 else:  # in the image, the guest's modules sit side by side on the runner's path
     import airlock_wire as wire
 
 HEADER = struct.Struct(wire.HEADER_FORMAT)
-_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
-_DECODER = json.JSONDecoder()
+_CONSTANTS = {"-Infinity": float("-inf"), "Infinity": float("inf"), "NaN": float("nan")}
 
 
-def _compact_encoder() -> Callable[[Any], str]:
-    """``_ENCODER.encode`` without what it builds per call: the C encoder is built once, and
-    without the table of containers being encoded that finds a cycle (which costs a third
-    of a small frame's encoding); a value that refers to itself nests too deep instead."""
-    make = getattr(json.encoder, "c_make_encoder", None)
-    if make is None:  # an interpreter without the C accelerator
-        return _ENCODER.encode
-    chunks = make(
-        None, _ENCODER.default, json.encoder.encode_basestring_ascii, None, ":", ",", False,
-        False, False,
+def _unserializable(value: object) -> object:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+class _Scanning:
+    """What the C scanner reads off ``json.JSONDecoder``: its defaults."""
+
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    parse_float = float
+    parse_int = int
+    parse_constant = _CONSTANTS.__getitem__
+
+
+def _codec() -> tuple[Callable[[Any], str], Callable[[str], Any]]:
+    """Compact JSON out and ``json.loads`` in, straight from the C accelerator: the ``json``
+    package compiles regular expressions on import (``re`` and ``enum`` with them), a
+    quarter of what a runner costs before its first program. The encoder is built once,
+    without the table of containers being encoded that finds a cycle (a third of a small
+    frame's encoding): a value that refers to itself nests too deep instead."""
+    try:
+        import _json
+    except ImportError:  # an interpreter without the C accelerator
+        import json
+
+        dumps = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
+        return dumps, json.JSONDecoder().decode
+    chunks = _json.make_encoder(
+        None, _unserializable, _json.encode_basestring_ascii, None, ":", ",", False, False,
+        False,
     )  # fmt: skip
-    return lambda value: "".join(chunks(value, 0))
+    scan = _json.make_scanner(_Scanning())  # type: ignore[arg-type]  # reads these attributes
+
+    def loads(text: str) -> Any:
+        body = text.strip(" \t\n\r")
+        try:
+            value, end = scan(body, 0)
+        except StopIteration as exc:
+            raise ValueError(f"Expecting value: char {exc.value}") from None
+        if end != len(body):
+            raise ValueError(f"Extra data: char {end}")
+        return value
+
+    return (lambda value: "".join(chunks(value, 0))), loads
 
 
-_encode = _compact_encoder()
+_dumps, _loads = _codec()
+
+
+def to_json(value: Any) -> str:
+    """``value`` as compact ASCII JSON.
+
+    Raises:
+        ValueError: ``NaN``, ``Infinity``, or a value that refers to itself or nests too deep.
+        TypeError: a value of a type JSON cannot hold.
+    """
+    try:
+        return _dumps(value)
+    except RecursionError:
+        raise ValueError("a value refers to itself or nests too deep for JSON") from None
 
 
 def encode(message: dict[str, Any]) -> bytes:
@@ -48,7 +94,7 @@ def encode(message: dict[str, Any]) -> bytes:
         TypeError: a value of a type JSON cannot hold.
     """
     try:
-        body = _encode(message).encode()
+        body = _dumps(message).encode()
     except RecursionError:
         raise ValueError(
             "a value sent to a tool refers to itself or nests too deep for JSON; "
@@ -78,10 +124,10 @@ def split_frame(received: bytearray) -> dict[str, Any] | None:
         received.clear()
     else:
         del received[:end]
-    message = _DECODER.decode(text)
+    message = _loads(text)
     if not isinstance(message, dict):
         raise ConnectionError("a frame must hold a JSON object")
     return message
 
 
-__all__ = ["HEADER", "encode", "split_frame"]
+__all__ = ["HEADER", "encode", "split_frame", "to_json"]

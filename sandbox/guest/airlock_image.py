@@ -16,11 +16,13 @@ environment again: a program sees none of these variables, in either image.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import sys
-from typing import Any
+
+TYPE_CHECKING = False  # typing's, which the guest does not import (see airlock.sandbox.guest)
+if TYPE_CHECKING:
+    from typing import Any
 
 _THREAD_VARIABLES = (
     "OMP_NUM_THREADS",  # Arrow's and OpenMP's pools
@@ -36,6 +38,8 @@ def read_manifest(directory: str, name: str) -> dict[str, Any]:
     """The manifest in ``directory``, or ``{}`` when the image has none (the base image)."""
     try:
         with open(os.path.join(directory, name), encoding="utf-8") as file:
+            import json  # an image with a manifest: its packages import json anyway
+
             manifest = json.load(file)
     except (OSError, ValueError):
         return {}

@@ -20,18 +20,18 @@ if TYPE_CHECKING:
     from airlock.bridge import airlock_wire as wire
     from airlock.sandbox.guest import airlock_artifacts as artifacts
     from airlock.sandbox.guest.airlock_bridge import Connection, Tools
+    from airlock.sandbox.guest.airlock_confine import confine, confine_ahead
     from airlock.sandbox.guest.airlock_kept import KeptGlobals
     from airlock.sandbox.guest.airlock_language import compile_program
     from airlock.sandbox.guest.airlock_output import StreamCapture
-    from airlock.sandbox.guest.airlock_seccomp import confine, confine_ahead
 else:
     import airlock_artifacts as artifacts
     import airlock_wire as wire
     from airlock_bridge import Connection, Tools
+    from airlock_confine import confine, confine_ahead
     from airlock_kept import KeptGlobals
     from airlock_language import compile_program
     from airlock_output import StreamCapture
-    from airlock_seccomp import confine, confine_ahead
 
 Execute = Callable[..., dict[str, Any]]
 """The runner's ``execute(request, finish, tools, kept, captures)``."""

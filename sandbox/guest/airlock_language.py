@@ -5,22 +5,23 @@ mode: its guards, an import allow-list and coroutines, so programs can fan out r
 of RestrictedPython's guards (no ``_`` names, no frame or code attributes), the attribute and
 import guards hand out no module the program could not import itself (``typing.sys`` would
 reach ``sys.modules``), no frame, code or traceback object, and none of the standard
-library's functions that evaluate strings as unguarded code (:data:`EVALUATORS`). The
+library's functions that evaluate strings as unguarded code (:func:`evaluators`). The
 ``full`` mode is plain Python. Either way the container is the boundary; this is defence in
 depth and clearer errors.
 """
 
 from __future__ import annotations
 
-import ast
-import functools
+import _ast
 import operator
 import types
-import typing
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, cast
 
+TYPE_CHECKING = False  # typing's, which the guest does not import (see airlock.sandbox.guest)
 if TYPE_CHECKING:
+    import ast
+    from collections.abc import Callable
+    from typing import Any
+
     from airlock.sandbox.guest.airlock_asyncio import import_asyncio
     from airlock.sandbox.guest.airlock_bridge import Tools
 else:  # in the image, the guest's modules sit side by side on the runner's path
@@ -50,6 +51,8 @@ class ProgramRejected(Exception):
 
 
 def _import_checker(allowed: frozenset[str]) -> Any:
+    import ast
+
     def check(node: ast.AST) -> None:
         for child in ast.walk(node):
             if isinstance(child, ast.Import):
@@ -72,6 +75,8 @@ def _import_checker(allowed: frozenset[str]) -> Any:
 
 
 def _restricted_policy() -> Any:
+    from typing import Any, cast  # cast(Any, ...) evaluates Any
+
     from RestrictedPython.transformer import RestrictingNodeTransformer
 
     class AirlockPolicy(RestrictingNodeTransformer):
@@ -123,15 +128,21 @@ def _inplace(op: str, x: Any, y: Any) -> Any:
     return _INPLACE_OPERATORS[op](x, y)
 
 
-EVALUATORS: tuple[object, ...] = (
-    typing.get_type_hints,  # evaluates string annotations with the real builtins
-    typing.ForwardRef,
-    functools.singledispatch,  # register() calls get_type_hints on a function
-    functools.singledispatchmethod,
-)
-"""Standard library callables that evaluate strings as Python outside the guards."""
+def evaluators() -> tuple[object, ...]:
+    """Standard library callables that evaluate strings as Python outside the guards."""
+    import functools
+    import typing
 
-_EVALUATOR_IDS = frozenset(id(evaluator) for evaluator in EVALUATORS)
+    return (
+        typing.get_type_hints,  # evaluates string annotations with the real builtins
+        typing.ForwardRef,
+        functools.singledispatch,  # register() calls get_type_hints on a function
+        functools.singledispatchmethod,
+    )
+
+
+_evaluator_ids: frozenset[int] = frozenset()
+""":func:`evaluators` by id (their modules hold them: the ids stay theirs), once asked."""
 _HIDDEN_TYPES = (types.FrameType, types.CodeType, types.TracebackType)
 
 
@@ -143,16 +154,24 @@ def refusal(value: object, allowed_imports: frozenset[str]) -> str | None:
             return f"the module {name!r}, which restricted mode does not import"
     elif isinstance(value, _HIDDEN_TYPES):
         return f"a {type(value).__name__} object, which shows the runner's internals"
-    elif id(value) in _EVALUATOR_IDS:  # EVALUATORS holds them: their ids stay theirs
+    elif _is_evaluator(value):
         name = str(getattr(value, "__qualname__", value))
         return f"{name}, which evaluates strings outside restricted mode's guards"
     return None
+
+
+def _is_evaluator(value: object) -> bool:
+    global _evaluator_ids
+    _evaluator_ids = _evaluator_ids or frozenset(map(id, evaluators()))
+    return id(value) in _evaluator_ids
 
 
 def restricted_globals(
     allowed_imports: frozenset[str], result: Callable[[Any], None], tools: Tools
 ) -> dict[str, Any]:
     """The globals of a ``restricted`` program: guarded builtins, ``result`` and ``tools``."""
+    from typing import Any, cast  # cast(Any, ...) evaluates Any
+
     from RestrictedPython.Guards import (
         full_write_guard,
         guarded_iter_unpack_sequence,
@@ -258,7 +277,7 @@ def full_globals(result: Callable[[Any], None], tools: Tools) -> dict[str, Any]:
     return {"__builtins__": namespace, "__name__": PROGRAM_MODULE, "tools": tools}
 
 
-TOP_LEVEL_AWAIT = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+TOP_LEVEL_AWAIT = _ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
 """Programs may ``await`` at the top level (as in ``python -m asyncio``); such a program's
 code is a coroutine, which the runner runs on an event loop of its own."""
 
@@ -285,15 +304,17 @@ def compile_program(source: str, mode: str, allowed_imports: frozenset[str]) -> 
             or ``yield`` at the top level, ``await`` in a plain function); the runner reports
             it as the program's error, with its line.
     """
-    try:
-        tree = ast.parse(source, PROGRAM_FILENAME)
+    try:  # ast.parse, without importing ast
+        tree: ast.Module = compile(  # type: ignore[assignment]  # "exec" makes a Module
+            source, PROGRAM_FILENAME, "exec", _ast.PyCF_ONLY_AST, dont_inherit=True
+        )
     except SyntaxError as exc:
         raise ProgramRejected(f"syntax error: {exc.msg}", exc.lineno) from None
     last: ast.Expression | None = None
     final_statement = tree.body[-1] if tree.body else None
-    if isinstance(final_statement, ast.Expr):
+    if isinstance(final_statement, _ast.Expr):
         tree.body.pop()
-        last = ast.Expression(final_statement.value)
+        last = _ast.Expression(final_statement.value)
     if mode != "full":
         _import_checker(allowed_imports)(tree)
         # RestrictedPython's own compile functions drop the flags they are given, so its
@@ -365,12 +386,12 @@ def _line_of(message: str) -> int | None:
 
 
 __all__ = [
-    "EVALUATORS",
     "PROGRAM_FILENAME",
     "PROGRAM_MODULE",
     "TOP_LEVEL_AWAIT",
     "ProgramRejected",
     "compile_program",
+    "evaluators",
     "full_globals",
     "refusal",
     "restricted_globals",

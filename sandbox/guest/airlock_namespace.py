@@ -8,9 +8,10 @@ classes; any other public name is a tool this run was not given, refused on the 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
+TYPE_CHECKING = False  # typing's, which the guest does not import (see airlock.sandbox.guest)
 if TYPE_CHECKING:
+    from typing import Any
+
     from airlock.bridge import airlock_wire as wire
     from airlock.sandbox.guest import airlock_errors as errors
     from airlock.sandbox.guest.airlock_connection import Connection

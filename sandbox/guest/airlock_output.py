@@ -11,6 +11,7 @@ Standard library only; shipped in the image next to the runner.
 - :func:`too_large`: a final value over the ``run`` frame's ``value_limit`` (bytes of compact
   JSON) or ``value_elements`` (values and keys, as the host counts them in a frame) is refused
   as ``result_too_large`` with its size, so the ``done`` frame stays within the host's budget.
+- :func:`program_traceback`: a failed program's traceback, its own lines only, capped.
 """
 
 from __future__ import annotations
@@ -20,8 +21,12 @@ import errno
 import os
 import resource
 import select
-from typing import Any
 
+TYPE_CHECKING = False  # typing's, which the guest does not import (see airlock.sandbox.guest)
+if TYPE_CHECKING:
+    from typing import Any
+
+TRACEBACK_LIMIT = 8 * 1024
 VALUE_LIMIT = 4 * 1024 * 1024
 VALUE_ELEMENTS = 199_000
 """Defaults of the ``run`` frame's ``value_limit`` and ``value_elements``."""
@@ -220,12 +225,27 @@ def usage() -> tuple[float, int]:
     return cpu, peak_kib * 1024
 
 
+def program_traceback(exc: BaseException, filename: str) -> str:
+    """The lines of ``exc``'s traceback in the program's code (``filename``), and the
+    exception, at most :data:`TRACEBACK_LIMIT` characters."""
+    import traceback  # when a program fails: it imports re and ast
+
+    frames = [
+        frame for frame in traceback.extract_tb(exc.__traceback__) if frame.filename == filename
+    ]
+    text = "".join(traceback.format_list(frames))
+    text += "".join(traceback.format_exception_only(type(exc), exc))
+    return text[-TRACEBACK_LIMIT:]
+
+
 __all__ = [
+    "TRACEBACK_LIMIT",
     "VALUE_ELEMENTS",
     "VALUE_LIMIT",
     "StreamCapture",
     "isolate_descriptors",
     "limit_of",
+    "program_traceback",
     "too_large",
     "usage",
     "value_elements",

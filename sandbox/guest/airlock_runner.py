@@ -36,13 +36,11 @@ Frames and their types are the shared contract in ``airlock_wire``.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
-import traceback
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+
+TYPE_CHECKING = False  # typing's, which the guest does not import (see airlock.sandbox.guest)
 
 _GUEST_DIR = os.path.dirname(os.path.abspath(__file__))
 """The runner's directory: the guest's modules, its packages (``lib``) and the image's
@@ -50,6 +48,9 @@ manifest are there."""
 
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
     # Kept conversations' modules (noqa) load where used, never in a one-program runner.
     from airlock.bridge import airlock_wire as wire
     from airlock.sandbox.guest import airlock_artifacts as artifacts
@@ -58,7 +59,9 @@ if TYPE_CHECKING:
     from airlock.sandbox.guest import airlock_zygote as zygote  # noqa: F401
     from airlock.sandbox.guest.airlock_asyncio import import_asyncio
     from airlock.sandbox.guest.airlock_bridge import Connection, Tools
+    from airlock.sandbox.guest.airlock_confine import confine
     from airlock.sandbox.guest.airlock_errors import ERRORS, RunAborted, ToolError
+    from airlock.sandbox.guest.airlock_frames import to_json
     from airlock.sandbox.guest.airlock_kept import (  # noqa: F401
         KeptGlobals,
         top_level_definitions,
@@ -72,15 +75,16 @@ if TYPE_CHECKING:
         run_program,
     )
     from airlock.sandbox.guest.airlock_output import (
+        TRACEBACK_LIMIT,
         VALUE_ELEMENTS,
         VALUE_LIMIT,
         StreamCapture,
         isolate_descriptors,
         limit_of,
+        program_traceback,
         too_large,
         usage,
     )
-    from airlock.sandbox.guest.airlock_seccomp import confine
 else:
     # The interpreter runs isolated (-I -S): nothing is on the path but the standard
     # library. The guest's modules (the shared airlock_wire among them) and packages sit
@@ -91,7 +95,9 @@ else:
     import airlock_wire as wire
     from airlock_asyncio import import_asyncio
     from airlock_bridge import Connection, Tools
+    from airlock_confine import confine
     from airlock_errors import ERRORS, RunAborted, ToolError
+    from airlock_frames import to_json
     from airlock_language import (
         PROGRAM_FILENAME,
         ProgramRejected,
@@ -101,17 +107,17 @@ else:
         run_program,
     )
     from airlock_output import (
+        TRACEBACK_LIMIT,
         VALUE_ELEMENTS,
         VALUE_LIMIT,
         StreamCapture,
         isolate_descriptors,
         limit_of,
+        program_traceback,
         too_large,
         usage,
     )
-    from airlock_seccomp import confine
 
-_TRACEBACK_LIMIT = 8 * 1024
 _OUTPUT_LIMIT = 1024 * 1024
 """Bytes of stdout and of stderr a program may write, unless its ``run`` frame says."""
 _RUNNER_PID = os.getpid()
@@ -134,17 +140,6 @@ class _FinalValue:
         """Set the program's final value: the one thing that goes back to the model."""
         self.is_set = True
         self.value = value
-
-
-def _program_traceback(exc: BaseException) -> str:
-    frames = [
-        frame
-        for frame in traceback.extract_tb(exc.__traceback__)
-        if frame.filename == PROGRAM_FILENAME
-    ]
-    text = "".join(traceback.format_list(frames))
-    text += "".join(traceback.format_exception_only(type(exc), exc))
-    return text[-_TRACEBACK_LIMIT:]
 
 
 def execute(
@@ -196,7 +191,7 @@ def execute(
                 "type": "SyntaxError",
                 "message": f"{exc.msg} (line {exc.lineno})",
                 "line": exc.lineno,
-                "traceback": "".join(traceback.format_exception_only(SyntaxError, exc)),
+                "traceback": program_traceback(exc, PROGRAM_FILENAME),
             },
         )
         return _finalize(result, clock, cpu_before, final, None, None)
@@ -250,8 +245,8 @@ def execute(
         limit = limit_of(exc, wire.OUT_DIR)
         error = {
             "type": type(exc).__name__,
-            "message": str(exc)[:_TRACEBACK_LIMIT],
-            "traceback": _program_traceback(exc),
+            "message": str(exc)[:TRACEBACK_LIMIT],
+            "traceback": program_traceback(exc, PROGRAM_FILENAME),
         }
         if isinstance(exc, ToolError) and exc.code in ERRORS:
             error["code"] = exc.code  # a tool error the program did not catch
@@ -301,7 +296,7 @@ def _finalize(
     result["value"] = None
     if final.is_set:
         try:
-            text = json.dumps(final.value, separators=(",", ":"), allow_nan=False)
+            text = to_json(final.value)
         except (TypeError, ValueError) as exc:
             result.update(status="error", exit_status=1, has_value=False)
             result["error"] = {

@@ -17,19 +17,16 @@ connected to the bridge:
 can read. The rules are data (:data:`RULES`); the host renders the same list as libseccomp's
 PFC text (:func:`export_pfc`) for ``airlock doctor`` and the effect inventory.
 
-Filters only ever add up: a kept program's process, forked before its program is known,
-loads the rules all modes share while it waits (:func:`confine_ahead`), then its mode's on
-top. A layer that cannot be loaded ends the run before any of the program's code runs
-(:func:`confine`).
+Here the rules are compiled (:func:`build`): by the image's build, into the files of BPF a
+runner loads (``airlock_confine``, which compiles them itself only where those are missing),
+and on the host, to render them.
 """
 
 from __future__ import annotations
 
 import errno
-import os
 import sys
 import types
-from collections.abc import Callable
 from typing import Any, NamedTuple
 
 _LIBRARIES = {"c": "libc.so.6", "seccomp": "libseccomp.so.2"}
@@ -57,10 +54,8 @@ def _import_pyseccomp() -> Any:
 
 
 try:
-    # Imported with the runner, before it says hello: loading libseccomp costs milliseconds
-    # that a run should not wait for.
     pyseccomp = _import_pyseccomp()
-except Exception as exc:  # reported by confine(), which then runs nothing
+except Exception as exc:  # reported by build(): a runner then runs nothing
     pyseccomp = None
     _IMPORT_ERROR: Exception | None = exc
 else:
@@ -71,8 +66,7 @@ __all__ = [
     "RULES",
     "ConfinementError",
     "GuestRule",
-    "confine",
-    "confine_ahead",
+    "build",
     "export_pfc",
 ]
 
@@ -119,15 +113,16 @@ RULES: tuple[GuestRule, ...] = (
 
 
 class ConfinementError(Exception):
-    """The second seccomp layer could not be built or loaded: no program may run."""
+    """The second seccomp layer could not be built: no program may run."""
 
 
-_loaded: set[str] = set()
-
-
-def _build(mode: str, skip: frozenset[str] = frozenset()) -> Any:
+def build(mode: str, after: str | None = None) -> Any:
     """A libseccomp filter of the rules for ``mode`` (default: allow; the outer layer is
-    Docker's). ``skip`` names rules already loaded."""
+    Docker's); ``after``: without the rules of that mode, which the process holds already.
+
+    Raises:
+        ConfinementError: pyseccomp is not importable here.
+    """
     seccomp = pyseccomp
     if seccomp is None:
         raise ConfinementError(f"pyseccomp is not importable: {_IMPORT_ERROR}")
@@ -144,7 +139,7 @@ def _build(mode: str, skip: frozenset[str] = frozenset()) -> Any:
         # their own section they would match no rule and be allowed.
         layer.add_arch(seccomp.Arch.X32)
     for rule in RULES:
-        if mode not in rule.modes or _key(rule) in skip:
+        if mode not in rule.modes or after in rule.modes:
             continue
         action = seccomp.ERRNO(rule.errno)
         if rule.when is None:
@@ -155,87 +150,9 @@ def _build(mode: str, skip: frozenset[str] = frozenset()) -> Any:
     return layer
 
 
-def _key(rule: GuestRule) -> str:
-    return f"{rule.syscall}:{rule.when}"
-
-
 def _mode(mode: object) -> str:
     # Anything but an explicit "full" gets the stricter layer.
     return "full" if mode == "full" else "restricted"
-
-
-def confine(mode: object, refuse: Callable[[dict[str, Any]], object]) -> None:
-    """Load the layer of ``mode`` (what is not loaded yet) into this process, for good.
-
-    On failure ``refuse`` gets the ``done`` result that reports it (it sends it and ends the
-    runner); if ``refuse`` returns, the process exits: it never returns without the layer.
-    """
-    try:
-        _load(_mode(mode))
-    except Exception as exc:  # any failure means no layer: never run the program then
-        message = (
-            f"the sandbox's second seccomp layer did not load ({type(exc).__name__}: {exc}); "
-            "the program did not run. Rebuild the image with `make image`."
-        )
-        refuse(
-            {
-                "status": "error",
-                "exit_status": 1,
-                "has_value": False,
-                "value": None,
-                "stdout": "",
-                "stderr": "",
-                "truncated": False,
-                "limit": None,
-                "error": {"type": "ConfinementError", "message": message},
-            }
-        )
-        os._exit(4)
-
-
-def confine_ahead() -> None:
-    """Load the rules every mode shares, before the program (and so its mode) is known; a
-    failure is left for :func:`confine` to meet again and report."""
-    try:
-        _load(_SHARED)
-    except Exception:
-        return
-
-
-def _load(mode: str) -> None:
-    wanted = _rules_of(mode)
-    if wanted <= _loaded:
-        return
-    skip = frozenset(_loaded)
-    built = _prebuilt.pop((mode, skip), None)
-    (built or _build(mode, skip)).load()
-    _loaded.update(wanted)
-
-
-def _rules_of(mode: str) -> frozenset[str]:
-    return frozenset(_key(r) for r in RULES if mode in r.modes)
-
-
-_SHARED = "full"
-"""The mode whose rules every mode has (``full``'s are a subset of ``restricted``'s)."""
-
-
-def _prebuild() -> dict[tuple[str, frozenset[str]], Any]:
-    # Built when the runner starts, so a run only loads its layer (building is about two
-    # thirds of the cost): each mode's whole layer, and restricted's rules on top of the
-    # shared ones (a kept program's process loads those before its program is known). A
-    # failure here is met again, and reported, by confine().
-    shared = _rules_of(_SHARED)
-    try:
-        return {
-            **{(mode, frozenset()): _build(mode) for mode in MODES},
-            ("restricted", shared): _build("restricted", shared),
-        }
-    except Exception:
-        return {}
-
-
-_prebuilt = _prebuild()
 
 
 def export_pfc(mode: str) -> str:
@@ -248,7 +165,7 @@ def export_pfc(mode: str) -> str:
     import tempfile  # for this reading only: it imports random, and random hashing
 
     try:
-        layer = _build(_mode(mode))
+        layer = build(_mode(mode))
         with tempfile.TemporaryFile("w+") as out:
             layer.export_pfc(out)
             out.seek(0)

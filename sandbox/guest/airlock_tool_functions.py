@@ -8,11 +8,11 @@ a call that cannot bind fails in the program as ``InvalidInput`` and nothing is 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
+TYPE_CHECKING = False  # typing's, which the guest does not import (see airlock.sandbox.guest)
 if TYPE_CHECKING:
     import asyncio
     import inspect  # imported where a signature is built
+    from typing import Any
 
     from airlock.bridge import airlock_wire as wire
     from airlock.sandbox.guest import airlock_errors as errors

@@ -85,6 +85,30 @@ def test_a_pooled_runner_warms_up_and_one_started_for_a_waiting_run_does_not() -
     assert asyncio.run(warmed(0)) is False
 
 
+# What a runner in the image does not import before a program that needs none of it: the
+# typing, re and enum modules (pyseccomp and the json package would import them) and what a
+# failing program's traceback needs. Each is CPU that every container started for one run
+# would spend.
+NOT_IMPORTED_BY_A_COLD_RUNNER = (
+    "airlock_seccomp", "ast", "enum", "json", "pyseccomp", "re", "traceback", "typing",
+)  # fmt: skip
+
+
+@pytest.mark.docker
+def test_a_runner_in_the_image_imports_no_typing_re_or_json_before_its_program() -> None:
+    require_docker()
+    program = f"import sys\n[m for m in {NOT_IMPORTED_BY_A_COLD_RUNNER!r} if m in sys.modules]\n"
+
+    async def loaded() -> object:
+        full = SandboxProfile(language_mode="full")
+        async with DockerBackend(image=IMAGE, profile=full, pool_size=0) as backend:
+            result = await backend.run(program)
+            assert result.status == "ok", result.error
+            return result.value
+
+    assert asyncio.run(loaded()) == []
+
+
 # A runner started for a waiting run imports nothing ahead: the program's imports (C
 # extensions among them) and its event loop come after the second seccomp layer.
 COLD_PROGRAMS = {

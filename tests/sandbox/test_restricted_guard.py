@@ -105,7 +105,7 @@ def test_what_a_program_imports_stays_usable(program: str) -> None:
 
 def test_every_evaluator_is_refused_as_a_value() -> None:
     allowed = frozenset({"typing", "functools"})
-    for evaluator in language.EVALUATORS:
+    for evaluator in language.evaluators():
         assert language.refusal(evaluator, allowed)
 
 

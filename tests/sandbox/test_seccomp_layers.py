@@ -1,8 +1,10 @@
 """The second seccomp layer, which the runner loads before a program runs: each of its rules
 refuses its call from inside a run, alone (the runner as a host process, without Docker's
 profile) and with the outer layer (in a container, under each runtime), in both language
-modes, while a normal program still works; a layer that cannot load runs nothing; and the
-filter the host renders for doctor and the inventory is the one the image loads.
+modes, while a normal program still works; a layer that cannot load runs nothing; the
+filter the host renders for doctor and the inventory is the one the image loads; and the layer
+the image ships compiled is the one its libseccomp compiles (the runner alone, without those
+files, compiles its own).
 """
 
 from __future__ import annotations
@@ -260,6 +262,91 @@ def test_the_image_loads_the_filter_the_host_renders(runtime: ContainerRuntime) 
     restricted, full = output.split("\f")
     assert restricted == describe_guest_filter("restricted").pfc
     assert full == describe_guest_filter("full").pfc
+
+
+# The image ships the layer compiled (airlock_confine loads it with one system call); where
+# a file is missing the runner compiles the rules itself. Each way, in a process of its own:
+# the modes loaded one after the other, and whether fork() and socket() are refused after.
+LOADED_LAYERS = {
+    "full": (("full",), {"fork": "allowed", "socket": "EPERM"}),
+    "restricted": (("restricted",), {"fork": "EPERM", "socket": "EPERM"}),
+    "full, then restricted (a kept program)": (
+        ("full", "restricted"),
+        {"fork": "EPERM", "socket": "EPERM"},
+    ),
+    "restricted, then full": (("restricted", "full"), {"fork": "EPERM", "socket": "EPERM"}),
+}
+LAYER_PROBE = """
+import errno, os, socket, sys
+sys.path[:0] = ['/opt/airlock', '/opt/airlock/lib']
+import airlock_confine
+if sys.argv[1] == "compiled here":
+    airlock_confine.FILTER_DIR = "/nonexistent"
+for mode in sys.argv[2:]:
+    airlock_confine.confine(mode, refuse=lambda result: print(result) or sys.exit(9))
+outcome = {}
+try:
+    pid = os.fork()
+except OSError as exc:
+    outcome["fork"] = errno.errorcode[exc.errno]
+else:
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+    outcome["fork"] = "allowed"
+try:
+    socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+except OSError as exc:
+    outcome["socket"] = errno.errorcode[exc.errno]
+else:
+    outcome["socket"] = "allowed"
+print(sorted(outcome.items()), [m for m in ("airlock_seccomp", "pyseccomp") if m in sys.modules])
+"""
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("source", ["compiled in the image", "compiled here"])
+@pytest.mark.parametrize("layers", list(LOADED_LAYERS))
+def test_the_layer_holds_whether_compiled_in_the_image_or_by_the_runner(
+    source: str, layers: str
+) -> None:
+    require_runtime("runc")
+    modes, refused = LOADED_LAYERS[layers]
+    output = docker.from_env().containers.run(
+        IMAGE,
+        entrypoint=["python3", "-I", "-S", "-c", LAYER_PROBE, source, *modes],
+        network_mode="none",
+        security_opt=["no-new-privileges:true"],
+        remove=True,
+    )
+    compiled_here = ["airlock_seccomp", "pyseccomp"] if source == "compiled here" else []
+    assert output.decode().strip() == f"{sorted(refused.items())} {compiled_here}"
+
+
+@pytest.mark.docker
+def test_the_image_ships_the_layer_as_its_libseccomp_compiles_it() -> None:
+    require_runtime("runc")
+    script = """
+import os, sys, tempfile
+sys.path[:0] = ['/opt/airlock', '/opt/airlock/lib']
+import airlock_confine as c, airlock_seccomp as s
+names = sorted(os.listdir(c.FILTER_DIR))
+for mode, after in (("full", None), ("restricted", None), ("restricted", "full")):
+    with tempfile.TemporaryFile() as fresh, open(os.path.join(c.FILTER_DIR, c.filter_name(mode, after)), "rb") as shipped:
+        s.build(mode, after).export_bpf(fresh)
+        fresh.seek(0)
+        print(c.filter_name(mode, after), fresh.read() == shipped.read())
+print(names)
+"""
+    output = docker.from_env().containers.run(
+        IMAGE, entrypoint=["python3", "-I", "-S", "-c", script], network_mode="none", remove=True
+    )
+    assert output.decode().splitlines() == [
+        "full.bpf True",
+        "restricted.bpf True",
+        "restricted-after-full.bpf True",
+        "['full.bpf', 'restricted-after-full.bpf', 'restricted.bpf']",
+    ]
 
 
 def test_profiles_choose_no_weaker_layer() -> None:
