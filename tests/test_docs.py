@@ -83,16 +83,16 @@ export BILLING_TOKEN_ACME=tok_...              # a host secret: never in a conta
         """\
 sustained runs/s (6 s per case, in 2 rounds)
 case                                    runs    runs/s    p50 ms    p99 ms  ratio
-docker run --rm, 8 conc.                  66       9.5     697.4    1382.4  1.00x docker run --rm, 8 conc.
-docker run --rm --runtime crun, 8 c.      75      10.4     638.0    1180.9  1.10x docker run --rm, 8 conc.
-new principal/run, pool 0                 94      14.1     547.3    1019.7  1.49x docker run --rm, 8 conc.
-new principal/run, pool 4                 95      13.5     625.9    1174.3  1.43x docker run --rm, 8 conc.
-new principal/run, pool 0, crun          106      15.8     476.1     751.4  1.67x docker run --rm, 8 conc.
-new principal/run, pool 4, crun          105      15.6     560.5    1093.9  1.64x docker run --rm, 8 conc.
-reuse, 1 principals                     1464     243.9       4.0       5.6  25.76x docker run --rm, 8 conc.
-reuse, 2 principals                     2520     419.8       4.6       8.7  44.35x docker run --rm, 8 conc.
-reuse, 8 principals                     2678     445.2      16.4      72.5  47.03x docker run --rm, 8 conc.
-reuse, 32 principals                    2323     379.2      82.7     167.3  40.06x docker run --rm, 8 conc.""": _PERFORMANCE,
+docker run --rm, 8 conc.                  43       5.6    1291.1    2215.2  1.00x docker run --rm, 8 conc.
+docker run --rm --runtime crun, 8 c.      50       6.3    1114.3    1740.1  1.13x docker run --rm, 8 conc.
+new principal/run, pool 0                 68       9.5     745.6    1343.2  1.70x docker run --rm, 8 conc.
+new principal/run, pool 4                 66       8.7     911.0    1743.7  1.56x docker run --rm, 8 conc.
+new principal/run, pool 0, crun           77      10.6     709.4    1158.8  1.90x docker run --rm, 8 conc.
+new principal/run, pool 4, crun           81      10.8     856.6    1372.6  1.93x docker run --rm, 8 conc.
+reuse, 1 principals                     1111     185.0       5.1      11.1  33.12x docker run --rm, 8 conc.
+reuse, 2 principals                     1789     297.9       6.3      16.3  53.31x docker run --rm, 8 conc.
+reuse, 8 principals                     1690     280.4      27.4      64.5  50.19x docker run --rm, 8 conc.
+reuse, 32 principals                    1566     254.8     126.7     211.6  45.60x docker run --rm, 8 conc.""": _PERFORMANCE,
         """\
 warm run, one at a time (request -> result)
 case                                       n       median ms        p99 ms  ratio

@@ -40,6 +40,12 @@ _PR_SET_NO_NEW_PRIVS = 38
 _BPF_INSTRUCTION_BYTES = 8
 
 
+class _Program(ctypes.Structure):
+    """``struct sock_fprog``: a filter's length in instructions, and where they are."""
+
+    _fields_ = (("len", ctypes.c_ushort), ("filter", ctypes.c_void_p))
+
+
 _loaded: str | None = None
 """The mode whose layer this process has loaded (``restricted``'s holds ``full``'s)."""
 
@@ -126,19 +132,17 @@ def _install(program: bytes) -> None:
     number = _SYS_SECCOMP.get(os.uname().machine)
     if number is None or not program or len(program) % _BPF_INSTRUCTION_BYTES:
         raise ValueError(f"no filter of {len(program)} bytes loads on {os.uname().machine}")
-
-    class _Program(ctypes.Structure):  # struct sock_fprog
-        _fields_ = (("len", ctypes.c_ushort), ("filter", ctypes.c_void_p))
-
     libc = ctypes.CDLL(None, use_errno=True)
     code = ctypes.create_string_buffer(program, len(program))
     fprog = _Program(len(program) // _BPF_INSTRUCTION_BYTES, ctypes.addressof(code))
-    if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+    # Both are variadic in C: each argument passed at the width the kernel reads.
+    unused = ctypes.c_ulong(0)
+    if libc.prctl(ctypes.c_int(_PR_SET_NO_NEW_PRIVS), ctypes.c_ulong(1), unused, unused, unused):
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
     answer = libc.syscall(
         ctypes.c_long(number),
-        ctypes.c_uint(_SECCOMP_SET_MODE_FILTER),
-        ctypes.c_uint(_SECCOMP_FILTER_FLAG_TSYNC),
+        ctypes.c_ulong(_SECCOMP_SET_MODE_FILTER),
+        ctypes.c_ulong(_SECCOMP_FILTER_FLAG_TSYNC),
         ctypes.byref(fprog),
     )
     if answer < 0:
