@@ -1,0 +1,107 @@
+"""How the answers to a burst of calls leave the host: calls that arrive together and finish
+without waiting are answered in writes of :data:`FLUSH_FRAMES` results, the first as soon as
+that many are done, so the guest's program goes on (and sends its next calls) while the host
+handles the rest of the burst; a lone call is answered on its own at once."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import pytest
+
+from airlock.bridge import ToolSession, encode_frame, serve_run
+from airlock.bridge._results import FLUSH_FRAMES
+from airlock.tools import AuditLog, MemoryAuditStore
+from tests.bridge.frames import decode_frames
+from tests.bridge.records import ALICE, GRANT, build_registry
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+class WriteLog:
+    """Each write the host made to the guest: its results' ids, and how many calls had been
+    admitted when it left."""
+
+    def __init__(self, session: ToolSession, writer: asyncio.StreamWriter) -> None:
+        self.writes: list[tuple[list[int], int]] = []
+        write = writer.write
+
+        def logged(data: bytes | bytearray | memoryview) -> None:
+            ids = [f["id"] for f in decode_frames(bytes(data)) if f["type"] == "result"]
+            if ids:
+                self.writes.append((ids, session.calls))
+            write(data)
+
+        writer.write = logged  # type: ignore[method-assign]
+
+
+async def _answer_burst(calls: int) -> WriteLog:
+    """Serve ``calls`` read calls that reach the host's socket together (then ``done``), after
+    one call alone; the writes of the burst's results."""
+    registry = build_registry(audit=AuditLog(MemoryAuditStore()), slow_s=0.0)
+    session = ToolSession(registry=registry, principal=ALICE, grant=GRANT)
+    first, *burst = (
+        encode_frame(
+            {"type": "call", "id": n, "tool": "records_item_get", "args": {"record_id": f"rec_{n}"}}
+        )
+        for n in range(1, calls + 2)
+    )
+    host, guest = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    with host, guest:
+        reader, writer = await asyncio.open_unix_connection(sock=host)
+        log = WriteLog(session, writer)
+        serving = asyncio.create_task(
+            serve_run(
+                reader,
+                writer,
+                session=session,
+                deadline=asyncio.get_running_loop().time() + 30,
+                max_done_bytes=1 << 20,
+            )
+        )
+        # A call alone first, answered alone: the host reads the socket itself by then, and
+        # runs each call as its frame arrives.
+        guest.sendall(first)
+        await asyncio.wait_for(asyncio.to_thread(guest.recv, 4096), 10)
+        guest.sendall(b"".join(burst) + encode_frame({"type": "done", "result": {"ok": True}}))
+        outcome = await serving
+        writer.transport.abort()
+    assert outcome == {"type": "done", "result": {"ok": True}}
+    assert log.writes[0] == ([1], 1)
+    del log.writes[0]
+    return log
+
+
+BURSTS = [
+    # calls in one read, results per write
+    (1, [1]),
+    (5, [5]),
+    (8, [8]),
+    (9, [8, 1]),
+    (40, [8] * 5),
+    (64, [8] * 8),
+    (65, [8] * 8 + [1]),  # (the 65th on the loop's next turn)
+]
+
+
+@pytest.mark.parametrize(("calls", "sizes"), BURSTS, ids=[f"{c[0]}_calls" for c in BURSTS])
+async def test_a_burst_is_answered_in_writes_of_a_few_results(calls: int, sizes: list[int]) -> None:
+    log = await _answer_burst(calls)
+    assert [len(ids) for ids, _ in log.writes] == sizes
+    assert [i for ids, _ in log.writes for i in ids] == list(range(2, calls + 2))
+
+
+async def test_the_first_answers_leave_before_the_rest_of_the_burst_is_handled() -> None:
+    log = await _answer_burst(40)
+    admitted_at_each_write = [admitted for _, admitted in log.writes]
+    assert admitted_at_each_write[0] == 1 + FLUSH_FRAMES, (
+        f"the first {FLUSH_FRAMES} results waited until {admitted_at_each_write[0] - 1} calls "
+        "of the burst had been handled"
+    )
+    assert admitted_at_each_write == sorted(admitted_at_each_write)
