@@ -20,7 +20,13 @@ load falls on every case alike):
 - warm run: one principal, one run at a time, the machine otherwise as it is: a reused
   container with runs issued back to back, and issued 20 ms after the previous result (as
   between a model's turns: the container is ready for the next program again), and a pooled
-  fresh container (the pool refilled before each run).
+  fresh container (the pool refilled before each run). Beside them, what the first step of
+  each paused run alone took (building its :class:`ToolSession`, a few microseconds of the
+  host's own code), against the same step made again right after that run: after a pause,
+  every step a run takes costs more than when its code was just used, on a machine whose
+  processors idle in between (a virtual machine's especially), and the ratio of these two
+  rows says by how much the machine's idle state, not the code, moves the warm run's
+  figures.
 
     .venv/bin/python bench/throughput.py [--seconds 10] [--concurrency 8]
         [--principals 1,2,8,32] [--pools 0,2,4,8] [--warm-runs 200] [--runtime runc]
@@ -145,15 +151,20 @@ that both see the same load."""
 FRESH = "pooled fresh container"
 BACK_TO_BACK = "reused container, back to back"
 PAUSED = f"reused, {WARM_PAUSE_S * 1000:g} ms apart (ready again)"
+SESSION_PAUSED = f"a ToolSession built {WARM_PAUSE_S * 1000:g} ms after a run"
+SESSION_AT_ONCE = "the same, built right after"
 
 
 async def warm(runs: int, profile: SandboxProfile) -> dict[str, list[float]]:
     """Request -> result of ``runs`` runs, one at a time: in a reused container (a fresh
     process per run) issued back to back, and issued :data:`WARM_PAUSE_S` after the previous
     result, in alternating blocks; and (at most 50) in a pooled fresh container, the pool
-    refilled and settled before each."""
+    refilled and settled before each. With each paused run, its first step alone (building
+    its session), and the same step made again right after the run."""
     owner = Principal(user_id="warm", tenant_id="bench")
-    samples: dict[str, list[float]] = {FRESH: [], BACK_TO_BACK: [], PAUSED: []}
+    samples: dict[str, list[float]] = {
+        name: [] for name in (FRESH, BACK_TO_BACK, PAUSED, SESSION_AT_ONCE, SESSION_PAUSED)
+    }
     async with DockerBackend(image=IMAGE, profile=profile, pool_size=1, reuse=True) as backend:
         for _ in range(20):
             await backend.run(PROGRAM, tools=_session(owner))
@@ -164,9 +175,16 @@ async def warm(runs: int, profile: SandboxProfile) -> dict[str, list[float]]:
                     if pause:
                         await asyncio.sleep(pause)
                     began = time.perf_counter()
-                    _check(await backend.run(PROGRAM, tools=_session(owner)))
+                    session = _session(owner)
+                    built = time.perf_counter()
+                    _check(await backend.run(PROGRAM, tools=session))
                     if pause or n:
                         samples[name].append(time.perf_counter() - began)
+                    if pause:
+                        again = time.perf_counter()
+                        _session(owner)
+                        samples[SESSION_AT_ONCE].append(time.perf_counter() - again)
+                        samples[SESSION_PAUSED].append(built - began)
     async with DockerBackend(image=IMAGE, profile=profile, pool_size=1) as backend:
         for _ in range(min(runs, 50)):
             await backend.pool.wait_ready(1, timeout=300)
@@ -285,6 +303,14 @@ async def _measure(args: argparse.Namespace) -> None:
             for name in (FRESH, BACK_TO_BACK, PAUSED)
         ],
         "ms",
+    )
+    print_table(
+        "the machine after a pause: a run's first step alone",
+        [
+            (SESSION_PAUSED, [s * 1e6 for s in warm_samples[SESSION_PAUSED]], SESSION_AT_ONCE),
+            (SESSION_AT_ONCE, [s * 1e6 for s in warm_samples[SESSION_AT_ONCE]], ""),
+        ],
+        "us",
     )
 
 
