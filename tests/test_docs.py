@@ -96,9 +96,14 @@ reuse, 32 principals                    1566     254.8     126.7     211.6  45.6
         """\
 warm run, one at a time (request -> result)
 case                                       n       median ms        p99 ms  ratio
-pooled fresh container                    50           2.359         6.395
-reused container, back to back           300           4.168         5.084  1.77x pooled fresh container
-reused, 20 ms apart (ready again)        300           0.870         1.274  0.37x pooled fresh container""": _PERFORMANCE,
+pooled fresh container                    50           3.562         8.197
+reused container, back to back           300           6.063         8.669  1.70x pooled fresh container
+reused, 20 ms apart (ready again)        300           1.492         2.553  0.42x pooled fresh container
+
+the machine after a pause: a run's first step alone
+case                                       n       median us        p99 us  ratio
+a ToolSession built 20 ms after a run    300         109.951       183.124  2.03x the same, built right after
+the same, built right after              300          54.067        95.569""": _PERFORMANCE,
         """\
 request -> first instruction, 50 runs each (ms)
 case                                       n       median ms        p99 ms  ratio
@@ -190,34 +195,34 @@ refunds held by the service: 1000 (1000 expected), duplicates: 0""": _PERFORMANC
         """\
 bridge round trip, 2000 sequential calls (us)
 case                                       n       median us        p99 us  ratio
-guest -> host -> guest                  2000          58.651       836.793  5.78x host Registry.call (floor)
-host Registry.call (floor)              2000          10.144        30.979
+guest -> host -> guest                  2000         166.588      1020.725  7.81x host Registry.call (floor)
+host Registry.call (floor)              2000          21.320        59.171
 
 1,000 reads of a ~227-byte record, 5 runs each, interleaved (ms; ratio of times, lower is faster)
 case                                       n       median ms        p99 ms  ratio
-sequential (loop of single calls)          5         169.320       184.831
-1 concurrent .aio (bounded gather)         5         155.800       203.773  0.92x sequential (loop of single calls)
-4 concurrent .aio (bounded gather)         5          82.708       111.555  0.49x sequential (loop of single calls)
-16 concurrent .aio (bounded gather)        5          60.648        78.028  0.36x sequential (loop of single calls)
-64 concurrent .aio (bounded gather)        5          46.890        48.701  0.28x sequential (loop of single calls)
-1,000 at once (plain gather of .aio)       5          30.341        34.441  0.18x sequential (loop of single calls)
-batched (one .batch of 1,000)              5          17.375        18.352  0.10x sequential (loop of single calls)
-host Registry.call loop (floor)            1          13.317        13.317
+sequential (loop of single calls)          5         230.736       277.460
+1 concurrent .aio (bounded gather)         5         221.437       265.255  0.96x sequential (loop of single calls)
+4 concurrent .aio (bounded gather)         5         132.355       174.697  0.57x sequential (loop of single calls)
+16 concurrent .aio (bounded gather)        5          78.253        84.483  0.34x sequential (loop of single calls)
+64 concurrent .aio (bounded gather)        5          74.356        91.073  0.32x sequential (loop of single calls)
+1,000 at once (plain gather of .aio)       5          75.577       103.379  0.33x sequential (loop of single calls)
+batched (one .batch of 1,000)              5          36.625        58.540  0.16x sequential (loop of single calls)
+host Registry.call loop (floor)            1          30.763        30.763
 
 case                                   calls/s at the median  x the loop
-sequential (loop of single calls)                      5,906       1.00x
-1 concurrent .aio (bounded gather)                     6,418       1.09x
-4 concurrent .aio (bounded gather)                    12,091       2.05x
-16 concurrent .aio (bounded gather)                   16,489       2.79x
-64 concurrent .aio (bounded gather)                   21,326       3.61x
-1,000 at once (plain gather of .aio)                  32,958       5.58x
-batched (one .batch of 1,000)                         57,554       9.75x
-host Registry.call loop (floor)                       75,095      12.71x
+sequential (loop of single calls)                      4,334       1.00x
+1 concurrent .aio (bounded gather)                     4,516       1.04x
+4 concurrent .aio (bounded gather)                     7,555       1.74x
+16 concurrent .aio (bounded gather)                   12,779       2.95x
+64 concurrent .aio (bounded gather)                   13,449       3.10x
+1,000 at once (plain gather of .aio)                  13,231       3.05x
+batched (one .batch of 1,000)                         27,304       6.30x
+host Registry.call loop (floor)                       32,506       7.50x
 
-round trip median 59 us, p99 837 us; audit events for the run: 37200 (every call admitted and recorded)
-host CPU per call over the run: 63 us (37200 calls; every thread of the host process: event loop, admission, audit writer; less noisy than time on a shared machine)
-  of which event loop 45 us, audit writer 19 us (the writer's thread, if still alive at the end)
-guest CPU per call over the run: 24 us (the program's process in the container: its own code and the guest side of the bridge)""": _PERFORMANCE,
+round trip median 167 us, p99 1021 us; audit events for the run: 37200 (every call admitted and recorded)
+host CPU per call over the run: 117 us (37200 calls; every thread of the host process: event loop, admission, audit writer; less noisy than time on a shared machine)
+  of which event loop 85 us, audit writer 33 us (the writer's thread, if still alive at the end)
+guest CPU per call over the run: 39 us (the program's process in the container: its own code and the guest side of the bridge)""": _PERFORMANCE,
         """\
 writer thread CPU per stored event, 5 rounds (µs per event)
 case                                       n       median µs        p99 µs  ratio
