@@ -1,12 +1,13 @@
 """The answers of one run's calls on their way to the guest: ``result`` frames, counted
 against the run's ``max_bytes_out``, written together when they finish together.
 
-Results that finish in the same turn of the event loop leave in one write: one system call and
-one wake-up of the guest for all of them, not one each. While the run's frames are being
-handled (:attr:`ResultWriter.holding`), results wait for :meth:`ResultWriter.flush` at the end
-of them, :data:`FLUSH_FRAMES` at a time: the first answers of a burst of frames leave while
-the host handles the rest. A full outbox leaves at once, so the guest can go on while the rest
-are answered, and a large result (over :data:`COALESCE_BYTES`) is not worth a copy.
+Results that finish in the same turn of the event loop leave together, up to
+:data:`FLUSH_FRAMES` to a write: one system call and one wake-up of the guest for several of
+them, not one each. While the run's frames are being handled (:attr:`ResultWriter.holding`),
+results wait for :meth:`ResultWriter.flush` at the end of them, unless :data:`FLUSH_FRAMES` are
+waiting: a full outbox leaves at once, so the guest goes on with the first answers of a burst
+while the host handles the rest. A large result (over :data:`COALESCE_BYTES`) is not worth a
+copy, and leaves alone.
 """
 
 from __future__ import annotations

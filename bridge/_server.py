@@ -16,11 +16,11 @@ with control characters escaped.
 
 Frames are handled in the event loop's callback that received them (:class:`FrameInbox`), one
 after another (up to :data:`_FRAMES_PER_TURN` before other runs get the loop), and each call
-runs at once, until it first waits (:class:`CallRunner`): a read of data at hand is answered
-in the turn of the loop that received it, with no task or extra turn of the loop per call.
-The results that finish together leave in one write. What the callbacks cannot do (decode a
-large frame off the loop, store an artifact, finish on ``done``, end the run) waits for the
-run's own task, and reading stops meanwhile.
+runs at once, until it first waits (:class:`CallRunner`): a read of data at hand is answered in
+the turn of the loop that received it, with no task or extra turn of the loop per call. The
+results that finish together leave together, a few to a write. What the callbacks cannot do
+(decode a large frame off the loop, store an artifact, finish on ``done``, end the run) waits
+for the run's own task, and reading stops meanwhile.
 """
 
 from __future__ import annotations
