@@ -62,6 +62,7 @@ from airlock.tools import (
 )
 from airlock.tools import _execute as execute_module
 from airlock.tools._egress import CallCheck
+from bench._args import at_least
 from bench._table import print_table
 
 InvoiceId = Annotated[str, Field(pattern=r"^inv_[a-z0-9]{1,32}$", max_length=36)]
@@ -298,8 +299,8 @@ async def loop(n: int) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--calls", type=int, default=50_000)
-    parser.add_argument("--loop", type=int, default=None, metavar="N")
+    parser.add_argument("--calls", type=at_least(200), default=50_000)
+    parser.add_argument("--loop", type=at_least(1), default=None, metavar="N")
     options = parser.parse_args()
     if options.loop is not None:
         anyio.run(loop, options.loop)

@@ -65,6 +65,7 @@ from airlock.tools import (
     SQLiteAuditStore,
     program_hash,
 )
+from bench._args import at_least, counts
 from bench._table import print_table
 from bench.admission import GRANT, PRINCIPAL, make_registry
 
@@ -563,11 +564,11 @@ def writer(rounds: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="100000,1000000")
-    parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--calls", type=int, default=20_000)
+    parser.add_argument("--sizes", type=counts(1), default="100000,1000000")
+    parser.add_argument("--runs", type=at_least(1), default=5)
+    parser.add_argument("--calls", type=at_least(1024), default=20_000)
     parser.add_argument("--part", choices=("all", "loop", "writer", "scale"), default="all")
-    parser.add_argument("--rounds", type=int, default=5, help="rounds of the writer part")
+    parser.add_argument("--rounds", type=at_least(1), default=5, help="rounds of the writer part")
     args = parser.parse_args()
     print(
         f"load average {os.getloadavg()[0]:.2f}, {os.getloadavg()[1]:.2f}, {os.getloadavg()[2]:.2f}"
@@ -577,7 +578,7 @@ def main() -> None:
     if args.part in ("all", "writer"):
         writer(args.rounds)
     if args.part in ("all", "scale"):
-        scale([int(s) for s in args.sizes.split(",")], args.runs)
+        scale(args.sizes, args.runs)
     print("\ngoals: effects --since 1h and find at 10^6 events <= 1000 ms and <= 200 MiB")
 
 

@@ -41,6 +41,7 @@ from airlock.bridge import BridgeLimits, ToolSession
 from airlock.policies import Grant, Principal, SandboxProfile, read
 from airlock.sandbox import DEFAULT_IMAGE, DockerBackend
 from airlock.tools import AuditLog, CallContext, MemoryAuditStore, Registry, SQLiteAuditStore
+from bench._args import at_least
 from bench._busy import busy_processes
 from bench._table import percentile, print_table
 
@@ -263,11 +264,11 @@ async def main(round_trips: int, image: str, runs: int, audit_store: str) -> Non
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--round-trips", type=int, default=2000)
-    parser.add_argument("--runs", type=int, default=RUNS)
+    parser.add_argument("--round-trips", type=at_least(1), default=2000)
+    parser.add_argument("--runs", type=at_least(1), default=RUNS)
     parser.add_argument("--image", default=os.environ.get("AIRLOCK_IMAGE", DEFAULT_IMAGE))
     parser.add_argument(
-        "--busy", type=int, default=0, help="processes spinning beside it: a loaded machine"
+        "--busy", type=at_least(0), default=0, help="processes spinning beside it: a loaded machine"
     )
     parser.add_argument(
         "--audit",

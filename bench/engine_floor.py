@@ -36,6 +36,7 @@ import docker
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from airlock.sandbox import DEFAULT_IMAGE
+from bench._args import at_least, positive_seconds
 from bench._bare_docker import BARE_COMMAND, run_bare
 from bench._table import print_table
 
@@ -160,8 +161,8 @@ def main(image: str, seconds: float, rounds: int, workers: int) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--image", default=os.environ.get("AIRLOCK_IMAGE", DEFAULT_IMAGE))
-    parser.add_argument("--seconds", type=float, default=6.0)
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--workers", type=int, default=8)
+    parser.add_argument("--seconds", type=positive_seconds, default=6.0)
+    parser.add_argument("--rounds", type=at_least(1), default=2)
+    parser.add_argument("--workers", type=at_least(1), default=8)
     args = parser.parse_args()
     main(args.image, args.seconds, args.rounds, args.workers)

@@ -40,6 +40,7 @@ from airlock.bridge import ToolSession
 from airlock.policies import SandboxProfile
 from airlock.sandbox import DEFAULT_IMAGE, DockerBackend, RunResult
 from airlock.tools import AuditLog, MemoryAuditStore
+from bench._args import at_least
 from bench._table import print_table
 from bench.bridge import GRANT, PRINCIPAL, build_registry
 
@@ -293,7 +294,7 @@ async def main(runs: int, image: str) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--runs", type=at_least(1), default=5)
     parser.add_argument("--image", default=os.environ.get("AIRLOCK_IMAGE", DEFAULT_IMAGE))
     args = parser.parse_args()
     asyncio.run(main(args.runs, args.image))

@@ -36,6 +36,7 @@ from airlock.bridge import ToolSession
 from airlock.policies import Grant, Principal, SandboxProfile
 from airlock.sandbox import DEFAULT_IMAGE, DockerBackend
 from airlock.tools import Registry
+from bench._args import at_least
 from bench._bare_docker import BARE_COMMAND, run_bare
 
 PROGRAM = "import os\nlen(os.listdir('/tmp')) + 1\n"
@@ -189,8 +190,8 @@ async def start_costs(runtime: str, count: int) -> tuple[float, float]:
 
 async def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--runs", type=int, default=40)
-    parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--runs", type=at_least(1), default=40)
+    parser.add_argument("--concurrency", type=at_least(1), default=4)
     parser.add_argument("--runtimes", default="runc,crun")
     args = parser.parse_args()
     offered = docker.from_env().info().get("Runtimes") or {}

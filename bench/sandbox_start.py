@@ -41,6 +41,7 @@ from airlock.bridge import BridgeLimits, ToolSession
 from airlock.policies import ContainerRuntime, SandboxProfile
 from airlock.sandbox import DEFAULT_DATA_IMAGE, DEFAULT_IMAGE, DockerBackend
 from airlock.tools import AuditLog, SQLiteAuditStore
+from bench._args import at_least
 from bench._table import print_table
 from bench.bridge import GRANT, PRINCIPAL, build_registry
 
@@ -262,8 +263,8 @@ async def main(
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--runs", type=int, default=50)
-    parser.add_argument("--calls", type=int, default=500)
+    parser.add_argument("--runs", type=at_least(1), default=50)
+    parser.add_argument("--calls", type=at_least(1), default=500)
     parser.add_argument("--runtimes", default="runc,crun,runsc")
     parser.add_argument("--images", default="base,data", help="base and/or data")
     parser.add_argument("--image", default=os.environ.get("AIRLOCK_IMAGE", DEFAULT_IMAGE))

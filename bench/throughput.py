@@ -56,6 +56,7 @@ from airlock.bridge import ToolSession
 from airlock.policies import Grant, Principal, SandboxProfile
 from airlock.sandbox import DEFAULT_IMAGE, DockerBackend, RunResult
 from airlock.tools import Registry
+from bench._args import at_least, counts, positive_seconds
 from bench._bare_docker import run_bare
 from bench._busy import busy_processes
 from bench._table import percentile, print_table
@@ -220,7 +221,7 @@ def _new_principal_cases(
             print(f"the engine has no {runtime!r} runtime: its rows are left out")
             continue
         chosen = profile.model_copy(update={"runtime": runtime})
-        for pool in (int(p) for p in args.pools.split(",") if p):
+        for pool in args.pools:
             name = f"new principal/run, pool {pool}" + ("" if runtime == "runc" else f", {runtime}")
             cases[name] = functools.partial(_new_principals_for, workers, pool, chosen)
     return cases
@@ -234,19 +235,22 @@ async def _new_principals_for(
 
 async def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--seconds", type=float, default=10.0)
-    parser.add_argument("--concurrency", type=int, default=8)
-    parser.add_argument("--principals", default="1,2,8,32")
-    parser.add_argument("--pools", default="0,2,4,8")
-    parser.add_argument("--reuse-pool", type=int, default=4)
-    parser.add_argument("--warm-runs", type=int, default=200)
+    parser.add_argument("--seconds", type=positive_seconds, default=10.0)
+    parser.add_argument("--concurrency", type=at_least(1), default=8)
+    parser.add_argument("--principals", type=counts(1), default="1,2,8,32")
+    parser.add_argument("--pools", type=counts(0), default="0,2,4,8")
+    parser.add_argument("--reuse-pool", type=at_least(0), default=4)
+    parser.add_argument("--warm-runs", type=at_least(0), default=200)
     parser.add_argument("--runtime", default="runc", help="of the reuse and warm cases")
     parser.add_argument("--new-principal-runtimes", default="runc,crun")
     parser.add_argument(
-        "--rounds", type=int, default=1, help="split each sustained case's seconds into rounds"
+        "--rounds",
+        type=at_least(1),
+        default=1,
+        help="split each sustained case's seconds into rounds",
     )
     parser.add_argument(
-        "--busy", type=int, default=0, help="processes spinning beside it: a loaded machine"
+        "--busy", type=at_least(0), default=0, help="processes spinning beside it: a loaded machine"
     )
     args = parser.parse_args()
     with busy_processes(args.busy):
@@ -274,7 +278,7 @@ async def _measure(args: argparse.Namespace) -> None:
             rows[index][1].extend(samples)
             spent[name] += len(samples) / rate if rate else 0.0
     rows = [(name, samples, len(samples) / spent[name]) for name, samples, _ in rows]
-    for count in (int(p) for p in args.principals.split(",") if p):
+    for count in args.principals:
         name = f"reuse, {count} principals"
         rows.append((name, *await reused(count, args.seconds, args.reuse_pool, profile)))
     warm_samples = await warm(args.warm_runs, profile) if args.warm_runs > 0 else {}

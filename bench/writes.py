@@ -54,6 +54,7 @@ from airlock.tools import (
     WritePath,
 )
 from airlock.tools.testing import SystemOfRecord, refund_tool
+from bench._args import at_least
 from bench._table import print_table
 from bench._write_world import ARGS, INVOICES, PRINCIPAL, write_context
 
@@ -239,11 +240,16 @@ async def main(n: int) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--writes", type=int, default=1000)
-    parser.add_argument("--batch", type=int, default=100, help="proposals per batch; 0: skip")
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--writes", type=at_least(0), default=1000)
     parser.add_argument(
-        "--databases", type=int, default=300, help="writes per process, SQLite vs PostgreSQL"
+        "--batch", type=at_least(0), default=100, help="proposals per batch; 0: skip"
+    )
+    parser.add_argument("--rounds", type=at_least(1), default=5)
+    parser.add_argument(
+        "--databases",
+        type=at_least(0),
+        default=300,
+        help="writes per process, SQLite vs PostgreSQL",
     )
     arguments = parser.parse_args()
     if arguments.writes:
