@@ -107,6 +107,14 @@ class Connection:
         """The next whole frame already received, or ``None``."""
         return frames.split_frame(self._received)
 
+    def _dispatch_received(self, here: asyncio.AbstractEventLoop | None = None) -> None:
+        """Dispatch every whole frame already received (``here``: as :meth:`_dispatch`). A
+        reader that stops reading does this before it lets the read lock go: the bytes it read
+        past its own answer may hold other calls' results, and a loop watching the socket
+        wakes for new bytes only, so a result left here would never reach its call."""
+        while (frame := self._next_frame()) is not None:
+            self._dispatch(frame, here=here)
+
     # -- calls ----------------------------------------------------------------------------
 
     def call(self, message: dict[str, Any]) -> Any:
@@ -136,6 +144,7 @@ class Connection:
                     self._dispatch(answer)  # another thread's result, or the host's abort
                     if self._aborted is not None:
                         raise self._aborted
+                self._dispatch_received()
             except (ConnectionError, OSError, ValueError):
                 closed = errors.RunAborted("protocol_error", "the bridge to the host is closed")
                 self._abort(closed)
@@ -237,8 +246,7 @@ class Connection:
             return
         try:
             self._fill(_socket.MSG_DONTWAIT)
-            while (frame := self._next_frame()) is not None:
-                self._dispatch(frame, here=loop)
+            self._dispatch_received(here=loop)
         except BlockingIOError:
             pass  # another reader took the bytes first
         except (ConnectionError, OSError, ValueError):
@@ -267,6 +275,7 @@ class Connection:
                 try:
                     while not future.done():
                         self._dispatch(self.recv())
+                    self._dispatch_received()
                 except (ConnectionError, OSError, ValueError):
                     self._abort(
                         errors.RunAborted("protocol_error", "the bridge to the host is closed")
@@ -288,8 +297,9 @@ class Connection:
                     with self._state_lock:
                         if not self._awaited or self._aborted is not None:
                             self._reader_running = False
-                            return
+                            break
                     self._dispatch(self.recv())
+                self._dispatch_received()
             except (ConnectionError, OSError, ValueError):
                 self._abort(errors.RunAborted("protocol_error", "the bridge to the host is closed"))
             finally:
