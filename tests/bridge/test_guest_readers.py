@@ -11,9 +11,7 @@ the second call takes both from the socket, while the loop that made the first c
 from __future__ import annotations
 
 import asyncio
-import json
 import socket
-import struct
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -26,10 +24,10 @@ from airlock.bridge._codec import encode_result
 from tests.sandbox.guest_image import load_guest
 
 guest = load_guest("airlock_bridge")
+frames = load_guest("airlock_frames")
 
 STUBS = [{"name": "records_item_get", "params": [{"name": "record_id", "annotation": "str"}]}]
 CALL = {"type": wire.CALL, "tool": "records_item_get", "args": {"record_id": "rec_2"}}
-_HEADER = struct.Struct(wire.HEADER_FORMAT)
 
 
 def _answer_together(listener: socket.socket, calls: int, done: threading.Event) -> None:
@@ -37,18 +35,13 @@ def _answer_together(listener: socket.socket, calls: int, done: threading.Event)
     connection, _ = listener.accept()
     with connection:
         ids: list[int] = []
-        received = b""
+        received = bytearray()
         while len(ids) < calls:
             data = connection.recv(65536)
             if not data:
                 return
             received += data
-            while len(received) >= _HEADER.size:
-                (size,) = _HEADER.unpack_from(received)
-                if len(received) < _HEADER.size + size:
-                    break
-                frame = json.loads(received[_HEADER.size : _HEADER.size + size])
-                received = received[_HEADER.size + size :]
+            while (frame := frames.split_frame(received)) is not None:
                 if frame["type"] == wire.CALL:
                     ids.append(frame["id"])
         connection.sendall(b"".join(encode_result(i, True, {"id": i}) for i in reversed(ids)))
