@@ -15,6 +15,12 @@ call cost over the whole run: the host's (every thread; then the event loop's an
 writer's shares, from ``/proc`` on Linux) and the guest's (the program's own process, as the
 runner measures it).
 
+The machine's own floor under a round trip is measured in the same run as well: an asyncio
+server on a Unix socket answering a blocking client in another process, with messages the
+size of a call and its result and no work between them (``bench/_echo.py``). The bridge's round
+trip is quoted against it: what the bridge adds, apart from how fast the machine wakes a
+process (with ``--busy``, the echo runs beside the busy processes too).
+
 Goals (issue 17, 2-core machine): 64 concurrent ``.aio`` calls >= 3x the loop's calls/s;
 round trip median <= 120 us on a loaded machine. (Issue 4: p99 <= 1 ms; >= 30,000 batched
 calls/s.)
@@ -43,6 +49,7 @@ from airlock.sandbox import DEFAULT_IMAGE, DockerBackend
 from airlock.tools import AuditLog, CallContext, MemoryAuditStore, Registry, SQLiteAuditStore
 from bench._args import at_least
 from bench._busy import busy_processes
+from bench._echo import echo_round_trips
 from bench._table import percentile, print_table
 
 RUNS = 5
@@ -157,6 +164,7 @@ def _load() -> str:
 
 
 AUDIT_STORES = ("sqlite", "memory")
+ECHO = "asyncio echo, 2 host processes"
 
 
 async def main(round_trips: int, image: str, runs: int, audit_store: str) -> None:
@@ -169,6 +177,7 @@ async def main(round_trips: int, image: str, runs: int, audit_store: str) -> Non
         )
         audit = AuditLog(store, batch_size=1024)
         registry = build_registry(audit)
+        echo = await echo_round_trips(round_trips)
         floor_lat, floor_total = await host_floor(registry, 2000)
         floor_per_call = floor_total / 2000
         profile = SandboxProfile(language_mode="full", timeout_s=300)
@@ -199,11 +208,13 @@ async def main(round_trips: int, image: str, runs: int, audit_store: str) -> Non
         audit.close()
 
     us = [x * 1e6 for x in value["latencies"]]
+    echo_us = [x * 1e6 for x in echo]
     print_table(
         f"bridge round trip, {len(us)} sequential calls (us)",
         [
             ("guest -> host -> guest", us, "host Registry.call (floor)"),
             ("host Registry.call (floor)", [x * 1e6 for x in floor_lat], ""),
+            (ECHO, echo_us, ""),
         ],
         "us",
     )
@@ -231,9 +242,14 @@ async def main(round_trips: int, image: str, runs: int, audit_store: str) -> Non
     print(
         f"{floor_name:<38}{1 / floor_per_call:>22,.0f}{sequential / 1000 / floor_per_call:>11.2f}x"
     )
+    round_trip, echo_median = statistics.median(us), statistics.median(echo_us)
     print(
-        f"\nround trip median {statistics.median(us):.0f} us, p99 {percentile(us, 99):.0f} us; "
+        f"\nround trip median {round_trip:.0f} us, p99 {percentile(us, 99):.0f} us; "
         f"audit events for the run: {events} (every call admitted and recorded)"
+    )
+    print(
+        f"the machine's floor ({ECHO}): {echo_median:.0f} us at the median; the bridge's round "
+        f"trip is {round_trip / echo_median:.2f}x it, {round_trip - echo_median:.0f} us more"
     )
     calls = session.calls
     print(

@@ -195,33 +195,35 @@ refunds held by the service: 1000 (1000 expected), duplicates: 0""": _PERFORMANC
         """\
 bridge round trip, 2000 sequential calls (us)
 case                                       n       median us        p99 us  ratio
-guest -> host -> guest                  2000         166.588      1020.725  7.81x host Registry.call (floor)
-host Registry.call (floor)              2000          21.320        59.171
+guest -> host -> guest                  2000         162.354      1337.700  4.38x host Registry.call (floor)
+host Registry.call (floor)              2000          37.090       118.793
+asyncio echo, 2 host processes          2000          32.471        55.534
 
 1,000 reads of a ~227-byte record, 5 runs each, interleaved (ms; ratio of times, lower is faster)
 case                                       n       median ms        p99 ms  ratio
-sequential (loop of single calls)          5         230.736       277.460
-1 concurrent .aio (bounded gather)         5         221.437       265.255  0.96x sequential (loop of single calls)
-4 concurrent .aio (bounded gather)         5         132.355       174.697  0.57x sequential (loop of single calls)
-16 concurrent .aio (bounded gather)        5          78.253        84.483  0.34x sequential (loop of single calls)
-64 concurrent .aio (bounded gather)        5          74.356        91.073  0.32x sequential (loop of single calls)
-1,000 at once (plain gather of .aio)       5          75.577       103.379  0.33x sequential (loop of single calls)
-batched (one .batch of 1,000)              5          36.625        58.540  0.16x sequential (loop of single calls)
-host Registry.call loop (floor)            1          30.763        30.763
+sequential (loop of single calls)          5         267.796       285.023
+1 concurrent .aio (bounded gather)         5         247.770       299.165  0.93x sequential (loop of single calls)
+4 concurrent .aio (bounded gather)         5         134.685       155.594  0.50x sequential (loop of single calls)
+16 concurrent .aio (bounded gather)        5          88.920        98.764  0.33x sequential (loop of single calls)
+64 concurrent .aio (bounded gather)        5          73.220       115.778  0.27x sequential (loop of single calls)
+1,000 at once (plain gather of .aio)       5          71.181        91.246  0.27x sequential (loop of single calls)
+batched (one .batch of 1,000)              5          35.732        38.886  0.13x sequential (loop of single calls)
+host Registry.call loop (floor)            1          50.687        50.687
 
 case                                   calls/s at the median  x the loop
-sequential (loop of single calls)                      4,334       1.00x
-1 concurrent .aio (bounded gather)                     4,516       1.04x
-4 concurrent .aio (bounded gather)                     7,555       1.74x
-16 concurrent .aio (bounded gather)                   12,779       2.95x
-64 concurrent .aio (bounded gather)                   13,449       3.10x
-1,000 at once (plain gather of .aio)                  13,231       3.05x
-batched (one .batch of 1,000)                         27,304       6.30x
-host Registry.call loop (floor)                       32,506       7.50x
+sequential (loop of single calls)                      3,734       1.00x
+1 concurrent .aio (bounded gather)                     4,036       1.08x
+4 concurrent .aio (bounded gather)                     7,425       1.99x
+16 concurrent .aio (bounded gather)                   11,246       3.01x
+64 concurrent .aio (bounded gather)                   13,657       3.66x
+1,000 at once (plain gather of .aio)                  14,049       3.76x
+batched (one .batch of 1,000)                         27,986       7.49x
+host Registry.call loop (floor)                       19,729       5.28x
 
-round trip median 167 us, p99 1021 us; audit events for the run: 37200 (every call admitted and recorded)
-host CPU per call over the run: 117 us (37200 calls; every thread of the host process: event loop, admission, audit writer; less noisy than time on a shared machine)
-  of which event loop 85 us, audit writer 33 us (the writer's thread, if still alive at the end)
+round trip median 162 us, p99 1338 us; audit events for the run: 37200 (every call admitted and recorded)
+the machine's floor (asyncio echo, 2 host processes): 32 us at the median; the bridge's round trip is 5.00x it, 130 us more
+host CPU per call over the run: 123 us (37200 calls; every thread of the host process: event loop, admission, audit writer; less noisy than time on a shared machine)
+  of which event loop 88 us, audit writer 35 us (the writer's thread, if still alive at the end)
 guest CPU per call over the run: 39 us (the program's process in the container: its own code and the guest side of the bridge)""": _PERFORMANCE,
         """\
 writer thread CPU per stored event, 5 rounds (µs per event)
