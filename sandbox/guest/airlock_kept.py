@@ -39,10 +39,22 @@ import pickle
 import sys
 import types
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from airlock.sandbox.guest.airlock_kept_file import (
+        NotARegularFile,
+        read_regular,
+        temporary_file,
+    )
+else:
+    from airlock_kept_file import NotARegularFile, read_regular, temporary_file
 
 GLOBALS_FILE = "/tmp/.airlock-globals"
 """Where a kept session's top-level names wait for the next program."""
+MAX_KEPT_BYTES = 64 * 1024 * 1024
+"""The most the kept names may take in their file: data beyond it is not kept, and a larger
+file is not read."""
 _MAX_ELEMENTS = 5_000_000
 """Values and keys a kept name may hold; a larger one is not kept (walking it costs time)."""
 _NOTE_CHARS = 600
@@ -220,11 +232,14 @@ class KeptGlobals:
         self.notes: list[str] = []
 
     def read(self) -> None:
-        """Read what the previous program left; a damaged file leaves nothing kept."""
+        """Read what the previous program left; a damaged file leaves nothing kept, and so
+        does whatever else a program put in its place (see ``airlock_kept_file``)."""
         try:
-            with open(self.path, "rb") as file:
-                stored = loads_data(file.read())
+            stored = loads_data(read_regular(self.path, MAX_KEPT_BYTES))
         except FileNotFoundError:
+            return
+        except NotARegularFile as exc:
+            self.notes.append(f"the kept names could not be read ({exc})")
             return
         except Exception as exc:  # whatever the previous program wrote there
             self.notes.append(f"the kept names could not be read ({type(exc).__name__})")
@@ -309,10 +324,13 @@ class KeptGlobals:
             else:
                 dropped.append(f"{name} ({type(value).__name__})")
         payload = pickle.dumps({"data": data, "functions": functions, "modules": modules})
-        temporary = self.path + ".new"
-        with open(temporary, "wb") as file:
+        if len(payload) > MAX_KEPT_BYTES:
+            over = f"with the other data, over {MAX_KEPT_BYTES:,} bytes"
+            dropped.extend(f"{name} ({over})" for name in data)
+            payload = pickle.dumps({"data": {}, "functions": functions, "modules": modules})
+        with open(temporary_file(self.path), "wb") as file:
             file.write(payload)
-        os.replace(temporary, self.path)
+        os.replace(temporary_file(self.path), self.path)
         if dropped:
             self.notes.append(", ".join(sorted(dropped)))
 
@@ -351,6 +369,7 @@ class KeptGlobals:
 
 __all__ = [
     "GLOBALS_FILE",
+    "MAX_KEPT_BYTES",
     "KeptGlobals",
     "definition",
     "is_plain",

@@ -21,7 +21,8 @@ if TYPE_CHECKING:
     from airlock.sandbox.guest import airlock_artifacts as artifacts
     from airlock.sandbox.guest.airlock_bridge import Connection, Tools
     from airlock.sandbox.guest.airlock_confine import confine, confine_ahead
-    from airlock.sandbox.guest.airlock_kept import KeptGlobals
+    from airlock.sandbox.guest.airlock_kept import GLOBALS_FILE, KeptGlobals
+    from airlock.sandbox.guest.airlock_kept_file import clear_way
     from airlock.sandbox.guest.airlock_language import compile_program
     from airlock.sandbox.guest.airlock_output import StreamCapture
 else:
@@ -29,7 +30,8 @@ else:
     import airlock_wire as wire
     from airlock_bridge import Connection, Tools
     from airlock_confine import confine, confine_ahead
-    from airlock_kept import KeptGlobals
+    from airlock_kept import GLOBALS_FILE, KeptGlobals
+    from airlock_kept_file import clear_way
     from airlock_language import compile_program
     from airlock_output import StreamCapture
 
@@ -49,6 +51,8 @@ def prepare(ahead: dict[str, Any]) -> None:
     artifacts.empty(wire.OUT_DIR)
     if ahead.get("keep") == "clean":
         artifacts.empty(SCRATCH)
+    else:
+        clear_way(GLOBALS_FILE)
 
 
 def run(

@@ -12,6 +12,7 @@ import datetime
 import decimal
 import os
 import pickle
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ import pytest
 from tests.sandbox.guest_image import load_guest
 
 kept = load_guest("airlock_kept")
+kept_file = load_guest("airlock_kept_file")
 
 
 class _Runs:
@@ -145,3 +147,108 @@ def test_names_round_trip_and_a_damaged_file_keeps_nothing(tmp_path: Path) -> No
     broken = kept.KeptGlobals(path)
     broken.read()
     assert "could not be read" in broken.note()
+
+
+def _link_to_names(path: Path) -> None:
+    (path.parent / "names").write_bytes(pickle.dumps({"data": {"x": pickle.dumps(1)}}))
+    path.symlink_to(path.parent / "names")
+
+
+def _link_to_pipe(path: Path) -> None:
+    os.mkfifo(path.parent / "pipe")
+    path.symlink_to(path.parent / "pipe")
+
+
+def _directory(path: Path) -> None:
+    path.mkdir()
+    (path / "inside").write_bytes(b"x")
+
+
+def _too_large(path: Path) -> None:
+    path.write_bytes(b"x" * (_LIMIT + 1))
+
+
+_LIMIT = 1000
+NOT_THE_NAMES: list[tuple[str, Any, str]] = [
+    ("link to a file of names", _link_to_names, "a link, not a file"),
+    ("link to a pipe", _link_to_pipe, "a link, not a file"),
+    ("pipe", lambda path: os.mkfifo(path), "not a regular file"),
+    ("directory", _directory, "not a regular file"),
+    ("file over the limit", _too_large, "over 1,000 bytes"),
+]
+"""What a program may leave where the kept names should be, and what the next one is told."""
+
+
+@pytest.mark.parametrize(
+    ("leave", "reason"), [case[1:] for case in NOT_THE_NAMES], ids=[c[0] for c in NOT_THE_NAMES]
+)
+def test_what_stands_in_place_of_the_names_is_refused_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, leave: Any, reason: str
+) -> None:
+    monkeypatch.setattr(kept, "MAX_KEPT_BYTES", _LIMIT)
+    path = tmp_path / "globals"
+    leave(path)
+    reader = kept.KeptGlobals(str(path))
+
+    # In a thread: a reader that waited on a pipe would hold the test, not end it.
+    reading = threading.Thread(target=reader.read, daemon=True)
+    reading.start()
+    reading.join(5)
+
+    assert not reading.is_alive(), "the read waited on what stands there"
+    assert reader.notes == [f"the kept names could not be read ({reason})"]
+    assert (reader.data, reader.functions, reader.modules) == ({}, {}, {})
+
+
+LEFT_IN_THE_WAY: list[tuple[str, Any]] = [
+    ("directory at the temporary", lambda path: _directory(Path(kept_file.temporary_file(path)))),
+    ("file at the temporary", lambda path: Path(kept_file.temporary_file(path)).write_bytes(b"x")),
+    ("link at the temporary", lambda path: _link_to_names(Path(kept_file.temporary_file(path)))),
+    ("directory at the names", lambda path: _directory(Path(path))),
+    ("link at the names", lambda path: _link_to_names(Path(path))),
+    ("pipe at the names", lambda path: os.mkfifo(path)),
+]
+
+
+@pytest.mark.parametrize(
+    "leave", [c[1] for c in LEFT_IN_THE_WAY], ids=[c[0] for c in LEFT_IN_THE_WAY]
+)
+def test_the_way_is_cleared_for_the_next_names(tmp_path: Path, leave: Any) -> None:
+    path = str(tmp_path / "globals")
+    leave(path)
+
+    kept_file.clear_way(path)
+
+    assert sorted(p.name for p in tmp_path.iterdir()) in ([], ["names"], ["pipe"])
+    writer = kept.KeptGlobals(path)
+    writer.keep({"n": 7}, fresh=set(), defined={}, program_file="<program>")
+    reader = kept.KeptGlobals(path)
+    reader.read()
+    assert (reader.notes, reader.data) == ([], {"n": pickle.dumps(7, protocol=5)})
+
+
+def test_the_names_file_is_left_when_it_is_a_regular_file(tmp_path: Path) -> None:
+    path = tmp_path / "globals"
+    path.write_bytes(b"whatever a program wrote")
+
+    kept_file.clear_way(str(path))
+
+    assert path.read_bytes() == b"whatever a program wrote"
+
+
+def test_data_over_the_limit_is_not_kept_and_the_rest_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(kept, "MAX_KEPT_BYTES", _LIMIT)
+    path = str(tmp_path / "globals")
+    namespace: dict[str, Any] = {"__builtins__": __builtins__}
+    fresh = set(namespace)
+    exec("import json\nrows = 'x' * 2000", namespace)
+    writer = kept.KeptGlobals(path)
+
+    writer.keep(namespace, fresh=fresh, defined={}, program_file="<program>")
+
+    assert "rows (with the other data, over 1,000 bytes)" in writer.note()
+    reader = kept.KeptGlobals(path)
+    reader.read()
+    assert (reader.data, reader.modules) == ({}, {"json": "json"})

@@ -7,7 +7,9 @@ one patches modules (``json.dumps``, the bridge's ``send``); one writes half a f
 exits without reporting and leaves a child that dials the host's socket. The next program's
 answer, call count and audit records are its own, the program after it gets its own answer
 too (nothing shifted), and the leftover is gone, as the container's pid list shows from the
-host. A program that stops reading does not hold up the next program nor ``close()``. A
+host. What a program leaves where the kept names wait (a link to ``/dev/zero``, a
+directory) neither fails nor holds up the next program, and the one after gets the names the
+next kept. A program that stops reading does not hold up the next program nor ``close()``. A
 program cannot reach into the runner (its memory, descriptors, environment), which holds the
 next program's one-time token.
 """
@@ -28,6 +30,7 @@ from airlock.sandbox import DockerBackend, KeptSandbox, RunResult
 from airlock.tools import AuditLog, MemoryAuditStore, Registry
 from tests.bridge.records import ALICE, GRANT, build_registry
 from tests.conftest import IMAGE
+from tests.sandbox.guest_image import load_guest
 from tests.sandbox.runtimes import RUNTIMES, require_runtime
 
 DEADLINE_S = 4.0
@@ -133,6 +136,18 @@ SECOND = textwrap.dedent("""
     time.sleep(0.3)  # a leftover, if any were alive, would act now
     total
 """)
+
+_NAMES = load_guest("airlock_kept").GLOBALS_FILE
+_OWN_NAMES_BLOCKED = (
+    f"import os\nos.mkdir({load_guest('airlock_kept_file').temporary_file(_NAMES)!r})\n"
+)
+NAMES_IN_THE_WAY = {
+    "link to /dev/zero": _OWN_NAMES_BLOCKED + f"os.symlink('/dev/zero', {_NAMES!r})\n'first'",
+    "directory": _OWN_NAMES_BLOCKED
+    + f"os.mkdir({_NAMES!r})\nopen({_NAMES!r} + '/x', 'w').write('x')\n'first'",
+}
+"""First programs that leave something else where the kept names wait, with a directory where
+their own names would be written first, so that nothing writes over it."""
 
 FULL = SandboxProfile(language_mode="full", timeout_s=DEADLINE_S)
 NEXT_THREADS = 3
@@ -275,6 +290,32 @@ async def test_what_a_program_leaves_cannot_reach_the_next(
         assert first.status == "ok", first
         assert first.value in ("first", "forged"), first
         assert kept.starts == 1
+
+
+@pytest.mark.docker
+@pytest.mark.anyio
+@pytest.mark.parametrize("leftover", sorted(NAMES_IN_THE_WAY))
+async def test_what_a_program_leaves_where_the_names_wait_harms_no_later_program(
+    backend: DockerBackend, leftover: str
+) -> None:
+    kept = backend.keep(ALICE, idle_timeout=60)
+    try:
+        first = await kept.run(NAMES_IN_THE_WAY[leftover])
+        began = time.monotonic()
+        second = await kept.run("n = 7\n40 + 2")
+        took = time.monotonic() - began
+        third = await kept.run("n")
+    finally:
+        await kept.close()
+
+    assert first.status == "ok", first
+    # The next program's process reads that place before its program is known: it neither
+    # waits on it, nor reads it until its memory runs out, nor dies.
+    assert (second.status, second.value) == ("ok", 42), second
+    assert took < DEADLINE_S, took
+    # The way was cleared for the names the second program kept.
+    assert (third.status, third.value) == ("ok", 7), third
+    assert kept.starts == 1
 
 
 @pytest.mark.docker
