@@ -23,8 +23,10 @@ file) is not kept: the next program starts without that name, and the program th
 is told so on its stderr. Keep such values as files under ``/tmp``.
 
 Reading the file back never runs code a program wrote: the data is unpickled with no class
-but the plain ones above, and a kept function is defined (not called) from a source that must
-parse to one such ``def``.
+but the plain ones above (in the next program's own time, name by name), and a kept function
+is defined (not called) from a source that must parse to one such ``def``. The file itself is
+read before the next program is known, in one pass and within bounds, whatever stands there
+(``airlock_kept_file``).
 """
 
 from __future__ import annotations
@@ -39,16 +41,24 @@ import pickle
 import sys
 import types
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from airlock.sandbox.guest.airlock_kept_file import (
         NotARegularFile,
+        decode_names,
+        encode_names,
         read_regular,
         temporary_file,
     )
 else:
-    from airlock_kept_file import NotARegularFile, read_regular, temporary_file
+    from airlock_kept_file import (
+        NotARegularFile,
+        decode_names,
+        encode_names,
+        read_regular,
+        temporary_file,
+    )
 
 GLOBALS_FILE = "/tmp/.airlock-globals"
 """Where a kept session's top-level names wait for the next program."""
@@ -210,15 +220,6 @@ def top_level_definitions(source: str) -> dict[str, tuple[int, str]]:
     return found
 
 
-_T = TypeVar("_T", str, bytes)
-
-
-def _entries(stored: object, kind: type[_T]) -> dict[str, _T]:
-    if not isinstance(stored, dict):
-        return {}
-    return {k: v for k, v in stored.items() if isinstance(k, str) and isinstance(v, kind)}
-
-
 class KeptGlobals:
     """The top-level names one kept program starts with and leaves (see the module)."""
 
@@ -235,7 +236,7 @@ class KeptGlobals:
         """Read what the previous program left; a damaged file leaves nothing kept, and so
         does whatever else a program put in its place (see ``airlock_kept_file``)."""
         try:
-            stored = loads_data(read_regular(self.path, MAX_KEPT_BYTES))
+            names = decode_names(read_regular(self.path, MAX_KEPT_BYTES))
         except FileNotFoundError:
             return
         except NotARegularFile as exc:
@@ -244,11 +245,7 @@ class KeptGlobals:
         except Exception as exc:  # whatever the previous program wrote there
             self.notes.append(f"the kept names could not be read ({type(exc).__name__})")
             return
-        if not isinstance(stored, dict):
-            return
-        self.data = _entries(stored.get("data"), bytes)
-        self.functions = _entries(stored.get("functions"), str)
-        self.modules = _entries(stored.get("modules"), str)
+        self.data, self.functions, self.modules = names
 
     def restore(self, namespace: dict[str, Any], compile_definition: Callable[[str], Any]) -> None:
         """Put the kept names into ``namespace``: modules imported through its own
@@ -304,6 +301,9 @@ class KeptGlobals:
         modules: dict[str, str] = {}
         dropped: list[str] = []
         for name, value in namespace.items():
+            if not isinstance(name, str):  # (``globals()[1] = ...``)
+                dropped.append(f"{name!r} (not a name)")
+                continue
             if name in fresh or name.startswith("__"):
                 continue
             if isinstance(value, types.ModuleType):
@@ -323,11 +323,11 @@ class KeptGlobals:
                     dropped.append(name)
             else:
                 dropped.append(f"{name} ({type(value).__name__})")
-        payload = pickle.dumps({"data": data, "functions": functions, "modules": modules})
+        payload = encode_names(data, functions, modules)
         if len(payload) > MAX_KEPT_BYTES:
             over = f"with the other data, over {MAX_KEPT_BYTES:,} bytes"
             dropped.extend(f"{name} ({over})" for name in data)
-            payload = pickle.dumps({"data": {}, "functions": functions, "modules": modules})
+            payload = encode_names({}, functions, modules)
         with open(temporary_file(self.path), "wb") as file:
             file.write(payload)
         os.replace(temporary_file(self.path), self.path)

@@ -2,10 +2,15 @@
 
 Standard library only. Every process of a kept container runs as the same user, so a program
 can put anything where the names are kept: a link (to ``/dev/zero``, say), a directory, a
-pipe, a file too large to read. The next program's process reads that file before its
-program is known, so what it reads is bounded by the runner, never by what a program left;
-and the zygote clears the way before each program's process is made, so that one program
-cannot leave every later program of the session with nothing kept.
+pipe, a file too large to read, or a file of its own making. The next program's process reads
+that file before its program is known, so what reading it costs is bounded by the runner,
+never by what a program left: only a regular file of bounded size is read
+(:func:`read_regular`), and its format (:func:`encode_names`) is read back in one pass, into
+dictionaries keyed by the names' strings, whatever its bytes say (a pickle would build
+whatever objects they describe first: a dictionary of integers that all hash alike took the
+next program's process longer than its program's deadline). The zygote clears the way before
+each program's process is made (:func:`clear_way`), so that one program cannot leave every
+later program of the session with nothing kept.
 """
 
 from __future__ import annotations
@@ -13,6 +18,10 @@ from __future__ import annotations
 import errno
 import os
 import stat
+
+_MAGIC = b"airlock kept names 1\n"
+_LENGTH_BYTES = 4
+_DATA, _FUNCTION, _MODULE = b"d", b"f", b"m"
 
 
 class NotARegularFile(OSError):
@@ -54,6 +63,72 @@ def read_regular(path: str, limit: int) -> bytes:
         os.close(fd)
 
 
+def encode_names(
+    data: dict[str, bytes], functions: dict[str, str], modules: dict[str, str]
+) -> bytes:
+    """The kept names as their file holds them: a header, then for each name its kind, the
+    name and its value (a plain value pickled, a function's source, where a module is), each
+    of the last two after its length."""
+    parts = [_MAGIC]
+    for kind, entries in (
+        (_DATA, data),
+        (_FUNCTION, {name: _utf8(source) for name, source in functions.items()}),
+        (_MODULE, {name: _utf8(where) for name, where in modules.items()}),
+    ):
+        for name, value in entries.items():
+            encoded = _utf8(name)
+            parts += (kind, _length(encoded), encoded, _length(value), value)
+    return b"".join(parts)
+
+
+def decode_names(
+    blob: bytes,
+) -> tuple[dict[str, bytes], dict[str, str], dict[str, str]]:
+    """The ``data``, ``functions`` and ``modules`` of :func:`encode_names`, in one pass.
+
+    Raises:
+        ValueError: ``blob`` is not such a file (or is cut short).
+    """
+    if not blob.startswith(_MAGIC):
+        raise ValueError("not a file of kept names")
+    data: dict[str, bytes] = {}
+    functions: dict[str, str] = {}
+    modules: dict[str, str] = {}
+    view = memoryview(blob)
+    at = len(_MAGIC)
+    while at < len(blob):
+        kind = blob[at : at + 1]
+        name, at = _field(view, at + 1)
+        value, at = _field(view, at)
+        text = name.decode("utf-8", "surrogatepass")
+        if kind == _DATA:
+            data[text] = value
+        elif kind == _FUNCTION:
+            functions[text] = value.decode("utf-8", "surrogatepass")
+        elif kind == _MODULE:
+            modules[text] = value.decode("utf-8", "surrogatepass")
+        else:
+            raise ValueError(f"no kind of kept name is {kind!r}")
+    return data, functions, modules
+
+
+def _utf8(text: str) -> bytes:
+    return text.encode("utf-8", "surrogatepass")  # a name may be any string a program made
+
+
+def _length(value: bytes) -> bytes:
+    return len(value).to_bytes(_LENGTH_BYTES, "big")
+
+
+def _field(view: memoryview, at: int) -> tuple[bytes, int]:
+    """The field whose length starts at ``at``, and where the next begins."""
+    start = at + _LENGTH_BYTES
+    end = start + int.from_bytes(view[at:start], "big")
+    if start > len(view) or end > len(view):
+        raise ValueError("the file of kept names is cut short")
+    return bytes(view[start:end]), end
+
+
 def temporary_file(path: str) -> str:
     """Where ``airlock_kept.KeptGlobals.keep`` writes the names before they replace ``path``."""
     return path + ".new"
@@ -82,4 +157,11 @@ def clear_way(path: str) -> None:
             pass  # the next program keeps nothing then, and its stderr says why
 
 
-__all__ = ["NotARegularFile", "clear_way", "read_regular", "temporary_file"]
+__all__ = [
+    "NotARegularFile",
+    "clear_way",
+    "decode_names",
+    "encode_names",
+    "read_regular",
+    "temporary_file",
+]

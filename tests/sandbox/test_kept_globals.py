@@ -137,7 +137,7 @@ def test_names_round_trip_and_a_damaged_file_keeps_nothing(tmp_path: Path) -> No
     assert again["json"].dumps(1) == "1"
     assert "thing" not in again
 
-    Path(path).write_bytes(pickle.dumps({"data": {"x": pickle.dumps(_Runs())}}))
+    Path(path).write_bytes(kept_file.encode_names({"x": pickle.dumps(_Runs())}, {}, {}))
     damaged = kept.KeptGlobals(path)
     damaged.read()
     out: dict[str, Any] = {"__builtins__": __builtins__}
@@ -252,3 +252,67 @@ def test_data_over_the_limit_is_not_kept_and_the_rest_is(
     reader = kept.KeptGlobals(path)
     reader.read()
     assert (reader.data, reader.modules) == ({}, {"json": "json"})
+
+
+_HASH_MODULUS = (1 << 61) - 1
+
+
+def colliding_integers(count: int) -> bytes:
+    """A pickle of a dictionary whose ``count`` integer keys all hash alike, written without
+    building it: loading it takes time that grows with the square of ``count``."""
+    parts = [b"\x80\x02}("]
+    for n in range(1, count):
+        key = n * _HASH_MODULUS
+        encoded = key.to_bytes((key.bit_length() + 8) // 8, "little", signed=True)
+        parts.append(b"\x8a" + bytes([len(encoded)]) + encoded + b"N")
+    return b"".join(parts) + b"u."
+
+
+def test_the_names_file_is_not_unpickled_whatever_it_holds(tmp_path: Path) -> None:
+    path = tmp_path / "globals"
+    path.write_bytes(colliding_integers(4000))
+    reader = kept.KeptGlobals(str(path))
+
+    reader.read()
+
+    assert reader.notes == ["the kept names could not be read (ValueError)"]
+    assert (reader.data, reader.functions, reader.modules) == ({}, {}, {})
+
+
+def test_names_of_every_kind_come_back_as_they_were_kept() -> None:
+    data = {"rows": pickle.dumps([1, 2]), "\ud800": b"", "x" * 70_000: b"\x00" * 300}
+    functions = {"total": "def total(xs):\n    return sum(xs)\n", "é": "def é():\n    pass\n"}
+    modules = {"json": "json", "sqrt": "math:sqrt"}
+
+    blob = kept_file.encode_names(data, functions, modules)
+
+    assert kept_file.decode_names(blob) == (data, functions, modules)
+
+
+DAMAGED: list[tuple[str, Any, str]] = [
+    ("no header", lambda blob: blob[1:], "not a file of kept names"),
+    ("a length cut", lambda blob: blob[:-6], "cut short"),
+    ("a value cut", lambda blob: blob[:-1], "cut short"),
+    ("a kind unknown", lambda blob: blob.replace(b"\nd", b"\nz", 1), "no kind of kept name"),
+    ("a length past the end", lambda blob: blob + b"d\xff\xff\xff\xff", "cut short"),
+]
+
+
+@pytest.mark.parametrize(("damage", "error"), [c[1:] for c in DAMAGED], ids=[c[0] for c in DAMAGED])
+def test_a_damaged_file_of_names_is_refused(damage: Any, error: str) -> None:
+    blob = kept_file.encode_names({"rows": pickle.dumps([1, 2])}, {}, {"json": "json"})
+
+    with pytest.raises(ValueError, match=error):
+        kept_file.decode_names(damage(blob))
+
+
+def test_a_key_that_is_not_a_name_is_left_out_and_said(tmp_path: Path) -> None:
+    path = str(tmp_path / "globals")
+    writer = kept.KeptGlobals(path)
+
+    writer.keep({1: 2, "n": 7}, fresh=set(), defined={}, program_file="<program>")
+
+    assert "1 (not a name)" in writer.note()
+    reader = kept.KeptGlobals(path)
+    reader.read()
+    assert reader.data == {"n": pickle.dumps(7, protocol=5)}

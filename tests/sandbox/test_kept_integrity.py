@@ -141,10 +141,22 @@ _NAMES = load_guest("airlock_kept").GLOBALS_FILE
 _OWN_NAMES_BLOCKED = (
     f"import os\nos.mkdir({load_guest('airlock_kept_file').temporary_file(_NAMES)!r})\n"
 )
+# A pickle of a dictionary of 60,000 integers that all hash alike, made without building it:
+# loading it would take minutes (tests/sandbox/test_kept_globals.py's colliding_integers).
+_COLLIDING = textwrap.dedent("""
+    parts = [b"\\x80\\x02}("]
+    for n in range(1, 60_000):
+        key = n * ((1 << 61) - 1)
+        encoded = key.to_bytes((key.bit_length() + 8) // 8, "little", signed=True)
+        parts.append(b"\\x8a" + bytes([len(encoded)]) + encoded + b"N")
+""")
 NAMES_IN_THE_WAY = {
     "link to /dev/zero": _OWN_NAMES_BLOCKED + f"os.symlink('/dev/zero', {_NAMES!r})\n'first'",
     "directory": _OWN_NAMES_BLOCKED
     + f"os.mkdir({_NAMES!r})\nopen({_NAMES!r} + '/x', 'w').write('x')\n'first'",
+    "colliding integers": _OWN_NAMES_BLOCKED
+    + _COLLIDING
+    + f"open({_NAMES!r}, 'wb').write(b''.join(parts) + b'u.')\n'first'",
 }
 """First programs that leave something else where the kept names wait, with a directory where
 their own names would be written first, so that nothing writes over it."""
