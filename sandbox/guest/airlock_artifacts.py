@@ -259,26 +259,12 @@ def deliver(
         result["artifacts_skipped"] = skipped
         result["artifacts_skipped_count"] = skipped_count
     if request.get("keep"):
-        empty(directory)
+        if TYPE_CHECKING:
+            from airlock.sandbox.guest import airlock_clearing as clearing
+        else:  # loaded already in a kept runner's process
+            import airlock_clearing as clearing
 
-
-def empty(directory: str) -> None:
-    """Remove everything under ``directory`` (a kept runner's next program starts with none);
-    links are removed, never followed."""
-    try:
-        entries = list(os.scandir(directory))
-    except OSError:
-        return
-    for entry in entries:
-        try:
-            if entry.is_dir(follow_symlinks=False):
-                import shutil  # loaded once by the process that empties (a kept zygote)
-
-                shutil.rmtree(entry.path, ignore_errors=True)
-            else:
-                os.unlink(entry.path)
-        except OSError:
-            pass
+        clearing.empty(directory)
 
 
 __all__ = [
@@ -288,7 +274,6 @@ __all__ = [
     "close_all",
     "collect",
     "deliver",
-    "empty",
     "refusal",
     "send",
 ]

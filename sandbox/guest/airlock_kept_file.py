@@ -19,6 +19,12 @@ import errno
 import os
 import stat
 
+TYPE_CHECKING = False  # typing's, which the guest does not import (see airlock.sandbox.guest)
+if TYPE_CHECKING:
+    from airlock.sandbox.guest import airlock_clearing as clearing
+else:
+    import airlock_clearing as clearing
+
 _MAGIC = b"airlock kept names 1\n"
 _LENGTH_BYTES = 4
 _DATA, _FUNCTION, _MODULE = b"d", b"f", b"m"
@@ -146,15 +152,7 @@ def clear_way(path: str) -> None:
             continue
         if regular_stays and stat.S_ISREG(mode):
             continue
-        try:
-            if stat.S_ISDIR(mode):
-                import shutil  # loaded only by a zygote that meets a directory here
-
-                shutil.rmtree(leftover)
-            else:
-                os.unlink(leftover)
-        except OSError:
-            pass  # the next program keeps nothing then, and its stderr says why
+        clearing.remove(leftover)  # what will not go stays: the next program keeps nothing
 
 
 __all__ = [

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from airlock.bridge import airlock_wire as wire
     from airlock.sandbox.guest import airlock_artifacts as artifacts
+    from airlock.sandbox.guest import airlock_clearing as clearing
     from airlock.sandbox.guest.airlock_bridge import Connection, Tools
     from airlock.sandbox.guest.airlock_confine import confine, confine_ahead
     from airlock.sandbox.guest.airlock_kept import GLOBALS_FILE, KeptGlobals
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from airlock.sandbox.guest.airlock_output import StreamCapture
 else:
     import airlock_artifacts as artifacts
+    import airlock_clearing as clearing
     import airlock_wire as wire
     from airlock_bridge import Connection, Tools
     from airlock_confine import confine, confine_ahead
@@ -48,9 +50,9 @@ _WARM_UP = "rows = [1, 2]\nlen(rows) + 1\n"
 
 def prepare(ahead: dict[str, Any]) -> None:
     """Prepare the container for the next program (every other process is gone)."""
-    artifacts.empty(wire.OUT_DIR)
+    clearing.empty(wire.OUT_DIR)
     if ahead.get("keep") == "clean":
-        artifacts.empty(SCRATCH)
+        clearing.empty(SCRATCH)
     else:
         clear_way(GLOBALS_FILE)
 

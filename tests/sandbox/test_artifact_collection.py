@@ -135,17 +135,3 @@ def test_pieces_are_full_but_the_last(tmp_path: Path) -> None:
     assert b"".join(base64.b64decode(f["data"]) for f in pieces) == content
     assert [(f["offset"], f["end"], len(f["data"])) for f in by_name["b.bin"]][-1][1] is True
     assert [(f["offset"], f["end"], f["data"]) for f in by_name["empty"]] == [(0, True, "")]
-
-
-def test_a_kept_runner_empties_the_directory_without_following_links(tmp_path: Path) -> None:
-    outside = tmp_path / "outside"
-    outside.mkdir()
-    (outside / "keep.txt").write_text("kept")
-    out = tmp_path / "out"
-    (out / "sub").mkdir(parents=True)
-    (out / "sub" / "x").write_text("1")
-    (out / "link").symlink_to(outside)
-    (out / "file").write_text("2")
-    artifacts.empty(str(out))
-    assert list(out.iterdir()) == []
-    assert (outside / "keep.txt").read_text() == "kept"

@@ -9,7 +9,9 @@ answer, call count and audit records are its own, the program after it gets its 
 too (nothing shifted), and the leftover is gone, as the container's pid list shows from the
 host. What a program leaves where the kept names wait (a link to ``/dev/zero``, a
 directory) neither fails nor holds up the next program, and the one after gets the names the
-next kept. A program that stops reading does not hold up the next program nor ``close()``. A
+next kept. Directories a program took its own permissions from, or nested 3,000 deep, are
+gone from ``/out`` (and a reused container's ``/tmp``) before the next program. A program that
+stops reading does not hold up the next program nor ``close()``. A
 program cannot reach into the runner (its memory, descriptors, environment), which holds the
 next program's one-time token.
 """
@@ -438,6 +440,58 @@ async def test_reuse_keeps_one_container_per_principal_and_nothing_between_runs(
     started = {(who, result.value[2]) for who, result in seen[:4]}
     assert len(started) == 2, started
     assert len({s for _, s in started}) == 2, started
+
+
+# What a plain removal leaves behind, in /tmp and /out: directories a program took its own
+# permissions from, and a tree deeper than a path can name, with a file at each bottom.
+STUBBORN = textwrap.dedent("""
+    import os
+    for top in ("/tmp", "/out"):
+        os.makedirs(f"{top}/d/e")
+        open(f"{top}/d/e/secret", "w").write("left")
+        os.chmod(f"{top}/d/e", 0o500)
+        os.chmod(f"{top}/d", 0o000)
+        fd = os.open(top, os.O_RDONLY)
+        for _ in range(3000):
+            os.mkdir("a", dir_fd=fd)
+            inner = os.open("a", os.O_RDONLY, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+        os.close(os.open("secret", os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=fd))
+        os.close(fd)
+    "left"
+""")
+LOOK = "import os\n[sorted(os.listdir('/tmp')), sorted(os.listdir('/out'))]"
+
+
+@pytest.mark.docker
+@pytest.mark.anyio
+@pytest.mark.parametrize("runtime", RUNTIMES)
+@pytest.mark.parametrize("keeps", [False, True], ids=["reused", "kept"])
+async def test_what_a_program_makes_hard_to_remove_is_gone_before_the_next(
+    runtime: ContainerRuntime, keeps: bool
+) -> None:
+    require_runtime(runtime)
+    profile = FULL.model_copy(update={"runtime": runtime})
+    backend = DockerBackend(image=IMAGE, profile=profile, pool_size=0, reuse=not keeps)
+    await backend.start()
+    try:
+        if keeps:
+            kept = backend.keep(ALICE, idle_timeout=60)
+            first, second = await kept.run(STUBBORN), await kept.run(LOOK)
+            await kept.close()
+        else:
+            first = await backend.run(STUBBORN, tools=_session(build_registry()))
+            second = await backend.run(LOOK, tools=_session(build_registry()))
+    finally:
+        await backend.close()
+
+    assert (first.status, first.value) == ("ok", "left"), first
+    assert second.status == "ok", second
+    tmp, out = second.value
+    assert out == [], second  # /out starts empty for every program
+    # A reused container's /tmp starts empty too; a kept session's keeps its files.
+    assert tmp == ([".airlock-globals", "a", "d"] if keeps else []), second
 
 
 # Where a program could look for the next program's one-time token, or for the runner's own
