@@ -41,6 +41,9 @@ Execute = Callable[..., dict[str, Any]]
 """The runner's ``execute(request, finish, tools, kept, captures)``."""
 
 SCRATCH = "/tmp"
+MESSAGE_QUEUES = "/dev/mqueue"
+"""The container's POSIX message queues: the seccomp profile refuses ``mq_open``, but a plain
+``open`` there makes one, and it outlives its process (its name alone can carry data)."""
 _OUTPUT_LIMIT = 1024 * 1024
 """A capture's limit until its program's ``run`` frame says."""
 _PROGRAM_SOON_MS = 2
@@ -51,6 +54,7 @@ _WARM_UP = "rows = [1, 2]\nlen(rows) + 1\n"
 def prepare(ahead: dict[str, Any]) -> None:
     """Prepare the container for the next program (every other process is gone)."""
     clearing.empty(wire.OUT_DIR)
+    clearing.empty(MESSAGE_QUEUES)  # (none under gVisor: nothing to do)
     if ahead.get("keep") == "clean":
         clearing.empty(SCRATCH)
     else:

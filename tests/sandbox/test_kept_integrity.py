@@ -10,7 +10,8 @@ too (nothing shifted), and the leftover is gone, as the container's pid list sho
 host. What a program leaves where the kept names wait (a link to ``/dev/zero``, a
 directory) neither fails nor holds up the next program, and the one after gets the names the
 next kept. Directories a program took its own permissions from, or nested 3,000 deep, are
-gone from ``/out`` (and a reused container's ``/tmp``) before the next program. A program that
+gone from ``/out`` (and a reused container's ``/tmp``) before the next program, and so are
+message queues. A program that
 stops reading does not hold up the next program nor ``close()``. A
 program cannot reach into the runner (its memory, descriptors, environment), which holds the
 next program's one-time token.
@@ -443,7 +444,8 @@ async def test_reuse_keeps_one_container_per_principal_and_nothing_between_runs(
 
 
 # What a plain removal leaves behind, in /tmp and /out: directories a program took its own
-# permissions from, and a tree deeper than a path can name, with a file at each bottom.
+# permissions from, and a tree deeper than a path can name, with a file at each bottom; and
+# a message queue.
 STUBBORN = textwrap.dedent("""
     import os
     for top in ("/tmp", "/out"):
@@ -459,16 +461,23 @@ STUBBORN = textwrap.dedent("""
             fd = inner
         os.close(os.open("secret", os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=fd))
         os.close(fd)
+    # A message queue made with a plain open: it outlives its process (not under gVisor).
+    if os.path.isdir("/dev/mqueue"):
+        os.close(os.open("/dev/mqueue/left", os.O_CREAT | os.O_RDWR, 0o600))
     "left"
 """)
-LOOK = "import os\n[sorted(os.listdir('/tmp')), sorted(os.listdir('/out'))]"
+LOOK = textwrap.dedent("""
+    import os
+    queues = sorted(os.listdir("/dev/mqueue")) if os.path.isdir("/dev/mqueue") else []
+    [sorted(os.listdir("/tmp")), sorted(os.listdir("/out")), queues]
+""")
 
 
 @pytest.mark.docker
 @pytest.mark.anyio
 @pytest.mark.parametrize("runtime", RUNTIMES)
 @pytest.mark.parametrize("keeps", [False, True], ids=["reused", "kept"])
-async def test_what_a_program_makes_hard_to_remove_is_gone_before_the_next(
+async def test_what_a_program_leaves_in_files_and_queues_is_gone_before_the_next(
     runtime: ContainerRuntime, keeps: bool
 ) -> None:
     require_runtime(runtime)
@@ -488,8 +497,8 @@ async def test_what_a_program_makes_hard_to_remove_is_gone_before_the_next(
 
     assert (first.status, first.value) == ("ok", "left"), first
     assert second.status == "ok", second
-    tmp, out = second.value
-    assert out == [], second  # /out starts empty for every program
+    tmp, out, queues = second.value
+    assert (out, queues) == ([], []), second  # for every program
     # A reused container's /tmp starts empty too; a kept session's keeps its files.
     assert tmp == ([".airlock-globals", "a", "d"] if keeps else []), second
 
