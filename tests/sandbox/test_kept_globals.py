@@ -150,7 +150,7 @@ def test_names_round_trip_and_a_damaged_file_keeps_nothing(tmp_path: Path) -> No
 
 
 def _link_to_names(path: Path) -> None:
-    (path.parent / "names").write_bytes(pickle.dumps({"data": {"x": pickle.dumps(1)}}))
+    (path.parent / "names").write_bytes(kept_file.encode_names({"x": pickle.dumps(1)}, {}, {}))
     path.symlink_to(path.parent / "names")
 
 

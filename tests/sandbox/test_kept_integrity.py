@@ -7,14 +7,13 @@ one patches modules (``json.dumps``, the bridge's ``send``); one writes half a f
 exits without reporting and leaves a child that dials the host's socket. The next program's
 answer, call count and audit records are its own, the program after it gets its own answer
 too (nothing shifted), and the leftover is gone, as the container's pid list shows from the
-host. What a program leaves where the kept names wait (a link to ``/dev/zero``, a
-directory) neither fails nor holds up the next program, and the one after gets the names the
-next kept. Directories a program took its own permissions from, or nested 3,000 deep, are
-gone from ``/out`` (and a reused container's ``/tmp``) before the next program, and so are
-message queues. A program that
-stops reading does not hold up the next program nor ``close()``. A
-program cannot reach into the runner (its memory, descriptors, environment), which holds the
-next program's one-time token.
+host. What a program leaves where the kept names wait (a link to ``/dev/zero``, a directory,
+a pickle of integers that all hash alike) neither fails nor holds up the next program, and
+the one after gets the names the next kept. Directories a program took its own permissions
+from, or nested 3,000 deep, are gone from ``/out`` (and a reused container's ``/tmp``) before
+the next program, and so are message queues. A program that stops reading does not hold up
+the next program nor ``close()``. A program cannot reach into the runner (its memory,
+descriptors, environment), which holds the next program's one-time token.
 """
 
 from __future__ import annotations
