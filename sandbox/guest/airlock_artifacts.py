@@ -239,7 +239,7 @@ def deliver(
 ) -> None:
     """After a program: send the files it left (when the ``run`` frame asks for them) before
     its ``done``; over either limit, send none and turn ``result`` into ``limit_exceeded``.
-    A kept runner's directory is emptied afterwards."""
+    A kept container's zygote empties the directory before the next program."""
     wanted = request.get("artifacts")
     if not isinstance(wanted, dict) or result.get("status") not in ("ok", "error"):
         return
@@ -258,13 +258,6 @@ def deliver(
     if skipped:
         result["artifacts_skipped"] = skipped
         result["artifacts_skipped_count"] = skipped_count
-    if request.get("keep"):
-        if TYPE_CHECKING:
-            from airlock.sandbox.guest import airlock_clearing as clearing
-        else:  # loaded already in a kept runner's process
-            import airlock_clearing as clearing
-
-        clearing.empty(directory)
 
 
 __all__ = [

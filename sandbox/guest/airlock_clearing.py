@@ -7,9 +7,8 @@ recursion and the paths it builds stop it in the second), and the next program o
 principal would find them. Here each directory is given its permissions back before it is
 opened, and its subdirectories are moved up to the top before it is removed, so no more than
 two directories are ever open and no path is longer than a name, however deep the tree went.
-Links are removed, never followed. The zygote clears once every program's process is gone,
-so nothing changes a tree while it is cleared (a kept program's own process also empties
-``/out`` once it has sent its files: the zygote's clearing comes after it all the same).
+Links are removed, never followed. Only the zygote clears, once every program's process is
+gone, so nothing changes a tree while it is cleared.
 """
 
 from __future__ import annotations

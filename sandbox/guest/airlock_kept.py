@@ -328,9 +328,10 @@ class KeptGlobals:
             over = f"with the other data, over {MAX_KEPT_BYTES:,} bytes"
             dropped.extend(f"{name} ({over})" for name in data)
             payload = encode_names({}, functions, modules)
-        with open(temporary_file(self.path), "wb") as file:
+        temporary = temporary_file(self.path)
+        with open(temporary, "wb") as file:
             file.write(payload)
-        os.replace(temporary_file(self.path), self.path)
+        os.replace(temporary, self.path)
         if dropped:
             self.notes.append(", ".join(sorted(dropped)))
 

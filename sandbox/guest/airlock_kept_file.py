@@ -145,14 +145,13 @@ def clear_way(path: str) -> None:
     whatever a program left at ``path``'s :func:`temporary_file`, and at ``path`` unless it is
     a regular file. A directory or a link there would otherwise leave every later program of
     the session with nothing kept."""
-    for leftover, regular_stays in ((temporary_file(path), False), (path, True)):
-        try:
-            mode = os.lstat(leftover).st_mode
-        except OSError:
-            continue
-        if regular_stays and stat.S_ISREG(mode):
-            continue
-        clearing.remove(leftover)  # what will not go stays: the next program keeps nothing
+    clearing.remove(temporary_file(path))
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return
+    if not stat.S_ISREG(mode):
+        clearing.remove(path)  # what will not go stays: the next program keeps nothing
 
 
 __all__ = [
