@@ -87,7 +87,10 @@ async def propose_write(
             ttl=ttl,
             now=clock,
         )
-        if verdict.decision == "allow" and preview.state == "prepared":
+        # The rules judged the effect just prepared; a live preview of the same intent may
+        # hold another one (its inputs changed since), and waits for whoever it waited for.
+        judged = preview.fingerprint == fingerprint(spec.name, sealed, ctx.principal, preview.key)
+        if verdict.decision == "allow" and preview.state == "prepared" and judged:
             preview = _approve_by_policy(preview, verdict.rule, ledger, sender, clock())
         _settle_trail(trail, preview, ledger)
     _record(trail, preview)

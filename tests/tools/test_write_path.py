@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from airlock.policies import ApprovalPolicy, Grant, UsageError, read, write
+from airlock.policies import ApprovalPolicy, ApprovalRule, Grant, UsageError, read, write
 from airlock.tools import (
     AmbiguousWriteError,
     ConflictError,
@@ -23,7 +23,7 @@ from airlock.tools import (
 from airlock.tools.testing import Refund, SystemOfRecord, refund_tool
 from tests.tools.stores import Backend
 
-from .test_write_world import ALICE, ALLOW, ASK, BOB, DENY, GRANT, MALLORY, TOOL, World
+from .test_write_world import ALICE, ALLOW, ASK, BOB, DENY, GRANT, INVOICES, MALLORY, TOOL, World
 
 pytestmark = pytest.mark.anyio
 
@@ -126,6 +126,42 @@ async def test_same_intent_in_a_run_reuses_one_preview_and_key(world: World) -> 
 
     assert again.id == first.id
     assert other_run.key != first.key
+
+
+SMALL_ALLOWED = ApprovalPolicy(
+    (
+        ApprovalRule(id="large-ask", action="ask", tools=("billing_*",), min_amount=10_000),
+        ApprovalRule(id="small-auto", action="allow", tools=("billing_*",)),
+    )
+)
+
+
+async def test_a_rule_approves_only_the_effect_it_judged(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A large refund waits for a person; then its invoice changes, and the same intent is
+    # asked again: the rules allow the small refund now computed, not the large one stored.
+    monkeypatch.setitem(INVOICES["inv_6"], "amount_minor", 50_000)
+    first = await world.prepare("inv_6", approvals=SMALL_ALLOWED)
+    monkeypatch.setitem(INVOICES["inv_6"], "amount_minor", 5)
+    again = await world.prepare("inv_6", approvals=SMALL_ALLOWED)
+
+    assert again.id == first.id
+    assert (again.state, again.effect["amount_minor"]) == ("prepared", 50_000)
+    assert world.ledger.approval(first.id) is None
+    with pytest.raises(NeedsApprovalError):
+        await world.writes.commit(again.id, again.fingerprint, ALICE)
+    assert world.system.sends() == 0
+
+
+async def test_a_rule_that_allows_the_stored_effect_approves_it(world: World) -> None:
+    first = await world.prepare("inv_7", approvals=ASK)
+    again = await world.prepare("inv_7", approvals=ALLOW)
+
+    assert (again.id, again.state) == (first.id, "approved")
+    approval = world.ledger.approval(first.id)
+    assert approval is not None
+    assert approval.kind == "policy"
 
 
 async def test_an_expired_unsent_preview_gives_way_when_prepared_again(world: World) -> None:
