@@ -11,7 +11,7 @@ from airlock.policies import Principal
 from airlock.tools._admission import Admission
 from airlock.tools._egress import checked_invoke, reach_of
 from airlock.tools._errors import ToolError, ToolTimeoutError, UpstreamError
-from airlock.tools._preview import Preview
+from airlock.tools._preview import Preview, canonical_json
 from airlock.tools._sender import contract_of
 
 __all__ = ["model_message", "run_prepare"]
@@ -66,15 +66,38 @@ async def run_prepare(admission: Admission, principal: Principal, *, budget: flo
     if denial is not None:  # prepare caught the refusal itself: the call fails all the same
         raise denial
     model = contract.effect_model
-    if isinstance(effect, model):
-        return effect
+    if not isinstance(effect, model):
+        try:
+            effect = model.model_validate(effect, from_attributes=True)
+        except ValidationError as exc:
+            raise UpstreamError(
+                "preparing the change failed; nothing was changed",
+                detail=f"prepare returned something that is not a {model.__name__}: {exc}"[:500],
+            ) from None
+    _check_stored_form(model, effect)
+    return effect
+
+
+def _check_stored_form(model: type[BaseModel], effect: BaseModel) -> None:
+    """A person approves the effect's JSON form, and commit rebuilds the effect from it: an
+    effect that the form cannot hold (NaN) or that it rebuilds differently is refused here,
+    before anything is stored.
+
+    Raises:
+        UpstreamError: the effect does not come back whole from its JSON form.
+    """
     try:
-        return model.model_validate(effect, from_attributes=True)
-    except ValidationError as exc:
-        raise UpstreamError(
-            "preparing the change failed; nothing was changed",
-            detail=f"prepare returned something that is not a {model.__name__}: {exc}"[:500],
-        ) from None
+        rebuilt = model.model_validate_json(canonical_json(effect.model_dump(mode="json")))
+    except (TypeError, ValueError) as exc:  # ValidationError is a ValueError
+        why = f"{type(exc).__name__}: {exc}"
+    else:
+        if rebuilt == effect:
+            return
+        why = "it rebuilds a different effect"
+    raise UpstreamError(
+        "preparing the change failed; nothing was changed",
+        detail=f"the {model.__name__} prepared cannot be stored as JSON: {why}"[:500],
+    )
 
 
 def model_message(preview: Preview, now: float) -> str:

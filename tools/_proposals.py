@@ -22,9 +22,10 @@ from airlock.tools._errors import ConflictError, UpstreamError
 from airlock.tools._json import JSONObject
 from airlock.tools._ledger import LedgerStore, StepStateError
 from airlock.tools._prepare import run_prepare
-from airlock.tools._preview import Approval, Preview, fingerprint, idempotency_key
+from airlock.tools._preview import Approval, Preview, canonical_json, fingerprint, idempotency_key
 from airlock.tools._sealed import SecretVault, sealed_fields
 from airlock.tools._sender import Sender, contract_of
+from airlock.tools._write_contract import WriteContract
 
 __all__ = ["ALREADY_COMMITTED", "propose_read", "propose_write"]
 
@@ -69,10 +70,7 @@ async def propose_write(
         if verdict.refusal is not None:
             raise verdict.refusal
         sealed, clear = vault.seal(effect_json, sealed_fields(spec))
-        if contract.summarize is None:
-            summary = ", ".join(str(e) for e in trail.effects)
-        else:  # from the sealed effect: a summary never shows a secret
-            summary = contract.summarize(contract.effect_model.model_validate(sealed))
+        summary = _summary(contract, sealed, trail.effects)
         intent = admission.input.model_dump(mode="json", include=set(contract.intent))
         preview = _store_preview(
             admission,
@@ -136,6 +134,29 @@ async def propose_read(
         _settle_trail(trail, preview, ledger)
     _record(trail, preview)
     return preview
+
+
+def _summary(contract: WriteContract, sealed: JSONObject, effects: tuple[Effect, ...]) -> str:
+    """The tool's summary of the sealed effect (a summary never shows a secret), or its
+    effects when it has none or a seal does not fit its field.
+
+    Raises:
+        UpstreamError: the tool's ``summarize`` failed.
+    """
+    plain = ", ".join(str(e) for e in effects)
+    if contract.summarize is None:
+        return plain
+    try:
+        shown = contract.effect_model.model_validate_json(canonical_json(sealed))
+    except ValueError:  # a seal that the field's own constraints refuse
+        return plain
+    try:
+        return contract.summarize(shown)
+    except Exception as exc:
+        raise UpstreamError(
+            "preparing the change failed; nothing was changed",
+            detail=f"summarize: {type(exc).__name__}: {exc}"[:500],
+        ) from exc
 
 
 def _settle_trail(trail: CallTrail, preview: Preview, ledger: LedgerStore) -> None:

@@ -32,7 +32,14 @@ from airlock.tools._errors import (
     UpstreamError,
 )
 from airlock.tools._ledger import LedgerStore, StepStateError
-from airlock.tools._preview import Approval, Preview, Receipt, ResolvedBy, StepState
+from airlock.tools._preview import (
+    Approval,
+    Preview,
+    Receipt,
+    ResolvedBy,
+    StepState,
+    canonical_json,
+)
 from airlock.tools._process import ProcessMark
 from airlock.tools._shaping import shape_result
 from airlock.tools._spec import ToolSpec
@@ -98,7 +105,10 @@ class Sender:
             ToolError: the system refused (outcome ``error``); the step is now ``failed``.
         """
         contract = contract_of(spec)
-        effect = effect_of(contract, claimed)
+        try:
+            effect = effect_of(contract, claimed)
+        except ValueError as exc:  # a pydantic ValidationError: the model changed since
+            raise self.unbuildable(claimed, contract, resolved_by, exc) from None
         started = time.perf_counter()
         # The commit may reach the tool's destinations and write the files its effects name.
         check = reach_of(spec).check(
@@ -219,6 +229,20 @@ class Sender:
         self.audit(claimed, "execute", "deny", first.rule, "unknown", "denied", denial.detail)
         raise denial from cause
 
+    def unbuildable(
+        self, claimed: Preview, contract: WriteContract, resolved_by: ResolvedBy, exc: Exception
+    ) -> ToolError:
+        """The error of a step whose stored effect no longer builds its effect model, and
+        the step marked: ``failed`` when nothing was ever sent, else ``unknown``."""
+        why = f"its stored effect no longer fits {contract.effect_model.__name__}"
+        if resolved_by != "send":  # an earlier send may have acted
+            return self.ambiguous(claimed, why)
+        self.mark(claimed, "failed", how=f"not sent: {why}", error="upstream")
+        self.audit(claimed, "execute", "allow", claimed.rule, "error", "upstream", why)
+        return UpstreamError(
+            "the change could not be sent; nothing was changed", detail=f"{why}: {exc}"[:500]
+        )
+
     def ambiguous(self, claimed: Preview, why: str) -> AmbiguousWriteError:
         """Mark the step ``unknown`` and build the error that says so."""
         self.mark(claimed, "unknown", how=f"no definite answer: {why}", error=why[:200])
@@ -315,8 +339,14 @@ def contract_of(spec: ToolSpec) -> WriteContract:
 
 
 def effect_of(contract: WriteContract, preview: Preview) -> BaseModel:
-    """The approved effect, rebuilt from the ledger (never recomputed)."""
-    return contract.effect_model.model_validate(preview.effect)
+    """The approved effect, rebuilt from the ledger (never recomputed). From its JSON form, as
+    JSON: a strict model takes back what JSON spells as strings (dates, decimals).
+
+    Raises:
+        ValueError: the stored effect does not build the model (a pydantic
+            ``ValidationError``), or holds NaN.
+    """
+    return contract.effect_model.model_validate_json(canonical_json(preview.effect))
 
 
 def owner_token() -> str:
