@@ -5,7 +5,8 @@ real container, next to a benign run on the same event loop:
 
 - **host memory and loop stalls**: a program writes its worst frame straight onto the bridge
   socket (a 12 MB ``done`` frame of empty objects, the same of empty lists, a 12 MB frame of
-  escaped characters, a stream of 1 MiB ``call`` frames of empty objects). While it does, a
+  escaped characters, a stream of 1 MiB ``call`` frames of empty objects, the same of
+  argument names the tool does not take, a burst of 60 such frames of 240 KB). While it does, a
   ticker task on the loop records the longest gap between its 1 ms ticks, and the host's peak
   RSS is read from ``/proc/self/status`` (``VmHWM``, reset through ``/proc/self/clear_refs``
   before each sample; freed memory is handed back with ``malloc_trim`` between samples).
@@ -89,6 +90,24 @@ def FRAMES():
         head = b'{"type":"call","id":%d,"tool":"records_item_get","args":{"x":[' % call_id
         n = (1024 * 1024 - len(head) - 12) // 3  # the limit counts the 4-byte header
         yield head + b"{}," * n + b"{}]}}"
+""",
+    "call: 1 MiB frames of unknown names": """
+def FRAMES():
+    for call_id in range(1, 21):
+        head = b'{"type":"call","id":%d,"tool":"records_item_get","args":{' % call_id
+        names, size, n = [], len(head) + 8, 0
+        while size < 1024 * 1024 - 32:
+            name = b'"k%d":0' % n
+            names.append(name)
+            size += len(name) + 1
+            n += 1
+        yield head + b",".join(names) + b"}}"
+""",
+    "call: burst of 240 KB unknown names": """
+def FRAMES():
+    args = b",".join(b'"k%d":0' % n for n in range(23_000))
+    for call_id in range(1, 61):
+        yield b'{"type":"call","id":%d,"tool":"records_item_get","args":{' % call_id + args + b"}}"
 """,
 }
 BENIGN = """

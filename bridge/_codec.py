@@ -60,7 +60,7 @@ Python objects at worst. A program's final value is checked against it in the gu
 (``value_elements`` of the ``run`` frame), so a legitimate value is refused as too large
 rather than ending the run."""
 _HEADER: Final = struct.Struct(HEADER_FORMAT)
-OFF_LOOP_BYTES: Final = 256 * 1024
+OFF_LOOP_BYTES: Final = 64 * 1024
 """Bodies larger than this are counted and decoded in a worker thread (also by the server)."""
 _SLICE_BYTES: Final = 64 * 1024
 """How much of a body one pass of the element count looks at: the count's C-level steps hold

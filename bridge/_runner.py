@@ -15,16 +15,21 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+import time
 import types
 from collections import deque
 from collections.abc import Callable, Coroutine, Generator
 from typing import Any, Final
 
-__all__ = ["CallRunner"]
+__all__ = ["TURN_S", "CallRunner"]
 
 _log = logging.getLogger(__name__)
 _CALLS_PER_TURN: Final = 64
 """Calls one task runs before the event loop serves others."""
+TURN_S: Final = 0.005
+"""Time one run's calls (or frames) may hold the event loop in one turn: a burst of calls
+that each cost the host much (arguments of many thousand names) gives way to other runs
+after this, however few of them ran."""
 
 Call = Coroutine[Any, Any, None]
 
@@ -138,7 +143,10 @@ class CallRunner:
                 if handoff is not None:
                     await self._carry_on(*handoff)
                     return
+            turn_ends = time.monotonic() + TURN_S
             for _ in range(min(len(self._queue), _CALLS_PER_TURN)):
+                if time.monotonic() >= turn_ends:
+                    break
                 call = self._queue.popleft()
                 context = contextvars.copy_context()
                 try:

@@ -15,7 +15,8 @@ waits for the guest to read. A ``log`` frame's message reaches the operator's lo
 with control characters escaped.
 
 Frames are handled in the event loop's callback that received them (:class:`FrameInbox`), one
-after another (up to :data:`_FRAMES_PER_TURN` before other runs get the loop), and each call
+after another (up to :data:`_FRAMES_PER_TURN`, or :data:`TURN_S` of time, before other runs get the
+loop), and each call
 runs at once, until it first waits (:class:`CallRunner`): a read of data at hand is answered in
 the turn of the loop that received it, with no task or extra turn of the loop per call. The
 results that finish together leave together, a few to a write. What the callbacks cannot do
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import time
 from typing import Any, Final
@@ -39,6 +41,7 @@ from airlock.bridge._dispatch import CallDispatcher
 from airlock.bridge._inbox import CHUNK_BYTES, FrameInbox
 from airlock.bridge._results import ResultWriter
 from airlock.bridge._run_stop import RunStop, limit_stop, protocol_stop
+from airlock.bridge._runner import TURN_S
 from airlock.bridge._session import ArtifactSink, BridgeLimits, RunEnd, ToolSession
 from airlock.tools import escape_controls
 
@@ -152,11 +155,11 @@ class _RunServer:
                     self._inbox.eof_received()
 
     def _pump(self) -> bool:
-        """Handle the frames the inbox holds, in order, up to :data:`_FRAMES_PER_TURN` (the
-        rest on the loop's next turn, so other runs get theirs); whether any was split off.
-        A frame that needs this run's task (:meth:`_serve_frames`) stops the pump, and
-        reading, until the task has handled it. Never raises: an end is left for the task.
-        The results of the calls answered meanwhile leave together, at the end."""
+        """Handle the frames the inbox holds, in order, up to :data:`_FRAMES_PER_TURN` or
+        :data:`TURN_S` (the rest on the loop's next turn, so other runs get theirs); whether
+        any was split off. A frame that needs this run's task (:meth:`_serve_frames`) stops
+        the pump, and reading, until the task has handled it. Never raises: an end is left for
+        the task. The results of the calls answered meanwhile leave together, at the end."""
         results = self._results
         results.holding = True
         try:
@@ -171,12 +174,20 @@ class _RunServer:
         if self._slow is not None or self._stop is not None:
             return False
         split = False
+        turn_ends = time.monotonic() + TURN_S
         try:
-            for _ in range(_FRAMES_PER_TURN):
+            for handled in itertools.count():
                 if self._results.ended is not None:
                     raise RunStop(self._results.ended)
-                if time.monotonic() >= self._deadline:
+                now = time.monotonic()
+                if now >= self._deadline:
                     raise _deadline_passed()
+                if handled == _FRAMES_PER_TURN or now >= turn_ends:
+                    # The turn is over: the rest on the loop's next, so other runs get theirs.
+                    self._inbox.pause()
+                    self._scheduled = True
+                    asyncio.get_running_loop().call_soon(self._pump)
+                    return split
                 taken = self._inbox.next_frame()
                 if taken is None:
                     self._inbox.resume()
@@ -190,11 +201,6 @@ class _RunServer:
                 if not self._take(frame, size):
                     self._slow = (frame, size, True)
                     break
-            else:
-                self._inbox.pause()
-                self._scheduled = True
-                asyncio.get_running_loop().call_soon(self._pump)
-                return split
         except FrameError as exc:
             self._stop = protocol_stop(str(exc))
         except Exception as exc:  # a RunStop, or a bug of the host's: raised in the task

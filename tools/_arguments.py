@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final, TypeAlias
@@ -30,6 +31,7 @@ __all__ = [
     "effects_resolver",
     "encode_arguments",
     "hash_input",
+    "parameter_names",
     "plain_fields",
     "raw_args_hash",
     "resolve_effects",
@@ -95,14 +97,55 @@ def validate_input(validator: ModelValidator, raw: bytes) -> BaseModel:
         instance: BaseModel = validator.validate_json(raw, strict=True)
         return instance
     except ValidationError as exc:
-        issues = tuple(
-            FieldIssue(
-                ".".join(str(part) for part in error["loc"]),
-                _REASONS.get(error["type"], error["msg"])[:200],
-            )
-            for error in exc.errors(include_url=False, include_input=False, include_context=False)
+        raise _invalid(exc) from None
+
+
+def parameter_names(model: type[BaseModel]) -> frozenset[str]:
+    """The argument names ``model`` takes: each field's alias, or its name (both, when it
+    takes either)."""
+    by_name = bool(model.model_config.get("populate_by_name"))
+    names: set[str] = set()
+    for name, field in model.model_fields.items():
+        alias = field.validation_alias if isinstance(field.validation_alias, str) else None
+        alias = alias or field.alias
+        names.add(alias or name)
+        if by_name:
+            names.add(name)
+    return frozenset(names)
+
+
+def _too_many(args: Mapping[Any, Any], parameters: frozenset[str]) -> InvalidInputError:
+    # Validation would name every one of them: a frame can hold a hundred thousand.
+    unknown = itertools.islice((k for k in args if k not in parameters), 20)
+    return InvalidInputError(
+        f"invalid arguments: {len(args)} given; this tool takes at most {len(parameters)}",
+        issues=tuple(FieldIssue(str(k)[:100], _REASONS["extra_forbidden"]) for k in unknown),
+    )
+
+
+_ISSUES_READ: Final = 100
+"""Problems read one by one at most: a frame of a million bytes can hold a hundred thousand
+names the tool does not take, and reading each costs the host more than the whole frame did
+to validate. Past this, the error counts them."""
+
+
+def _invalid(exc: ValidationError) -> InvalidInputError:
+    count = exc.error_count()
+    if count > _ISSUES_READ:
+        reason = (
+            f"{count} problems (names this tool does not take, or values of the wrong "
+            "type): check the tool's parameters"
         )
-        raise InvalidInputError(issues=issues) from None
+        return InvalidInputError(issues=(FieldIssue("", reason),))
+    errors = exc.errors(include_url=False, include_input=False, include_context=False)
+    issues = tuple(
+        FieldIssue(
+            ".".join(str(part) for part in error["loc"]),
+            _REASONS.get(error["type"], error["msg"])[:200],
+        )
+        for error in errors
+    )
+    return InvalidInputError(issues=issues)
 
 
 def resolve_effects(effects: tuple[Effect, ...], values: Mapping[str, Any]) -> tuple[Effect, ...]:
@@ -222,6 +265,8 @@ def admit_arguments(
     sent_fields: tuple[str, ...] | None,
     args: object,
     max_bytes: int,
+    *,
+    parameters: frozenset[str] | None = None,
 ) -> tuple[BaseModel, str]:
     """Step 2 for a registry: the validated arguments and their hash, as
     :func:`encode_arguments`, :func:`validate_input` and :func:`hash_input` make them in one
@@ -230,11 +275,15 @@ def admit_arguments(
     ``sent_fields`` are the input fields in order when the model's serializer writes back
     exactly the JSON it validated (:func:`sent_form_fields`): when the arguments were sent as
     a dict of those fields in that order, their JSON *is* what the serializer would write,
-    and it is hashed as it is, without serializing the instance again.
+    and it is hashed as it is, without serializing the instance again. ``parameters`` are
+    the names the input model takes (:func:`parameter_names`): more arguments than that are
+    refused before validation.
 
     Raises:
         InvalidInputError: as :func:`encode_arguments` and :func:`validate_input`.
     """
+    if parameters is not None and isinstance(args, Mapping) and len(args) > len(parameters):
+        raise _too_many(args, parameters)
     if type(args) is dict:  # (encode_arguments() and validate_input(), spelled out)
         try:
             raw = pydantic_core.to_json(args, inf_nan_mode="constants")
@@ -252,8 +301,8 @@ def admit_arguments(
                     break
         try:
             instance: BaseModel = validator.validate_json(raw, strict=True)
-        except ValidationError:
-            instance = validate_input(validator, raw)  # raises its InvalidInputError
+        except ValidationError as exc:
+            raise _invalid(exc) from None
     else:
         raw = encode_arguments(args, max_bytes=max_bytes)
         instance = validate_input(validator, raw)
@@ -334,15 +383,17 @@ _BLAKE2B_128: Final = hashlib.blake2b(digest_size=16)
 
 
 def raw_args_hash(args: object, *, secret_fields: frozenset[str]) -> str:
-    """Hash of arguments that failed validation, as received (keys sorted), secrets left out.
+    """Hash of arguments that failed validation, as received (in the order received),
+    secrets left out.
 
-    Empty when they cannot be encoded at all.
+    Empty when they cannot be encoded at all (nested too deep). Neither sorted nor encoded
+    by ``json``: arguments of a hundred thousand names cost the host a few milliseconds.
     """
     if not isinstance(args, Mapping):
         return ""
-    kept = {k: v for k, v in args.items() if k not in secret_fields}
+    kept = {k: v for k, v in args.items() if k not in secret_fields} if secret_fields else args
     try:
-        data = json.dumps(kept, sort_keys=True, default=repr).encode()
-    except (TypeError, ValueError):
+        data = pydantic_core.to_json(kept, fallback=repr, inf_nan_mode="constants")
+    except ValueError:  # PydanticSerializationError is one
         return ""
     return hashlib.blake2b(data, digest_size=16).hexdigest()

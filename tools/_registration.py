@@ -19,6 +19,7 @@ from airlock.tools._arguments import (
     ModelValidator,
     effect_field_problems,
     effects_resolver,
+    parameter_names,
     plain_fields,
     sent_form_fields,
 )
@@ -65,6 +66,9 @@ class CompiledTool:
     sent_fields: tuple[str, ...] | None
     """The input fields, when arguments sent in their order are hashed as they were sent
     (:func:`~airlock.tools._arguments.sent_form_fields`)."""
+    parameters: frozenset[str]
+    """The argument names the input model takes
+    (:func:`~airlock.tools._arguments.parameter_names`)."""
     output_validator: ModelValidator
     """The output model's validator, for shaping."""
     output_serializer: SchemaSerializer
@@ -229,6 +233,7 @@ def compile_tool(spec: ToolSpec) -> CompiledTool:
         input_serializer=spec.input_model.__pydantic_serializer__,
         hash_leaves_out=set(spec.secret_fields) or None,
         sent_fields=sent_form_fields(spec.input_model),
+        parameters=parameter_names(spec.input_model),
         output_validator=spec.output_model.__pydantic_validator__,
         output_serializer=spec.output_model.__pydantic_serializer__,
         plain_output=plain_fields(spec.output_model) is not None,

@@ -241,6 +241,7 @@ class Registry:
                 tool.sent_fields,
                 args,
                 self._max_input_bytes,
+                parameters=tool.parameters,
             )
             values: dict[str, Any] = instance.__dict__  # (copied for an Admission only)
             trail.stage, trail.rule = "authorize", "scope"

@@ -31,6 +31,14 @@ DENY_EXPORTS = ApprovalPolicy(
     (ApprovalRule(id="no-exports", action="deny", tools=("billing_export_*",)),)
 )
 
+
+def _nested(depth: int) -> list[Any]:
+    value: list[Any] = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
 # name, arguments, context options, expected code (None: success), handler reached
 CASES: list[tuple[str, str, Any, dict[str, Any], str | None, bool]] = [
     ("ok", "billing_invoice_get", {"invoice_id": "inv_1"}, {}, None, True),
@@ -88,6 +96,38 @@ CASES: list[tuple[str, str, Any, dict[str, Any], str | None, bool]] = [
         False,
     ),
     ("not an object", "billing_invoice_get", ["inv_1"], {}, "invalid_input", False),
+    (
+        "100,000 unknown names",
+        "billing_invoice_get",
+        {"invoice_id": "inv_1"} | {f"k{n}": 0 for n in range(100_000)},
+        {},
+        "invalid_input",
+        False,
+    ),
+    (
+        "nested 1,000 deep",
+        "billing_invoice_get",
+        {"invoice_id": _nested(1_000)},
+        {},
+        "invalid_input",
+        False,
+    ),
+    (
+        "nested 100,000 deep",
+        "billing_invoice_get",
+        {"invoice_id": _nested(100_000)},
+        {},
+        "invalid_input",
+        False,
+    ),
+    (
+        "names that do not sort",
+        "billing_invoice_get",
+        {1: 2, "invoice_id": "inv_1"},
+        {},
+        "invalid_input",
+        False,
+    ),
     ("NaN", "billing_export_make", {"size": math.nan}, {}, "invalid_input", False),
     (
         "record of another tenant",
@@ -247,6 +287,39 @@ async def test_invalid_input_names_the_field_and_what_to_do(registry: Registry) 
     assert info.value.to_wire()["issues"] == [
         {"field": "tenant_id", "reason": "is not a parameter of this tool; remove it"}
     ]
+
+
+@pytest.mark.anyio
+async def test_many_unknown_names_are_counted_and_the_first_named(registry: Registry) -> None:
+    args = {"invoice_id": "inv_1"} | {f"k{n}": 0 for n in range(100_000)}
+    with pytest.raises(ToolError) as info:
+        await registry.call("billing_invoice_get", args, context())
+    wire = info.value.to_wire()
+    assert "100001 given; this tool takes at most 1" in wire["message"]
+    assert [issue["field"] for issue in wire["issues"]] == [f"k{n}" for n in range(20)]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("wrong", "listed"), [(3, 3), (10_000, 1)])
+async def test_many_problems_inside_one_argument_are_counted(wrong: int, listed: int) -> None:
+    registry = Registry()
+
+    @registry.tool(effects=[read("ledger:line/*")], scope="ledger.read")
+    async def ledger_lines_sum(amounts: Annotated[list[int], Field(max_length=100_000)]) -> Token:
+        """Add up amounts. Use it to total lines. It does not store them."""
+        return Token(ok=True)
+
+    principal = Principal(user_id="u", tenant_id="t", scopes=frozenset({"ledger.read"}))
+    grant = Grant(scopes=frozenset({"ledger.read"}), effects=(read("ledger:**"),))
+    ctx = CallContext(principal=principal, grant=grant, run_id="r", caller="direct")
+    with pytest.raises(ToolError) as info:
+        await registry.call("ledger_lines_sum", {"amounts": ["1"] * wrong}, ctx)
+    issues = info.value.to_wire()["issues"]
+    assert len(issues) == listed
+    if wrong > listed:
+        assert issues[0]["reason"].startswith(f"{wrong} problems")
+    else:
+        assert [i["field"] for i in issues] == [f"amounts.{n}" for n in range(wrong)]
 
 
 @pytest.mark.anyio
