@@ -37,7 +37,7 @@ async def store_artifact(
     if size > limits.max_call_frame_bytes:
         raise protocol_stop(f"an 'artifact' frame of {size} bytes is over the frame limit")
     name, offset, data, end = (frame.get(k) for k in ("name", "offset", "data", "end"))
-    if not isinstance(name, str) or not _ARTIFACT_NAME.match(name):
+    if not isinstance(name, str) or not _ARTIFACT_NAME.fullmatch(name):
         shown = repr(name[:80]) if isinstance(name, str) else type(name).__name__
         raise protocol_stop(f"artifact name {shown} is not a safe relative path")
     if type(offset) is not int or offset < 0 or type(end) is not bool:

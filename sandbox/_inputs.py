@@ -110,7 +110,7 @@ def input_effect(name: str) -> Effect:
 
 
 def _check_name(name: str) -> None:
-    if not isinstance(name, str) or not INPUT_NAME.match(name):
+    if not isinstance(name, str) or not INPUT_NAME.fullmatch(name):
         raise InputRefused(
             f"input name {name!r} must be 1-128 letters, digits, '.', '_' or '-', not "
             "starting with a dot (it becomes /data/NAME); rename it, e.g. 'sales.csv'",

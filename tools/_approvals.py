@@ -146,7 +146,7 @@ def is_requester(approver: str, preview: Preview) -> bool:
 
 
 def _check_approver(approver: str) -> None:
-    if not _APPROVER.match(approver) or approver.startswith("policy:"):
+    if not _APPROVER.fullmatch(approver) or approver.startswith("policy:"):
         raise InvalidInputError(
             f"approver {approver[:64]!r} must be a person's id (letters, digits, _ . @ : -), "
             "not starting with 'policy:'"

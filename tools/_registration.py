@@ -166,7 +166,7 @@ def compile_tool(spec: ToolSpec) -> CompiledTool:
     def refuse(message: str) -> UsageError:
         return UsageError(f"tool {name!r}: {message}")
 
-    if not (1 <= len(name) <= 64 and re.match(NAME_PATTERN, name)):
+    if not (1 <= len(name) <= 64 and re.fullmatch(NAME_PATTERN, name)):
         raise UsageError(
             f"tool name {name!r} must be service_object_verb: 1-64 lower-case letters and "
             "digits in at least three parts joined by '_', for example 'billing_invoice_get'"
@@ -216,7 +216,7 @@ def compile_tool(spec: ToolSpec) -> CompiledTool:
         if problems:
             raise refuse("; ".join(problems))
     for condition in spec.preconditions:
-        if not re.match(NAME_PATTERN, condition.tool):
+        if not re.fullmatch(NAME_PATTERN, condition.tool):
             raise refuse(f"precondition tool {condition.tool!r} is not a tool name")
         unknown = sorted(set(condition.fields) - fields)
         if unknown or not condition.fields:
@@ -338,7 +338,7 @@ def _credentials(spec: ToolSpec, refuse: Callable[[str], UsageError]) -> tuple[s
             "the adapter's"
         )
     for tenant in spec.tenant_credentials:
-        if not (isinstance(tenant, str) and _TENANT.match(tenant)):
+        if not (isinstance(tenant, str) and _TENANT.fullmatch(tenant)):
             raise refuse(
                 f"tenant_credentials key {tenant!r} must be a tenant id (letters, digits and "
                 "_ . @ : -, starting with a letter or digit)"

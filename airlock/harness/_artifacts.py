@@ -52,7 +52,7 @@ class ArtifactStore:
             for e in entries
             if (e.name == run or e.name.startswith(run + "-"))
             and e.is_dir(follow_symlinks=False)
-            and _DIRECTORY.match(e.name)
+            and _DIRECTORY.fullmatch(e.name)
         ]
         found.sort(key=lambda e: (e.stat(follow_symlinks=False).st_mtime, e.name))
         return [e.name for e in found]
@@ -174,7 +174,7 @@ class ArtifactStore:
 
 
 def _check_directory(run: str) -> None:
-    if not _DIRECTORY.match(run):
+    if not _DIRECTORY.fullmatch(run):
         raise UsageError(f"{run!r} is not a run id; `airlock audit list` shows runs")
 
 

@@ -102,6 +102,7 @@ HOSTILE_NAMES = [
     ("backslash", "a\\b"),
     ("space", "a b.txt"),
     ("newline", "a\nb"),
+    ("trailing_newline", "a.txt\n"),
     ("nul", "a\x00b"),
     ("non_ascii", "caf\u00e9.txt"),
     ("too_long_part", "x" * 129),

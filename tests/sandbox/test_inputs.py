@@ -32,6 +32,7 @@ BAD_NAMES = [
     "a\nb",
     "*",
     "sales.csv/",
+    "sales.csv\n",
 ]
 
 
@@ -40,7 +41,7 @@ def test_an_input_name_that_is_not_one_safe_part_is_refused(tmp_path: Path, name
     data = tmp_path / "f"
     data.write_text("1")
     data.chmod(0o644)
-    assert INPUT_NAME.match(name) is None
+    assert INPUT_NAME.fullmatch(name) is None
     with pytest.raises(InputRefused) as raised:
         resolve_inputs({name: data}, limit_bytes=100)
     assert raised.value.reason == "name"

@@ -75,6 +75,7 @@ R = read("svc:item/{item_id}")
 BAD: list[tuple[str, Callable[..., Any], dict[str, Any], str]] = [
     ("name with two parts", good, {"name": "billing_get"}, "service_object_verb"),
     ("name upper case", good, {"name": "Billing_invoice_get"}, "service_object_verb"),
+    ("name and a newline", good, {"name": "billing_invoice_get\n"}, "service_object_verb"),
     ("name too long", good, {"name": "a_b_" + "c" * 61}, "1-64"),
     ("two sentences", good, {"description": "Get it. Use it."}, "three or four"),
     ("no docstring", good, {"description": ""}, "0 sentence"),
@@ -129,6 +130,12 @@ BAD: list[tuple[str, Callable[..., Any], dict[str, Any], str]] = [
         "precondition on a non-tool",
         good,
         {"requires": [requires("get", "item_id")]},
+        "not a tool name",
+    ),
+    (
+        "precondition on a name and a newline",
+        good,
+        {"requires": [requires("svc_item_get\n", "item_id")]},
         "not a tool name",
     ),
     ("result cap zero", good, {"max_result_bytes": 0}, "max_result_bytes"),

@@ -367,6 +367,7 @@ async def test_approving_a_changed_preview_is_refused(world: World) -> None:
         ("policy:refunds-auto", "invalid_input"),
         ("", "invalid_input"),
         ("bob smith", "invalid_input"),
+        ("bob\n", "invalid_input"),
     ],
 )
 async def test_a_person_cannot_pose_as_a_policy(world: World, approver: str, code: str) -> None:
