@@ -238,7 +238,7 @@ class ToolSession:
         """Append the bridge's ending of this run to the audit log."""
         self.registry.audit.record(
             audit_event(
-                self.authority.context("code", f"{self.run_id}:end"),
+                self.authority.context("code", f"{self.call_prefix or self.run_id}:end"),
                 "",
                 stage="bridge",
                 decision="deny",

@@ -6,6 +6,7 @@ from airlock.tools._admission import Admission
 from airlock.tools._approvals import approve_preview, deny_preview
 from airlock.tools._audit import (
     EXERCISED_STAGES,
+    PROGRAM_TOOL,
     AdmissionDecision,
     AuditEvent,
     AuditSink,
@@ -91,6 +92,7 @@ __all__ = [
     "EXERCISED_STAGES",
     "LEDGER_ERRORS",
     "NAME_PATTERN",
+    "PROGRAM_TOOL",
     "STEP_STATES",
     "Admission",
     "AdmissionDecision",

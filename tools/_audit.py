@@ -123,6 +123,11 @@ class RunSummary:
     """Write calls that stored a preview: neither ``ok`` nor ``error``."""
 
 
+PROGRAM_TOOL: Final = "execute_code"
+"""The tool name of a program's own record (stage ``done``), whose ``args_hash`` is the
+:func:`program_hash` of its text: the audit log verifies that the text is stored."""
+
+
 def program_hash(text: str) -> str:
     """The hash a program is recorded and stored under (BLAKE2b-128 of its UTF-8 text, in
     hex): the ``args_hash`` of its ``execute_code`` event, and what ``airlock audit

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from airlock.policies import UsageError
+from airlock.tools._audit import PROGRAM_TOOL
 from airlock.tools._sql_rows import SQLConnection
 
 __all__ = [
@@ -207,7 +208,11 @@ def verify_chain(conn: SQLConnection, key: bytes, columns: str) -> ChainReport:
                 checked + 1,
                 f"record {checked + 1} is missing (the next one is {number})",
             )
-        if not hmac.compare_digest(link(key, previous, row[:-1]), bytes(row[-1])):
+        try:
+            intact = hmac.compare_digest(link(key, previous, row[:-1]), bytes(row[-1]))
+        except (TypeError, ValueError):  # a column given a value of another type
+            intact = False
+        if not intact:
             return _bad(
                 conn,
                 checked,
@@ -288,19 +293,39 @@ def _effect_index(conn: SQLConnection) -> Iterator[tuple[int, str, str, str | No
 
 
 def _programs(conn: SQLConnection, report: ChainReport) -> ChainReport:
+    """Each stored text matches its hash, and each program's record (whose fields the chain
+    vouches for) finds its text: the text of what ran is evidence too."""
+
+    def problem(count: int, record: int, detail: str) -> ChainReport:
+        return ChainReport(
+            records=report.records,
+            programs=count,
+            head=report.head,
+            last_chain=report.last_chain,
+            problem="program",
+            record=record,
+            detail=detail,
+        )
+
     count = 0
     for digest, text in conn.execute("SELECT hash, text FROM audit_programs ORDER BY hash"):
         count += 1
-        if hashlib.blake2b(bytes(text), digest_size=16).hexdigest() != digest:
-            return ChainReport(
-                records=report.records,
-                programs=count,
-                head=report.head,
-                last_chain=report.last_chain,
-                problem="program",
-                record=report.records,
-                detail=f"program {digest} does not match its hash: its text was changed",
-            )
+        try:
+            held = hashlib.blake2b(bytes(text), digest_size=16).hexdigest()
+        except TypeError:  # a text given a value of another type
+            held = ""
+        if held != digest:
+            detail = f"program {digest} does not match its hash: its text was changed"
+            return problem(count, report.records, detail)
+    missing = conn.execute(
+        "SELECT id, args_hash FROM audit_events WHERE tool = ? AND stage = 'done' "
+        "AND args_hash <> '' AND args_hash NOT IN (SELECT hash FROM audit_programs) "
+        "ORDER BY id LIMIT 1",
+        (PROGRAM_TOOL,),
+    ).fetchone()
+    if missing is not None:
+        detail = f"record {missing[0]} ran program {missing[1]}, whose text is not stored"
+        return problem(count, int(missing[0]), detail)
     return ChainReport(
         records=report.records, programs=count, head=report.head, last_chain=report.last_chain
     )

@@ -12,6 +12,7 @@ from airlock.harness._model_tools import ModelResult, ModelTool
 from airlock.harness._results import failure, success
 from airlock.policies import SandboxProfile
 from airlock.sandbox import MAX_PROGRAM_BYTES, LimitName, RunInput, RunResult
+from airlock.tools import PROGRAM_TOOL
 
 __all__ = [
     "EXECUTE_CODE",
@@ -21,7 +22,7 @@ __all__ = [
     "program_result",
 ]
 
-EXECUTE_CODE: Final = "execute_code"
+EXECUTE_CODE: Final = PROGRAM_TOOL
 _TRACEBACK_CHARS: Final = 2_000
 
 

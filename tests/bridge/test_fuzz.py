@@ -234,6 +234,19 @@ def test_a_refused_frame_is_recorded_or_ends_the_run(case: str) -> None:
     assert all(e.code == "unknown_tool" for e in events if e.stage == "lookup")
 
 
+@pytest.mark.parametrize("program", [None, "m2"])
+def test_the_end_of_a_run_is_recorded_under_its_programs_call_ids(program: str | None) -> None:
+    session = ToolSession(registry=REGISTRY, principal=ALICE, grant=GRANT)
+    prefix = f"{session.run_id}:{program}" if program else session.run_id
+    session.call_prefix = prefix if program else None
+
+    outcome, _ = LOOP.run_until_complete(_serve(encode_frame({"type": "bogus"}), session))
+
+    assert isinstance(outcome, RunEnd)
+    [end] = [e for e in REGISTRY.audit.events(run_id=session.run_id) if e.stage == "bridge"]
+    assert end.call_id == f"{prefix}:end"
+
+
 @pytest.mark.slow
 def test_fuzzed_frames_never_escape_the_run() -> None:
     _fuzz_one()

@@ -5,22 +5,33 @@ PostgreSQL."""
 
 from __future__ import annotations
 
+import dataclasses
 import hmac
 import json
+from pathlib import Path
 from typing import get_args
 
 import pytest
 
-from airlock.tools import AuditEvent, ChainReport, program_hash
+from airlock.tools import PROGRAM_TOOL, AuditEvent, ChainReport, program_hash
 from airlock.tools._audit_chain import GENESIS, ChainProblem, link
 from airlock.tools._audit_schema import COLUMNS
 from tests.tools.stores import Backend
 
 RECORDS = 10
 PROGRAMS = ("tools.a_b_c(x=1)\n", "sum(range(3))\n")
+RAN = {3: PROGRAMS[0], 8: PROGRAMS[1]}
+"""Records of programs: which program each ran."""
 
 
 def event(i: int) -> AuditEvent:
+    made = _call_event(i)
+    if i in RAN:  # a program's own record: its args_hash names its text
+        return dataclasses.replace(made, tool=PROGRAM_TOOL, args_hash=program_hash(RAN[i]))
+    return made
+
+
+def _call_event(i: int) -> AuditEvent:
     return AuditEvent(
         ts=1_000.0 + i,
         run_id=f"run_{i // 4}",
@@ -42,13 +53,18 @@ def event(i: int) -> AuditEvent:
     )
 
 
-@pytest.fixture
-def db(backend: Backend) -> Backend:
+def fill(backend: Backend) -> Backend:
+    """Write the records and programs of these tests to ``backend``'s audit store."""
     store = backend.audit()
     store.append([event(i) for i in range(1, 6)], {program_hash(PROGRAMS[0]): PROGRAMS[0]})
     store.append([event(i) for i in range(6, RECORDS + 1)], {program_hash(p): p for p in PROGRAMS})
     store.close()
     return backend
+
+
+@pytest.fixture
+def db(backend: Backend) -> Backend:
+    return fill(backend)
 
 
 def verify(db: Backend) -> ChainReport:
@@ -172,6 +188,22 @@ TAMPERING: list[tuple[str, tuple[str, ...], ChainProblem, int]] = [
         RECORDS,
     ),
     (
+        "delete the text of a program that ran",
+        (f"DELETE FROM audit_programs WHERE hash = '{program_hash(PROGRAMS[1])}'",),
+        "program",
+        8,
+    ),
+    (
+        "swap in another program under its own hash",
+        (
+            f"DELETE FROM audit_programs WHERE hash = '{program_hash(PROGRAMS[0])}'",
+            f"INSERT INTO audit_programs VALUES ('{program_hash('import os')}', "
+            "CAST('import os' AS BLOB))",
+        ),
+        "program",
+        3,
+    ),
+    (
         "drop a record from the effect index",
         ("DELETE FROM audit_effects WHERE event_id = 5 AND target LIKE '%inv_5'",),
         "index",
@@ -203,6 +235,23 @@ def test_tampering_is_found_at_the_first_bad_record(
     report = verify(db)
     assert (report.problem, report.record) == (problem, record), (name, report)
     assert report.detail
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "UPDATE audit_events SET tool = CAST(tool AS BLOB) WHERE id = 4",
+        "UPDATE audit_events SET chain = 'not a digest' WHERE id = 4",
+        "UPDATE audit_events SET duration_s = 'fast' WHERE id = 4",
+    ],
+)
+def test_a_value_of_another_type_is_found_at_its_record(tmp_path: Path, statement: str) -> None:
+    # SQLite alone lets a column hold a value of another type.
+    sqlite = Backend("sqlite", tmp_path)
+    fill(sqlite)
+    tamper(sqlite, statement)
+    report = verify(sqlite)
+    assert (report.problem, report.record) == ("changed", 4), report
 
 
 def test_every_problem_verify_can_report_has_a_tampering_case() -> None:

@@ -12,6 +12,7 @@ PUBLIC_API = [
     "EXERCISED_STAGES",
     "LEDGER_ERRORS",
     "NAME_PATTERN",
+    "PROGRAM_TOOL",
     "STEP_STATES",
     "Admission",
     "AdmissionDecision",
