@@ -22,6 +22,8 @@ placeholders naming a field of the tool's validated input, and the wildcards of
                   URL (or one host name): the effect reaches ``scheme://host[:port]/path``,
                   matched against grant patterns part by part (:mod:`._network`), and its
                   declared pattern is ``**`` (any URL the grant allows). ``{urls[]}`` too.
+                  A placeholder in a ``network`` host is read as a URL's host is
+                  (``https://{host}/x``: lower case, no final dot, no IPv4 in another form).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Final, Literal, get_args
 
-from airlock.policies._network import url_target
+from airlock.policies._network import host_target, placed_host, split_network, url_target
 
 __all__ = [
     "EFFECT_KINDS",
@@ -52,13 +54,14 @@ EFFECT_KINDS: Final[tuple[EffectKind, ...]] = get_args(EffectKind)
 SIDE_EFFECT_KINDS: Final[frozenset[EffectKind]] = frozenset({"write", "spend", "disclose"})
 """Kinds that change the world or let data out: never callable from code, approvable."""
 
+# "\Z", not "$": "$" also matches before a final newline ("inv_1\n" is not one segment).
 _PLACEHOLDER = re.compile(r"\{([a-z_][a-z0-9_]*)(\[\])?\}")
-_TARGET_CHARS = re.compile(r"^[A-Za-z0-9_.@+*/:~%-]+$")
+_TARGET_CHARS = re.compile(r"^[A-Za-z0-9_.@+*/:~%-]+\Z")
 _RESOURCE = re.compile(r"^[a-z][a-z0-9_]*:[^:]")
-_CURRENCY = re.compile(r"^[A-Z]{3}$")
-_SAFE_VALUE = re.compile(r"^[A-Za-z0-9_@+-][A-Za-z0-9_.@+-]{0,199}$")
-_PARSE = re.compile(r"^\s*(read|write|network|spend|disclose)\((.+)\)\s*$")
-_SPEND_TEXT = re.compile(r"^\s*(\d+|\{[a-z_][a-z0-9_]*\})\s+([A-Z]{3})\s*$")
+_CURRENCY = re.compile(r"^[A-Z]{3}\Z")
+_SAFE_VALUE = re.compile(r"^[A-Za-z0-9_@+-][A-Za-z0-9_.@+-]{0,199}\Z")
+_PARSE = re.compile(r"^\s*(read|write|network|spend|disclose)\((.+)\)\s*\Z")
+_SPEND_TEXT = re.compile(r"^\s*(\d+|\{[a-z_][a-z0-9_]*\})\s+([A-Z]{3})\s*\Z")
 
 
 class EffectArgumentError(ValueError):
@@ -161,7 +164,7 @@ class Effect:
                 pieces.append(value)
             else:
                 pieces.append(self._value(name, value))
-        if self.amount is None:
+        if self.amount is None and self.kind != "network":
             return _concrete_effect(self.kind, "".join(pieces), None)
         return self._concrete("".join(pieces), args)
 
@@ -208,7 +211,7 @@ class Effect:
             itself = (self,)
             return lambda args: itself
         parts = _parts(self.target)
-        if self.each is not None or self.takes_url or self.amount is not None or len(parts) != 3:
+        if self.kind == "network" or self.amount is not None or len(parts) != 3 or self.each:
             return self.resolve_all
         (before, _), (_, name), (after, _) = parts
         assert name is not None  # (the middle part of three is the placeholder)
@@ -233,17 +236,14 @@ class Effect:
             raise EffectArgumentError(name, "is required by the tool's declared effects")
         if not self.takes_url:
             return _segment(name, value)
-        if type(value) is str:
-            if "://" in value:
-                try:
-                    return url_target(value)
-                except ValueError as exc:
-                    raise EffectArgumentError(name, str(exc)) from None
-            if not _SAFE_VALUE.match(value) or "@" in value:
-                raise EffectArgumentError(
-                    name, "must be a URL scheme://host[:port][/path], or one host name"
-                )
-        return _segment(name, value)
+        if type(value) is not str:  # (a number would be a host such as 2130706433)
+            raise EffectArgumentError(
+                name, "must be a URL scheme://host[:port][/path], or one host name"
+            )
+        try:
+            return url_target(value) if "://" in value else host_target(value)
+        except ValueError as exc:
+            raise EffectArgumentError(name, str(exc)) from None
 
     def _concrete(self, target: str, args: Mapping[str, object]) -> Effect:
         amount = self.amount
@@ -253,6 +253,12 @@ class Effect:
             if type(value) is not int or value < 0:
                 raise EffectArgumentError(name, "must be a non-negative integer (minor units)")
             amount = value
+        elif self.kind == "network" and not self.takes_url:
+            fields = _PLACEHOLDER.findall(split_network(self.target).host)
+            try:
+                target = placed_host(target) if fields else target
+            except ValueError as exc:
+                raise EffectArgumentError(fields[0][0], str(exc)) from None
         # Built without __post_init__: the template was checked once, every value just now.
         return _concrete_effect(self.kind, target, amount)
 

@@ -13,17 +13,24 @@ ending in ``/**`` also allows the path it ends at (``/docs/**`` allows ``/docs``
 ``/docs/``, ``/**`` the root).
 
 :func:`url_target` turns the value of a whole-target placeholder (``network({url})``) into the
-target it reaches: ``scheme://host[:port]/path``, lower-case scheme and host, the scheme's
-default port dropped, the query and fragment left out (a grant judges where a call goes, not
-what it sends). It refuses what a grant could not judge the way the server reads it: user
-information (``https://docs.example.com@evil.example/``), IPv6 literals, ``.`` and ``..``
+target it reaches: ``scheme://host[:port]/path``, lower-case scheme and host, one trailing
+dot of the host dropped, the scheme's default port dropped, percent-encoded letters, digits,
+``-``, ``_`` and ``~`` in the path decoded and other escapes in upper case (RFC 3986 6.2.2:
+``/%61dmin`` is the ``/admin`` a server reads), the query and fragment left out (a grant
+judges where a call goes, not what it sends). It refuses what a grant could not judge the way
+a server or an HTTP client reads it: user information
+(``https://docs.example.com@evil.example/``), IPv6 literals, an IPv4 address spelled other
+than as four decimal numbers (``2130706433``, ``0x7f000001``, ``0177.0.0.1``, ``127.1``: a
+client connects to ``127.0.0.1``, which a rule naming it would not see), ``.`` and ``..``
 segments, percent-encoded ``.``, ``/``, ``\\`` or NUL in the path, white space, control and
-non-ASCII characters, and ``*``.
+non-ASCII characters, and ``*``. :func:`host_target` reads a value that is one host name the
+same way, and :func:`placed_host` the host a placeholder filled in a declared target.
 """
 
 from __future__ import annotations
 
 import re
+import string
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Final
@@ -33,7 +40,9 @@ from airlock.policies._patterns import covers
 __all__ = [
     "DEFAULT_PORTS",
     "NetworkTarget",
+    "host_target",
     "network_covers",
+    "placed_host",
     "split_network",
     "target_covers",
     "url_target",
@@ -49,12 +58,23 @@ DEFAULT_PORTS: Final[dict[str, str]] = {
 """The port a URL of each scheme reaches when it names none."""
 MAX_URL: Final = 2048
 
-_URL: Final = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]{0,15})://([^/?#]*)([^?#]*)(\?[^#]*)?(#.*)?$")
-_LABEL: Final = re.compile(r"^[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?$")
-_PORT: Final = re.compile(r"^[0-9]{1,5}$")
-_PATH: Final = re.compile(r"^(?:/[A-Za-z0-9._~@+:%-]*)*$")
+# Matched with fullmatch: "$" would also match before a final newline.
+_URL: Final = re.compile(r"([A-Za-z][A-Za-z0-9+.-]{0,15})://([^/?#]*)([^?#]*)(\?[^#]*)?(#.*)?")
+_LABEL: Final = re.compile(r"[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?")
+_HOST_VALUE: Final = re.compile(r"[A-Za-z0-9._-]{1,254}")
+_PORT: Final = re.compile(r"[0-9]{1,5}")
+_PATH: Final = re.compile(r"(?:/[A-Za-z0-9._~@+:%-]*)*")
 _BAD_ESCAPE: Final = re.compile(r"%(?:2[eEfF]|5[cC]|00)")
 _ESCAPE: Final = re.compile(r"%(?![0-9A-Fa-f]{2})")
+_ANY_ESCAPE: Final = re.compile(r"%([0-9A-Fa-f]{2})")
+_UNRESERVED: Final = frozenset(string.ascii_letters + string.digits + "-_~")
+"""Characters an escape of which a server reads as the character (``.`` is one too, but
+``%2e`` is refused: decoded, it could make a ``..`` segment no check saw)."""
+# What WHATWG URL parsing reads as an IPv4 address: a host whose last label is a number
+# (decimal, octal 0..., hex 0x...), as inet_aton and so getaddrinfo do; only the canonical
+# spelling is the one a rule can name.
+_NUMBER: Final = re.compile(r"[0-9]+|0x[0-9a-f]*")
+_OCTET: Final = re.compile(r"25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +164,7 @@ def url_target(value: str) -> str:
             "holds white space, a control or a non-ASCII character; percent-encode it "
             "(and write a non-ASCII host in its xn-- form)"
         )
-    match = _URL.match(value)
+    match = _URL.fullmatch(value)
     if match is None:
         raise ValueError("must be a URL scheme://host[:port][/path], or one host name")
     scheme, authority, path = match.group(1).lower(), match.group(2), match.group(3) or "/"
@@ -156,20 +176,14 @@ def url_target(value: str) -> str:
     if authority.startswith("["):
         raise ValueError("has an IPv6 address for a host; use a host name")
     host, colon, port = authority.partition(":")
-    host = host.lower()
-    host = host[:-1] if host.endswith(".") else host
-    if not host or len(host) > 253 or not all(_LABEL.match(part) for part in host.split(".")):
-        raise ValueError(
-            f"has a host {host!r} that is not a host name (letters, digits, '-' and '_' "
-            "in dot-separated labels)"
-        )
+    host = _host_name(host)
     if colon:
-        if not _PORT.match(port) or not 0 < int(port) < 65536:
+        if not _PORT.fullmatch(port) or not 0 < int(port) < 65536:
             raise ValueError(f"has a port {port!r} that is not 1-65535")
         port = str(int(port))
         if DEFAULT_PORTS.get(scheme) == port:
             port = ""
-    if not _PATH.match(path) or _ESCAPE.search(path):
+    if not _PATH.fullmatch(path) or _ESCAPE.search(path):
         raise ValueError(
             "has a path with characters a grant cannot judge (allowed: letters, digits, "
             "/ . _ ~ @ + : - and %XX escapes; no '*')"
@@ -178,6 +192,71 @@ def url_target(value: str) -> str:
         raise ValueError(
             "has a percent-encoded '.', '/', '\\' or NUL in its path; write it plainly"
         )
+    path = _ANY_ESCAPE.sub(_unescape, path)  # adds no '.', '/' or '%': the checks hold
     if any(segment in (".", "..") for segment in path.split("/")):
         raise ValueError("has a '.' or '..' segment in its path; write the path it stands for")
     return f"{scheme}://{host}{':' + port if port else ''}{path}"
+
+
+def host_target(value: str) -> str:
+    """The network target a value that is one host name reaches: the host as
+    :func:`url_target` reads a URL's host (``METADATA.google.internal.`` reaches
+    ``metadata.google.internal``).
+
+    Raises:
+        ValueError: ``value`` is not one host name a grant can judge; the message says why,
+            to be read after the field's name.
+    """
+    if not _HOST_VALUE.fullmatch(value):
+        raise ValueError("must be a URL scheme://host[:port][/path], or one host name")
+    return _host_name(value)
+
+
+def placed_host(target: str) -> str:
+    """``target``, resolved from a declared one with a placeholder in its host
+    (``https://{host}/docs``), with the host as :func:`url_target` reads a URL's host: lower
+    case, one trailing dot dropped; a host holding a wildcard is left as it is.
+
+    Raises:
+        ValueError: the host spells an IPv4 address other than as four decimal numbers.
+    """
+    scheme, sep, rest = target.partition("://")
+    if not sep:
+        scheme, rest = "", target
+    authority, slash, path = rest.partition("/")
+    user, at, host_port = authority.rpartition("@")
+    host, colon, port = host_port.rpartition(":")
+    if not colon:
+        host, port = host_port, ""
+    if "*" in host:
+        return target
+    host = _ipv4_checked(host.lower().removesuffix("."))
+    return f"{scheme}{sep}{user}{at}{host}{colon}{port}{slash}{path}"
+
+
+def _host_name(host: str) -> str:
+    host = host.lower().removesuffix(".")
+    if not host or len(host) > 253 or not all(_LABEL.fullmatch(part) for part in host.split(".")):
+        raise ValueError(
+            f"has a host {host!r} that is not a host name (letters, digits, '-' and '_' "
+            "in dot-separated labels)"
+        )
+    return _ipv4_checked(host)
+
+
+def _ipv4_checked(host: str) -> str:
+    labels = host.split(".")
+    if _NUMBER.fullmatch(labels[-1]) and not (
+        len(labels) == 4 and all(_OCTET.fullmatch(label) for label in labels)
+    ):
+        raise ValueError(
+            f"has a host {host!r} that HTTP clients and resolvers read as an IPv4 address "
+            "(its last label is a number); write the address as four decimal numbers 0-255 "
+            "(10.0.0.1), or use a host name"
+        )
+    return host
+
+
+def _unescape(match: re.Match[str]) -> str:
+    char = chr(int(match.group(1), 16))
+    return char if char in _UNRESERVED else "%" + match.group(1).upper()

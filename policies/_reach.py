@@ -8,7 +8,9 @@ they are answered here, once:
   ``none``). A pattern such as ``read(billing:invoice/{invoice_id})`` is ``partial`` against
   ``read(billing:invoice/inv_1)``: some calls may pass and admission judges each one. A
   spend with an amount from the input is ``partial`` up to the grant's limit in its currency;
-  a fixed amount is ``full`` within the limit and ``none`` over it.
+  a fixed amount is ``full`` within the limit and ``none`` over it. Network patterns are
+  compared part by part, as admission matches them: ``https://{region}.api.example.com/v1``
+  is ``partial`` against ``eu.api.example.com`` (any scheme, port and path on that host).
 - :func:`approval_cases`: the approval verdict as a step function of the amount spent, at
   every amount where it can change (0, each rule threshold, one past the grant's limit),
   and, when rules name ``targets``, once per *target class*: calls whose effects reach
@@ -29,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from airlock.policies._approval import ApprovalPolicy, Verdict
 from airlock.policies._effects import Effect, spend
 from airlock.policies._grant import Grant
-from airlock.policies._network import split_network, target_covers
+from airlock.policies._network import DEFAULT_PORTS, NetworkTarget, split_network, target_covers
 
 __all__ = [
     "SPEND_LIMIT_RULE",
@@ -91,10 +93,14 @@ def coverage(grant: Grant, effect: Effect) -> Coverage:
         return "none"  # one fixed target, judged exactly by Grant.covers
     declared = _literal_prefix(effect.pattern)
     for allowed in grant.effects:
-        granted = _literal_prefix(allowed.target)
-        if allowed.kind == effect.kind and (
-            granted.startswith(declared) or declared.startswith(granted)
-        ):
+        if allowed.kind != effect.kind:
+            continue
+        if effect.kind == "network":
+            shared = _network_may_overlap(effect.pattern, allowed.target)
+        else:
+            granted = _literal_prefix(allowed.target)
+            shared = granted.startswith(declared) or declared.startswith(granted)
+        if shared:
             return "partial"  # the two patterns may share targets: some calls may pass
     return "none"
 
@@ -220,18 +226,34 @@ def _standing(effect: Effect, pattern: str) -> Effect | None:
     if target_covers(effect.kind, pattern, declared):
         return Effect(effect.kind, declared)
     if effect.kind == "network":
-        mine, theirs = split_network(declared), split_network(pattern)
-        if (
-            mine.scheme is not None
-            and theirs.scheme is not None
-            and "*" not in mine.scheme + theirs.scheme
-            and mine.scheme != theirs.scheme
-        ):
-            return None
-        one, two = mine.host, theirs.host
+        shared = _network_may_overlap(declared, pattern)
     else:
-        one, two = declared, pattern
-    return Effect(effect.kind, pattern) if _may_overlap(one, two) else None
+        shared = _may_overlap(declared, pattern)
+    return Effect(effect.kind, pattern) if shared else None
+
+
+def _network_may_overlap(one: str, two: str) -> bool:
+    """Whether two network patterns may stand for a common target, part by part as
+    :func:`network_covers` judges them: a part either leaves out allows every value of it
+    (a port left out next to a known scheme is that scheme's default)."""
+    mine, theirs = split_network(one), split_network(two)
+    ports = _port(mine), _port(theirs)
+    return (
+        _parts_may_overlap(mine.scheme, theirs.scheme)
+        and _may_overlap(mine.host, theirs.host)
+        and _parts_may_overlap(*ports)
+        and _parts_may_overlap(mine.path, theirs.path)
+    )
+
+
+def _port(target: NetworkTarget) -> str | None:
+    if target.port is None and target.scheme is not None:
+        return DEFAULT_PORTS.get(target.scheme)
+    return target.port
+
+
+def _parts_may_overlap(one: str | None, two: str | None) -> bool:
+    return one is None or two is None or _may_overlap(one, two)
 
 
 def _may_overlap(one: str, two: str) -> bool:

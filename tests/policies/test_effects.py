@@ -37,7 +37,10 @@ def test_resolve_without_placeholders_returns_the_same_effect() -> None:
 
 @pytest.mark.parametrize(
     "value",
-    ["../admin", "a/b", "*", "**", "", ".hidden", "x" * 201, None, 1.5, True, ["a"], "a b"],
+    [
+        *("../admin", "a/b", "*", "**", "", ".hidden", "x" * 201, None, 1.5, True, ["a"], "a b"),
+        *("inv_1\n", "a\n", "a@b\n", "x" * 200 + "\n"),  # "$" matched before a final "\n"
+    ],
 )
 def test_resolve_refuses_values_that_are_not_one_safe_segment(value: object) -> None:
     with pytest.raises(EffectArgumentError) as info:
@@ -60,6 +63,8 @@ def test_resolve_refuses_spend_amounts_that_are_not_minor_units(amount: object) 
         (lambda: read("a:b/{x"), "1-256"),
         (lambda: read("a:b/***"), "'***'"),
         (lambda: network("evil host"), "1-256"),
+        (lambda: read("billing:invoice/inv_1\n"), "1-256"),
+        (lambda: spend(5, currency="USD\n"), "three upper-case"),
         (lambda: spend(-5), "negative"),
         (lambda: spend(5, currency="usd"), "three upper-case"),
         (lambda: spend("amount"), "'{field}'"),
@@ -157,7 +162,7 @@ def test_a_resolved_effect_sets_every_field_of_an_effect() -> None:
 
 
 @pytest.mark.parametrize(
-    "value", ["a@b@c", "../x", "a/b", "*", ".x", "a b", "x" * 201, "", 1.5, None]
+    "value", ["a@b@c", "../x", "a/b", "*", ".x", "a b", "x" * 201, "", 1.5, None, "inv_1\n"]
 )
 def test_a_value_off_the_quick_path_is_refused_as_before(value: object) -> None:
     with pytest.raises(EffectArgumentError):

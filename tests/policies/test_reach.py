@@ -59,6 +59,10 @@ TABLE: list[tuple[Effect, tuple[Coverage, Coverage, Coverage, Coverage, Coverage
     (network("evil.example"), ("none", "none", "none", "none", "none")),
     (network("eu.billing.example"), ("none", "none", "none", "full", "none")),
     (network("{host}"), ("none", "partial", "none", "partial", "none")),
+    # network patterns part by part (scheme, host, port, path), as admission matches them:
+    # a host-only grant allows every scheme, port and path on its hosts
+    (network("https://{region}.billing.example/v1"), ("none", "partial", "none", "full", "none")),
+    (network("http://{host}:8080/x"), ("none", "partial", "none", "partial", "none")),
     # spend: a fixed amount is full within the limit and none over it; a variable amount is
     # partial (up to the limit) wherever the currency has a limit
     (spend(0), ("none", "full", "none", "full", "none")),

@@ -47,10 +47,19 @@ URLS_ACCEPTED = [
     ("https://docs.example.com/a%20b/~me/x.html", "https://docs.example.com/a%20b/~me/x.html"),
     ("https://10.0.0.1/x", "https://10.0.0.1/x"),
     ("docs.example.com", "docs.example.com"),  # one host name, as before
+    # escapes of letters, digits, - _ ~ read as the server reads them (RFC 3986 6.2.2)
+    ("https://docs.example.com/%61dmin/users", "https://docs.example.com/admin/users"),
+    ("https://docs.example.com/adm%69n/%7Euser", "https://docs.example.com/admin/~user"),
+    ("https://docs.example.com/%2D%5f%30", "https://docs.example.com/-_0"),
+    ("https://docs.example.com/a%3ab%2a", "https://docs.example.com/a%3Ab%2A"),  # kept, upper
+    # one host name, read as a URL's host
+    ("metadata.google.internal.", "metadata.google.internal"),
+    ("METADATA.Google.Internal", "metadata.google.internal"),
+    ("x0x7f.example.com.", "x0x7f.example.com"),
 ]
 
 # value -> a fragment of the refusal (what a grant could not judge the way a server reads it)
-URLS_REFUSED = [
+URLS_REFUSED: list[tuple[object, str]] = [
     ("https://docs.example.com@evil.example/", "user information"),
     ("https://user:pw@docs.example.com/", "user information"),
     ("https://docs.example.com\\@evil.example/", "user information"),
@@ -78,6 +87,32 @@ URLS_REFUSED = [
     ("docs.example.com/x", "must be a URL"),
     ("user@docs.example.com", "must be a URL"),
     ("", "must be a URL"),
+    # an IPv4 address in a spelling other than four decimal numbers (inet_aton, WHATWG)
+    ("http://2130706433/", "IPv4"),  # 127.0.0.1
+    ("http://0x7f000001/", "IPv4"),
+    ("http://0177.0.0.1/", "IPv4"),
+    ("http://127.1/", "IPv4"),
+    ("http://0x7f.1/", "IPv4"),
+    ("http://127.000.000.001/", "IPv4"),
+    ("http://2852039166/latest", "IPv4"),  # 169.254.169.254
+    ("http://0xa9fea9fe/", "IPv4"),
+    ("http://0251.0376.0251.0376/", "IPv4"),
+    ("http://169.254.43518/", "IPv4"),
+    ("http://169.254.169.254.0/", "IPv4"),
+    ("http://1.2.3.256/", "IPv4"),
+    ("http://0x/", "IPv4"),
+    ("http://docs.example.123/", "IPv4"),  # a numeric last label is an address to WHATWG
+    ("http://2130706433.:8080/", "IPv4"),
+    # one host name: the same rules as a URL's host
+    ("2130706433", "IPv4"),
+    ("0x7f.1", "IPv4"),
+    ("169.254.43518.", "IPv4"),
+    (2130706433, "must be a URL"),  # a number is not a host name
+    ("docs.example.com\n", "must be a URL"),
+    ("a+b.example", "must be a URL"),
+    ("docs..example.com", "not a host name"),
+    ("-docs.example.com", "not a host name"),
+    ("x" * 64 + ".example", "not a host name"),
 ]
 
 
@@ -88,7 +123,7 @@ def test_a_url_value_resolves_to_the_target_it_reaches(value: str, target: str) 
 
 
 @pytest.mark.parametrize(("value", "fragment"), URLS_REFUSED)
-def test_a_url_a_grant_cannot_judge_is_refused(value: str, fragment: str) -> None:
+def test_a_url_a_grant_cannot_judge_is_refused(value: object, fragment: str) -> None:
     with pytest.raises(EffectArgumentError) as info:
         network("{url}").resolve({"url": value})
     assert info.value.field == "url"
@@ -110,6 +145,45 @@ def test_only_a_whole_network_target_takes_a_url() -> None:
     assert network("https://{host}/docs").pattern == "https://*/docs"
     with pytest.raises(EffectArgumentError):  # a segment is still one segment
         network("https://{host}/docs").resolve({"host": "https://evil.example/"})
+
+
+# (declared network target, arguments, the target it resolves to): a placeholder in the
+# host fills it as a URL's host is read
+HOSTS_FILLED = [
+    (network("https://{host}/docs"), {"host": "METADATA.google.internal."},
+     "https://metadata.google.internal/docs"),
+    (network("https://{host}:8443/docs"), {"host": "Docs.Example.com."},
+     "https://docs.example.com:8443/docs"),
+    (network("{host}"), {"host": "Docs.Example.com."}, "docs.example.com"),  # a whole value
+    (network("{sub}.example.com"), {"sub": "A"}, "a.example.com"),
+]  # fmt: skip
+
+# (declared network target, arguments, the field named, a fragment of the reason)
+HOSTS_REFUSED = [
+    (network("https://{host}/docs"), {"host": "2130706433"}, "host", "'2130706433'"),
+    (network("https://{host}/docs"), {"host": "127.1"}, "host", "IPv4"),
+    (network("https://{a}.{b}/docs"), {"a": "127", "b": "1"}, "a", "'127.1'"),
+    (network("{host}:8080"), {"host": "0x7f000001"}, "host", "IPv4"),
+    (network("https://api.{zone}/x"), {"zone": "0x7f"}, "zone", "IPv4"),
+]
+
+
+@pytest.mark.parametrize(("effect", "args", "target"), HOSTS_FILLED)
+def test_a_placeholder_in_a_host_fills_it_as_a_url_host_is_read(
+    effect: Effect, args: dict[str, Any], target: str
+) -> None:
+    assert effect.resolve_all(args) == (network(target),)
+    assert effect.resolver()(args) == (network(target),)
+
+
+@pytest.mark.parametrize(("effect", "args", "field", "fragment"), HOSTS_REFUSED)
+def test_a_host_a_placeholder_makes_an_ipv4_spelling_is_refused(
+    effect: Effect, args: dict[str, Any], field: str, fragment: str
+) -> None:
+    for resolve in (effect.resolve_all, effect.resolver()):
+        with pytest.raises(EffectArgumentError) as info:
+            resolve(args)
+        assert (info.value.field, fragment in info.value.reason) == (field, True)
 
 
 # -- network targets against grant patterns -------------------------------------------------
@@ -272,6 +346,12 @@ DOCS = ApprovalRule(
 )
 OTHER_HOSTS = ApprovalRule(id="other-hosts", action="ask", effect="network")
 NO_EVIL = ApprovalRule(id="no-evil", action="deny", effect="network", targets=("*.evil.example",))
+NO_METADATA = ApprovalRule(
+    id="no-metadata", action="deny", effect="network", targets=("metadata.google.internal",)
+)
+NO_ADMIN = ApprovalRule(
+    id="no-admin", action="deny", effect="network", targets=("https://docs.example.com/admin/**",)
+)
 DENY_NETWORK = ApprovalRule(id="no-network", action="deny", effect="network")
 ASK_FETCH = ApprovalRule(id="ask-fetch", action="ask", tools=("web_page_fetch",))
 ACME_MAIL = ApprovalRule(
@@ -333,6 +413,14 @@ PRECEDENCE: list[tuple[str, tuple[ApprovalRule, ...], str, tuple[Effect, ...], s
      fetch("https://docs.example.com/a", "https://x.evil.example/"), "deny", "no-evil"),
     ("broad deny is not carved out", (DOCS, DENY_NETWORK), "web_page_fetch",
      fetch("https://docs.example.com/a"), "deny", "no-network"),
+    ("deny names a host value with a final dot", (NO_METADATA,), "web_page_fetch",
+     fetch("metadata.google.internal."), "deny", "no-metadata"),
+    ("deny names a host value in capitals", (DOCS, NO_METADATA), "web_page_fetch",
+     fetch("METADATA.google.internal."), "deny", "no-metadata"),
+    ("deny names a path with escaped letters", (DOCS, NO_ADMIN), "web_page_fetch",
+     fetch("https://docs.example.com/%61dmin/users"), "deny", "no-admin"),
+    ("deny names a path with escaped letters, lower", (NO_ADMIN,), "web_page_fetch",
+     fetch("https://docs.example.com/adm%69n"), "deny", "no-admin"),
     # 4: the default for what no rule judged
     ("default for reads and network", (), "web_page_fetch",
      fetch("https://evil.example/"), "allow", "default"),
