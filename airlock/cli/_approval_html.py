@@ -4,6 +4,8 @@ What a person needs to decide is on the page: who asked (the principal and run),
 the summary, the effects and amounts as the tool's ``prepare`` computed them (never text the
 model wrote), the full effect, the rule that asked, the expiry and the fingerprint the
 approval will carry. Each form carries the page's CSRF token; none carries who approves.
+Text that holds what the model wrote shows its control, bidi and zero-width characters as
+escapes (:func:`airlock.cli._literal.visible`), so ``to al\\u200bice`` is not ``to alice``.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from html import escape
 
+from airlock.cli._literal import visible
 from airlock.tools import Batch, BatchItem, Preview, Receipt
 
 __all__ = ["PageView", "render_page", "render_refusal"]
@@ -63,6 +66,10 @@ def _amounts(effects: Sequence[str]) -> str:
     return ", ".join(spends) or "none"
 
 
+def _shown(text: str) -> str:
+    return escape(visible(text))
+
+
 def _csrf(view: PageView) -> str:
     return f'<input type="hidden" name="csrf" value="{escape(view.csrf)}">'
 
@@ -72,11 +79,11 @@ def _preview_card(view: PageView, p: Preview) -> str:
     own = not view.self_approval and view.approver in (p.principal.user_id, requester)
     minutes = max(0, round((p.expires - view.now) / 60))
     rows = [
-        ("tool", escape(p.tool)),
+        ("tool", _shown(p.tool)),
         ("requested by", f"{escape(requester)} (run <span class=mono>{escape(p.run_id)}</span>)"),
-        ("summary", escape(p.summary)),
-        ("effects", escape(", ".join(p.effects))),
-        ("amounts", escape(_amounts(p.effects))),
+        ("summary", _shown(p.summary)),
+        ("effects", _shown(", ".join(p.effects))),
+        ("amounts", _shown(_amounts(p.effects))),
         ("rule", escape(p.rule)),
         ("expires", f"{escape(_time(p.expires))} (in {minutes} min)"),
         ("fingerprint", f'<span class="mono fingerprint">{escape(p.fingerprint)}</span>'),
@@ -115,8 +122,8 @@ def _batch_card(
 ) -> str:
     requester = f"{batch.principal.user_id}@{batch.principal.tenant_id}"
     rows = "".join(
-        f"<tr><td class=mono>{escape(i.preview_id)}</td><td>{escape(i.tool)}</td>"
-        f"<td>{escape(i.summary)}</td><td>{escape(i.state)}</td></tr>"
+        f"<tr><td class=mono>{escape(i.preview_id)}</td><td>{_shown(i.tool)}</td>"
+        f"<td>{_shown(i.summary)}</td><td>{escape(i.state)}</td></tr>"
         for i in items
     )
     total = ", ".join(f"{amount} {currency}" for currency, amount in totals.items()) or "none"
@@ -173,8 +180,8 @@ def render_page(view: PageView) -> str:
     )
     batches = "".join(_batch_card(view, b, items, t) for b, items, t in view.batches)
     approved = "".join(
-        f"<li class=mono>{escape(p.id)} {escape(p.tool)} [{escape(p.state)}] "
-        f"{escape(p.summary)}</li>"
+        f"<li class=mono>{escape(p.id)} {_shown(p.tool)} [{escape(p.state)}] "
+        f"{_shown(p.summary)}</li>"
         for p in view.approved
     )
     return f"""<!doctype html>

@@ -47,6 +47,7 @@ LOOPBACK = "127.0.0.1"
 COOKIE = "airlock_approvals"
 _CSRF_TTL = 900.0
 _MAX_FORM_BYTES = 16_384
+_MAX_FORM_FIELDS = 10
 _MAX_TOKENS = 10_000
 _HEADERS = {
     "Content-Security-Policy": (
@@ -151,9 +152,12 @@ class ApprovalPage:
         body = await request.body()
         if len(body) > _MAX_FORM_BYTES:
             return _page(413, "refused", "the form is too large")
-        fields = {
-            k: v[0] for k, v in parse_qs(body.decode("utf-8", "replace"), max_num_fields=10).items()
-        }
+        try:
+            posted = parse_qs(body.decode("utf-8", "replace"), max_num_fields=_MAX_FORM_FIELDS)
+        except ValueError:  # more fields than any of the page's forms has
+            why = f"the form has more than {_MAX_FORM_FIELDS} fields; post the page's own forms"
+            return _page(413, "refused", why)
+        fields = {k: v[0] for k, v in posted.items()}
         issued = self._csrf.get(fields.get("csrf", ""))
         if issued is None or issued[0] != session or issued[1] < self.clock():
             return _page(403, "refused", "this form is stale or not the page's; reload the page")

@@ -14,10 +14,12 @@ import anyio
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from airlock.cli._approver import Approver
 from airlock.cli._batches import approve_batch_command, show_batch
 from airlock.cli._inventory import usage_errors
+from airlock.cli._literal import json_text, literal
 from airlock.cli._settings import Settings, login_name
 from airlock.harness import database_url, open_ledger
 from airlock.inventory import load_tool_registry
@@ -72,8 +74,9 @@ def _open(ledger: Path | None, *, readonly: bool) -> LedgerStore:
 
 
 def _fail(exc: ToolError) -> typer.Exit:
+    # The message can quote what the model or the ledger holds: never markup.
     Console(stderr=True, soft_wrap=True).print(
-        f"[red]{exc.code}[/]: {exc.message}", highlight=False
+        Text.assemble((exc.code, "red"), ": ", literal(exc.message))
     )
     return typer.Exit(code=1)
 
@@ -111,12 +114,9 @@ def list_pending(
         table.add_column(column)
     for p in previews:
         expiry = "expired" if p.expired(now) else _age(p.expires - now)
+        principal = f"{p.principal.user_id}@{p.principal.tenant_id}"
         table.add_row(
-            p.id,
-            p.state,
-            f"{p.principal.user_id}@{p.principal.tenant_id}",
-            p.tool,
-            p.summary,
+            *map(literal, (p.id, p.state, principal, p.tool, p.summary)),
             _age(now - p.created),
             expiry,
         )
@@ -149,32 +149,36 @@ def show(
     finally:
         store.close()
     console = Console(width=200)
-    console.print(_describe(preview), highlight=False)
+    console.print(_describe(preview))
     console.print("effect (computed by the tool's prepare):")
-    console.print_json(json.dumps(preview.effect))
+    console.print(json_text(preview.effect), soft_wrap=True)
     if approval is not None:
         console.print(
-            f"approval: {approval.kind} {approval.approver} at {_time(approval.at)}"
-            + (f", consumed at {_time(approval.consumed_at)}" if approval.consumed_at else "")
-            + (f" ({approval.reason})" if approval.reason else ""),
-            highlight=False,
+            literal(
+                f"approval: {approval.kind} {approval.approver} at {_time(approval.at)}"
+                + (f", consumed at {_time(approval.consumed_at)}" if approval.consumed_at else "")
+                + (f" ({approval.reason})" if approval.reason else "")
+            )
         )
     if receipt is not None and receipt.preview_id == preview.id:
         console.print(f"receipt ({receipt.resolved_by}):")
-        console.print_json(json.dumps(receipt.data))
+        console.print(json_text(receipt.data), soft_wrap=True)
     table = Table(title="history")
     for column in ("time (UTC)", "from", "to", "by", "how"):
         table.add_column(column)
     for event in history:
         table.add_row(
-            _time(event.at), event.from_state or "", event.to_state, event.actor, event.how
+            _time(event.at),
+            *map(literal, (event.from_state or "", event.to_state, event.actor, event.how)),
         )
     console.print(table)
 
 
-def _describe(p: Preview) -> str:
-    return "\n".join(
-        [
+def _describe(p: Preview) -> Text:
+    # Each line is one line: a newline in the summary must not forge the next field.
+    return Text("\n").join(
+        literal(line)
+        for line in [
             f"preview      {p.id}  [{p.state}]",
             f"tool         {p.tool}",
             f"principal    {p.principal.user_id}@{p.principal.tenant_id}  (run {p.run_id})",
@@ -266,15 +270,17 @@ def approve(
     console = Console()
     approval = done.approval
     console.print(
-        f"approved {preview_id} (fingerprint {approval.fingerprint[:16]}…) as {approval.approver}",
-        highlight=False,
+        literal(
+            f"approved {preview_id} (fingerprint {approval.fingerprint[:16]}…) "
+            f"as {approval.approver}"
+        )
     )
     if done.in_flight:
         console.print("a harness is committing it now; `approvals show` will list the receipt")
     elif done.receipt is not None:
         how = "already committed" if done.receipt.replayed else "committed"
         console.print(f"{how}; receipt:", highlight=False)
-        console.print_json(json.dumps(done.receipt.data))
+        console.print(json_text(done.receipt.data), soft_wrap=True)
 
 
 @approvals_app.command("deny")
@@ -318,7 +324,10 @@ def list_receipts(
     for column in ("stored (UTC)", "preview", "tool", "how", "receipt"):
         table.add_column(column)
     for r in receipts:
-        table.add_row(_time(r.stored_at), r.preview_id, r.tool, r.resolved_by, json.dumps(r.data))
+        table.add_row(
+            _time(r.stored_at),
+            *map(literal, (r.preview_id, r.tool, r.resolved_by, json.dumps(r.data))),
+        )
     Console(width=220).print(table if receipts else "no receipts yet")
 
 
@@ -343,7 +352,7 @@ def reconcile(
         finally:
             store.close()
         for p in undecided:
-            Console().print(f"{p.id} {p.tool} [{p.state}] {p.summary}", highlight=False)
+            Console().print(literal(f"{p.id} {p.tool} [{p.state}] {p.summary}"))
         if undecided:
             Console(stderr=True).print(
                 f"{len(undecided)} undecided; pass --registry to resolve them"
@@ -362,7 +371,7 @@ def reconcile(
     for column in ("preview", "tool", "before", "after", "outcome", "how"):
         table.add_column(column)
     for r in resolutions:
-        table.add_row(r.preview_id, r.tool, r.before, r.after, r.outcome, r.how)
+        table.add_row(*map(literal, (r.preview_id, r.tool, r.before, r.after, r.outcome, r.how)))
     Console(width=200).print(table if resolutions else "nothing to reconcile")
     if any(r.outcome in ("unresolved", "in_flight") for r in resolutions):
         raise typer.Exit(code=1)

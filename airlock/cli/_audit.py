@@ -8,7 +8,6 @@ command but ``program`` and ``export`` takes ``--json``.
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,6 +17,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from airlock.cli._audit_queries import (
     DbOption,
@@ -32,6 +32,7 @@ from airlock.cli._audit_queries import (
     unused_or_run_effects,
 )
 from airlock.cli._inventory import usage_errors
+from airlock.cli._literal import literal, visible, visible_json
 from airlock.harness import EXECUTE_CODE
 from airlock.policies import UsageError
 
@@ -82,14 +83,14 @@ def list_runs(
         table.add_column(column, justify="right" if column in counts else "left")
     for run in runs:
         table.add_row(
-            run.run_id,
+            literal(run.run_id),
             time_text(run.started),
             str(run.calls),
             str(run.ok),
             str(run.previews),
             str(run.error),
             str(run.unknown),
-            ", ".join(run.users),
+            literal(", ".join(run.users)),
         )
     Console(width=200).print(table if runs else "no runs recorded")
 
@@ -119,17 +120,11 @@ def show_run(
         table.add_row(
             str(number),
             time_text(e.ts),
-            e.call_id,
-            e.caller,
-            e.tool,
-            e.stage,
-            e.decision,
-            e.rule,
-            e.outcome,
-            e.code or "",
+            *map(literal, (e.call_id, e.caller, e.tool, e.stage, e.decision, e.rule, e.outcome)),
+            literal(e.code or ""),
             f"{e.duration_s * 1000:.2f}",
             _effects_text(e.effects),
-            e.approver or "",
+            literal(e.approver or ""),
         )
     Console(width=260).print(table)
 
@@ -171,15 +166,17 @@ def show_program(
             raise typer.Exit(code=1)
         for number, event, text in texts:
             sys.stdout.write(
-                f"# record {number}, call {event.call_id}, program {event.args_hash}\n"
+                visible(f"# record {number}, call {event.call_id}, program {event.args_hash}")
+                + "\n"
             )
-            sys.stdout.write(_ended(text if text is not None else "# (its text is not stored)"))
+            shown = "# (its text is not stored)" if text is None else visible(text, lines=True)
+            sys.stdout.write(_ended(shown))
         return
     if text is None:
         why = "matches more than one program" if len(found) > 1 else "is not a stored program"
         Console(stderr=True).print(f"{digest!r} {why}; `airlock audit show RUN` lists hashes")
         raise typer.Exit(code=1)
-    sys.stdout.write(_ended(text))
+    sys.stdout.write(_ended(visible(text, lines=True)))
 
 
 def _ended(text: str) -> str:
@@ -219,9 +216,13 @@ def verify(
             f"last chain {report.last_chain or '(empty)'}"
         )
     else:
+        intact = (
+            f"the chain of its {report.records} records is intact"
+            if report.problem == "program"
+            else f"{report.records} records before it are intact"
+        )
         Console(stderr=True, highlight=False).print(
-            f"[red]{report.problem}[/]: record {report.record}: {report.detail} "
-            f"({report.records} records before it are intact)"
+            f"[red]{report.problem}[/]: record {report.record}: {report.detail} ({intact})"
         )
     raise typer.Exit(0 if report.ok else 1)
 
@@ -239,12 +240,13 @@ def export(
         for number, event, chain in store.records(run_id=run, since=cutoff):
             line: dict[str, Any] = event_json(number, event)
             line["chain"] = chain
-            sys.stdout.write(json.dumps(line, ensure_ascii=False) + "\n")
+            sys.stdout.write(visible_json(line, indent=None) + "\n")
 
 
-def _effects_text(effects: tuple[str, ...], shown: int = 20) -> str:
+def _effects_text(effects: tuple[str, ...], shown: int = 20) -> Text:
     more = len(effects) - shown
-    return "\n".join(effects[:shown]) + (f"\n… {more} more" if more > 0 else "")
+    lines = "\n".join(map(visible, effects[:shown]))  # each effect one line, then joined
+    return literal(lines + (f"\n… {more} more" if more > 0 else ""), lines=True)
 
 
 @contextmanager

@@ -6,7 +6,6 @@ options and output helpers the audit commands share."""
 from __future__ import annotations
 
 import datetime as dt
-import json
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -18,6 +17,7 @@ from rich.table import Table
 if TYPE_CHECKING:
     from airlock.tools.postgres import PostgresAuditStore
 from airlock.cli._inventory import load_inventory, usage_errors
+from airlock.cli._literal import literal, visible, visible_json
 from airlock.cli._settings import Settings
 from airlock.harness import database_url, open_audit_store
 from airlock.inventory import (
@@ -91,8 +91,8 @@ def since_cutoff(since: str | None) -> float | None:
 
 
 def print_json(value: object) -> None:
-    """``value`` as indented JSON on standard output."""
-    print(json.dumps(value, indent=2, ensure_ascii=False))
+    """``value`` as indented JSON on standard output, nothing in it a terminal acts on."""
+    print(visible_json(value))
 
 
 def event_json(record: int, e: AuditEvent) -> dict[str, Any]:
@@ -190,13 +190,14 @@ def find(
     for run_id, calls in shown:
         matched = sorted({m for c in calls for m in c.matched})
         possible = sum(not c.certain for c in calls)
+        more = f"\n… {len(matched) - 5} more" if len(matched) > 5 else ""
         table.add_row(
-            run_id,
+            literal(run_id),
             time_text(max(c.ts for c in calls)),
-            ", ".join(sorted({f"{c.user_id}@{c.tenant_id}" for c in calls})),
+            literal(", ".join(sorted({f"{c.user_id}@{c.tenant_id}" for c in calls}))),
             str(len(calls)) + (f" ({possible} possible)" if possible else ""),
-            ", ".join(sorted({c.tool for c in calls})),
-            "\n".join(matched[:5]) + (f"\n… {len(matched) - 5} more" if len(matched) > 5 else ""),
+            literal(", ".join(sorted({c.tool for c in calls}))),
+            literal("\n".join(map(visible, matched[:5])) + more, lines=True),
         )
     console = Console(width=200, highlight=False)
     console.print(table if runs else "no run matched")
@@ -346,11 +347,11 @@ def _print_exercised(
         table.add_column(column, justify="right" if column == "calls" else "left")
     for item in found:
         table.add_row(
-            item.tool,
-            ", ".join(item.callers),
+            literal(item.tool),
+            literal(", ".join(item.callers)),
             str(item.calls),
-            "\n".join(item.effects),
-            "\n".join(item.outside),
+            literal("\n".join(map(visible, item.effects)), lines=True),
+            literal("\n".join(map(visible, item.outside)), lines=True),
         )
     console.print(table if found else f"{name}: no call of this run ran")
     console.print(f"reachable but not called in this run: {', '.join(idle) or 'none'}")

@@ -8,7 +8,9 @@ import time
 import anyio
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
+from airlock.cli._literal import literal
 from airlock.tools import (
     BatchItem,
     DeniedError,
@@ -59,9 +61,10 @@ def approve_batch_command(
     )
     approved = sum(1 for i in items if i.state == "approved")
     Console().print(
-        f"approved batch {batch_id} (fingerprint {fingerprint[:16]}…) as {approver}: "
-        f"{approved} of {len(items)} item(s) approved now",
-        highlight=False,
+        literal(
+            f"approved batch {batch_id} (fingerprint {fingerprint[:16]}…) as {approver}: "
+            f"{approved} of {len(items)} item(s) approved now"
+        )
     )
     if registry is not None and batch is not None:
         writes = WritePath(registry, store)
@@ -82,18 +85,13 @@ def show_batch(store: LedgerStore, batch_id: str) -> None:
     previews = [p for p in (store.preview(i) for i in batch.items) if p is not None]
     total = ", ".join(f"{n} {c} (minor units)" for c, n in spend_totals(previews).items())
     console = Console(width=200)
-    console.print(
-        "\n".join(
-            [
-                f"batch        {batch.id}",
-                f"principal    {batch.principal.user_id}@{batch.principal.tenant_id}  "
-                f"(run {batch.run_id})",
-                f"items        {len(batch.items)}" + (f", total spend {total}" if total else ""),
-                f"fingerprint  {batch.fingerprint}",
-            ]
-        ),
-        highlight=False,
-    )
+    lines = [
+        f"batch        {batch.id}",
+        f"principal    {batch.principal.user_id}@{batch.principal.tenant_id}  (run {batch.run_id})",
+        f"items        {len(batch.items)}" + (f", total spend {total}" if total else ""),
+        f"fingerprint  {batch.fingerprint}",
+    ]
+    console.print(Text("\n").join(map(literal, lines)))
     _print_items(items)
 
 
@@ -103,5 +101,5 @@ def _print_items(items: tuple[BatchItem, ...]) -> None:
         table.add_column(column)
     for item in items:
         receipt = str((item.receipt or {}).get("id", "")) if item.receipt else ""
-        table.add_row(item.preview_id, item.state, item.summary, receipt)
+        table.add_row(*map(literal, (item.preview_id, item.state, item.summary, receipt)))
     Console().print(table)

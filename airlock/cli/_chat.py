@@ -8,7 +8,6 @@ unavailable; 4 the model API failed.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Annotated, Any
@@ -16,8 +15,10 @@ from typing import Annotated, Any
 import anyio
 import typer
 from rich.console import Console
+from rich.text import Text
 
 from airlock.cli._inventory import PolicyOption, RegistryOption, TenantOption, usage_errors
+from airlock.cli._literal import literal, visible_json
 from airlock.cli._serve import (
     ImageOption,
     InputsOption,
@@ -45,31 +46,31 @@ _SHOWN_CHARS = 600
 
 
 def print_message(console: Console, message: dict[str, Any]) -> None:
-    """One message, compactly: text, tool calls with their arguments, tool results."""
+    """One message, compactly: text, tool calls with their arguments, tool results. All of
+    it is the model's or a tool's text, printed literally (:mod:`airlock.cli._literal`)."""
     content = message["content"]
+    role = (f"{message['role']}:", "bold")
     if isinstance(content, str):
-        console.print(f"[bold]{message['role']}:[/] {content}", highlight=False)
+        console.print(Text.assemble(role, " ", literal(content, lines=True)))
         return
     for block in content:
         kind = block.get("type")
         if kind == "text":
-            console.print(f"[bold]{message['role']}:[/] {block['text']}", highlight=False)
+            console.print(Text.assemble(role, " ", literal(block["text"], lines=True)))
         elif kind == "tool_use":
             given = block.get("input")
             code = given.get("code") if isinstance(given, dict) else None
             # A program reads better as code than as an escaped JSON string.
-            arguments = code if isinstance(code, str) else json.dumps(given, ensure_ascii=False)
-            console.print(
-                f"[cyan]→ {block.get('name')}[/] [dim]{block.get('id')}[/]", highlight=False
-            )
-            console.print(_cut(arguments), markup=False, highlight=False)
+            arguments = code if isinstance(code, str) else visible_json(given, indent=None)
+            name = literal(f"→ {block.get('name')}", "cyan")
+            console.print(Text.assemble(name, " ", literal(str(block.get("id")), "dim")))
+            console.print(literal(_cut(arguments), lines=True))
         elif kind == "tool_result":
             style = "red" if block.get("is_error") else "green"
             size = len(str(block.get("content", "")).encode())
-            console.print(
-                f"[{style}]← {block.get('tool_use_id')}[/] [dim]{size} bytes[/]", highlight=False
-            )
-            console.print(_cut(str(block.get("content"))), markup=False, highlight=False)
+            call = literal(f"← {block.get('tool_use_id')}", style)
+            console.print(Text.assemble(call, " ", (f"{size} bytes", "dim")))
+            console.print(literal(_cut(str(block.get("content"))), lines=True))
 
 
 def _cut(text: str) -> str:
@@ -156,7 +157,9 @@ def chat(
             Console(stderr=True).print(f"[red]sandbox unavailable ({exc.code}):[/] {exc}")
             raise typer.Exit(3) from None
         except ModelAPIError as exc:
-            Console(stderr=True).print(f"[red]model API ({exc.code}):[/] {exc}")
+            # The provider's answer can quote the model's text: never markup.
+            failed = (f"model API ({exc.code}):", "red")
+            Console(stderr=True).print(Text.assemble(failed, " ", literal(str(exc))))
             raise typer.Exit(4) from None
     console.print(
         f"[dim]{transcript.context_bytes():,} bytes of tool results entered the context[/]"

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import getpass
-import json
 import os
 import re
 import stat
@@ -24,6 +23,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from airlock.cli._literal import json_text, literal
 from airlock.cli._settings import Settings
 from airlock.harness import EXECUTE_CODE, database_url, open_audit_store
 from airlock.policies import ContainerRuntime, Principal, SandboxProfile, UsageError
@@ -74,16 +74,19 @@ def _print_result(console: Console, result: RunResult) -> None:
     if result.truncated:
         console.print("[yellow](output truncated at the limit)[/]")
     if result.has_value:
-        console.print_json(json.dumps(result.value))
+        console.print(json_text(result.value), soft_wrap=True)
     style = "green" if result.ok else "red"
+    # The reason quotes the program's own error message: printed literally.
     console.print(
-        f"[{style}]{result.reason()}[/] in {result.duration_s * 1000:.1f} ms"
+        literal(result.reason(), style),
+        f" in {result.duration_s * 1000:.1f} ms"
         + (f", cpu {result.cpu_time_s * 1000:.1f} ms" if result.cpu_time_s is not None else "")
         + (
             f", peak memory {result.peak_memory_bytes / 2**20:.1f} MiB"
             if result.peak_memory_bytes
             else ""
-        )
+        ),
+        sep="",
     )
     if result.error and result.error.traceback:
         console.print(result.error.traceback, markup=False, highlight=False, style="dim")

@@ -33,7 +33,9 @@ __all__ = [
     "users_of",
 ]
 
-_SINCE = re.compile(r"^\s*(\d+)\s*([smhdw])\s*$")
+_SINCE = re.compile(r"\s*(\d{1,9})\s*([smhdw])\s*")
+"""A duration (matched whole): nine digits reach back far enough, and a longer count would
+reach past the first of all times."""
 _SECONDS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 
@@ -66,7 +68,7 @@ def parse_since(text: str) -> float:
     Raises:
         UsageError: the text is not a duration.
     """
-    match = _SINCE.match(text)
+    match = _SINCE.fullmatch(text)
     if match is None:
         raise UsageError(f"--since {text!r} is not a duration; write for example 7d, 12h or 30m")
     return int(match.group(1)) * _SECONDS[match.group(2)]

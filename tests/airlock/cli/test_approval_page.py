@@ -3,6 +3,7 @@ that configuration names (never a form field), and approve, deny and commit thro
 
 from __future__ import annotations
 
+import html
 import re
 import socket
 import subprocess
@@ -22,6 +23,7 @@ from airlock.cli import app
 from airlock.cli._approval_page import COOKIE, ApprovalPage
 from airlock.cli._approver import Approver
 from airlock.tools import Preview
+from tests.airlock.cli.hostile_text import INVISIBLE, INVISIBLE_IDS, hidden
 from tests.tools.test_write_world import ASK, Clock, World
 
 TOKEN = "t0ken-" + "x" * 20
@@ -105,6 +107,7 @@ FORGERIES: list[tuple[str, dict[str, str], dict[str, str], int]] = [
     ("another origin", {}, {"origin": "http://evil.example"}, 403),
     ("not a form", {}, {"content-type": "application/json"}, 415),
     ("no session", {}, {"cookie": f"{COOKIE}=made-up"}, 401),
+    ("more fields than a form has", {f"f{n}": "x" for n in range(10)}, {}, 413),
 ]
 
 
@@ -131,6 +134,22 @@ def test_forged_posts_change_nothing(
     assert posted.status_code == status, (case, posted.text)
     assert world.ledger.approval(waiting.id) is None
     assert world.system.sends() == 0
+
+
+@pytest.mark.parametrize(("case", "text", "shown"), INVISIBLE, ids=INVISIBLE_IDS)
+def test_a_summary_shows_what_would_hide_or_reorder_it(
+    world: World, case: str, text: str, shown: str
+) -> None:
+    alone, *items = [
+        anyio.run(lambda n=n: world.prepare(f"inv_{n}", approvals=ASK)) for n in (7, 8, 9)
+    ]
+    for preview in (alone, items[1]):  # as a tool whose summary quotes the model stores it
+        world.sql("UPDATE previews SET summary = ? WHERE id = ?", (f"note: {text}", preview.id))
+    world.writes.store_batch(items)
+    shown_page = browser(page(world)).get("/").text
+    assert f"<th>summary</th><td>note: {html.escape(shown)}</td>" in shown_page
+    assert f"<td>note: {html.escape(shown)}</td><td>waiting</td>" in shown_page  # the batch's
+    assert not hidden(shown_page.replace("\n", ""))
 
 
 def test_a_form_of_another_session_or_a_stale_one_is_refused(

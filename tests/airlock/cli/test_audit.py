@@ -10,6 +10,14 @@ from typer.testing import CliRunner
 
 from airlock.cli import app, audit_app
 from airlock.tools import AuditEvent, AuditLog, SQLiteAuditStore
+from tests.airlock.cli.hostile_text import (
+    BEYOND_C0,
+    BEYOND_C0_IDS,
+    HOSTILE,
+    IDS,
+    INVISIBLE,
+    hidden,
+)
 from tests.airlock.inventory_registry import POLICY_ARG, REGISTRY_REF
 from tests.audit_events import stored_event
 from tests.conftest import require_docker
@@ -228,6 +236,7 @@ def test_find_whether_code_wrote_or_reached_the_network(programs: tuple[Path, st
         (["--effect", "delete"], "unknown"),
         (["--resource", "inv 1"], "must be 1-256 characters"),
         (["--since", "a week"], "not a duration"),
+        (["--since", "4" + "0" * 300 + "d"], "not a duration"),
     ],
 )
 def test_find_refuses_a_malformed_question(db: Path, args: list[str], message: str) -> None:
@@ -291,3 +300,62 @@ def test_airlock_run_records_the_program_in_airlock_home(
     shown = runner.invoke(audit_app, ["program", record["args_hash"]])
     assert shown.output == "sum(range(10))\n"
     assert runner.invoke(audit_app, ["verify"]).exit_code == 0
+
+
+# -- text the model wrote: a tool name it made up, a resource in its arguments, a program ----
+
+# A program went out as it was (no markup) and keeps its newlines.
+ONE_LINE = [row for row in INVISIBLE if "\n" not in row[1]]
+
+
+def _hostile_log(path: Path, text: str) -> str:
+    """A run that called a tool the model named ``text`` on a record it named ``text``, and
+    ran a program that holds ``text``; the program's hash."""
+    with AuditLog(SQLiteAuditStore(path)) as log:
+        digest = log.record_program(f"note = 1  # {text}\n")
+        effects = ("read(notes:note/n1)", f"read(notes:note/{text})")
+        log.record(_event("run_h", "c1", tool=text, effects=effects))
+        log.record(_event("run_h", "c2", tool="execute_code", args_hash=digest, effects=()))
+    return digest
+
+
+@pytest.mark.parametrize(("case", "text", "shown"), HOSTILE, ids=IDS)
+def test_show_and_find_print_the_models_text_literally(
+    tmp_path: Path, case: str, text: str, shown: str
+) -> None:
+    db = str(tmp_path / "audit.db")
+    _hostile_log(tmp_path / "audit.db", text)
+    table = runner.invoke(audit_app, ["show", "run_h", "--db", db])
+    assert table.exit_code == 0, table.output
+    assert f" {shown} " in table.output  # the tool, whole, on one line
+    assert f"read(notes:note/{shown})" in table.output
+    found = runner.invoke(audit_app, ["find", "--resource", "notes:note/*", "--db", db])
+    assert found.exit_code == 0, found.output
+    assert f" {shown} " in found.output
+    assert not hidden(table.output + found.output)
+
+
+@pytest.mark.parametrize(("case", "text", "shown"), BEYOND_C0, ids=BEYOND_C0_IDS)
+def test_json_and_export_escape_what_hides_and_keep_the_data(
+    tmp_path: Path, case: str, text: str, shown: str
+) -> None:
+    db = str(tmp_path / "audit.db")
+    _hostile_log(tmp_path / "audit.db", text)
+    shown_json = runner.invoke(audit_app, ["show", "run_h", "--db", db, "--json"])
+    exported = runner.invoke(audit_app, ["export", "--db", db])
+    assert not hidden(shown_json.output + exported.output)
+    assert json.loads(shown_json.output)["events"][0]["tool"] == text
+    assert json.loads(exported.output.splitlines()[0])["tool"] == text
+
+
+@pytest.mark.parametrize(("case", "text", "shown"), ONE_LINE, ids=[r[0] for r in ONE_LINE])
+def test_a_program_is_printed_with_its_lines_and_nothing_hidden(
+    tmp_path: Path, case: str, text: str, shown: str
+) -> None:
+    db = str(tmp_path / "audit.db")
+    digest = _hostile_log(tmp_path / "audit.db", text)
+    printed = runner.invoke(audit_app, ["program", digest, "--db", db])
+    assert printed.exit_code == 0, printed.output
+    assert printed.output == f"note = 1  # {shown}\n"
+    of_run = runner.invoke(audit_app, ["program", "--run", "run_h", "--db", db])
+    assert of_run.output.endswith(f"note = 1  # {shown}\n")

@@ -1,13 +1,18 @@
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
 import pytest
 import typer
+from rich.console import Console
 from typer.testing import CliRunner
 
 from airlock.cli import app, parse_size
+from airlock.cli._run import _print_result
+from airlock.sandbox import ProgramError, RunResult
+from tests.airlock.cli.hostile_text import HOSTILE, IDS, hidden
 from tests.conftest import require_docker
 
 cli = CliRunner()
@@ -94,3 +99,20 @@ def test_doctor_passes_on_this_engine(runtime: str) -> None:
     assert "second seccomp layer, restricted mode" in outcome.output
     assert "second seccomp layer, full mode" in outcome.output
     assert outcome.output.count("pseudo filter code start") == 2
+
+
+@pytest.mark.parametrize(("case", "wrote", "shown"), HOSTILE, ids=IDS)
+def test_a_programs_error_message_is_printed_literally(case: str, wrote: str, shown: str) -> None:
+    result = RunResult(
+        status="error",
+        exit_status=1,
+        has_value=True,
+        value={"note": wrote},
+        duration_s=0.01,
+        error=ProgramError(type="ValueError", message=wrote),
+    )
+    out = io.StringIO()
+    _print_result(Console(file=out, width=400), result)  # (no styles: what a pipe gets)
+    printed = out.getvalue()
+    assert shown in printed
+    assert hidden(printed) == []
