@@ -15,6 +15,7 @@ from typing import Any, Final, Protocol
 import anyio
 import httpx
 
+from airlock.frontends._call_arguments import MAX_ARGUMENT_DEPTH, too_deep
 from airlock.frontends._provider_wire import anthropic_tools
 from airlock.frontends._providers import handle_turn
 from airlock.frontends._replay import Transcript
@@ -78,7 +79,8 @@ class AnthropicModel:
         """The model's next message.
 
         Raises:
-            ModelAPIError: the request failed or the answer is not a message.
+            ModelAPIError: the request failed, or the answer is no JSON that can be read, no
+                message, or a message nested too deep to be answered and sent back.
         """
         request: dict[str, Any] = {
             "model": self.model,
@@ -104,7 +106,31 @@ class AnthropicModel:
                 status=status,
                 retryable=status == 429 or status >= 500,
             )
-        message: object = response.json()
+        try:
+            message: object = response.json()
+        except RecursionError:
+            raise ModelAPIError(
+                "the model API answered JSON nested too deep to read",
+                status=response.status_code,
+                retryable=False,
+            ) from None
+        except ValueError as exc:  # not JSON, or an integer over the interpreter's digit limit
+            raise ModelAPIError(
+                f"the model API answered something that is not readable JSON: {exc}"[:300],
+                status=response.status_code,
+                retryable=False,
+            ) from None
+        # A tool_use block's input sits three levels below the message (content, the block,
+        # input). A message deeper than that holds a call that is refused anyway, and it
+        # could not be sent back in the next request: json.dumps recurses.
+        levels = MAX_ARGUMENT_DEPTH + 3
+        body = response.content
+        if body.count(b"[") + body.count(b"{") > levels and too_deep(message, levels=levels):
+            raise ModelAPIError(
+                f"the model API answered a message nested deeper than {levels} levels",
+                status=response.status_code,
+                retryable=False,
+            )
         if not isinstance(message, dict) or not isinstance(message.get("content"), list):
             raise ModelAPIError(
                 "the model API answered something that is not a message",

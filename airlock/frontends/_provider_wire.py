@@ -25,11 +25,11 @@ is :mod:`airlock.frontends._providers`' job.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal, Protocol, TypeAlias, assert_never
 
+from airlock.frontends._call_arguments import json_type, read_arguments, too_deep, too_deep_problem
 from airlock.harness import ModelResult, ModelTool
 from airlock.policies import AirlockError
 
@@ -154,7 +154,9 @@ def parse_block(given: object) -> ToolCall:
         name, problem = _name(block.get("name"))
         arguments: object = block.get("input")
         if problem is None and not isinstance(arguments, dict):
-            problem = f"'input' must be a JSON object, not {_json_type(arguments)}"
+            problem = f"'input' must be a JSON object, not {json_type(arguments)}"
+        elif problem is None and too_deep(arguments):
+            problem = too_deep_problem("'input'")
         return _call("anthropic", call_id, name, arguments, problem)
     if kind == "function_call":
         call_id = _id(block, "call_id", kind)
@@ -170,7 +172,7 @@ def parse_block(given: object) -> ToolCall:
         arguments, problem = _json_arguments(function.get("arguments"), problem)
         return _call("openai_chat", call_id, name, arguments, problem)
     shown = kind if isinstance(kind, str) else None
-    raise MalformedBlockError(f"unknown block type {kind!r}", block_type=shown)
+    raise MalformedBlockError(f"unknown block type {_shown(kind)}", block_type=shown)
 
 
 def render_result(call: ToolCall, result: ModelResult) -> dict[str, Any]:
@@ -271,7 +273,8 @@ def _id(block: Mapping[str, Any], key: str, kind: str) -> str:
     value = block.get(key)
     if not isinstance(value, str) or not value:
         raise MalformedBlockError(
-            f"a {kind!r} block needs a non-empty string {key!r}, got {value!r}", block_type=kind
+            f"a {kind!r} block needs a non-empty string {key!r}, got {_shown(value)}",
+            block_type=kind,
         )
     return value
 
@@ -279,27 +282,22 @@ def _id(block: Mapping[str, Any], key: str, kind: str) -> str:
 def _name(value: object) -> tuple[str, str | None]:
     if isinstance(value, str) and value:
         return value, None
-    return "", f"the call needs a tool name, got {value!r}"
+    return "", f"the call needs a tool name, got {_shown(value)}"
+
+
+def _shown(value: object) -> str:
+    # A hostile value's repr can be huge, recurse past the interpreter's limit (a list nested
+    # 1,000 deep) or refuse outright (an integer of 5,000 digits): name its type instead.
+    if isinstance(value, str):
+        return repr(value[:80])
+    if value is None or isinstance(value, bool):
+        return repr(value)
+    return json_type(value)
 
 
 def _json_arguments(value: object, problem: str | None) -> tuple[object, str | None]:
     if problem is not None:
         return {}, problem
     if not isinstance(value, str):
-        return {}, f"'arguments' must be a JSON string, not {_json_type(value)}"
-    try:
-        parsed: object = json.loads(value) if value.strip() else {}
-    except json.JSONDecodeError as exc:
-        return {}, f"'arguments' is not valid JSON ({exc.msg} at position {exc.pos})"
-    if not isinstance(parsed, dict):
-        return {}, f"'arguments' must encode a JSON object, not {_json_type(parsed)}"
-    return parsed, None
-
-
-def _json_type(value: object) -> str:
-    names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean"}
-    if value is None:
-        return "null"
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return "a number"
-    return names.get(type(value), type(value).__name__)
+        return {}, f"'arguments' must be a JSON string, not {json_type(value)}"
+    return read_arguments(value)

@@ -37,9 +37,10 @@ async def handle_block(surface: ModelToolSurface, block: Block) -> dict[str, Any
 
     ``block`` is a dict of the provider's wire shape or the provider SDK's object for it
     (anything with ``model_dump()`` or ``to_dict()``); the answer is always a dict. A call
-    whose id is known never raises: bad JSON arguments, a missing name or a non-object input
-    answer ``invalid_input`` to the model, and tool errors come back from the surface as
-    results.
+    whose id is known never raises: arguments that are no JSON, nest deeper than
+    :data:`~airlock.frontends._call_arguments.MAX_ARGUMENT_DEPTH` levels or hold an integer
+    too long to read, a missing name or a non-object input answer ``invalid_input`` to the
+    model, and tool errors come back from the surface as results.
 
     Raises:
         MalformedBlockError: the block is no tool call of a known format, or has no id.
@@ -76,18 +77,29 @@ def call_blocks(blocks: Sequence[Block]) -> list[object]:
     answer; SDK objects are converted with :func:`plain_block`.
 
     Raises:
-        MalformedBlockError: an SDK object's conversion failed.
+        MalformedBlockError: an SDK object's conversion failed, or a message's ``tool_calls``
+            is no list.
     """
     found: list[object] = []
     for given in blocks:
         block = plain_block(given)
         if isinstance(block, Mapping) and block.get("role") == "assistant":
-            found.extend(call_blocks(block.get("tool_calls") or []))
-        elif isinstance(block, Mapping) and block.get("type") in _NOT_CALLS:
+            tool_calls = block.get("tool_calls") or []
+            if not isinstance(tool_calls, Sequence) or isinstance(tool_calls, str):
+                raise MalformedBlockError("an assistant message's 'tool_calls' must be a list")
+            # Its entries are calls, never messages again: no recursion a block could nest.
+            found.extend(plain_block(call) for call in tool_calls)
+        elif isinstance(block, Mapping) and _kind(block) in _NOT_CALLS:
             continue
         else:
             found.append(block)  # unknown shapes are reported by parse_block, never dropped
     return found
+
+
+def _kind(block: Mapping[str, Any]) -> str | None:
+    # Any JSON value may stand in "type"; a list is not even hashable.
+    kind = block.get("type")
+    return kind if isinstance(kind, str) else None
 
 
 async def _answer(surface: ModelToolSurface, call: ToolCall) -> dict[str, Any]:

@@ -14,6 +14,7 @@ result, which keeps a replay deterministic and its effects visible in the file.
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,11 +22,14 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from airlock.frontends._call_arguments import MAX_ARGUMENT_DEPTH, too_deep
 from airlock.frontends._providers import handle_turn
 from airlock.harness import ModelToolSurface
 from airlock.policies import UsageError
 
 __all__ = ["ContextBytes", "ReplayError", "ReplayModel", "ReplayTurn", "Transcript"]
+
+_LEVELS = MAX_ARGUMENT_DEPTH + 5
 
 
 class ReplayError(UsageError):
@@ -64,16 +68,28 @@ class ReplayModel(BaseModel):
         """Parse a replay from JSON text.
 
         Raises:
-            ReplayError: the text is not JSON or not in the replay format.
+            ReplayError: the text is not JSON that can be read, nests deeper than a call's
+                input may, or is not in the replay format.
         """
         try:
-            return cls.model_validate(json.loads(text))
+            data = json.loads(text)
+            # An input sits five levels below the top (turns, a turn, content, the block,
+            # input): a file deeper than that holds a call refused anyway, and its messages
+            # could not be sent or printed (json.dumps recurses).
+            if text.count("[") + text.count("{") > _LEVELS and too_deep(data, levels=_LEVELS):
+                raise ReplayError(source, f"nests deeper than {_LEVELS} levels")
+            return cls.model_validate(data)
         except json.JSONDecodeError as exc:
             raise ReplayError(source, f"not JSON: {exc.msg} at line {exc.lineno}") from exc
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"]) or "top level"
             raise ReplayError(source, f"{where}: {first['msg']}") from exc
+        except RecursionError:
+            raise ReplayError(source, "not JSON that can be read: it nests too deep") from None
+        except ValueError:  # (after ValidationError, one too) an integer too long for int()
+            digits = sys.get_int_max_str_digits()
+            raise ReplayError(source, f"holds an integer longer than {digits} digits") from None
 
     @classmethod
     def load(cls, path: str | Path) -> ReplayModel:

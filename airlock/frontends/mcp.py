@@ -44,6 +44,8 @@ with requires_extra("mcp", feature="the MCP server (airlock serve --mcp)"):
     from mcp.shared.exceptions import MCPError
     from mcp.shared.subscriptions import ResourceUpdated
 
+    from airlock.frontends._mcp_lines import stdin_pipe
+
 __all__ = [
     "LOOPBACK",
     "MAX_RESOURCE_BYTES",
@@ -65,8 +67,6 @@ WRITES_URI: Final = "airlock://writes/"
 """A paused write's status resource is this prefix and its preview id."""
 MAX_RESOURCE_BYTES: Final = 64 * 2**20
 """The largest artifact served as a resource (larger ones: ``airlock artifacts get``)."""
-# One JSON-RPC message per line; a program in execute_code can be long.
-_MAX_LINE_BYTES: Final = 16 * 2**20
 _INSTRUCTIONS: Final = (
     "Use execute_code for bulk reads: its programs call read tools and return only their "
     "final value. Write tools answer with a preview that a person or policy must approve; "
@@ -310,44 +310,14 @@ def _version() -> str:
         return ""
 
 
-class _StdinLines:
-    """Lines of a stdin pipe, read by the event loop: no worker thread.
-
-    The SDK's reader blocks a worker thread in ``readline``, which neither a cancellation nor
-    interpreter exit can stop, so SIGTERM would leave the server hanging until the client
-    closed stdin; reading the pipe on the loop lets serving end at once.
-    """
-
-    def __init__(self, reader: asyncio.StreamReader) -> None:
-        self._reader = reader
-
-    def __aiter__(self) -> _StdinLines:
-        return self
-
-    async def __anext__(self) -> str:
-        line = await self._reader.readline()
-        if not line:
-            raise StopAsyncIteration
-        return line.decode("utf-8", errors="replace")
-
-
-async def _stdin_pipe() -> _StdinLines | None:
-    """stdin as lines read on the loop, or None when it is no pipe (a file, a closed fd)."""
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=_MAX_LINE_BYTES)
-    try:
-        pipe = open(0, "rb", buffering=0, closefd=False)  # noqa: SIM115  # the loop owns it
-        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), pipe)
-    except (OSError, ValueError):
-        return None
-    return _StdinLines(reader)
-
-
 async def serve_stdio(server: Server[Any]) -> None:
     """Serve one client over this process's stdin and stdout until it disconnects (or the
     call is cancelled)."""
-    stdin: Any = await _stdin_pipe()  # iterated line by line, as the SDK's AsyncFile is
+    lines = await stdin_pipe()
+    stdin: Any = lines  # iterated line by line, as the SDK's AsyncFile is
     async with stdio_server(stdin=stdin) as (read_stream, write_stream):
+        if lines is not None:
+            lines.answer_with(write_stream)  # a line the SDK cannot read is answered there
         await server.run(read_stream, write_stream, server.create_initialization_options())
 
 

@@ -125,6 +125,41 @@ async def test_a_failed_request_is_a_typed_error(status: int, retryable: bool) -
     )
 
 
+def tool_use_reply(value: bytes) -> bytes:
+    """A reply whose one tool call's input holds ``value`` as it is."""
+    return (
+        b'{"type":"message","role":"assistant","stop_reason":"tool_use","content":'
+        b'[{"type":"tool_use","id":"toolu_1","name":"billing_invoice_get","input":{"a":'
+        + value
+        + b"}}]}"
+    )
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("body", "fragment"),
+    [
+        (b"{not json", "not readable JSON"),
+        (tool_use_reply(b"[" * 100_000 + b"]" * 100_000), "nested too deep to read"),
+        (tool_use_reply(b"1" * 5000), "not readable JSON"),
+        # Readable, but its call is refused anyway and json.dumps could not send it back.
+        (tool_use_reply(b"[" * 201 + b"]" * 201), "nested deeper than 203 levels"),
+        (tool_use_reply(b"[" * 700 + b"]" * 700), "nested deeper than 203 levels"),
+    ],
+)
+async def test_an_answer_that_cannot_be_read_or_sent_back_is_a_typed_error(
+    body: bytes, fragment: str
+) -> None:
+    client = httpx.AsyncClient(
+        transport=httpx.MockTransport(lambda r: httpx.Response(200, content=body))
+    )
+    surface = EchoSurface()
+    with pytest.raises(ModelAPIError, match=fragment) as raised:
+        await chat_loop(AnthropicModel("test-key", client=client), surface, "hi")
+    assert (raised.value.code, raised.value.retryable) == ("model_api", False)
+    assert surface.calls == []
+
+
 def test_chat_without_a_key_or_a_replay_is_a_usage_error(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

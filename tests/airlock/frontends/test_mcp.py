@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import os
@@ -19,9 +20,11 @@ import httpx
 import mcp_types as types
 import pytest
 from mcp import Client, StdioServerParameters
+from mcp.shared.message import SessionMessage
 from typer.testing import CliRunner
 
 from airlock.cli import app
+from airlock.frontends._mcp_lines import MAX_LINE_BYTES, StdinLines
 from airlock.frontends.mcp import build_mcp_server, serve_http
 from airlock.harness import ModelResult, ModelTool
 from airlock.sandbox._owner import OWNER_LABEL, labelled_containers
@@ -365,3 +368,165 @@ async def test_a_listening_client_is_notified_when_its_write_is_settled() -> Non
     [contents] = read.contents
     assert isinstance(contents, types.TextResourceContents)
     assert json.loads(contents.text)["status"] == "committed"
+
+
+# --- lines over stdio that the SDK cannot read -----------------------------------------------
+
+
+class Answers:
+    """Stands in for the SDK's write stream: keeps what would go to stdout."""
+
+    def __init__(self) -> None:
+        self.sent: list[SessionMessage] = []
+
+    async def send(self, item: SessionMessage) -> None:
+        self.sent.append(item)
+
+
+PROBE = b'{"jsonrpc":"2.0","id":"probe","method":"tools/list"}'
+LINE_LIMIT = 2**20
+
+
+def request(body: bytes) -> bytes:
+    return b'{"jsonrpc":"2.0","id":7,"method":"tools/call","params":' + body + b"}"
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("line", "answers"),
+    [
+        (b"{not json", [(types.PARSE_ERROR, None)]),
+        (b'{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"n', [(types.PARSE_ERROR, 7)]),
+        (b'"a string"', [(types.INVALID_REQUEST, None)]),
+        (b"[]", [(types.INVALID_REQUEST, None)]),
+        (
+            b'[{"jsonrpc":"2.0","id":1,"method":"tools/list"},{"jsonrpc":"2.0","method":"x"}]',
+            [(types.INVALID_REQUEST, 1)],
+        ),
+        # The SDK reads these as notifications (it drops the id): nothing would answer.
+        (b'{"jsonrpc":"2.0","id":1.5,"method":"tools/list"}', [(types.INVALID_REQUEST, None)]),
+        (b'{"jsonrpc":"2.0","id":null,"method":"tools/list"}', [(types.INVALID_REQUEST, None)]),
+        (b'{"jsonrpc":"2.0","id":true,"method":"tools/list"}', [(types.INVALID_REQUEST, None)]),
+        (b'{"jsonrpc":"2.0","id":{"a":1},"method":"tools/list"}', [(types.INVALID_REQUEST, None)]),
+        (request(b"[1,2]"), [(types.INVALID_REQUEST, 7)]),
+        (request(b'{"name":"x","arguments":{"a":"\\ud800"}}'), [(types.PARSE_ERROR, 7)]),
+        (
+            b'{"jsonrpc":"2.0","id":"\\ud800","method":"x","params":[1]}',
+            [(types.PARSE_ERROR, None)],  # an id that cannot be written back
+        ),
+        (request(b'{"a":' + b"[" * 300 + b"]" * 300 + b"}"), [(types.PARSE_ERROR, 7)]),
+        (request(b'{"a":' + b"[" * 100_000 + b"]" * 100_000 + b"}"), [(types.PARSE_ERROR, 7)]),
+        (request(b'{"a":' + b"1" * 5000 + b"}"), [(types.PARSE_ERROR, 7)]),
+        # A response's id is never answered: the client would take it for its own request's.
+        (b'{"jsonrpc":"2.0","id":5,"result":[1]}', [(types.INVALID_REQUEST, None)]),
+        # The TypeScript SDK writes the id last.
+        (
+            b'{"method":"tools/call","params":{"a":'
+            + b"[" * 100_000
+            + b'},"jsonrpc":"2.0","id":9}',
+            [(types.PARSE_ERROR, 9)],
+        ),
+        # Over the line limit: dropped as it comes, answered by the id at either end.
+        (request(b'{"x":"' + b"a" * (LINE_LIMIT + 10) + b'"}'), [(types.PARSE_ERROR, 7)]),
+        (
+            b'{"method":"tools/call","params":{"x":"'
+            + b"a" * (3 * LINE_LIMIT)
+            + b'"},"jsonrpc":"2.0","id":"twelve"}',
+            [(types.PARSE_ERROR, "twelve")],
+        ),
+        (
+            b'{"jsonrpc":"2.0","id":13,"result":{"x":"' + b"a" * (LINE_LIMIT + 1) + b'"}}',
+            [(types.PARSE_ERROR, None)],
+        ),
+        (b"a" * (5 * LINE_LIMIT), [(types.PARSE_ERROR, None)]),
+        (b"   \r", []),  # no message: nothing to answer
+    ],
+    ids=lambda value: None if isinstance(value, list) else value[:60].decode(errors="replace"),
+)
+async def test_a_line_the_sdk_cannot_read_is_answered_and_the_next_is_read(
+    line: bytes, answers: list[tuple[int, object]]
+) -> None:
+    reader = asyncio.StreamReader(limit=LINE_LIMIT)
+    reader.feed_data(line + b"\n" + PROBE + b"\n")
+    reader.feed_eof()
+    lines = StdinLines(reader)
+    sent = Answers()
+    lines.answer_with(sent)
+    read = [text async for text in lines]
+    assert read == [PROBE.decode() + "\n"]
+    errors = [message.message for message in sent.sent]
+    assert all(isinstance(error, types.JSONRPCError) for error in errors)
+    assert [(e.error.code, e.id) for e in errors if isinstance(e, types.JSONRPCError)] == answers
+
+
+@pytest.mark.anyio
+async def test_an_unfinished_line_over_the_limit_at_the_end_is_dropped() -> None:
+    reader = asyncio.StreamReader(limit=LINE_LIMIT)
+    reader.feed_data(PROBE + b"\n" + request(b'{"x":"' + b"a" * (2 * LINE_LIMIT)))
+    reader.feed_eof()
+    lines = StdinLines(reader)
+    sent = Answers()
+    lines.answer_with(sent)
+    assert [text async for text in lines] == [PROBE.decode() + "\n"]
+    [error] = [message.message for message in sent.sent]
+    assert isinstance(error, types.JSONRPCError)
+    assert (error.error.code, error.id) == (types.PARSE_ERROR, 7)
+
+
+def test_the_stdio_server_answers_a_line_over_16_mib_and_serves_on() -> None:
+    server = (
+        "import anyio\n"
+        "from airlock.frontends.mcp import build_mcp_server, serve_stdio\n"
+        "from tests.airlock.fake_surface import EchoSurface\n"
+        "anyio.run(serve_stdio, build_mcp_server(EchoSurface()))\n"
+    )
+    hello = {
+        "jsonrpc": "2.0",
+        "id": 0,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "test", "version": "1"},
+        },
+    }
+    lines = [
+        json.dumps(hello).encode(),
+        b'{"jsonrpc":"2.0","method":"notifications/initialized"}',
+        request(b'{"x":"' + b"a" * (MAX_LINE_BYTES + 2**20) + b'"}'),
+        b"{not json",
+        PROBE,
+    ]
+    process = subprocess.Popen(
+        [sys.executable, "-c", server],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+    )
+    assert process.stdin is not None
+    assert process.stdout is not None
+    try:
+        process.stdin.write(b"".join(line + b"\n" for line in lines))
+        process.stdin.flush()
+        # stdin stays open until the probe is answered: at its end the server stops serving.
+        answers: list[dict[str, Any]] = []
+        while not any(a.get("id") == "probe" for a in answers):  # (pytest's timeout bounds it)
+            line = process.stdout.readline()
+            assert line, "the server ended: " + process.communicate()[1].decode()[-2000:]
+            answers.append(json.loads(line))
+        process.stdin.close()
+        assert process.wait(30) == 0
+        assert process.stderr is not None
+        stderr = process.stderr.read()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
+    by_id = {a["id"]: a for a in answers if "error" in a}
+    assert by_id[7]["error"]["code"] == types.PARSE_ERROR
+    assert "over 16 MiB" in by_id[7]["error"]["message"]
+    assert by_id[None]["error"]["code"] == types.PARSE_ERROR
+    [probe] = [a for a in answers if a["id"] == "probe"]
+    assert [t["name"] for t in probe["result"]["tools"]] == [INVOICE_TOOL.name]
+    assert b"an MCP line that cannot be read" in stderr

@@ -21,6 +21,7 @@ from airlock.frontends import (
     parse_block,
     render_tools,
 )
+from airlock.frontends._call_arguments import MAX_ARGUMENT_DEPTH
 from tests.airlock.fake_surface import INVOICE_TOOL, EchoSurface
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -28,6 +29,45 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 def fixture(name: str) -> Any:
     return json.loads((FIXTURES / name).read_text())
+
+
+def nested(levels: int) -> list[Any]:
+    """A list nesting ``levels`` deep (``[]`` is one), built without recursion."""
+    value: list[Any] = []
+    for _ in range(levels - 1):
+        value = [value]
+    return value
+
+
+def responses_call(arguments: str) -> dict[str, Any]:
+    return {
+        "type": "function_call",
+        "call_id": "call_1",
+        "name": "billing_invoice_get",
+        "arguments": arguments,
+    }
+
+
+def chat_call(arguments: str) -> dict[str, Any]:
+    return {
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "billing_invoice_get", "arguments": arguments},
+    }
+
+
+def anthropic_call(arguments: object) -> dict[str, Any]:
+    return {"type": "tool_use", "id": "toolu_1", "name": "billing_invoice_get", "input": arguments}
+
+
+DEEP_TEXT = '{"invoice_id": ' + "[" * 100_000 + "]" * 100_000 + "}"
+LONG_INT_TEXT = '{"invoice_id": ' + "1" * 5000 + "}"
+# Deeper than the limit, shallow enough for json.loads (and a registry's json.dumps, which
+# recurses, would stop on its way down at about 1,000 levels).
+BELOW_LIMIT_TEXT = '{"invoice_id": ' + "[" * 201 + "]" * 201 + "}"
+LOADABLE_DEEP_TEXT = '{"invoice_id": ' + "[" * 700 + "]" * 700 + "}"
+CYCLIC: dict[str, Any] = {}
+CYCLIC["invoice_id"] = CYCLIC
 
 
 # --- tool lists -------------------------------------------------------------------------
@@ -322,6 +362,23 @@ async def test_an_object_that_gives_no_block_is_malformed_and_runs_no_call(
             "content",
             "needs a tool name",
         ),
+        # Hostile arguments: each is that call's problem, never an exception for the turn.
+        (responses_call(DEEP_TEXT), "output", "'arguments' nests deeper than 200 levels"),
+        (chat_call(DEEP_TEXT), "content", "'arguments' nests deeper than 200 levels"),
+        (responses_call(LONG_INT_TEXT), "output", "integer longer than 4300 digits"),
+        (chat_call(LONG_INT_TEXT), "content", "integer longer than 4300 digits"),
+        (responses_call('{"invoice_id": NaN}'), "output", "holds NaN, which is not JSON"),
+        (chat_call('{"invoice_id": -Infinity}'), "content", "holds -Infinity, which is not JSON"),
+        (responses_call(BELOW_LIMIT_TEXT), "output", "'arguments' nests deeper than 200 levels"),
+        (chat_call(LOADABLE_DEEP_TEXT), "content", "'arguments' nests deeper than 200 levels"),
+        (anthropic_call({"invoice_id": nested(201)}), "content", "'input' nests deeper than"),
+        (anthropic_call(json.loads(LOADABLE_DEEP_TEXT)), "content", "'input' nests deeper than"),
+        (anthropic_call(CYCLIC), "content", "'input' nests deeper than 200 levels"),
+        (
+            {"type": "tool_use", "id": "toolu_1", "name": nested(100_000), "input": {}},
+            "content",
+            "needs a tool name, got an array",
+        ),
     ],
 )
 async def test_a_call_with_a_known_id_and_bad_arguments_answers_invalid_input(
@@ -344,6 +401,9 @@ async def test_a_call_with_a_known_id_and_bad_arguments_answers_invalid_input(
         {"type": "function", "function": {"name": "x", "arguments": "{}"}},
         {"type": "image", "source": {}},
         ["not", "an", "object"],
+        # Values whose repr would recurse past the interpreter's limit.
+        {"type": nested(100_000)},
+        {"type": "function_call", "call_id": nested(100_000), "name": "x", "arguments": "{}"},
     ],
 )
 async def test_a_block_without_an_id_or_of_unknown_type_raises(block: Any) -> None:
@@ -351,6 +411,58 @@ async def test_a_block_without_an_id_or_of_unknown_type_raises(block: Any) -> No
         await handle_block(EchoSurface(), block)
     assert raised.value.code == "malformed_block"
     assert raised.value.retryable is False
+
+
+def assistant_nesting(levels: int) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "tool_calls": []}
+    for _ in range(levels - 1):
+        message = {"role": "assistant", "tool_calls": [message]}
+    return message
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    "blocks",
+    [
+        [{"type": []}],  # not even hashable
+        [{"type": {"a": 1}}],
+        [{"role": "assistant", "tool_calls": 5}],
+        [assistant_nesting(5000)],  # tool_calls hold calls, not messages again
+        [{"type": "function_call", "call_id": nested(100_000), "name": "x", "arguments": "{}"}],
+    ],
+)
+async def test_a_hostile_turn_raises_malformed_block_and_runs_no_call(blocks: Any) -> None:
+    surface = EchoSurface()
+    with pytest.raises(MalformedBlockError) as raised:
+        await handle_turn(surface, [anthropic_call({"invoice_id": "inv_1"}), *blocks])
+    assert raised.value.code == "malformed_block"
+    assert surface.calls == []
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("call", [responses_call, chat_call])
+async def test_hostile_arguments_cost_only_their_own_call(call: Any) -> None:
+    surface = EchoSurface()
+    good = call('{"invoice_id": "inv_1"}')
+    hostile = [call(DEEP_TEXT), call(LONG_INT_TEXT), call(LOADABLE_DEEP_TEXT)]
+    for index, block in enumerate(hostile, start=2):
+        block["call_id" if "call_id" in block else "id"] = f"call_{index}"
+    answers = await handle_turn(surface, [good, *hostile])
+    texts = [json.loads(a.get("output") or a["content"]) for a in answers]
+    assert texts[0] == {"invoice_id": "inv_1"}
+    assert [t["error"] for t in texts[1:]] == ["invalid_input"] * 3
+    assert surface.calls == [("billing_invoice_get", {"invoice_id": "inv_1"})]
+
+
+@pytest.mark.anyio
+async def test_arguments_at_the_depth_limit_reach_the_surface() -> None:
+    surface = EchoSurface()
+    at_limit = {"invoice_id": nested(MAX_ARGUMENT_DEPTH)}
+    text = json.dumps(at_limit)
+    for block in (responses_call(text), anthropic_call(json.loads(text))):
+        assert parse_block(block).problem is None
+    await handle_block(surface, chat_call(text))
+    assert surface.calls == [("billing_invoice_get", at_limit)]
 
 
 @pytest.mark.anyio

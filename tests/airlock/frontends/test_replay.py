@@ -38,12 +38,23 @@ async def test_after_turn_sees_each_turns_answers_before_the_next_turn() -> None
     assert seen == [(0, ["toolu_r1", "toolu_r2"], 2), (1, ["toolu_r3"], 3), (2, [], 3)]
 
 
+def replay_with_input(value: str) -> str:
+    block = '{"type": "tool_use", "id": "t1", "name": "billing_invoice_get", "input": {"a": '
+    return '{"turns": [{"content": [' + block + value + "}}]}]}"
+
+
 @pytest.mark.parametrize(
     ("text", "fragment"),
     [
         ("{not json", "not JSON"),
         ('{"turns": [{"content": "x"}]}', "turns.0.content"),
         ('{"turns": [], "extra": 1}', "extra"),
+        ('{"turns": ' + "[" * 100_000 + "]" * 100_000 + "}", "nests too deep"),
+        ('{"turns": [], "prompt": ' + "1" * 5000 + "}", "integer longer than 4300 digits"),
+        # Readable, but its call is refused anyway and its messages could not be printed
+        # or sent (json.dumps recurses).
+        (replay_with_input("[" * 201 + "]" * 201), "nests deeper than 205 levels"),
+        (replay_with_input("[" * 700 + "]" * 700), "nests deeper than 205 levels"),
     ],
 )
 def test_a_malformed_replay_is_a_usage_error(text: str, fragment: str) -> None:
