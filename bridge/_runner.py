@@ -144,8 +144,8 @@ class CallRunner:
                     await self._carry_on(*handoff)
                     return
             turn_ends = time.monotonic() + TURN_S
-            for _ in range(min(len(self._queue), _CALLS_PER_TURN)):
-                if time.monotonic() >= turn_ends:
+            for ran in range(min(len(self._queue), _CALLS_PER_TURN)):
+                if ran and time.monotonic() >= turn_ends:  # (one at least: no turn is idle)
                     break
                 call = self._queue.popleft()
                 context = contextvars.copy_context()

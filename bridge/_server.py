@@ -182,7 +182,7 @@ class _RunServer:
                 now = time.monotonic()
                 if now >= self._deadline:
                     raise _deadline_passed()
-                if handled == _FRAMES_PER_TURN or now >= turn_ends:
+                if handled == _FRAMES_PER_TURN or (handled and now >= turn_ends):
                     # The turn is over: the rest on the loop's next, so other runs get theirs.
                     self._inbox.pause()
                     self._scheduled = True

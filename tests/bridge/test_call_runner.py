@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from airlock.bridge import BridgeLimits, RunEnd, ToolSession, encode_frame, serve_run
+from airlock.bridge import BridgeLimits, RunEnd, ToolSession, _runner, encode_frame, serve_run
 from airlock.bridge._runner import CallRunner
 from airlock.policies import read
 from airlock.tools import AuditLog, MemoryAuditStore, Registry
@@ -54,6 +54,34 @@ async def test_calls_that_do_not_wait_run_in_order_in_one_task() -> None:
     assert log.ended == [f"fast {n}" for n in range(100)]
     assert len(set(tasks)) == 1
     assert None not in tasks
+
+
+@pytest.mark.parametrize("turn_s", [0.0, 60.0])
+async def test_a_turn_runs_one_call_at_least_and_then_its_time(
+    monkeypatch: pytest.MonkeyPatch, turn_s: float
+) -> None:
+    monkeypatch.setattr(_runner, "TURN_S", turn_s)
+    log = Log()
+    runner = CallRunner(on_done=log.count)
+    turns = 0
+
+    async def call(n: int) -> None:
+        log.ended.append(f"call {n}")
+
+    async def other() -> None:  # another run's work on the same loop
+        nonlocal turns
+        while log.done < 10:
+            turns += 1
+            await asyncio.sleep(0)
+
+    beside = asyncio.create_task(other())
+    for n in range(10):
+        runner.submit(call(n))
+    async with asyncio.timeout(5):
+        await beside
+    assert log.ended == [f"call {n}" for n in range(10)]
+    # No time: a turn of the loop between calls; all the time needed: none.
+    assert (turns >= 10) is (turn_s == 0.0)
 
 
 async def test_a_call_that_waits_keeps_its_task_and_the_others_go_on() -> None:

@@ -10,7 +10,7 @@ import socket
 
 import pytest
 
-from airlock.bridge import ToolSession, encode_frame, serve_run
+from airlock.bridge import ToolSession, _server, encode_frame, serve_run
 from airlock.bridge._results import FLUSH_FRAMES
 from airlock.tools import AuditLog, MemoryAuditStore
 from tests.bridge.frames import decode_frames
@@ -22,6 +22,14 @@ pytestmark = pytest.mark.anyio
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.fixture(autouse=True)
+def turn_s(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A turn of the loop as long as the burst takes: how results are written together is
+    counted in frames here, whatever the machine's speed (the time a turn may take is
+    tested on its own, below)."""
+    monkeypatch.setattr(_server, "TURN_S", 60.0)
 
 
 class WriteLog:
@@ -95,6 +103,15 @@ async def test_a_burst_is_answered_in_writes_of_a_few_results(calls: int, sizes:
     log = await _answer_burst(calls)
     assert [len(ids) for ids, _ in log.writes] == sizes
     assert [i for ids, _ in log.writes for i in ids] == list(range(2, calls + 2))
+
+
+async def test_a_turn_that_has_taken_its_time_leaves_the_rest_for_the_next(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # No time at all: each turn of the loop handles one frame, and its result leaves then.
+    monkeypatch.setattr(_server, "TURN_S", 0.0)
+    log = await _answer_burst(5)
+    assert [ids for ids, _ in log.writes] == [[2], [3], [4], [5], [6]]
 
 
 async def test_the_first_answers_leave_before_the_rest_of_the_burst_is_handled() -> None:
