@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from typing import Final
 
 from airlock.harness._model_tools import ModelResult
 from airlock.harness._results import success
@@ -91,7 +92,7 @@ class PausedBatches:
             )
         items = await self._writes.commit_batch(batch.id, self.principal)
         body = _summary(batch, items)
-        waiting = any(i.state in ("waiting", "approved", "sending", "unknown") for i in items)
+        waiting = any(i.state == "waiting" or i.state in _UNDECIDED for i in items)
         if not waiting:
             self._batches.pop(batch.id, None)
         return success(body, code="needs_approval" if body["status"] == "waiting" else None)
@@ -110,6 +111,10 @@ class PausedBatches:
         return self.waiting()
 
 
+_UNDECIDED: Final = ("approved", "sending", "unknown")
+"""Item states that may yet end committed: a batch holding one is not settled."""
+
+
 def _summary(batch: Batch, items: Sequence[BatchItem]) -> dict[str, object]:
     """Where a batch's items stand, in short: counts and preview ids by state."""
     by_state: dict[str, list[str]] = {}
@@ -120,11 +125,16 @@ def _summary(batch: Batch, items: Sequence[BatchItem]) -> dict[str, object]:
         status = "committed"
     elif counts.get("waiting"):
         status = "waiting"
+    elif any(counts.get(state) for state in _UNDECIDED):
+        status = "undecided"
     else:
         status = "settled"
     messages = {
         "committed": "every item is committed, each once; do not propose them again",
         "waiting": "some items still wait for a person; tell the user",
+        "undecided": "some items have no definite answer yet: the system may have made them. "
+        "Resume this batch later (it sends them again with the same key, never twice) and "
+        "tell the user; do not propose them again",
         "settled": "the batch is settled: the items that are not committed were denied, "
         "expired or failed; tell the user, and do not retry them without being asked",
     }
