@@ -12,6 +12,7 @@ from __future__ import annotations
 import hmac
 import re
 
+from airlock.tools._batch_records import Batch
 from airlock.tools._errors import (
     ApprovalMismatchError,
     ConflictError,
@@ -138,9 +139,9 @@ def deny_preview(
         raise _not_waiting(exc.preview) from None
 
 
-def is_requester(approver: str, preview: Preview) -> bool:
-    """Whether ``approver`` is the principal who asked for ``preview`` (``USER`` or
-    ``USER@TENANT``)."""
+def is_requester(approver: str, preview: Preview | Batch) -> bool:
+    """Whether ``approver`` is the principal who asked for ``preview`` (or proposed a batch):
+    ``USER`` or ``USER@TENANT``."""
     who = preview.principal
     return approver in (who.user_id, f"{who.user_id}@{who.tenant_id}")
 

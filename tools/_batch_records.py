@@ -50,3 +50,6 @@ class BatchItem:
     """The error code of an item that did not go through (``preview_expired``...)."""
     receipt: JSONObject | None = None
     """The system of record's receipt, for a committed item."""
+    approved_now: bool = False
+    """Whether the call that returned this item approved it (:func:`approve_batch`): not an
+    item someone else approved meanwhile, nor one approved before."""

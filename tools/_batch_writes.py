@@ -91,16 +91,22 @@ class BatchWrites:
         return batch
 
     def approve_batch(
-        self, batch_id: str, *, approver: str, fingerprint: str, reason: str = ""
+        self,
+        batch_id: str,
+        *,
+        approver: str,
+        fingerprint: str,
+        reason: str = "",
+        self_approval: bool = False,
     ) -> tuple[BatchItem, ...]:
         """A person approves every waiting item of the batch with its one fingerprint (see
-        :func:`~airlock.tools.approve_batch`); each approval is audited.
+        :func:`~airlock.tools.approve_batch`); ``self_approval`` is the policy's setting.
+        Each approval this call recorded is audited in the approver's name (not one another
+        person recorded meanwhile).
 
         Raises:
             ToolError: as :func:`~airlock.tools.approve_batch`.
         """
-        _, before = load_batch(self.ledger, batch_id)
-        waiting = {p.id for p in before if p.state == "prepared"}
         items = approve_batch(
             self.ledger,
             batch_id,
@@ -108,9 +114,11 @@ class BatchWrites:
             now=self.clock(),
             fingerprint=fingerprint,
             reason=reason,
+            self_approval=self_approval,
         )
-        for preview in before:
-            if preview.id in waiting and self._approved_now(preview.id):
+        for item in items:
+            preview = self.ledger.preview(item.preview_id) if item.approved_now else None
+            if preview is not None:
                 self._sender.audit(
                     preview,
                     "authorize",
@@ -122,10 +130,6 @@ class BatchWrites:
                     approver=approver,
                 )
         return items
-
-    def _approved_now(self, preview_id: str) -> bool:
-        current = self.ledger.preview(preview_id)
-        return current is not None and current.state == "approved"
 
     async def commit_batch(self, batch_id: str, session: Principal) -> tuple[BatchItem, ...]:
         """Commit every approved item of the batch once, each with its own idempotency key

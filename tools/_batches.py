@@ -17,6 +17,7 @@ stands (``approved``, ``committed``, ``denied``, ``expired``...).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import hmac
 import secrets
@@ -25,9 +26,9 @@ from typing import Final
 
 from airlock.policies import Effect
 from airlock.tools._approvals import _check_approver as check_approver
-from airlock.tools._approvals import approve_preview
+from airlock.tools._approvals import approve_preview, is_requester
 from airlock.tools._batch_records import Batch, BatchItem, BatchItemState
-from airlock.tools._errors import ApprovalMismatchError, NotFoundError, ToolError
+from airlock.tools._errors import ApprovalMismatchError, DeniedError, NotFoundError, ToolError
 from airlock.tools._json import JSONObject
 from airlock.tools._ledger import LedgerStore
 from airlock.tools._preview import Preview, canonical_json
@@ -122,7 +123,8 @@ def approve_batch(
     self_approval: bool = False,
 ) -> tuple[BatchItem, ...]:
     """Record that ``approver`` (a person) approved every waiting item of the batch, with the
-    batch's fingerprint; where each item stands afterwards. ``self_approval`` (the policy's
+    batch's fingerprint; where each item stands afterwards, the items this call approved
+    marked :attr:`~airlock.tools.BatchItem.approved_now`. ``self_approval`` (the policy's
     setting) lets the principal who proposed them approve them.
 
     ``fingerprint`` is the one the person was shown; it must be the batch's, or nothing is
@@ -131,11 +133,18 @@ def approve_batch(
 
     Raises:
         NotFoundError: no such batch.
+        DeniedError: ``approver`` proposed the batch (``USER`` or ``USER@TENANT``) and
+            ``self_approval`` is off; nothing is approved.
         ApprovalMismatchError: ``fingerprint`` is not the batch's, or its items changed.
         InvalidInputError: the approver id is malformed or reserved.
     """
     check_approver(approver)
     batch, previews = load_batch(ledger, batch_id)
+    if not self_approval and is_requester(approver, batch):
+        raise DeniedError(
+            f"{approver!r} proposed batch {batch.id!r} and cannot approve it; ask another "
+            "person, or set self_approval = true in the policy"
+        )
     if not hmac.compare_digest(
         fingerprint.encode("utf-8", "surrogatepass"), batch.fingerprint.encode()
     ):
@@ -145,6 +154,7 @@ def approve_batch(
             detail="the given fingerprint differs from the batch's",
         )
     note = f"batch {batch.id}" + (f": {reason}" if reason else "")
+    approved: set[str] = set()
     for preview in previews:
         if preview.state != "prepared" or preview.expired(now):
             continue
@@ -160,7 +170,11 @@ def approve_batch(
             )
         except ToolError:
             continue  # decided meanwhile, or expired: reported as it stands below
-    return batch_items(ledger, batch_id, now=now)
+        approved.add(preview.id)
+    return tuple(
+        dataclasses.replace(item, approved_now=True) if item.preview_id in approved else item
+        for item in batch_items(ledger, batch_id, now=now)
+    )
 
 
 def batch_items(ledger: LedgerStore, batch_id: str, *, now: float) -> tuple[BatchItem, ...]:

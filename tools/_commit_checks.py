@@ -57,7 +57,10 @@ def checked_for_commit(
             detail="given, stored, recomputed or approved fingerprints differ",
         )
     stored = ledger.receipt(preview.key)
-    if stored is not None:
+    # Only this preview's own receipt: a denied or failed preview frees its key, and the
+    # receipt of a later preview of the same intent is no answer to committing this one
+    # (its state is: ``denied``, or ``conflict`` for a failed one, from the claim below).
+    if stored is not None and stored.preview_id == preview.id:
         vault.release(preview.id)
         return dataclasses.replace(stored, replayed=True)
     if preview.expired(now):

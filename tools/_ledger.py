@@ -11,7 +11,12 @@ by implementing this protocol:
 * :meth:`LedgerStore.transition` is a compare-and-set on (state, attempts): of two processes
   claiming the same step, exactly one wins and the other gets :class:`StepStateError`;
 * a claim keeps its owner and lease expiry as given, so another process (on another host too)
-  can take the step over once the owner is gone or the lease ran out (the write path's rule).
+  can take the step over once the owner is gone or the lease ran out (the write path's rule);
+* free text (a summary, a reason, an error, how a step moved) is stored with its control
+  characters other than tab and newline escaped, so both stores hold the same text
+  (PostgreSQL refuses NUL in text);
+* a row that does not read back as its record raises ``ledger_corrupt`` naming it, and only
+  the reads that meet it fail.
 
 Two stores implement it: :class:`~airlock.tools.SQLiteLedgerStore` (a file) and
 :class:`~airlock.tools.postgres.PostgresLedgerStore` (one database for processes on several
@@ -21,13 +26,14 @@ hosts); the ledger suites run every invariant on both (``tests/tools/stores.py``
 from __future__ import annotations
 
 from collections.abc import Collection
+from dataclasses import dataclass
 from typing import Protocol
 
 from airlock.tools._batch_records import Batch
 from airlock.tools._errors import ConflictError
 from airlock.tools._preview import Approval, Preview, Receipt, StepEvent, StepState
 
-__all__ = ["LedgerStore", "StepStateError"]
+__all__ = ["LedgerStore", "StepRef", "StepStateError"]
 
 
 class StepStateError(ConflictError):
@@ -49,6 +55,16 @@ class StepStateError(ConflictError):
         self.expected = tuple(expected)
 
 
+@dataclass(frozen=True, slots=True)
+class StepRef:
+    """A step as a listing names it: plain columns, which read back even when the rest of a
+    damaged row does not (so one damaged row cannot hide the others from reconcile)."""
+
+    id: str
+    tool: str
+    state: StepState
+
+
 class LedgerStore(Protocol):
     """Durable storage of the write path. Every method is one transaction."""
 
@@ -56,7 +72,11 @@ class LedgerStore(Protocol):
         """Store a new ``prepared`` preview, or return the live one that holds its key."""
 
     def preview(self, preview_id: str) -> Preview | None:
-        """The preview with this id, if any."""
+        """The preview with this id, if any.
+
+        Every read raises :class:`~airlock.tools.LedgerCorruptError` naming the row when a
+        row it meets does not read back as its record (changed by hand, a bad restore).
+        """
 
     def previews(
         self,
@@ -67,6 +87,10 @@ class LedgerStore(Protocol):
     ) -> list[Preview]:
         """Previews in the given states (all when ``None``), of one run when ``run_id`` is
         given, newest first."""
+
+    def steps(self, *, states: Collection[StepState], limit: int = 100) -> list[StepRef]:
+        """The id, tool and state of each preview in ``states``, newest first; read each
+        with :meth:`preview`, which raises ``ledger_corrupt`` for a damaged one alone."""
 
     def approval(self, preview_id: str) -> Approval | None:
         """The approval of a preview, if it has one."""

@@ -1,6 +1,7 @@
-"""The steps of the ledger that SQLite and PostgreSQL take alike, and its rows as records.
+"""The steps of the ledger that SQLite and PostgreSQL take alike.
 
-Both stores hold the same columns with the same JSON in text columns. The steps of a
+Both stores hold the same columns with the same JSON in text columns (the rows as records:
+:mod:`airlock.tools._ledger_rows`). The steps of a
 transition (read the step, check it, write its side records, move it, record the event) are
 written once here, in SQL both databases speak, with ``?`` placeholders: the SQLite store
 passes its ``sqlite3.Connection``, the PostgreSQL store a
@@ -11,22 +12,21 @@ transactions, the row lock (``FOR UPDATE``) and which exception says a unique ke
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Collection
 from typing import Any, Protocol
 
-from airlock.policies import Principal
 from airlock.tools._batch_records import Batch
-from airlock.tools._ledger import StepStateError
-from airlock.tools._preview import (
-    STEP_STATES,
-    Approval,
-    Preview,
-    Receipt,
-    StepEvent,
-    StepState,
-    canonical_json,
+from airlock.tools._ledger import StepRef, StepStateError
+from airlock.tools._ledger_rows import (
+    approval_of,
+    batch_of,
+    event_of,
+    ledger_text,
+    preview_of,
+    receipt_of,
+    step_ref_of,
 )
+from airlock.tools._preview import Approval, Preview, Receipt, StepEvent, StepState, canonical_json
 
 __all__ = [
     "APPROVAL_COLUMNS",
@@ -35,14 +35,10 @@ __all__ = [
     "RECEIPT_COLUMNS",
     "LedgerConnection",
     "apply",
-    "approval_of",
-    "batch_of",
     "current_step",
     "event",
     "get_preview",
     "move_step",
-    "preview_of",
-    "preview_row",
     "previews_query",
     "read_approval",
     "read_batch",
@@ -50,8 +46,7 @@ __all__ = [
     "read_history",
     "read_receipt",
     "read_receipts",
-    "receipt_of",
-    "state_of",
+    "read_steps",
 ]
 
 PREVIEW_COLUMNS = (
@@ -137,7 +132,7 @@ def apply(
                 approval.approver,
                 approval.rule,
                 approval.at,
-                approval.reason,
+                ledger_text(approval.reason),
                 approval.consumed_at,
             ),
         )
@@ -175,7 +170,9 @@ def move_step(
     error: str | None,
 ) -> Preview:
     """Move ``current`` to ``to`` (a send counts an attempt), record the event, and return
-    the step as it now is."""
+    the step as it now is (``error`` as :func:`~airlock.tools._ledger_rows.ledger_text`
+    stores it)."""
+    error = None if error is None else ledger_text(error)
     # The step as the row now holds it, built from what was written rather than read back:
     # the columns are plain values (REAL, INTEGER, TEXT) that come back as they went in.
     updated = dataclasses.replace(
@@ -217,7 +214,7 @@ def event(
     conn.execute(
         "INSERT INTO step_events (preview_id, at, from_state, to_state, actor, how) "
         "VALUES (?, ?, ?, ?, ?, ?)",
-        (preview_id, at, from_state, to_state, actor, how[:500]),
+        (preview_id, at, from_state, to_state, ledger_text(actor), ledger_text(how)[:500]),
     )
 
 
@@ -245,6 +242,18 @@ def previews_query(
     return sql, params
 
 
+def read_steps(conn: LedgerConnection, states: Collection[StepState], limit: int) -> list[StepRef]:
+    """The query of :meth:`~airlock.tools.LedgerStore.steps`."""
+    wanted = sorted(set(states))
+    if not wanted:
+        return []
+    sql = (
+        f"SELECT id, tool, state FROM previews WHERE state IN ({', '.join('?' * len(wanted))}) "
+        "ORDER BY created DESC, id LIMIT ?"
+    )
+    return [step_ref_of(row) for row in conn.execute(sql, (*wanted, int(limit))).fetchall()]
+
+
 def read_approval(conn: LedgerConnection, preview_id: str) -> Approval | None:
     sql = f"SELECT {APPROVAL_COLUMNS} FROM approvals WHERE preview_id = ?"
     row = conn.execute(sql, (preview_id,)).fetchone()
@@ -267,17 +276,7 @@ def read_history(conn: LedgerConnection, preview_id: str) -> list[StepEvent]:
         "WHERE preview_id = ? ORDER BY id",
         (preview_id,),
     ).fetchall()
-    return [
-        StepEvent(
-            preview_id=str(r[0]),
-            at=float(r[1]),
-            from_state=None if r[2] is None else state_of(r[2]),
-            to_state=state_of(r[3]),
-            actor=str(r[4]),
-            how=str(r[5]),
-        )
-        for r in rows
-    ]
+    return [event_of(r) for r in rows]
 
 
 def read_batch(conn: LedgerConnection, batch_id: str) -> Batch | None:
@@ -294,98 +293,3 @@ def read_batches(conn: LedgerConnection, run_id: str | None, limit: int) -> list
     sql += " ORDER BY created DESC, id LIMIT ?"
     params.append(int(limit))
     return [batch_of(row) for row in conn.execute(sql, params).fetchall()]
-
-
-def preview_row(p: Preview) -> tuple[object, ...]:
-    return (
-        p.id,
-        p.run_id,
-        p.tool,
-        p.principal.user_id,
-        p.principal.tenant_id,
-        p.principal.model_dump_json(),
-        canonical_json(p.effect).decode(),
-        json.dumps(list(p.effects)),
-        p.summary,
-        p.key,
-        p.fingerprint,
-        p.rule,
-        p.created,
-        p.expires,
-        p.state,
-        p.updated,
-        p.attempts,
-        p.owner,
-        p.lease_until,
-        p.error,
-    )
-
-
-def state_of(value: object) -> StepState:
-    if value not in STEP_STATES:
-        raise ValueError(f"the ledger holds an unknown state {value!r}")
-    return value
-
-
-def preview_of(r: tuple[Any, ...]) -> Preview:
-    return Preview(
-        id=str(r[0]),
-        run_id=str(r[1]),
-        tool=str(r[2]),
-        principal=Principal.model_validate_json(r[5]),
-        effect=json.loads(r[6]),
-        effects=tuple(str(e) for e in json.loads(r[7])),
-        summary=str(r[8]),
-        key=str(r[9]),
-        fingerprint=str(r[10]),
-        rule=str(r[11]),
-        created=float(r[12]),
-        expires=float(r[13]),
-        state=state_of(r[14]),
-        updated=float(r[15]),
-        attempts=int(r[16]),
-        owner=None if r[17] is None else str(r[17]),
-        lease_until=None if r[18] is None else float(r[18]),
-        error=None if r[19] is None else str(r[19]),
-    )
-
-
-def approval_of(r: tuple[Any, ...]) -> Approval:
-    kind = r[2]
-    if kind not in ("policy", "person"):
-        raise ValueError(f"the ledger holds an unknown approver kind {kind!r}")
-    return Approval(
-        preview_id=str(r[0]),
-        fingerprint=str(r[1]),
-        kind=kind,
-        approver=str(r[3]),
-        rule=str(r[4]),
-        at=float(r[5]),
-        reason=str(r[6]),
-        consumed_at=None if r[7] is None else float(r[7]),
-    )
-
-
-def batch_of(r: tuple[Any, ...]) -> Batch:
-    return Batch(
-        id=str(r[0]),
-        run_id=str(r[1]),
-        principal=Principal.model_validate_json(r[2]),
-        items=tuple(str(i) for i in json.loads(r[3])),
-        fingerprint=str(r[4]),
-        created=float(r[5]),
-    )
-
-
-def receipt_of(r: tuple[Any, ...]) -> Receipt:
-    resolved = r[5]
-    if resolved not in ("send", "resend", "query"):
-        raise ValueError(f"the ledger holds an unknown resolution {resolved!r}")
-    return Receipt(
-        key=str(r[0]),
-        preview_id=str(r[1]),
-        tool=str(r[2]),
-        data=json.loads(r[3]),
-        stored_at=float(r[4]),
-        resolved_by=resolved,
-    )

@@ -29,7 +29,8 @@ from typing import TypeVar
 from psycopg import errors
 
 from airlock.tools._batch_records import Batch
-from airlock.tools._ledger import StepStateError
+from airlock.tools._ledger import StepRef, StepStateError
+from airlock.tools._ledger_rows import preview_of, preview_row, readable_rows
 from airlock.tools._ledger_sql import (
     BATCH_COLUMNS,
     PREVIEW_COLUMNS,
@@ -38,8 +39,6 @@ from airlock.tools._ledger_sql import (
     event,
     get_preview,
     move_step,
-    preview_of,
-    preview_row,
     previews_query,
     read_approval,
     read_batch,
@@ -47,9 +46,10 @@ from airlock.tools._ledger_sql import (
     read_history,
     read_receipt,
     read_receipts,
+    read_steps,
 )
 from airlock.tools._postgres_audit import QmarkConnection
-from airlock.tools._postgres_connection import PostgresDatabase
+from airlock.tools._postgres_connection import PostgresDatabase, redact_url
 from airlock.tools._preview import (
     LIVE_STATES,
     STEP_STATES,
@@ -108,8 +108,10 @@ class PostgresLedgerStore:
         query = previews_query(states, limit, run_id)
         if query is None:
             return []
-        rows = self._read(lambda conn: conn.execute(*query).fetchall())
-        return [preview_of(row) for row in rows]
+        return self._read(lambda conn: [preview_of(r) for r in conn.execute(*query).fetchall()])
+
+    def steps(self, *, states: Collection[StepState], limit: int = 100) -> list[StepRef]:
+        return self._read(lambda conn: read_steps(conn, states, limit))
 
     def approval(self, preview_id: str) -> Approval | None:
         return self._read(lambda conn: read_approval(conn, preview_id))
@@ -130,7 +132,8 @@ class PostgresLedgerStore:
         return self._read(lambda conn: read_batches(conn, run_id, limit))
 
     def _read(self, fn: Callable[[QmarkConnection], T]) -> T:
-        return self._db.read(lambda conn: fn(QmarkConnection(conn)))
+        with readable_rows(redact_url(self.url)):
+            return self._db.read(lambda conn: fn(QmarkConnection(conn)))
 
     # -- writes -------------------------------------------------------------------------
 
@@ -167,7 +170,7 @@ class PostgresLedgerStore:
         # The live preview that holds the key may leave the live states between the insert
         # that collided with it and the read of it; then the key is free: insert again.
         for _ in range(10):
-            with self._db.transaction() as conn:
+            with readable_rows(redact_url(self.url)), self._db.transaction() as conn:
                 if conn.execute(insert, preview_row(preview)).fetchone() is not None:
                     event(
                         QmarkConnection(conn),
@@ -206,7 +209,7 @@ class PostgresLedgerStore:
             raise ValueError(f"unknown step state {to!r}; use one of {STEP_STATES}")
         current: Preview | None = None
         try:
-            with self._db.transaction() as pg:
+            with readable_rows(redact_url(self.url)), self._db.transaction() as pg:
                 conn = QmarkConnection(pg)
                 current = current_step(
                     conn, preview_id, expect, expect_attempts, lock=" FOR UPDATE"

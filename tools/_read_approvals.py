@@ -1,4 +1,5 @@
-"""Running a read that a person approved, and ending one a crash interrupted.
+"""Running a read that a person approved (reconcile ends one a crash interrupted:
+:func:`~airlock.tools._reconcile.end_read`).
 
 An approved read is claimed like a commit (``approved`` → ``sending``), run with the
 validated arguments its preview holds (sealed values given back from memory), and its shaped
@@ -14,15 +15,13 @@ import contextlib
 from airlock.tools._arguments import validate_arguments
 from airlock.tools._context import CallContext
 from airlock.tools._errors import PreviewExpiredError, ToolError
-from airlock.tools._ledger import LedgerStore, StepStateError
 from airlock.tools._preview import Preview, Receipt, canonical_json
-from airlock.tools._reconcile import Resolution, needs_resolving
 from airlock.tools._registry import Registry
 from airlock.tools._sealed import SecretVault, sealed_fields
 from airlock.tools._sender import Sender
 from airlock.tools._spec import ToolSpec
 
-__all__ = ["end_read", "run_claimed_read"]
+__all__ = ["run_claimed_read"]
 
 
 async def run_claimed_read(
@@ -61,38 +60,3 @@ async def run_claimed_read(
             )
         raise
     return sender.store_receipt(spec, claimed, raw, resolved_by="send", actor="approved read")
-
-
-def end_read(ledger: LedgerStore, preview: Preview, *, now: float) -> Resolution:
-    """An approved read left ``unknown`` or ``sending`` by a process that is gone: it changed
-    nothing, so it ends ``failed`` (asked again, it runs again)."""
-    if preview.state == "sending" and not needs_resolving(preview, now):
-        return Resolution(
-            preview_id=preview.id,
-            tool=preview.tool,
-            before=preview.state,
-            after=preview.state,
-            outcome="in_flight",
-            how=f"a live process ({preview.owner}) is running it",
-        )
-    try:
-        after = ledger.transition(
-            preview.id,
-            expect={preview.state},
-            expect_attempts=preview.attempts,
-            to="failed",
-            at=now,
-            actor="reconcile",
-            how="an approved read was interrupted; it changed nothing",
-            error="interrupted",
-        )
-    except StepStateError as exc:
-        after = exc.preview
-    return Resolution(
-        preview_id=preview.id,
-        tool=preview.tool,
-        before=preview.state,
-        after=after.state,
-        outcome="failed" if after.state == "failed" else "in_flight",
-        how="an interrupted read changed nothing",
-    )

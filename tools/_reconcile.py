@@ -3,23 +3,33 @@
 A step needs resolving when the system of record may have acted and the ledger holds no
 receipt: ``unknown`` (a send timed out or failed without a definite answer), or ``sending``
 whose sender is gone — its lease ran out, or it was a process on this host that no longer
-exists (killed between send and receipt).
+exists (killed between send and receipt). An approved read left so changed nothing: it ends
+``failed``. A step whose ledger row does not read back is reported ``unresolved`` and left
+for a person; the others are resolved all the same.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
 from airlock.tools._approvals import load_preview
 from airlock.tools._egress import checked_invoke, reach_of
-from airlock.tools._errors import AmbiguousWriteError, ToolError
-from airlock.tools._ledger import StepStateError
+from airlock.tools._errors import AmbiguousWriteError, LedgerCorruptError, ToolError
+from airlock.tools._ledger import LedgerStore, StepRef, StepStateError
 from airlock.tools._preview import Preview, Receipt, StepState
 from airlock.tools._registry import Registry
 from airlock.tools._sender import Sender, effect_of, owner_alive
 
-__all__ = ["Resolution", "ResolutionOutcome", "needs_resolving", "resolve"]
+__all__ = [
+    "Resolution",
+    "ResolutionOutcome",
+    "end_read",
+    "needs_resolving",
+    "resolve",
+    "resolve_all",
+]
 
 ResolutionOutcome = Literal["committed", "failed", "unresolved", "in_flight"]
 
@@ -51,6 +61,41 @@ def needs_resolving(preview: Preview, now: float) -> bool:
         return True
     alive = owner_alive(preview.owner)
     return alive is False
+
+
+async def resolve_all(
+    sender: Sender, registry: Registry, *, settled: Callable[[str], None]
+) -> list[Resolution]:
+    """Resolve every ``unknown`` step and every ``sending`` one whose sender is gone, each on
+    its own: a damaged row is reported ``unresolved`` and the others are resolved.
+    ``settled(preview_id)`` is called after each write step's resolution."""
+    results = []
+    ledger = sender.ledger
+    for step in ledger.steps(states={"unknown", "sending"}, limit=1_000_000):
+        try:
+            preview = ledger.preview(step.id)
+            if preview is None or preview.state not in ("unknown", "sending"):
+                continue  # settled by another process since the listing
+            spec = registry.get(preview.tool)
+            if spec is not None and spec.write is None:
+                results.append(end_read(ledger, preview, now=sender.clock()))
+                continue
+            results.append(await resolve(sender, registry, preview))
+            settled(preview.id)
+        except LedgerCorruptError as exc:
+            results.append(_unreadable(step, exc))
+    return results
+
+
+def _unreadable(step: StepRef, exc: LedgerCorruptError) -> Resolution:
+    return Resolution(
+        preview_id=step.id,
+        tool=step.tool,
+        before=step.state,
+        after=step.state,
+        outcome="unresolved",
+        how=f"skipped: {exc.message}"[:500],
+    )
 
 
 async def resolve(sender: Sender, registry: Registry, preview: Preview) -> Resolution:
@@ -127,3 +172,38 @@ async def resolve(sender: Sender, registry: Registry, preview: Preview) -> Resol
         return result(after, outcome, f"resend refused: {exc.code}")
     after = load_preview(sender.ledger, claimed.id)
     return result(after, "committed", "resent with the same key", receipt)
+
+
+def end_read(ledger: LedgerStore, preview: Preview, *, now: float) -> Resolution:
+    """An approved read left ``unknown`` or ``sending`` by a process that is gone: it changed
+    nothing, so it ends ``failed`` (asked again, it runs again)."""
+    if preview.state == "sending" and not needs_resolving(preview, now):
+        return Resolution(
+            preview_id=preview.id,
+            tool=preview.tool,
+            before=preview.state,
+            after=preview.state,
+            outcome="in_flight",
+            how=f"a live process ({preview.owner}) is running it",
+        )
+    try:
+        after = ledger.transition(
+            preview.id,
+            expect={preview.state},
+            expect_attempts=preview.attempts,
+            to="failed",
+            at=now,
+            actor="reconcile",
+            how="an approved read was interrupted; it changed nothing",
+            error="interrupted",
+        )
+    except StepStateError as exc:
+        after = exc.preview
+    return Resolution(
+        preview_id=preview.id,
+        tool=preview.tool,
+        before=preview.state,
+        after=after.state,
+        outcome="failed" if after.state == "failed" else "in_flight",
+        how="an interrupted read changed nothing",
+    )

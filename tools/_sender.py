@@ -4,7 +4,8 @@ A step is *claimed* (``approved``/``unknown`` → ``sending``) by a compare-and-
 ledger before anything is sent, with this process as its owner and a lease. The send runs
 under the tool's timeout. A receipt is stored in the same transaction that marks the step
 ``committed``; a refusal (a ``ToolError`` with outcome ``error``) marks it ``failed``; any
-other ending (timeout, lost reply, unexpected error, unusable receipt) marks it ``unknown``.
+other ending (timeout, lost reply, unexpected error, unusable receipt, a ledger that fails
+to store the receipt) is ``ambiguous_write`` and marks it ``unknown`` if the ledger lets it.
 """
 
 from __future__ import annotations
@@ -156,7 +157,9 @@ class Sender:
         """Store the receipt under the key and mark the step committed, in one transaction.
 
         Raises:
-            AmbiguousWriteError: the answer does not fit the receipt model (step ``unknown``).
+            AmbiguousWriteError: the answer does not fit the receipt model, or the ledger
+                failed to store it (step ``unknown`` when the ledger lets it be marked, else
+                still ``sending`` until its lease runs out).
             ConflictError: another process took the step over and stored no receipt.
         """
         try:
@@ -187,14 +190,12 @@ class Sender:
             )
         except StepStateError as exc:
             # Our lease ran out and a reconciler resolved it meanwhile: theirs stands.
-            stored = self.ledger.receipt(claimed.key)
-            if stored is None:
-                raise ConflictError(
-                    f"preview {claimed.id!r} was taken over while sending; reconcile it",
-                    outcome="unknown",
-                    detail=str(exc),
-                ) from None
-            return dataclasses.replace(stored, replayed=True)
+            return self.taken_over(claimed, exc)
+        except Exception as exc:
+            # The system acted and the ledger did not record it (locked, unreachable, ...):
+            # never "nothing was written". Commit again or reconcile, with the same key.
+            why = f"the receipt could not be stored: {type(exc).__name__}: {exc}"
+            raise self.ambiguous(claimed, why[:300]) from exc
         self.audit(
             claimed,
             "done",
@@ -205,6 +206,26 @@ class Sender:
             f"{actor}: committed ({resolved_by})",
         )
         return receipt
+
+    def taken_over(self, claimed: Preview, exc: StepStateError) -> Receipt:
+        """The receipt another process stored for ``claimed`` after taking it over, replayed.
+
+        Raises:
+            ConflictError: it stored none (the step was taken over and is not committed).
+            AmbiguousWriteError: the ledger could not be read.
+        """
+        try:
+            stored = self.ledger.receipt(claimed.key)
+        except Exception as error:
+            why = f"the receipt could not be read: {type(error).__name__}: {error}"
+            raise self.ambiguous(claimed, why[:300]) from error
+        if stored is None or stored.preview_id != claimed.id:
+            raise ConflictError(
+                f"preview {claimed.id!r} was taken over while sending; reconcile it",
+                outcome="unknown",
+                detail=str(exc),
+            ) from None
+        return dataclasses.replace(stored, replayed=True)
 
     def refuse_undeclared(
         self, claimed: Preview, check: CallCheck, cause: BaseException | None
@@ -244,8 +265,13 @@ class Sender:
         )
 
     def ambiguous(self, claimed: Preview, why: str) -> AmbiguousWriteError:
-        """Mark the step ``unknown`` and build the error that says so."""
-        self.mark(claimed, "unknown", how=f"no definite answer: {why}", error=why[:200])
+        """Mark the step ``unknown`` if the ledger lets us, and build the error that says
+        so (it must reach the caller even when the ledger fails: the system may have acted).
+        """
+        try:
+            self.mark(claimed, "unknown", how=f"no definite answer: {why}", error=why[:200])
+        except Exception:  # still ``sending``: its lease lets reconcile find it
+            _log.warning("could not mark %s unknown", claimed.id, exc_info=True)
         self.audit(claimed, "execute", "allow", claimed.rule, "unknown", "ambiguous_write", why)
         return AmbiguousWriteError(
             "the change may have happened; commit again (same key) or wait for reconcile",

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
 from airlock.tools._batch_records import Batch
-from airlock.tools._ledger import StepStateError
+from airlock.tools._ledger import StepRef, StepStateError
+from airlock.tools._ledger_rows import preview_of, preview_row, readable_rows
 from airlock.tools._ledger_sql import (
     BATCH_COLUMNS,
     PREVIEW_COLUMNS,
@@ -26,8 +27,6 @@ from airlock.tools._ledger_sql import (
     event,
     get_preview,
     move_step,
-    preview_of,
-    preview_row,
     previews_query,
     read_approval,
     read_batch,
@@ -35,6 +34,7 @@ from airlock.tools._ledger_sql import (
     read_history,
     read_receipt,
     read_receipts,
+    read_steps,
 )
 from airlock.tools._preview import (
     LIVE_STATES,
@@ -48,6 +48,8 @@ from airlock.tools._preview import (
 from airlock.tools._sqlite_connection import SQLiteConnection
 
 __all__ = ["SQLiteLedgerStore"]
+
+T = TypeVar("T")
 
 _STATES = ", ".join(f"'{s}'" for s in STEP_STATES)
 _LIVE = ", ".join(f"'{s}'" for s in sorted(LIVE_STATES))
@@ -157,7 +159,7 @@ class SQLiteLedgerStore:
     # -- reads --------------------------------------------------------------------------
 
     def preview(self, preview_id: str) -> Preview | None:
-        return self._db.read(lambda conn: get_preview(conn, preview_id))
+        return self._read(lambda conn: get_preview(conn, preview_id))
 
     def previews(
         self,
@@ -169,26 +171,32 @@ class SQLiteLedgerStore:
         query = previews_query(states, limit, run_id)
         if query is None:
             return []
-        rows = self._db.read(lambda conn: conn.execute(*query).fetchall())
-        return [preview_of(row) for row in rows]
+        return self._read(lambda conn: [preview_of(r) for r in conn.execute(*query).fetchall()])
+
+    def steps(self, *, states: Collection[StepState], limit: int = 100) -> list[StepRef]:
+        return self._read(lambda conn: read_steps(conn, states, limit))
 
     def approval(self, preview_id: str) -> Approval | None:
-        return self._db.read(lambda conn: read_approval(conn, preview_id))
+        return self._read(lambda conn: read_approval(conn, preview_id))
 
     def receipt(self, key: str) -> Receipt | None:
-        return self._db.read(lambda conn: read_receipt(conn, key))
+        return self._read(lambda conn: read_receipt(conn, key))
 
     def receipts(self, *, limit: int = 100) -> list[Receipt]:
-        return self._db.read(lambda conn: read_receipts(conn, limit))
+        return self._read(lambda conn: read_receipts(conn, limit))
 
     def history(self, preview_id: str) -> list[StepEvent]:
-        return self._db.read(lambda conn: read_history(conn, preview_id))
+        return self._read(lambda conn: read_history(conn, preview_id))
 
     def batch(self, batch_id: str) -> Batch | None:
-        return self._db.read(lambda conn: read_batch(conn, batch_id))
+        return self._read(lambda conn: read_batch(conn, batch_id))
 
     def batches(self, *, run_id: str | None = None, limit: int = 100) -> list[Batch]:
-        return self._db.read(lambda conn: read_batches(conn, run_id, limit))
+        return self._read(lambda conn: read_batches(conn, run_id, limit))
+
+    def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        with readable_rows(self.path):
+            return self._db.read(fn)
 
     # -- writes -------------------------------------------------------------------------
 
@@ -218,7 +226,7 @@ class SQLiteLedgerStore:
     def add_preview(self, preview: Preview) -> Preview:
         if preview.state != "prepared":
             raise ValueError(f"a new preview must be 'prepared', not {preview.state!r}")
-        with self._db.transaction() as conn:
+        with readable_rows(self.path), self._db.transaction() as conn:
             live = conn.execute(
                 f"SELECT {PREVIEW_COLUMNS} FROM previews WHERE key = ? AND state IN ({_LIVE})",
                 (preview.key,),
@@ -251,7 +259,7 @@ class SQLiteLedgerStore:
     ) -> Preview:
         if to not in STEP_STATES:
             raise ValueError(f"unknown step state {to!r}; use one of {STEP_STATES}")
-        with self._db.transaction() as conn:
+        with readable_rows(self.path), self._db.transaction() as conn:
             current = current_step(conn, preview_id, expect, expect_attempts)
             try:
                 apply(conn, current, expect, approval, consume_approval, receipt, at)

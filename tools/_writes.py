@@ -68,8 +68,8 @@ from airlock.tools._ledger import LedgerStore
 from airlock.tools._prepare import model_message
 from airlock.tools._preview import Approval, Preview, Receipt, ResolvedBy
 from airlock.tools._proposals import propose_read, propose_write
-from airlock.tools._read_approvals import end_read, run_claimed_read
-from airlock.tools._reconcile import Resolution, resolve
+from airlock.tools._read_approvals import run_claimed_read
+from airlock.tools._reconcile import Resolution, resolve_all
 from airlock.tools._registry import Registry
 from airlock.tools._sealed import SealedSender, SecretVault
 from airlock.tools._sender import approver_of
@@ -200,8 +200,10 @@ class WritePath(BatchWrites):
         return await self.propose(self.registry.admit(name, args, ctx), ctx)
 
     def receipt(self, preview: Preview) -> Receipt | None:
-        """The receipt stored for ``preview``'s key, if it was committed."""
-        return self.ledger.receipt(preview.key)
+        """The receipt stored for ``preview``'s key, if it was committed (not another
+        preview's of the same intent, which may hold the key a denied one freed)."""
+        stored = self.ledger.receipt(preview.key)
+        return stored if stored is not None and stored.preview_id == preview.id else None
 
     # -- approval ------------------------------------------------------------------------
 
@@ -364,17 +366,10 @@ class WritePath(BatchWrites):
 
         Each is claimed like a commit (so two reconcilers never both act), then the system
         of record is queried (when the tool declares ``lookup``) or the same key is resent.
-        Never a fresh write; how each was resolved is recorded in the ledger.
+        Never a fresh write; how each was resolved is recorded in the ledger. A step whose
+        ledger row does not read back is skipped, reported ``unresolved``.
         """
-        results = []
-        for preview in self.ledger.previews(states={"unknown", "sending"}, limit=1_000_000):
-            spec = self.registry.get(preview.tool)
-            if spec is not None and spec.write is None:
-                results.append(end_read(self.ledger, preview, now=self.clock()))
-                continue
-            results.append(await resolve(self._sender, self.registry, preview))
-            self._forget_if_settled(preview.id)
-        return results
+        return await resolve_all(self._sender, self.registry, settled=self._forget_if_settled)
 
     def _spec(self, preview: Preview, *, read: bool = False) -> ToolSpec:
         spec = self.registry.get(preview.tool)

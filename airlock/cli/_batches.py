@@ -13,7 +13,6 @@ from rich.text import Text
 from airlock.cli._literal import literal
 from airlock.tools import (
     BatchItem,
-    DeniedError,
     LedgerStore,
     Registry,
     WritePath,
@@ -44,12 +43,7 @@ def approve_batch_command(
             does not allow self-approval (``denied``).
     """
     batch = store.batch(batch_id)
-    if batch is not None and approver == batch.principal.user_id and not self_approval:
-        raise DeniedError(
-            f"{approver!r} proposed these writes and may not approve them; ask another "
-            "person, or set self_approval = true in the policy",
-            reason="policy",
-        )
+    # approve_batch refuses the requester (USER or USER@TENANT) unless self_approval is on.
     items = approve_batch(
         store,
         batch_id,
@@ -59,7 +53,7 @@ def approve_batch_command(
         reason=reason,
         self_approval=self_approval,
     )
-    approved = sum(1 for i in items if i.state == "approved")
+    approved = sum(1 for i in items if i.approved_now)
     Console().print(
         literal(
             f"approved batch {batch_id} (fingerprint {fingerprint[:16]}…) as {approver}: "

@@ -143,6 +143,7 @@ LEDGER_CALLS: dict[str, Callable[[SQLiteLedgerStore], object]] = {
     "add_preview": lambda s: s.add_preview(make_preview(2)),
     "preview": lambda s: s.preview("pv_1"),
     "previews": lambda s: s.previews(),
+    "steps": lambda s: s.steps(states={"unknown", "sending"}),
     "approval": lambda s: s.approval("pv_1"),
     "receipt": lambda s: s.receipt("key"),
     "receipts": lambda s: s.receipts(),

@@ -17,6 +17,7 @@ from airlock.tools import (
     BATCH_PREFIX,
     ApprovalMismatchError,
     AuditLog,
+    Batch,
     CallContext,
     ConflictError,
     MemoryAuditStore,
@@ -25,6 +26,7 @@ from airlock.tools import (
     SQLiteLedgerStore,
     ToolError,
     WritePath,
+    _batch_writes,
     approve_batch,
     approve_preview,
     batch_fingerprint,
@@ -308,6 +310,80 @@ async def test_a_denied_batch_item_and_the_rest_are_reported_by_batch_items(
     deny_preview(world.ledger, first.id, approver="bob", reason="no", now=world.clock())
     items = batch_items(world.ledger, batch.id, now=world.clock())
     assert [i.state for i in items] == ["denied", "waiting"]
+
+
+def _by_write_path(world: ProposalWorld, batch: Batch, approver: str, own: bool) -> Any:
+    return world.writes.approve_batch(
+        batch.id, approver=approver, fingerprint=batch.fingerprint, self_approval=own
+    )
+
+
+def _by_function(world: ProposalWorld, batch: Batch, approver: str, own: bool) -> Any:
+    return approve_batch(
+        world.ledger,
+        batch.id,
+        approver=approver,
+        now=world.clock(),
+        fingerprint=batch.fingerprint,
+        self_approval=own,
+    )
+
+
+SELF_APPROVALS: list[tuple[str, str, bool, str | None]] = [
+    ("the requester by user id", "alice", False, "denied"),
+    ("the requester as USER@TENANT", "alice@acme", False, "denied"),
+    ("the requester with self-approval on", "alice@acme", True, None),
+    ("another person", "bob", False, None),
+    ("the same user id in another tenant", "alice@globex", False, None),
+]
+
+
+@pytest.mark.parametrize("approve", [_by_write_path, _by_function], ids=["WritePath", "function"])
+@pytest.mark.parametrize(
+    ("name", "approver", "own", "code"), SELF_APPROVALS, ids=[c[0] for c in SELF_APPROVALS]
+)
+async def test_the_requester_cannot_approve_their_own_batch(
+    world: ProposalWorld,
+    approve: Callable[[ProposalWorld, Batch, str, bool], Any],
+    name: str,
+    approver: str,
+    own: bool,
+    code: str | None,
+) -> None:
+    batch = world.writes.store_batch(await world.propose("inv_18", "inv_19"))
+    if code is None:
+        items = approve(world, batch, approver, own)
+        assert [(i.state, i.approved_now) for i in items] == [("approved", True)] * 2
+        return
+    with pytest.raises(ToolError) as refused:  # up front, as for a single preview
+        approve(world, batch, approver, own)
+    assert refused.value.code == code
+    assert "self_approval = true" in refused.value.message
+    assert {world.ledger.preview(i).state for i in batch.items} == {"prepared"}  # type: ignore[union-attr]
+
+
+async def test_a_batch_approval_audits_only_the_approvals_it_recorded(
+    world: ProposalWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first, second = await world.propose("inv_20", "inv_21")
+    batch = world.writes.store_batch([first, second])
+    real = _batch_writes.approve_batch
+
+    def carol_first(ledger: Any, batch_id: str, **kw: Any) -> Any:
+        # Carol approves one item herself while dave's batch approval is under way.
+        approve_preview(ledger, first.id, approver="carol", now=kw["now"])
+        return real(ledger, batch_id, **kw)
+
+    monkeypatch.setattr(_batch_writes, "approve_batch", carol_first)
+    items = world.writes.approve_batch(batch.id, approver="dave", fingerprint=batch.fingerprint)
+
+    assert [(i.state, i.approved_now) for i in items] == [("approved", False), ("approved", True)]
+    credited = [
+        (e.call_id, e.approver)
+        for e in world.audit.query(run_id="run_p")
+        if e.stage == "authorize" and e.approver is not None
+    ]
+    assert credited == [(second.id, "dave")]  # carol's approval is not dave's
 
 
 async def test_an_unknown_batch_is_not_found(world: ProposalWorld) -> None:

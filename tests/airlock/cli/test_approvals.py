@@ -148,6 +148,16 @@ def test_unknown_preview_and_missing_ledger(world: World, tmp_path: Path) -> Non
     assert "no ledger" in missing.output
 
 
+def test_a_damaged_row_is_one_line_naming_it(world: World, waiting: Preview) -> None:
+    world.sql("UPDATE previews SET principal = ? WHERE id = ?", ("garbage", waiting.id))
+    for command in (["list", "--all"], ["show", waiting.id]):
+        result = runner.invoke(app, ["approvals", *command, *_ledger(world)])
+        assert result.exit_code == 2, result.output
+        assert "error (ledger_corrupt)" in result.output
+        assert waiting.id in result.output
+        assert "Traceback" not in result.output
+
+
 def test_default_ledger_lives_in_airlock_home(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

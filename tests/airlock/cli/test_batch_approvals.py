@@ -72,6 +72,7 @@ REFUSED: list[tuple[str, list[str], str]] = [
     ("another fingerprint", ["--fingerprint", "0" * 64, "--as", "bob"], "approval_mismatch"),
     ("no fingerprint", ["--as", "bob"], "invalid_input"),
     ("the requester approving their own batch", ["--as", "alice"], "denied"),
+    ("the requester as USER@TENANT", ["--as", "alice@acme"], "denied"),
     ("an empty approver", ["--as", ""], "invalid_input"),
 ]
 
