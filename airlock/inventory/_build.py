@@ -191,8 +191,10 @@ def _tool_entry(spec: ToolSpec, subject: Subject, *, direct: bool, code: bool) -
             if allowed.kind == "network" and coverage(Grant(effects=(allowed,)), effect) != "none"
         }
         hosts = tuple(sorted({*hosts, *granted}))
-    # A role holds authority in whichever tenant its principal is: every credential applies.
-    tenant = subject.principal.tenant_id if subject.kind == "principal" else None
+    # A role, or a principal no entry binds to a tenant, holds authority in whichever tenant
+    # the session names: every tenant's credential applies.
+    bound = subject.kind == "principal" and not subject.every_tenant
+    tenant = subject.principal.tenant_id if bound else None
     credentials, credential_tenant = credentials_for(spec, tenant)
     return ToolEntry(
         name=spec.name,

@@ -40,8 +40,9 @@ on every machine (what the guest filter refuses is locked, as its rule lines). F
 reason a harness connection is locked as its machine-independent form (``locked_as``), not
 where this machine resolves it.
 ``credentials`` are the ones the subject's calls send (its tenant's, when the adapter picks
-one per tenant), so moving a principal to another tenant shows up twice: the tenant and the
-credential.
+one per tenant; every tenant's for a subject that acts in any tenant), so moving a principal
+to another tenant shows up twice: the tenant and the credential; and a tenant's credential
+added to a tool shows up for every subject that acts in any tenant.
 
 Comparing two locks, the check itself, is :mod:`airlock.inventory._lock_check`.
 """

@@ -110,13 +110,16 @@ class ToolEntry(_Record):
     credentials: tuple[str, ...] = Field(
         description=(
             "Names of the credentials this subject's calls send (never their values): the one "
-            "for its tenant when the adapter picks one per tenant, else every one it declares."
+            "for its tenant when the adapter picks one per tenant and the subject is bound to "
+            "a tenant, else every one it declares."
         )
     )
     credential_tenant: str | None = Field(
         description=(
             "The tenant whose credential ``credentials`` lists, when the adapter picks one per "
-            "tenant; None when every principal's calls may send any of them."
+            "tenant; None when the subject's calls may send any of them (the adapter does not "
+            "pick by tenant, or the subject acts in any tenant: a role, or a principal no "
+            "policy entry binds to a tenant)."
         )
     )
     requires: tuple[Requirement, ...] = Field(

@@ -12,6 +12,7 @@ from typing import Literal, assert_never
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from airlock.inventory._model import (
     ApprovalCase,
@@ -167,19 +168,23 @@ def harness_rows(connections: Sequence[HarnessConnection]) -> list[tuple[str, st
 
 def _table(inventory: Inventory) -> str:
     out = io.StringIO()
-    console = Console(file=out, width=_WIDTH, color_system=None, highlight=False, soft_wrap=False)
-    console.print(f"effect inventory of {inventory.registry} under {inventory.policy}")
+    # Every cell and line is data (hosts like https://[fd00::1], "[grant: partial]", paths
+    # from the environment), never rich markup or emoji codes: each is printed as a Text.
+    console = Console(file=out, width=_WIDTH, color_system=None, highlight=False, soft_wrap=False,
+                      markup=False, emoji=False)  # fmt: skip
+    line = console.print
+    line(Text(f"effect inventory of {inventory.registry} under {inventory.policy}"))
     for subject in inventory.subjects:
-        console.print()
-        console.print(_heading(subject), markup=False)
-        console.print(_grant_line(subject), markup=False)
+        line()
+        line(Text(_heading(subject)))
+        line(Text(_grant_line(subject)))
         table = Table(show_lines=True)
         for column in ("tool", "callers", "scope", "effects", "destinations", "credentials"):
             table.add_column(column, no_wrap=True)
         for column in ("requires", "approval", "idempotency", "reach"):
             table.add_column(column, overflow="fold")
         for tool in subject.tools:
-            table.add_row(
+            cells = (
                 tool.name,
                 ", ".join(tool.callers),
                 tool.scope,
@@ -191,34 +196,34 @@ def _table(inventory: Inventory) -> str:
                 tool.idempotency,
                 _reach_text(tool),
             )
-        console.print(table if subject.tools else "no visible tools")
+            table.add_row(*(Text(cell) for cell in cells))
+        line(table if subject.tools else Text("no visible tools"))
         composed = subject.composed
-        console.print(f"from code (reads only): {_path_text(composed.from_code)}", markup=False)
-        console.print(
-            "proposable from code (each approved before it is made): "
-            + _path_text(composed.proposable_from_code),
-            markup=False,
+        line(Text(f"from code (reads only): {_path_text(composed.from_code)}"))
+        line(
+            Text(
+                "proposable from code (each approved before it is made): "
+                + _path_text(composed.proposable_from_code)
+            )
         )
-        console.print(f"directly: {_path_text(composed.direct)}", markup=False)
-        console.print(f"after approval: {_path_text(composed.after_approval)}", markup=False)
+        line(Text(f"directly: {_path_text(composed.direct)}"))
+        line(Text(f"after approval: {_path_text(composed.after_approval)}"))
         totals = "; ".join(
             f"{t.kind} {t.tools} tool(s), {len(t.patterns)} pattern(s)" for t in composed.totals
         )
-        console.print(f"totals: {totals}", markup=False)
+        line(Text(f"totals: {totals}"))
         for broad in composed.broader_than_scope:
-            console.print(
-                f"broader than scope: {broad.tool}: {'; '.join(broad.reasons)}", markup=False
-            )
-    console.print()
+            line(Text(f"broader than scope: {broad.tool}: {'; '.join(broad.reasons)}"))
+    line()
     table = Table("sandbox", "value", title=None)
     for name, value in sandbox_rows(inventory.sandbox):
-        table.add_row(name, value)
-    console.print(table)
-    console.print()
+        table.add_row(Text(name), Text(value))
+    line(table)
+    line()
     table = Table("harness", "connection", title=None)
     for name, value in harness_rows(inventory.harness):
-        table.add_row(name, value)
-    console.print(table if inventory.harness else "harness: no connections listed")
+        table.add_row(Text(name), Text(value))
+    line(table if inventory.harness else Text("harness: no connections listed"))
     return out.getvalue()
 
 

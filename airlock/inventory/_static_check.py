@@ -24,7 +24,12 @@ What it cannot follow it reports as *unresolved*, never guessed (the lists are i
   string annotation that holds more than a type (``get_type_hints`` evaluates it);
 - a way to the bridge socket without the namespace: ``open`` of a descriptor, ``os``,
   ``socket``, ``sys``, ``gc``, ``subprocess``, ... as an import, an imported name or an
-  attribute of another module.
+  attribute of another module;
+- a change to a tool, ``tools`` or ``tools.propose``: an attribute stored or deleted,
+  ``setattr``/``delattr`` (:mod:`airlock.inventory._static_mutation`), since a tool sends the
+  name it holds;
+- a program nested too deeply for the parser (``RecursionError``, ``MemoryError``): not a
+  syntax error, as an interpreter with other limits may still run it.
 
 A name the principal cannot call from code is reported as *unknown*. A proposal
 (``tools.propose.NAME(...)``) is listed apart, in :attr:`ProgramEffects.proposals`: it is
@@ -46,7 +51,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Mapping
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -75,6 +80,8 @@ __all__ = [
     "Verdict",
     "check_program",
 ]
+
+_MAX_SOURCE: Final = 120
 
 Verdict = Literal["complete", "unknown_tools", "unresolved"]
 """``complete``: every tool the program can call is listed. ``unknown_tools``: resolved, but
@@ -134,10 +141,6 @@ def check_program(source: str, catalog: ToolCatalog, principal: Principal) -> Pr
     Raises:
         ProgramSyntaxError: ``source`` is not valid Python.
     """
-    try:
-        tree = ast.parse(source)
-    except SyntaxError as exc:
-        raise ProgramSyntaxError(exc.msg, line=exc.lineno) from None
     specs = {spec.name: spec for spec in catalog.specs()}
     callable_names = {d.name for d in catalog.visible(principal, "code")}
     proposable = {
@@ -145,7 +148,14 @@ def check_program(source: str, catalog: ToolCatalog, principal: Principal) -> Pr
         for d in catalog.visible(principal, "direct")
         if (write := specs[d.name].write) is not None and write.proposable
     }
-    scan = ProgramScan(source, tree)
+    try:
+        scan = ProgramScan(source, ast.parse(source))
+    except SyntaxError as exc:
+        raise ProgramSyntaxError(exc.msg, line=exc.lineno) from None
+    except (RecursionError, MemoryError) as exc:
+        # Nesting too deep for this process's parser is no syntax error: an interpreter with
+        # other limits (the guest's) may still run it, so it may call anything.
+        return _too_deep(source, exc, _effects_of(sorted(callable_names), specs))
     uses, unknown, proposals = [], [], set()
     for use in scan.uses:
         if use.proposal and use.tool in proposable:
@@ -181,6 +191,19 @@ def check_program(source: str, catalog: ToolCatalog, principal: Principal) -> Pr
         proposals=tuple(sorted(proposals)),
         unresolved=tuple(scan.unresolved),
         may_reach=bound,
+    )
+
+
+def _too_deep(source: str, error: BaseException, every: tuple[str, ...]) -> ProgramEffects:
+    first = " ".join(source.lstrip().split("\n", 1)[0].split())
+    text = first if len(first) <= _MAX_SOURCE else first[: _MAX_SOURCE - 1] + "…"
+    reason = (
+        f"the program nests too deeply for the check to parse ({type(error).__name__}); "
+        "flatten its expressions"
+    )
+    unresolved = Unresolved(line=1, column=0, reason=reason, source=text)
+    return ProgramEffects(
+        tools=(), effects=(), uses=(), unknown=(), unresolved=(unresolved,), may_reach=every
     )
 
 

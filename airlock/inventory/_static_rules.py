@@ -19,6 +19,7 @@ __all__ = [
     "INTROSPECTION_ATTRIBUTES",
     "NAMEDTUPLE_API",
     "REFLECTIVE_NAMES",
+    "attribute_problem",
 ]
 
 DYNAMIC_CALLS: Final = frozenset(
@@ -72,3 +73,16 @@ imported name."""
 
 NAMEDTUPLE_API: Final = frozenset({"_asdict", "_field_defaults", "_fields", "_make", "_replace"})
 """The public methods of named tuples, the only ``_`` attributes the check lets through."""
+
+
+def attribute_problem(name: str) -> str | None:
+    """Why reading the attribute ``name`` of any object is a route the check cannot follow."""
+    if name.startswith("_") and name not in NAMEDTUPLE_API:
+        return f"the private attribute {name!r}, which the check cannot follow"
+    if name in INTROSPECTION_ATTRIBUTES:
+        return f"the frame or code attribute {name!r}, which holds every global"
+    if name in ESCAPE_MODULES:
+        return f"the module {name!r}, which can reach the bridge without the namespace"
+    if name in REFLECTIVE_NAMES:
+        return f"{name!r}, which fetches attributes or runs code from text"
+    return None

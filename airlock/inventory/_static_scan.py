@@ -14,12 +14,12 @@ from typing import Final, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from airlock.bridge import NAMESPACE_MEMBERS
+from airlock.inventory._static_mutation import MUTATING_CALLS, mutation
 from airlock.inventory._static_rules import (
     DYNAMIC_CALLS,
     ESCAPE_MODULES,
-    INTROSPECTION_ATTRIBUTES,
-    NAMEDTUPLE_API,
     REFLECTIVE_NAMES,
+    attribute_problem,
 )
 
 __all__ = ["CallForm", "ProgramScan", "ToolUse", "Unresolved"]
@@ -141,6 +141,10 @@ class ProgramScan:
     # -- uses ------------------------------------------------------------------------------
 
     def _visit(self, node: ast.AST) -> None:
+        changed = mutation(node, self._parents.get(node), namespaces=self.namespaces,
+                           aliases=self.aliases.keys())  # fmt: skip
+        if changed is not None:
+            self._unresolved(*changed)
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
             if node.id in self.namespaces:
                 self._namespace_use(node)
@@ -155,14 +159,14 @@ class ProgramScan:
         elif isinstance(node, ast.Attribute):
             if not self._is_namespace(node.value) and not self._is_alias(node.value):
                 # (the namespace's and a tool's own attributes are judged where they are used)
-                reason = _attribute_problem(node.attr)
+                reason = attribute_problem(node.attr)
                 if reason is not None:
                     self._unresolved(node, reason)
         elif isinstance(node, ast.Import | ast.ImportFrom):
             self._import(node)
         elif isinstance(node, ast.MatchClass):
             for attribute in node.kwd_attrs:
-                reason = _attribute_problem(attribute)
+                reason = attribute_problem(attribute)
                 if reason is not None:
                     self._unresolved(node, f"a class pattern reads {reason}")
         elif isinstance(node, ast.AnnAssign | ast.arg) and node.annotation is not None:
@@ -193,7 +197,7 @@ class ProgramScan:
                     self._unresolved(node, "import * brings names the check cannot see")
                 elif alias.name in DYNAMIC_CALLS:
                     self._unresolved(node, f"import of {alias.name!r} runs code from text")
-                elif (reason := _attribute_problem(alias.name)) is not None:
+                elif (reason := attribute_problem(alias.name)) is not None:
                     self._unresolved(node, f"import of {reason}")
 
     def _dynamic_use(self, node: ast.Name) -> None:
@@ -213,7 +217,7 @@ class ProgramScan:
                 return  # judged by _namespace_use
             literal = parent.args[1] if len(parent.args) >= 2 else None
             if isinstance(literal, ast.Constant) and isinstance(literal.value, str):
-                reason = _attribute_problem(literal.value)
+                reason = attribute_problem(literal.value)
                 if reason is not None:
                     self._unresolved(parent, f"getattr of {reason}")
                 return
@@ -247,7 +251,7 @@ class ProgramScan:
                 )
             )
         if isinstance(node, ast.Attribute):
-            return _attribute_problem(node.attr) is None
+            return attribute_problem(node.attr) is None
         if isinstance(node, ast.BinOp):
             return isinstance(node.op, ast.BitOr)
         return isinstance(
@@ -264,6 +268,8 @@ class ProgramScan:
     def _namespace_use(self, node: ast.Name) -> None:
         parent = self._parents.get(node)
         if isinstance(parent, ast.Attribute) and parent.value is node:
+            if not isinstance(parent.ctx, ast.Load):
+                return  # a store or a delete: unresolved by mutation()
             if parent.attr.startswith("_"):
                 self._unresolved(parent, f"private attribute {parent.attr!r} of the namespace")
             elif parent.attr == "propose":
@@ -282,8 +288,8 @@ class ProgramScan:
                 elif literal not in _MEMBERS:
                     self._tool_use(parent, literal, via=_via(node), form="getattr")
                 return
-            if func in _HARMLESS:
-                return
+            if func in _HARMLESS or func in MUTATING_CALLS:
+                return  # (setattr and delattr: unresolved by mutation())
         if self._is_alias_binding(node, parent):
             return
         self._unresolved(node, "the namespace is used as a value; calls through it are unknown")
@@ -333,6 +339,8 @@ class ProgramScan:
         parent = self._parents.get(node)
         if not (isinstance(parent, ast.Attribute) and parent.value is node):
             return self._unresolved(node, "the propose namespace is used as a value")
+        if not isinstance(parent.ctx, ast.Load):
+            return None  # a store or a delete: unresolved by mutation()
         if parent.attr.startswith("_"):
             return self._unresolved(parent, f"private attribute {parent.attr!r} of proposals")
         start = len(self.uses)
@@ -351,19 +359,6 @@ class ProgramScan:
         if len(text) > _MAX_SOURCE:
             text = text[: _MAX_SOURCE - 1] + "…"
         self.unresolved.append(Unresolved(line=line, column=column, reason=reason, source=text))
-
-
-def _attribute_problem(name: str) -> str | None:
-    """Why reading the attribute ``name`` of any object is a route the check cannot follow."""
-    if name.startswith("_") and name not in NAMEDTUPLE_API:
-        return f"the private attribute {name!r}, which the check cannot follow"
-    if name in INTROSPECTION_ATTRIBUTES:
-        return f"the frame or code attribute {name!r}, which holds every global"
-    if name in ESCAPE_MODULES:
-        return f"the module {name!r}, which can reach the bridge without the namespace"
-    if name in REFLECTIVE_NAMES:
-        return f"{name!r}, which fetches attributes or runs code from text"
-    return None
 
 
 def _bindings(tree: ast.Module) -> Iterator[tuple[str, ast.expr, ast.AST]]:

@@ -7,6 +7,11 @@ principal can reach under this policy.
 
 ``*`` stands for any principal the file does not name (only ``[principals."*"]`` applies to
 it). A role's subject carries the role's own authority, without ``*``.
+
+A principal entry without ``tenant`` applies in every tenant, so the principal it names (for
+``*``: any principal not named) acts in any tenant: its subject says so
+(:attr:`Subject.every_tenant`), and the inventory lists every tenant's credential for it, as
+for a role.
 """
 
 from __future__ import annotations
@@ -40,6 +45,10 @@ class Subject:
     """Who the registry's visibility is computed for (scopes = the grant's)."""
     grant: Grant
     approvals: ApprovalPolicy
+    every_tenant: bool = False
+    """Whether it acts in any tenant (its own policy entry, else ``*``'s, binds none, and no
+    tenant was chosen): ``principal.tenant_id`` is then only the one its grant is computed in,
+    and its calls may send any tenant's credential."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +81,8 @@ class PolicyDocument:
         """The subject for ``user_id`` (``*``: any principal the file does not name).
 
         The tenant is ``tenant`` when given, else the one the file binds the user (or ``*``)
-        to, else ``default``.
+        to, else ``default``. Without ``tenant``, the user's own entry (else ``*``'s) binding
+        none lets it act in any tenant (:attr:`Subject.every_tenant`).
 
         Raises:
             UsageError: ``user_id`` or ``tenant`` is not a valid id.
@@ -85,6 +95,11 @@ class PolicyDocument:
             or _DEFAULT_TENANT
         )
         real_id = user_id if lookup else self._anonymous_id()
+        # The user's own entry (else ``*``) applies in every tenant when it binds none. In a
+        # tenant other than its own, a user with a bound entry holds only ``*``'s authority,
+        # which the ``*`` subject lists.
+        own = lookup if lookup is not None and lookup in self.tenants else ANY_PRINCIPAL
+        every_tenant = not tenant and own in self.tenants and self.tenants[own] is None
         try:
             widest = Principal(user_id=real_id, tenant_id=chosen, scopes=self.scopes)
         except ValidationError:
@@ -99,6 +114,7 @@ class PolicyDocument:
             principal=Principal(user_id=real_id, tenant_id=chosen, scopes=grant.scopes),
             grant=grant,
             approvals=self.policy.approvals_for(widest),
+            every_tenant=every_tenant,
         )
 
     def role(self, name: str) -> Subject:

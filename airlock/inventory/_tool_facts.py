@@ -12,7 +12,7 @@ this module reads the spec, never a handler's attributes, and drops nothing:
   that does not parse (a registry look-alike that skipped registration) is an error, never a
   silent omission;
 - ``credentials``: credential *names* (never values); with ``tenant_credentials`` the one a
-  principal's tenant uses;
+  principal's tenant uses (every one when it acts in any tenant);
 - ``requires``: the evidence each call needs first;
 - ``idempotent`` (bool) or ``idempotency`` (``"keyed"``, ...) on the spec or handler; a
   write tool (``spec.write`` set) commits with an idempotency key.
@@ -73,7 +73,8 @@ def credential_names(spec: ToolSpec) -> tuple[str, ...]:
 
 def credentials_for(spec: ToolSpec, tenant: str | None) -> tuple[tuple[str, ...], str | None]:
     """The credential names calls of a principal in ``tenant`` send, and the tenant they were
-    picked for (``None`` when the adapter does not pick by tenant, or for a role: any tenant).
+    picked for (``None`` when the adapter does not pick by tenant, or for a subject that acts
+    in any tenant: a role, or a principal no entry binds to one).
 
     Raises:
         ToolFactError: as :func:`credential_names`.

@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 from airlock.cli import app
 from airlock.inventory import (
     Inventory,
+    PolicyDocument,
     Subject,
     SubjectInventory,
     SubjectKind,
@@ -24,8 +25,10 @@ from airlock.inventory import (
     ToolFactError,
     UnsafeRegistryError,
     build_inventory,
+    harness_connections,
     inventory_json_schema,
     load_policy_document,
+    render,
     sandbox_effects,
     subject_inventory,
 )
@@ -37,6 +40,7 @@ from airlock.policies import (
     SandboxProfile,
     disclose,
     network,
+    parse_policy,
     read,
     spend,
     write,
@@ -251,11 +255,14 @@ _EFFECTS = [
 ]
 
 
-def _wide(*, tenant: str = "t", kind: SubjectKind = "principal") -> Subject:
+def _wide(
+    *, tenant: str = "t", kind: SubjectKind = "principal", every_tenant: bool = False
+) -> Subject:
     subject = load_policy_document(POLICY).principal("*")
     return replace(
         subject,
         kind=kind,
+        every_tenant=every_tenant,
         principal=Principal(user_id="u", tenant_id=tenant, scopes=frozenset({"svc.use"})),
         grant=Grant(
             scopes=frozenset({"svc.use"}),
@@ -343,6 +350,61 @@ def test_secret_values_never_appear_in_any_output(
         assert SECRET not in output  # ... its value never is
 
 
+# The table prints data as it is: brackets are no rich markup, colons no emoji codes.
+# name: (what differs from a plain inventory, the text the table must show)
+LITERAL_CELLS: dict[str, tuple[dict[str, str], str]] = {
+    "a partial grant's note": (
+        {"effect": "spend({amount_minor} USD)"},
+        "spend({amount_minor} USD) [grant: partial]",
+    ),
+    "an IPv6 destination": (
+        {"destination": "https://[fd00::1]:8443/v1"},
+        "│ https://[fd00::1]:8443/v1 │",  # its cell, not the "directly" line
+    ),
+    "a closing tag in the policy path": ({"policy": "[/p].toml"}, "under [/p].toml"),
+    "a closing tag in the registry": ({"registry": "m[/x]:registry"}, "of m[/x]:registry"),
+    "a closing tag in AIRLOCK_HOME": ({"home": "/srv/airlock[/x]"}, "/srv/airlock[/x]/audit.db"),
+    "a closing tag in DOCKER_HOST": ({"docker_host": "unix:///[/d].sock"}, "unix:///[/d].sock"),
+    "a closing tag in AIRLOCK_IMAGE": ({"image": "img[/i]:1"}, "img[/i]:1 (unknown)"),
+    "a style tag in the policy path": ({"policy": "[bold]p.toml"}, "under [bold]p.toml"),
+    "an emoji code in the policy path": ({"policy": "p:warning:.toml"}, "under p:warning:.toml"),
+}
+
+
+def _table_with(changes: dict[str, str]) -> str:
+    effects = [read("svc:thing/*")]  # one destination, so only its cell names it
+    spec = replace(
+        _spec("svc_thing_get", effects, frozenset({"direct"})),
+        destinations=(changes.get("destination", "api.svc.example"),),
+    )
+    if "effect" in changes:
+        spec = replace(spec, effects=(*effects, Effect.parse(changes["effect"])))
+    subject = replace(_wide(), grant=replace(_wide().grant, spend_limits={"USD": 100}))
+    inventory = build_inventory(
+        FakeCatalog([spec]),
+        [subject],
+        sandbox=sandbox_effects(
+            SandboxProfile(), image=changes.get("image", "img"), image_digest="unknown"
+        ),
+        registry=changes.get("registry", "fake:catalog"),
+        policy=changes.get("policy", "policy.toml"),
+        harness=harness_connections(
+            home=Path(changes.get("home", "/srv/airlock")),
+            model_endpoint="https://api.anthropic.com/v1/messages",
+            model_credential="ANTHROPIC_API_KEY",
+            mcp_host="127.0.0.1",
+            docker_host=changes.get("docker_host"),
+        ),
+    )
+    return render(inventory, "table")
+
+
+@pytest.mark.parametrize("case", sorted(LITERAL_CELLS))
+def test_the_table_prints_every_value_literally(case: str) -> None:
+    changes, expected = LITERAL_CELLS[case]
+    assert expected in _table_with(changes)
+
+
 # -- completeness: every destination, each principal's credential, preconditions -------------
 
 EVERY_FORM = (
@@ -405,6 +467,50 @@ def test_a_principal_lists_its_tenants_credential_and_a_role_every_one() -> None
         ("SVC_KEY_ACME", "SVC_KEY_GLOBEX"),
         None,
     )
+
+
+_SVC = 'scopes = ["svc.use"]\neffects = ["read(svc:**)"]'
+_EVERY_TENANT = (("SVC_KEY_ACME", "SVC_KEY_GLOBEX"), None)
+
+# Principals no entry binds to a tenant act in any tenant (an unbound entry applies whatever
+# tenant the session names), so calls may send every tenant's credential.
+# name: (policy entries, principal, the credentials listed and the tenant they are for)
+UNBOUND_PRINCIPALS: dict[str, tuple[str, str, tuple[tuple[str, ...], str | None]]] = {
+    "* without a tenant": (f'[principals."*"]\n{_SVC}', "*", _EVERY_TENANT),
+    "a user * covers, * without a tenant": (f'[principals."*"]\n{_SVC}', "u", _EVERY_TENANT),
+    "a named user without a tenant": (f"[principals.u]\n{_SVC}", "u", _EVERY_TENANT),
+    "a named user without a tenant, * bound to one": (
+        f'[principals."*"]\ntenant = "acme"\n{_SVC}\n[principals.u]\n{_SVC}',
+        "u",
+        _EVERY_TENANT,
+    ),
+}
+
+
+def _credentials_of(entries: str, user: str, tenant: str | None = None) -> tuple[object, ...]:
+    spec = replace(
+        _spec("svc_thing_get", [read("svc:thing/*")], frozenset({"direct"})),
+        tenant_credentials={"acme": "SVC_KEY_ACME", "globex": "SVC_KEY_GLOBEX"},
+    )
+    document = PolicyDocument(parse_policy(f"version = 1\n{entries}\n"))
+    tool = subject_inventory(FakeCatalog([spec]), document.principal(user, tenant=tenant)).tools[0]
+    return tool.credentials, tool.credential_tenant
+
+
+@pytest.mark.parametrize("case", sorted(UNBOUND_PRINCIPALS))
+def test_a_principal_in_any_tenant_lists_every_tenants_credential(case: str) -> None:
+    entries, user, expected = UNBOUND_PRINCIPALS[case]
+    assert _credentials_of(entries, user) == expected
+
+
+def test_a_principal_bound_to_a_tenant_lists_that_tenants_credential() -> None:
+    unbound = f'[principals."*"]\n{_SVC}'
+    assert _credentials_of(unbound, "*", "globex") == (("SVC_KEY_GLOBEX",), "globex")
+    bound = f'[principals."*"]\ntenant = "acme"\n{_SVC}'
+    assert _credentials_of(bound, "*") == (("SVC_KEY_ACME",), "acme")
+    # Elsewhere only * applies to u; the * subject lists what it may send there.
+    own = f'{unbound}\n[principals.u]\ntenant = "acme"\n{_SVC}'
+    assert _credentials_of(own, "u") == (("SVC_KEY_ACME",), "acme")
 
 
 def test_preconditions_appear_per_tool() -> None:

@@ -165,6 +165,21 @@ _PER_TENANT = both(
     )
 )
 
+# ... and one more tenant's: a principal in any tenant (here *) may send it too.
+_ONE_MORE_TENANT = both(
+    *(
+        tool(
+            n,
+            tenant_credentials={
+                "acme": "BILLING_KEY_ACME",
+                "globex": "BILLING_KEY_GLOBEX",
+                "initech": "BILLING_KEY_INITECH",
+            },
+        )
+        for n in (GET, LIST, REFUND)
+    )
+)
+
 # Ask before any fetch from the CDN hosts, then let one of them through without asking.
 _ASK_CDN = (
     '[[roles.billing_reader.rules]]\nid = "ask-cdn"\naction = "ask"\neffect = "network"\n'
@@ -299,6 +314,7 @@ CHANGES: dict[str, tuple[Edit, Edit, Expected, Expected]] = {
         "growth",
         "growth",
     ),
+    "a tenant's credential added": (_PER_TENANT, _ONE_MORE_TENANT, "growth", "shrink"),
     "precondition removed": (same, tool(REFUND, preconditions=()), "growth", "shrink"),
     "precondition added": (
         same,
@@ -514,3 +530,11 @@ def test_a_bad_lock_file_is_a_usage_error(tmp_path: Path, content: str | None, r
     assert result.exit_code == 2
     assert "error (lock_file)" in result.output
     assert reason in result.output
+
+
+def test_a_new_tenants_credential_is_growth_for_a_principal_in_any_tenant() -> None:
+    changes = compare_locks(lock_of(_PER_TENANT(BASE)), lock_of(_ONE_MORE_TENANT(BASE)))
+    grown = {(c.subject, c.tool, c.kind, c.detail) for c in changes if c.direction == "growth"}
+    assert grown == {
+        ("principal:*", name, "new_credential", "BILLING_KEY_INITECH") for name in (GET, LIST)
+    }

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from airlock.cli import app
 from airlock.inventory import (
     DYNAMIC_CALLS,
     ESCAPE_MODULES,
@@ -16,7 +19,7 @@ from airlock.inventory import (
     check_program,
     load_policy_document,
 )
-from tests.airlock.inventory_registry import POLICY, registry
+from tests.airlock.inventory_registry import POLICY, POLICY_ARG, REGISTRY_REF, REPO, registry
 
 GET = "billing_invoice_get"
 LIST = "billing_invoice_list"
@@ -280,6 +283,17 @@ PROGRAMS: dict[str, tuple[str, set[str], set[str], int, set[str]]] = {
         0,
         {"crm_customer_get"},
     ),
+    # Too deep for the parser (RecursionError, then MemoryError): no syntax error, since an
+    # interpreter with other limits may still run it.
+    "nested too deeply": ("x = " + "-" * 5_000 + "1", set(), set(), 1, set()),
+    "nested too deeply for memory": ("x = " + "-" * 50_000 + "1", set(), set(), 1, set()),
+    "a string annotation nested too deeply": (
+        'x: "' + "-" * 5_000 + '1" = 1\ntools.billing_invoice_get(invoice_id="inv_1")',
+        set(),
+        set(),
+        1,
+        set(),
+    ),
     "misspelled tool is unknown": (
         "tools.billing_invoice_gte()",
         set(),
@@ -411,3 +425,19 @@ def test_a_syntax_error_is_a_usage_error() -> None:
         _check("def broken(:\n")
     assert info.value.code == "program_syntax"
     assert info.value.line == 1
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["nested too deeply", "nested too deeply for memory", "a string annotation nested too deeply"],
+)
+def test_program_effects_exits_unresolved_on_a_program_nested_too_deeply(
+    case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(REPO)
+    program = tmp_path / "deep.py"
+    program.write_text(PROGRAMS[case][0])
+    args = ["program-effects", str(program), "--registry", REGISTRY_REF, "--policy", POLICY_ARG]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 3, result.output
+    assert "nests too deeply" in result.output

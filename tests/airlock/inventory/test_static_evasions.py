@@ -195,6 +195,83 @@ def test_the_static_verdict_of_each_evasion(case: str) -> None:
     assert (report.verdict == "complete") == (case in {"a plain call", "an alias in a loop"})
 
 
+# A tool sends the name it holds: a program that changes a tool object calls what the check
+# cannot name. name: (program, the line the check names as unresolved)
+TOOL_CHANGES: dict[str, tuple[str, int]] = {
+    "an alias renamed": (
+        f"""
+        f = tools.{ITEM}
+        f.name = "{SECRET}"
+        f(record_id="rec_1")
+        """,
+        3,
+    ),
+    "a tool renamed in place": (
+        f'tools.{ITEM}.name = "{SECRET}"\ntools.{ITEM}(record_id="rec_1")',
+        1,
+    ),
+    "a literal getattr renamed": (
+        f'getattr(tools, "{ITEM}").name = "{SECRET}"\ntools.{ITEM}(record_id="rec_1")',
+        1,
+    ),
+    "a renamed augmented": (
+        f'f = tools.{ITEM}\nf.name = "records_"\nf.name += "secret_get"\nf(record_id="rec_1")',
+        2,
+    ),
+    "a rename as a loop target": (
+        f'f = tools.{ITEM}\nfor f.name in ["{SECRET}"]:\n    f(record_id="rec_1")',
+        2,
+    ),
+    "setattr on an alias": (
+        f'f = tools.{ITEM}\nsetattr(f, "name", "{SECRET}")\nf(record_id="rec_1")',
+        2,
+    ),
+    "setattr on the namespace's tool": (
+        f'setattr(tools.{ITEM}, "name", "{SECRET}")\ntools.{ITEM}(record_id="rec_1")',
+        1,
+    ),
+    "setattr taken as a value": (
+        f'f = tools.{ITEM}\nset_it = setattr\nset_it(f, "name", "{SECRET}")\nf(record_id="rec_1")',
+        2,
+    ),
+    "setattr on unseen arguments": (
+        f'f = tools.{ITEM}\nsetattr(*[f, "name", "{SECRET}"])\nf(record_id="rec_1")',
+        2,
+    ),
+    "a tool of the namespace replaced": (
+        f"t = tools\nt.{ITEM} = t.{SECRET}\ntools.{ITEM}(record_id='rec_1')",
+        2,
+    ),
+    "a proposal renamed": (
+        f'tools.propose.{ITEM}.name = "{SECRET}"',
+        1,
+    ),
+    "a tool's attribute deleted": (f"f = tools.{ITEM}\ndel f.name", 2),
+    "delattr on a tool": (f'delattr(tools.{ITEM}, "name")', 1),
+}
+
+
+@pytest.mark.parametrize("case", sorted(TOOL_CHANGES))
+def test_a_change_to_a_tool_object_is_unresolved(case: str) -> None:
+    source, line = TOOL_CHANGES[case]
+    report = check_program(textwrap.dedent(source), recording_registry([]), PRINCIPAL)
+    assert report.verdict == "unresolved", report
+    assert line in {u.line for u in report.unresolved}, report.unresolved
+
+
+def test_attributes_of_other_objects_may_be_set() -> None:
+    source = f"""
+    class Row:
+        pass
+    row = Row()
+    row.name = "x"
+    setattr(row, "total", 1)
+    tools.{ITEM}(record_id="rec_1")
+    """
+    report = check_program(textwrap.dedent(source), recording_registry([]), PRINCIPAL)
+    assert report.verdict == "complete", report.unresolved
+
+
 @pytest.mark.docker
 @pytest.mark.parametrize("mode", ["full", "restricted"])
 @pytest.mark.parametrize("case", sorted(EVASIONS))

@@ -125,9 +125,9 @@ def test_each_principal_lists_the_credential_of_its_tenant() -> None:
     assert {(t.credentials, t.credential_tenant) for t in alice.tools} == {
         (("BILLING_TOKEN_ACME",), "acme")
     }
-    # Anyone else is in tenant "default", which has no billing account: every call is refused.
+    # Anyone else: [principals."*"] binds no tenant, so it acts in any, with that tenant's token.
     anyone = subjects["*"]
-    assert {(t.credentials, t.credential_tenant) for t in anyone.tools} == {((), "default")}
+    assert {(t.credentials, t.credential_tenant) for t in anyone.tools} == {(NAMES, None)}
     catalog = load_registry(REGISTRY_REF)
     assert {dict(spec.tenant_credentials)["globex"] for spec in catalog.specs()} == {
         "BILLING_TOKEN_GLOBEX"
