@@ -98,6 +98,7 @@ class ArtifactReceiver:
         self._done: dict[str, ArtifactRef] = {}
         self._bytes = 0
         self._created = False
+        self._discarded = False
         self._lock = threading.Lock()
 
     def receive(self, name: str, offset: int, data: bytes, *, end: bool) -> None:
@@ -108,6 +109,10 @@ class ArtifactReceiver:
                 already ended or whose name clashes with another's (protocol).
         """
         with self._lock:
+            if self._discarded:
+                # A piece whose worker thread outlived its run (cancelled meanwhile) must not
+                # make the directory again.
+                raise ArtifactRefused(f"artifact {name!r}: the run was ended", limit=False)
             entry = self._open.get(name)
             if entry is None:
                 entry = self._begin(name, offset)
@@ -191,8 +196,10 @@ class ArtifactReceiver:
             return tuple(self._done[name] for name in sorted(self._done))
 
     def discard(self) -> None:
-        """Remove whatever was received (the run did not finish)."""
+        """Remove whatever was received (the run did not finish); any later piece is
+        refused. Safe to call twice."""
         with self._lock:
+            self._discarded = True
             self._close_open()
             self._done.clear()
             if self._created:

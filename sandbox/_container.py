@@ -130,8 +130,11 @@ class SandboxContainer:
         run of a kept container must pass ``keep``); with ``clean`` too, each program starts
         with an empty ``/tmp`` and no names kept. With ``artifacts`` (a directory that
         does not exist yet), the files the program leaves in ``/out`` are stored there and
-        listed in the result. Returns by the profile's deadline plus :data:`_GRACE_S` and the
-        time to judge the result, whatever the guest does.
+        listed in the result; a run that does not end ``ok`` or ``error`` after sending them
+        all (however it ends: a limit, a runner that died mid-file, an exception,
+        cancellation) leaves nothing there and no descriptor open. Returns by the profile's
+        deadline plus :data:`_GRACE_S` and the time to judge the result, whatever the guest
+        does.
         """
         if self._used and not (keep and self._kept):
             raise RuntimeError("a sandbox container runs one program only, unless kept")
@@ -168,56 +171,62 @@ class SandboxContainer:
                 **({"keep": "clean" if clean else True} if keep else {}),
             }
         )
-        outcome: dict[str, Any] | RunEnd | None
+        stored: tuple[ArtifactRef, ...] | None = None  # once the receiver finished
         try:
-            async with asyncio.timeout(profile.timeout_s + _GRACE_S):
-                if keep:
-                    outcome = await self._links.serve(
-                        frame,
-                        lambda r, w: self._serve(r, w, tools, deadline, profile, receiver),
-                        deadline=min(deadline, time.monotonic() + _PROGRAM_HELLO_S),
-                        keep="clean" if clean else True,
-                        mode=profile.language_mode,
-                        tools=tools,
-                    )
-                else:
-                    self._writer.write(frame)
-                    outcome = await self._serve(
-                        self._reader, self._writer, tools, deadline, profile, receiver
-                    )
-        except TimeoutError:  # the bridge did not wind down after the deadline
-            outcome = RunEnd("timeout", "timeout", "the run's deadline passed")
-        except (ConnectionError, OSError):
-            outcome = None
-        stored: tuple[ArtifactRef, ...] = ()
-        if receiver is not None and isinstance(outcome, dict):
+            outcome: dict[str, Any] | RunEnd | None
             try:
-                stored = await asyncio.to_thread(receiver.finish)
-            except ArtifactRefused as exc:
-                outcome = RunEnd("protocol_error", None, exc.message)
-        update: dict[str, Any] = {"tool_calls": tools.calls if tools else 0}
-        if outcome is None and keep and self.alive:
-            # The program's process ended without reporting; the kept runner is fine.
-            result = RunResult(
-                status="error",
-                exit_status=1,
-                has_value=False,
-                error=ProgramError(
-                    type="ProgramExited",
-                    message="the program's process ended before it reported (it exited "
-                    "or was killed); its top-level names are not kept",
-                ),
-                duration_s=time.perf_counter() - began,
-                pooled=pooled,
-            )
-        else:
-            result = await judge_outcome(
-                outcome, container=self.container, began=began, profile=profile, pooled=pooled
-            )
-        if receiver is not None:
-            if result.status in ("ok", "error"):
+                async with asyncio.timeout(profile.timeout_s + _GRACE_S):
+                    if keep:
+                        outcome = await self._links.serve(
+                            frame,
+                            lambda r, w: self._serve(r, w, tools, deadline, profile, receiver),
+                            deadline=min(deadline, time.monotonic() + _PROGRAM_HELLO_S),
+                            keep="clean" if clean else True,
+                            mode=profile.language_mode,
+                            tools=tools,
+                        )
+                    else:
+                        self._writer.write(frame)
+                        outcome = await self._serve(
+                            self._reader, self._writer, tools, deadline, profile, receiver
+                        )
+            except TimeoutError:  # the bridge did not wind down after the deadline
+                outcome = RunEnd("timeout", "timeout", "the run's deadline passed")
+            except (ConnectionError, OSError):
+                outcome = None
+            if receiver is not None and isinstance(outcome, dict):
+                try:
+                    stored = await asyncio.to_thread(receiver.finish)
+                except ArtifactRefused as exc:
+                    outcome = RunEnd("protocol_error", None, exc.message)
+            update: dict[str, Any] = {"tool_calls": tools.calls if tools else 0}
+            if outcome is None and keep and self.alive:
+                # The program's process ended without reporting; the kept runner is fine.
+                result = RunResult(
+                    status="error",
+                    exit_status=1,
+                    has_value=False,
+                    error=ProgramError(
+                        type="ProgramExited",
+                        message="the program's process ended before it reported (it exited "
+                        "or was killed); its top-level names are not kept",
+                    ),
+                    duration_s=time.perf_counter() - began,
+                    pooled=pooled,
+                )
+            else:
+                result = await judge_outcome(
+                    outcome, container=self.container, began=began, profile=profile, pooled=pooled
+                )
+            if stored is not None and result.status in ("ok", "error"):
                 update["artifacts"] = stored
             else:
+                stored = None
+        finally:
+            if receiver is not None and stored is None:
+                # Every other way out (the runner died mid-file, a limit, a protocol error,
+                # an exception, cancellation): what arrived is no run's, and a file begun
+                # and never ended still holds a host descriptor.
                 await asyncio.to_thread(receiver.discard)
         # model_copy does not validate: the value is the decoder's JSON as it is.
         return result.model_copy(update=update)

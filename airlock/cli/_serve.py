@@ -270,7 +270,7 @@ def serve(
             database=database,
         ) as session:
             server = build_mcp_server(
-                session, write_status=session.resume, on_settled=session.on_settled
+                session, write_status=session.write_status, on_settled=session.on_settled
             )
             if http is not None:
                 with _signals_after_uvicorn():

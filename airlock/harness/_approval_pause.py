@@ -3,37 +3,48 @@ finishing them (a part of :class:`~airlock.Session`, kept in its own module).
 
 A paused write goes on with :meth:`ApprovalPause.resume` (by preview id, or a batch id), or
 without anyone asking: :meth:`ApprovalPause.settle_writes` commits what a person approved
-meanwhile, and the model's next answer carries the outcomes under ``settled_writes``.
+meanwhile, and the model's next answer carries the outcomes under ``settled_writes``. A
+model asks where a write stands with :meth:`ApprovalPause.write_status` (MCP's
+``write_status``): a call of its own, counted against the session's budget.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import Final
 
 from airlock.harness._batches import PausedBatches
+from airlock.harness._call_budget import CallBudget
 from airlock.harness._model_tools import ModelResult
 from airlock.harness._paused import PausedWrites, PendingWrite
-from airlock.harness._results import failure, from_tool_error
+from airlock.harness._results import failure, from_ledger_error, from_tool_error
 from airlock.harness._session_audit import SessionAudit
-from airlock.tools import BATCH_PREFIX, BatchItemState, ToolError, WritePath, batch_items
+from airlock.tools import (
+    BATCH_PREFIX,
+    BatchItemState,
+    LedgerError,
+    ToolError,
+    WritePath,
+    batch_items,
+)
 
 __all__ = ["ApprovalPause"]
 
+_log = logging.getLogger("airlock.harness")
 _FINAL: Final[frozenset[BatchItemState]] = frozenset({"committed", "denied", "expired", "failed"})
 
 
 class ApprovalPause:
     """The approval-pause methods of a :class:`~airlock.Session`."""
 
+    run_id: str
     _writes: WritePath | None
     _paused: PausedWrites
     _batches: PausedBatches
     _audit: SessionAudit
-
-    def _account(self, result: ModelResult) -> ModelResult:
-        raise NotImplementedError  # the session counts the answer against its budget
+    _calls: CallBudget
 
     def pending(self) -> list[PendingWrite]:
         """Writes of this session waiting for approval or commit, oldest first."""
@@ -47,46 +58,65 @@ class ApprovalPause:
         same receipt; nothing is sent twice). Denied: ``denied`` with the reason. Still
         waiting: ``needs_approval`` again. A batch: each approved item is committed once,
         and the answer counts the items by state (``committed``, ``waiting``, ``denied``,
-        ``expired``...). Never raises for tool errors.
+        ``expired``...). Never raises for tool errors, nor for a ledger that cannot be used
+        (``ledger_*``, as a direct write answers).
+
+        The answer counts against the byte budget, the call not against the calls budget:
+        an application may poll while a person decides. A model asks with
+        :meth:`write_status`.
         """
-        if preview_id is not None and preview_id.startswith(BATCH_PREFIX):
-            try:
-                result = await self._batches.finish(preview_id)
-            except ToolError as exc:
-                result = from_tool_error(exc)
-            await self._audit.durable()
-            return self._account(result)
         if preview_id is None:
             waiting = self._paused.waiting()
             if not waiting:
-                return self._account(
+                return self._calls.account(
                     failure(
                         "not_found", "no write of this session waits; there is nothing to resume"
                     )
                 )
             preview_id = waiting[0].preview_id
         try:
-            result = await self._paused.finish(preview_id)
+            if preview_id.startswith(BATCH_PREFIX):
+                result = await self._batches.finish(preview_id)
+            else:
+                result = await self._paused.finish(preview_id)
         except ToolError as exc:
             result = from_tool_error(exc)
+        except LedgerError as exc:
+            # The message names a host path: the operator's log gets it, the model does not.
+            _log.error("run %s resume %s: %s (%s)", self.run_id, preview_id[:64], exc.code, exc)
+            result = from_ledger_error(exc)
         await self._audit.durable()
-        return self._account(result)
+        return self._calls.account(result)
+
+    async def write_status(self, preview_id: str) -> ModelResult:
+        """:meth:`resume` as a tool the model calls (MCP's ``write_status``): a call counted
+        against the session's budget like any other, refused as ``limit_exceeded`` once a
+        limit is used up. Never raises for tool or ledger errors."""
+        admitted = await self._calls.admit("write_status")
+        if isinstance(admitted, ModelResult):
+            return admitted
+        return await self.resume(preview_id)
 
     async def settle_writes(self) -> list[ModelResult]:
         """Commit the paused writes approved meanwhile (once each, with the fingerprint the
         model was shown) and the approved items of its batches, and note the denied and
         expired ones; their outcomes are returned and kept for the model's next answer
-        (:meth:`take_settled`). Never raises for tool errors."""
+        (:meth:`take_settled`). Never raises for tool errors.
+
+        Raises:
+            LedgerError: the ledger cannot be used (the outcomes found before it failed are
+                kept for the model's next answer all the same).
+        """
         settled = await self._paused.settle(also=self._settle_batches)
         if settled:
             await self._audit.durable()
         return settled
 
-    async def _settle_batches(self) -> list[ModelResult]:
-        """Finish the batches with an item approved and not committed, or none undecided."""
+    async def _settle_batches(self, answers: list[ModelResult]) -> None:
+        """Finish the batches with an item approved and not committed, or none undecided;
+        their outcomes go to ``answers`` as they come (kept if the ledger fails later)."""
         if self._writes is None:
-            return []
-        answers = []
+            return
         for batch_id in self._batches.waiting():
             try:
                 items = batch_items(self._writes.ledger, batch_id, now=time.time())
@@ -98,7 +128,6 @@ class ApprovalPause:
                     answers.append(await self._batches.finish(batch_id))
                 except ToolError as exc:
                     answers.append(from_tool_error(exc))
-        return answers
 
     def on_settled(self, listener: Callable[[list[ModelResult]], Awaitable[None]]) -> None:
         """Call ``listener`` with the outcomes each time paused writes are settled (an MCP

@@ -46,7 +46,8 @@ class Budget(BaseModel):
 @dataclass
 class BudgetMeter:
     """What a session has used of its budget. Single event loop: no awaits between a check
-    and its update, so concurrent calls cannot both take the last unit."""
+    and its update (:meth:`reserve` is both), so concurrent calls cannot both take the last
+    unit."""
 
     budget: Budget
     deadline: float = field(default=0.0)
@@ -71,6 +72,15 @@ class BudgetMeter:
         if self.bytes >= self.budget.bytes:
             return "bytes"
         return None
+
+    def reserve(self) -> str | None:
+        """Count one call, or name the limit already used up (see :meth:`exhausted`) and
+        count nothing. The check and the count are one step: a caller that awaits anything
+        between them lets concurrent calls all pass the check."""
+        used_up = self.exhausted()
+        if used_up is None:
+            self.calls += 1
+        return used_up
 
     def used_up_message(self, limit: str) -> str:
         """What :meth:`exhausted` found used up, with the budget and the amount used."""

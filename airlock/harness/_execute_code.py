@@ -19,6 +19,7 @@ __all__ = [
     "ExecuteCodeArgs",
     "artifact_notes",
     "describe_execute_code",
+    "kept_notes",
     "program_result",
 ]
 
@@ -175,6 +176,36 @@ def artifact_notes(run: RunResult) -> dict[str, object]:
     if run.artifacts_skipped:
         notes["artifacts_skipped"] = [f"{s.name}: {s.reason}" for s in run.artifacts_skipped]
     return notes
+
+
+def kept_notes(notes: Mapping[str, object], run: RunResult) -> tuple[dict[str, object], ...]:
+    """What an answer too large for the model keeps of a program's result: the batch its
+    proposals wait in and the files it left exist whatever its value was, and a model that
+    is not told of them proposes them again, or never finds the files. Most complete
+    first (for :func:`~airlock.harness._results.sized`): the proposals note and the
+    artifact references as the result has them; the proposals without their preview ids
+    and each file by name and URI; counts and where the files are. The profile allows up to
+    10,000 files (names up to 1,031 characters) and 10,000 proposals, so only the last is
+    bounded: its size does not grow with either. Empty when the program left neither."""
+    note = notes.get("proposals")
+    if not isinstance(note, dict) and not run.artifacts:
+        return ()
+    full: dict[str, object] = {"proposals": note} if isinstance(note, dict) else {}
+    full.update(artifact_notes(run))
+    short: dict[str, object] = {}
+    if isinstance(note, dict):
+        short["proposals"] = {k: v for k, v in note.items() if k != "preview_ids"}
+    summary = dict(short)
+    if run.artifacts:
+        short["artifacts"] = [{"name": ref.name, "uri": ref.uri} for ref in run.artifacts]
+        first = run.artifacts[0]
+        summary["artifacts_count"] = len(run.artifacts)
+        summary["artifacts_uri"] = first.uri.removesuffix(first.name)
+    if run.artifacts_skipped:
+        short["artifacts_skipped_count"] = summary["artifacts_skipped_count"] = len(
+            run.artifacts_skipped
+        )
+    return full, short, summary
 
 
 def _cut(text: str, cap: int) -> tuple[str, bool]:

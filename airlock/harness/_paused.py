@@ -21,7 +21,7 @@ from typing import Final
 import anyio
 
 from airlock.harness._model_tools import ModelResult
-from airlock.harness._results import compact, failure, success
+from airlock.harness._results import byte_size, compact, failure, success
 from airlock.policies import Principal
 from airlock.tools import (
     CallContext,
@@ -150,16 +150,21 @@ class PausedWrites:
     async def settle(
         self,
         *,
-        also: Callable[[], Awaitable[list[ModelResult]]] | None = None,
+        also: Callable[[list[ModelResult]], Awaitable[None]] | None = None,
         now: float | None = None,
     ) -> list[ModelResult]:
         """Finish every pending write a person (or another process) decided meanwhile:
         commit the approved ones once, and answer for the denied, expired and already
         committed ones; writes still waiting, or in flight elsewhere, stay pending. ``also``
-        settles more (a session's batches) under the same lock.
+        settles more (a session's batches) under the same lock, adding its answers to the
+        list it is given.
 
         The answers, in the order the writes were paused, are what the model is told on its
         next turn. Never raises for tool errors: a failed commit is answered with its code.
+
+        Raises:
+            LedgerError: the ledger cannot be used; the answers found before are kept for
+                the model's next turn (a write committed before the ledger failed is told).
         """
         ledger = self._ledger()
         if ledger is None:
@@ -167,13 +172,15 @@ class PausedWrites:
         at = time.time() if now is None else now
         answers: list[ModelResult] = []
         async with self._settling:  # two settles at once would report a write twice
-            for pending in self.waiting():
-                answer = await self._settle_one(ledger, pending, at)
-                if answer is not None:
-                    answers.append(answer)
-            if also is not None:
-                answers.extend(await also())
-            self._untold.extend(answers)
+            try:
+                for pending in self.waiting():
+                    answer = await self._settle_one(ledger, pending, at)
+                    if answer is not None:
+                        answers.append(answer)
+                if also is not None:
+                    await also(answers)
+            finally:
+                self._untold.extend(answers)
         for listener in self.listeners if answers else ():
             try:
                 await listener(answers)
@@ -207,7 +214,7 @@ class PausedWrites:
             return result
         body["settled_writes"] = [json.loads(answer.content) for answer in self._untold]
         told = compact(body)
-        if len(told.encode()) > cap:
+        if byte_size(told) > cap:
             return result
         self._untold = []
         return result.model_copy(update={"content": told})

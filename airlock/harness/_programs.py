@@ -24,7 +24,7 @@ from pydantic import ValidationError
 from airlock.bridge import BridgeLimits, ToolSession
 from airlock.harness._batches import PausedBatches
 from airlock.harness._budget import Budget
-from airlock.harness._execute_code import ExecuteCodeArgs, program_result
+from airlock.harness._execute_code import ExecuteCodeArgs, kept_notes, program_result
 from airlock.harness._model_tools import ModelResult
 from airlock.harness._results import failure
 from airlock.harness._session_audit import SessionAudit
@@ -132,9 +132,12 @@ class SessionPrograms:
         inputs: Inputs,
         remaining: float,
         ctx: CallContext,
-    ) -> ModelResult:
+    ) -> tuple[ModelResult, tuple[dict[str, object], ...]]:
         """One ``execute_code`` call: ``remaining`` seconds of the session's budget are
         left, ``ctx`` is the call's direct context (for its audit records).
+
+        Returns the result and what an answer too large for the model keeps of it (its
+        proposals and artifacts: see :func:`kept_notes`).
 
         Raises:
             InvalidInputError: the arguments are not ``{code}``.
@@ -151,13 +154,14 @@ class SessionPrograms:
             if not self.grant.covers(effect):
                 # Before any container starts: the program never runs.
                 self.audit.inputs_refused(ctx, effect, digest)
-                return failure(
+                denied = failure(
                     "denied",
                     f"this session may not read the input {name!r} ({effect} is not in its "
                     "grant); the program did not run",
                     reason="effect",
                     effect=str(effect),
                 )
+                return denied, ()
             effects.append(effect)
         profile = self.profile
         if remaining < profile.timeout_s:
@@ -196,16 +200,18 @@ class SessionPrograms:
             # An input changed on the host since the session checked it (it grew, or went).
             _log.warning("run %s: input refused: %s", self.run_id, exc.message)
             if exc.reason == "size":
-                return failure(
+                too_big = failure(
                     "limit_exceeded",
                     exc.message,
                     limit="inputs",
                     size_bytes=exc.size_bytes,
                     limit_bytes=exc.limit_bytes,
                 )
-            return failure(
+                return too_big, ()
+            refused = failure(
                 "sandbox_unavailable", f"the program did not run: {exc.message}; tell the user"
             )
+            return refused, ()
         _log.info(
             "run %s: program %s in %.1f ms, %d tool calls%s",
             self.run_id,
@@ -233,7 +239,7 @@ class SessionPrograms:
             duration_s=time.perf_counter() - began,
             effects=effects,
         )
-        return result.model_copy(update={"artifacts": run.artifacts})
+        return result.model_copy(update={"artifacts": run.artifacts}), kept_notes(notes, run)
 
     def _artifact_dir(self, call_id: str) -> Path | None:
         """Where one program's artifacts go: one directory per program, named after its

@@ -10,17 +10,20 @@ log. Codes are the tool error codes (:data:`airlock.tools.ERROR_CODES`) and the 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import re
+from collections.abc import Mapping, Sequence
 from typing import Final, Literal, get_args
 
 from airlock.harness._model_tools import ModelResult
-from airlock.tools import ResultTooLargeError, ToolError
+from airlock.tools import LedgerError, ResultTooLargeError, ToolError
 
 __all__ = [
     "HARNESS_CODES",
     "HarnessCode",
+    "byte_size",
     "compact",
     "failure",
+    "from_ledger_error",
     "from_tool_error",
     "sized",
     "success",
@@ -33,11 +36,24 @@ HarnessCode = Literal[
 sandbox could not run it; or a direct call asked again for an intent already committed in
 the session (not an error: its receipt comes back, nothing was sent again)."""
 HARNESS_CODES: Final[tuple[HarnessCode, ...]] = get_args(HarnessCode)
+_SURROGATE: Final = re.compile(r"[\ud800-\udfff]")
 
 
 def compact(value: object) -> str:
-    """``value`` as compact JSON text (no spaces, UTF-8 kept, NaN refused)."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    """``value`` as compact JSON text (no spaces, UTF-8 kept, NaN refused).
+
+    A lone surrogate (a model's JSON may hold ``"\\ud800"``, in a tool name say) is written
+    as its ``\\uXXXX`` escape: the same JSON value, and text that can always be encoded
+    as UTF-8 (to measure it, log it, or send it to a provider)."""
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    if text.isascii():
+        return text
+    return _SURROGATE.sub(lambda found: f"\\u{ord(found[0]):04x}", text)
+
+
+def byte_size(text: str) -> int:
+    """The size of ``text`` in UTF-8; never raises (a lone surrogate counts 3 bytes)."""
+    return len(text.encode("utf-8", "surrogatepass"))
 
 
 def success(payload: object, *, code: str | None = None) -> ModelResult:
@@ -70,10 +86,39 @@ def from_tool_error(exc: ToolError) -> ModelResult:
     return failure(exc.code, exc.message, retryable=exc.retryable, extra=fields)
 
 
-def sized(result: ModelResult, cap: int) -> ModelResult:
+def from_ledger_error(exc: LedgerError) -> ModelResult:
+    """The model's view of a durable store that cannot be used: its code, never its
+    message (which names a host path: the operator's log gets it)."""
+    return failure(
+        exc.code,
+        f"{exc.store} cannot be used right now; nothing was written",
+        retryable=exc.retryable,
+    )
+
+
+def sized(
+    result: ModelResult, cap: int, *, keep: Sequence[Mapping[str, object]] = ()
+) -> ModelResult:
     """``result`` when its content fits ``cap`` bytes; otherwise ``result_too_large`` with
-    the size (never a silently cut result)."""
-    size = len(result.content.encode())
+    the size (never a silently cut result), which keeps ``result.artifacts``.
+
+    ``keep`` are notes the refusal carries all the same (what a program proposed and the
+    files it left exist whatever its value was), most complete first: the first that fits
+    ``cap``, else the last, which the caller keeps small and bounded."""
+    size = byte_size(result.content)
     if size <= cap:
         return result
-    return from_tool_error(ResultTooLargeError(size_bytes=size, limit_bytes=cap))
+    error = ResultTooLargeError(size_bytes=size, limit_bytes=cap)
+    refused = from_tool_error(error)
+    for notes in keep:
+        refused = failure(
+            error.code,
+            f"{error.message}; what the program proposed or left in /out is listed here all "
+            "the same: do not run it again for that",
+            size_bytes=size,
+            limit_bytes=cap,
+            extra=notes,
+        )
+        if byte_size(refused.content) <= cap:
+            break
+    return refused.model_copy(update={"artifacts": result.artifacts})

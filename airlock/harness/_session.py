@@ -45,14 +45,15 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
 from airlock.bridge import render_api
 from airlock.harness._approval_pause import ApprovalPause
 from airlock.harness._batches import PausedBatches
-from airlock.harness._budget import Budget, BudgetMeter
+from airlock.harness._budget import Budget
+from airlock.harness._call_budget import CallBudget
 from airlock.harness._execute_code import (
     EXECUTE_CODE,
     describe_execute_code,
@@ -60,7 +61,7 @@ from airlock.harness._execute_code import (
 from airlock.harness._model_tools import ModelResult, ModelTool
 from airlock.harness._paused import PausedWrites
 from airlock.harness._programs import SessionPrograms
-from airlock.harness._results import failure, from_tool_error, sized, success
+from airlock.harness._results import failure, from_ledger_error, from_tool_error, success
 from airlock.harness._session_audit import SessionAudit
 from airlock.harness._usable import needs_ledger, usable
 from airlock.policies import ApprovalPolicy, Grant, Principal, SandboxProfile
@@ -75,7 +76,6 @@ from airlock.tools import (
     Caller,
     InvalidInputError,
     LedgerError,
-    LimitExceededError,
     Observations,
     Preview,
     Registry,
@@ -125,9 +125,11 @@ class Session(ApprovalPause):
         self._sandbox = sandbox
         self._writes = writes
         self._profile = profile
-        self._meter = BudgetMeter(budget)
-        self._nonce = uuid.uuid4().hex[:6]
-        self._refused = 0  # calls refused because the budget was used up
+        self._audit = SessionAudit(registry.audit)
+        self._calls = CallBudget(
+            budget, run_id=self.run_id, audit=self._audit, context=self._context
+        )
+        self._meter = self._calls.meter
         self._observations = Observations()
         self._authority = RunAuthority(
             principal=principal,
@@ -138,7 +140,6 @@ class Session(ApprovalPause):
         )
         self._paused = PausedWrites(writes, principal, self.run_id, context=self._context)
         self._batches = PausedBatches(writes, principal, self.run_id)
-        self._audit = SessionAudit(registry.audit)
         self._keep_state = keep_state
         self._idle_timeout = idle_timeout
         self._direct = self._usable_names("direct")
@@ -254,7 +255,9 @@ class Session(ApprovalPause):
         """Run one model tool call to its model-facing result; never raises for tool errors.
 
         Every result, error or not, is at most the budget's ``result_bytes`` (or what is
-        left of its ``bytes``): a larger one is ``result_too_large`` with its size.
+        left of its ``bytes``): a larger one is ``result_too_large`` with its size; a
+        program's keeps what it proposed and the files it left, shortened to fit (at last
+        only counts: under a kilobyte whatever the cap).
         """
         return await self._call(name, arguments)
 
@@ -278,25 +281,17 @@ class Session(ApprovalPause):
     async def _call(
         self, name: str, arguments: dict[str, Any], *, inputs: Inputs | None = None
     ) -> ModelResult:
-        used_up = self._meter.exhausted()
-        if used_up is not None:
-            self._refused += 1
-            ctx = self._context(f"{self.run_id}:r{self._refused}-{self._nonce}")
-            self._audit.over_budget(ctx, str(name), used_up)
-            await self._audit.durable()
-            return from_tool_error(
-                LimitExceededError(self._meter.used_up_message(used_up), limit=used_up)
-            )
-        if self._paused.waiting() or self._batches.waiting():
-            await self.settle_writes()
-        self._meter.calls += 1
-        # The nonce keeps call ids unique when another process resumes the same run.
-        call_id = f"{self.run_id}:m{self._meter.calls}-{self._nonce}"
+        call_id = await self._calls.admit(str(name))
+        if isinstance(call_id, ModelResult):
+            return call_id  # the budget is used up
+        keep: Sequence[Mapping[str, object]] = ()
         try:
+            if self._paused.waiting() or self._batches.waiting():
+                await self.settle_writes()
             if not isinstance(arguments, Mapping):
                 raise InvalidInputError("the arguments must be a JSON object")
             if name == EXECUTE_CODE:
-                result = await self._programs.run(
+                result, keep = await self._programs.run(
                     arguments,
                     call_id=call_id,
                     inputs=self._programs.given if inputs is None else inputs,
@@ -315,11 +310,7 @@ class Session(ApprovalPause):
         except LedgerError as exc:
             # The message names a host path: the operator's log gets it, the model does not.
             _log.error("run %s call %s: %s (%s)", self.run_id, call_id, exc.code, exc)
-            result = failure(
-                exc.code,
-                f"{exc.store} cannot be used right now; nothing was written",
-                retryable=exc.retryable,
-            )
+            result = from_ledger_error(exc)
         except SandboxError as exc:
             _log.warning("run %s: the sandbox could not run a program: %s", self.run_id, exc)
             result = failure(
@@ -330,12 +321,8 @@ class Session(ApprovalPause):
         # The call's events are stored before its answer is given (group commit, off the
         # event loop): a crash after this loses nothing of it.
         await self._audit.durable()
-        return self._account(self._paused.with_settled(result, cap=self._meter.result_cap()))
-
-    def _account(self, result: ModelResult) -> ModelResult:
-        result = sized(result, self._meter.result_cap())
-        self._meter.bytes += len(result.content.encode())
-        return result
+        told = self._paused.with_settled(result, cap=self._calls.cap())
+        return self._calls.account(told, keep=keep)
 
     async def close(self) -> None:
         """Release what the session holds (its kept container, in session mode)."""

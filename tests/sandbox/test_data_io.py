@@ -3,16 +3,19 @@ artifacts left in ``/out`` and received over the bridge, judged from the host.
 
 Programs try to write their inputs, reach inputs they were not given, escape ``/out`` with
 links, overflow its limits, and forge the frames that carry artifacts; the host asserts that
-nothing crossed. The inputs tests run under both runtimes; the rest under ``runc`` (the
+nothing crossed, and that a file cut short (the runner dies, the run is cancelled) leaves
+neither a file nor an open descriptor. The inputs tests run under both runtimes; the rest under ``runc`` (the
 frames and their checks are the runtime's business no more than the bridge's).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
+import os
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +23,7 @@ import pytest
 
 from airlock.policies import ContainerRuntime, SandboxProfile
 from airlock.sandbox import DockerBackend, RunResult
+from tests.bridge.records import ALICE
 from tests.conftest import IMAGE, LoopThread
 from tests.sandbox.runtimes import RUNTIMES, RuntimeSandbox, runtime_sandbox
 
@@ -252,6 +256,79 @@ def test_a_forged_artifact_frame_ends_the_run_and_writes_nothing(
     assert result.error is not None
     assert "artifact name" in result.error.message
     assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
+
+
+# The runner's first piece of a 1 MiB file, as it sends it, and then the runner is gone (the
+# program's process exits) or the host stops waiting (the run is cancelled): either way the
+# file was begun and never ended.
+PARTIAL = """
+import base64, os, time
+piece = base64.b64encode(b"P" * 262144).decode()
+tools._connection.send({"type": "artifact", "name": "charts/big.bin", "offset": 0,
+                        "data": piece, "end": False})
+THEN
+"""
+
+MID_TRANSFER = [
+    ("runner_dies", False, "os._exit(0)", "RunnerDied"),
+    ("kept_program_dies", True, "os._exit(0)", "ProgramExited"),
+    ("cancelled", False, "time.sleep(60)", None),
+]
+
+
+def _held_under(root: Path) -> list[str]:
+    """What this process holds open under ``root`` (a removed file still shows)."""
+    held = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith(str(root)):
+            held.append(target)
+    return held
+
+
+async def _cancel_once_begun(work: Coroutine[Any, Any, RunResult], store: Path) -> None:
+    task = asyncio.ensure_future(work)
+    for _ in range(300):
+        if (store / "charts" / "big.bin").exists():
+            break
+        await asyncio.sleep(0.1)
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+@pytest.mark.parametrize(
+    ("case", "kept", "then", "error"), MID_TRANSFER, ids=[c[0] for c in MID_TRANSFER]
+)
+def test_a_transfer_cut_short_leaves_no_file_and_no_descriptor(
+    runc: RuntimeSandbox, tmp_path: Path, case: str, kept: bool, then: str, error: str | None
+) -> None:
+    store = tmp_path / "store" / "run"
+    program = PARTIAL.replace("THEN", then)
+    profile = SandboxProfile.model_validate(
+        runc.backend.profile.model_copy(update=FULL).model_dump()
+    )
+    if kept:
+        keeper = runc.backend.keep(ALICE, profile=profile)
+        try:
+            result = runc.loop.call(keeper.run(program, profile=profile, artifacts=store))
+        finally:
+            runc.loop.call(keeper.close())
+    elif error is not None:
+        result = run(runc, program, artifacts=store)
+    else:
+        work = runc.backend.run(program, profile=profile, artifacts=store)
+        runc.loop.call(_cancel_once_begun(work, store))
+    if error is not None:
+        assert result.status == "error", result
+        assert result.error is not None
+        assert result.error.type == error
+        assert result.artifacts == ()
+    assert not store.exists()
+    assert _held_under(tmp_path) == []
 
 
 def test_a_forged_frame_in_a_run_that_collects_nothing_ends_it(runc: RuntimeSandbox) -> None:

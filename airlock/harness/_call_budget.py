@@ -1,0 +1,67 @@
+"""A session's budget at its door: each model-facing call (a tool call, ``write_status``) is
+counted before anything is awaited, or refused once a limit is used up; each answer is
+counted in bytes, within the per-result cap.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+
+from airlock.harness._budget import Budget, BudgetMeter
+from airlock.harness._model_tools import ModelResult
+from airlock.harness._results import byte_size, from_tool_error, sized
+from airlock.harness._session_audit import SessionAudit
+from airlock.tools import CallContext, LimitExceededError
+
+__all__ = ["CallBudget"]
+
+
+class CallBudget:
+    """Admits a session's calls against its :class:`Budget` and counts their answers."""
+
+    def __init__(
+        self,
+        budget: Budget,
+        *,
+        run_id: str,
+        audit: SessionAudit,
+        context: Callable[[str], CallContext],
+    ) -> None:
+        self.meter = BudgetMeter(budget)
+        self.run_id = run_id
+        self._audit = audit
+        self._context = context
+        """Makes a call's context from its call id (for the audit record of a refusal)."""
+        # The nonce keeps call ids unique when another process resumes the same run.
+        self._nonce = uuid.uuid4().hex[:6]
+        self._refused = 0
+
+    async def admit(self, name: str) -> str | ModelResult:
+        """The call id of a call the budget admits (counted at once), or the
+        ``limit_exceeded`` answer to one it refuses, recorded in the audit log first."""
+        # Counted before any await: concurrent calls of one turn cannot all pass the check
+        # while one of them waits (for paused writes to settle, say).
+        used_up = self.meter.reserve()
+        if used_up is None:
+            return f"{self.run_id}:m{self.meter.calls}-{self._nonce}"
+        self._refused += 1
+        ctx = self._context(f"{self.run_id}:r{self._refused}-{self._nonce}")
+        self._audit.over_budget(ctx, name, used_up)
+        await self._audit.durable()
+        return from_tool_error(
+            LimitExceededError(self.meter.used_up_message(used_up), limit=used_up)
+        )
+
+    def cap(self) -> int:
+        """Largest answer that may be given now."""
+        return self.meter.result_cap()
+
+    def account(
+        self, result: ModelResult, *, keep: Sequence[Mapping[str, object]] = ()
+    ) -> ModelResult:
+        """``result`` within the cap (``result_too_large`` otherwise, with the notes of
+        ``keep``: see :func:`sized`), counted against the byte budget."""
+        result = sized(result, self.cap(), keep=keep)
+        self.meter.bytes += byte_size(result.content)
+        return result
