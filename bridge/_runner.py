@@ -25,7 +25,8 @@ __all__ = ["TURN_S", "CallRunner"]
 
 _log = logging.getLogger(__name__)
 _CALLS_PER_TURN: Final = 64
-"""Calls one task runs before the event loop serves others."""
+"""Calls one task runs at most before the event loop serves others (fewer when
+:data:`TURN_S` ends the turn first)."""
 TURN_S: Final = 0.005
 """Time one run's calls (or frames) may hold the event loop in one turn: a burst of calls
 that each cost the host much (arguments of many thousand names) gives way to other runs

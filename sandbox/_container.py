@@ -172,6 +172,7 @@ class SandboxContainer:
             }
         )
         stored: tuple[ArtifactRef, ...] | None = None  # once the receiver finished
+        kept = False  # once the files are the result's
         try:
             outcome: dict[str, Any] | RunEnd | None
             try:
@@ -220,10 +221,9 @@ class SandboxContainer:
                 )
             if stored is not None and result.status in ("ok", "error"):
                 update["artifacts"] = stored
-            else:
-                stored = None
+                kept = True
         finally:
-            if receiver is not None and stored is None:
+            if receiver is not None and not kept:
                 # Every other way out (the runner died mid-file, a limit, a protocol error,
                 # an exception, cancellation): what arrived is no run's, and a file begun
                 # and never ended still holds a host descriptor.

@@ -282,9 +282,9 @@ def admit_arguments(
     Raises:
         InvalidInputError: as :func:`encode_arguments` and :func:`validate_input`.
     """
-    if parameters is not None and isinstance(args, Mapping) and len(args) > len(parameters):
-        raise _too_many(args, parameters)
     if type(args) is dict:  # (encode_arguments() and validate_input(), spelled out)
+        if parameters is not None and len(args) > len(parameters):
+            raise _too_many(args, parameters)
         try:
             raw = pydantic_core.to_json(args, inf_nan_mode="constants")
         except (pydantic_core.PydanticSerializationError, TypeError, ValueError):
@@ -304,6 +304,8 @@ def admit_arguments(
         except ValidationError as exc:
             raise _invalid(exc) from None
     else:
+        if parameters is not None and isinstance(args, Mapping) and len(args) > len(parameters):
+            raise _too_many(args, parameters)
         raw = encode_arguments(args, max_bytes=max_bytes)
         instance = validate_input(validator, raw)
     digest = _BLAKE2B_128.copy()  # (a copy costs less than making one with its parameters)

@@ -89,7 +89,7 @@ def _print_result(console: Console, result: RunResult) -> None:
         sep="",
     )
     if result.error and result.error.traceback:
-        console.print(result.error.traceback, markup=False, highlight=False, style="dim")
+        console.print(literal(result.error.traceback, "dim", lines=True), highlight=False)
 
 
 def profile_options(

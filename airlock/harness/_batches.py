@@ -92,8 +92,7 @@ class PausedBatches:
             )
         items = await self._writes.commit_batch(batch.id, self.principal)
         body = _summary(batch, items)
-        waiting = any(i.state == "waiting" or i.state in _UNDECIDED for i in items)
-        if not waiting:
+        if body["status"] not in ("waiting", "undecided"):  # nothing more will change
             self._batches.pop(batch.id, None)
         return success(body, code="needs_approval" if body["status"] == "waiting" else None)
 

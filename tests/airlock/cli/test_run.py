@@ -109,7 +109,7 @@ def test_a_programs_error_message_is_printed_literally(case: str, wrote: str, sh
         has_value=True,
         value={"note": wrote},
         duration_s=0.01,
-        error=ProgramError(type="ValueError", message=wrote),
+        error=ProgramError(type="ValueError", message=wrote, traceback=f"ValueError: {wrote}\n"),
     )
     out = io.StringIO()
     _print_result(Console(file=out, width=400), result)  # (no styles: what a pipe gets)
