@@ -96,13 +96,14 @@ def redact(text: str) -> str:
     return text
 
 
-def escape_controls(text: str) -> str:
+def escape_controls(text: str, *, keep: frozenset[str] = frozenset()) -> str:
     """``text`` on one line: every character that is not printable is written as an escape
     (``\\n``, ``\\x1b``, ``\\u2028``...), so it can neither start a line nor reach a
-    terminal as a control sequence."""
+    terminal as a control sequence; but those in ``keep`` (a block of several lines keeps
+    ``\\n`` and ``\\t``)."""
     if text.isprintable():
         return text
-    return "".join(_escape(c) for c in text)
+    return "".join(c if c in keep else _escape(c) for c in text)
 
 
 def _escape(char: str) -> str:

@@ -10,6 +10,7 @@ markup, and each character a terminal acts on or a reader cannot see is shown as
     C0, DEL and C1 controls (Cc)                            \\x1b  \\x07  \\n  \\x9b
     format characters (Cf): bidi, zero-width, soft hyphen   \\u202e  \\u200b  \\xad
     line and paragraph separators, lone surrogates          \\u2028  \\udc80
+    any other character that is not printable (odd spaces)  \\xa0  \\u3000
 
 Backslashes are left as they are, so ``\\u202e`` typed by the model reads the same as the
 character: both are visible, and neither reorders the text.
@@ -18,41 +19,25 @@ character: both are visible, and neither reorders the text.
 from __future__ import annotations
 
 import json
-import unicodedata
 
 from rich.highlighter import JSONHighlighter
 from rich.text import Text
 
+from airlock.tools import escape_controls
+
 __all__ = ["json_text", "literal", "visible", "visible_json"]
 
-_HIDDEN = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
 # What a block of several lines needs for its layout; in a one-line cell a newline could
 # forge the next line (a "fingerprint" of the model's choosing), so it is escaped there.
 _LAYOUT = frozenset("\n\t")
-_SHORT = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
-
-
-def _hidden(char: str) -> bool:
-    return unicodedata.category(char) in _HIDDEN
-
-
-def _escape(char: str) -> str:
-    code = ord(char)
-    if char in _SHORT:
-        return _SHORT[char]
-    if code <= 0xFF:
-        return f"\\x{code:02x}"
-    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
 
 
 def visible(text: str, *, lines: bool = False) -> str:
-    """``text`` with every control, format, separator and lone surrogate character written
-    as its escape (``\\x1b``, ``\\u202e``); ``lines=True`` keeps newlines and tabs, for a
-    block of several lines (a program, a message)."""
-    if text.isprintable():  # the usual case: nothing hidden (isprintable is False for each)
-        return text
-    kept = _LAYOUT if lines else frozenset()
-    return "".join(_escape(c) if c not in kept and _hidden(c) else c for c in text)
+    """``text`` with every character that is not printable (controls, format characters,
+    separators, lone surrogates) written as its escape (``\\x1b``, ``\\u202e``), as the audit
+    log writes them (:func:`airlock.tools.escape_controls`); ``lines=True`` keeps newlines
+    and tabs, for a block of several lines (a program, a message)."""
+    return escape_controls(text, keep=_LAYOUT if lines else frozenset())
 
 
 def literal(text: str, style: str = "", *, lines: bool = False) -> Text:
@@ -74,7 +59,9 @@ def visible_json(value: object, *, indent: int | None = 2) -> str:
     ``\\u`` escape: the same data once parsed, and nothing a terminal acts on."""
     dumped = json.dumps(value, indent=indent, ensure_ascii=False)
     # json.dumps escapes C0 inside strings, so a raw newline here is the indentation's.
-    return "".join(_json_escape(c) if c != "\n" and _hidden(c) else c for c in dumped)
+    if dumped.isprintable():
+        return dumped
+    return "".join(c if c == "\n" or c.isprintable() else _json_escape(c) for c in dumped)
 
 
 def json_text(value: object) -> Text:
