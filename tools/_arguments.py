@@ -124,9 +124,8 @@ def _too_many(args: Mapping[Any, Any], parameters: frozenset[str]) -> InvalidInp
 
 
 _ISSUES_READ: Final = 100
-"""Problems read one by one at most: a frame of a million bytes can hold a hundred thousand
-names the tool does not take, and reading each costs the host more than the whole frame did
-to validate. Past this, the error counts them."""
+"""Problems read one by one at most (a 1 MB frame can hold 100,000, and reading each costs
+more than validating the frame did); past this, the error counts them."""
 
 
 def _invalid(exc: ValidationError) -> InvalidInputError:
