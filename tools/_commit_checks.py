@@ -18,7 +18,7 @@ from airlock.tools._errors import (
     NeedsApprovalError,
     PreviewExpiredError,
 )
-from airlock.tools._ledger import LedgerStore, StepStateError
+from airlock.tools._ledger import LedgerStore, StepStateError, own_receipt
 from airlock.tools._preview import Approval, Preview, Receipt
 from airlock.tools._sealed import SecretVault, sealed_fields
 from airlock.tools._sender import Sender
@@ -56,11 +56,10 @@ def checked_for_commit(
             f"the approval does not match preview {preview.id!r}; request a new approval",
             detail="given, stored, recomputed or approved fingerprints differ",
         )
-    stored = ledger.receipt(preview.key)
-    # Only this preview's own receipt: a denied or failed preview frees its key, and the
-    # receipt of a later preview of the same intent is no answer to committing this one
-    # (its state is: ``denied``, or ``conflict`` for a failed one, from the claim below).
-    if stored is not None and stored.preview_id == preview.id:
+    # Another preview's receipt is no answer to committing this one (its state is:
+    # ``denied``, or ``conflict`` for a failed one, from the claim below).
+    stored = own_receipt(ledger, preview)
+    if stored is not None:
         vault.release(preview.id)
         return dataclasses.replace(stored, replayed=True)
     if preview.expired(now):

@@ -33,7 +33,7 @@ from airlock.tools._batch_records import Batch
 from airlock.tools._errors import ConflictError
 from airlock.tools._preview import Approval, Preview, Receipt, StepEvent, StepState
 
-__all__ = ["LedgerStore", "StepRef", "StepStateError"]
+__all__ = ["LedgerStore", "StepRef", "StepStateError", "own_receipt"]
 
 
 class StepStateError(ConflictError):
@@ -151,3 +151,10 @@ class LedgerStore(Protocol):
 
     def close(self) -> None:
         """Release resources; the store is unusable afterwards."""
+
+
+def own_receipt(ledger: LedgerStore, preview: Preview) -> Receipt | None:
+    """The receipt stored under ``preview``'s key, if it is this preview's: a denied or failed
+    preview frees its key, and a later preview of the same intent may hold it now."""
+    stored = ledger.receipt(preview.key)
+    return stored if stored is not None and stored.preview_id == preview.id else None

@@ -32,7 +32,7 @@ from airlock.tools._errors import (
     ToolError,
     UpstreamError,
 )
-from airlock.tools._ledger import LedgerStore, StepStateError
+from airlock.tools._ledger import LedgerStore, StepStateError, own_receipt
 from airlock.tools._preview import (
     Approval,
     Preview,
@@ -215,11 +215,11 @@ class Sender:
             AmbiguousWriteError: the ledger could not be read.
         """
         try:
-            stored = self.ledger.receipt(claimed.key)
+            stored = own_receipt(self.ledger, claimed)
         except Exception as error:
             why = f"the receipt could not be read: {type(error).__name__}: {error}"
             raise self.ambiguous(claimed, why[:300]) from error
-        if stored is None or stored.preview_id != claimed.id:
+        if stored is None:
             raise ConflictError(
                 f"preview {claimed.id!r} was taken over while sending; reconcile it",
                 outcome="unknown",

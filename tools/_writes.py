@@ -64,7 +64,7 @@ from airlock.tools._errors import (
     UpstreamError,
 )
 from airlock.tools._json import JSONObject
-from airlock.tools._ledger import LedgerStore
+from airlock.tools._ledger import LedgerStore, own_receipt
 from airlock.tools._prepare import model_message
 from airlock.tools._preview import Approval, Preview, Receipt, ResolvedBy
 from airlock.tools._proposals import propose_read, propose_write
@@ -202,8 +202,7 @@ class WritePath(BatchWrites):
     def receipt(self, preview: Preview) -> Receipt | None:
         """The receipt stored for ``preview``'s key, if it was committed (not another
         preview's of the same intent, which may hold the key a denied one freed)."""
-        stored = self.ledger.receipt(preview.key)
-        return stored if stored is not None and stored.preview_id == preview.id else None
+        return own_receipt(self.ledger, preview)
 
     # -- approval ------------------------------------------------------------------------
 

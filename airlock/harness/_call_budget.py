@@ -6,11 +6,11 @@ counted in bytes, within the per-result cap.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 
 from airlock.harness._budget import Budget, BudgetMeter
 from airlock.harness._model_tools import ModelResult
-from airlock.harness._results import byte_size, from_tool_error, sized
+from airlock.harness._results import KeptNotes, byte_size, from_tool_error, nothing_kept, sized
 from airlock.harness._session_audit import SessionAudit
 from airlock.tools import CallContext, LimitExceededError
 
@@ -57,9 +57,7 @@ class CallBudget:
         """Largest answer that may be given now."""
         return self.meter.result_cap()
 
-    def account(
-        self, result: ModelResult, *, keep: Sequence[Mapping[str, object]] = ()
-    ) -> ModelResult:
+    def account(self, result: ModelResult, *, keep: KeptNotes = nothing_kept) -> ModelResult:
         """``result`` within the cap (``result_too_large`` otherwise, with the notes of
         ``keep``: see :func:`sized`), counted against the byte budget."""
         result = sized(result, self.cap(), keep=keep)

@@ -12,6 +12,7 @@ short note (``proposals``: batch id, fingerprint, count, total per currency, pre
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Mapping
@@ -26,7 +27,7 @@ from airlock.harness._batches import PausedBatches
 from airlock.harness._budget import Budget
 from airlock.harness._execute_code import ExecuteCodeArgs, kept_notes, program_result
 from airlock.harness._model_tools import ModelResult
-from airlock.harness._results import failure
+from airlock.harness._results import KeptNotes, failure, nothing_kept
 from airlock.harness._session_audit import SessionAudit
 from airlock.policies import ApprovalPolicy, Effect, Grant, Principal, SandboxProfile, UsageError
 from airlock.sandbox import (
@@ -132,7 +133,7 @@ class SessionPrograms:
         inputs: Inputs,
         remaining: float,
         ctx: CallContext,
-    ) -> tuple[ModelResult, tuple[dict[str, object], ...]]:
+    ) -> tuple[ModelResult, KeptNotes]:
         """One ``execute_code`` call: ``remaining`` seconds of the session's budget are
         left, ``ctx`` is the call's direct context (for its audit records).
 
@@ -161,7 +162,7 @@ class SessionPrograms:
                     reason="effect",
                     effect=str(effect),
                 )
-                return denied, ()
+                return denied, nothing_kept
             effects.append(effect)
         profile = self.profile
         if remaining < profile.timeout_s:
@@ -207,11 +208,11 @@ class SessionPrograms:
                     size_bytes=exc.size_bytes,
                     limit_bytes=exc.limit_bytes,
                 )
-                return too_big, ()
+                return too_big, nothing_kept
             refused = failure(
                 "sandbox_unavailable", f"the program did not run: {exc.message}; tell the user"
             )
-            return refused, ()
+            return refused, nothing_kept
         _log.info(
             "run %s: program %s in %.1f ms, %d tool calls%s",
             self.run_id,
@@ -239,7 +240,8 @@ class SessionPrograms:
             duration_s=time.perf_counter() - began,
             effects=effects,
         )
-        return result.model_copy(update={"artifacts": run.artifacts}), kept_notes(notes, run)
+        notes_kept = functools.partial(kept_notes, notes, run)  # made only if too large
+        return result.model_copy(update={"artifacts": run.artifacts}), notes_kept
 
     def _artifact_dir(self, call_id: str) -> Path | None:
         """Where one program's artifacts go: one directory per program, named after its

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Final, Literal, get_args
 
 from airlock.harness._model_tools import ModelResult
@@ -20,11 +20,13 @@ from airlock.tools import LedgerError, ResultTooLargeError, ToolError
 __all__ = [
     "HARNESS_CODES",
     "HarnessCode",
+    "KeptNotes",
     "byte_size",
     "compact",
     "failure",
     "from_ledger_error",
     "from_tool_error",
+    "nothing_kept",
     "sized",
     "success",
 ]
@@ -96,13 +98,21 @@ def from_ledger_error(exc: LedgerError) -> ModelResult:
     )
 
 
-def sized(
-    result: ModelResult, cap: int, *, keep: Sequence[Mapping[str, object]] = ()
-) -> ModelResult:
+KeptNotes = Callable[[], Sequence[Mapping[str, object]]]
+"""The notes an answer too large for the model keeps (see :func:`sized`), made only when one
+is: a program's result fits, nearly always."""
+
+
+def nothing_kept() -> Sequence[Mapping[str, object]]:
+    """No notes to keep."""
+    return ()
+
+
+def sized(result: ModelResult, cap: int, *, keep: KeptNotes = nothing_kept) -> ModelResult:
     """``result`` when its content fits ``cap`` bytes; otherwise ``result_too_large`` with
     the size (never a silently cut result), which keeps ``result.artifacts``.
 
-    ``keep`` are notes the refusal carries all the same (what a program proposed and the
+    ``keep()`` are notes the refusal carries all the same (what a program proposed and the
     files it left exist whatever its value was), most complete first: the first that fits
     ``cap``, else the last, which the caller keeps small and bounded."""
     size = byte_size(result.content)
@@ -110,7 +120,7 @@ def sized(
         return result
     error = ResultTooLargeError(size_bytes=size, limit_bytes=cap)
     refused = from_tool_error(error)
-    for notes in keep:
+    for notes in keep():
         refused = failure(
             error.code,
             f"{error.message}; what the program proposed or left in /out is listed here all "

@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -61,7 +61,14 @@ from airlock.harness._execute_code import (
 from airlock.harness._model_tools import ModelResult, ModelTool
 from airlock.harness._paused import PausedWrites
 from airlock.harness._programs import SessionPrograms
-from airlock.harness._results import failure, from_ledger_error, from_tool_error, success
+from airlock.harness._results import (
+    KeptNotes,
+    failure,
+    from_ledger_error,
+    from_tool_error,
+    nothing_kept,
+    success,
+)
 from airlock.harness._session_audit import SessionAudit
 from airlock.harness._usable import needs_ledger, usable
 from airlock.policies import ApprovalPolicy, Grant, Principal, SandboxProfile
@@ -284,7 +291,7 @@ class Session(ApprovalPause):
         call_id = await self._calls.admit(str(name))
         if isinstance(call_id, ModelResult):
             return call_id  # the budget is used up
-        keep: Sequence[Mapping[str, object]] = ()
+        keep: KeptNotes = nothing_kept
         try:
             if self._paused.waiting() or self._batches.waiting():
                 await self.settle_writes()
