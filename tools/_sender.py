@@ -139,12 +139,8 @@ class Sender:
         except Exception as exc:
             self.refuse_undeclared(claimed, check, exc)
             raise self.ambiguous(claimed, f"{type(exc).__name__}: {exc}"[:300]) from exc
-        except BaseException:
-            # Cancelled or interrupted mid-send: record what is known, if the ledger lets us.
-            try:
-                self.mark(claimed, "unknown", how="interrupted during send", error="interrupted")
-            except Exception:  # a dying process; the lease lets reconcile find the step
-                _log.warning("could not mark %s unknown", claimed.id, exc_info=True)
+        except BaseException:  # cancelled or interrupted mid-send: record what is known
+            self.mark_unknown(claimed, how="interrupted during send", error="interrupted")
             raise
         self.refuse_undeclared(claimed, check, None)  # caught by commit: it fails all the same
         receipt = self.store_receipt(spec, claimed, raw, resolved_by=resolved_by, actor=actor)
@@ -241,11 +237,8 @@ class Sender:
         if denial is None:
             return
         first = check.violations[0]
-        self.mark(
-            claimed,
-            "unknown",
-            how=f"stopped by the runtime check: {first.action}",
-            error=first.rule,
+        self.mark_unknown(
+            claimed, how=f"stopped by the runtime check: {first.action}", error=first.rule
         )
         self.audit(claimed, "execute", "deny", first.rule, "unknown", "denied", denial.detail)
         raise denial from cause
@@ -268,16 +261,21 @@ class Sender:
         """Mark the step ``unknown`` if the ledger lets us, and build the error that says
         so (it must reach the caller even when the ledger fails: the system may have acted).
         """
-        try:
-            self.mark(claimed, "unknown", how=f"no definite answer: {why}", error=why[:200])
-        except Exception:  # still ``sending``: its lease lets reconcile find it
-            _log.warning("could not mark %s unknown", claimed.id, exc_info=True)
+        self.mark_unknown(claimed, how=f"no definite answer: {why}", error=why[:200])
         self.audit(claimed, "execute", "allow", claimed.rule, "unknown", "ambiguous_write", why)
         return AmbiguousWriteError(
             "the change may have happened; commit again (same key) or wait for reconcile",
             idempotency_key=claimed.key,
             detail=why,
         )
+
+    def mark_unknown(self, claimed: Preview, *, how: str, error: str) -> None:
+        """Mark the step ``unknown`` if the ledger lets us. If it does not, the step stays
+        ``sending`` and its lease lets reconcile find it; what the caller is told stands."""
+        try:
+            self.mark(claimed, "unknown", how=how, error=error)
+        except Exception:
+            _log.warning("could not mark %s unknown", claimed.id, exc_info=True)
 
     def mark(self, claimed: Preview, to: StepState, *, how: str, error: str | None) -> Preview:
         """Settle a claimed step as ``to``; if someone settled it first, theirs stands."""

@@ -27,6 +27,7 @@ from airlock.tools import (
     CallContext,
     Credential,
     DeniedError,
+    LedgerLockedError,
     MemoryAuditStore,
     Registry,
     RestAdapter,
@@ -426,6 +427,29 @@ async def test_commit_writes_only_the_files_its_effects_name(
     assert [(e.stage, e.rule, e.outcome, e.code) for e in refused] == [
         ("execute", "runtime:file", "unknown", "denied")
     ]
+
+
+async def test_a_commit_stopped_by_the_check_is_denied_even_when_the_ledger_fails(
+    here: World, notes_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    registry = _write_registry(here, notes_dir)
+    writes = WritePath(registry, SQLiteLedgerStore(tmp_path / "ledger.db"))
+    ctx = RunAuthority(principal=WRITER, grant=WRITE_GRANT).context("direct", "1")
+    outside = await _approved(writes, {"name": "b.txt", "outside": True}, ctx)
+    real = writes.ledger.transition
+
+    def transition(preview_id: str, **kw: Any) -> Any:
+        if kw["to"] == "unknown":
+            raise LedgerLockedError("the ledger is locked", path="ledger.db")
+        return real(preview_id, **kw)
+
+    monkeypatch.setattr(writes.ledger, "transition", transition)
+    with pytest.raises(DeniedError) as info:  # the refusal, never the ledger's error
+        await writes.commit(outside.id, outside.fingerprint, WRITER)
+    assert info.value.outcome == "unknown"
+    assert not (here.root / "b.txt").exists()
+    # Not marked: still ``sending``, so its lease lets reconcile find it.
+    assert writes.ledger.preview(outside.id).state == "sending"  # type: ignore[union-attr]
 
 
 async def test_a_lookup_that_reaches_an_undeclared_host_leaves_the_step_unresolved(
