@@ -6,7 +6,9 @@ longer say what the program calls. Storing or deleting any attribute of such an 
 (``f.x = ...``, ``del tools.x``, ``for f.x in ...``) and ``setattr``/``delattr`` on one are
 unresolved. ``vars(f)`` and ``f.__dict__`` already are (:mod:`airlock.inventory._static_rules`).
 A ``setattr`` or ``delattr`` taken as a value, or called on arguments the check cannot see
-(``setattr(*args)``), may change one of them too.
+(``setattr(*args)``), may change one of them too. On any other object, one of a computed or
+private name may: a tool held where the check cannot follow it (``fs[0]``) keeps the name it
+sends in a private attribute (its ``name`` cannot be set).
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from __future__ import annotations
 import ast
 from collections.abc import Collection
 from typing import Final
+
+from airlock.inventory._static_rules import attribute_problem
 
 __all__ = ["MUTATING_CALLS", "mutation", "tool_object"]
 
@@ -69,4 +73,11 @@ def mutation(
         return parent, f"{node.id}() on arguments the check cannot see can change a tool"
     if tool_object(first, namespaces=namespaces, aliases=aliases):
         return parent, f"{node.id}() on a tool or the namespace changes what it calls"
+    # Any object may be a tool held where the check cannot see it (``fs[0]``): the name a
+    # tool sends is private, so only a private or computed name can change it.
+    named = parent.args[1] if len(parent.args) > 1 else None
+    if not (isinstance(named, ast.Constant) and isinstance(named.value, str)):
+        return parent, f"{node.id}() of a name the check cannot see can change a tool"
+    if attribute_problem(named.value) is not None:
+        return parent, f"{node.id}() of the attribute {named.value!r} can change a tool"
     return None

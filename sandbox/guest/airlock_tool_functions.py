@@ -41,7 +41,9 @@ class ToolFunction:
 
     def __init__(self, connection: Connection, stub: dict[str, Any]) -> None:
         self._connection = connection
-        self.__name__ = self.name = str(stub["name"])
+        # What every frame names; ``name`` only reads it, so a program cannot rename a tool
+        # it holds (``fs[0].name = "other"``) into one the program check never saw.
+        self._tool = self.__name__ = str(stub["name"])
         self.__doc__ = str(stub.get("doc", ""))
         self._stub = stub
         self._order = tuple(str(p["name"]) for p in stub.get("params", []))
@@ -49,6 +51,11 @@ class ToolFunction:
         self._required = frozenset(
             str(p["name"]) for p in stub.get("params", []) if p.get("required", True) is not False
         )
+
+    @property
+    def name(self) -> str:
+        """The tool this function calls."""
+        return self._tool
 
     def __getattr__(self, name: str) -> Any:
         # The signature is built when first asked for (help(), inspect.signature(), a call
@@ -74,11 +81,11 @@ class ToolFunction:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         arguments = self._arguments(args, kwargs)
-        return self._connection.call({"type": self._frame, "tool": self.name, "args": arguments})
+        return self._connection.call({"type": self._frame, "tool": self._tool, "args": arguments})
 
     def aio(self, *args: Any, **kwargs: Any) -> asyncio.Future[Any]:
         """The same call as an awaitable, so independent calls can run concurrently."""
-        message = {"type": self._frame, "tool": self.name, "args": self._arguments(args, kwargs)}
+        message = {"type": self._frame, "tool": self._tool, "args": self._arguments(args, kwargs)}
         import_asyncio()
         import asyncio
 
@@ -101,7 +108,7 @@ class ToolFunction:
         arguments = [self._arguments((), dict(item)) for item in items]
         results = []
         for entry in self._connection.call(
-            {"type": wire.BATCH, "tool": self.name, "items": arguments}
+            {"type": wire.BATCH, "tool": self._tool, "items": arguments}
         ):
             if entry.get("ok"):
                 results.append(entry.get("value"))
@@ -157,7 +164,7 @@ class ProposalFunction(ToolFunction):
         results: list[Any] = []
         for start in range(0, len(arguments), _PROPOSALS_AT_ONCE):
             futures = [
-                self._connection.submit({"type": wire.PROPOSE, "tool": self.name, "args": args})
+                self._connection.submit({"type": wire.PROPOSE, "tool": self._tool, "args": args})
                 for args in arguments[start : start + _PROPOSALS_AT_ONCE]
             ]
             for future in futures:

@@ -171,6 +171,25 @@ EVASIONS: dict[str, tuple[str, set[str]]] = {
         """,
         {SECRET},
     ),
+    "a listed tool renamed": (
+        """
+        fs = [tools.records_item_get]
+        try:
+            fs[0].name = "records_secret_get"  # read-only: it stays the tool the check saw
+        except AttributeError:
+            pass
+        fs[0](record_id="rec_1")
+        """,
+        {ITEM},
+    ),
+    "the private name of a listed tool set": (
+        """
+        fs = [tools.records_item_get]
+        setattr(fs[0], "_tool", "records_secret_get")
+        fs[0](record_id="rec_1")
+        """,
+        {SECRET},
+    ),
     "a default argument holding tools": (
         """
         def f(t=tools):
@@ -192,7 +211,8 @@ def test_the_static_verdict_of_each_evasion(case: str) -> None:
         assert ran <= set(report.tools), report
     else:
         assert report.verdict == "unresolved", report
-    assert (report.verdict == "complete") == (case in {"a plain call", "an alias in a loop"})
+    complete = {"a plain call", "an alias in a loop", "a listed tool renamed"}
+    assert (report.verdict == "complete") == (case in complete)
 
 
 # A tool sends the name it holds: a program that changes a tool object calls what the check
@@ -246,6 +266,15 @@ TOOL_CHANGES: dict[str, tuple[str, int]] = {
         f'tools.propose.{ITEM}.name = "{SECRET}"',
         1,
     ),
+    "setattr of a private name on a listed tool": (
+        f'fs = [tools.{ITEM}]\nsetattr(fs[0], "_tool", "{SECRET}")\nfs[0](record_id="rec_1")',
+        2,
+    ),
+    "setattr of a computed name on a listed tool": (
+        f'fs = [tools.{ITEM}]\nn = "_to" + "ol"\nsetattr(fs[0], n, "{SECRET}")',
+        3,
+    ),
+    "delattr of a private name": ('fs = [tools.records_item_get]\ndelattr(fs[0], "_tool")', 2),
     "a tool's attribute deleted": (f"f = tools.{ITEM}\ndel f.name", 2),
     "delattr on a tool": (f'delattr(tools.{ITEM}, "name")', 1),
 }
