@@ -10,6 +10,8 @@ connected to the bridge:
 - ``socket`` of any family (the bridge is connected already) and ``socketpair`` of any family
   but ``AF_UNIX`` (asyncio's self-pipe is an ``AF_UNIX`` pair, which reaches nothing);
 - ``ptrace``, ``personality``, ``memfd_create``;
+- ``prlimit64`` of any process but the caller, and ``setpriority`` (the runner runs as the
+  same user, and its limits and priority are every later program's);
 - in ``restricted`` mode, new processes: ``fork``, ``vfork`` and ``clone`` without
   ``CLONE_THREAD`` (threads stay allowed).
 
@@ -100,6 +102,10 @@ RULES: tuple[GuestRule, ...] = (
     GuestRule("personality", errno.EPERM, None, MODES, "the execution domain stays as it is"),
     GuestRule("memfd_create", errno.EPERM, None, MODES, "no anonymous executable files"),
     GuestRule("clone3", errno.ENOSYS, None, MODES, "the C library falls back to clone"),
+    # The zygote runs as the same user, and every later program's process inherits its
+    # limits and priority: a program may lower its own limits, and changes nothing else.
+    GuestRule("prlimit64", errno.EPERM, (0, "ne", 0, 0), MODES, "its own limits only"),
+    GuestRule("setpriority", errno.EPERM, None, MODES, "the priority stays the runner's"),
     GuestRule("fork", errno.EPERM, None, ("restricted",), "no new process"),
     GuestRule("vfork", errno.EPERM, None, ("restricted",), "no new process"),
     GuestRule(

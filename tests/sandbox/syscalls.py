@@ -129,8 +129,9 @@ def callable_here() -> list[str]:
 
 # The second layer's rules: (number on x86_64, aarch64) and arguments with which the call
 # would succeed, or fail with another errno, if the layer let it through ("@name": a string,
-# "@fds": room for two descriptors). Keyed by the rule's system call; a rule added to
-# airlock_seccomp.RULES fails test_every_guest_rule_is_tried until it is added here.
+# "@fds": room for two descriptors, "@self": its own pid, where the layer lets only 0 name
+# it). Keyed by the rule's system call; a rule added to airlock_seccomp.RULES fails
+# test_every_guest_rule_is_tried until it is added here.
 GUEST_CALLS: dict[str, tuple[tuple[int | None, int | None], list[int | str]]] = {
     "execve": ((59, 221), ["@true", 0, 0]),  # /bin/true would replace the program
     "execveat": ((322, 281), [0, 0, 0, 0, 0]),
@@ -143,6 +144,8 @@ GUEST_CALLS: dict[str, tuple[tuple[int | None, int | None], list[int | str]]] = 
     "fork": ((57, None), []),
     "vfork": ((58, None), []),
     "clone": ((56, 220), [17, 0, 0, 0, 0]),  # SIGCHLD only: a new process, like fork
+    "prlimit64": ((302, 261), ["@self", 7, 0, 0]),  # reads RLIMIT_NOFILE; glibc passes 0
+    "setpriority": ((141, 140), [0, "@self", 0]),  # its own nice value, left at 0
 }
 
 
@@ -162,7 +165,7 @@ import os
 libc = ctypes.CDLL(None, use_errno=True)
 fds = ctypes.create_string_buffer(8)
 special = {{"@name": ctypes.c_char_p(b"x"), "@true": ctypes.c_char_p(b"/bin/true"),
-           "@fds": fds}}
+           "@fds": fds, "@self": ctypes.c_long(os.getpid())}}
 runner = os.getpid()
 outcomes = {{}}
 for name, (number, args) in {calls!r}.items():

@@ -521,6 +521,9 @@ RUNNER_PROBES = {
         if libc.ptrace(16, 1, 0, 0) != 0:  # PTRACE_ATTACH
             raise OSError(ctypes.get_errno(), "ptrace")
     """),
+    "limits": "import resource\nresource.prlimit(1, resource.RLIMIT_NOFILE, (40, 40))",
+    "priority": "os.setpriority(os.PRIO_PROCESS, 1, 19)",
+    "priority of the user": "os.setpriority(os.PRIO_USER, 0, 19)",
     "pidfd-getfd": textwrap.dedent("""
         import ctypes
         libc = ctypes.CDLL(None, use_errno=True)
