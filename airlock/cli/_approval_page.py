@@ -149,9 +149,11 @@ class ApprovalPage:
         kind = request.headers.get("content-type", "").split(";")[0].strip()
         if kind != "application/x-www-form-urlencoded":
             return _page(415, "refused", "post the page's own forms")
-        body = await request.body()
-        if len(body) > _MAX_FORM_BYTES:
-            return _page(413, "refused", "the form is too large")
+        body = bytearray()
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > _MAX_FORM_BYTES:  # refused before the rest is read, not after
+                return _page(413, "refused", "the form is too large")
         try:
             posted = parse_qs(body.decode("utf-8", "replace"), max_num_fields=_MAX_FORM_FIELDS)
         except ValueError:  # more fields than any of the page's forms has

@@ -108,6 +108,7 @@ FORGERIES: list[tuple[str, dict[str, str], dict[str, str], int]] = [
     ("not a form", {}, {"content-type": "application/json"}, 415),
     ("no session", {}, {"cookie": f"{COOKIE}=made-up"}, 401),
     ("more fields than a form has", {f"f{n}": "x" for n in range(10)}, {}, 413),
+    ("a form larger than any of the page's", {"note": "x" * 20_000}, {}, 413),
 ]
 
 
@@ -134,6 +135,37 @@ def test_forged_posts_change_nothing(
     assert posted.status_code == status, (case, posted.text)
     assert world.ledger.approval(waiting.id) is None
     assert world.system.sends() == 0
+
+
+def test_a_large_form_is_refused_before_it_is_read_whole(world: World, waiting: Preview) -> None:
+    p = page(world)
+    client = browser(p)
+    token, session = csrf(client), client.cookies[COOKIE]
+    chunks = [f"csrf={token}&preview_id={waiting.id}&note=".encode()]
+    chunks += [b"x" * (1 << 20)] * 256  # 256 MiB, were it all read
+    read: list[int] = []
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        read.append(len(read))
+        last = len(read) == len(chunks)
+        return {"type": "http.request", "body": chunks[len(read) - 1], "more_body": not last}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    headers = [
+        (b"host", b"127.0.0.1"),
+        (b"cookie", f"{COOKIE}={session}".encode()),
+        (b"content-type", b"application/x-www-form-urlencoded"),
+    ]
+    scope = {"type": "http", "method": "POST", "path": "/approve", "headers": headers,
+             "query_string": b"", "http_version": "1.1", "scheme": "http", "root_path": "",
+             "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80)}  # fmt: skip
+    anyio.run(p.app(), scope, receive, send)
+    assert sent[0]["status"] == 413
+    assert len(read) < 4
+    assert world.ledger.approval(waiting.id) is None
 
 
 @pytest.mark.parametrize(("case", "text", "shown"), INVISIBLE, ids=INVISIBLE_IDS)
