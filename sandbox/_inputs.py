@@ -159,7 +159,10 @@ def _directory_size(name: str, top: str) -> int:
     for folder, folders, files in os.walk(top, onerror=fail, followlinks=False):
         for entry in (*folders, *files):
             path = os.path.join(folder, entry)
-            info = os.lstat(path)
+            try:
+                info = os.lstat(path)
+            except OSError as error:  # changed while it is walked: removed, or made unreadable
+                raise _unreadable(name, path, directory=False) from error
             if stat.S_ISLNK(info.st_mode):
                 continue  # resolved inside the container, never on the host
             if stat.S_ISDIR(info.st_mode):

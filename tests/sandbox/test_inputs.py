@@ -137,6 +137,25 @@ def test_an_input_that_cannot_be_mounted_safely_is_refused(
     assert message in str(raised.value)
 
 
+def test_a_file_removed_while_its_directory_is_checked_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = _folder(tmp_path)
+    (folder / "gone.csv").write_text("a\n")
+    real = os.lstat
+
+    def lstat(path: str) -> os.stat_result:
+        if path.endswith("gone.csv"):
+            raise FileNotFoundError(2, "No such file or directory", path)
+        return real(path)
+
+    monkeypatch.setattr(os, "lstat", lstat)
+    with pytest.raises(InputRefused) as raised:
+        resolve_inputs({"given": folder}, limit_bytes=1 << 20)
+    assert (raised.value.name, raised.value.reason) == ("given", "unreadable")
+    assert "gone.csv" in str(raised.value)
+
+
 def test_links_inside_a_directory_stay_and_resolve_in_the_container(tmp_path: Path) -> None:
     folder = _folder(tmp_path)
     (folder / "a.csv").write_text("12345")
