@@ -26,11 +26,13 @@ overflowing float) and integers longer than :data:`MAX_INT_DIGITS` digits. Each 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import json
 import math
 import re
 import struct
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any, Final
 
@@ -287,6 +289,42 @@ _DECODER: Final = json.JSONDecoder(
 )
 
 
+class _CollectorPause:
+    """The cyclic garbage collector held off while any large frame is decoded, in any
+    thread, and on again after the last one if it was on before the first.
+
+    A JSON tree has no cycles, so the collector has nothing to find in a frame being
+    decoded; left on, it walks the half-built tree again and again, holding the interpreter
+    lock (100,000 empty lists: 30 ms instead of 5). The switch is the process's: decodes on
+    the loop and on worker threads overlap, and each turning it off and back on by itself
+    left it off for good when one read it off while another had it so."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pauses = 0
+        self._resume = False
+
+    def __enter__(self) -> None:
+        with self._lock:
+            if self._pauses == 0:
+                self._resume = gc.isenabled()
+                gc.disable()
+            self._pauses += 1
+
+    def __exit__(self, *exc: object) -> None:
+        with self._lock:
+            self._pauses -= 1
+            if self._pauses == 0 and self._resume:
+                gc.enable()
+
+
+_COLLECTOR: Final = _CollectorPause()
+_NO_PAUSE: Final = contextlib.nullcontext()
+_PAUSE_OVER: Final = 4096
+"""Bodies up to this size (every call frame) make too few objects for the collector's walks
+to matter, and decode without touching the switch."""
+
+
 def decode_body(body: bytes | bytearray, *, max_elements: int = MAX_ELEMENTS) -> dict[str, Any]:
     """Decode a frame body strictly into a message object with a string ``type``.
 
@@ -308,23 +346,15 @@ def decode_body(body: bytes | bytearray, *, max_elements: int = MAX_ELEMENTS) ->
         raise FrameError(
             f"frame holds more than {max_elements} values and keys; send less per frame"
         )
-    # A JSON tree has no cycles, so the cyclic garbage collector has nothing to find in a
-    # frame being decoded; left on, it walks the half-built tree again and again, holding the
-    # interpreter lock (100,000 empty lists: 30 ms instead of 5). The new objects are left
-    # to the collector's next ordinary pass.
-    collecting = gc.isenabled()
-    gc.disable()
     try:
-        message = _DECODER.decode(body.decode("ascii"))
+        with _COLLECTOR if len(body) > _PAUSE_OVER else _NO_PAUSE:
+            message = _DECODER.decode(body.decode("ascii"))
     except FrameError:
         raise
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise FrameError(f"frame body is not JSON: {exc}") from None
     except RecursionError:
         raise FrameError(f"frame nests deeper than {MAX_DEPTH} levels") from None
-    finally:
-        if collecting:
-            gc.enable()
     # Each level opens a bracket: a body with few of them (as every call frame) is shallow.
     if body.count(b"[") + body.count(b"{") > MAX_DEPTH and not _depth_within(message, MAX_DEPTH):
         raise FrameError(f"frame nests deeper than {MAX_DEPTH} levels")

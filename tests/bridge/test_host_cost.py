@@ -8,9 +8,12 @@ loop; a ``log`` frame reaches the operator's log on one line, its control charac
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import struct
+import sys
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -140,3 +143,31 @@ async def test_a_log_line_from_a_program_is_one_escaped_line(
     line = logging.Formatter("%(levelname)s %(message)s").format(record)
     assert line == f"INFO guest log ({session.run_id}): {logged}"
     assert line.isprintable()
+
+
+def test_frames_decoded_at_once_on_several_threads_leave_the_collector_on() -> None:
+    # Each decode of a large frame holds the cyclic collector off; overlapping ones (the loop
+    # and worker threads) must leave it on once the last is done, however they interleave.
+    large = b'{"type":"done","result":[' + b'{"a":1},' * 2000 + b"{}]}"
+    small = b'{"type":"call","id":1,"tool":"t","args":{"record_id":"rec_1"}}'
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible: every interleaving
+    try:
+        for _ in range(20):
+            stop = threading.Event()
+
+            def decode(body: bytes, stop: threading.Event = stop) -> None:
+                while not stop.is_set():
+                    codec.decode_body(body)
+
+            threads = [threading.Thread(target=decode, args=(b,)) for b in (large, large, small)]
+            for thread in threads:
+                thread.start()
+            time.sleep(0.02)
+            stop.set()
+            for thread in threads:
+                thread.join()
+            assert gc.isenabled()
+    finally:
+        sys.setswitchinterval(interval)
+        gc.enable()  # for the tests after this one, should it have failed
