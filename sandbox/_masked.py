@@ -1,11 +1,18 @@
 """Paths of ``/proc`` and ``/sys`` a program sees empty, and starting a container with them.
 
 Docker masks some kernel files by default (``/proc/kcore``, ``/proc/keys``, ...); the host's
-boot command line and boot id are not among them, and they tell one sandbox which machine and
-which boot it shares with another. docker-py's ``containers.run`` has no setting for masked
-paths, so :func:`run_masked` creates the container through the engine's API with
-``HostConfig.MaskedPaths`` (which replaces Docker's list: it repeats it). gVisor shows its own
-``/proc`` either way.
+boot command line and boot id are not among them, so they are masked here: they are the
+plainest marks of the machine and the boot every sandbox on the host shares. Masking them does
+not hide the boot. Under ``runc`` and ``crun`` the boot time (``btime`` in ``/proc/stat``) and
+``/proc/uptime`` are the host's, the same in every sandbox; ``/proc/self/cgroup`` names the
+container's id (Docker keeps the host's cgroup namespace on cgroup v1); and
+``/proc/self/mountinfo`` shows the host path of the bridge's socket directory. SECURITY.md
+lists these under "Known open". gVisor shows its own ``/proc`` (its own boot time and uptime,
+no cgroup, no host path).
+
+docker-py's ``containers.run`` has no setting for masked paths, so :func:`run_masked` creates
+the container through the engine's API with ``HostConfig.MaskedPaths`` (which replaces
+Docker's list: it repeats it).
 """
 
 from __future__ import annotations
