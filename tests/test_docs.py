@@ -62,7 +62,6 @@ _PERFORMANCE = "a recorded benchmark result (make bench measures it anew; figure
 NOT_RUN: Final[dict[Path, dict[str, str]]] = {
     README: {
         """\
-apt-get update && apt-get install -y make   # a minimal Debian has no make
 make demo   # the main job: installs what it needs, then runs the demo end to end
 make test   # lint (ruff), types (mypy --strict), and every test, Docker ones included""": (
             "installs packages and the engine; the demo runs in tests/examples/billing/"
