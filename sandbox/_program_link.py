@@ -7,7 +7,9 @@ program. The socket file is connectable from anywhere in the container (and, on 
 anyone who can reach the directory), so :func:`accept_program` takes a connection only from
 the runner's own peer (see :func:`~airlock.sandbox._runtime.is_runner_peer`) that says the
 token; it closes any other unread. It runs in the background while the container waits for
-its next program, and whatever it waits on is bounded by its ``deadline``.
+its next program, and whatever it waits on is bounded by its ``deadline``; a run waiting for
+that connection (:meth:`ProgramLinks.take`) stops waiting as soon as the runner ends its own
+connection (it exited: it could not clear the container, or it was killed).
 """
 
 from __future__ import annotations
@@ -144,7 +146,8 @@ class ProgramLinks:
     process opens with the token. The runner ends what the previous program left as soon as
     its process exits, forks the next process when the token comes (sent once the previous
     result has been handed on) and says ``hello`` for it, so a run (:meth:`take`) finds it
-    connected, checked and warm.
+    connected, checked and warm. It watches ``control`` for the runner's end, without
+    reading it.
     """
 
     def __init__(
@@ -167,10 +170,15 @@ class ProgramLinks:
         self._serving: asyncio.StreamWriter | None = None
         self._soon: asyncio.Handle | None = None
         """The :meth:`prepare` due once the last result has gone on its way."""
+        self._ended = asyncio.Event()
+        """Set once the runner ended the control connection (it exited)."""
+        _watch_end(control, self._ended)
 
     @property
     def usable(self) -> bool:
         """Whether the next program's connection, accepted or still coming, can serve."""
+        if self._ended.is_set():
+            return False
         ahead = self._next
         if ahead is None or not ahead.done():
             return True
@@ -202,21 +210,38 @@ class ProgramLinks:
     async def take(self, deadline: float) -> Link | None:
         """The next program's connection, waited for until ``deadline`` (monotonic) at most;
         ``None`` when none was prepared, it failed, or it did not come in time. It is the
-        program in flight until :meth:`release`."""
+        program in flight until :meth:`release`.
+
+        Raises:
+            SandboxFailure: the runner ended its control connection before the connection
+                came (it exited: the container is of no further use).
+        """
         ahead, self._next = self._next, None
         if ahead is None:
             return None
         if not ahead.done():
             loop = asyncio.get_running_loop()
+            ended = asyncio.ensure_future(self._ended.wait())
             try:
                 async with asyncio.timeout_at(loop.time() + (deadline - time.monotonic())):
-                    await asyncio.wait([ahead])
+                    await asyncio.wait([ahead, ended], return_when=asyncio.FIRST_COMPLETED)
             except TimeoutError:
                 _discard(ahead)
                 return None
             except BaseException:
                 _discard(ahead)
                 raise
+            finally:
+                ended.cancel()
+            if not ahead.done():
+                # An exited runner opens no connection: waiting on would only use up the
+                # run's deadline.
+                _discard(ahead)
+                raise SandboxFailure(
+                    f"the kept runner of container {self._container_id[:12]!r} exited before "
+                    "it opened the program's connection (it could not end the previous "
+                    "program's processes, or it was killed); the next run starts a new container"
+                )
         if ahead.cancelled() or ahead.exception() is not None:
             return None
         link = ahead.result()
@@ -237,7 +262,11 @@ class ProgramLinks:
         """Send one program's ``run`` frame on its own connection (the next program's, taken
         by ``deadline`` at most), serve it there with ``serve(reader, writer)``, then end
         that connection, and :meth:`prepare` the next program's in the loop's next turn
-        (unless a run comes first and does)."""
+        (unless a run comes first and does).
+
+        Raises:
+            SandboxFailure: the runner exited before the program's connection came.
+        """
         self._cancel_soon()  # this run prepares its process itself, now
         self.prepare(keep=keep, mode=mode)  # the container's first program
         link = await self.take(deadline)
@@ -281,6 +310,47 @@ class ProgramLinks:
         self._cancel_soon()
         _discard(self._next)
         self._next = None
+
+
+class _EndWatch(asyncio.Protocol):
+    """Stands between the control connection's transport and its stream's protocol, passing
+    everything on, and sets ``ended`` when the runner ends the connection. Nothing reads
+    that connection while a kept container waits for its next program's (a stream tells of
+    its end only to a reader), and reading it here would take what a run reads."""
+
+    def __init__(self, inner: asyncio.Protocol, ended: asyncio.Event) -> None:
+        self._inner = inner
+        self._ended = ended
+
+    def data_received(self, data: bytes) -> None:
+        self._inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        self._ended.set()
+        return self._inner.eof_received()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._ended.set()
+        self._inner.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        self._inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self._inner.resume_writing()
+
+
+def _watch_end(control: asyncio.StreamWriter, ended: asyncio.Event) -> None:
+    """Have ``ended`` set when the runner ends ``control``."""
+    if control.is_closing():
+        ended.set()
+        return
+    transport = control.transport
+    inner = transport.get_protocol()
+    # A stream's protocol is a plain one (a buffered one is fed otherwise and is left as it
+    # is: runs then wait for a program's connection until their deadline, as they did).
+    if isinstance(inner, asyncio.Protocol):
+        transport.set_protocol(_EndWatch(inner, ended))
 
 
 def _retrieved(ahead: asyncio.Task[Link | None]) -> None:

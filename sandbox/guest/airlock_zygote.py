@@ -13,7 +13,8 @@ how the next result is sent. So the runner, once warm, becomes a *zygote*:
    result of each program (or has given up on it);
 2. for each, it ends every other process in the container (``kill(-1, SIGKILL)`` from the
    container's init, then reaping, woken by each child's exit) and checks the container's pid
-   list (``/proc``) until it holds no process but its own and it has one thread; it empties
+   list (``/proc``) until it holds no process but its own and it has no thread but those it
+   had when it began to serve (before any program ran: see :func:`serve`); it empties
    ``/out`` (and, for a clean container, ``/tmp``);
 3. then it opens a new bridge connection, says ``hello`` on it with the token (which no
    program's process has seen: the host sends it once the previous program's process was
@@ -70,19 +71,26 @@ def other_processes(me: int) -> list[int]:
     return pids
 
 
-def own_threads(me: int) -> int:
-    """Threads of process ``me``."""
+def own_threads(me: int) -> frozenset[int]:
+    """The thread ids of process ``me`` (just ``me`` where ``/proc`` does not list them)."""
     try:
-        return len(os.listdir(f"/proc/{me}/task"))
-    except OSError:
-        return 1
+        return frozenset(int(tid) for tid in os.listdir(f"/proc/{me}/task"))
+    except (OSError, ValueError):
+        return frozenset({me})
 
 
-def clear_processes(timeout: float = _CLEAR_TIMEOUT_S, wake: int | None = None) -> bool:
+def clear_processes(
+    timeout: float = _CLEAR_TIMEOUT_S,
+    wake: int | None = None,
+    *,
+    threads: frozenset[int] | None = None,
+) -> bool:
     """End every process in the container but this one and wait until the pid list shows
-    none (zombies reaped); whether that happened within ``timeout`` seconds. ``wake`` is
+    none (zombies reaped) and this process has no thread outside ``threads`` (by default,
+    none but its main thread); whether that happened within ``timeout`` seconds. ``wake`` is
     the read end of the zygote's signal pipe: a child's exit wakes the wait at once."""
     me = os.getpid()
+    allowed = threads if threads is not None else frozenset({me})
     end = time.monotonic() + timeout
     watch: tuple[Any, int] | None = None
     if wake is not None:
@@ -93,7 +101,7 @@ def clear_processes(timeout: float = _CLEAR_TIMEOUT_S, wake: int | None = None) 
         with contextlib.suppress(ProcessLookupError):
             os.kill(-1, signal.SIGKILL)  # every process this user may signal, but init and me
         _reap()
-        if not other_processes(me) and own_threads(me) == 1:
+        if not other_processes(me) and own_threads(me) <= allowed:
             return True
         if time.monotonic() > end:
             return False
@@ -231,9 +239,18 @@ def serve(
     # process would otherwise touch (and so copy) every page of the warm interpreter.
     gc.freeze()
     me = os.getpid()
+    # The threads this process has now are its own, started by the runner's warm-up before
+    # any program ran: an image's native libraries (the data image's BLAS pool, sized to the
+    # CPU quota, which OpenBLAS ends before each fork and a program's process starts afresh).
+    # No program's thread can join this process (programs run in processes forked from it):
+    # a thread beyond these means the container is not what it should be, and clearing fails.
+    threads = own_threads(me)
+
+    def cleared() -> bool:
+        return clear_processes(wake=wake[0], threads=threads)
 
     def spare_after(ahead: dict[str, Any]) -> _Spare | None:
-        if not clear_processes(wake=wake[0]):
+        if not cleared():
             return None
         before_program(ahead)
         return _fork_spare(socket_path, control, wake, ahead, run_program)
@@ -248,7 +265,7 @@ def serve(
         if spare is not None and (
             spare.ahead["keep"] != ahead["keep"]
             or other_processes(me) != [spare.pid]
-            or own_threads(me) != 1
+            or not own_threads(me) <= threads
         ):
             # The previous program's process still runs, the spare died, or it was made
             # for another kind of program: from nothing.
@@ -270,11 +287,11 @@ def serve(
             # forked when its token comes: the host sends it once it has handed on this
             # program's result, which a fork would compete with for a processor.
             running = None
-            if not clear_processes(wake=wake[0]):
+            if not cleared():
                 return 5
     if spare is not None:
         spare.discard()
-    clear_processes(wake=wake[0])
+    cleared()
     return 0
 
 

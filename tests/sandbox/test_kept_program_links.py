@@ -18,6 +18,7 @@ import pytest
 
 from airlock.bridge import airlock_wire as wire
 from airlock.bridge import encode_frame, read_frame
+from airlock.sandbox._errors import SandboxFailure
 from airlock.sandbox._program_link import ProgramLinks
 
 pytestmark = pytest.mark.anyio
@@ -150,3 +151,44 @@ async def test_close_before_the_next_token_sends_none(
     await asyncio.sleep(0.05)
     assert len(runner.tokens) == 1
     assert not _token_waiting(runner_end)
+
+
+@pytest.mark.parametrize("when", ["before the run", "while the run waits"])
+async def test_a_runner_that_exits_fails_the_wait_at_once_with_a_typed_error(when: str) -> None:
+    # The runner's control connection ends (its zygote could not clear the container and
+    # exited): the run fails now, as a sandbox failure, not at the connection's deadline.
+    with tempfile.TemporaryDirectory() as directory:
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(str(Path(directory) / "bridge.sock"))
+        listener.listen(16)
+        listener.setblocking(False)
+        host_end, runner_end = socket.socketpair()
+        _, control = await asyncio.open_unix_connection(sock=host_end)
+        links = ProgramLinks(
+            control,
+            listener,
+            runtime="runc",
+            runner_pid=os.getpid(),
+            container_id="c0ffee",
+            hello_s=5.0,
+        )
+        try:
+            links.prepare(keep=True, mode="full")
+            if when == "before the run":
+                runner_end.close()
+                await asyncio.sleep(0.05)
+            else:
+                asyncio.get_running_loop().call_later(0.2, runner_end.close)
+            began = time.monotonic()
+            with pytest.raises(SandboxFailure) as raised:
+                await asyncio.wait_for(links.take(time.monotonic() + 5.0), 3.0)
+            took = time.monotonic() - began
+        finally:
+            links.close()
+            control.transport.abort()
+            runner_end.close()
+            listener.close()
+    assert took < 1.0, took
+    assert "exited" in str(raised.value), raised.value
+    assert "'c0ffee'" in str(raised.value), raised.value
+    assert (raised.value.code, raised.value.retryable) == ("sandbox_failure", True)
