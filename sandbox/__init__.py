@@ -30,7 +30,14 @@ from airlock.sandbox._engine import (
     read_image_digest,
     read_image_labels,
 )
-from airlock.sandbox._errors import EngineUnavailable, ImageMissing, SandboxError, SandboxFailure
+from airlock.sandbox._errors import (
+    EngineUnavailable,
+    ImageMissing,
+    SandboxClosed,
+    SandboxError,
+    SandboxFailure,
+    SocketPathTooLong,
+)
 from airlock.sandbox._images import (
     DATA_IMPORTS,
     DATA_PACKAGES,
@@ -90,9 +97,11 @@ __all__ = [
     "RunResult",
     "RunStatus",
     "SandboxBackend",
+    "SandboxClosed",
     "SandboxError",
     "SandboxFailure",
     "SkippedArtifact",
+    "SocketPathTooLong",
     "check_engine",
     "describe_container",
     "describe_guest_filter",

@@ -45,12 +45,12 @@ from airlock.bridge import (
 from airlock.bridge import airlock_wire as wire
 from airlock.policies import SandboxProfile
 from airlock.sandbox._artifacts import ArtifactReceiver, ArtifactRef
-from airlock.sandbox._cgroup import read_evidence
+from airlock.sandbox._cgroup import RunMark, mark_run, read_evidence
 from airlock.sandbox._inputs import RunInput
 from airlock.sandbox._launch import Launched, remove
 from airlock.sandbox._outcome import judge_outcome
 from airlock.sandbox._program_link import ProgramLinks
-from airlock.sandbox._result import ProgramError, RunResult
+from airlock.sandbox._result import RunResult
 
 __all__ = ["MAX_VALUE_BYTES", "SandboxContainer"]
 
@@ -101,6 +101,8 @@ class SandboxContainer:
             hello_s=_PROGRAM_HELLO_S,
         )
         """A kept container's program connections (the next one's, accepted ahead)."""
+        self._mark: RunMark | None = None
+        """The cgroup counters as the kept program in flight began."""
 
     @property
     def id(self) -> str:
@@ -173,6 +175,9 @@ class SandboxContainer:
         )
         stored: tuple[ArtifactRef, ...] | None = None  # once the receiver finished
         kept = False  # once the files are the result's
+        # A kept container's counters add up over its programs: this one is judged on what
+        # changed since it began.
+        self._mark = mark_run(self.id) if keep else None
         try:
             outcome: dict[str, Any] | RunEnd | None
             try:
@@ -180,7 +185,7 @@ class SandboxContainer:
                     if keep:
                         outcome = await self._links.serve(
                             frame,
-                            lambda r, w: self._serve(r, w, tools, deadline, profile, receiver),
+                            lambda r, w: self._serve_kept(r, w, tools, deadline, profile, receiver),
                             deadline=min(deadline, time.monotonic() + _PROGRAM_HELLO_S),
                             keep="clean" if clean else True,
                             mode=profile.language_mode,
@@ -201,24 +206,15 @@ class SandboxContainer:
                 except ArtifactRefused as exc:
                     outcome = RunEnd("protocol_error", None, exc.message)
             update: dict[str, Any] = {"tool_calls": tools.calls if tools else 0}
-            if outcome is None and keep and self.alive:
-                # The program's process ended without reporting; the kept runner is fine.
-                result = RunResult(
-                    status="error",
-                    exit_status=1,
-                    has_value=False,
-                    error=ProgramError(
-                        type="ProgramExited",
-                        message="the program's process ended before it reported (it exited "
-                        "or was killed); its top-level names are not kept",
-                    ),
-                    duration_s=time.perf_counter() - began,
-                    pooled=pooled,
-                )
-            else:
-                result = await judge_outcome(
-                    outcome, container=self.container, began=began, profile=profile, pooled=pooled
-                )
+            result = await judge_outcome(
+                outcome,
+                container=self.container,
+                began=began,
+                profile=profile,
+                pooled=pooled,
+                since=self._mark,
+                kept_runner_alive=keep and self.alive,
+            )
             if stored is not None and result.status in ("ok", "error"):
                 update["artifacts"] = stored
                 kept = True
@@ -230,6 +226,21 @@ class SandboxContainer:
                 await asyncio.to_thread(receiver.discard)
         # model_copy does not validate: the value is the decoder's JSON as it is.
         return result.model_copy(update=update)
+
+    async def _serve_kept(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        tools: ToolSession | None,
+        deadline: float,
+        profile: SandboxProfile,
+        artifacts: ArtifactReceiver | None,
+    ) -> dict[str, Any] | RunEnd | None:
+        # Marked again now that the runner has ended the previous program's processes and
+        # forked this one's (it said hello), as its frame goes out: whatever the previous
+        # program left running until then counts before the mark.
+        self._mark = mark_run(self.id) or self._mark
+        return await self._serve(reader, writer, tools, deadline, profile, artifacts)
 
     async def _serve(
         self,

@@ -39,7 +39,7 @@ import docker.errors
 from airlock.bridge import ToolSession
 from airlock.policies import Principal, SandboxProfile
 from airlock.sandbox._container import SandboxContainer
-from airlock.sandbox._errors import ImageMissing, SandboxError, SandboxFailure, map_docker_errors
+from airlock.sandbox._errors import ImageMissing, SandboxClosed, SandboxError, map_docker_errors
 from airlock.sandbox._hardening import container_settings, mounted
 from airlock.sandbox._inputs import RunInput, resolve_inputs
 from airlock.sandbox._kept import KeptSandbox
@@ -215,7 +215,7 @@ class DockerBackend:
 
     def _refuse_if_closed(self) -> None:
         if self._closed:
-            raise SandboxFailure("this sandbox backend is closed; start a new DockerBackend")
+            raise SandboxClosed()
 
     async def run(
         self,
@@ -239,7 +239,7 @@ class DockerBackend:
             InputRefused: an input cannot be mounted, or the inputs are over the profile's
                 ``input_limit_bytes``.
             SandboxError: the engine, the image or a container start failed, or the backend
-                is closed.
+                is closed (:class:`SandboxClosed`, not retryable).
         """
         self._refuse_if_closed()
         if not self._started:
@@ -324,7 +324,7 @@ class DockerBackend:
 
         Raises:
             InputRefused: an input cannot be mounted (checked at once).
-            SandboxError: the backend is closed.
+            SandboxClosed: the backend is closed.
         """
         self._refuse_if_closed()
         chosen = profile or self.profile

@@ -5,13 +5,17 @@
     └── SandboxError               the sandbox could not run a program
         ├── EngineUnavailable      the container engine did not answer (retryable)
         ├── ImageMissing           the sandbox image is not built
+        ├── SandboxClosed          the backend was closed; a new one must be started
+        ├── SocketPathTooLong      the host's temporary directory is too deep for a socket
         └── SandboxFailure         a container failed to start or died outside the program
+                                   (retryable)
 
 A program that fails or hits a limit is not an error here: that is a :class:`RunResult`.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -23,8 +27,10 @@ from airlock.policies import AirlockError
 __all__ = [
     "EngineUnavailable",
     "ImageMissing",
+    "SandboxClosed",
     "SandboxError",
     "SandboxFailure",
+    "SocketPathTooLong",
     "map_docker_errors",
 ]
 
@@ -51,6 +57,31 @@ class ImageMissing(SandboxError):
         super().__init__(f"sandbox image {image!r} not found; build it with `{build}`")
         self.image = image
         self.build = build
+
+
+class SandboxClosed(SandboxError):
+    """The backend was closed: no run on it can ever succeed, so it is not retryable."""
+
+    code = "sandbox_closed"
+
+    def __init__(self) -> None:
+        super().__init__("this sandbox backend is closed; start a new DockerBackend")
+
+
+class SocketPathTooLong(SandboxError):
+    """A container's bridge socket would have a path longer than a Unix socket's address
+    holds; every start would fail the same way until the temporary directory changes."""
+
+    code = "sandbox_socket_path_too_long"
+
+    def __init__(self, path: str, *, limit: int) -> None:
+        size = len(os.fsencode(path))
+        super().__init__(
+            f"the sandbox's bridge socket path {path!r} is {size} bytes; a Unix socket's "
+            f"path holds at most {limit}: set TMPDIR to a shorter directory"
+        )
+        self.path = path
+        self.limit = limit
 
 
 class SandboxFailure(SandboxError):

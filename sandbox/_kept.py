@@ -157,6 +157,13 @@ class KeptSandbox:
                 container = None
             if container is None:
                 container = await self._start(self.profile)
+                if self._closed:
+                    # close() came during the start (which may take many seconds) and found
+                    # no container to remove: this one is nobody's, and nothing runs in it.
+                    await _destroy(container)
+                    raise UsageError(
+                        "this kept sandbox was closed while its container started; open another"
+                    )
                 self._container = container
                 self.starts += 1
             try:
@@ -173,7 +180,9 @@ class KeptSandbox:
                 await self._drop()
                 raise
             died = result.error is not None and result.error.type == "RunnerDied"
-            if result.status in _DROP_AFTER or died or not container.alive:
+            # Closed meanwhile: close() may have given up waiting for this program, and an
+            # idle timer would keep the container for idle_timeout after the conversation.
+            if self._closed or result.status in _DROP_AFTER or died or not container.alive:
                 await self._drop()
             else:
                 self._timer = asyncio.get_running_loop().call_later(self.idle_timeout, self._expire)
@@ -203,22 +212,18 @@ class KeptSandbox:
     async def _drop(self) -> None:
         container, self._container = self._container, None
         if container is not None:
-            try:
-                await container.destroy()
-            except SandboxError as exc:
-                _log.warning("could not destroy kept container %s: %s", container.id, exc)
+            await _destroy(container)
 
     async def close(self) -> None:
         """Remove the container, even under a program in flight (which then returns within
-        a bounded time, its runner gone); later programs are refused."""
+        a bounded time, its runner gone); later programs are refused. A container still
+        starting is removed by its run once the start ends (the run then raises
+        :class:`UsageError`)."""
         self._closed = True
         self._cancel_timer()
         container = self._container
         if container is not None:
-            try:
-                await container.destroy()
-            except SandboxError as exc:
-                _log.warning("could not destroy kept container %s: %s", container.id, exc)
+            await _destroy(container)
         try:
             async with asyncio.timeout(_CLOSE_WAIT_S), self._lock:
                 await self._drop()
@@ -228,6 +233,13 @@ class KeptSandbox:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, SandboxFailure):
                 await task
+
+
+async def _destroy(container: SandboxContainer) -> None:
+    try:
+        await container.destroy()
+    except SandboxError as exc:
+        _log.warning("could not destroy kept container %s: %s", container.id, exc)
 
 
 async def _acquire(lock: asyncio.Lock, timeout: float) -> bool:

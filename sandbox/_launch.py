@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import shutil
 import socket
 import tempfile
@@ -26,17 +27,20 @@ from docker.models.containers import Container
 from airlock.bridge import PROTOCOL_VERSION, FrameError, read_frame
 from airlock.bridge import airlock_wire as wire
 from airlock.policies import SandboxProfile
-from airlock.sandbox._errors import SandboxFailure, map_docker_errors
+from airlock.sandbox._errors import SandboxFailure, SocketPathTooLong, map_docker_errors
 from airlock.sandbox._hardening import container_config
 from airlock.sandbox._inputs import RunInput
 from airlock.sandbox._masked import run_masked
 from airlock.sandbox._owner import remove_container
 from airlock.sandbox._program_link import HELLO_MAX_BYTES, accept_runner
 
-__all__ = ["Launched", "launch", "remove"]
+__all__ = ["SOCKET_PATH_LIMIT", "Launched", "launch", "remove"]
 
 STARTUP_TIMEOUT_S: Final = 30.0
 """How long a new container's runner may take to connect and say ``hello``."""
+SOCKET_PATH_LIMIT: Final = 107
+"""The longest path a Unix socket binds to on Linux, in bytes (``sun_path`` holds 108 with
+the terminating zero)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +73,7 @@ async def launch(
     ``run_waiting``: for a run that waits for it (its runner does not warm up first).
 
     Raises:
+        SocketPathTooLong: the socket's path under ``socket_root`` is too long to bind.
         SandboxFailure: the container did not start or its runner did not connect.
         SandboxError: the engine or the image is missing.
     """
@@ -80,6 +85,10 @@ async def launch(
         # directory and connect to the socket. Who connects is checked by accept_runner.
         socket_dir.chmod(0o755)
         path = socket_dir / wire.SOCKET_NAME
+        if len(os.fsencode(path)) > SOCKET_PATH_LIMIT:
+            # bind() would fail with an OSError that reads like a passing failure; no start
+            # under this directory can ever succeed.
+            raise SocketPathTooLong(str(path), limit=SOCKET_PATH_LIMIT)
         listener.bind(str(path))
         path.chmod(0o666)
         listener.listen(1)

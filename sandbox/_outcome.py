@@ -4,7 +4,8 @@ The bridge returns the guest's ``done`` frame, the :class:`RunEnd` with which it
 run, or nothing when the runner went away. Whatever the guest reports is validated and
 re-checked (output caps, limits); the container's cgroup counters then say which limit, if
 any, actually stopped the program, because a limit often surfaces in the guest as an ordinary
-exception or as silence.
+exception or as silence. In a kept container they are read since the run's mark
+(:func:`~airlock.sandbox._cgroup.mark_run`): what earlier programs hit is not this one's.
 
 A ``done`` frame has passed the bridge's decoder (bytes, elements and nesting within budget,
 strict JSON), so its ``value`` is JSON by construction and is not validated again: walking
@@ -15,7 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
+from collections.abc import Callable
 from typing import Any, Final
 
 from docker.models.containers import Container
@@ -23,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from airlock.bridge import RunEnd
 from airlock.policies import SandboxProfile
-from airlock.sandbox._cgroup import CgroupEvidence, read_evidence
+from airlock.sandbox._cgroup import CgroupEvidence, RunMark, read_evidence
 from airlock.sandbox._errors import SandboxError, map_docker_errors
 from airlock.sandbox._result import (
     LimitName,
@@ -37,6 +40,8 @@ __all__ = ["judge_outcome", "limit_message"]
 
 _KILLED_EXIT_STATUS: Final = 137
 _MAX_SKIPPED: Final = 20
+_Evidence = Callable[[], CgroupEvidence | None]
+"""Reads the run's cgroup evidence now (as late as possible: counters move until the end)."""
 
 
 def _size(size: int) -> str:
@@ -112,36 +117,48 @@ async def judge_outcome(
     began: float,
     profile: SandboxProfile,
     pooled: bool,
+    since: RunMark | None = None,
+    kept_runner_alive: bool = False,
 ) -> RunResult:
     """The result of one run of ``container``'s runner, ``began`` on the perf counter clock.
+
+    ``since`` is the mark of a kept container's run; ``kept_runner_alive`` says that a kept
+    runner is still connected, so an ``outcome`` of ``None`` means that only the program's
+    process went away (it exited, or was killed).
 
     Raises:
         SandboxError: the engine failed while the result was being judged.
     """
+    evidence = functools.partial(read_evidence, str(container.id), since=since)
+    if outcome is None and kept_runner_alive:
+        return _program_exited(evidence, began, pooled, profile)
     if outcome is None:
-        return await _runner_died(container, began, pooled, profile)
+        # Docker's OOMKilled covers the container's life: one of an earlier program's
+        # processes killed (in a run that still ended well) is not this run's evidence.
+        earlier_oom = since is not None and since.oom_kills > 0
+        return await _runner_died(container, evidence, began, pooled, profile, earlier_oom)
     if isinstance(outcome, RunEnd):
         if outcome.code == "protocol_error":
             return _protocol_error(began, outcome.message, pooled)
         limit = outcome.limit or "timeout"
         message = None if limit == "timeout" else outcome.message
-        return _stopped(str(container.id), began, limit, pooled, profile, message)
+        return _stopped(evidence, began, limit, pooled, profile, message)
     try:
         guest = _GuestResult.model_validate(outcome.get("result"))
     except ValidationError as exc:
         return _protocol_error(began, f"malformed result: {exc.error_count()} errors", pooled)
-    return _checked(str(container.id), guest, began, profile, pooled)
+    return _checked(evidence, guest, began, profile, pooled)
 
 
 def _checked(
-    container_id: str, guest: _GuestResult, began: float, profile: SandboxProfile, pooled: bool
+    read: _Evidence, guest: _GuestResult, began: float, profile: SandboxProfile, pooled: bool
 ) -> RunResult:
     cap = profile.output_limit_bytes
     stdout, cut_out = _cap_text(guest.stdout, cap)
     stderr, cut_err = _cap_text(guest.stderr, cap)
     status, limit, exit_status = guest.status, guest.limit, guest.exit_status
     # A program that finished needs no verdict on limits: its peak is its processes' own.
-    evidence = read_evidence(container_id) if status != "ok" else None
+    evidence = read() if status != "ok" else None
     if status != "ok" and limit is None and evidence is not None:
         # A failure caused by a limit surfaces in the guest as an ordinary exception
         # (fork fails with EAGAIN); the kernel's counters say which limit it was.
@@ -188,14 +205,14 @@ def _checked(
 
 
 def _stopped(
-    container_id: str,
+    read: _Evidence,
     began: float,
     limit: LimitName,
     pooled: bool,
     profile: SandboxProfile,
     message: str | None = None,
 ) -> RunResult:
-    evidence = read_evidence(container_id)
+    evidence = read()
     if limit == "timeout" and evidence is not None:
         # A fork bomb keeps the runner busy until the deadline: the pids counter tells
         # what actually stopped the program.
@@ -218,12 +235,40 @@ def _stopped(
     )
 
 
-async def _runner_died(
-    container: Container, began: float, pooled: bool, profile: SandboxProfile
+def _program_exited(
+    read: _Evidence, began: float, pooled: bool, profile: SandboxProfile
 ) -> RunResult:
-    evidence = read_evidence(str(container.id))
+    evidence = read()
     limit = _limit_from(evidence) if evidence else None
-    if limit is None:
+    if limit is not None:
+        # The OOM killer chose the program's process, not the runner: still a limit hit (and
+        # the kept container goes, as after any limit).
+        return _stopped(read, began, limit, pooled, profile)
+    return RunResult(
+        status="error",
+        exit_status=1,
+        has_value=False,
+        error=ProgramError(
+            type="ProgramExited",
+            message="the program's process ended before it reported (it exited or was "
+            "killed); its top-level names are not kept",
+        ),
+        duration_s=time.perf_counter() - began,
+        pooled=pooled,
+    )
+
+
+async def _runner_died(
+    container: Container,
+    read: _Evidence,
+    began: float,
+    pooled: bool,
+    profile: SandboxProfile,
+    earlier_oom: bool,
+) -> RunResult:
+    evidence = read()
+    limit = _limit_from(evidence) if evidence else None
+    if limit is None and not earlier_oom:
         # Gone already (destroyed while the run was in flight) or still exiting: no verdict.
         with contextlib.suppress(SandboxError), map_docker_errors():
             await asyncio.to_thread(container.wait, timeout=5)
@@ -231,7 +276,7 @@ async def _runner_died(
             if container.attrs["State"].get("OOMKilled"):
                 limit = "memory"
     if limit is not None:
-        return _stopped(str(container.id), began, limit, pooled, profile)
+        return _stopped(read, began, limit, pooled, profile)
     return RunResult(
         status="error",
         exit_status=_KILLED_EXIT_STATUS,

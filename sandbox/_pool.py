@@ -2,8 +2,12 @@
 
 A container leaves the pool for exactly one run and is destroyed after it. The pool refills
 in the background, starting at most :data:`_PARALLEL_STARTS` containers at a time so that
-refilling does not starve the runs in progress on a small machine. Closing does not wait for
-starts in progress: it cancels them (a start removes what it created when cancelled).
+refilling does not starve the runs in progress on a small machine. A start that fails
+retryably is tried again after :data:`_RETRY_DELAY_S`; one that fails for good (the error is
+not ``retryable``: the backend is closed, the socket path is too long, the image is gone)
+stops the pool, because every later start would fail the same way: runs then start their own
+containers and report the error themselves. Closing does not wait for starts in progress: it
+cancels them (a start removes what it created when cancelled).
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from collections.abc import Awaitable, Callable
 from typing import Final
 
 from airlock.sandbox._container import SandboxContainer
-from airlock.sandbox._errors import SandboxError
+from airlock.sandbox._errors import SandboxClosed, SandboxError
 
 __all__ = ["WarmPool"]
 
@@ -37,6 +41,8 @@ class WarmPool:
         self._tasks: set[asyncio.Task[None]] = set()
         self._changed = asyncio.Condition()
         self._closed = False
+        self.stopped_by: SandboxError | None = None
+        """The failure that stopped the pool for good, if one did (see the module)."""
 
     @property
     def ready(self) -> int:
@@ -47,6 +53,7 @@ class WarmPool:
         """Start containers in the background until the pool is, or will be, full."""
         while (
             not self._closed
+            and self.stopped_by is None
             and self._starting < _PARALLEL_STARTS
             and len(self._ready) + self._starting < self.size
         ):
@@ -59,9 +66,14 @@ class WarmPool:
         try:
             container = await self._start()
         except SandboxError as exc:
-            _log.warning("warm pool could not start a container: %s", exc)
-            await asyncio.sleep(_RETRY_DELAY_S)
             container = None
+            if exc.retryable:
+                _log.warning("warm pool could not start a container: %s", exc)
+                await asyncio.sleep(_RETRY_DELAY_S)
+            else:
+                if self.stopped_by is None and not isinstance(exc, SandboxClosed):
+                    _log.error("warm pool stopped; runs start their own containers: %s", exc)
+                self.stopped_by = exc
         finally:
             self._starting -= 1
         async with self._changed:
@@ -95,11 +107,16 @@ class WarmPool:
 
         Raises:
             TimeoutError: when the pool did not reach ``count`` in time.
+            SandboxError: the failure that stopped the pool (:attr:`stopped_by`).
         """
         count = min(count, self.size)
         self.fill()
         async with asyncio.timeout(timeout), self._changed:
-            await self._changed.wait_for(lambda: len(self._ready) >= count)
+            await self._changed.wait_for(
+                lambda: len(self._ready) >= count or self.stopped_by is not None
+            )
+        if len(self._ready) < count and self.stopped_by is not None:
+            raise self.stopped_by
 
     async def close(self) -> None:
         """Stop refilling, cancel the starts in progress and destroy every pooled container,

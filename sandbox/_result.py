@@ -78,7 +78,10 @@ class RunResult(BaseModel):
     )
     cpu_time_s: float | None = Field(default=None, description="CPU time the program used.")
     peak_memory_bytes: int | None = Field(
-        default=None, description="Peak resident memory of the guest's processes."
+        default=None,
+        description="Peak memory of the container's processes during this run. In a kept or "
+        "reused container under cgroup v2, where the high-water mark cannot restart, None "
+        "unless this run raised it.",
     )
     started_at: float | None = Field(
         default=None, description="Wall-clock time (epoch seconds) of the first instruction."

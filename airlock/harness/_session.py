@@ -320,10 +320,12 @@ class Session(ApprovalPause):
             result = from_ledger_error(exc)
         except SandboxError as exc:
             _log.warning("run %s: the sandbox could not run a program: %s", self.run_id, exc)
+            retryable = bool(getattr(exc, "retryable", False))
             result = failure(
                 "sandbox_unavailable",
-                "the sandbox could not run the program; try again shortly",
-                retryable=bool(getattr(exc, "retryable", False)),
+                "the sandbox could not run the program; "
+                + ("try again shortly" if retryable else "do not retry: the operator must act"),
+                retryable=retryable,
             )
         # The call's events are stored before its answer is given (group commit, off the
         # event loop): a crash after this loses nothing of it.

@@ -18,7 +18,14 @@ import pytest
 from airlock import Budget, Harness, ModelResult, Session
 from airlock.bridge import ToolSession
 from airlock.policies import SandboxProfile
-from airlock.sandbox import RunResult
+from airlock.sandbox import (
+    EngineUnavailable,
+    RunResult,
+    SandboxClosed,
+    SandboxError,
+    SandboxFailure,
+    SocketPathTooLong,
+)
 from airlock.sandbox._artifacts import ArtifactReceiver
 from airlock.sandbox.testing import ScriptedBackend, ok_result
 from airlock.tools import LEDGER_ERRORS, approve_preview
@@ -205,6 +212,34 @@ def world(tmp_path: Path) -> Iterator[World]:
     w = World(tmp_path, ScriptedBackend([]))
     yield w
     w.close()
+
+
+# -- a sandbox that cannot run the program ---------------------------------------------------
+
+SANDBOX_FAILURES: list[tuple[str, SandboxError, bool, str]] = [
+    ("engine down", EngineUnavailable("no answer"), True, "try again shortly"),
+    ("a container failed", SandboxFailure("it died"), True, "try again shortly"),
+    ("backend closed", SandboxClosed(), False, "do not retry"),
+    ("socket path too long", SocketPathTooLong("/t" * 60, limit=107), False, "do not retry"),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "error", "retryable", "told"), SANDBOX_FAILURES, ids=[c[0] for c in SANDBOX_FAILURES]
+)
+async def test_a_sandbox_that_cannot_run_the_program_says_whether_to_try_again(
+    tmp_path: Path, case: str, error: SandboxError, retryable: bool, told: str
+) -> None:
+    def fail(program: str, profile: SandboxProfile) -> RunResult:
+        raise error
+
+    world = World(tmp_path, ScriptedBackend(fail))
+    try:
+        result = await world.session().call("execute_code", {"code": "1"})
+    finally:
+        world.close()
+    assert (result.code, result.retryable) == ("sandbox_unavailable", retryable)
+    assert told in result.content
 
 
 # -- a result too large for the model --------------------------------------------------------
