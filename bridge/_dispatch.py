@@ -103,7 +103,9 @@ class CallDispatcher:
                 f"a batch of {len(items)} items is too big; the limit is "
                 f"{self._limits.max_batch_items} items",
             )
-        self._admit_count(len(items))
+        # An empty batch calls nothing, yet costs the host a frame and an answer: it counts
+        # as one call, so the call budget bounds such frames too (the guest sends none).
+        self._admit_count(len(items) or 1)
         self.in_flight += 1
         self._calls.submit(self._answer_batch(call_id, tool, items))
 

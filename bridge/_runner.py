@@ -60,6 +60,7 @@ class CallRunner:
         """Set while the runner waits for calls: the future that wakes it."""
         self.tasks: set[asyncio.Task[None]] = set()
         """Every task running calls: the runner, and those kept by a call that waits."""
+        self._cancelled = False
 
     @property
     def busy(self) -> bool:
@@ -68,7 +69,11 @@ class CallRunner:
 
     def submit(self, call: Call) -> None:
         """Run ``call`` after those already submitted: at once, when the runner is idle and
-        no task is running (the callback that received the call's frame)."""
+        no task is running (the callback that received the call's frame). After
+        :meth:`cancel`, ``call`` is dropped unstarted."""
+        if self._cancelled:  # the run is over: nothing may run on the runner it cancelled
+            call.close()
+            return
         idle = self._idle
         if (
             idle is not None
@@ -115,7 +120,10 @@ class CallRunner:
         self._runner.add_done_callback(self.tasks.discard)
 
     def cancel(self) -> None:
-        """Drop the calls not started yet and cancel the running ones."""
+        """Drop the calls not started yet and cancel the running ones, for good: calls
+        submitted afterwards are dropped too."""
+        self._cancelled = True
+        self._idle = None  # (cancelled with its task: nothing is handed to it any more)
         for call in self._queue:
             call.close()
         self._queue.clear()
@@ -200,7 +208,9 @@ def _resume(
         try:
             sent = yield waiting
         except GeneratorExit:
-            call.close()
+            # Closed where it waits (its task's coroutine closed): the call's cleanup (a
+            # context variable's reset, say) runs in its own context, as its steps did.
+            context.run(call.close)
             raise
         except BaseException as exc:  # a cancellation, or what the loop throws in
             thrown = exc

@@ -8,7 +8,8 @@ go to the run's :class:`ArtifactSink` (:func:`store_artifact`).
 
 A malformed, oversized or unexpected frame, or a run limit reached, ends the run: the guest is
 told with an ``abort`` frame, pending calls are cancelled, and the end is recorded in the audit
-log. Nothing a guest sends can raise out of :func:`serve_run`, and nothing it does can keep
+log. Once a run has ended, however it ended, no frame of it is handled any more. Nothing a
+guest sends can raise out of :func:`serve_run`, and nothing it does can keep
 :func:`serve_run` past the run's deadline (plus a grace for tool calls to notice their
 cancellation): every read from the guest waits for the deadline at most, and nothing ever
 waits for the guest to read. A ``log`` frame's message reaches the operator's log on one line,
@@ -88,6 +89,10 @@ class _RunServer:
         """Why the run must end, found by a callback, for the run's task to raise."""
         self._waiter: asyncio.Future[None] | None = None
         self._scheduled = False
+        self._finished = False
+        """:meth:`serve` is returning: no frame is handled any more (a pump the loop had
+        scheduled for the rest of a burst included)."""
+        self._log_frames = 0  # ``log`` and ``refused`` frames, within ``max_log_frames``
 
     async def serve(self) -> dict[str, Any] | RunEnd | None:
         loop = asyncio.get_running_loop()
@@ -105,6 +110,7 @@ class _RunServer:
         except RunStop as stop:
             return await self._end(stop.end)
         finally:
+            self._finished = True
             self._inbox.close()
             await self._calls.cancel_pending()
 
@@ -171,7 +177,7 @@ class _RunServer:
 
     def _pump_frames(self) -> bool:
         self._scheduled = False
-        if self._slow is not None or self._stop is not None:
+        if self._slow is not None or self._stop is not None or self._finished:
             return False
         split = False
         turn_ends = time.monotonic() + TURN_S
@@ -264,6 +270,7 @@ class _RunServer:
         elif kind == wire.PROPOSE:
             self._calls.call(frame, propose=True)
         elif kind == wire.LOG:
+            self._count_log_frame()
             message = frame.get("message")
             if not isinstance(message, str):
                 raise protocol_stop("a log frame's 'message' must be a string")
@@ -274,9 +281,21 @@ class _RunServer:
                 escape_controls(message[: wire.MAX_LOG_CHARS]),
             )
         elif kind == wire.REFUSED:
+            self._count_log_frame()
             self._calls.refused(frame)
         else:
             raise protocol_stop(f"unexpected frame type {kind[:40]!r}")
+
+    def _count_log_frame(self) -> None:
+        # Frames that ask for no answer cost the host as much as a call (a log line, an audit
+        # event): counted, so a run's frames are bounded by its limits, not only its bytes.
+        self._log_frames += 1
+        if self._log_frames > self._limits.max_log_frames:
+            raise limit_stop(
+                "calls",
+                f"the program sent {self._log_frames} log lines and refused tool names; the "
+                f"limit is {self._limits.max_log_frames} per program",
+            )
 
     async def _end(self, end: RunEnd) -> RunEnd:
         self._results.flush()  # results already answered go before the abort

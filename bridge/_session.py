@@ -76,10 +76,16 @@ class ArtifactSink(Protocol):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BridgeLimits:
-    """Per-run limits of the bridge. Reaching one ends the run."""
+    """Per-run limits of the bridge. Reaching one ends the run.
+
+    They bound what a run costs the host in work, not only in bytes (``max_bytes_in``): each
+    frame the host handles counts against ``max_calls`` (a call, a proposal, a batch: each
+    item, an empty batch as one) or ``max_log_frames`` (``log`` and ``refused`` frames); the
+    ``done`` frame comes once, and artifacts have limits of their own.
+    """
 
     max_calls: int = 10_000
-    """Logical tool calls in one run (each batch item counts)."""
+    """Logical tool calls in one run (each batch item counts; an empty batch counts as one)."""
     max_in_flight: int = 256
     """Calls sent and not yet answered; a guest that queues more is ended."""
     max_concurrency: int = 32
@@ -92,6 +98,10 @@ class BridgeLimits:
     """Largest ``call``, ``batch`` or ``log`` frame."""
     max_batch_items: int = 1000
     """Items in one ``batch`` frame."""
+    max_log_frames: int = 10_000
+    """``log`` frames (lines of ``tools.log``) and ``refused`` frames (a name the program
+    reached for and was not given; the guest sends each name once) in one run; one more
+    ends it as ``limit_exceeded`` (``calls``), as a call over ``max_calls`` does."""
     max_proposals: int = 100
     """Writes one program may propose; each one more is refused as ``limit_exceeded``
     (``proposals``), and the program goes on."""

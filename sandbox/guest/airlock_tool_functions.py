@@ -106,6 +106,8 @@ class ToolFunction:
         a ``ToolError`` instance.
         """
         arguments = [self._arguments((), dict(item)) for item in items]
+        if not arguments:  # nothing to call: no frame (the host counts an empty batch)
+            return []
         results = []
         for entry in self._connection.call(
             {"type": wire.BATCH, "tool": self._tool, "items": arguments}

@@ -76,6 +76,16 @@ def test_batch_returns_results_in_order_with_errors_in_place(sandbox: Sandbox) -
     assert result.tool_calls == 4
 
 
+def test_an_empty_batch_costs_no_call(sandbox: Sandbox) -> None:
+    # The guest answers it: no frame, so nothing counts against the run's calls (the host
+    # counts a batch frame as one call at least).
+    tools = session(limits=BridgeLimits(max_calls=1))
+    result = sandbox.run("[tools.records_item_get.batch([]) for _ in range(5)]\n", tools=tools)
+    assert result.ok, result.error
+    assert result.value == [[]] * 5
+    assert tools.calls == 0
+
+
 def test_unknown_tool_is_indistinguishable(sandbox: Sandbox) -> None:
     tools = session()
     # The program forges calls past its namespace, straight onto the bridge.

@@ -8,6 +8,8 @@ import asyncio
 import contextvars
 import logging
 import time
+import types
+from collections.abc import Generator
 
 import pytest
 
@@ -421,3 +423,57 @@ async def test_a_deadline_that_passes_before_the_handed_over_call_goes_on_is_its
         while log.done < 2:
             await asyncio.sleep(0.01)
     assert log.ended == ["deadline"]
+
+
+@pytest.mark.parametrize("waits", [False, True], ids=["returns", "waits"])
+async def test_a_call_submitted_once_the_run_ended_never_starts(waits: bool) -> None:
+    # As a frame left in the buffer would be, by a callback between the runner's
+    # cancellation and the runner's task taking it: the call must not run as a step of it.
+    log = Log()
+    runner = CallRunner(on_done=log.count)
+    await _idle_runner(runner, log)
+    failed: list[BaseException] = []
+
+    async def late() -> None:
+        log.ended.append("started")
+        if waits:
+            await asyncio.sleep(10)
+
+    def callback() -> None:
+        runner.cancel()
+        try:
+            runner.submit(late())
+        except BaseException as exc:
+            failed.append(exc)
+
+    asyncio.get_running_loop().call_soon(callback)
+    async with asyncio.timeout(5):
+        while runner.tasks:
+            await asyncio.sleep(0.01)
+    assert log.ended == ["first"]
+    assert failed == []
+
+
+async def test_a_waiting_call_closed_where_it_waits_ends_in_its_own_context() -> None:
+    # A waiting call whose task is closed (dropped, and closed as it is collected) cleans up
+    # in its own context: a context variable it set is still there, and its reset works.
+    ended: list[str] = []
+
+    @types.coroutine
+    def wait() -> Generator[str, None, None]:
+        yield "waiting"
+
+    async def call() -> None:
+        token = _seen.set("mine")
+        try:
+            await wait()
+        finally:
+            ended.append(_seen.get())
+            _seen.reset(token)
+
+    context = contextvars.copy_context()
+    waiting = call()
+    resumed = _runner._resume(context, waiting, context.run(waiting.send, None), None)
+    assert resumed.send(None) == "waiting"
+    resumed.close()
+    assert ended == ["mine"]

@@ -157,15 +157,37 @@ async def _serve(data: bytes, session: ToolSession) -> tuple[Any, CollectingWrit
 
 
 async def _good_run() -> tuple[Any, CollectingWriter]:
+    """Five calls, then ``done`` once their answers came, as a program that waits for them
+    (one that ends first has them cancelled: how many finish before depends on the load)."""
     session = ToolSession(registry=REGISTRY, principal=ALICE, grant=GRANT)
-    frames = b"".join(
-        encode_frame(
-            {"type": "call", "id": n, "tool": "records_item_get", "args": {"record_id": f"rec_{n}"}}
-        )
-        for n in range(1, 6)
+    reader = asyncio.StreamReader()
+    for n in range(1, 6):
+        call = {
+            "type": "call",
+            "id": n,
+            "tool": "records_item_get",
+            "args": {"record_id": f"rec_{n}"},
+        }
+        reader.feed_data(encode_frame(call))
+    writer = CollectingWriter()
+
+    async def end_once_answered() -> None:
+        async with asyncio.timeout(20):
+            while len(_results(writer)) < 5:
+                await asyncio.sleep(0.001)
+        reader.feed_data(encode_frame({"type": "done", "result": {"ok": True}}))
+        reader.feed_eof()
+
+    ending = asyncio.create_task(end_once_answered())
+    outcome = await serve_run(
+        reader,
+        writer,
+        session=session,
+        deadline=asyncio.get_running_loop().time() + 30,
+        max_done_bytes=1 << 20,  # type: ignore[arg-type]
     )
-    frames += encode_frame({"type": "done", "result": {"ok": True}})
-    return await _serve(frames, session)
+    await ending
+    return outcome, writer
 
 
 def _results(writer: CollectingWriter) -> list[dict[str, Any]]:

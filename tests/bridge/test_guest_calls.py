@@ -347,6 +347,21 @@ def test_arguments_that_do_not_fit_the_signature_are_refused(kwargs: dict[str, A
         function._arguments((), kwargs)
 
 
+class Unreachable:
+    """A connection a call must not use."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"the connection was used: {name}")
+
+
+@pytest.mark.parametrize("kind", ["ToolFunction", "ProposalFunction"])
+def test_an_empty_batch_is_answered_in_the_sandbox(kind: str) -> None:
+    # Nothing to call: no frame (the host would count it as a call, and answer it).
+    function = getattr(guest, kind)(Unreachable(), STUBS[0])
+    assert function.batch([]) == []
+    assert function.batch([], return_errors=True) == []
+
+
 def test_calls_queued_on_a_loop_that_ended_before_sending_them_still_go(
     tmp_path: Path,
 ) -> None:

@@ -3,6 +3,8 @@
 A frame over the element budget ends its own run with ``protocol_error`` and leaves a run
 served beside it untouched; a large frame is decoded on a worker thread, not on the event
 loop; a ``log`` frame reaches the operator's log on one line, its control characters escaped.
+Frames that call nothing (an empty batch, a log line, a refused name) count against the run's
+limits, and no frame is handled once the run has ended.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import socket
 import struct
 import sys
 import threading
@@ -19,7 +22,14 @@ from typing import Any
 import pytest
 
 import airlock.bridge._codec as codec
-from airlock.bridge import MAX_ELEMENTS, RunEnd, ToolSession, encode_frame, serve_run
+from airlock.bridge import (
+    MAX_ELEMENTS,
+    BridgeLimits,
+    RunEnd,
+    ToolSession,
+    encode_frame,
+    serve_run,
+)
 from airlock.tools import AuditLog, MemoryAuditStore
 from tests.bridge.records import ALICE, GRANT, build_registry
 from tests.bridge.test_fuzz import CollectingWriter, _results
@@ -171,3 +181,87 @@ def test_frames_decoded_at_once_on_several_threads_leave_the_collector_on() -> N
     finally:
         sys.setswitchinterval(interval)
         gc.enable()  # for the tests after this one, should it have failed
+
+
+def _limited(limits: BridgeLimits) -> ToolSession:
+    registry = build_registry(audit=AuditLog(MemoryAuditStore()), slow_s=0.0)
+    return ToolSession(registry=registry, principal=ALICE, grant=GRANT, limits=limits)
+
+
+def _empty_batch(n: int) -> dict[str, Any]:
+    return {"type": "batch", "id": n, "tool": "records_item_get", "items": []}
+
+
+_LOG = {"type": "log", "message": "x"}
+_LOG_LIMIT = "the program sent 4 log lines and refused tool names; the limit is 3 per program"
+COUNTED_FRAMES = [
+    ("empty_batches", BridgeLimits(max_calls=3), [_empty_batch(n) for n in range(1, 5)],
+     "the program asked for 4 tool calls; the limit is 3 per program"),
+    ("log_lines", BridgeLimits(max_log_frames=3), [_LOG] * 4, _LOG_LIMIT),
+    ("refused_names", BridgeLimits(max_log_frames=3),
+     [{"type": "refused", "tool": f"tool_{n}"} for n in range(1, 5)], _LOG_LIMIT),
+    ("logs_and_refused", BridgeLimits(max_log_frames=3),
+     [_LOG, {"type": "refused", "tool": "nope"}, _LOG, _LOG], _LOG_LIMIT),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("name", "limits", "frames", "message"), COUNTED_FRAMES, ids=[c[0] for c in COUNTED_FRAMES]
+)
+async def test_frames_that_call_nothing_count_against_the_runs_limits(
+    name: str, limits: BridgeLimits, frames: list[dict[str, Any]], message: str
+) -> None:
+    # Each costs the host a frame's work (an answer, a log line, an audit event): bounded by
+    # the run's limits, not only by its bytes (64 MiB of them are a million such frames).
+    done = encode_frame({"type": "done", "result": {}})
+    within = b"".join(encode_frame(f) for f in frames[:-1]) + done
+    outcome, _ = await _serve(within, _limited(limits))
+    assert outcome == {"type": "done", "result": {}}  # a program at the limit is served
+
+    session = _limited(limits)
+    outcome, _ = await _serve(b"".join(encode_frame(f) for f in frames) + done, session)
+    assert outcome == RunEnd("limit_exceeded", "calls", message)
+    ends = [e for e in session.registry.audit.events(run_id=session.run_id) if e.stage == "bridge"]
+    assert [e.code for e in ends] == ["limit_exceeded"]
+
+
+def _call(n: int) -> bytes:
+    return encode_frame(
+        {"type": "call", "id": n, "tool": "records_item_get", "args": {"record_id": "rec_1"}}
+    )
+
+
+async def test_no_frame_is_handled_once_the_run_has_ended() -> None:
+    # A burst of frames, more than one turn of the loop handles, and the connection breaks
+    # meanwhile (the guest closed it with an answer unread): the run ends, and the frames
+    # left in its buffer are never handled, by a turn the loop had scheduled or any other.
+    session = _session()
+    host, guest = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    reader, writer = await asyncio.open_unix_connection(sock=host)
+    served = asyncio.create_task(
+        serve_run(
+            reader,
+            writer,
+            session=session,
+            deadline=time.monotonic() + 30,
+            max_done_bytes=1 << 20,
+        )
+    )
+    loop = asyncio.get_running_loop()
+    guest.setblocking(False)
+    try:
+        await loop.sock_sendall(guest, _call(1))
+        await asyncio.sleep(0.2)  # its answer waits in the guest's socket, unread
+        size = len(_call(1000))
+        await loop.sock_sendall(
+            guest, b"".join(_call(n) for n in range(1000, 1000 + 60_000 // size))
+        )
+    finally:
+        guest.close()
+    async with asyncio.timeout(10):
+        assert await served is None
+    calls, events = session.calls, len(session.registry.audit.events(run_id=session.run_id))
+    await asyncio.sleep(0.2)
+    assert session.calls == calls
+    assert len(session.registry.audit.events(run_id=session.run_id)) == events
+    writer.close()
