@@ -1,14 +1,21 @@
 """Approval rules as data: whether a call may go ahead, must be asked about, or is refused.
 
 A rule matches a call by tool name (globs of :mod:`airlock.policies._patterns`), effect kind,
-amount threshold, reversibility and, with ``targets``, what the call reaches: the targets of
-its effects of the rule's kind (``network`` targets part by part, see
-:mod:`airlock.policies._network`). Every condition a rule sets must hold.
+currency and amount spent, reversibility and, with ``targets``, what the call reaches: the
+targets of its effects of the rule's kind (``network`` targets part by part, see
+:mod:`airlock.policies._network`). Every condition a rule sets must hold. Amounts are per
+call: ``min_amount`` compares the total of the call's spends in one currency (two spends of
+9,999 USD reach a threshold of 10,000), and ``currency`` alone holds when the call spends in
+that currency.
 
 Precedence, in this order (the reason is recorded with every decision):
 
 1. **A matching ``deny`` decides**, whatever else matches: nothing carves a call out of a
-   ``deny``.
+   ``deny``. A ``deny`` with ``targets`` names every effect that *may* reach one of them: an
+   effect whose target is itself a pattern (a listing's ``read(billing:invoice/*)``, a
+   crawler's ``network(https://*.example.com/**)``, a host value that allows every path)
+   is denied when it may overlap a denied pattern, not only when it lies wholly inside it.
+   (``allow`` and ``ask`` name only the effects wholly inside their targets.)
 2. **A rule with ``targets`` decides the effects it names.** Each effect one or more target
    rules name gets the verdict of the rule whose pattern is the narrowest (a pattern strictly
    inside another's, ``a.cdn.example.net`` inside ``*.cdn.example.net``), the strictest of
@@ -16,8 +23,9 @@ Precedence, in this order (the reason is recorded with every decision):
    ``ask``: "allow fetches from these hosts" decides the fetches of those hosts, and "ask for
    any other host" (a rule without targets, or with wider ones) the rest.
 3. **Rules without ``targets`` judge the rest of the call**: the effects no target rule named.
-   Their ``effect`` and ``min_amount`` conditions look at those effects only; a rule with
-   neither applies while any such effect is left, or when the call has no effects.
+   Their ``effect``, ``currency`` and ``min_amount`` conditions look at those effects only;
+   a rule with none of them applies while any such effect is left, or when the call has no
+   effects.
 4. **Default**: when no rule applied to that rest, an effect of kind ``write``, ``spend`` or
    ``disclose`` in it is asked about, and ``read``/``network`` ones are allowed.
 
@@ -33,11 +41,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
 
 from airlock.policies._effects import SIDE_EFFECT_KINDS, Effect, EffectKind
-from airlock.policies._network import target_covers
+from airlock.policies._network import split_network, target_covers
 from airlock.policies._patterns import glob_regex
+from airlock.policies._spend import _CURRENCY
 
 __all__ = ["ApprovalPolicy", "ApprovalRule", "Decision", "Verdict"]
 
@@ -72,15 +90,33 @@ class ApprovalRule(BaseModel):
             "network, 'email:*@acme.com' for disclose. It outranks rules without targets."
         ),
     )
-    min_amount: int | None = Field(
-        default=None, ge=0, description="Applies when one spend is at least this (minor units)."
+    min_amount: StrictInt | None = Field(
+        default=None,
+        ge=0,
+        description=(
+            "Applies when the call spends at least this in one currency, its spends in that "
+            "currency added up (minor units)."
+        ),
     )
     currency: _Currency | None = Field(
-        default=None, description="Restricts min_amount to spends in this currency."
+        default=None,
+        description=(
+            "Applies to calls that spend in this currency (with min_amount: at least that "
+            "much in it)."
+        ),
     )
-    reversible: bool | None = Field(
+    reversible: StrictBool | None = Field(
         default=None, description="Applies to tools whose effects can (true) or cannot be undone."
     )
+
+    @field_validator("tools", "targets", mode="before")
+    @classmethod
+    def _refuse_one_string(cls, value: object) -> object:
+        # A string is a sequence of characters: without this, a lax reading could take
+        # "billing_*" for the names "b", "i", ..., "*", a rule on every tool.
+        if isinstance(value, str):
+            raise ValueError(f"give a list of names, not one string: [{value!r}]")
+        return value
 
     @model_validator(mode="after")
     def _check_targets(self) -> ApprovalRule:
@@ -101,8 +137,11 @@ class ApprovalRule(BaseModel):
                     f"targets: {target!r} has a placeholder; a rule holds patterns such as "
                     f"{pattern.pattern!r}"
                 )
-            if self.effect == "spend" and not (len(target) == 3 and target.isupper()):
-                raise ValueError(f"targets: a spend's target is its currency, not {target!r}")
+            if self.effect == "spend" and _CURRENCY.fullmatch(target) is None:
+                raise ValueError(
+                    f"targets: a spend's target is its currency (three letters A-Z, as "
+                    f"'USD'), not {target!r}"
+                )
         return self
 
     def applies_to(self, tool: str, *, reversible: bool) -> bool:
@@ -119,6 +158,26 @@ class ApprovalRule(BaseModel):
         target = effect.pattern if effect.placeholders else effect.target
         return any(target_covers(effect.kind, pattern, target) for pattern in self.targets)
 
+    def may_name(self, effect: Effect) -> bool:
+        """Whether ``effect`` is of this rule's kind and *may* reach a target of one of
+        :attr:`targets`: it is named (:meth:`names`), or its target is itself a pattern that
+        may overlap one of them. What a ``deny`` names (a rule without targets names none).
+
+        A declared effect with placeholders stands for each call's one target, judged when
+        it is resolved, so it is named only wholly inside, as by :meth:`names`.
+        """
+        if self.names(effect):
+            return True
+        if self.targets is None or effect.kind != self.effect or effect.placeholders:
+            return False
+        if not _is_pattern(effect):
+            return False  # one concrete target: names() judged it exactly
+        # Imported here: _reach builds on this module (approval_cases), so it cannot be
+        # imported before it; this line runs only for an effect whose target is a pattern.
+        from airlock.policies._reach import may_overlap
+
+        return any(may_overlap(effect.kind, effect.target, p) for p in self.targets)
+
     def pattern_for(self, effect: Effect) -> str | None:
         """The narrowest of :attr:`targets` that names ``effect``, if one does."""
         if self.targets is None or effect.kind != self.effect:
@@ -134,24 +193,36 @@ class ApprovalRule(BaseModel):
         """Whether every condition of this rule holds for a call with ``effects``."""
         if not self.applies_to(tool, reversible=reversible):
             return False
-        if self.targets is not None and not any(self.names(e) for e in effects):
+        named = self.may_name if self.action == "deny" else self.names
+        if self.targets is not None and not any(named(e) for e in effects):
             return False
         return self._judges(effects, none_left=not effects)
 
     def _judges(self, effects: Sequence[Effect], *, none_left: bool) -> bool:
-        """The rule's effect-kind and amount conditions, over ``effects``."""
+        """The rule's effect-kind, currency and amount conditions, over ``effects``."""
         if self.effect is not None and not any(e.kind == self.effect for e in effects):
             return False
-        if self.min_amount is not None:
-            threshold = self.min_amount
-            return any(
-                e.kind == "spend"
-                and (self.currency is None or e.target == self.currency)
-                and isinstance(e.amount, int)
-                and e.amount >= threshold
-                for e in effects
-            )
+        if self.min_amount is not None or self.currency is not None:
+            return self._spends_enough(effects)
         return self.effect is not None or bool(effects) or none_left
+
+    def _spends_enough(self, effects: Sequence[Effect]) -> bool:
+        """The currency and amount conditions: ``effects`` spend in :attr:`currency` (in
+        any currency without one) and, with :attr:`min_amount`, at least that much in one
+        currency, all of the call's spends in it added up (a limit "per call" that two
+        spends could each stay under is no limit)."""
+        spent = False
+        totals: dict[str, int] = {}
+        for effect in effects:
+            if effect.kind != "spend" or self.currency not in (None, effect.target):
+                continue
+            spent = True
+            if isinstance(effect.amount, int):  # (a declared "{field}" amount is unknown)
+                totals[effect.target] = totals.get(effect.target, 0) + effect.amount
+        if self.min_amount is None:
+            return spent
+        threshold = self.min_amount
+        return any(total >= threshold for total in totals.values())
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,11 +281,11 @@ class ApprovalPolicy:
     ) -> Decision:
         """Steps 1-4 of the module docstring, when some rule names targets."""
         rules = [r for r in self.rules if r.applies_to(tool, reversible=reversible)]
-        # 1. a deny decides, targets or not
+        # 1. a deny decides, targets or not (with targets: any effect that may reach one)
         for rule in rules:
             if (
                 rule.action == "deny"
-                and (rule.targets is None or any(rule.names(e) for e in effects))
+                and (rule.targets is None or any(rule.may_name(e) for e in effects))
                 and rule._judges(effects, none_left=not effects)
             ):
                 return Decision("deny", rule, f"rule {rule.id!r} (deny)")
@@ -290,3 +361,14 @@ def _stricter(
     ):
         return rule, about
     return best
+
+
+def _is_pattern(effect: Effect) -> bool:
+    """Whether a resolved effect's target stands for many targets: it holds a wildcard, or
+    (``network``) leaves out its scheme or path, which then allows every value of it."""
+    if "*" in effect.target:
+        return True
+    if effect.kind != "network":
+        return False
+    parts = split_network(effect.target)
+    return parts.scheme is None or parts.path is None

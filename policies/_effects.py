@@ -2,20 +2,22 @@
 
 Five kinds, built with one constructor each::
 
-    read("billing:invoice/{invoice_id}")      read a resource
-    write("billing:refund/{invoice_id}")      change a resource
-    network("api.stripe.com")                 reach a network destination
-    spend("{amount_minor}", currency="USD")   spend money (integer minor units)
-    disclose("email:{recipient}")             show data to someone outside the tenant
+    read("billing:invoice/{invoice_id}")              read a resource
+    write("billing:refund/{invoice_id}")              change a resource
+    network("api.stripe.com")                         reach a network destination
+    spend("{amount_minor}", currency="{currency}")    spend money (minor units, :mod:`._spend`)
+    disclose("email:{recipient}")                     show data to someone outside the tenant
 
 A *target* is a resource (``service:object/...``) for ``read``/``write``, and a destination
-for ``network``/``disclose``; for ``spend`` it is the currency. Targets may hold
+for ``network``/``disclose``; for ``spend`` it is the currency (or ``{field}``). Targets may hold
 placeholders naming a field of the tool's validated input, and the wildcards of
 :mod:`airlock.policies._patterns` (``*``, ``**``) for tools that touch many records at once.
 :meth:`Effect.resolve_all` substitutes the placeholders of a call. Three forms:
 
 ``{field}``       one segment: a value that is not one safe segment (``../admin``, ``a/b``,
-                  ``*``, two ``@``) is refused, so no argument can widen a resource.
+                  ``*``) or leaves two ``@`` in its segment (``eve@evil.example`` in
+                  ``email:{local}@acme.com``) is refused, so no argument can widen a target.
+                  An ``email:`` domain is read as a mail server reads it (:mod:`._network`).
 ``{field[]}``     a list field: one effect per element, each element one segment as above
                   (``disclose("email:{recipients[]}")``); at most one per effect.
 ``network({url})`` a placeholder that is a ``network`` effect's whole target takes a full
@@ -34,7 +36,14 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Final, Literal, get_args
 
-from airlock.policies._network import host_target, placed_host, split_network, url_target
+from airlock.policies._network import (
+    host_target,
+    mail_target,
+    placed_host,
+    split_network,
+    url_target,
+)
+from airlock.policies._spend import SpendValueError, check_spend, parse_spend, spent
 
 __all__ = [
     "EFFECT_KINDS",
@@ -58,10 +67,8 @@ SIDE_EFFECT_KINDS: Final[frozenset[EffectKind]] = frozenset({"write", "spend", "
 _PLACEHOLDER = re.compile(r"\{([a-z_][a-z0-9_]*)(\[\])?\}")
 _TARGET_CHARS = re.compile(r"^[A-Za-z0-9_.@+*/:~%-]+\Z")
 _RESOURCE = re.compile(r"^[a-z][a-z0-9_]*:[^:]")
-_CURRENCY = re.compile(r"^[A-Z]{3}\Z")
 _SAFE_VALUE = re.compile(r"^[A-Za-z0-9_@+-][A-Za-z0-9_.@+-]{0,199}\Z")
 _PARSE = re.compile(r"^\s*(read|write|network|spend|disclose)\((.+)\)\s*\Z")
-_SPEND_TEXT = re.compile(r"^\s*(\d+|\{[a-z_][a-z0-9_]*\})\s+([A-Z]{3})\s*\Z")
 
 
 class EffectArgumentError(ValueError):
@@ -84,7 +91,8 @@ class Effect:
     kind: EffectKind
     """Which of the five kinds."""
     target: str
-    """Resource, destination or (for ``spend``) currency; may hold placeholders and wildcards."""
+    """Resource, destination or (for ``spend``) currency; may hold placeholders and wildcards
+    (a spend's currency is three upper-case letters, or one ``{field}``)."""
     amount: int | str | None = None
     """``spend`` only: minor units, or ``"{field}"`` naming an integer input field."""
     placeholders: frozenset[str] = field(init=False, repr=False, compare=False)
@@ -111,9 +119,7 @@ class Effect:
                 "and as one value"
             )
         if self.kind == "spend":
-            _check_spend(self.target, self.amount)
-            if isinstance(self.amount, str):
-                names.add(self.amount[1:-1])
+            names.update(check_spend(self.target, self.amount))
         else:
             if self.amount is not None:
                 raise ValueError(f"only spend effects carry an amount, not {self.kind!r}")
@@ -147,6 +153,11 @@ class Effect:
             return self
         if self.each is not None:
             raise EffectArgumentError(self.each, "is a list placeholder; use resolve_all")
+        if self.amount is not None:  # a spend: minor units and a currency, not segments
+            try:
+                return _concrete_effect("spend", *spent(self.amount, self.target, args))
+            except SpendValueError as exc:
+                raise EffectArgumentError(exc.field, exc.reason) from None
         # A loop, not a generator, and one safe segment taken as it is: this runs for every
         # admitted call. Anything else (a number, a URL, a refusal) is :meth:`_value`'s.
         pieces = []
@@ -164,9 +175,7 @@ class Effect:
                 pieces.append(value)
             else:
                 pieces.append(self._value(name, value))
-        if self.amount is None and self.kind != "network":
-            return _concrete_effect(self.kind, "".join(pieces), None)
-        return self._concrete("".join(pieces), args)
+        return self._concrete("".join(pieces))
 
     def resolve_all(self, args: Mapping[str, object]) -> tuple[Effect, ...]:
         """The concrete effects of one call: one, or one per element of a ``{field[]}``
@@ -196,7 +205,7 @@ class Effect:
                 else self._value(name, item if name == self.each else args.get(name, _MISSING))
                 for literal, name in parts
             )
-            out[self._concrete(target, args)] = None
+            out[self._concrete(target)] = None
         return tuple(out)
 
     def resolver(self) -> Callable[[Mapping[str, object]], tuple[Effect, ...]]:
@@ -211,10 +220,14 @@ class Effect:
             itself = (self,)
             return lambda args: itself
         parts = _parts(self.target)
-        if self.kind == "network" or self.amount is not None or len(parts) != 3 or self.each:
+        if self.kind not in ("read", "write") or len(parts) != 3 or self.each:
             return self.resolve_all
         (before, _), (_, name), (after, _) = parts
         assert name is not None  # (the middle part of three is the placeholder)
+        # The "@" the template puts in the placeholder's segment leave fewer to its value.
+        ats = 1 - before.rsplit("/", 1)[-1].count("@") - after.split("/", 1)[0].count("@")
+        if ats < 0:
+            return self.resolve_all
         kind, safe, slow = self.kind, _SAFE_VALUE.match, self.resolve
 
         def resolve(args: Mapping[str, object]) -> tuple[Effect, ...]:
@@ -224,7 +237,7 @@ class Effect:
             # not starting with a digit, no "@"), as most ids are. Anything else: resolve()'s.
             if type(value) is str and (
                 (value.isascii() and value.isidentifier() and len(value) <= 200)
-                or (safe(value) is not None and value.count("@") <= 1)
+                or (safe(value) is not None and value.count("@") <= ats)
             ):
                 return (_concrete_effect(kind, before + value + after, None),)
             return (slow(args),)
@@ -245,22 +258,27 @@ class Effect:
         except ValueError as exc:
             raise EffectArgumentError(name, str(exc)) from None
 
-    def _concrete(self, target: str, args: Mapping[str, object]) -> Effect:
-        amount = self.amount
-        if isinstance(amount, str):
-            name = amount[1:-1]
-            value = args.get(name)
-            if type(value) is not int or value < 0:
-                raise EffectArgumentError(name, "must be a non-negative integer (minor units)")
-            amount = value
-        elif self.kind == "network" and not self.takes_url:
-            fields = _PLACEHOLDER.findall(split_network(self.target).host)
-            try:
-                target = placed_host(target) if fields else target
-            except ValueError as exc:
-                raise EffectArgumentError(fields[0][0], str(exc)) from None
+    def _concrete(self, target: str) -> Effect:
+        """The effect on ``target``, this template filled (a value holds no "/", so their
+        segments align): no segment with two "@", a placeholder's host read as a URL's host
+        is, an ``email:`` domain as a mail server reads it."""
+        kind, template = self.kind, self.target
+        if target.count("@") > 1 and not self.takes_url:
+            for mine, filled in zip(template.split("/"), target.split("/"), strict=False):
+                if filled.count("@") > 1:  # (named: the segment's first placeholder)
+                    why = f"would make the segment {filled!r}: at most one '@' in a segment"
+                    raise EffectArgumentError(_PLACEHOLDER.findall(mine + template)[0][0], why)
+        try:
+            if kind == "disclose":
+                target = mail_target(target)
+            elif kind == "network" and not self.takes_url and "{" in split_network(template).host:
+                target = placed_host(target)
+        except ValueError as exc:
+            host = template if kind == "disclose" else split_network(template).host
+            names = _PLACEHOLDER.findall(host)  # the domain ends a target; a host its part
+            raise EffectArgumentError(names[-1 if kind == "disclose" else 0][0], str(exc)) from None
         # Built without __post_init__: the template was checked once, every value just now.
-        return _concrete_effect(self.kind, target, amount)
+        return _concrete_effect(kind, target, None)
 
     def __str__(self) -> str:
         if self.kind == "spend":
@@ -282,17 +300,11 @@ class Effect:
             )
         kind, inner = match.group(1), match.group(2).strip()
         if kind == "spend":
-            spend_match = _SPEND_TEXT.match(inner)
-            if spend_match is None:
-                raise ValueError(f"{text!r}: write spend(AMOUNT CURRENCY), e.g. 'spend(500 USD)'")
-            raw, currency = spend_match.groups()
-            return spend(raw if raw.startswith("{") else int(raw), currency=currency)
+            return cls("spend", *parse_spend(text, inner))
         return cls(kind, inner)  # type: ignore[arg-type]  # kind matched the Literal's values
 
 
 _NO_PLACEHOLDERS: Final[frozenset[str]] = frozenset()
-
-
 _new_object = object.__new__
 # The slots of an Effect, set directly: a frozen dataclass sets each field through
 # object.__setattr__, which costs more than the rest of resolving a placeholder.
@@ -328,18 +340,6 @@ def _check_target(kind: EffectKind, target: str) -> None:
             f"{kind} target {target!r} must be a resource 'service:object/...', "
             "for example 'billing:invoice/{invoice_id}'"
         )
-
-
-def _check_spend(currency: str, amount: int | str | None) -> None:
-    if not _CURRENCY.match(currency):
-        raise ValueError(f"spend currency {currency!r} must be three upper-case letters")
-    if isinstance(amount, bool) or amount is None:
-        raise ValueError("spend needs an amount: minor units or '{field}'")
-    if isinstance(amount, int):
-        if amount < 0:
-            raise ValueError(f"spend amount {amount!r} must not be negative")
-    elif not _PLACEHOLDER.fullmatch(amount) or amount.endswith("[]}"):
-        raise ValueError(f"spend amount {amount!r} must be an integer or '{{field}}'")
 
 
 _MISSING: Final = object()
@@ -387,7 +387,9 @@ def network(destination: str) -> Effect:
 
 
 def spend(amount: int | str, *, currency: str = "USD") -> Effect:
-    """The tool spends ``amount`` minor units (or the value of input ``"{field}"``)."""
+    """The tool spends ``amount`` minor units (or the value of field ``"{field}"``) in
+    ``currency``: a fixed code, or ``"{field}"`` when the call computes it (a refund in the
+    invoice's currency: ``spend("{amount_minor}", currency="{currency}")``)."""
     return Effect("spend", currency, amount)
 
 

@@ -3,9 +3,10 @@
 Admission requires req(tool, args) ⊆ cap(u): the tool's scope is in :attr:`Grant.scopes`,
 every resolved effect of the call matches one of :attr:`Grant.effects` of the same kind
 (pattern language in :mod:`airlock.policies._patterns`; a ``network`` target is matched part
-by part, :mod:`airlock.policies._network`), and every ``spend`` stays within
-:attr:`Grant.spend_limits` for its currency. Nothing is implied: ``write`` does not imply
-``read``, and a grant without a currency in ``spend_limits`` allows no spending in it.
+by part, :mod:`airlock.policies._network`), and the call's spends, added up per currency,
+stay within :attr:`Grant.spend_limits` for that currency (a limit per call, so two spends of
+9,999 USD exceed a limit of 10,000). Nothing is implied: ``write`` does not imply ``read``,
+and a grant without a currency in ``spend_limits`` allows no spending in it.
 
 :attr:`Grant.propose` names the write tools a run's programs may *propose* from code (tool
 name patterns); a proposal is then admitted like a direct call of the tool, so the grant's
@@ -18,7 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from airlock.policies._effects import Effect
+from airlock.policies._effects import Effect, spend
 from airlock.policies._network import target_covers
 from airlock.policies._patterns import glob_regex
 
@@ -34,12 +35,27 @@ class Grant:
     effects: tuple[Effect, ...] = ()
     """Effect patterns the run may exercise, e.g. ``read("billing:invoice/*")``."""
     spend_limits: Mapping[str, int] = field(default_factory=dict)
-    """Largest amount, in minor units, one call may spend per currency (``{"USD": 5000}``)."""
+    """Largest amount, in minor units, one call may spend per currency (``{"USD": 5000}``):
+    the total of its spends in that currency."""
     propose: frozenset[str] = frozenset()
     """Tool-name patterns (``billing_refund_*``) of write tools the run's programs may
     propose from code; empty: none. The tool must be proposable by its contract too."""
 
     def __post_init__(self) -> None:
+        # A string is a collection of characters: frozenset("billing_refund_*") would be
+        # {"b", ..., "*"}, and the pattern "*" lets programs propose every tool.
+        for name in ("scopes", "propose"):
+            value = getattr(self, name)
+            if isinstance(value, str):
+                raise ValueError(
+                    f"grant {name} is one string {value!r}, not a collection of names: "
+                    f"write {name}=frozenset({{{value!r}}})"
+                )
+        if isinstance(self.effects, str | Effect):
+            raise ValueError(
+                f"grant effects is one {type(self.effects).__name__} {str(self.effects)!r}, "
+                "not a collection of effects: write effects=(read('billing:invoice/*'), ...)"
+            )
         object.__setattr__(self, "scopes", frozenset(self.scopes))
         object.__setattr__(self, "propose", frozenset(self.propose))
         object.__setattr__(self, "effects", tuple(self.effects))
@@ -68,7 +84,8 @@ class Grant:
         return any(glob_regex(pattern).fullmatch(tool) for pattern in self.propose)
 
     def covers(self, effect: Effect) -> bool:
-        """Whether ``effect`` (resolved, or a declared pattern) lies inside this grant."""
+        """Whether ``effect`` (resolved, or a declared pattern) lies inside this grant; a
+        spend on its own (:meth:`uncovered` adds up a call's spends)."""
         if effect.kind == "spend":
             limit = self.spend_limits.get(effect.target)
             return limit is not None and isinstance(effect.amount, int) and effect.amount <= limit
@@ -79,10 +96,22 @@ class Grant:
         )
 
     def uncovered(self, effects: Iterable[Effect]) -> Effect | None:
-        """The first effect outside this grant, or ``None`` when all are inside."""
+        """The first effect of one call outside this grant, or ``None`` when all are inside.
+
+        Spends are added up per currency, in order: the first one that takes the call's
+        total over the limit is outside, answered as one spend of that total
+        (``spend(19998 USD)``) when earlier spends count towards it.
+        """
+        spent: dict[str, int] = {}
         for effect in effects:
-            if not self.covers(effect):
+            if not self.covers(effect):  # a spend: over the limit alone, or no amount known
                 return effect
+            if effect.kind == "spend":
+                assert isinstance(effect.amount, int)  # (covers() holds only for one)
+                total = spent.get(effect.target, 0) + effect.amount
+                if total > self.spend_limits[effect.target]:
+                    return spend(total, currency=effect.target)
+                spent[effect.target] = total
         return None
 
     def union(self, other: Grant) -> Grant:

@@ -25,6 +25,12 @@ client connects to ``127.0.0.1``, which a rule naming it would not see), ``.`` a
 segments, percent-encoded ``.``, ``/``, ``\\`` or NUL in the path, white space, control and
 non-ASCII characters, and ``*``. :func:`host_target` reads a value that is one host name the
 same way, and :func:`placed_host` the host a placeholder filled in a declared target.
+
+:func:`mail_target` reads the domain of a ``disclose`` target ``email:local@domain`` as a
+mail server reads it: lower case, one trailing dot dropped (``bob@Competitor.COM.`` is
+``bob@competitor.com``), an empty label refused; the local part is kept as it is (RFC 5321
+lets a server tell its case apart). :func:`target_covers` reads the domain of an ``email:``
+pattern the same way, so a rule on ``*@competitor.com`` names every spelling of it.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ __all__ = [
     "DEFAULT_PORTS",
     "NetworkTarget",
     "host_target",
+    "mail_target",
     "network_covers",
     "placed_host",
     "split_network",
@@ -140,6 +147,8 @@ def target_covers(kind: str, pattern: str, declared: str) -> bool:
     grant or rule ``pattern``: part by part for ``network``, as one glob otherwise."""
     if kind == "network":
         return network_covers(pattern, declared)
+    if kind == "disclose":  # (a resolved target is read so already: see mail_target)
+        return covers(_mail_pattern(pattern), _mail_domain(declared))
     return covers(pattern, declared)
 
 
@@ -232,6 +241,39 @@ def placed_host(target: str) -> str:
         return target
     host = _ipv4_checked(host.lower().removesuffix("."))
     return f"{scheme}{sep}{user}{at}{host}{colon}{port}{slash}{path}"
+
+
+def mail_target(target: str) -> str:
+    """``target``, a resolved ``disclose`` target, with the domain of an ``email:`` address
+    as a mail server reads it (see the module docstring); any other target as it is.
+
+    Raises:
+        ValueError: the domain has an empty label (``bob@acme..com``, ``bob@``); the
+            message says why, to be read after the field's name.
+    """
+    if not target.startswith("email:") or "@" not in target:
+        return target
+    local, _, domain = target.rpartition("@")
+    domain = domain.lower().removesuffix(".")
+    if not all(domain.split(".")):
+        raise ValueError(
+            f"has an e-mail domain {domain!r} with an empty label; write the address as "
+            "local@domain.example"
+        )
+    return f"{local}@{domain}"
+
+
+def _mail_domain(pattern: str) -> str:
+    """A ``disclose`` pattern or target, its e-mail domain read as :func:`mail_target` reads
+    one (an empty label is left for the glob to judge: a pattern is not refused here)."""
+    if not pattern.startswith("email:") or "@" not in pattern:
+        return pattern
+    local, _, domain = pattern.rpartition("@")
+    return f"{local}@{domain.lower().removesuffix('.')}"
+
+
+_mail_pattern = lru_cache(maxsize=4096)(_mail_domain)
+""":func:`_mail_domain` of a grant's or a rule's pattern: there are few of them."""
 
 
 def _host_name(host: str) -> str:

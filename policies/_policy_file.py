@@ -14,7 +14,7 @@ Format (``version = 1``)::
     [roles.billing_agent]
     scopes = ["billing.read", "billing.write"]
     effects = ["write(billing:refund/*)"]
-    spend_limits = { USD = 50000 }          # largest spend per call, minor units
+    spend_limits = { USD = 50000 }          # most one call spends (its spends added up)
     propose = ["billing_refund_create"]     # write tools programs may propose from code
 
     [[roles.billing_agent.rules]]           # approval rules, see policies._approval
@@ -22,7 +22,10 @@ Format (``version = 1``)::
     action = "ask"                          # allow | ask | deny
     tools = ["billing_refund_*"]            # optional, default ["*"]
     effect = "spend"                        # optional: read|write|network|spend|disclose
-    min_amount = 10000                      # optional, minor units; currency = "USD" narrows
+    min_amount = 10000                      # optional, minor units: what the call spends
+                                            # in one currency, its spends added up
+    currency = "USD"                        # optional: calls that spend in it (with
+                                            # min_amount: at least that much in it)
     reversible = false                      # optional
 
     [[roles.web_reader.rules]]              # rules may name what a call reaches:

@@ -8,7 +8,9 @@ they are answered here, once:
   ``none``). A pattern such as ``read(billing:invoice/{invoice_id})`` is ``partial`` against
   ``read(billing:invoice/inv_1)``: some calls may pass and admission judges each one. A
   spend with an amount from the input is ``partial`` up to the grant's limit in its currency;
-  a fixed amount is ``full`` within the limit and ``none`` over it. Network patterns are
+  a fixed amount is ``full`` within the limit and ``none`` over it. A spend in a currency
+  the call names (``currency="{currency}"``) is at most ``partial``: only the currencies the
+  grant limits can pass, and ``none`` when it limits none. Network patterns are
   compared part by part, as admission matches them: ``https://{region}.api.example.com/v1``
   is ``partial`` against ``eu.api.example.com`` (any scheme, port and path on that host).
 - :func:`approval_cases`: the approval verdict as a step function of the amount spent, at
@@ -16,7 +18,9 @@ they are answered here, once:
   and, when rules name ``targets``, once per *target class*: calls whose effects reach
   what a target rule names (``network(https://docs.example.com/**)``), and every other call
   (``targets`` empty). Each point is decided by the same :meth:`ApprovalPolicy.decide`
-  admission uses, with the class's pattern standing for the call's target.
+  admission uses, with the class's pattern standing for the call's target. A spend in a
+  currency the call names is judged in each currency the grant limits, and at each amount
+  the least strict of their verdicts is the tool's (some call may pass there).
 - :func:`refusal`: why no call can pass, or ``None`` when some may.
 """
 
@@ -41,6 +45,7 @@ __all__ = [
     "approval_cases",
     "breakpoints",
     "coverage",
+    "may_overlap",
     "refusal",
     "target_classes",
     "verdict_at",
@@ -81,6 +86,10 @@ def coverage(grant: Grant, effect: Effect) -> Coverage:
     """How much of the declared ``effect`` (a pattern, or resolved) ``grant`` covers: a
     fixed target or amount is ``full`` or ``none``; only a pattern can be ``partial``."""
     if effect.kind == "spend":
+        if _named_currency(effect):
+            fixed = effect.amount if isinstance(effect.amount, int) else 0
+            fits = any(fixed <= limit for limit in grant.spend_limits.values())
+            return "partial" if fits else "none"
         limit = grant.spend_limits.get(effect.target)
         if limit is None:
             return "none"
@@ -115,6 +124,43 @@ def approval_cases(
 ) -> tuple[ApprovalCase, ...]:
     """The verdicts on calls of ``tool`` by target class and amount, merged where
     consecutive ones agree; a class that decides exactly as every other call is left out."""
+    codes = sorted(grant.spend_limits) if any(map(_named_currency, effects)) else []
+    if not codes:  # fixed currencies; or none a grant limits (coverage is "none" then)
+        return _approval_cases(tool, effects, reversible, approvals, grant)
+    each = [
+        _approval_cases(
+            tool,
+            [Effect("spend", code, e.amount) if _named_currency(e) else e for e in effects],
+            reversible,
+            approvals,
+            grant,
+        )
+        for code in codes
+    ]
+    if len(each) == 1:
+        return each[0]
+    found: dict[tuple[str, ...], tuple[ApprovalCase, ...]] = {}
+    for labels in target_classes(*each):
+        merged: list[ApprovalCase] = []
+        for amount in breakpoints(*each):
+            # Where one currency lets a call through, some call of the tool may pass.
+            case = min((_case_at(c, amount, labels) for c in each), key=_strictness)
+            if not merged or (merged[-1].verdict, merged[-1].rule) != (case.verdict, case.rule):
+                update = {"from_amount": amount, "currency": None, "targets": labels}
+                merged.append(case.model_copy(update=update))
+        found[labels] = tuple(merged)
+    return _ordered(found)
+
+
+def _approval_cases(
+    tool: str,
+    effects: Sequence[Effect],
+    reversible: bool,
+    approvals: ApprovalPolicy,
+    grant: Grant,
+) -> tuple[ApprovalCase, ...]:
+    """:func:`approval_cases` of effects whose spends are in fixed currencies (a currency
+    the call names is read as one more, which no rule's ``currency`` names)."""
     variable = [e for e in effects if e.kind == "spend" and isinstance(e.amount, str)]
     currencies = sorted({e.target for e in variable})
     currency = currencies[0] if len(currencies) == 1 else None
@@ -161,6 +207,12 @@ def approval_cases(
                 continue
             merged.append(case)
         found.setdefault(labels, tuple(merged))
+    return _ordered(found)
+
+
+def _ordered(found: dict[tuple[str, ...], tuple[ApprovalCase, ...]]) -> tuple[ApprovalCase, ...]:
+    """The cases of every target class, every other call's first; a class that decides
+    exactly as every other call is left out."""
     other = found.get((), ())
     out: list[ApprovalCase] = []
     for labels in sorted(found, key=lambda key: (not key, key)):
@@ -168,6 +220,22 @@ def approval_cases(
             continue
         out.extend(found[labels])
     return tuple(out)
+
+
+def _named_currency(effect: Effect) -> bool:
+    """Whether ``effect`` spends in the currency a field of the call names."""
+    return effect.kind == "spend" and effect.target.startswith("{")
+
+
+def _strictness(case: ApprovalCase) -> int:
+    return STRICTNESS[case.verdict]
+
+
+def _case_at(cases: Sequence[ApprovalCase], amount: int, targets: tuple[str, ...]) -> ApprovalCase:
+    """The case of ``cases`` that decides a call spending ``amount`` in the target class
+    ``targets``, as :func:`verdict_at` finds it."""
+    chosen = [c for c in cases if c.targets == targets] or [c for c in cases if not c.targets]
+    return max((c for c in chosen if c.from_amount <= amount), key=lambda c: c.from_amount)
 
 
 def _same_steps(one: Sequence[ApprovalCase], other: Sequence[ApprovalCase]) -> bool:
@@ -225,11 +293,16 @@ def _standing(effect: Effect, pattern: str) -> Effect | None:
         return Effect(effect.kind, pattern)
     if target_covers(effect.kind, pattern, declared):
         return Effect(effect.kind, declared)
-    if effect.kind == "network":
-        shared = _network_may_overlap(declared, pattern)
-    else:
-        shared = _may_overlap(declared, pattern)
-    return Effect(effect.kind, pattern) if shared else None
+    return Effect(effect.kind, pattern) if may_overlap(effect.kind, declared, pattern) else None
+
+
+def may_overlap(kind: str, one: str, two: str) -> bool:
+    """Whether two target patterns of an effect of ``kind`` may stand for a common target:
+    part by part for ``network``, as one glob otherwise. Conservative: it may say yes to a
+    pair with nothing in common, never no to a pair that shares a target."""
+    if kind == "network":
+        return _network_may_overlap(one, two)
+    return _may_overlap(one, two)
 
 
 def _network_may_overlap(one: str, two: str) -> bool:

@@ -74,7 +74,9 @@ _DEFAULT_READ_ALLOWED: Final = Authorization(
 
 def authorize(spec: ToolSpec, effects: tuple[Effect, ...], ctx: CallContext) -> Authorization:
     """Resolved ``effects`` of a call of ``spec`` against the run's grant, then its approval
-    rules (scope is checked at admission, before anything is resolved)."""
+    rules (scope is checked at admission, before anything is resolved). A write tool's call
+    is never judged as read-only: when its effects hold no side effect, the rules also judge
+    the side effects it declares."""
     grant = ctx.grant
     if spec.write is not None or not covers_declared(grant, spec):
         outside = grant.uncovered(effects)
@@ -88,7 +90,15 @@ def authorize(spec: ToolSpec, effects: tuple[Effect, ...], ctx: CallContext) -> 
                     reason="spend" if spent else "effect",
                 ),
             )
-    verdict = ctx.approvals.decide(spec.name, effects, reversible=spec.reversible)
+    judged = effects
+    if spec.write is not None and not any(e.is_side_effect for e in effects):
+        # A write whose prepare resolved no side effect (write("crm:contact/{ids[]}") with
+        # an empty list) is still a write: judged as read-only it would be allowed by the
+        # default and committed unseen, and no rule on its kind (deny effect=write) would
+        # apply. Its declared side effects stand for what it may change, so the rules judge
+        # the kinds it declares, and without a rule the default for a write applies: ask.
+        judged = (*effects, *(e for e in spec.effects if e.is_side_effect))
+    verdict = ctx.approvals.decide(spec.name, judged, reversible=spec.reversible)
     if verdict is _DEFAULT_READ:
         return _DEFAULT_READ_ALLOWED
     if verdict.verdict == "deny":

@@ -271,6 +271,13 @@ def _check_effects(spec: ToolSpec, fields: set[str], refuse: Callable[[str], Usa
     problems = effect_field_problems(spec.effects, spec.input_model)
     if problems:
         raise refuse("; ".join(problems))
+    spends = [e for e in spec.effects if e.kind == "spend"]
+    if spends and "currency" in fields and all(e.target != "{currency}" for e in spends):
+        raise refuse(  # the same mistake as a write tool's (see write_contract_problems)
+            "its input has a field 'currency' that no spend effect is bound to; declare "
+            "spend('{amount_minor}', currency='{currency}') so the grant and the rules judge "
+            "the currency the call spends"
+        )
 
 
 def _adapter_facts(

@@ -103,6 +103,17 @@ def write_contract_problems(
                 f"{contract.effect_model.__name__} (a write tool's effects come from prepare)"
             )
     problems += effect_field_problems(effects, contract.effect_model)
+    # A spend declared in a fixed currency while prepare computes one would be judged, shown
+    # and audited in the declared currency, whatever the tool then sends.
+    if "currency" in fields and not any(
+        e.kind == "spend" and e.target == "{currency}" for e in effects
+    ):
+        problems.append(
+            f"the effect model {contract.effect_model.__name__} has a field 'currency' that no "
+            "spend effect is bound to; declare spend('{amount_minor}', currency='{currency}') "
+            "so the grant and the rules judge the currency the tool spends (rename the field "
+            "if it holds no currency of a spend)"
+        )
     if not contract.intent and input_fields:
         problems.append("name the intent: intent=('invoice_id', ...) with input fields")
     unknown = sorted(set(contract.intent) - set(input_fields))

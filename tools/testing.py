@@ -226,7 +226,8 @@ def refund_tool(
     proposable: bool = False,
 ) -> ToolSpec:
     """A refund write tool over ``system``; ``invoices`` maps ids to records with
-    ``tenant_id``, ``amount_minor``, ``currency`` and ``customer``.
+    ``tenant_id``, ``amount_minor``, ``currency`` and ``customer``; a refund spends its
+    amount in the invoice's currency (``spend("{amount_minor}", currency="{currency}")``).
 
     ``with_lookup`` decides whether reconciliation queries the system or resends;
     ``proposable`` whether programs may propose it from code.
@@ -263,7 +264,10 @@ def refund_tool(
         prepare=prepare,
         commit=commit,
         lookup=lookup if with_lookup else None,
-        effects=[write("billing:refund/{invoice_id}"), spend("{amount_minor}", currency="USD")],
+        effects=[
+            write("billing:refund/{invoice_id}"),
+            spend("{amount_minor}", currency="{currency}"),
+        ],
         scope="billing.write",
         intent=("invoice_id",),
         summarize=lambda e: (

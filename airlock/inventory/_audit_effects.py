@@ -149,8 +149,8 @@ def _matches(declared: str, concrete: str) -> bool:
         return False
     if pattern.kind != effect.kind:
         return False
-    if pattern.kind == "spend":
-        return pattern.target == effect.target and (
+    if pattern.kind == "spend":  # in its currency; in any when a field names it ("{currency}")
+        return (pattern.target == effect.target or pattern.target.startswith("{")) and (
             isinstance(pattern.amount, str) or pattern.amount == effect.amount
         )
     return Grant(effects=(Effect(pattern.kind, pattern.pattern),)).covers(effect)

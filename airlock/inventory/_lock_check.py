@@ -310,8 +310,8 @@ def _effect_covered(text: str, pool: Sequence[str]) -> bool:
     for other in others:
         if other.kind != effect.kind:
             continue
-        if effect.kind == "spend":
-            if effect.target == other.target and (
+        if effect.kind == "spend":  # a currency a field names ("{currency}") may be any
+            if (effect.target == other.target or other.target.startswith("{")) and (
                 isinstance(other.amount, str)
                 or (isinstance(effect.amount, int) and effect.amount <= int(other.amount or 0))
             ):

@@ -339,7 +339,12 @@ def register_billing_tools(
             prepare=prepare,
             commit=commit,
             lookup=lookup,
-            effects=[write("billing:refund/{invoice_id}"), spend("{amount_minor}", currency="USD")],
+            effects=[
+                write("billing:refund/{invoice_id}"),
+                # In the invoice's currency, as prepare computes it: the grant's limit and
+                # the rules judge what is spent, never a currency declared in its place.
+                spend("{amount_minor}", currency="{currency}"),
+            ],
             scope="billing.write",
             intent=("invoice_id", "reason"),
             summarize=lambda e: (

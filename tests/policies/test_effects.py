@@ -54,6 +54,39 @@ def test_resolve_refuses_spend_amounts_that_are_not_minor_units(amount: object) 
         spend("{amount}").resolve({"amount": amount})
 
 
+# A spend in the currency a field names: (declared amount, the call's fields, what it spends,
+# or the field refused). Built in the test: before currency="{field}" existed, it raised.
+SPENDS_IN_A_NAMED_CURRENCY: list[tuple[int | str, dict[str, object], Effect | str]] = [
+    ("{amount}", {"amount": 7, "currency": "EUR"}, spend(7, currency="EUR")),
+    ("{amount}", {"amount": 0, "currency": "JPY"}, spend(0, currency="JPY")),
+    (500, {"currency": "GBP"}, spend(500, currency="GBP")),
+    ("{amount}", {"amount": 7, "currency": "eur"}, "currency"),
+    ("{amount}", {"amount": 7, "currency": "EURO"}, "currency"),
+    ("{amount}", {"amount": 7, "currency": "E@R"}, "currency"),
+    ("{amount}", {"amount": 7, "currency": "EUR\n"}, "currency"),
+    ("{amount}", {"amount": 7, "currency": 978}, "currency"),
+    ("{amount}", {"amount": 7, "currency": None}, "currency"),
+    ("{amount}", {"amount": 7}, "currency"),
+    ("{amount}", {"amount": -7, "currency": "EUR"}, "amount"),
+]
+
+
+@pytest.mark.parametrize(("amount", "args", "expected"), SPENDS_IN_A_NAMED_CURRENCY)
+def test_a_spend_is_in_the_currency_its_field_names(
+    amount: int | str, args: dict[str, object], expected: Effect | str
+) -> None:
+    declared = spend(amount, currency="{currency}")
+    assert "currency" in declared.placeholders
+    assert Effect.parse(str(declared)) == declared
+    for resolve in (declared.resolve_all, declared.resolver()):
+        if isinstance(expected, Effect):
+            assert resolve(args) == (expected,)
+            continue
+        with pytest.raises(EffectArgumentError) as info:
+            resolve(args)
+        assert info.value.field == expected
+
+
 @pytest.mark.parametrize(
     ("build", "fragment"),
     [
@@ -67,6 +100,8 @@ def test_resolve_refuses_spend_amounts_that_are_not_minor_units(amount: object) 
         (lambda: spend(5, currency="USD\n"), "three upper-case"),
         (lambda: spend(-5), "negative"),
         (lambda: spend(5, currency="usd"), "three upper-case"),
+        (lambda: spend(5, currency="{currencies[]}"), "or '{field}'"),
+        (lambda: spend(5, currency="{Currency}"), "or '{field}'"),
         (lambda: spend("amount"), "'{field}'"),
         (lambda: Effect("read", "a:b", 5), "only spend"),
         (lambda: Effect("delete", "a:b"), "unknown effect kind"),  # type: ignore[arg-type]

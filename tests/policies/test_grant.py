@@ -36,6 +36,21 @@ def test_uncovered_names_the_first_effect_outside() -> None:
     assert GRANT.uncovered([read("billing:invoice/inv_1")]) is None
 
 
+# A call's spends, the limit (1000 USD) judging their total per currency: what is outside
+@pytest.mark.parametrize(
+    ("effects", "outside"),
+    [
+        ([spend(600), spend(600)], spend(1200)),
+        ([spend(600), read("billing:invoice/inv_1"), spend(401)], spend(1001)),
+        ([spend(1000), spend(0), spend(1)], spend(1001)),
+    ],
+)
+def test_uncovered_adds_up_a_calls_spends_per_currency(
+    effects: list[Effect], outside: Effect
+) -> None:
+    assert GRANT.uncovered(effects) == outside
+
+
 def test_an_empty_grant_allows_nothing() -> None:
     assert not Grant().covers(read("billing:invoice/inv_1"))
     assert not Grant().allows_scope("billing.read")
@@ -55,6 +70,11 @@ def test_union_and_restrict() -> None:
         ({"effects": (spend(5),)}, "spend_limits"),
         ({"effects": (read("billing:invoice/{id}"),)}, "placeholders"),
         ({"spend_limits": {"USD": -1}}, "non-negative"),
+        # one string is not a collection of names (frozenset() of it would be its letters)
+        ({"propose": "billing_refund_*"}, "propose is one string"),
+        ({"scopes": "billing.read"}, "scopes is one string 'billing.read'"),
+        ({"effects": "read(billing:invoice/*)"}, "effects is one str"),
+        ({"effects": read("billing:invoice/*")}, "effects is one Effect"),
     ],
 )
 def test_invalid_grants_are_refused(kwargs: dict[str, object], fragment: str) -> None:

@@ -188,6 +188,37 @@ def _replace(old: str, new: str) -> str:
             29,
             "already used at roles.billing_agent.rules[0].id",
         ),
+        # a rule's values are read strictly, as the grant's are
+        (
+            _replace("min_amount = 10000", 'min_amount = "10000"'),
+            "roles.billing_agent.rules[0].min_amount",
+            19,
+            "valid integer",
+        ),
+        (
+            _replace("min_amount = 10000", "min_amount = true"),
+            "roles.billing_agent.rules[0].min_amount",
+            19,
+            "valid integer",
+        ),
+        (
+            _replace("min_amount = 10000", 'min_amount = 10000\nreversible = "no"'),
+            "roles.billing_agent.rules[0].reversible",
+            20,
+            "valid boolean",
+        ),
+        (
+            _replace("min_amount = 10000", 'targets = ["ÜSD"]'),
+            "roles.billing_agent.rules[0]",
+            15,
+            "its currency",
+        ),
+        (
+            _replace('tools = ["billing_invoice_void"]', 'tools = "billing_invoice_void"'),
+            "principals.alice.rules[0].tools",
+            31,
+            "not one string",
+        ),
     ],
 )
 def test_errors_name_the_key_and_line(text: str, key: str, line: int | None, fragment: str) -> None:

@@ -106,6 +106,90 @@ def test_a_fixed_effect_is_judged_as_admission_judges_it(
     assert (expected == "full") is GRANTS[grant].covers(effect)
 
 
+# A spend in the currency a field names (currency="{currency}"), by amount, and how much of it
+# each grant covers (in the order of GRANTS): at most partial, as only the currencies a grant
+# limits can pass. Built in the test: before currency="{field}" existed, it raised.
+NAMED_CURRENCY: list[tuple[int | str, tuple[Coverage, Coverage, Coverage, Coverage, Coverage]]] = [
+    ("{amount_minor}", ("none", "partial", "none", "partial", "none")),
+    (0, ("none", "partial", "none", "partial", "none")),
+    (50_000, ("none", "partial", "none", "partial", "none")),
+    (60_000, ("none", "none", "none", "partial", "none")),  # over the only limit of invoices
+    (100_001, ("none", "none", "none", "none", "none")),  # over every limit
+]
+
+
+@pytest.mark.parametrize(
+    ("amount", "grant", "expected"),
+    [
+        pytest.param(amount, grant, expected, id=f"{amount}-{grant}")
+        for amount, row in NAMED_CURRENCY
+        for grant, expected in zip(GRANTS, row, strict=True)
+    ],
+)
+def test_coverage_of_a_spend_in_a_named_currency(
+    amount: int | str, grant: str, expected: Coverage
+) -> None:
+    assert coverage(GRANTS[grant], spend(amount, currency="{currency}")) == expected
+
+
+REFUNDS = ApprovalRule(id="refunds", action="allow", tools=("billing_refund_*",))
+BIG_USD = ApprovalRule(
+    id="big-usd", action="ask", effect="spend", min_amount=10_000, currency="USD"
+)
+NO_EUR = ApprovalRule(id="no-eur", action="deny", effect="spend", min_amount=1, currency="EUR")
+EUR_NEVER = ApprovalRule(
+    id="eur-never", action="deny", effect="spend", min_amount=0, currency="EUR"
+)
+
+# (the grant's limits, rules, the cases: from_amount, currency, verdict, rule) of a refund in
+# the currency its invoice names: judged in each currency the grant limits, the least strict
+# verdict at each amount (some call may pass there)
+NAMED_CURRENCY_CASES: list[
+    tuple[dict[str, int], tuple[ApprovalRule, ...], list[tuple[int, str | None, str, str]]]
+] = [
+    ({"USD": 50_000}, (REFUNDS, BIG_USD, NO_EUR),
+     [(0, "USD", "allow", "refunds"), (10_000, "USD", "ask", "big-usd"),
+      (50_001, "USD", "deny", "spend_limit")]),
+    ({"EUR": 50_000}, (REFUNDS, BIG_USD, NO_EUR),
+     [(0, "EUR", "allow", "refunds"), (1, "EUR", "deny", "no-eur"),
+      (50_001, "EUR", "deny", "spend_limit")]),
+    ({"USD": 50_000, "EUR": 10_000}, (REFUNDS, BIG_USD, NO_EUR),
+     [(0, None, "allow", "refunds"), (10_000, None, "ask", "big-usd"),
+      (50_001, None, "deny", "spend_limit")]),
+    ({"USD": 5_000, "EUR": 20_000}, (REFUNDS,),
+     [(0, None, "allow", "refunds"), (20_001, None, "deny", "spend_limit")]),
+    # no call can pass: the tool is offered to nobody (refusal)
+    ({"EUR": 50_000}, (REFUNDS, EUR_NEVER),
+     [(0, "EUR", "deny", "eur-never"), (50_001, "EUR", "deny", "spend_limit")]),
+    ({"USD": 50_000, "EUR": 50_000}, (REFUNDS, EUR_NEVER),
+     [(0, None, "allow", "refunds"), (50_001, None, "deny", "spend_limit")]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("limits", "rules", "expected"), NAMED_CURRENCY_CASES)
+def test_approval_cases_of_a_spend_in_a_named_currency(
+    limits: dict[str, int],
+    rules: tuple[ApprovalRule, ...],
+    expected: list[tuple[int, str | None, str, str]],
+) -> None:
+    effects = (write("billing:refund/{invoice_id}"), spend("{amount}", currency="{currency}"))
+    grant = Grant(
+        scopes=frozenset({"billing.write"}),
+        effects=(write("billing:refund/*"),),
+        spend_limits=limits,
+    )
+    cases = approval_cases(
+        "billing_refund_create",
+        effects,
+        reversible=False,
+        approvals=ApprovalPolicy(rules),
+        grant=grant,
+    )
+    assert [(c.from_amount, c.currency, c.verdict, c.rule) for c in cases] == expected
+    denied_everywhere = all(verdict == "deny" for _, _, verdict, _ in expected)
+    assert (refusal("billing.write", effects, cases, grant) is None) is not denied_everywhere
+
+
 def test_the_example_that_used_to_disagree() -> None:
     # A grant limited to 50,000 USD does not cover a tool that spends 100,000 USD: refusal
     # (the session's judgement and the inventory's) names the spend.

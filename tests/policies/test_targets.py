@@ -25,6 +25,7 @@ from airlock.policies import (
     network,
     parse_policy,
     read,
+    refusal,
     spend,
     target_classes,
     verdict_at,
@@ -275,6 +276,14 @@ LISTS_REFUSED = [
     (disclose("email:{to[]}"), {}, "to", "required"),
     (disclose("email:{to[]}"), {"to": ["ann@acme.com", "../x"]}, "to", "one id segment"),
     (disclose("email:{to[]}"), {"to": ["eve@evil.com@acme.com"]}, "to", "at most one '@'"),
+    # the "@" of the template and of the value together: one segment, two "@"
+    (
+        disclose("email:{local[]}@acme.com"),
+        {"local": ["ann", "eve@evil.example"]},
+        "local",
+        "at most one '@'",
+    ),
+    (disclose("email:{to[]}"), {"to": ["ann@acme.com", "eve@acme..com"]}, "to", "empty label"),
     (disclose("email:{to[]}"), {"to": ["a@acme.com"] * 1001}, "to", "at most 1000"),
     (disclose("email:{to}"), {"to": ["ann@acme.com"]}, "to", "one id segment"),
     (network("{urls[]}"), {"urls": ["https://x.example@evil.example/"]}, "urls", "user info"),
@@ -288,6 +297,61 @@ def test_a_list_value_that_cannot_stand_in_a_target_is_refused(
     with pytest.raises(EffectArgumentError) as info:
         effect.resolve_all(args)
     assert (info.value.field, fragment in info.value.reason) == (field, True)
+
+
+# -- e-mail addresses and "@" -----------------------------------------------------------------
+
+# (declared target, arguments, the targets it resolves to): an e-mail domain is read as a mail
+# server reads it (lower case, the root's dot dropped); the local part is kept
+MAIL_FILLED = [
+    (disclose("email:{to}"), {"to": "bob@Competitor.com"}, ["email:bob@competitor.com"]),
+    (disclose("email:{to}"), {"to": "bob@COMPETITOR.COM"}, ["email:bob@competitor.com"]),
+    (disclose("email:{to}"), {"to": "bob@competitor.com."}, ["email:bob@competitor.com"]),
+    (disclose("email:{to}"), {"to": "Bob@Acme.com"}, ["email:Bob@acme.com"]),
+    (disclose("email:{to[]}"), {"to": ["a@X.example", "b@x.example."]},
+     ["email:a@x.example", "email:b@x.example"]),
+    (disclose("email:{local}@Acme.COM"), {"local": "ann"}, ["email:ann@acme.com"]),
+]  # fmt: skip
+
+# (declared target, arguments, the field named, a fragment of the reason): no value may
+# leave two "@" in its segment, whatever the template puts around it
+SEGMENTS_REFUSED = [
+    (disclose("email:{local}@acme.com"), {"local": "eve@evil.example"}, "local",
+     "at most one '@'"),
+    (read("crm:user/{local}@acme.com"), {"local": "eve@evil.example"}, "local",
+     "at most one '@'"),
+    (read("crm:user/{local}@{domain}"), {"local": "eve@evil.example", "domain": "acme.com"},
+     "local", "at most one '@'"),
+    (read("crm:user/{local}@{domain}"), {"local": "eve", "domain": "evil.example@acme.com"},
+     "local", "at most one '@'"),
+    (disclose("email:{to}"), {"to": "bob@competitor..com"}, "to", "empty label"),
+    (disclose("email:{to}"), {"to": "bob@"}, "to", "empty label"),
+    (disclose("email:{to}"), {"to": "bob@competitor.com.."}, "to", "empty label"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("effect", "args", "targets"), MAIL_FILLED)
+def test_an_email_domain_is_read_as_a_mail_server_reads_it(
+    effect: Effect, args: dict[str, Any], targets: list[str]
+) -> None:
+    for resolve in (effect.resolve_all, effect.resolver()):
+        assert [e.target for e in resolve(args)] == targets
+
+
+@pytest.mark.parametrize(("effect", "args", "field", "fragment"), SEGMENTS_REFUSED)
+def test_a_value_that_leaves_two_at_signs_in_its_segment_is_refused(
+    effect: Effect, args: dict[str, Any], field: str, fragment: str
+) -> None:
+    for resolve in (effect.resolve_all, effect.resolver()):
+        with pytest.raises(EffectArgumentError) as info:
+            resolve(args)
+        assert (info.value.field, fragment in info.value.reason) == (field, True)
+
+
+def test_a_rule_names_an_email_domain_however_it_is_written() -> None:
+    grant = Grant(effects=(disclose("email:*@Acme.COM."),))
+    assert grant.covers(disclose("email:ann@acme.com"))
+    assert not grant.covers(disclose("email:ann@acme.com.evil"))
 
 
 @pytest.mark.parametrize(
@@ -329,6 +393,8 @@ def test_a_grant_allows_some_elements_and_refuses_the_rest() -> None:
         ({"effect": "read", "targets": ["invoice/1"]}, "service:object"),
         ({"effect": "network", "targets": ["evil host"]}, "1-256 characters"),
         ({"effect": "spend", "targets": ["usd"]}, "its currency"),
+        ({"effect": "spend", "targets": ["ÜSD"]}, "its currency"),
+        ({"effect": "disclose", "targets": "email:*@evil.com"}, "not one string"),
     ],
 )
 def test_rules_with_targets_that_cannot_match_are_refused(
@@ -358,6 +424,13 @@ ACME_MAIL = ApprovalRule(
     id="acme-mail", action="allow", effect="disclose", targets=("email:*@acme.com",)
 )
 ASK_MAIL = ApprovalRule(id="ask-mail", action="ask", effect="disclose")
+NO_COMPETITOR = ApprovalRule(
+    id="no-competitor", action="deny", effect="disclose", targets=("email:*@competitor.com",)
+)
+NO_COMPETITOR_CAPS = ApprovalRule(
+    id="no-competitor-caps", action="deny", effect="disclose", targets=("email:*@Competitor.COM",)
+)
+ANY_MAIL = ApprovalRule(id="any-mail", action="allow", effect="disclose")
 SEND_OK = ApprovalRule(id="send-ok", action="allow", tools=("mail_message_send",))
 ASK_USD = ApprovalRule(
     id="usd-big", action="ask", effect="spend", targets=("USD",), min_amount=10_000
@@ -366,6 +439,12 @@ ALLOW_REFUNDS = ApprovalRule(id="refunds", action="allow", tools=("billing_refun
 ASK_CDN = ApprovalRule(id="ask-cdn", action="ask", effect="network", targets=("*.cdn.example",))
 ONE_CDN = ApprovalRule(id="one-cdn", action="allow", effect="network", targets=("a.cdn.example",))
 SAME_CDN = ApprovalRule(id="same-cdn", action="allow", effect="network", targets=("*.cdn.example",))
+NO_SECRET = ApprovalRule(
+    id="no-secret", action="deny", effect="read", targets=("billing:invoice/secret_*",)
+)
+NO_INTERNAL = ApprovalRule(
+    id="no-internal", action="deny", effect="network", targets=("internal.example.com",)
+)
 
 
 def fetch(*urls: str) -> tuple[Effect, ...]:
@@ -421,6 +500,17 @@ PRECEDENCE: list[tuple[str, tuple[ApprovalRule, ...], str, tuple[Effect, ...], s
      fetch("https://docs.example.com/%61dmin/users"), "deny", "no-admin"),
     ("deny names a path with escaped letters, lower", (NO_ADMIN,), "web_page_fetch",
      fetch("https://docs.example.com/adm%69n"), "deny", "no-admin"),
+    # a deny names what an effect whose target is a pattern *may* reach
+    ("deny names a listing that may reach it", (NO_SECRET,), "billing_invoice_list",
+     (read("billing:invoice/*"),), "deny", "no-secret"),
+    ("deny names a wider listing", (NO_SECRET,), "billing_export_make",
+     (read("billing:**"),), "deny", "no-secret"),
+    ("deny names a host pattern that may reach it", (DOCS, NO_INTERNAL), "web_site_crawl",
+     (network("https://*.example.com/**"),), "deny", "no-internal"),
+    ("deny names any URL", (NO_INTERNAL,), "web_site_crawl",
+     (network("**"),), "deny", "no-internal"),
+    ("deny names every path of a host value", (DOCS, NO_ADMIN), "web_page_fetch",
+     fetch("docs.example.com"), "deny", "no-admin"),
     # 4: the default for what no rule judged
     ("default for reads and network", (), "web_page_fetch",
      fetch("https://evil.example/"), "allow", "default"),
@@ -432,6 +522,15 @@ PRECEDENCE: list[tuple[str, tuple[ApprovalRule, ...], str, tuple[Effect, ...], s
      mail("ann@acme.com", "eve@evil.com"), "ask", "ask-mail"),
     ("no recipients", (ACME_MAIL, ASK_MAIL, SEND_OK), "mail_message_send",
      mail(), "allow", "send-ok"),
+    # a deny by e-mail domain names every spelling of the domain
+    ("deny by domain, capitals", (NO_COMPETITOR, ANY_MAIL, SEND_OK), "mail_message_send",
+     mail("bob@Competitor.com"), "deny", "no-competitor"),
+    ("deny by domain, all capitals", (NO_COMPETITOR, ANY_MAIL, SEND_OK), "mail_message_send",
+     mail("ann@acme.com", "bob@COMPETITOR.COM"), "deny", "no-competitor"),
+    ("deny by domain, the root's dot", (NO_COMPETITOR, ANY_MAIL, SEND_OK), "mail_message_send",
+     mail("bob@competitor.com."), "deny", "no-competitor"),
+    ("deny by a domain written in capitals", (NO_COMPETITOR_CAPS, ANY_MAIL, SEND_OK),
+     "mail_message_send", mail("bob@competitor.com"), "deny", "no-competitor-caps"),
     # a target rule's amount condition holds or it names nothing
     ("target rule with an amount: under", (ASK_USD, ALLOW_REFUNDS), "billing_refund_create",
      (write("billing:refund/1"), spend(5_000)), "allow", "refunds"),
@@ -440,6 +539,9 @@ PRECEDENCE: list[tuple[str, tuple[ApprovalRule, ...], str, tuple[Effect, ...], s
     ("target rule with an amount: other currency", (ASK_USD, ALLOW_REFUNDS),
      "billing_refund_create", (write("billing:refund/1"), spend(50_000, currency="EUR")),
      "allow", "refunds"),
+    ("target rule with an amount: the call's spends add up", (ASK_USD, ALLOW_REFUNDS),
+     "billing_refund_create", (write("billing:refund/1"), spend(6_000), spend(6_000)),
+     "ask", "usd-big"),
 ]  # fmt: skip
 
 
@@ -536,6 +638,24 @@ def test_a_fixed_target_is_decided_exactly() -> None:
         grant=EVERYWHERE,
     )
     assert [(c.targets, c.verdict, c.rule) for c in cases] == [((), "allow", "docs")]
+
+
+def test_a_listing_that_may_reach_a_denied_target_is_denied_in_every_class() -> None:
+    # Every call of the listing reads billing:invoice/secret_*, whatever its arguments: the
+    # inventory says so, and a session does not offer the tool.
+    effects = (read("billing:invoice/*"),)
+    grant = Grant(scopes=frozenset({"billing.read"}), effects=effects)
+    cases = approval_cases(
+        "billing_invoice_list",
+        effects,
+        reversible=True,
+        approvals=ApprovalPolicy((NO_SECRET,)),
+        grant=grant,
+    )
+    assert {(c.verdict, c.rule) for c in cases} == {("deny", "no-secret")}
+    assert refusal("billing.read", effects, cases, grant) == (
+        "approval rule(s) no-secret deny every call"
+    )
 
 
 def test_approval_cases_without_target_rules_are_unchanged() -> None:

@@ -30,6 +30,13 @@ NO_BILLING_SCOPE = Grant(scopes=frozenset({"orders.read"}), effects=FULL_GRANT.e
 DENY_EXPORTS = ApprovalPolicy(
     (ApprovalRule(id="no-exports", action="deny", tools=("billing_export_*",)),)
 )
+DENY_SECRETS = ApprovalPolicy(
+    (
+        ApprovalRule(
+            id="no-secrets", action="deny", effect="read", targets=("billing:invoice/secret_*",)
+        ),
+    )
+)
 
 
 def _nested(depth: int) -> list[Any]:
@@ -159,6 +166,14 @@ CASES: list[tuple[str, str, Any, dict[str, Any], str | None, bool]] = [
         "billing_export_make",
         {"size": 1},
         {"approvals": DENY_EXPORTS},
+        "denied",
+        False,
+    ),
+    (
+        "deny on targets a pattern may reach",  # billing_invoice_audit reads billing:invoice/*
+        "billing_invoice_audit",
+        {"invoice_id": "inv_1"},
+        {"principal": ADMIN, "approvals": DENY_SECRETS},
         "denied",
         False,
     ),

@@ -69,6 +69,14 @@ async def anything(value: Any) -> Out:
     return Out(ok=True)
 
 
+async def priced(
+    item_id: Id,
+    amount_minor: Annotated[int, Field(ge=0)],
+    currency: Annotated[str, Field(max_length=3)],
+) -> Out:
+    return Out(ok=True)
+
+
 R = read("svc:item/{item_id}")
 
 # function, decorator options, fragment the message must contain
@@ -96,6 +104,12 @@ BAD: list[tuple[str, Callable[..., Any], dict[str, Any], str]] = [
         good,
         {"effects": [R, disclose("email:x")], "callers": {"direct", "code"}},
         "cannot be called from code",
+    ),
+    (
+        "spend in a fixed currency, the input names one",
+        priced,
+        {"effects": [R, spend("{amount_minor}", currency="USD")]},
+        "no spend effect is bound to",
     ),
     ("code only", good, {"callers": {"code"}}, "must include 'direct'"),
     ("unknown caller", good, {"callers": {"direct", "cron"}}, "unknown callers"),
@@ -174,6 +188,13 @@ def test_registration_refuses(
     with pytest.raises(UsageError, match=re.escape(fragment)):
         _register(registry, fn, **options)
     assert registry.specs() == ()
+
+
+def test_a_spend_bound_to_the_currency_its_input_names_registers() -> None:
+    registry = Registry()
+    _register(registry, priced, effects=[R, spend("{amount_minor}", currency="{currency}")])
+    (spec,) = registry.specs()
+    assert str(spec.effects[1]) == "spend({amount_minor} {currency})"
 
 
 def test_a_name_is_taken_once() -> None:

@@ -5,10 +5,21 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Annotated, Any
 
 import pytest
+from pydantic import BaseModel, ConfigDict, Field
 
-from airlock.policies import ApprovalPolicy, ApprovalRule, Grant, UsageError, read, write
+from airlock.policies import (
+    ApprovalPolicy,
+    ApprovalRule,
+    Grant,
+    Principal,
+    UsageError,
+    read,
+    spend,
+    write,
+)
 from airlock.tools import (
     AmbiguousWriteError,
     ConflictError,
@@ -16,14 +27,28 @@ from airlock.tools import (
     NeedsApprovalError,
     Preview,
     Registry,
+    SQLiteLedgerStore,
     ToolError,
     ToolSpec,
+    WritePath,
     write_tool,
 )
 from airlock.tools.testing import Refund, SystemOfRecord, refund_tool
 from tests.tools.stores import Backend
 
-from .test_write_world import ALICE, ALLOW, ASK, BOB, DENY, GRANT, INVOICES, MALLORY, TOOL, World
+from .test_write_world import (
+    ALICE,
+    ALLOW,
+    ASK,
+    BOB,
+    DENY,
+    GRANT,
+    INVOICES,
+    MALLORY,
+    TOOL,
+    World,
+    context,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -211,6 +236,145 @@ async def test_prepare_refusals_store_and_send_nothing(
         assert refused.value.reason == reason
     assert world.ledger.previews() == []
     assert world.system.sends() == 0
+
+
+# -- what the grant and the rules make of a prepared effect ---------------------------------
+# Two tools whose prepared effect is what a rule must see whole: a purge of a segment's
+# contacts (one write per contact; a segment may have none) and an order paid with a price
+# and a fee (two spends in one call).
+
+
+class SegmentArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    segment: Annotated[str, Field(max_length=16, pattern=r"^[a-z]+$")]
+
+
+class Purge(BaseModel):
+    segment: str
+    contact_ids: list[str]
+
+
+class OrderArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    order_id: Annotated[str, Field(max_length=16, pattern=r"^o[0-9]+$")]
+
+
+class Order(BaseModel):
+    order_id: str
+    price_minor: int
+    fee_minor: int
+
+
+class Done(BaseModel):
+    ok: bool
+
+
+SHOPPER = Principal(user_id="alice", tenant_id="acme", scopes=frozenset({"shop.write"}))
+SHOP_GRANT = Grant(
+    scopes=frozenset({"shop.write"}),
+    effects=(write("crm:contact/*"), write("shop:order/*")),
+    spend_limits={"USD": 100_000},
+)
+SEGMENTS: dict[str, list[str]] = {"empty": []}
+ORDERS = {"o1": (9_999, 9_999)}  # each under 10,000 USD, together over it
+
+
+def _shop(sent: list[object]) -> Registry:
+    registry = Registry()
+    registry.register(
+        write_tool(
+            name="crm_segment_purge",
+            description="Delete every contact of a segment. Use it to purge a segment. "
+            "It does not return the contacts.",
+            input_model=SegmentArgs,
+            effect_model=Purge,
+            receipt_model=Done,
+            prepare=lambda a, _: Purge(segment=a.segment, contact_ids=SEGMENTS[a.segment]),
+            commit=lambda effect, key: sent.append(effect) or {"ok": True},
+            effects=[write("crm:contact/{contact_ids[]}")],
+            scope="shop.write",
+        )
+    )
+    registry.register(
+        write_tool(
+            name="shop_order_buy",
+            description="Pay for an order, its price and a fee. Use it to buy one order. "
+            "It does not return card data.",
+            input_model=OrderArgs,
+            effect_model=Order,
+            receipt_model=Done,
+            prepare=lambda a, _: Order(
+                order_id=a.order_id,
+                price_minor=ORDERS[a.order_id][0],
+                fee_minor=ORDERS[a.order_id][1],
+            ),
+            commit=lambda effect, key: sent.append(effect) or {"ok": True},
+            effects=[write("shop:order/{order_id}"), spend("{price_minor}"), spend("{fee_minor}")],
+            scope="shop.write",
+        )
+    )
+    return registry
+
+
+AUTO_SHOP = ApprovalRule(id="shop-auto", action="allow", tools=("shop_*",))
+NO_WRITES = ApprovalRule(id="no-writes", action="deny", effect="write")
+ASK_CRM = ApprovalRule(id="ask-crm", action="ask", tools=("crm_*",), effect="write")
+BIG = ApprovalRule(id="big", action="ask", effect="spend", min_amount=10_000)
+EUR_ONLY = ApprovalRule(id="eur-auto", action="allow", effect="spend", currency="EUR")
+
+# tool, arguments, rules, grant, the preview's state or the refusal's code, rule or reason
+PREPARED: list[tuple[str, str, dict[str, Any], tuple[ApprovalRule, ...], Grant, str, str]] = [
+    # a write that resolves to no effect is still a write: never judged as read-only
+    ("nothing to purge: the default for a write asks", "crm_segment_purge",
+     {"segment": "empty"}, (), SHOP_GRANT, "prepared", "default"),
+    ("nothing to purge: deny effect=write denies", "crm_segment_purge",
+     {"segment": "empty"}, (NO_WRITES,), SHOP_GRANT, "denied", "policy"),
+    ("nothing to purge: the strictest rule on writes", "crm_segment_purge",
+     {"segment": "empty"}, (ASK_CRM, NO_WRITES), SHOP_GRANT, "denied", "policy"),
+    # a call's spends add up per currency, for the grant's limit and for min_amount
+    ("two spends over the limit together", "shop_order_buy", {"order_id": "o1"},
+     (AUTO_SHOP,), dataclasses.replace(SHOP_GRANT, spend_limits={"USD": 10_000}),
+     "denied", "spend"),
+    ("two spends over min_amount together", "shop_order_buy", {"order_id": "o1"},
+     (AUTO_SHOP, BIG), SHOP_GRANT, "prepared", "big"),
+    # currency is a condition of its own
+    ("a rule on another currency does not allow", "shop_order_buy", {"order_id": "o1"},
+     (EUR_ONLY,), SHOP_GRANT, "prepared", "default"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("tool", "args", "rules", "grant", "outcome", "why"),
+    [row[1:] for row in PREPARED],
+    ids=[row[0] for row in PREPARED],
+)
+async def test_the_rules_judge_the_whole_prepared_effect(
+    tmp_path: Path,
+    tool: str,
+    args: dict[str, Any],
+    rules: tuple[ApprovalRule, ...],
+    grant: Grant,
+    outcome: str,
+    why: str,
+) -> None:
+    sent: list[object] = []
+    ledger = SQLiteLedgerStore(tmp_path / "ledger.db")
+    writes = WritePath(_shop(sent), ledger)
+    ctx = context(principal=SHOPPER, approvals=ApprovalPolicy(rules), grant=grant)
+    try:
+        if outcome == "denied":
+            with pytest.raises(DeniedError) as refused:
+                await writes.preview_call(tool, args, ctx)
+            assert refused.value.reason == why
+            assert ledger.previews() == []
+        else:
+            preview = await writes.preview_call(tool, args, ctx)
+            assert (preview.state, preview.rule) == (outcome, why)
+            with pytest.raises(NeedsApprovalError):
+                await writes.commit(preview.id, preview.fingerprint, SHOPPER)
+        assert sent == []
+    finally:
+        ledger.close()
 
 
 async def test_write_tools_are_never_callable_from_code(world: World) -> None:
@@ -470,8 +634,31 @@ def _build(**change: object) -> ToolSpec:
         ({"intent": ("amount_minor",)}, "not input fields"),
         ({"effect_model": dict}, "pydantic model class"),
         ({"commit": "not callable"}, "commit must be callable"),
+        # prepare computes the currency: a spend must be bound to it, not declared beside it
+        (
+            {"effects": [write("billing:refund/{invoice_id}"), spend("{amount_minor}")]},
+            "has a field 'currency' that no spend effect is bound to",
+        ),
+        (
+            {"effects": [write("billing:refund/{invoice_id}"), spend(5, currency="EUR")]},
+            "has a field 'currency' that no spend effect is bound to",
+        ),
+        (
+            {"effects": [write("billing:refund/{invoice_id}")]},
+            "has a field 'currency' that no spend effect is bound to",
+        ),
     ],
-    ids=["effect field", "no side effect", "no intent", "intent field", "effect model", "commit"],
+    ids=[
+        "effect field",
+        "no side effect",
+        "no intent",
+        "intent field",
+        "effect model",
+        "commit",
+        "spend in a fixed currency",
+        "spend of a fixed amount in a fixed currency",
+        "currency without a spend",
+    ],
 )
 def test_broken_write_contracts_are_refused_at_registration(
     change: dict[str, object], message: str

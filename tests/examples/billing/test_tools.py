@@ -200,6 +200,33 @@ async def test_preview_computes_the_amount_then_approve_commit_receipt(
     assert billing.store.count("refunds") == before + 1
 
 
+async def test_a_refund_of_an_invoice_in_euros_is_judged_shown_and_sent_in_euros(
+    billing: BillingServer, writes: WritePath
+) -> None:
+    record = duplicates(billing, "acme")[-1]
+    amount = record["payments"][-1]["amount_minor"]
+    args = {"invoice_id": record["id"], "reason": "duplicate"}
+    with billing.store.transaction() as conn:
+        conn.execute("UPDATE invoices SET currency = 'EUR' WHERE id = ?", (record["id"],))
+    try:
+        with pytest.raises(DeniedError) as refused:  # the grant limits spends in dollars only
+            await writes.preview_call("billing_refund_create", args, ctx(run_id="run_eur"))
+        assert refused.value.reason == "spend"
+        euros = replace(
+            ctx(run_id="run_eur"),
+            grant=replace(GRANT, spend_limits={**GRANT.spend_limits, "EUR": 1_000_000}),
+        )
+        preview = await writes.preview_call("billing_refund_create", args, euros)
+        assert f"spend({amount} EUR)" in preview.effects
+        assert f"{amount / 100:.2f} EUR" in preview.summary
+        writes.approve(preview.id, approver="bob", fingerprint=preview.fingerprint)
+        receipt = await writes.commit(preview.id, preview.fingerprint, ALICE)
+        assert (receipt.data["amount_minor"], receipt.data["currency"]) == (amount, "EUR")
+    finally:
+        with billing.store.transaction() as conn:
+            conn.execute("UPDATE invoices SET currency = 'USD' WHERE id = ?", (record["id"],))
+
+
 async def test_a_duplicate_refund_of_an_invoice_paid_once_is_a_conflict(
     billing: BillingServer, writes: WritePath
 ) -> None:
