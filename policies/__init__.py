@@ -40,6 +40,7 @@ from airlock.policies._seccomp import (
     render_docker_seccomp,
     seccomp_profile_hash,
 )
+from airlock.policies._spend import currency_from_field
 
 __all__ = [
     "EFFECT_KINDS",
@@ -73,6 +74,7 @@ __all__ = [
     "breakpoints",
     "coverage",
     "covers",
+    "currency_from_field",
     "disclose",
     "glob_regex",
     "load_policy",

@@ -53,9 +53,9 @@ from pydantic import (
 )
 
 from airlock.policies._effects import SIDE_EFFECT_KINDS, Effect, EffectKind
-from airlock.policies._network import split_network, target_covers
-from airlock.policies._patterns import glob_regex
-from airlock.policies._spend import _CURRENCY
+from airlock.policies._network import may_overlap, split_network, target_covers
+from airlock.policies._patterns import glob_regex, has_wildcard
+from airlock.policies._spend import CURRENCY
 
 __all__ = ["ApprovalPolicy", "ApprovalRule", "Decision", "Verdict"]
 
@@ -64,7 +64,7 @@ _STRICTNESS: Final[dict[Verdict, int]] = {"allow": 0, "ask": 1, "deny": 2}
 
 _RuleId = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9_.-]{0,63}$")]
 _ToolGlob = Annotated[str, StringConstraints(pattern=r"^[a-z0-9_*]{1,64}$")]
-_Currency = Annotated[str, StringConstraints(pattern=r"^[A-Z]{3}$")]
+_Currency = Annotated[str, StringConstraints(pattern=f"^{CURRENCY.pattern}$")]
 _Target = Annotated[str, StringConstraints(min_length=1, max_length=256)]
 
 
@@ -112,8 +112,8 @@ class ApprovalRule(BaseModel):
     @field_validator("tools", "targets", mode="before")
     @classmethod
     def _refuse_one_string(cls, value: object) -> object:
-        # A string is a sequence of characters: without this, a lax reading could take
-        # "billing_*" for the names "b", "i", ..., "*", a rule on every tool.
+        # Pydantic refuses a string for these tuples already ("Input should be a valid
+        # tuple"); this only says what to write instead (tools = "billing_*" in a policy file).
         if isinstance(value, str):
             raise ValueError(f"give a list of names, not one string: [{value!r}]")
         return value
@@ -137,7 +137,7 @@ class ApprovalRule(BaseModel):
                     f"targets: {target!r} has a placeholder; a rule holds patterns such as "
                     f"{pattern.pattern!r}"
                 )
-            if self.effect == "spend" and _CURRENCY.fullmatch(target) is None:
+            if self.effect == "spend" and CURRENCY.fullmatch(target) is None:
                 raise ValueError(
                     f"targets: a spend's target is its currency (three letters A-Z, as "
                     f"'USD'), not {target!r}"
@@ -172,10 +172,6 @@ class ApprovalRule(BaseModel):
             return False
         if not _is_pattern(effect):
             return False  # one concrete target: names() judged it exactly
-        # Imported here: _reach builds on this module (approval_cases), so it cannot be
-        # imported before it; this line runs only for an effect whose target is a pattern.
-        from airlock.policies._reach import may_overlap
-
         return any(may_overlap(effect.kind, effect.target, p) for p in self.targets)
 
     def pattern_for(self, effect: Effect) -> str | None:
@@ -366,7 +362,7 @@ def _stricter(
 def _is_pattern(effect: Effect) -> bool:
     """Whether a resolved effect's target stands for many targets: it holds a wildcard, or
     (``network``) leaves out its scheme or path, which then allows every value of it."""
-    if "*" in effect.target:
+    if has_wildcard(effect.target):
         return True
     if effect.kind != "network":
         return False

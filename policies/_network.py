@@ -10,7 +10,8 @@ allows any scheme, port and path on that host), except that a port left out next
 scheme is that scheme's default (``https://docs.example.com/**`` reaches port 443 only, as
 the URL does); a port the target leaves out is its scheme's default too; and a path pattern
 ending in ``/**`` also allows the path it ends at (``/docs/**`` allows ``/docs`` and
-``/docs/``, ``/**`` the root).
+``/docs/``, ``/**`` the root). :func:`may_overlap` asks whether two patterns may share a
+target, part by part the same way (what a ``deny`` with targets names).
 
 :func:`url_target` turns the value of a whole-target placeholder (``network({url})``) into the
 target it reaches: ``scheme://host[:port]/path``, lower-case scheme and host, one trailing
@@ -41,13 +42,14 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Final
 
-from airlock.policies._patterns import covers
+from airlock.policies._patterns import covers, literal_prefix
 
 __all__ = [
     "DEFAULT_PORTS",
     "NetworkTarget",
     "host_target",
     "mail_target",
+    "may_overlap",
     "network_covers",
     "placed_host",
     "split_network",
@@ -150,6 +152,50 @@ def target_covers(kind: str, pattern: str, declared: str) -> bool:
     if kind == "disclose":  # (a resolved target is read so already: see mail_target)
         return covers(_mail_pattern(pattern), _mail_domain(declared))
     return covers(pattern, declared)
+
+
+@lru_cache(maxsize=4096)
+def may_overlap(kind: str, one: str, two: str) -> bool:
+    """Whether two target patterns of an effect of ``kind`` may stand for a common target:
+    part by part for ``network``, as one glob otherwise. Conservative: it may say yes to a
+    pair with nothing in common, never no to a pair that shares a target. (Cached: a ``deny``
+    with targets asks it of every effect that is a pattern, on every call.)"""
+    if kind == "network":
+        return _network_may_overlap(one, two)
+    return _may_overlap(one, two)
+
+
+def _network_may_overlap(one: str, two: str) -> bool:
+    """Whether two network patterns may stand for a common target, part by part as
+    :func:`network_covers` judges them: a part either leaves out allows every value of it
+    (a port left out next to a known scheme is that scheme's default)."""
+    mine, theirs = split_network(one), split_network(two)
+    return (
+        _parts_may_overlap(mine.scheme, theirs.scheme)
+        and _may_overlap(mine.host, theirs.host)
+        and _parts_may_overlap(_port(mine), _port(theirs))
+        and _parts_may_overlap(mine.path, theirs.path)
+    )
+
+
+def _port(target: NetworkTarget) -> str | None:
+    if target.port is None and target.scheme is not None:
+        return DEFAULT_PORTS.get(target.scheme)
+    return target.port
+
+
+def _parts_may_overlap(one: str | None, two: str | None) -> bool:
+    return one is None or two is None or _may_overlap(one, two)
+
+
+def _may_overlap(one: str, two: str) -> bool:
+    """Whether two patterns may stand for a common text: their literal beginnings and
+    endings agree (a conservative test: it may say yes to a pair with nothing in common)."""
+    head_one, head_two = literal_prefix(one), literal_prefix(two)
+    tail_one, tail_two = one.rsplit("*", 1)[-1], two.rsplit("*", 1)[-1]
+    heads = head_one.startswith(head_two) or head_two.startswith(head_one)
+    tails = tail_one.endswith(tail_two) or tail_two.endswith(tail_one)
+    return heads and tails
 
 
 def _path_covers(pattern: str, path: str) -> bool:

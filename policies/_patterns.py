@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-__all__ = ["covers", "glob_regex", "has_wildcard"]
+__all__ = ["covers", "glob_regex", "has_wildcard", "literal_prefix"]
 
 # Stand-ins for the wildcards of a declared pattern when it is matched as text against a
 # grant pattern. No valid pattern contains these characters, so a literal part of a grant can
@@ -46,6 +46,11 @@ def glob_regex(pattern: str) -> re.Pattern[str]:
 def has_wildcard(text: str) -> bool:
     """Whether ``text`` holds a ``*`` (and so is a pattern rather than one name)."""
     return "*" in text
+
+
+def literal_prefix(pattern: str) -> str:
+    """The literal beginning of ``pattern``: what every text it stands for starts with."""
+    return pattern.split("*", 1)[0]
 
 
 @lru_cache(maxsize=16384)

@@ -92,6 +92,7 @@ from airlock.policies._errors import UsageError
 from airlock.policies._grant import Grant
 from airlock.policies._principal import SCOPE_PATTERN, Principal
 from airlock.policies._sandbox_profile import SandboxProfile
+from airlock.policies._spend import CURRENCY
 
 __all__ = ["Policy", "PolicyFileError", "load_policy", "parse_policy"]
 
@@ -114,7 +115,7 @@ class PolicyFileError(UsageError):
 
 
 _Scope = Annotated[str, StringConstraints(pattern=SCOPE_PATTERN, max_length=128)]
-_Currency = Annotated[str, StringConstraints(pattern=r"^[A-Z]{3}$")]
+_Currency = Annotated[str, StringConstraints(pattern=f"^{CURRENCY.pattern}$")]
 _ToolPattern = Annotated[str, StringConstraints(pattern=r"^[a-z0-9_*]{1,64}$")]
 _Name = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_*][A-Za-z0-9_.@:-]{0,127}$")]
 

@@ -13,15 +13,18 @@ they are answered here, once:
   grant limits can pass, and ``none`` when it limits none. Network patterns are
   compared part by part, as admission matches them: ``https://{region}.api.example.com/v1``
   is ``partial`` against ``eu.api.example.com`` (any scheme, port and path on that host).
-- :func:`approval_cases`: the approval verdict as a step function of the amount spent, at
-  every amount where it can change (0, each rule threshold, one past the grant's limit),
-  and, when rules name ``targets``, once per *target class*: calls whose effects reach
-  what a target rule names (``network(https://docs.example.com/**)``), and every other call
-  (``targets`` empty). Each point is decided by the same :meth:`ApprovalPolicy.decide`
-  admission uses, with the class's pattern standing for the call's target. A spend in a
-  currency the call names is judged in each currency the grant limits, and at each amount
-  the least strict of their verdicts is the tool's (some call may pass there).
-- :func:`refusal`: why no call can pass, or ``None`` when some may.
+- :func:`approval_cases`: the approval verdict as a step function of the amount a call
+  spends in all (in a currency, its spends there added up, as the grant's limit and the
+  rules' ``min_amount`` add them), at every amount where it can change (0, each rule
+  threshold, one past the grant's limit), and, when rules name ``targets``, once per
+  *target class*: calls whose effects reach what a target rule names
+  (``network(https://docs.example.com/**)``), and every other call (``targets`` empty).
+  Each point is decided by the same :meth:`ApprovalPolicy.decide` admission uses, with the
+  class's pattern standing for the call's target. A spend in a currency the call names is
+  judged in each currency the grant limits, and at each amount the least strict of their
+  verdicts is the tool's (some call may pass there).
+- :func:`refusal`: why no call can pass, or ``None`` when some may: its fixed spends are
+  added up per currency first (two of 9,999 USD pass no limit of 10,000).
 """
 
 from __future__ import annotations
@@ -35,7 +38,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from airlock.policies._approval import ApprovalPolicy, Verdict
 from airlock.policies._effects import Effect, spend
 from airlock.policies._grant import Grant
-from airlock.policies._network import DEFAULT_PORTS, NetworkTarget, split_network, target_covers
+from airlock.policies._network import may_overlap, target_covers
+from airlock.policies._patterns import has_wildcard, literal_prefix
+from airlock.policies._spend import currency_from_field
 
 __all__ = [
     "SPEND_LIMIT_RULE",
@@ -45,7 +50,6 @@ __all__ = [
     "approval_cases",
     "breakpoints",
     "coverage",
-    "may_overlap",
     "refusal",
     "target_classes",
     "verdict_at",
@@ -98,16 +102,16 @@ def coverage(grant: Grant, effect: Effect) -> Coverage:
         return "partial"  # amounts up to the limit
     if grant.covers(effect):
         return "full"
-    if not effect.placeholders and "*" not in effect.target:
+    if not effect.placeholders and not has_wildcard(effect.target):
         return "none"  # one fixed target, judged exactly by Grant.covers
-    declared = _literal_prefix(effect.pattern)
+    declared = literal_prefix(effect.pattern)
     for allowed in grant.effects:
         if allowed.kind != effect.kind:
             continue
         if effect.kind == "network":
-            shared = _network_may_overlap(effect.pattern, allowed.target)
+            shared = may_overlap("network", effect.pattern, allowed.target)
         else:
-            granted = _literal_prefix(allowed.target)
+            granted = literal_prefix(allowed.target)
             shared = granted.startswith(declared) or declared.startswith(granted)
         if shared:
             return "partial"  # the two patterns may share targets: some calls may pass
@@ -144,7 +148,8 @@ def approval_cases(
         merged: list[ApprovalCase] = []
         for amount in breakpoints(*each):
             # Where one currency lets a call through, some call of the tool may pass.
-            case = min((_case_at(c, amount, labels) for c in each), key=_strictness)
+            at = [_case_at(c, amount, labels) for c in each]
+            case = min((c for c in at if c is not None), key=_strictness)
             if not merged or (merged[-1].verdict, merged[-1].rule) != (case.verdict, case.rule):
                 update = {"from_amount": amount, "currency": None, "targets": labels}
                 merged.append(case.model_copy(update=update))
@@ -172,7 +177,8 @@ def _approval_cases(
             if rule.min_amount is not None
             and (rule.currency is None or rule.currency in currencies)
         )
-    # The grant refuses a spend over its limit before any approval rule is asked.
+    # The grant refuses a call whose spends in a currency add up to more than its limit,
+    # before any approval rule is asked; an amount is such a total (see _at_amount).
     limits = [grant.spend_limits[c] for c in currencies if c in grant.spend_limits]
     ceiling = min(limits) + 1 if limits and len(limits) == len(currencies) else None
     found: dict[tuple[str, ...], tuple[ApprovalCase, ...]] = {}
@@ -224,18 +230,23 @@ def _ordered(found: dict[tuple[str, ...], tuple[ApprovalCase, ...]]) -> tuple[Ap
 
 def _named_currency(effect: Effect) -> bool:
     """Whether ``effect`` spends in the currency a field of the call names."""
-    return effect.kind == "spend" and effect.target.startswith("{")
+    return effect.kind == "spend" and currency_from_field(effect.target)
 
 
 def _strictness(case: ApprovalCase) -> int:
     return STRICTNESS[case.verdict]
 
 
-def _case_at(cases: Sequence[ApprovalCase], amount: int, targets: tuple[str, ...]) -> ApprovalCase:
+def _case_at(
+    cases: Sequence[ApprovalCase], amount: int, targets: tuple[str, ...]
+) -> ApprovalCase | None:
     """The case of ``cases`` that decides a call spending ``amount`` in the target class
-    ``targets``, as :func:`verdict_at` finds it."""
+    ``targets`` (the class of every other call when ``cases`` has no such class); ``None``
+    when no case starts at or below ``amount``."""
     chosen = [c for c in cases if c.targets == targets] or [c for c in cases if not c.targets]
-    return max((c for c in chosen if c.from_amount <= amount), key=lambda c: c.from_amount)
+    return max(
+        (c for c in chosen if c.from_amount <= amount), key=lambda c: c.from_amount, default=None
+    )
 
 
 def _same_steps(one: Sequence[ApprovalCase], other: Sequence[ApprovalCase]) -> bool:
@@ -255,7 +266,7 @@ def _target_classes(
     options: list[list[tuple[str | None, Effect]]] = []
     for effect in effects:
         choices: list[tuple[str | None, Effect]] = [(None, effect)]
-        variable = bool(effect.placeholders) or "*" in effect.target
+        variable = bool(effect.placeholders) or has_wildcard(effect.target)
         if effect.kind != "spend" and variable:
             seen: set[str] = set()
             for rule in named:
@@ -296,49 +307,6 @@ def _standing(effect: Effect, pattern: str) -> Effect | None:
     return Effect(effect.kind, pattern) if may_overlap(effect.kind, declared, pattern) else None
 
 
-def may_overlap(kind: str, one: str, two: str) -> bool:
-    """Whether two target patterns of an effect of ``kind`` may stand for a common target:
-    part by part for ``network``, as one glob otherwise. Conservative: it may say yes to a
-    pair with nothing in common, never no to a pair that shares a target."""
-    if kind == "network":
-        return _network_may_overlap(one, two)
-    return _may_overlap(one, two)
-
-
-def _network_may_overlap(one: str, two: str) -> bool:
-    """Whether two network patterns may stand for a common target, part by part as
-    :func:`network_covers` judges them: a part either leaves out allows every value of it
-    (a port left out next to a known scheme is that scheme's default)."""
-    mine, theirs = split_network(one), split_network(two)
-    ports = _port(mine), _port(theirs)
-    return (
-        _parts_may_overlap(mine.scheme, theirs.scheme)
-        and _may_overlap(mine.host, theirs.host)
-        and _parts_may_overlap(*ports)
-        and _parts_may_overlap(mine.path, theirs.path)
-    )
-
-
-def _port(target: NetworkTarget) -> str | None:
-    if target.port is None and target.scheme is not None:
-        return DEFAULT_PORTS.get(target.scheme)
-    return target.port
-
-
-def _parts_may_overlap(one: str | None, two: str | None) -> bool:
-    return one is None or two is None or _may_overlap(one, two)
-
-
-def _may_overlap(one: str, two: str) -> bool:
-    """Whether two patterns may stand for a common text: their literal beginnings and
-    endings agree (a conservative test: it may say yes to a pair with nothing in common)."""
-    head_one, head_two = _literal_prefix(one), _literal_prefix(two)
-    tail_one, tail_two = one.rsplit("*", 1)[-1], two.rsplit("*", 1)[-1]
-    heads = head_one.startswith(head_two) or head_two.startswith(head_one)
-    tails = tail_one.endswith(tail_two) or tail_two.endswith(tail_one)
-    return heads and tails
-
-
 def refusal(
     scope: str, effects: Sequence[Effect], cases: Sequence[ApprovalCase], grant: Grant
 ) -> str | None:
@@ -349,6 +317,11 @@ def refusal(
     for effect in effects:
         if coverage(grant, effect) == "none":
             return f"the grant covers no target of {effect}"
+    # A limit is per call: two fixed spends may each fit it and their total not.
+    for code, total in _fixed_totals(effects).items():
+        together = spend(total, currency=code)
+        if coverage(grant, together) == "none":
+            return f"the grant covers no target of {together} (the call's spends in {code})"
     if cases and all(case.verdict == "deny" for case in cases):
         rules = ", ".join(dict.fromkeys(case.rule for case in cases))
         return f"approval rule(s) {rules} deny every call"
@@ -360,12 +333,8 @@ def verdict_at(
 ) -> Verdict:
     """The verdict the step function ``cases`` gives a call spending ``amount`` that reaches
     the target class ``targets`` (every other call when ``cases`` has no such class)."""
-    chosen = [c for c in cases if c.targets == targets] or [c for c in cases if not c.targets]
-    verdict: Verdict = "ask"
-    for case in sorted(chosen, key=lambda c: c.from_amount):
-        if case.from_amount <= amount:
-            verdict = case.verdict
-    return verdict
+    case = _case_at(cases, amount, targets)
+    return "ask" if case is None else case.verdict
 
 
 def breakpoints(*case_lists: Sequence[ApprovalCase]) -> list[int]:
@@ -381,11 +350,25 @@ def target_classes(*case_lists: Sequence[ApprovalCase]) -> list[tuple[str, ...]]
 
 
 def _at_amount(effects: Sequence[Effect], amount: int) -> tuple[Effect, ...]:
-    return tuple(
-        spend(amount, currency=e.target) if e.kind == "spend" and isinstance(e.amount, str) else e
-        for e in effects
-    )
+    """``effects`` as a call that spends ``amount`` in all in each currency it has a
+    variable spend in, as admission adds a call's spends up: the first variable spend in a
+    currency takes what its fixed spends leave of ``amount`` (0 when they reach it), the
+    others nothing."""
+    left = {code: amount - total for code, total in _fixed_totals(effects).items()}
+    out: list[Effect] = []
+    for effect in effects:
+        if effect.kind == "spend" and isinstance(effect.amount, str):
+            share = max(left.get(effect.target, amount), 0)
+            left[effect.target] = 0
+            effect = spend(share, currency=effect.target)
+        out.append(effect)
+    return tuple(out)
 
 
-def _literal_prefix(pattern: str) -> str:
-    return pattern.split("*", 1)[0]
+def _fixed_totals(effects: Sequence[Effect]) -> dict[str, int]:
+    """The fixed amounts of ``effects``' spends added up per currency (or ``"{field}"``)."""
+    totals: dict[str, int] = {}
+    for effect in effects:
+        if effect.kind == "spend" and isinstance(effect.amount, int):
+            totals[effect.target] = totals.get(effect.target, 0) + effect.amount
+    return totals

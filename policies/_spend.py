@@ -23,14 +23,21 @@ import re
 from collections.abc import Mapping
 from typing import Final
 
-__all__ = ["SpendValueError", "check_spend", "parse_spend", "spent"]
+__all__ = [
+    "CURRENCY",
+    "SpendValueError",
+    "check_spend",
+    "currency_from_field",
+    "parse_spend",
+    "spent",
+]
 
 # Matched with fullmatch: "$" would also match before a final newline ("USD\n").
-_CURRENCY: Final = re.compile(r"[A-Z]{3}")
-_FIELD: Final = re.compile(r"\{([a-z_][a-z0-9_]*)\}")
-_SPEND_TEXT: Final = re.compile(
-    r"\s*(\d+|\{[a-z_][a-z0-9_]*\})\s+([A-Z]{3}|\{[a-z_][a-z0-9_]*\})\s*"
-)
+CURRENCY: Final = re.compile(r"[A-Z]{3}")
+"""A currency code: three upper-case letters (the one pattern; others are built from it)."""
+_NAME: Final = r"[a-z_][a-z0-9_]*"
+_FIELD: Final = re.compile(rf"\{{({_NAME})\}}")
+_SPEND_TEXT: Final = re.compile(rf"\s*(\d+|\{{{_NAME}\}})\s+({CURRENCY.pattern}|\{{{_NAME}\}})\s*")
 
 
 class SpendValueError(ValueError):
@@ -52,7 +59,7 @@ def check_spend(currency: str, amount: int | str | None) -> tuple[str, ...]:
         ValueError: the currency is neither three upper-case letters nor ``"{field}"``, or
             the amount neither a non-negative integer nor ``"{field}"``.
     """
-    if not (_CURRENCY.fullmatch(currency) or _FIELD.fullmatch(currency)):
+    if not (CURRENCY.fullmatch(currency) or _FIELD.fullmatch(currency)):
         raise ValueError(
             f"spend currency {currency!r} must be three upper-case letters or '{{field}}' "
             "naming the field that holds them"
@@ -68,6 +75,12 @@ def check_spend(currency: str, amount: int | str | None) -> tuple[str, ...]:
     return (amount[1:-1],)
 
 
+def currency_from_field(currency: str) -> bool:
+    """Whether a spend's declared ``currency`` is ``"{field}"``, a field of the call that
+    names the code, rather than a fixed code (either was checked when it was declared)."""
+    return currency.startswith("{")
+
+
 def spent(amount: int | str, currency: str, args: Mapping[str, object]) -> tuple[str, int]:
     """The currency and amount of one call of a declared spend, from its fields ``args``.
 
@@ -77,10 +90,10 @@ def spent(amount: int | str, currency: str, args: Mapping[str, object]) -> tuple
     minor = args.get(amount[1:-1]) if isinstance(amount, str) else amount
     if type(minor) is not int or minor < 0:
         raise SpendValueError(str(amount)[1:-1], "must be a non-negative integer (minor units)")
-    if currency[0] != "{":  # a fixed code, checked when it was declared
+    if not currency_from_field(currency):  # a fixed code, checked when it was declared
         return currency, minor
     code = args.get(currency[1:-1])
-    if type(code) is not str or not _CURRENCY.fullmatch(code):
+    if type(code) is not str or not CURRENCY.fullmatch(code):
         raise SpendValueError(
             currency[1:-1], "must be a currency code of three upper-case letters, such as 'EUR'"
         )

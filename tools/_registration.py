@@ -33,7 +33,7 @@ from airlock.tools._records import RecordsRead, refuse_bad_records
 from airlock.tools._schema import schema_problems, strict_schema
 from airlock.tools._signature import shape_of_handler
 from airlock.tools._spec import Precondition, Secret, ToolSpec
-from airlock.tools._write_contract import write_contract_problems
+from airlock.tools._write_contract import unbound_currency_problem, write_contract_problems
 
 if TYPE_CHECKING:
     from airlock.tools._admission import Authorization
@@ -271,13 +271,9 @@ def _check_effects(spec: ToolSpec, fields: set[str], refuse: Callable[[str], Usa
     problems = effect_field_problems(spec.effects, spec.input_model)
     if problems:
         raise refuse("; ".join(problems))
-    spends = [e for e in spec.effects if e.kind == "spend"]
-    if spends and "currency" in fields and all(e.target != "{currency}" for e in spends):
-        raise refuse(  # the same mistake as a write tool's (see write_contract_problems)
-            "its input has a field 'currency' that no spend effect is bound to; declare "
-            "spend('{amount_minor}', currency='{currency}') so the grant and the rules judge "
-            "the currency the call spends"
-        )
+    unbound = unbound_currency_problem(spec.effects, spec.input_model, computed=False)
+    if unbound:
+        raise refuse(unbound)
 
 
 def _adapter_facts(

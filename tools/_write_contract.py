@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from airlock.tools._errors import ToolError
     from airlock.tools._preview import Preview
 
-__all__ = ["WriteContract", "WriteRunner", "write_contract_problems"]
+__all__ = ["WriteContract", "WriteRunner", "unbound_currency_problem", "write_contract_problems"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -103,17 +103,9 @@ def write_contract_problems(
                 f"{contract.effect_model.__name__} (a write tool's effects come from prepare)"
             )
     problems += effect_field_problems(effects, contract.effect_model)
-    # A spend declared in a fixed currency while prepare computes one would be judged, shown
-    # and audited in the declared currency, whatever the tool then sends.
-    if "currency" in fields and not any(
-        e.kind == "spend" and e.target == "{currency}" for e in effects
-    ):
-        problems.append(
-            f"the effect model {contract.effect_model.__name__} has a field 'currency' that no "
-            "spend effect is bound to; declare spend('{amount_minor}', currency='{currency}') "
-            "so the grant and the rules judge the currency the tool spends (rename the field "
-            "if it holds no currency of a spend)"
-        )
+    unbound = unbound_currency_problem(effects, contract.effect_model, computed=True)
+    if unbound:
+        problems.append(unbound)
     if not contract.intent and input_fields:
         problems.append("name the intent: intent=('invoice_id', ...) with input fields")
     unknown = sorted(set(contract.intent) - set(input_fields))
@@ -138,3 +130,28 @@ def write_contract_problems(
     if contract.lookup is not None and not callable(contract.lookup):
         problems.append("lookup must be callable or None")
     return problems
+
+
+def unbound_currency_problem(
+    effects: Collection[Effect], model: type[BaseModel], *, computed: bool
+) -> str | None:
+    """What is wrong when ``model`` has a field ``currency`` that no spend of ``effects`` is
+    bound to (``currency="{currency}"``), or ``None``: a spend declared in a fixed code
+    beside it would be judged, shown and audited in that code, whatever the call spends.
+
+    ``computed``: ``model`` is a write tool's effect model, what prepare computes; its
+    currency must be bound even when no spend is declared (the spend is missing then). A
+    tool's input (``computed=False``) may hold a currency for a tool that spends nothing.
+    """
+    if "currency" not in model.model_fields:
+        return None
+    spends = [e for e in effects if e.kind == "spend"]
+    if any(e.target == "{currency}" for e in spends) or not (spends or computed):
+        return None
+    where = "the effect model" if computed else "the input model"
+    return (
+        f"{where} {model.__name__} has a field 'currency' that no spend effect is bound to; "
+        "declare spend('{amount_minor}', currency='{currency}') so the grant and the rules "
+        "judge the currency the call spends (rename the field if it holds no currency of a "
+        "spend)"
+    )

@@ -19,7 +19,7 @@ from typing import Final
 
 from airlock.harness import EXECUTE_CODE
 from airlock.inventory._model import SubjectInventory, ToolEntry
-from airlock.policies import Effect, Grant, UsageError
+from airlock.policies import Effect, Grant, UsageError, currency_from_field
 from airlock.tools import EXERCISED_STAGES, AuditEvent
 
 __all__ = [
@@ -150,7 +150,7 @@ def _matches(declared: str, concrete: str) -> bool:
     if pattern.kind != effect.kind:
         return False
     if pattern.kind == "spend":  # in its currency; in any when a field names it ("{currency}")
-        return (pattern.target == effect.target or pattern.target.startswith("{")) and (
+        return (pattern.target == effect.target or currency_from_field(pattern.target)) and (
             isinstance(pattern.amount, str) or pattern.amount == effect.amount
         )
     return Grant(effects=(Effect(pattern.kind, pattern.pattern),)).covers(effect)

@@ -41,6 +41,7 @@ from airlock.policies import (
     Effect,
     Grant,
     breakpoints,
+    currency_from_field,
     target_classes,
     verdict_at,
 )
@@ -311,7 +312,7 @@ def _effect_covered(text: str, pool: Sequence[str]) -> bool:
         if other.kind != effect.kind:
             continue
         if effect.kind == "spend":  # a currency a field names ("{currency}") may be any
-            if (effect.target == other.target or other.target.startswith("{")) and (
+            if (effect.target == other.target or currency_from_field(other.target)) and (
                 isinstance(other.amount, str)
                 or (isinstance(effect.amount, int) and effect.amount <= int(other.amount or 0))
             ):

@@ -36,6 +36,7 @@ PUBLIC_API = [
     "breakpoints",
     "coverage",
     "covers",
+    "currency_from_field",
     "disclose",
     "glob_regex",
     "load_policy",

@@ -16,6 +16,7 @@ from airlock.policies import (
     read,
     refusal,
     spend,
+    verdict_at,
     write,
 )
 
@@ -212,6 +213,15 @@ def test_the_example_that_used_to_disagree() -> None:
         ("billing.read", (read("crm:customer/{id}"),), (), "covers no target of read(crm"),
         ("billing.read", (spend("{amount_minor}"),), (), None),
         ("billing.read", (spend(60_000),), (), "covers no target of spend(60000 USD)"),
+        # a limit is per call: fixed spends that each fit it are added up
+        ("billing.read", (spend(20_000), spend(30_000)), (), None),
+        ("billing.read", (spend(30_000), spend(30_000)), (), "of spend(60000 USD)"),
+        (
+            "billing.read",
+            (spend(30_000, currency="{currency}"), spend(30_000, currency="{currency}")),
+            (),
+            "of spend(60000 {currency})",
+        ),
         (
             "billing.read",
             (read("billing:invoice/{invoice_id}"),),
@@ -219,7 +229,17 @@ def test_the_example_that_used_to_disagree() -> None:
             "no-reads deny every call",
         ),
     ],
-    ids=["covered", "no-scope", "outside", "variable-spend", "over-limit", "denied-by-rule"],
+    ids=[
+        "covered",
+        "no-scope",
+        "outside",
+        "variable-spend",
+        "over-limit",
+        "fixed-spends-within-the-limit-together",
+        "fixed-spends-over-the-limit-together",
+        "fixed-spends-in-a-named-currency-over-every-limit-together",
+        "denied-by-rule",
+    ],
 )
 def test_refusal_names_the_first_reason(
     scope: str, effects: tuple[Effect, ...], rules: tuple[ApprovalRule, ...], reason: str | None
@@ -233,3 +253,63 @@ def test_refusal_names_the_first_reason(
     else:
         assert found is not None
         assert reason in found
+
+
+SHOP = Grant(scopes=frozenset({"shop.write"}), effects=(write("shop:order/*"),),
+             spend_limits={"USD": 15_000})  # fmt: skip
+AUTO = ApprovalRule(id="auto", action="allow", tools=("shop_*",))
+ASK_5K = ApprovalRule(id="ask-5k", action="ask", effect="spend", min_amount=5_000)
+ASK_10K = ApprovalRule(id="ask-10k", action="ask", effect="spend", min_amount=10_000)
+DENY_10K = ApprovalRule(id="deny-10k", action="deny", effect="spend", min_amount=10_000)
+PRICE_AND_FEE = (write("shop:order/{order_id}"), spend("{price_minor}"), spend("{fee_minor}"))
+FEE_AND_PRICE = (write("shop:order/{order_id}"), spend(6_000), spend("{price_minor}"))
+
+# A call's spends in one currency are added up, by the grant's limit and by min_amount: the
+# amount of a case is that total (a tool's declared spends, the rules, the cases: from_amount,
+# verdict, rule). Each row is checked against admission below.
+TOTAL_CASES: list[tuple[tuple[Effect, ...], tuple[ApprovalRule, ...], list[tuple[int, str, str]]]] = [
+    (PRICE_AND_FEE, (AUTO, ASK_10K),
+     [(0, "allow", "auto"), (10_000, "ask", "ask-10k"), (15_001, "deny", "spend_limit")]),
+    # two variable spends: at 5,000 in all the call is asked about, not denied (10,000)
+    (PRICE_AND_FEE, (AUTO, ASK_5K, DENY_10K),
+     [(0, "allow", "auto"), (5_000, "ask", "ask-5k"), (10_000, "deny", "deny-10k"),
+      (15_001, "deny", "spend_limit")]),
+    # a fixed fee of 6,000 counts towards the total: every call is at least asked about
+    (FEE_AND_PRICE, (AUTO, ASK_5K, DENY_10K),
+     [(0, "ask", "ask-5k"), (10_000, "deny", "deny-10k"), (15_001, "deny", "spend_limit")]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("effects", "rules", "expected"), TOTAL_CASES, ids=["one-rule", "two-rules", "fixed-fee"]
+)
+def test_approval_cases_judge_a_call_by_its_total_spend(
+    effects: tuple[Effect, ...],
+    rules: tuple[ApprovalRule, ...],
+    expected: list[tuple[int, str, str]],
+) -> None:
+    approvals = ApprovalPolicy(rules)
+    cases = approval_cases("shop_order_buy", effects, reversible=False, approvals=approvals,
+                           grant=SHOP)  # fmt: skip
+    assert [(c.from_amount, c.verdict, c.rule) for c in cases] == expected
+    # The verdict at a total is what admission gives each call that spends it, however its
+    # spends share it out (the grant refuses what is over its limit).
+    fixed = sum(e.amount for e in effects if isinstance(e.amount, int))
+    variable = sum(isinstance(e.amount, str) for e in effects)
+    for total in sorted({t for c in cases for t in (c.from_amount - 1, c.from_amount)}):
+        if total < fixed:
+            continue  # no call spends less than its fixed spends
+        rest = total - fixed
+        half = [rest // variable] * (variable - 1) + [rest - rest // variable * (variable - 1)]
+        for split in ([rest] + [0] * (variable - 1), [0] * (variable - 1) + [rest], half):
+            shares = iter(split)
+            call = [
+                spend(next(shares)) if isinstance(e.amount, str) else e.resolve({"order_id": "o1"})
+                for e in effects
+            ]
+            admitted = (
+                "deny"
+                if SHOP.uncovered(call)
+                else approvals.decide("shop_order_buy", call, reversible=False).verdict
+            )
+            assert verdict_at(cases, total) == admitted, (total, split)
