@@ -13,6 +13,7 @@ earlier program hit, or the process of one the OOM killer ended, is not the next
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,10 +59,18 @@ class _Counters:
 
 
 def _read(path: Path) -> str | None:
+    # A kept container's run reads these as it begins: a raw read is a third of what a text
+    # file object costs (each counter file holds a few lines).
     try:
-        return path.read_text()
+        fd = os.open(path, os.O_RDONLY)
     except OSError:
         return None
+    try:
+        return os.read(fd, 65536).decode("ascii", "replace")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def _counter(text: str | None, key: str) -> int:

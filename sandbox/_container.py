@@ -99,10 +99,21 @@ class SandboxContainer:
             runner_pid=launched.runner_pid,
             container_id=str(launched.container.id),
             hello_s=_PROGRAM_HELLO_S,
+            on_ready=self._mark_ready,
         )
         """A kept container's program connections (the next one's, accepted ahead)."""
         self._mark: RunMark | None = None
         """The cgroup counters as the kept program in flight began."""
+        self._ready_mark: RunMark | None = None
+        """The cgroup counters as the next program's process said hello: the runner had
+        ended the previous program's processes, and the new one runs nothing until its run
+        frame, so what changes after this is that program's."""
+
+    def _mark_ready(self) -> None:
+        # A kept container's counters add up over its programs: each is judged on what
+        # changed since its process said hello (whatever the previous program left running
+        # until then counts before the mark), marked between programs, not on a run's path.
+        self._ready_mark = mark_run(self.id)
 
     @property
     def id(self) -> str:
@@ -175,9 +186,7 @@ class SandboxContainer:
         )
         stored: tuple[ArtifactRef, ...] | None = None  # once the receiver finished
         kept = False  # once the files are the result's
-        # A kept container's counters add up over its programs: this one is judged on what
-        # changed since it began.
-        self._mark = mark_run(self.id) if keep else None
+        self._mark = None  # a kept program's is the mark of its process's hello (_serve_kept)
         try:
             outcome: dict[str, Any] | RunEnd | None
             try:
@@ -236,10 +245,7 @@ class SandboxContainer:
         profile: SandboxProfile,
         artifacts: ArtifactReceiver | None,
     ) -> dict[str, Any] | RunEnd | None:
-        # Marked again now that the runner has ended the previous program's processes and
-        # forked this one's (it said hello), as its frame goes out: whatever the previous
-        # program left running until then counts before the mark.
-        self._mark = mark_run(self.id) or self._mark
+        self._mark, self._ready_mark = self._ready_mark, None
         return await self._serve(reader, writer, tools, deadline, profile, artifacts)
 
     async def _serve(

@@ -161,8 +161,15 @@ def _directory_size(name: str, top: str) -> int:
             path = os.path.join(folder, entry)
             try:
                 info = os.lstat(path)
-            except OSError as error:  # changed while it is walked: removed, or made unreadable
-                raise _unreadable(name, path, directory=False) from error
+            except FileNotFoundError:
+                raise InputRefused(
+                    f"input {name!r}: {path!r} was removed while the input was checked; give "
+                    "a directory that does not change while a run starts",
+                    name=name,
+                    reason="unreadable",
+                ) from None
+            except OSError as error:  # made unreadable while it is walked
+                raise _unreadable(name, path, directory=entry in folders) from error
             if stat.S_ISLNK(info.st_mode):
                 continue  # resolved inside the container, never on the host
             if stat.S_ISDIR(info.st_mode):

@@ -147,7 +147,8 @@ class ProgramLinks:
     its process exits, forks the next process when the token comes (sent once the previous
     result has been handed on) and says ``hello`` for it, so a run (:meth:`take`) finds it
     connected, checked and warm. It watches ``control`` for the runner's end, without
-    reading it.
+    reading it. ``on_ready`` is called as each program's connection comes, before its run
+    takes it (between programs, off the run's path).
     """
 
     def __init__(
@@ -159,8 +160,10 @@ class ProgramLinks:
         runner_pid: int,
         container_id: str,
         hello_s: float,
+        on_ready: Callable[[], object] | None = None,
     ) -> None:
         self._control = control
+        self._on_ready = on_ready
         self._listener = listener
         self._runtime = runtime
         self._runner_pid = runner_pid
@@ -195,17 +198,21 @@ class ProgramLinks:
         token = secrets.token_urlsafe(24)
         frame = {"type": wire.RUN, "keep": keep, "mode": mode, "token": token}
         self._control.write(encode_frame(frame))
-        self._next = asyncio.ensure_future(
-            accept_program(
-                self._listener,
-                token=token,
-                deadline=time.monotonic() + self._hello_s,
-                runtime=self._runtime,
-                runner_pid=self._runner_pid,
-                container_id=self._container_id,
-            )
-        )
+        self._next = asyncio.ensure_future(self._accept(token))
         self._next.add_done_callback(_retrieved)  # a failure is a container not alive
+
+    async def _accept(self, token: str) -> Link | None:
+        link = await accept_program(
+            self._listener,
+            token=token,
+            deadline=time.monotonic() + self._hello_s,
+            runtime=self._runtime,
+            runner_pid=self._runner_pid,
+            container_id=self._container_id,
+        )
+        if link is not None and self._on_ready is not None:
+            self._on_ready()
+        return link
 
     async def take(self, deadline: float) -> Link | None:
         """The next program's connection, waited for until ``deadline`` (monotonic) at most;

@@ -10,8 +10,8 @@ connected to the bridge:
 - ``socket`` of any family (the bridge is connected already) and ``socketpair`` of any family
   but ``AF_UNIX`` (asyncio's self-pipe is an ``AF_UNIX`` pair, which reaches nothing);
 - ``ptrace``, ``personality``, ``memfd_create``;
-- ``prlimit64`` of any process but the caller, and ``setpriority`` (the runner runs as the
-  same user, and its limits and priority are every later program's);
+- ``prlimit64`` but with pid 0 (the calling process), and ``setpriority`` (the runner runs
+  as the same user, and its limits and priority are every later program's);
 - in ``restricted`` mode, new processes: ``fork``, ``vfork`` and ``clone`` without
   ``CLONE_THREAD`` (threads stay allowed).
 

@@ -154,6 +154,7 @@ def test_a_file_removed_while_its_directory_is_checked_is_refused(
         resolve_inputs({"given": folder}, limit_bytes=1 << 20)
     assert (raised.value.name, raised.value.reason) == ("given", "unreadable")
     assert "gone.csv" in str(raised.value)
+    assert "was removed while the input was checked" in str(raised.value)
 
 
 def test_links_inside_a_directory_stay_and_resolve_in_the_container(tmp_path: Path) -> None:

@@ -37,21 +37,22 @@ def anyio_backend() -> str:
 
 
 class _Container:
-    """A kept container that takes ``run_s`` per program; its first ``failing_removals``
-    removals fail as the engine's would."""
+    """A kept container whose programs end once ``ends`` is set (at once without one); its
+    first ``failing_removals`` removals fail as the engine's would."""
 
     id = "stand-in"
 
-    def __init__(self, *, run_s: float = 0.0, failing_removals: int = 0) -> None:
+    def __init__(self, *, ends: asyncio.Event | None = None, failing_removals: int = 0) -> None:
         self.alive = True
         self.programs = 0
         self.removals = 0
-        self._run_s = run_s
+        self._ends = ends
         self._failing = failing_removals
 
     async def run(self, program: str, **_: Any) -> RunResult:
         self.programs += 1
-        await asyncio.sleep(self._run_s)
+        if self._ends is not None:
+            await self._ends.wait()
         return ok_result("ran")
 
     async def destroy(self) -> None:
@@ -61,9 +62,13 @@ class _Container:
         self.alive = False
 
 
-def _kept(container: _Container, *, start_s: float) -> KeptSandbox:
+def _kept(container: _Container, *, started: asyncio.Event | None = None) -> KeptSandbox:
+    """A kept sandbox whose container's start ends once ``started`` is set (at once
+    without one)."""
+
     async def start(profile: SandboxProfile) -> SandboxContainer:
-        await asyncio.sleep(start_s)
+        if started is not None:
+            await started.wait()
         return cast(SandboxContainer, container)
 
     return KeptSandbox(
@@ -78,11 +83,14 @@ def _kept(container: _Container, *, start_s: float) -> KeptSandbox:
 
 @pytest.mark.anyio
 async def test_close_during_the_start_removes_the_container_and_runs_nothing() -> None:
-    container = _Container()
-    kept = _kept(container, start_s=0.5)
+    container, started = _Container(), asyncio.Event()
+    kept = _kept(container, started=started)
     run = asyncio.create_task(kept.run("'after close'"))
-    await asyncio.sleep(0.1)  # starting now
-    await kept.close()
+    await asyncio.sleep(0.05)  # starting now, until the test lets the start end
+    closing = asyncio.create_task(kept.close())
+    await asyncio.sleep(0.05)  # close() waits for the run in progress
+    started.set()
+    await closing
     with pytest.raises(UsageError, match="closed"):
         await run
     assert container.programs == 0
@@ -97,12 +105,14 @@ async def test_a_container_that_outlives_close_goes_when_its_run_ends(
     # close() gives up on the program in flight (its wait is short here) and its removal
     # fails: the run, ending later, must remove the container and arm no idle timer.
     monkeypatch.setattr(kept_module, "_CLOSE_WAIT_S", 0.2)
-    container = _Container(run_s=0.6, failing_removals=1)
-    kept = _kept(container, start_s=0.0)
+    ends = asyncio.Event()
+    container = _Container(ends=ends, failing_removals=1)
+    kept = _kept(container)
     run = asyncio.create_task(kept.run("'in flight'"))
-    await asyncio.sleep(0.1)
+    await asyncio.sleep(0.05)
     await kept.close()
     assert not run.done()
+    ends.set()
     result = await run
     assert result.status == "ok"  # it ran before close; its result stands
     assert (container.removals, container.alive) == (2, False)
