@@ -321,8 +321,8 @@ class _CollectorPause:
 _COLLECTOR: Final = _CollectorPause()
 _NO_PAUSE: Final = contextlib.nullcontext()
 _PAUSE_OVER: Final = 4096
-"""Bodies up to this size (every call frame) make too few objects for the collector's walks
-to matter, and decode without touching the switch."""
+"""Bodies up to this size (a call frame, as a program sends it) make too few objects for the
+collector's walks to matter, and decode without touching the switch."""
 
 
 def decode_body(body: bytes | bytearray, *, max_elements: int = MAX_ELEMENTS) -> dict[str, Any]:

@@ -123,7 +123,6 @@ class CallRunner:
         """Drop the calls not started yet and cancel the running ones, for good: calls
         submitted afterwards are dropped too."""
         self._cancelled = True
-        self._idle = None  # (cancelled with its task: nothing is handed to it any more)
         for call in self._queue:
             call.close()
         self._queue.clear()

@@ -320,7 +320,7 @@ class Session(ApprovalPause):
             result = from_ledger_error(exc)
         except SandboxError as exc:
             _log.warning("run %s: the sandbox could not run a program: %s", self.run_id, exc)
-            retryable = bool(getattr(exc, "retryable", False))
+            retryable = exc.retryable
             result = failure(
                 "sandbox_unavailable",
                 "the sandbox could not run the program; "
