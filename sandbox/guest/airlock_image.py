@@ -100,12 +100,20 @@ def prepare(manifest: dict[str, Any]) -> list[str]:
 
 def settle() -> None:
     """After the warm-up: size Arrow's thread pools (created on first use, when the variables
-    would be gone) and empty the environment, as the base image's runner leaves it."""
+    would be gone), have numpy's global generator reseeded in every forked process, and empty
+    the environment, as the base image's runner leaves it."""
     threads = os.environ.get("OMP_NUM_THREADS")
     arrow = sys.modules.get("pyarrow")
     if arrow is not None and threads:
         arrow.set_cpu_count(int(threads))
         arrow.set_io_thread_count(int(threads))
+    generator = sys.modules.get("numpy.random")
+    if generator is not None:
+        # Imported in the warm-up, numpy seeded its global generator once: every process
+        # forked from this one (each program's, in a kept or reused container) would draw
+        # the same numbers. The standard random module reseeds itself after a fork; numpy
+        # does not, so each child reseeds it from the system's entropy.
+        os.register_at_fork(after_in_child=generator.seed)
     os.environ.clear()
 
 

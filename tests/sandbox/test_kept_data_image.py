@@ -142,7 +142,7 @@ async def test_a_kept_session_runs_one_program_after_another_each_alone(
 async def test_reuse_runs_each_program_in_a_fresh_process_of_one_container(
     backend: DockerBackend,
 ) -> None:
-    program = "import os\n[open('/etc/hostname').read(), os.getpid()]"
+    program = "import os, numpy\n[open('/etc/hostname').read(), os.getpid(), numpy.random.rand()]"
     first = await backend.run(program, tools=_session())
     began = time.monotonic()
     second = await backend.run(program, tools=_session())
@@ -152,4 +152,5 @@ async def test_reuse_runs_each_program_in_a_fresh_process_of_one_container(
     assert second.status == "ok", second
     assert first.value[0] == second.value[0]  # one container
     assert first.value[1] != second.value[1]  # a process each
+    assert first.value[2] != second.value[2]  # numpy's generator seeded anew in each
     assert took < TAKES_S, took
