@@ -5,8 +5,8 @@ currency and amount spent, reversibility and, with ``targets``, what the call re
 targets of its effects of the rule's kind (``network`` targets part by part, see
 :mod:`airlock.policies._network`). Every condition a rule sets must hold. Amounts are per
 call: ``min_amount`` compares the total of the call's spends in one currency (two spends of
-9,999 USD reach a threshold of 10,000), and ``currency`` alone holds when the call spends in
-that currency.
+9,999 USD reach a threshold of 10,000; a rule on spends with ``targets`` adds up only those
+currencies), and ``currency`` alone holds when the call spends in that currency.
 
 Precedence, in this order (the reason is recorded with every decision):
 
@@ -48,12 +48,14 @@ from pydantic import (
     StrictBool,
     StrictInt,
     StringConstraints,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
 
 from airlock.policies._effects import SIDE_EFFECT_KINDS, Effect, EffectKind
-from airlock.policies._network import may_overlap, split_network, target_covers
+from airlock.policies._mail import may_reach_mailbox
+from airlock.policies._network import may_overlap, rule_target, split_network, target_covers
 from airlock.policies._patterns import glob_regex, has_wildcard
 from airlock.policies._spend import CURRENCY
 
@@ -118,6 +120,18 @@ class ApprovalRule(BaseModel):
             raise ValueError(f"give a list of names, not one string: [{value!r}]")
         return value
 
+    @field_validator("targets")
+    @classmethod
+    def _read_targets(
+        cls, value: tuple[str, ...] | None, info: ValidationInfo
+    ) -> tuple[str, ...] | None:
+        # Read once as the resolved targets they are compared with are: a deny on the host
+        # 'metadata.google.internal.' or on 'bob@Competitor.COM' names what a call reaches.
+        kind = info.data.get("effect")
+        if value is None or kind is None:
+            return value
+        return tuple(rule_target(kind, target) for target in value)
+
     @model_validator(mode="after")
     def _check_targets(self) -> ApprovalRule:
         if self.targets is None:
@@ -161,7 +175,9 @@ class ApprovalRule(BaseModel):
     def may_name(self, effect: Effect) -> bool:
         """Whether ``effect`` is of this rule's kind and *may* reach a target of one of
         :attr:`targets`: it is named (:meth:`names`), or its target is itself a pattern that
-        may overlap one of them. What a ``deny`` names (a rule without targets names none).
+        may overlap one of them. What a ``deny`` names (a rule without targets names none);
+        an e-mail address also by the mailbox it may reach (``CEO+x@acme.com`` for a deny
+        on ``ceo@acme.com``: :func:`~airlock.policies._mail.mailboxes`).
 
         A declared effect with placeholders stands for each call's one target, judged when
         it is resolved, so it is named only wholly inside, as by :meth:`names`.
@@ -170,8 +186,10 @@ class ApprovalRule(BaseModel):
             return True
         if self.targets is None or effect.kind != self.effect or effect.placeholders:
             return False
+        if effect.kind == "disclose" and may_reach_mailbox(effect.target, self.targets):
+            return True
         if not _is_pattern(effect):
-            return False  # one concrete target: names() judged it exactly
+            return False  # one concrete target: judged exactly above
         return any(may_overlap(effect.kind, effect.target, p) for p in self.targets)
 
     def pattern_for(self, effect: Effect) -> str | None:
@@ -206,11 +224,15 @@ class ApprovalRule(BaseModel):
         """The currency and amount conditions: ``effects`` spend in :attr:`currency` (in
         any currency without one) and, with :attr:`min_amount`, at least that much in one
         currency, all of the call's spends in it added up (a limit "per call" that two
-        spends could each stay under is no limit)."""
+        spends could each stay under is no limit). A rule on spends with :attr:`targets`
+        counts the spends in those currencies only."""
         spent = False
         totals: dict[str, int] = {}
+        codes = self.targets if self.effect == "spend" else None
         for effect in effects:
             if effect.kind != "spend" or self.currency not in (None, effect.target):
+                continue
+            if codes is not None and effect.target not in codes:
                 continue
             spent = True
             if isinstance(effect.amount, int):  # (a declared "{field}" amount is unknown)

@@ -36,13 +36,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Final, Literal, get_args
 
-from airlock.policies._network import (
-    host_target,
-    mail_target,
-    placed_host,
-    split_network,
-    url_target,
-)
+from airlock.policies._mail import mail_target
+from airlock.policies._network import host_target, placed_host, split_network, url_target
 from airlock.policies._spend import SpendValueError, check_spend, parse_spend, spent
 
 __all__ = [

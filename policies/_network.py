@@ -27,11 +27,9 @@ segments, percent-encoded ``.``, ``/``, ``\\`` or NUL in the path, white space, 
 non-ASCII characters, and ``*``. :func:`host_target` reads a value that is one host name the
 same way, and :func:`placed_host` the host a placeholder filled in a declared target.
 
-:func:`mail_target` reads the domain of a ``disclose`` target ``email:local@domain`` as a
-mail server reads it: lower case, one trailing dot dropped (``bob@Competitor.COM.`` is
-``bob@competitor.com``), an empty label refused; the local part is kept as it is (RFC 5321
-lets a server tell its case apart). :func:`target_covers` reads the domain of an ``email:``
-pattern the same way, so a rule on ``*@competitor.com`` names every spelling of it.
+:func:`target_covers` reads an ``email:`` pattern's domain as :mod:`airlock.policies._mail`
+reads a resolved address's, and :func:`rule_target` reads a rule's patterns once as resolved
+targets are (a deny on ``metadata.google.internal.`` names the host a URL reaches).
 """
 
 from __future__ import annotations
@@ -42,16 +40,17 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Final
 
-from airlock.policies._patterns import covers, literal_prefix
+from airlock.policies._mail import mail_domain, mail_pattern
+from airlock.policies._patterns import covers, may_share_text
 
 __all__ = [
     "DEFAULT_PORTS",
     "NetworkTarget",
     "host_target",
-    "mail_target",
     "may_overlap",
     "network_covers",
     "placed_host",
+    "rule_target",
     "split_network",
     "target_covers",
     "url_target",
@@ -150,7 +149,7 @@ def target_covers(kind: str, pattern: str, declared: str) -> bool:
     if kind == "network":
         return network_covers(pattern, declared)
     if kind == "disclose":  # (a resolved target is read so already: see mail_target)
-        return covers(_mail_pattern(pattern), _mail_domain(declared))
+        return covers(mail_pattern(pattern), mail_domain(declared))
     return covers(pattern, declared)
 
 
@@ -162,7 +161,7 @@ def may_overlap(kind: str, one: str, two: str) -> bool:
     with targets asks it of every effect that is a pattern, on every call.)"""
     if kind == "network":
         return _network_may_overlap(one, two)
-    return _may_overlap(one, two)
+    return may_share_text(one, two)
 
 
 def _network_may_overlap(one: str, two: str) -> bool:
@@ -172,7 +171,7 @@ def _network_may_overlap(one: str, two: str) -> bool:
     mine, theirs = split_network(one), split_network(two)
     return (
         _parts_may_overlap(mine.scheme, theirs.scheme)
-        and _may_overlap(mine.host, theirs.host)
+        and may_share_text(mine.host, theirs.host)
         and _parts_may_overlap(_port(mine), _port(theirs))
         and _parts_may_overlap(mine.path, theirs.path)
     )
@@ -185,17 +184,7 @@ def _port(target: NetworkTarget) -> str | None:
 
 
 def _parts_may_overlap(one: str | None, two: str | None) -> bool:
-    return one is None or two is None or _may_overlap(one, two)
-
-
-def _may_overlap(one: str, two: str) -> bool:
-    """Whether two patterns may stand for a common text: their literal beginnings and
-    endings agree (a conservative test: it may say yes to a pair with nothing in common)."""
-    head_one, head_two = literal_prefix(one), literal_prefix(two)
-    tail_one, tail_two = one.rsplit("*", 1)[-1], two.rsplit("*", 1)[-1]
-    heads = head_one.startswith(head_two) or head_two.startswith(head_one)
-    tails = tail_one.endswith(tail_two) or tail_two.endswith(tail_one)
-    return heads and tails
+    return one is None or two is None or may_share_text(one, two)
 
 
 def _path_covers(pattern: str, path: str) -> bool:
@@ -275,6 +264,14 @@ def placed_host(target: str) -> str:
     Raises:
         ValueError: the host spells an IPv4 address other than as four decimal numbers.
     """
+    head, host, tail = _host_of(target)
+    if "*" in host:
+        return target
+    return head + _ipv4_checked(host.lower().removesuffix(".")) + tail
+
+
+def _host_of(target: str) -> tuple[str, str, str]:
+    """``target`` cut around its host: what comes before it, the host, and what follows."""
     scheme, sep, rest = target.partition("://")
     if not sep:
         scheme, rest = "", target
@@ -283,43 +280,19 @@ def placed_host(target: str) -> str:
     host, colon, port = host_port.rpartition(":")
     if not colon:
         host, port = host_port, ""
-    if "*" in host:
+    return f"{scheme}{sep}{user}{at}", host, f"{colon}{port}{slash}{path}"
+
+
+def rule_target(kind: str, target: str) -> str:
+    """A rule's target pattern read as a resolved target of ``kind`` is: an e-mail domain
+    as :func:`mail_target` reads it, a network host as :func:`url_target` does (lower case,
+    one trailing dot dropped: ``metadata.google.internal.`` is the host a URL reaches)."""
+    if kind == "disclose":
+        return mail_domain(target)
+    if kind != "network":
         return target
-    host = _ipv4_checked(host.lower().removesuffix("."))
-    return f"{scheme}{sep}{user}{at}{host}{colon}{port}{slash}{path}"
-
-
-def mail_target(target: str) -> str:
-    """``target``, a resolved ``disclose`` target, with the domain of an ``email:`` address
-    as a mail server reads it (see the module docstring); any other target as it is.
-
-    Raises:
-        ValueError: the domain has an empty label (``bob@acme..com``, ``bob@``); the
-            message says why, to be read after the field's name.
-    """
-    if not target.startswith("email:") or "@" not in target:
-        return target
-    local, _, domain = target.rpartition("@")
-    domain = domain.lower().removesuffix(".")
-    if not all(domain.split(".")):
-        raise ValueError(
-            f"has an e-mail domain {domain!r} with an empty label; write the address as "
-            "local@domain.example"
-        )
-    return f"{local}@{domain}"
-
-
-def _mail_domain(pattern: str) -> str:
-    """A ``disclose`` pattern or target, its e-mail domain read as :func:`mail_target` reads
-    one (an empty label is left for the glob to judge: a pattern is not refused here)."""
-    if not pattern.startswith("email:") or "@" not in pattern:
-        return pattern
-    local, _, domain = pattern.rpartition("@")
-    return f"{local}@{domain.lower().removesuffix('.')}"
-
-
-_mail_pattern = lru_cache(maxsize=4096)(_mail_domain)
-""":func:`_mail_domain` of a grant's or a rule's pattern: there are few of them."""
+    head, host, tail = _host_of(target)
+    return head + host.lower().removesuffix(".") + tail
 
 
 def _host_name(host: str) -> str:

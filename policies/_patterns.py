@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-__all__ = ["covers", "glob_regex", "has_wildcard", "literal_prefix"]
+__all__ = ["covers", "glob_regex", "has_wildcard", "literal_prefix", "may_share_text"]
 
 # Stand-ins for the wildcards of a declared pattern when it is matched as text against a
 # grant pattern. No valid pattern contains these characters, so a literal part of a grant can
@@ -61,3 +61,13 @@ def _as_text(declared: str) -> str:
 def covers(grant_pattern: str, declared: str) -> bool:
     """Whether every text ``declared`` stands for matches ``grant_pattern``."""
     return glob_regex(grant_pattern).fullmatch(_as_text(declared)) is not None
+
+
+def may_share_text(one: str, two: str) -> bool:
+    """Whether two patterns may stand for a common text: their literal beginnings and
+    endings agree (a conservative test: it may say yes to a pair with nothing in common)."""
+    head_one, head_two = literal_prefix(one), literal_prefix(two)
+    tail_one, tail_two = one.rsplit("*", 1)[-1], two.rsplit("*", 1)[-1]
+    heads = head_one.startswith(head_two) or head_two.startswith(head_one)
+    tails = tail_one.endswith(tail_two) or tail_two.endswith(tail_one)
+    return heads and tails

@@ -10,17 +10,19 @@ or a tool's validated input)::
 A grant's limit and the approval rules judge the currency the call *spends*, so a tool that
 computes its currency must declare it as ``"{currency}"``: a fixed code would have a refund
 in euros judged, shown and audited as one in dollars. Registration refuses a write tool
-whose effect model has a ``currency`` field that no spend is bound to.
+whose effect model has a currency field (``currency``, ``currency_...`` or ``..._currency``)
+that no spend is bound to, or one in a nested model (a placeholder names a top-level field).
 
-A resolved spend is a non-negative integer in a code of three upper-case letters; a value
-that is not one is refused as any bad value of a placeholder is
-(:class:`~airlock.policies.EffectArgumentError`).
+A resolved spend is a non-negative integer in a code of three upper-case letters (a field
+typed as an enum of strings gives its member's value); a value that is not one is refused as
+any bad value of a placeholder is (:class:`~airlock.policies.EffectArgumentError`).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from enum import Enum
 from typing import Final
 
 __all__ = [
@@ -93,11 +95,21 @@ def spent(amount: int | str, currency: str, args: Mapping[str, object]) -> tuple
     if not currency_from_field(currency):  # a fixed code, checked when it was declared
         return currency, minor
     code = args.get(currency[1:-1])
-    if type(code) is not str or not CURRENCY.fullmatch(code):
+    if type(code) is not str:  # (checked first: the plain str is the call of every day)
+        code = _enum_text(code)
+    if code is None or not CURRENCY.fullmatch(code):
         raise SpendValueError(
             currency[1:-1], "must be a currency code of three upper-case letters, such as 'EUR'"
         )
     return code, minor
+
+
+def _enum_text(value: object) -> str | None:
+    """The text of a member of an enum of strings (a ``StrEnum`` field of a tool's input
+    arrives as its member), else ``None``; the plain ``str`` is what a rule compares."""
+    if isinstance(value, Enum) and type(value.value) is str:
+        return value.value
+    return None
 
 
 def parse_spend(text: str, inner: str) -> tuple[str, int | str]:

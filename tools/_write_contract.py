@@ -9,12 +9,13 @@ commit by the harness, after approval, calls :attr:`WriteContract.commit`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, get_args
 
 from pydantic import BaseModel
 
+from airlock.policies import currency_from_field
 from airlock.tools._arguments import effect_field_problems, secret_fields_of
 
 if TYPE_CHECKING:
@@ -135,23 +136,70 @@ def write_contract_problems(
 def unbound_currency_problem(
     effects: Collection[Effect], model: type[BaseModel], *, computed: bool
 ) -> str | None:
-    """What is wrong when ``model`` has a field ``currency`` that no spend of ``effects`` is
-    bound to (``currency="{currency}"``), or ``None``: a spend declared in a fixed code
-    beside it would be judged, shown and audited in that code, whatever the call spends.
+    """What is wrong when ``model`` holds a currency that no spend of ``effects`` is bound
+    to, or ``None``: a spend declared in a fixed code beside it would be judged, shown and
+    audited in that code, whatever the call spends.
+
+    A currency field is one named ``currency``, ``currency_...`` or ``..._currency``. Each
+    one at the top level of ``model`` must be the currency of some spend
+    (``currency="{field}"``): the registry cannot tell which of two currency fields the money
+    moves in, so an unbound one is refused rather than guessed harmless (rename a field that
+    holds no currency of a spend). A spend can name top-level fields only, so one in a nested
+    model is refused outright: its author lifts it to the top level.
 
     ``computed``: ``model`` is a write tool's effect model, what prepare computes; its
     currency must be bound even when no spend is declared (the spend is missing then). A
     tool's input (``computed=False``) may hold a currency for a tool that spends nothing.
     """
-    if "currency" not in model.model_fields:
-        return None
     spends = [e for e in effects if e.kind == "spend"]
-    if any(e.target == "{currency}" for e in spends) or not (spends or computed):
+    if not (spends or computed):
         return None
     where = "the effect model" if computed else "the input model"
+    nested = _nested_currencies(model, "", {model})
+    if nested:
+        return (
+            f"{where} {model.__name__} holds the currency field(s) {nested} in a nested "
+            "model, which no spend can be bound to (a spend names top-level fields); lift "
+            "the currency to a top-level field and declare spend('{amount_minor}', "
+            "currency='{currency}') so the grant and the rules judge the currency the call "
+            "spends (rename the field if it holds no currency of a spend)"
+        )
+    bound = {e.target[1:-1] for e in spends if currency_from_field(e.target)}
+    unbound = [name for name in model.model_fields if _is_currency(name) and name not in bound]
+    if not unbound:
+        return None
+    names = " and ".join(map(repr, unbound))
     return (
-        f"{where} {model.__name__} has a field 'currency' that no spend effect is bound to; "
-        "declare spend('{amount_minor}', currency='{currency}') so the grant and the rules "
-        "judge the currency the call spends (rename the field if it holds no currency of a "
-        "spend)"
+        f"{where} {model.__name__} has {'a field' if len(unbound) == 1 else 'fields'} "
+        f"{names} that no spend effect is bound to; declare spend('{{amount_minor}}', "
+        f"currency='{{{unbound[0]}}}') so the grant and the rules judge the currency the call "
+        "spends: every currency field must be some spend's (rename a field that holds no "
+        "currency of a spend, so that it neither is 'currency' nor starts with 'currency_' "
+        "nor ends with '_currency')"
     )
+
+
+def _is_currency(name: str) -> bool:
+    return name == "currency" or name.startswith("currency_") or name.endswith("_currency")
+
+
+def _nested_currencies(model: type[BaseModel], prefix: str, seen: set[type]) -> list[str]:
+    """The dotted paths of the currency fields in the models nested in ``model``."""
+    found: list[str] = []
+    for name, info in model.model_fields.items():
+        for inner in _models_in(info.annotation):
+            if inner in seen:
+                continue
+            seen.add(inner)
+            path = f"{prefix}{name}."
+            found += [path + field for field in inner.model_fields if _is_currency(field)]
+            found += _nested_currencies(inner, path, seen)
+    return found
+
+
+def _models_in(annotation: object) -> Iterator[type[BaseModel]]:
+    """The pydantic models an annotation holds (``Money``, ``list[Money] | None``, ...)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        yield annotation
+    for arg in get_args(annotation):
+        yield from _models_in(arg)

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from enum import Enum, StrEnum
 
 import pytest
 
@@ -54,6 +55,14 @@ def test_resolve_refuses_spend_amounts_that_are_not_minor_units(amount: object) 
         spend("{amount}").resolve({"amount": amount})
 
 
+class Code(StrEnum):
+    EUR = "EUR"
+
+
+class PlainCode(Enum):  # (a member that is no str: its value is)
+    GBP = "GBP"
+
+
 # A spend in the currency a field names: (declared amount, the call's fields, what it spends,
 # or the field refused). Built in the test: before currency="{field}" existed, it raised.
 SPENDS_IN_A_NAMED_CURRENCY: list[tuple[int | str, dict[str, object], Effect | str]] = [
@@ -68,6 +77,9 @@ SPENDS_IN_A_NAMED_CURRENCY: list[tuple[int | str, dict[str, object], Effect | st
     ("{amount}", {"amount": 7, "currency": None}, "currency"),
     ("{amount}", {"amount": 7}, "currency"),
     ("{amount}", {"amount": -7, "currency": "EUR"}, "amount"),
+    # a field typed as an enum of strings arrives as its member: its value is the code
+    ("{amount}", {"amount": 7, "currency": Code.EUR}, spend(7, currency="EUR")),
+    ("{amount}", {"amount": 7, "currency": PlainCode.GBP}, spend(7, currency="GBP")),
 ]
 
 

@@ -445,6 +445,18 @@ NO_SECRET = ApprovalRule(
 NO_INTERNAL = ApprovalRule(
     id="no-internal", action="deny", effect="network", targets=("internal.example.com",)
 )
+NO_CEO = ApprovalRule(
+    id="no-ceo", action="deny", effect="disclose", targets=("email:ceo@acme.com",)
+)
+NO_BOB_CAPS = ApprovalRule(
+    id="no-bob", action="deny", effect="disclose", targets=("email:bob@Competitor.COM",)
+)
+NO_METADATA_DOT = ApprovalRule(
+    id="no-metadata-dot", action="deny", effect="network", targets=("metadata.google.internal.",)
+)
+NO_BIG_EUR = ApprovalRule(
+    id="no-big-eur", action="deny", effect="spend", targets=("EUR",), min_amount=100_000
+)
 
 
 def fetch(*urls: str) -> tuple[Effect, ...]:
@@ -531,6 +543,24 @@ PRECEDENCE: list[tuple[str, tuple[ApprovalRule, ...], str, tuple[Effect, ...], s
      mail("bob@competitor.com."), "deny", "no-competitor"),
     ("deny by a domain written in capitals", (NO_COMPETITOR_CAPS, ANY_MAIL, SEND_OK),
      "mail_message_send", mail("bob@competitor.com"), "deny", "no-competitor-caps"),
+    ("deny by domain in capitals, a pattern that may reach it", (NO_BOB_CAPS, ANY_MAIL, SEND_OK),
+     "mail_message_send", (write("mail:outbox/*"), disclose("email:*@competitor.com")),
+     "deny", "no-bob"),
+    # a deny on one mailbox names what a server delivers to it: any case, any +tag
+    ("deny by mailbox, capitals", (NO_CEO, ANY_MAIL, SEND_OK), "mail_message_send",
+     mail("CEO@acme.com"), "deny", "no-ceo"),
+    ("deny by mailbox, mixed case", (NO_CEO, ANY_MAIL, SEND_OK), "mail_message_send",
+     mail("ann@acme.com", "Ceo@acme.com"), "deny", "no-ceo"),
+    ("deny by mailbox, a +tag", (NO_CEO, ANY_MAIL, SEND_OK), "mail_message_send",
+     mail("ceo+x@acme.com"), "deny", "no-ceo"),
+    ("deny by mailbox, a +tag in capitals and the root's dot", (NO_CEO, ANY_MAIL, SEND_OK),
+     "mail_message_send", mail("CEO+Board@ACME.com."), "deny", "no-ceo"),
+    ("deny by mailbox, a pattern spelled in capitals", (NO_CEO, ANY_MAIL, SEND_OK),
+     "mail_message_send", (write("mail:outbox/*"), disclose("email:CEO*@acme.com")),
+     "deny", "no-ceo"),
+    # a rule's host is read as a URL's host is: the root's dot dropped
+    ("deny by a host written with the root's dot", (NO_METADATA_DOT,), "web_page_fetch",
+     fetch("http://metadata.google.internal/computeMetadata/v1"), "deny", "no-metadata-dot"),
     # a target rule's amount condition holds or it names nothing
     ("target rule with an amount: under", (ASK_USD, ALLOW_REFUNDS), "billing_refund_create",
      (write("billing:refund/1"), spend(5_000)), "allow", "refunds"),
@@ -542,6 +572,15 @@ PRECEDENCE: list[tuple[str, tuple[ApprovalRule, ...], str, tuple[Effect, ...], s
     ("target rule with an amount: the call's spends add up", (ASK_USD, ALLOW_REFUNDS),
      "billing_refund_create", (write("billing:refund/1"), spend(6_000), spend(6_000)),
      "ask", "usd-big"),
+    # a rule on spends with targets adds up the spends in its currencies only
+    ("target rule with an amount: another currency's spend not counted",
+     (ASK_USD, ALLOW_REFUNDS), "billing_refund_create",
+     (write("billing:refund/1"), spend(9_000), spend(20_000, currency="EUR")),
+     "allow", "refunds"),
+    ("target deny with an amount: another currency's spend not counted",
+     (NO_BIG_EUR, ALLOW_REFUNDS), "billing_refund_create",
+     (write("billing:refund/1"), spend(1, currency="EUR"), spend(200_000)),
+     "allow", "refunds"),
 ]  # fmt: skip
 
 

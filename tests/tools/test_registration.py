@@ -77,6 +77,35 @@ async def priced(
     return Out(ok=True)
 
 
+async def priced_by_code(
+    item_id: Id,
+    amount_minor: Annotated[int, Field(ge=0)],
+    currency_code: Annotated[str, Field(max_length=3)],
+) -> Out:
+    return Out(ok=True)
+
+
+class Money(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    amount_minor: Annotated[int, Field(ge=0)]
+    currency: Annotated[str, Field(max_length=3)]
+
+
+async def priced_nested(
+    item_id: Id, amount_minor: Annotated[int, Field(ge=0)], money: Money
+) -> Out:
+    return Out(ok=True)
+
+
+async def priced_twice(
+    item_id: Id,
+    amount_minor: Annotated[int, Field(ge=0)],
+    currency: Annotated[str, Field(max_length=3)],
+    currency_settled: Annotated[str, Field(max_length=3)],
+) -> Out:
+    return Out(ok=True)
+
+
 R = read("svc:item/{item_id}")
 
 # function, decorator options, fragment the message must contain
@@ -110,6 +139,24 @@ BAD: list[tuple[str, Callable[..., Any], dict[str, Any], str]] = [
         priced,
         {"effects": [R, spend("{amount_minor}", currency="USD")]},
         "no spend effect is bound to",
+    ),
+    (
+        "spend in a fixed currency, the input names a currency_code",
+        priced_by_code,
+        {"effects": [R, spend("{amount_minor}", currency="USD")]},
+        "has a field 'currency_code' that no spend effect is bound to",
+    ),
+    (
+        "spend in a fixed currency, the input nests a currency",
+        priced_nested,
+        {"effects": [R, spend("{amount_minor}", currency="USD")]},
+        "lift the currency to a top-level field",
+    ),
+    (
+        "spend bound to one of two currencies the input names",
+        priced_twice,
+        {"effects": [R, spend("{amount_minor}", currency="{currency}")]},
+        "has a field 'currency_settled' that no spend effect is bound to",
     ),
     ("code only", good, {"callers": {"code"}}, "must include 'direct'"),
     ("unknown caller", good, {"callers": {"direct", "cron"}}, "unknown callers"),

@@ -5,17 +5,19 @@ spend in euros, never in the currency a declaration would have fixed."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
+from pydantic import BaseModel, Field
 
-from airlock.policies import ApprovalPolicy, ApprovalRule, Grant, spend, write
+from airlock.policies import ApprovalPolicy, ApprovalRule, Grant, read, spend, write
 from airlock.tools import DeniedError, Preview, Registry, WritePath
 from airlock.tools.testing import SystemOfRecord, refund_tool
 from tests.tools.stores import Backend
 
-from .test_write_world import ALICE, ALLOW, ASK, GRANT, TOOL, World
+from .test_write_world import ALICE, ALLOW, ASK, GRANT, TOOL, World, context
 
 pytestmark = pytest.mark.anyio
 
@@ -98,3 +100,64 @@ async def test_a_refund_in_euros_is_shown_audited_and_committed_in_euros(
     receipt = await euros.writes.commit(preview.id, preview.fingerprint, ALICE)
     assert (receipt.data["amount_minor"], receipt.data["currency"]) == (90_000, "EUR")
     assert euros.world.system.sends() == 1
+
+
+class Currency(StrEnum):
+    USD = "USD"
+    EUR = "EUR"
+
+
+class Charged(BaseModel):
+    ok: bool
+
+
+def charge_registry() -> Registry:
+    """A direct tool whose input types its currency as an enum: a call's value is a member."""
+    registry = Registry()
+
+    @registry.tool(
+        effects=[read("shop:order/{order_id}"), spend("{amount_minor}", currency="{currency}")],
+        scope="billing.write",
+    )
+    async def shop_order_charge(
+        order_id: Annotated[str, Field(max_length=20)],
+        amount_minor: Annotated[int, Field(ge=0)],
+        currency: Currency,
+    ) -> Charged:
+        """Charge an order. Use it once the order is confirmed. It does not return card data."""
+        return Charged(ok=True)
+
+    return registry
+
+
+BOTH = Grant(
+    scopes=frozenset({"billing.write"}),
+    effects=(read("shop:order/*"),),
+    spend_limits={"USD": 100_000, "EUR": 100_000},
+)
+SHOP = ApprovalPolicy(
+    (
+        ApprovalRule(id="shop-auto", action="allow", tools=("shop_*",)),
+        ApprovalRule(id="no-eur", action="deny", effect="spend", currency="EUR"),
+    )
+)
+
+# (currency sent, the outcome): an enum-typed currency is judged by its code
+ENUM_CURRENCY: list[tuple[str, dict[str, object]]] = [
+    ("USD", {"ok": True}),
+    ("EUR", {"denied": "policy"}),
+]
+
+
+@pytest.mark.parametrize(("currency", "outcome"), ENUM_CURRENCY)
+async def test_a_currency_typed_as_an_enum_is_judged_by_its_code(
+    currency: str, outcome: dict[str, object]
+) -> None:
+    registry = charge_registry()
+    ctx = context(principal=ALICE, approvals=SHOP, run_id="run_enum", grant=BOTH)
+    args = {"order_id": "o_1", "amount_minor": 500, "currency": currency}
+    try:
+        result = await registry.call("shop_order_charge", args, ctx)
+    except DeniedError as refused:
+        result = {"denied": refused.reason}
+    assert result == outcome

@@ -607,6 +607,39 @@ async def test_preview_call_of_a_read_tool_is_refused(world: World) -> None:
 # -- registration of write tools ------------------------------------------------------------
 
 
+class RefundCode(BaseModel):
+    """A refund whose currency field is not called 'currency'."""
+
+    invoice_id: str
+    amount_minor: int
+    currency_code: str
+
+
+class Money(BaseModel):
+    amount_minor: int
+    currency: str
+
+
+class RefundNested(BaseModel):
+    """A refund whose currency sits in a nested model, out of a spend's reach."""
+
+    invoice_id: str
+    amount_minor: int
+    money: Money
+
+
+class RefundTwoCurrencies(BaseModel):
+    """A refund with two currency fields, one of them bound."""
+
+    invoice_id: str
+    amount_minor: int
+    currency: str
+    settlement_currency: str
+
+
+REFUND_IN = write("billing:refund/{invoice_id}")
+
+
 def _build(**change: object) -> ToolSpec:
     base = refund_tool(SystemOfRecord(), {})
     assert base.write is not None
@@ -647,6 +680,22 @@ def _build(**change: object) -> ToolSpec:
             {"effects": [write("billing:refund/{invoice_id}")]},
             "has a field 'currency' that no spend effect is bound to",
         ),
+        # a currency field by another name, nested, or one of two left unbound
+        (
+            {"effect_model": RefundCode, "effects": [REFUND_IN, spend("{amount_minor}")]},
+            "has a field 'currency_code' that no spend effect is bound to",
+        ),
+        (
+            {"effect_model": RefundNested, "effects": [REFUND_IN, spend("{amount_minor}")]},
+            r"\['money.currency'\] in a nested model",
+        ),
+        (
+            {
+                "effect_model": RefundTwoCurrencies,
+                "effects": [REFUND_IN, spend("{amount_minor}", currency="{currency}")],
+            },
+            "has a field 'settlement_currency' that no spend effect is bound to",
+        ),
     ],
     ids=[
         "effect field",
@@ -658,6 +707,9 @@ def _build(**change: object) -> ToolSpec:
         "spend in a fixed currency",
         "spend of a fixed amount in a fixed currency",
         "currency without a spend",
+        "currency_code beside a spend in a fixed currency",
+        "currency in a nested model",
+        "one of two currency fields unbound",
     ],
 )
 def test_broken_write_contracts_are_refused_at_registration(
