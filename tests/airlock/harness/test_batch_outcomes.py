@@ -38,6 +38,7 @@ async def test_a_resumed_batch_says_where_its_items_stand(
 
     body = json.loads(result.content)
     assert body["status"] == status
-    assert [world.ledger.preview(p.id).state for p in previews] == states
+    # The items are committed concurrently: the fault meets whichever request comes first.
+    assert sorted(world.ledger.preview(p.id).state for p in previews) == sorted(states)
     assert (batch.id in paused.waiting()) is (status == "undecided")
     world.close()
