@@ -8,9 +8,11 @@ In-process (tests, the demo)::
         billing.faults.drop_after_commit()
         billing.store.count("refunds")
 
-As a process: ``python -m examples.billing.server [--db FILE] [--seed N]`` prints one JSON line
+As a process: ``python -m examples.billing [--db FILE] [--seed N]`` prints one JSON line
 (``base_url``, ``tokens``, ``admin_token``) and serves until interrupted; faults are armed
-with ``POST /_admin/faults`` and the admin token.
+with ``POST /_admin/faults`` and the admin token. Without ``--db`` its records are in memory:
+a restart forgets every refund and idempotency key, and the seed makes the same payments
+again, unrefunded.
 """
 
 from __future__ import annotations

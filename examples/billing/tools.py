@@ -38,6 +38,7 @@ from airlock.tools import (
     RecordsRead,
     Registry,
     RestAdapter,
+    ToolError,
     UpstreamError,
     write_tool,
 )
@@ -309,17 +310,28 @@ def register_billing_tools(
             )
         except ConflictError as exc:
             # 409 is either "this payment was refunded already" (a definite refusal) or
-            # "a request with this key is still in flight" (undecided). The record tells.
-            record = _invoice(
-                await adapter.get(
-                    ("invoices", effect.invoice_id), credential=credential_for(effect.tenant_id)
+            # "a request with this key is still in flight" (undecided). The record tells; one
+            # that cannot be read tells nothing, and a request in flight may still commit.
+            try:
+                record = _invoice(
+                    await adapter.get(
+                        ("invoices", effect.invoice_id),
+                        credential=credential_for(effect.tenant_id),
+                    )
                 )
-            )
-            if not any(p.refunded for p in record.payments if p.payment_id == effect.payment_id):
+                refunded = any(
+                    p.refunded for p in record.payments if p.payment_id == effect.payment_id
+                )
+                ours = await lookup(effect, idempotency_key) if refunded else None
+            except ToolError as unread:
+                raise AmbiguousWriteError(
+                    idempotency_key=idempotency_key,
+                    detail=f"{exc.detail}; the invoice could not be read ({unread.code})",
+                ) from exc
+            if not refunded:
                 raise AmbiguousWriteError(
                     idempotency_key=idempotency_key, detail=f"key in flight: {exc.detail}"
                 ) from exc
-            ours = await lookup(effect, idempotency_key)
             if ours is not None:
                 return ours
             raise

@@ -11,6 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from airlock.inventory import (
@@ -247,6 +248,41 @@ async def test_another_tenants_invoice_cannot_be_previewed(
         )
 
 
+async def test_a_key_in_flight_whose_invoice_cannot_be_read_is_left_unknown(
+    billing: BillingServer, tmp_path: Path
+) -> None:
+    # A send times out while the service still works on it; the resend meets "key in use"
+    # (409) and the invoice that would tell why cannot be read. The first send then commits:
+    # the step must be unknown, for reconcile, never failed.
+    credentials = {
+        t: Credential.from_value(v, name=f"BILLING_TOKEN_{t.upper()}")
+        for t, v in billing.tokens.items()
+    }
+    registry = build_billing_registry(billing.base_url, credentials, timeout=1.0)
+    writes = WritePath(registry, SQLiteLedgerStore(tmp_path / "ledger.db"))
+    record = duplicates(billing, "acme")[0]
+    args = {"invoice_id": record["id"], "reason": "duplicate"}
+    preview = await writes.preview_call("billing_refund_create", args, ctx(run_id="run_flight"))
+    writes.approve(preview.id, approver="bob", fingerprint=preview.fingerprint)
+    try:
+        billing.faults.delay(3.0, phase="commit", path="/v1/refunds", method="POST")
+        with pytest.raises(AmbiguousWriteError):
+            await writes.commit(preview.id, preview.fingerprint, ALICE)
+        billing.faults.unavailable(status=503, times=None, path="/v1/invoices")
+        with pytest.raises(AmbiguousWriteError):  # was: upstream, and the step failed
+            await writes.commit(preview.id, preview.fingerprint, ALICE)
+        assert writes.ledger.preview(preview.id).state == "unknown"  # type: ignore[union-attr]
+    finally:
+        billing.faults.clear()
+    deadline = time.monotonic() + 10
+    while not billing.store.refunds("acme", key=preview.key) and time.monotonic() < deadline:
+        await anyio.sleep(0.1)  # the first send commits at the service
+    receipt = await writes.commit(preview.id, preview.fingerprint, ALICE)
+    assert receipt.resolved_by == "resend"
+    assert len(billing.store.refunds("acme", key=preview.key)) == 1
+    writes.ledger.close()
+
+
 async def lose_a_refund(
     billing: BillingServer, writes: WritePath, run_id: str
 ) -> tuple[dict[str, Any], Preview]:
@@ -316,11 +352,13 @@ async def test_the_adapter_rides_out_429_and_503_and_refuses_redirects_and_overs
     billing: BillingServer, registry: Registry
 ) -> None:
     record = tenant_invoices(billing, "acme")[0]["id"]
+    fired = billing.faults.fired
+    before = (fired["rate_limit"], fired["unavailable"])  # the server is the module's
     billing.faults.rate_limit(retry_after=0.05)
     billing.faults.unavailable(status=503)
     result = await registry.call("billing_invoice_get", {"invoice_id": record}, ctx())
     assert result["invoice_id"] == record
-    assert (billing.faults.fired["rate_limit"], billing.faults.fired["unavailable"]) == (1, 1)
+    assert (fired["rate_limit"] - before[0], fired["unavailable"] - before[1]) == (1, 1)
     billing.faults.redirect("http://127.0.0.1:9/elsewhere")
     with pytest.raises(UpstreamError):
         await registry.call("billing_invoice_get", {"invoice_id": record}, ctx())
