@@ -27,16 +27,14 @@ def mail_target(target: str) -> str:
         ValueError: the domain has an empty label (``bob@acme..com``, ``bob@``); the
             message says why, to be read after the field's name.
     """
-    if not target.startswith("email:") or "@" not in target:
-        return target
-    local, _, domain = target.rpartition("@")
-    domain = domain.lower().removesuffix(".")
-    if not all(domain.split(".")):
+    read = mail_domain(target)
+    domain = read.rpartition("@")[2]
+    if read.startswith("email:") and "@" in read and not all(domain.split(".")):
         raise ValueError(
             f"has an e-mail domain {domain!r} with an empty label; write the address as "
             "local@domain.example"
         )
-    return f"{local}@{domain}"
+    return read
 
 
 def mail_domain(pattern: str) -> str:
