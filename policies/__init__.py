@@ -30,7 +30,7 @@ from airlock.policies._reach import (
     target_classes,
     verdict_at,
 )
-from airlock.policies._sandbox_profile import LanguageMode, SandboxProfile
+from airlock.policies._sandbox_profile import DISTINCT_USER, LanguageMode, SandboxProfile
 from airlock.policies._seccomp import (
     FORBIDDEN_SYSCALLS,
     SECCOMP_ALLOWED_SYSCALLS,
@@ -43,6 +43,7 @@ from airlock.policies._seccomp import (
 from airlock.policies._spend import currency_from_field
 
 __all__ = [
+    "DISTINCT_USER",
     "EFFECT_KINDS",
     "FORBIDDEN_SYSCALLS",
     "SCOPE_PATTERN",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -12,7 +12,7 @@ from airlock.policies._seccomp import (
     render_docker_seccomp,
 )
 
-__all__ = ["ContainerRuntime", "LanguageMode", "SandboxImage", "SandboxProfile"]
+__all__ = ["DISTINCT_USER", "ContainerRuntime", "LanguageMode", "SandboxImage", "SandboxProfile"]
 
 LanguageMode = Literal["restricted", "full"]
 SandboxImage = Literal["base", "data"]
@@ -20,6 +20,8 @@ SandboxImage = Literal["base", "data"]
 hardened base with numpy, pandas, pyarrow and matplotlib (``make image-data``)."""
 
 _MIB = 1024 * 1024
+DISTINCT_USER: Final = "distinct"
+"""The profile's ``user`` for a uid and gid of each container's own (the default)."""
 GVISOR_PIDS_OVERHEAD = 128
 """Host threads gVisor's own processes may use on top of the program's ``pids_limit``."""
 
@@ -123,8 +125,12 @@ class SandboxProfile(BaseModel):
         "more is refused as limit_exceeded (proposals), naming the limit and the amount.",
     )
     user: str = Field(
-        default="65534:65534",
-        description="Non-root uid:gid the program runs as.",
+        default=DISTINCT_USER,
+        description="Who the program runs as: 'distinct', a uid and gid of the container's "
+        "own, taken as it starts from a range no user of the host has, so the kernel's "
+        "per-user budgets (pipe buffers, pending signals) are its own; or a fixed non-root "
+        "'uid:gid', which every container of the profile then shares, and those budgets "
+        "with it.",
     )
     seccomp_allowed: frozenset[str] = Field(
         default=SECCOMP_ALLOWED_SYSCALLS,
@@ -163,9 +169,11 @@ class SandboxProfile(BaseModel):
     @field_validator("user")
     @classmethod
     def _not_root(cls, value: str) -> str:
+        if value == DISTINCT_USER:
+            return value
         uid, _, gid = value.partition(":")
         if not (uid.isdigit() and gid.isdigit()):
-            raise ValueError(f"user must be numeric 'uid:gid', got {value!r}")
+            raise ValueError(f"user must be {DISTINCT_USER!r} or numeric 'uid:gid', got {value!r}")
         if int(uid) == 0 or int(gid) == 0:
             raise ValueError(f"the sandbox never runs as root (uid or gid 0), got {value!r}")
         return value

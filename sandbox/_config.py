@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from airlock.policies import LanguageMode, SandboxProfile
+from airlock.policies import DISTINCT_USER, LanguageMode, SandboxProfile
 from airlock.sandbox._hardening import container_config
 from airlock.sandbox.guest import airlock_seccomp
 
@@ -62,7 +62,7 @@ class ContainerConfig:
     mounts: tuple[ContainerMount, ...]
     """tmpfs and bind mounts, sorted by path."""
     user: str
-    """``uid:gid`` the program runs as."""
+    """``uid:gid`` the program runs as, or ``distinct``: a pair of each container's own."""
     capabilities: tuple[str, ...]
     """Linux capabilities left: the added ones when all are dropped, else ``default`` too."""
     no_new_privileges: bool
@@ -122,7 +122,8 @@ def describe_container(profile: SandboxProfile, *, image: str) -> ContainerConfi
         network_mode=str(config.get("network_mode", "default")),
         read_only_root=bool(config.get("read_only")),
         mounts=_mounts(config),
-        user=str(config.get("user", "root")),
+        # (not the uid this description's config took: each container takes its own)
+        user=profile.user if profile.user == DISTINCT_USER else str(config.get("user", "root")),
         capabilities=_capabilities(config),
         no_new_privileges="no-new-privileges:true" in options,
         environment=tuple(sorted(config.get("environment", {}))),

@@ -17,6 +17,7 @@ from airlock.bridge import airlock_wire as wire
 from airlock.policies import SandboxProfile
 from airlock.sandbox._inputs import RunInput
 from airlock.sandbox._masked import MASKED_PATHS
+from airlock.sandbox._users import container_user
 
 __all__ = ["GUEST_MOUNT", "container_config", "container_settings", "mounted"]
 
@@ -77,7 +78,7 @@ def container_config(
             Mount(target=i.mount_path, source=str(i.source), type="bind", read_only=True)
             for i in inputs
         ],
-        "user": profile.user,
+        "user": container_user(profile),
         "cap_drop": ["ALL"],
         "security_opt": [
             "no-new-privileges:true",

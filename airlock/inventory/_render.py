@@ -23,11 +23,16 @@ from airlock.inventory._model import (
     SubjectInventory,
     ToolEntry,
 )
+from airlock.policies import DISTINCT_USER
 
 __all__ = ["Format", "approval_text", "harness_rows", "render", "sandbox_rows"]
 
 Format = Literal["table", "json", "markdown"]
 _WIDTH = 240
+_USERS = {
+    DISTINCT_USER: "distinct: a uid and gid of each container's own, which no host user has "
+    "(the kernel's per-user budgets are its own)"
+}
 
 
 def render(inventory: Inventory, fmt: Format) -> str:
@@ -121,7 +126,7 @@ def sandbox_rows(sandbox: SandboxEffects) -> list[tuple[str, str]]:
             (f"mount {m.path}", m.mode + (f", {m.size_bytes} bytes" if m.size_bytes else ""))
             for m in sandbox.mounts
         ],
-        ("user", sandbox.user),
+        ("user", _USERS.get(sandbox.user, sandbox.user)),
         ("capabilities", ", ".join(sandbox.capabilities) or "none (all dropped)"),
         ("no new privileges", "yes" if sandbox.no_new_privileges else "NO"),
         ("environment", ", ".join(sandbox.environment) or "empty"),

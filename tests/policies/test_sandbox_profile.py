@@ -23,7 +23,7 @@ def test_defaults_are_the_hardened_profile() -> None:
     profile = SandboxProfile()
     assert profile.language_mode == "restricted"
     assert profile.runtime == "runc"
-    assert profile.user == "65534:65534"
+    assert profile.user == "distinct"  # a uid and gid of each container's own
     assert profile.memory_bytes == 256 * 1024 * 1024
     assert profile.pids_limit == 64
     assert "os" not in profile.allowed_imports
@@ -86,6 +86,8 @@ def test_clone_is_allowed_only_without_namespace_flags() -> None:
         ("user", "0:0", "never runs as root"),
         ("user", "1000:0", "never runs as root"),
         ("user", "nobody", "numeric"),
+        ("user", "Distinct", "numeric"),
+        ("user", "distinct:1", "numeric"),
         ("seccomp_allowed", SECCOMP_ALLOWED_SYSCALLS | {"ptrace"}, "must not contain"),
         ("memory_bytes", 1024, "greater than or equal"),
         ("timeout_s", 0, "greater than"),

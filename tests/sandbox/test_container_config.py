@@ -20,6 +20,7 @@ from airlock.sandbox import (
     resolve_inputs,
 )
 from airlock.sandbox._hardening import GUEST_MOUNT, container_config
+from airlock.sandbox._users import FIRST_UID
 from tests.bridge.records import ALICE, GRANT, build_registry
 from tests.conftest import IMAGE, require_docker
 from tests.sandbox.runtimes import RUNTIMES, require_runtime
@@ -36,7 +37,8 @@ def test_config_carries_every_hardening_setting() -> None:
         "/out": f"rw,noexec,nosuid,nodev,size={profile.artifact_limit_bytes},mode=1777",
     }
     assert config["mounts"] == []  # inputs only when a run is given some
-    assert config["user"] == "65534:65534"
+    uid, gid = (int(n) for n in config["user"].split(":"))  # one of its own (test_users.py)
+    assert uid == gid >= FIRST_UID
     assert config["cap_drop"] == ["ALL"]
     assert config["security_opt"][0] == "no-new-privileges:true"
     seccomp = json.loads(config["security_opt"][1].removeprefix("seccomp="))
@@ -154,7 +156,9 @@ def test_the_description_says_what_the_config_says() -> None:
     assert described.image == "img"
     assert described.network_mode == "none"
     assert described.read_only_root
-    assert described.user == "65534:65534"
+    assert described.user == "distinct"
+    fixed = describe_container(profile.model_copy(update={"user": "4000:4000"}), image="img")
+    assert fixed.user == "4000:4000"
     assert described.capabilities == ()
     assert described.no_new_privileges
     assert described.environment == ()
@@ -208,7 +212,7 @@ def test_crun_is_asked_of_the_engine_with_every_setting_runc_gets() -> None:
         SandboxProfile(runtime="crun"), image="img", socket_dir=Path("/s"), labels={}
     )
     assert crun["runtime"] == "crun"
-    assert {**crun, "runtime": "runc"} == runc
+    assert {**crun, "runtime": "runc", "user": "-"} == {**runc, "user": "-"}  # (one uid each)
     assert describe_container(SandboxProfile(runtime="crun"), image="img").runtime == "crun"
 
 
