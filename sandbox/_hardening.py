@@ -19,7 +19,7 @@ from airlock.sandbox._inputs import RunInput
 from airlock.sandbox._masked import MASKED_PATHS
 from airlock.sandbox._users import container_user
 
-__all__ = ["GUEST_MOUNT", "container_config", "container_settings", "mounted"]
+__all__ = ["GUEST_MOUNT", "container_config", "container_settings", "mounted", "tmpfs_files"]
 
 GUEST_MOUNT: Final = wire.SOCKET_DIR
 """Where the bridge socket's host directory is mounted (read-only)."""
@@ -40,6 +40,20 @@ def container_settings(profile: SandboxProfile) -> tuple[object, ...]:
         profile.runtime,
         profile.artifact_limit_bytes,
     )
+
+
+def tmpfs_files(size_bytes: int) -> int:
+    """Files and directories a tmpfs of ``size_bytes`` holds at most: one per KiB of room.
+
+    Empty files take no room, only an inode each; without a cap, a program fills ``/tmp``
+    with millions of them in its deadline (70,000 a second here), and clearing them for the
+    next program of a kept or reused container takes seconds. (gVisor's tmpfs does not
+    enforce the cap; its files count against the container's memory.)"""
+    return max(1024, size_bytes // 1024)
+
+
+def _tmpfs(size_bytes: int) -> str:
+    return f"rw,noexec,nosuid,nodev,nr_inodes={tmpfs_files(size_bytes)},size={size_bytes},mode=1777"
 
 
 def mounted(inputs: tuple[RunInput, ...]) -> tuple[tuple[str, str, bool], ...]:
@@ -71,8 +85,8 @@ def container_config(
         "network_disabled": True,
         "read_only": True,
         "tmpfs": {
-            "/tmp": f"rw,noexec,nosuid,nodev,size={profile.tmpfs_bytes},mode=1777",
-            wire.OUT_DIR: f"rw,noexec,nosuid,nodev,size={profile.artifact_limit_bytes},mode=1777",
+            "/tmp": _tmpfs(profile.tmpfs_bytes),
+            wire.OUT_DIR: _tmpfs(profile.artifact_limit_bytes),
         },
         "mounts": [
             Mount(target=i.mount_path, source=str(i.source), type="bind", read_only=True)

@@ -28,6 +28,7 @@ from airlock.bridge import RunEnd
 from airlock.policies import SandboxProfile
 from airlock.sandbox._cgroup import CgroupEvidence, RunMark, read_evidence
 from airlock.sandbox._errors import SandboxError, map_docker_errors
+from airlock.sandbox._hardening import tmpfs_files
 from airlock.sandbox._result import (
     LimitName,
     ProgramError,
@@ -77,7 +78,10 @@ def limit_message(
                 f"{_size(profile.output_limit_bytes)} each"
             )
         case "disk":
-            return f"the program filled /tmp; its size limit is {_size(profile.tmpfs_bytes)}"
+            return (
+                f"the program filled /tmp; it holds {_size(profile.tmpfs_bytes)} and "
+                f"{tmpfs_files(profile.tmpfs_bytes)} files and directories at most"
+            )
         case "artifacts":
             return (
                 f"the program filled /out; the artifact limit is "

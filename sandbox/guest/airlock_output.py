@@ -208,12 +208,13 @@ def limit_of(exc: BaseException, out_dir: str) -> str | None:
 
 
 def _is_full(path: str) -> bool:
-    """Whether the file system at ``path`` (``/out``) has less than a page left."""
+    """Whether the file system at ``path`` (``/out``) has less than a page, or no inode,
+    left."""
     try:
         info = os.statvfs(path)
     except OSError:
         return False
-    return info.f_bavail * info.f_frsize < 4096
+    return info.f_bavail * info.f_frsize < 4096 or (info.f_files > 0 and info.f_favail == 0)
 
 
 def usage() -> tuple[float, int]:

@@ -33,8 +33,9 @@ def test_config_carries_every_hardening_setting() -> None:
     assert config["network_disabled"] is True
     assert config["read_only"] is True
     assert config["tmpfs"] == {
-        "/tmp": f"rw,noexec,nosuid,nodev,size={profile.tmpfs_bytes},mode=1777",
-        "/out": f"rw,noexec,nosuid,nodev,size={profile.artifact_limit_bytes},mode=1777",
+        # A file or directory per KiB of room at most (test_limits.py: file_count_fill).
+        "/tmp": f"rw,noexec,nosuid,nodev,nr_inodes=16384,size={profile.tmpfs_bytes},mode=1777",
+        "/out": f"rw,noexec,nosuid,nodev,nr_inodes=32768,size={2**25},mode=1777",
     }
     assert config["mounts"] == []  # inputs only when a run is given some
     uid, gid = (int(n) for n in config["user"].split(":"))  # one of its own (test_users.py)
@@ -167,11 +168,17 @@ def test_the_description_says_what_the_config_says() -> None:
     assert described.seccomp_filter == profile.docker_seccomp()
     assert described.mounts == (
         ContainerMount(
-            path="/out", kind="tmpfs", options="rw,noexec,nosuid,nodev", size_bytes=2**22
+            path="/out",
+            kind="tmpfs",
+            options="rw,noexec,nosuid,nodev,nr_inodes=4096",
+            size_bytes=2**22,
         ),
         ContainerMount(path=GUEST_MOUNT, kind="bind", options="ro", size_bytes=None),
         ContainerMount(
-            path="/tmp", kind="tmpfs", options="rw,noexec,nosuid,nodev", size_bytes=2**21
+            path="/tmp",
+            kind="tmpfs",
+            options="rw,noexec,nosuid,nodev,nr_inodes=2048",
+            size_bytes=2**21,
         ),
     )
 

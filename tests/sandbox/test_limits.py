@@ -59,6 +59,24 @@ BOMBS = {
         """,
         "disk",
     ),
+    "file_count_fill": (  # empty files take no room, but an inode each, and clearing time
+        """
+        n = 0
+        while True:
+            open(f"/tmp/f{n}", "w").close()
+            n += 1
+        """,
+        "disk",
+    ),
+    "out_file_count_fill": (  # the same in /out: the artifacts' limit, not /tmp's
+        """
+        n = 0
+        while True:
+            open(f"/out/f{n}", "w").close()
+            n += 1
+        """,
+        "artifacts",
+    ),
     "stdout_flood": (
         """
         import sys
