@@ -15,7 +15,7 @@ from airlock.policies._effects import (
 )
 from airlock.policies._errors import AirlockError, UsageError
 from airlock.policies._grant import Grant
-from airlock.policies._patterns import covers, glob_regex
+from airlock.policies._patterns import covers, glob_regex, may_share_text
 from airlock.policies._policy_file import Policy, PolicyFileError, load_policy, parse_policy
 from airlock.policies._principal import SCOPE_PATTERN, Principal
 from airlock.policies._reach import (
@@ -79,6 +79,7 @@ __all__ = [
     "disclose",
     "glob_regex",
     "load_policy",
+    "may_share_text",
     "network",
     "parse_policy",
     "read",

@@ -70,9 +70,33 @@ def may_reach_mailbox(target: str, patterns: tuple[str, ...]) -> bool:
     """Whether the ``disclose`` ``target`` (one address, or a pattern of them) may reach a
     mailbox one of a ``deny``'s ``patterns`` names, each of the two readings of
     :func:`mailboxes` against the same reading of the pattern."""
-    wild = has_wildcard(target)
+    if has_wildcard(target):
+        as_written, *untagged = _pattern_mailboxes(target)
+        return any(
+            may_share_text(as_written, first)
+            or any(may_share_text(mine, second) for mine in untagged)
+            for first, second in map(mailboxes, patterns)
+        )
     for pattern in patterns:
         for mine, theirs in zip(mailboxes(target), mailboxes(pattern), strict=True):
-            if may_share_text(mine, theirs) if wild else covers(theirs, mine):
+            if covers(theirs, mine):
                 return True
     return False
+
+
+@lru_cache(maxsize=4096)
+def _pattern_mailboxes(target: str) -> tuple[str, ...]:
+    """:func:`mailboxes` of an address pattern: as written (case-folded), then every
+    pattern its addresses' mailboxes fall in with their ``+tag`` dropped. A wildcard of the
+    local part may hold the ``+``: ``CEO*@acme.com`` stands for ``ceo+board@acme.com``, whose
+    mailbox is ``ceo@acme.com``; so the local part is also cut at each wildcard, the cut
+    wildcard left out or kept (it matched something before the ``+``)."""
+    as_written, untagged = mailboxes(target)
+    if not as_written.startswith("email:") or "@" not in as_written:
+        return as_written, untagged
+    local, _, domain = untagged.removeprefix("email:").rpartition("@")
+    cuts = {local}
+    for at, char in enumerate(local):
+        if char == "*":
+            cuts.update((local[:at], local[:at] + "**"))
+    return as_written, *(f"email:{cut}@{domain}" for cut in sorted(cuts))

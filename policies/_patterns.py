@@ -63,11 +63,49 @@ def covers(grant_pattern: str, declared: str) -> bool:
     return glob_regex(grant_pattern).fullmatch(_as_text(declared)) is not None
 
 
+@lru_cache(maxsize=4096)
 def may_share_text(one: str, two: str) -> bool:
-    """Whether two patterns may stand for a common text: their literal beginnings and
-    endings agree (a conservative test: it may say yes to a pair with nothing in common)."""
-    head_one, head_two = literal_prefix(one), literal_prefix(two)
-    tail_one, tail_two = one.rsplit("*", 1)[-1], two.rsplit("*", 1)[-1]
-    heads = head_one.startswith(head_two) or head_two.startswith(head_one)
-    tails = tail_one.endswith(tail_two) or tail_two.endswith(tail_one)
-    return heads and tails
+    """Whether two patterns stand for a common text, exactly: whether a walk of both, one
+    character at a time, reaches both ends (in at most as many steps as the product of their
+    lengths). ``billing:*`` and ``billing:invoice/inv_1`` share none: that ``*`` does not
+    reach across the ``/``."""
+    a, b = _steps(one), _steps(two)
+    seen: set[tuple[int, int]] = set()
+    todo = [(0, 0)]
+    while todo:
+        i, j = todo.pop()
+        if (i, j) in seen:
+            continue
+        seen.add((i, j))
+        if (i, j) == (len(a), len(b)):
+            return True
+        if i < len(a) and a[i][1]:  # a repeat may stop
+            todo.append((i + 1, j))
+        if j < len(b) and b[j][1]:
+            todo.append((i, j + 1))
+        if i < len(a) and j < len(b) and _one_char_fits(a[i][0], b[j][0]):
+            todo.append((i + (not a[i][1]), j + (not b[j][1])))
+    return False
+
+
+_STEP = re.compile(r"\*\*|\*|[^*]")
+
+
+def _steps(pattern: str) -> tuple[tuple[str, bool], ...]:
+    """``pattern`` as (character class, repeats) steps: a literal character, or ``*`` and
+    ``**`` each as one character of its class followed by a repeat of it."""
+    steps: list[tuple[str, bool]] = []
+    for token in _STEP.findall(pattern):
+        steps.extend([(token, False), (token, True)] if token.startswith("*") else [(token, False)])
+    return tuple(steps)
+
+
+def _one_char_fits(one: str, two: str) -> bool:
+    """Whether one character can be of both classes (a literal, ``*`` or ``**``)."""
+    if "**" in (one, two):
+        return True
+    if one == "*":
+        return two != "/"
+    if two == "*":
+        return one != "/"
+    return one == two

@@ -6,7 +6,9 @@ code-called tool write or reach the network" and the like, in one query of the e
 index. A call's effect is *certain* when its target is a record (``read(billing:invoice/
 inv_12)``) or a pattern inside the one asked about; it is *possible* when the tool recorded
 only a pattern that overlaps it (``read(billing:invoice/*)``: a tool that lists records and
-does not say which it returned), so a reviewer sees those calls too, marked as such.
+does not say which it returned), so a reviewer sees those calls too, marked as such. A
+pattern that can stand for no target inside the one asked about (``billing:*``, one segment,
+next to ``billing:invoice/inv_1``) is no match at all.
 
 A period is turned into the first record that can fall in it, so the effect index is read
 only from there on (records are numbered in the order they were written, and an event is
@@ -20,7 +22,7 @@ import re
 from collections.abc import Collection
 from typing import Any, Final, NamedTuple
 
-from airlock.policies import EFFECT_KINDS, UsageError, covers, glob_regex
+from airlock.policies import EFFECT_KINDS, UsageError, covers, glob_regex, may_share_text
 from airlock.tools._audit import CallOutcome
 from airlock.tools._context import Caller
 from airlock.tools._sql_rows import SearchableAuditStore, SQLConnection
@@ -185,6 +187,12 @@ class _Matcher:
             return self._regex.fullmatch(target) is not None
         return covers(self._resource, target)
 
+    def overlaps(self, kind: str, pattern: str) -> bool:
+        """Whether the recorded ``pattern`` can stand for a target inside the resource."""
+        if kind == "spend":
+            return False
+        return self._resource is None or may_share_text(self._resource, pattern)
+
 
 def _matched(calls: list[Any], effects: dict[int, list[Any]], inside: _Matcher) -> list[FoundCall]:
     """One :class:`FoundCall` per call with an effect inside the resource: what matched for
@@ -196,7 +204,7 @@ def _matched(calls: list[Any], effects: dict[int, list[Any]], inside: _Matcher) 
         for _, kind, target, concrete in effects.get(call[0], ()):
             if inside(kind, target, bool(concrete)):
                 certain.append(f"{kind}({target})")
-            elif not concrete and kind != "spend":
+            elif not concrete and inside.overlaps(kind, target):
                 possible.append(f"{kind}({target})")
         if certain or possible:
             found.append(FoundCall._make((*call, tuple(certain or possible), bool(certain))))

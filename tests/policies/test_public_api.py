@@ -41,6 +41,7 @@ PUBLIC_API = [
     "disclose",
     "glob_regex",
     "load_policy",
+    "may_share_text",
     "network",
     "parse_policy",
     "read",

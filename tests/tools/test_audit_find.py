@@ -137,6 +137,43 @@ def test_find_names_the_matching_effects_only(store: Any) -> None:
     assert listed.matched == ("read(billing:invoice/inv_13)",)
 
 
+# (what a tool recorded, the resource asked about, how the call is listed: None when not at
+# all). A recorded pattern is listed as possible only when it can stand for a target inside
+# the resource; one that cannot (`*` stops at `/`, a literal part differs) is no match.
+OVERLAPS: list[tuple[str, str, str | None]] = [
+    ("billing:invoice/inv_1", "billing:invoice/inv_1", "certain"),
+    ("billing:invoice/inv_12", "billing:invoice/inv_1*", "certain"),
+    ("billing:invoice/inv_1*", "billing:invoice/inv_*", "certain"),
+    ("billing:invoice/*", "billing:invoice/inv_1", "possible"),
+    ("billing:**", "billing:invoice/inv_1", "possible"),
+    ("billing:*/inv_1", "billing:invoice/inv_1", "possible"),
+    ("billing:*/*", "billing:invoice/inv_1", "possible"),
+    ("billing:invoice/inv_*", "billing:invoice/inv_1*", "possible"),
+    ("billing:invoice/*_1", "billing:invoice/inv_*", "possible"),
+    ("billing:**/inv_1", "billing:*/inv_1", "possible"),
+    ("billing:*", "billing:invoice/inv_1", None),  # one segment: it cannot hold the `/`
+    ("billing:*/inv_2", "billing:invoice/inv_1", None),
+    ("billing:invoice/*/x", "billing:invoice/inv_1", None),
+    ("billing:invoice/inv_2*", "billing:invoice/inv_1*", None),
+    ("billing:*", "billing:*/inv_1", None),
+    ("billing:invoice/*", "billing:invoice/", None),  # `*` is one or more characters
+    ("billing:invoice/**", "billing:invoice/a/b/c", "possible"),
+]
+
+
+@pytest.mark.parametrize(("recorded", "resource", "listed"), OVERLAPS)
+def test_a_recorded_pattern_is_possible_only_when_it_can_match_the_resource(
+    tmp_path: Path, recorded: str, resource: str, listed: str | None
+) -> None:
+    store = SQLiteAuditStore(tmp_path / "audit.db")
+    try:
+        store.append([event("c1", f"read({recorded})")])
+        found = find_calls(store, resource=resource)
+    finally:
+        store.close()
+    assert [("certain" if f.certain else "possible") for f in found] == ([listed] if listed else [])
+
+
 @pytest.mark.parametrize(
     ("question", "message"),
     [
