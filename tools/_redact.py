@@ -7,8 +7,9 @@ message, a tool name or a log line a sandboxed program sent. Two rules apply to 
 
 - :func:`redact` replaces every credential value this process has handed out
   (:func:`remember_secret`, which :meth:`Credential.reveal` calls), the value of every
-  credential-carrying header or field (:data:`SECRET_HEADERS`, in ``Name: value``,
-  ``"name": "value"`` and ``name=value`` forms) and every ``Bearer`` token with
+  credential-carrying header or field (:data:`SECRET_HEADERS`, also under a vendor's prefix
+  such as ``X-Goog-Api-Key``, in ``Name: value``, ``"name": "value"`` and ``name=value``
+  forms), a ``key=`` query parameter, every ``Bearer`` token and every PEM private key with
   :data:`REDACTED`;
 - :func:`escape_controls` writes every character that is not printable (newlines, carriage
   returns, tabs, ``ESC`` and the other C0/C1 controls, Unicode line and paragraph separators,
@@ -21,6 +22,7 @@ applies :func:`redact` to the upstream text it keeps.
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 from collections import OrderedDict
@@ -46,27 +48,55 @@ SECRET_HEADERS: Final = (
     "id-token",
     "client-secret",
     "password",
+    "token",
+    "secret",
+    "auth-token",
+    "session-token",
+    "private-key",
+    "secret-key",
+    "secret-access-key",
 )
-"""Headers, and fields of the same names (``-`` or ``_``: ``api_key=...``,
-``"access_token": ...``), whose values are credentials."""
+"""Headers, and fields of the same names (``-``, ``_`` or nothing between the words:
+``api_key=...``, ``"accessToken": ...``), whose values are credentials; also under any
+prefix (``X-Goog-Api-Key``, ``X-Vault-Token``, ``aws_secret_access_key``)."""
 _MIN_SECRET_CHARS: Final = 6
 """Shorter values are not replaced wherever they occur (they would hit ordinary text); the
 header rules still cover them."""
 _REMEMBERED: Final = 1024
 
-_HEADER_NAMES = "|".join(re.escape(h).replace("\\-", "[-_]") for h in SECRET_HEADERS)
-# `Name: value`, `"name": "value"`, `'name': 'value'`, `name=value`: the value runs to the end
-# of its line (also an escaped one), its closing quote, or the end of its object or query
-# field. When in doubt, more is redacted rather than less.
+_HEADER_NAMES = "|".join(re.escape(h).replace("\\-", "[-_]?") for h in SECRET_HEADERS)
+# `Name: value`, `"name": "value"`, `'name': 'value'`, `name=value`. A name is one of
+# SECRET_HEADERS right before its separator, whatever precedes it (`X-Goog-Api-Key`,
+# `githubToken`; not `token_count`), or `key` as a query parameter (`?key=`; elsewhere `key`
+# names too much: `monkey=3`, sort keys). A quoted value runs to its closing quote, escaped
+# quotes included (`"hun\"ter2"`); a bare one to the end of its line (also an escaped one),
+# a quote, or the end of its object or query field. When in doubt, more is redacted rather
+# than less. Linear time: no repetition here can split the same text in two ways.
 _HEADER_VALUE: Final = re.compile(
-    rf"(?i)(?P<name>(?:(?<=\\[nrt])|(?<![\w-]))(?:{_HEADER_NAMES}))(?P<sep>[\"']?\s*[:=]\s*[\"']?)"
-    r"(?P<value>[^\"'\r\n}\]&\\<>]+)"
+    rf"(?i)(?P<name>(?<=[?&])key|{_HEADER_NAMES})"
+    r"(?P<sep>[\"']?\s*[:=]\s*)"
+    r"(?:(?P<quote>[\"'])(?:[^\"'\\\r\n]|\\.|(?!(?P=quote))[\"'])*"
+    r"|(?:[^\"'\r\n}\]&\\<>]|\\[\"'])+)"
 )
 _BEARER: Final = re.compile(r"(?i)\bbearer\s+[A-Za-z0-9._~+/=-]{4,}")
+# A PEM private key, wherever it appears: its body has no `-`, so it ends at the END line.
+_PEM_KEY: Final = re.compile(
+    r"-----BEGIN [A-Z ]{0,40}PRIVATE KEY-----[^-]*(?:-----END [A-Z ]{0,40}PRIVATE KEY-----)?"
+)
 _NAMED_ESCAPES: Final = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 _secrets: OrderedDict[str, None] = OrderedDict()
 _secrets_lock = threading.Lock()
+
+
+def _reset_in_child() -> None:
+    # A thread of the parent may have held the lock when another forked: in the child that
+    # thread is gone and the lock would stay held, so every redact() would block for ever.
+    global _secrets_lock
+    _secrets_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_reset_in_child)
 
 
 def remember_secret(value: str) -> None:
@@ -87,8 +117,9 @@ def redact(text: str) -> str:
     every remembered credential value replaced by :data:`REDACTED`."""
     if not text:
         return text
-    text = _HEADER_VALUE.sub(lambda m: f"{m['name']}{m['sep']}{REDACTED}", text)
+    text = _HEADER_VALUE.sub(lambda m: f"{m['name']}{m['sep']}{m['quote'] or ''}{REDACTED}", text)
     text = _BEARER.sub(f"Bearer {REDACTED}", text)
+    text = _PEM_KEY.sub(REDACTED, text)
     with _secrets_lock:
         secrets = [s for s in _secrets if s in text]
     for secret in sorted(secrets, key=len, reverse=True):

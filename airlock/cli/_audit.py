@@ -107,12 +107,12 @@ def show_run(
     with _store(db) as store:
         events = [(n, e) for n, e, _ in store.records(run_id=run) if tool in (None, e.tool)]
     if not events:
-        Console(stderr=True).print(f"no audit events for run {run!r}")
+        Console(stderr=True).print(literal(f"no audit events for run {run!r}"))
         raise typer.Exit(code=1)
     if json_output:
         print_json({"run_id": run, "events": [event_json(n, e) for n, e in events]})
         return
-    table = Table(title=f"run {run}")
+    table = Table(title=literal(f"run {run}"))
     columns = ("record", "time (UTC)", "call", "caller", "tool", "stage", "decision", "rule")
     for column in (*columns, "outcome", "code", "ms", "effects", "approver"):
         table.add_column(column, justify="right" if column in ("ms", "record") else "left")
@@ -162,7 +162,7 @@ def show_program(
             text = store.program(str(found[0][0])) if len(found) == 1 else None
     if run is not None:
         if not texts:
-            Console(stderr=True).print(f"run {run!r} ran no program")
+            Console(stderr=True).print(literal(f"run {run!r} ran no program"))
             raise typer.Exit(code=1)
         for number, event, text in texts:
             sys.stdout.write(
@@ -174,7 +174,9 @@ def show_program(
         return
     if text is None:
         why = "matches more than one program" if len(found) > 1 else "is not a stored program"
-        Console(stderr=True).print(f"{digest!r} {why}; `airlock audit show RUN` lists hashes")
+        Console(stderr=True).print(
+            literal(f"{digest!r} {why}; `airlock audit show RUN` lists hashes")
+        )
         raise typer.Exit(code=1)
     sys.stdout.write(_ended(visible(text, lines=True)))
 
@@ -212,8 +214,10 @@ def verify(
         )
     elif report.ok:
         Console(highlight=False).print(
-            f"ok: {report.records} records and {report.programs} programs, chain intact; "
-            f"last chain {report.last_chain or '(empty)'}"
+            literal(
+                f"ok: {report.records} records and {report.programs} programs, chain intact; "
+                f"last chain {report.last_chain or '(empty)'}"
+            )
         )
     else:
         intact = (
@@ -221,8 +225,13 @@ def verify(
             if report.problem == "program"
             else f"{report.records} records before it are intact"
         )
-        Console(stderr=True, highlight=False).print(
-            f"[red]{report.problem}[/]: record {report.record}: {report.detail} ({intact})"
+        # The detail quotes what the store holds (a program row's hash is not chained, so
+        # whoever tampered with the file wrote it): text, never markup or a control.
+        Console(stderr=True, highlight=False, soft_wrap=True).print(
+            Text.assemble(
+                literal(str(report.problem), "red"),
+                literal(f": record {report.record}: {report.detail} ({intact})"),
+            )
         )
     raise typer.Exit(0 if report.ok else 1)
 

@@ -69,7 +69,9 @@ def open_store(
             return open_audit_store(url, readonly=True, key_file=key)
     path = db if db is not None else settings.audit_db
     if not path.exists():
-        Console(stderr=True).print(f"no audit log at {path}; run something first or pass --db")
+        Console(stderr=True).print(
+            literal(f"no audit log at {path}; run something first or pass --db")
+        )
         raise typer.Exit(code=1)
     with usage_errors():
         return SQLiteAuditStore(
@@ -78,8 +80,12 @@ def open_store(
 
 
 def time_text(ts: float) -> str:
-    """``ts`` as UTC, to the millisecond."""
-    return dt.datetime.fromtimestamp(ts, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+    """``ts`` as UTC, to the millisecond; a time no date can hold (``1e300``, ``inf``, ``nan``:
+    a corrupt or forged record) as its number, so one record cannot stop a whole listing."""
+    try:
+        return dt.datetime.fromtimestamp(ts, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+    except (OverflowError, OSError, ValueError):
+        return repr(ts)
 
 
 def since_cutoff(since: str | None) -> float | None:
@@ -157,11 +163,7 @@ def find(
         cutoff = since_cutoff(since)
         store = open_store(db)
         try:
-            chosen: Caller | None = None
-            if caller == "code":
-                chosen = "code"
-            elif caller == "direct":
-                chosen = "direct"
+            chosen: Caller | None = "code" if caller == "code" else "direct" if caller else None
             found = find_calls(
                 store,
                 resource=resource,
@@ -288,7 +290,7 @@ def _run_effects(
     json_output: bool,
 ) -> None:
     if not events:
-        Console(stderr=True).print(f"no audit events for run {run!r}")
+        Console(stderr=True).print(literal(f"no audit events for run {run!r}"))
         raise typer.Exit(code=1)
     users = users_of(events)
     chosen = tuple(principals or dict.fromkeys(user for user, _ in users))
@@ -342,7 +344,7 @@ def _exercised_json(item: ExercisedTool) -> dict[str, Any]:
 def _print_exercised(
     console: Console, run: str, name: str, found: list[ExercisedTool], idle: list[str]
 ) -> None:
-    table = Table(title=f"run {run}: effects exercised by {name}")
+    table = Table(title=literal(f"run {run}: effects exercised by {name}"))
     for column in ("tool", "callers", "calls", "effects exercised", "outside the inventory"):
         table.add_column(column, justify="right" if column == "calls" else "left")
     for item in found:

@@ -8,7 +8,10 @@ request (headers included) in its error bodies, and read the audit store back fr
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -25,6 +28,7 @@ from airlock.tools import (
     RunAuthority,
     SQLiteAuditStore,
     ToolError,
+    _redact,
     audit_event,
     error_for_status,
     escape_controls,
@@ -99,6 +103,131 @@ def test_revealing_a_credential_remembers_it() -> None:
     assert value in redact(f"note {value}")
     assert Credential.from_value(value, name="REVEALED").reveal() == value
     assert value not in redact(f"note {value}")
+
+
+# (case, text an upstream or exception wrote, what is recorded): each credential whole.
+SECRET_CASES = [
+    ("vendor api key header", "X-Goog-Api-Key: AIzaSyD-1234", "X-Goog-Api-Key: [redacted]"),
+    (
+        "vendor access token header",
+        "X-Shopify-Access-Token: shpat_1234\r\nAccept: */*",
+        "X-Shopify-Access-Token: [redacted]\r\nAccept: */*",
+    ),
+    ("vendor token header", "X-Vault-Token: hvs.ABCDEF", "X-Vault-Token: [redacted]"),
+    ("github token header", "x-github-token: ghp_ABCDEF", "x-github-token: [redacted]"),
+    ("json token", '{"token": "tok_98765", "n": 1}', '{"token": "[redacted]", "n": 1}'),
+    ("json secret", '{"secret": "whsec_98765"}', '{"secret": "[redacted]"}'),
+    ("query apikey", "GET /v1/c?apikey=k_1&page=2", "GET /v1/c?apikey=[redacted]&page=2"),
+    ("query key", "GET /v1/x?key=AIza-1", "GET /v1/x?key=[redacted]"),
+    ("query key after another", "GET /x?a=1&key=AIza-1", "GET /x?a=1&key=[redacted]"),
+    (
+        "json value with an escaped quote",
+        '{"password": "hun\\"ter2-s3cr3t", "user": "bob"}',
+        '{"password": "[redacted]", "user": "bob"}',
+    ),
+    (
+        "repr value with an escaped quote",
+        "{'secret': 'it\\'s-s3cr3t', 'n': 1}",
+        "{'secret': '[redacted]', 'n': 1}",
+    ),
+    (
+        "a quote of the other kind inside",
+        '{"password": "a\'b}c&d"}',
+        '{"password": "[redacted]"}',
+    ),
+    ("camelCase private key", '{"privateKey": "MIIEv-s3cr3t"}', '{"privateKey": "[redacted]"}'),
+    ("camelCase vendor token", "githubToken=ghp_1 next", "githubToken=[redacted]"),
+    (
+        "aws secret access key",
+        "aws_secret_access_key=wJalrXUtnFEMI/K7MDENG",
+        "aws_secret_access_key=[redacted]",
+    ),
+    ("stripe secret key", "STRIPE_SECRET_KEY=sk_live_1&x=1", "STRIPE_SECRET_KEY=[redacted]&x=1"),
+    (
+        "header quoted inside a JSON string",
+        '{"detail": "password: \\"abc\\" rejected"}',
+        '{"detail": "password: [redacted]"}',
+    ),
+    (
+        "PEM private key",
+        "got -----BEGIN RSA PRIVATE KEY-----\\nMIIEv\\n-----END RSA PRIVATE KEY----- back",
+        "got [redacted] back",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "text", "expected"), SECRET_CASES, ids=[c[0] for c in SECRET_CASES]
+)
+def test_a_credential_in_a_common_format_is_redacted_whole(
+    case: str, text: str, expected: str
+) -> None:
+    assert redact(text) == expected
+
+
+# Words that hold a credential's name, or fields that count or describe credentials.
+ORDINARY = [
+    "monkey=3",
+    "token_count=5",
+    '{"max_tokens": 100, "tokens": 7}',
+    '{"token_type": "Bearer"}',
+    "keyboard: us",
+    "a key=value pair",
+    '{"key": "invoices/2024.pdf"}',
+    "GET /x?monkey=1&keyboard=us&page=2",
+    "the secretary: Bob",
+    "secrets: 3",
+    "aws_access_key_id=AKIA1234",
+    "invalid token",
+]
+
+
+@pytest.mark.parametrize("text", ORDINARY)
+def test_words_that_only_look_like_credential_names_are_kept(text: str) -> None:
+    assert redact(text) == text
+
+
+# Inputs that would take a backtracking pattern quadratic (or exponential) time.
+ADVERSARIAL = {
+    "one long word": "a" * 1_000_000,
+    "hyphenated word": "a-" * 500_000,
+    "names without separator": "x-api-key" * 110_000,
+    "unclosed quoted value of backslashes": 'password: "' + "\\" * 1_000_000,
+    "bare value of escaped quotes": "token: " + '\\"' * 500_000,
+    "name then spaces": "password:" + " " * 1_000_000,
+    "separators only": "password=" * 110_000,
+    "query keys": "?key" * 250_000,
+    "PEM with no end": "-----BEGIN PRIVATE KEY-----" + "A" * 1_000_000,
+    "PEM begins": "-----BEGIN " * 90_000,
+}
+
+
+@pytest.mark.parametrize("text", ADVERSARIAL.values(), ids=ADVERSARIAL.keys())
+def test_redaction_takes_linear_time(text: str) -> None:
+    started = time.perf_counter()
+    redact(text)
+    assert time.perf_counter() - started < 5  # about 0.5 s; a backtracking pattern takes hours
+
+
+def test_redaction_works_in_a_child_forked_while_the_lock_was_held() -> None:
+    # Another thread of the parent was inside remember_secret() when a thread forked: in the
+    # child that thread is gone, and the lock it held must not stay held.
+    with _redact._secrets_lock:
+        pid = os.fork()
+        if pid == 0:  # the child: report by exit status, never return into pytest
+            try:
+                remember_secret("tok_in_the_child_3c9e")
+                os._exit(0 if redact("x tok_in_the_child_3c9e") == f"x {REDACTED}" else 1)
+            finally:
+                os._exit(2)
+    deadline = time.monotonic() + 10
+    while (waited := os.waitpid(pid, os.WNOHANG)) == (0, 0) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    if waited == (0, 0):
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        pytest.fail("redact() in the forked child blocked on the inherited lock")
+    assert os.waitstatus_to_exitcode(waited[1]) == 0
 
 
 def test_ordinary_text_is_left_alone() -> None:

@@ -359,3 +359,57 @@ def test_a_program_is_printed_with_its_lines_and_nothing_hidden(
     assert printed.output == f"note = 1  # {shown}\n"
     of_run = runner.invoke(audit_app, ["program", "--run", "run_h", "--db", db])
     assert of_run.output.endswith(f"note = 1  # {shown}\n")
+
+
+@pytest.mark.parametrize(("case", "text", "shown"), HOSTILE, ids=IDS)
+def test_verify_reports_a_tampered_program_row_literally(
+    db: Path, case: str, text: str, shown: str
+) -> None:
+    # A program row's hash is not chained: whoever edited the file chose it, and verify's
+    # report quotes it.
+    conn = sqlite3.connect(db)
+    conn.execute("INSERT INTO audit_programs VALUES (?, ?)", (f"0 {text}", b"x"))
+    conn.commit()
+    conn.close()
+    result = runner.invoke(audit_app, ["verify", "--db", str(db)])
+    assert result.exit_code == 1, result.output
+    assert result.output.startswith("program: record 3: ")
+    assert f"program 0 {shown} does not match its hash" in result.output
+    assert not hidden(result.output)
+
+
+# (case, a stored time no date can hold, how it is shown)
+UNDATED = [
+    ("far future", 1e300, "1e+300"),
+    ("far past", -1e300, "-1e+300"),
+    ("infinity", float("inf"), "inf"),
+    ("past year 9999", 1e12, "1000000000000.0"),
+    ("before year 1", -1e12, "-1000000000000.0"),
+]
+
+
+@pytest.mark.parametrize(("case", "ts", "shown"), UNDATED, ids=[r[0] for r in UNDATED])
+def test_a_time_no_date_can_hold_is_shown_as_its_number(
+    db: Path, case: str, ts: float, shown: str
+) -> None:
+    with AuditLog(SQLiteAuditStore(db)) as log:
+        log.record(_event("run_t", "c1", ts=ts, duration_s=0.0))  # a run starts as it ends
+    for args in (["list"], ["show", "run_t"], ["find", "--effect", "read"]):
+        result = runner.invoke(audit_app, [*args, "--db", str(db)])
+        assert result.exit_code == 0, result.output
+        assert f" {shown} " in result.output, args
+        if args[0] != "show":  # the other runs are listed too, with their dates
+            assert "run_a" in result.output
+
+
+@pytest.mark.parametrize(("case", "text", "shown"), HOSTILE, ids=IDS)
+def test_show_titles_the_run_with_its_id_literally(
+    tmp_path: Path, case: str, text: str, shown: str
+) -> None:
+    path = tmp_path / "audit.db"
+    with AuditLog(SQLiteAuditStore(path)) as log:
+        log.record(_event(text, "c1"))
+    result = runner.invoke(audit_app, ["show", text, "--db", str(path)])
+    assert result.exit_code == 0, result.output
+    assert f"run {shown}" in result.output
+    assert not hidden(result.output)
