@@ -13,6 +13,7 @@ from airlock.policies import Principal
 from airlock.tools._approvals import load_preview
 from airlock.tools._errors import (
     ApprovalMismatchError,
+    CommitInFlightError,
     ConflictError,
     DeniedError,
     NeedsApprovalError,
@@ -128,7 +129,8 @@ def claim_for_commit(
 
     Raises:
         ToolError: the step cannot be sent: ``needs_approval``, ``denied``, or ``conflict``
-            (in flight elsewhere, or failed before).
+            (in flight elsewhere: :class:`CommitInFlightError`, retryable, outcome
+            ``unknown``; or failed before).
     """
     state = preview.state
     try:
@@ -153,9 +155,10 @@ def claim_for_commit(
             f"this change was denied ({preview.error or 'no reason'}); do not retry it",
             reason="policy",
         )
-    if state == "sending":
-        raise ConflictError(
-            f"a commit of preview {preview.id!r} is in flight; ask again shortly",
+    if state == "sending":  # it may have happened already: never "nothing was committed"
+        raise CommitInFlightError(
+            f"a commit of preview {preview.id!r} is in flight; ask again shortly (the same "
+            "commit returns its receipt once it is stored)",
             detail=f"owner {preview.owner}, lease until {preview.lease_until}",
         )
     if state == "failed":

@@ -7,6 +7,7 @@
         ├── DeniedError               denied            .reason: scope | effect | spend | policy
         ├── NotFoundError             not_found         missing, or another tenant's record
         ├── ConflictError             conflict          .requires: evidence a call lacks
+        │   └── CommitInFlightError   conflict          another commit is sending it  retryable
         ├── RateLimitedError          rate_limited      .retry_after seconds        retryable
         ├── UpstreamError             upstream          the system behind the tool   retryable
         ├── ToolTimeoutError          timeout           .seconds                    retryable
@@ -26,7 +27,10 @@
         ├── LedgerIOError             ledger_io            the disk failed or is full  retryable
         └── LedgerReplacedError       ledger_replaced      deleted or replaced while open
 
-``code`` and ``retryable`` (the same request may succeed later unchanged) are class facts.
+``code`` and ``retryable`` (the same request may succeed later unchanged) are class facts;
+one code has two classes: :class:`CommitInFlightError` is the one ``conflict`` that is
+retryable (the same commit, repeated, returns the receipt once the send in flight ends), and
+:meth:`ToolError.from_wire` tells the two apart by the wire form's ``retryable``.
 ``outcome`` is per instance: ``"error"`` means known and nothing committed, ``"unknown"`` means
 the tool may have acted (it raised something unexpected or ran out of time), so the caller
 must not assume either way. The wire form carries only what the model may see: code,
@@ -55,6 +59,7 @@ __all__ = [
     "LEDGER_ERRORS",
     "AmbiguousWriteError",
     "ApprovalMismatchError",
+    "CommitInFlightError",
     "ConflictError",
     "DeniedError",
     "ErrorCode",
@@ -155,6 +160,8 @@ class ToolError(AirlockError):
         outcome = data.get("outcome", "error")
         if target is None or not isinstance(message, str) or outcome not in ("error", "unknown"):
             return ProtocolError(reason="malformed error frame")
+        if target is ConflictError and data.get("retryable") is True:
+            target = CommitInFlightError
         try:
             kwargs = {
                 name: target._field_from_wire(name, data.get(name)) for name in target._fields
@@ -304,6 +311,16 @@ class ConflictError(ToolError):
             outcome=outcome,
             detail=detail,
         )
+
+
+class CommitInFlightError(ConflictError):
+    """Another commit of the same preview is sending it now: it may already have happened,
+    so the outcome is ``unknown``; the same commit, repeated shortly, returns its receipt
+    (or this again while the send runs)."""
+
+    retryable = True
+    default_outcome = "unknown"
+    default_message = "a commit of this change is in flight; ask again shortly"
 
 
 class RateLimitedError(ToolError):

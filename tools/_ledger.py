@@ -12,9 +12,9 @@ by implementing this protocol:
   claiming the same step, exactly one wins and the other gets :class:`StepStateError`;
 * a claim keeps its owner and lease expiry as given, so another process (on another host too)
   can take the step over once the owner is gone or the lease ran out (the write path's rule);
-* free text (a summary, a reason, an error, how a step moved) is stored with its control
-  C0 control characters other than tab and newline escaped, so both stores hold the same text
-  (PostgreSQL refuses NUL in text);
+* free text (a summary, a reason, an error, how a step moved) is stored with credentials
+  redacted as the audit log redacts them, and with its C0 control characters other than tab
+  and newline escaped, so both stores hold the same text (PostgreSQL refuses NUL in text);
 * a row that does not read back as its record raises ``ledger_corrupt`` naming it, and only
   the reads that meet it fail.
 

@@ -4,9 +4,11 @@ Both stores hold the same columns with the same JSON in text columns. Two rules 
 both, here in one place:
 
 * free text the ledger stores (a summary, an approval's reason, a step's error, how it moved
-  and who moved it) goes in through :func:`ledger_text`: C0 control characters other than
-  tab and newline are written as visible escapes (``\\x00``), because PostgreSQL refuses NUL
-  in text and a store that refuses to record how a send ended leaves it ``sending``;
+  and who moved it) goes in through :func:`ledger_text`: credentials are redacted with the
+  audit log's :func:`~airlock.tools._redact.redact` (an exception's text may echo a request's
+  ``Authorization`` header, and approvers read the ledger), and C0 control characters other
+  than tab and newline are written as visible escapes (``\\x00``), because PostgreSQL refuses
+  NUL in text and a store that refuses to record how a send ended leaves it ``sending``;
 * a row that does not read back as its record (a column changed by hand, a bad restore)
   raises :class:`UnreadableRowError`, which each store turns into
   :class:`~airlock.tools.LedgerCorruptError` naming its database and the row
@@ -34,7 +36,7 @@ from airlock.tools._preview import (
     StepState,
     canonical_json,
 )
-from airlock.tools._redact import escape_controls
+from airlock.tools._redact import escape_controls, redact
 
 __all__ = [
     "UnreadableRowError",
@@ -56,8 +58,9 @@ _C0: Final = re.compile("[\x00-\x08\x0b-\x1f]")
 
 
 def ledger_text(text: str) -> str:
-    """``text`` as the ledger stores it: C0 controls but tab and newline escaped."""
-    return _C0.sub(lambda found: escape_controls(found.group()), text)
+    """``text`` as the ledger stores it: credentials redacted, C0 controls but tab and
+    newline escaped."""
+    return _C0.sub(lambda found: escape_controls(found.group()), redact(text))
 
 
 class UnreadableRowError(Exception):

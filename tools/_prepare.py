@@ -12,7 +12,7 @@ from airlock.tools._admission import Admission
 from airlock.tools._egress import checked_invoke, reach_of
 from airlock.tools._errors import ToolError, ToolTimeoutError, UpstreamError
 from airlock.tools._preview import Preview, canonical_json
-from airlock.tools._sender import contract_of
+from airlock.tools._step_effect import contract_of
 
 __all__ = ["model_message", "run_prepare"]
 

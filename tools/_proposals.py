@@ -24,7 +24,8 @@ from airlock.tools._ledger import LedgerStore, StepStateError
 from airlock.tools._prepare import run_prepare
 from airlock.tools._preview import Approval, Preview, canonical_json, fingerprint, idempotency_key
 from airlock.tools._sealed import SecretVault, sealed_fields
-from airlock.tools._sender import Sender, contract_of
+from airlock.tools._sender import Sender
+from airlock.tools._step_effect import contract_of
 from airlock.tools._write_contract import WriteContract
 
 __all__ = ["ALREADY_COMMITTED", "propose_read", "propose_write"]

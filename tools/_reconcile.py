@@ -5,7 +5,10 @@ receipt: ``unknown`` (a send timed out or failed without a definite answer), or 
 whose sender is gone — its lease ran out, or it was a process on this host that no longer
 exists (killed between send and receipt). An approved read left so changed nothing: it ends
 ``failed``. A step whose ledger row does not read back is reported ``unresolved`` and left
-for a person; the others are resolved all the same.
+for a person; the others are resolved all the same. A query, like a send, runs under the
+tool's timeout: one that gets no answer leaves its step ``unknown``, and reconcile goes on.
+An answer that is not a receipt of the step's approved effect is never stored as its receipt
+(:mod:`airlock.tools._receipt_check`): the step stays ``unknown`` for a person to look at.
 """
 
 from __future__ import annotations
@@ -14,13 +17,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+import anyio
+
 from airlock.tools._approvals import load_preview
 from airlock.tools._egress import checked_invoke, reach_of
 from airlock.tools._errors import AmbiguousWriteError, LedgerCorruptError, ToolError
 from airlock.tools._ledger import LedgerStore, StepRef, StepStateError
 from airlock.tools._preview import Preview, Receipt, StepState
 from airlock.tools._registry import Registry
-from airlock.tools._sender import Sender, effect_of, owner_alive
+from airlock.tools._sender import Sender
+from airlock.tools._step_effect import effect_of
+from airlock.tools._step_owner import owner_alive
 
 __all__ = [
     "Resolution",
@@ -43,9 +50,10 @@ class Resolution:
     before: StepState
     after: StepState
     outcome: ResolutionOutcome
-    """``committed`` (a receipt is stored), ``failed`` (the system refused: nothing
-    happened), ``unresolved`` (still unknown; run again later), ``in_flight`` (another live
-    process is sending; left alone)."""
+    """``committed`` (a receipt is stored), ``failed`` (an interrupted approved read: it
+    changed nothing), ``unresolved`` (still unknown: run again later, or, when ``how`` says
+    so, look at the system of record), ``in_flight`` (another live process is sending; left
+    alone). A refused resend never ends a step ``failed``: an earlier send may have acted."""
     how: str
     """How it was resolved, as recorded in the ledger: ``queried``, ``resent``, a reason."""
     receipt: Receipt | None = None
@@ -134,9 +142,14 @@ async def resolve(sender: Sender, registry: Registry, preview: Preview) -> Resol
             phase="lookup", tenant=claimed.principal.tenant_id, effects=claimed.effects
         )
         try:
-            found = await checked_invoke(
-                check, contract.lookup, effect_of(contract, claimed), claimed.key
-            )
+            # Bounded like a send: a system that never answers must not hold up reconcile
+            # (at start-up, before anything is committed) or the steps after this one.
+            with anyio.fail_after(spec.timeout):
+                found = await checked_invoke(
+                    check, contract.lookup, effect_of(contract, claimed), claimed.key
+                )
+        except TimeoutError:
+            found, how = None, f"query got no answer within {spec.timeout:g} s"
         except Exception as exc:  # the query failed: still undecided
             found, how = None, f"query failed: {type(exc).__name__}"
         else:
@@ -154,9 +167,10 @@ async def resolve(sender: Sender, registry: Registry, preview: Preview) -> Resol
                 receipt = sender.store_receipt(
                     spec, claimed, found, resolved_by="query", actor="reconcile"
                 )
-            except ToolError as exc:  # an unusable answer: the step stays undecided
+            except ToolError as exc:  # an unusable answer, or another change's: undecided
                 after = load_preview(sender.ledger, claimed.id)
-                return result(after, "unresolved", f"query answer refused: {exc.code}")
+                why = f"query answer refused: {exc.code}: {exc.detail or exc.message}"
+                return result(after, "unresolved", why[:500])
             after = load_preview(sender.ledger, claimed.id)
             return result(
                 after, "committed", "queried: the system of record holds the key", receipt
@@ -169,7 +183,8 @@ async def resolve(sender: Sender, registry: Registry, preview: Preview) -> Resol
     except ToolError as exc:
         after = load_preview(sender.ledger, claimed.id)
         outcome: ResolutionOutcome = "failed" if after.state == "failed" else "unresolved"
-        return result(after, outcome, f"resend refused: {exc.code}")
+        why = f"resend with the same key: {exc.code}: {exc.detail or exc.message}"
+        return result(after, outcome, why[:500])
     after = load_preview(sender.ledger, claimed.id)
     return result(after, "committed", "resent with the same key", receipt)
 

@@ -3,28 +3,26 @@
 A step is *claimed* (``approved``/``unknown`` → ``sending``) by a compare-and-set in the
 ledger before anything is sent, with this process as its owner and a lease. The send runs
 under the tool's timeout. A receipt is stored in the same transaction that marks the step
-``committed``; a refusal (a ``ToolError`` with outcome ``error``) marks it ``failed``; any
-other ending (timeout, lost reply, unexpected error, unusable receipt, a ledger that fails
-to store the receipt) is ``ambiguous_write`` and marks it ``unknown`` if the ledger lets it.
+``committed``, once it is found to be a receipt of the approved effect; a refusal of its
+first send (a ``ToolError`` with outcome ``error``) marks it ``failed``; any other ending
+(timeout, lost reply, unexpected error, unusable receipt, a refused *resend*, a ledger that
+fails to store the receipt) is ``ambiguous_write`` and marks it ``unknown`` if the ledger
+lets it. What the ledger and the audit log record of an ending never holds the value of a
+``Secret()`` field (:mod:`airlock.tools._step_text`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Collection
 from typing import Any
 
 import anyio
-from pydantic import BaseModel
 
-from airlock.policies import Principal
-from airlock.tools._audit import AdmissionDecision, CallOutcome, Stage, audit_event
+from airlock.tools._audit import AdmissionDecision, CallOutcome, Stage
 from airlock.tools._audit_log import AuditLog
-from airlock.tools._context import Caller
 from airlock.tools._egress import CallCheck, checked_invoke, reach_of
 from airlock.tools._errors import (
     AmbiguousWriteError,
@@ -34,26 +32,21 @@ from airlock.tools._errors import (
 )
 from airlock.tools._ledger import LedgerStore, StepStateError, own_receipt
 from airlock.tools._preview import (
-    Approval,
     Preview,
     Receipt,
     ResolvedBy,
     StepState,
-    canonical_json,
 )
-from airlock.tools._process import ProcessMark
+from airlock.tools._receipt_check import receipt_mismatch
 from airlock.tools._shaping import shape_result
 from airlock.tools._spec import ToolSpec
+from airlock.tools._step_effect import contract_of, effect_of
+from airlock.tools._step_events import approver_of, step_event
+from airlock.tools._step_owner import owner_token
+from airlock.tools._step_text import secret_values, without_secrets
 from airlock.tools._write_contract import WriteContract
 
-__all__ = [
-    "Sender",
-    "approver_of",
-    "contract_of",
-    "effect_of",
-    "owner_alive",
-    "owner_token",
-]
+__all__ = ["Sender"]
 
 _log = logging.getLogger("airlock.writes")
 
@@ -101,11 +94,16 @@ class Sender:
         """Send the claimed step's effect once with its key, and settle the step.
 
         Raises:
-            AmbiguousWriteError: no definite answer (timeout, lost reply, unexpected error);
-                the step is now ``unknown``.
-            ToolError: the system refused (outcome ``error``); the step is now ``failed``.
+            AmbiguousWriteError: no definite answer (timeout, lost reply, unexpected error),
+                or the system refused a resend (an earlier send may have acted); the step
+                is now ``unknown``.
+            ConflictError: the answer is not a receipt of the approved effect (outcome
+                ``unknown``; see :meth:`store_receipt`).
+            ToolError: the system refused the first send (outcome ``error``); the step is
+                now ``failed``.
         """
         contract = contract_of(spec)
+        secrets = secret_values(contract, claimed.effect)
         try:
             effect = effect_of(contract, claimed)
         except ValueError as exc:  # a pydantic ValidationError: the model changed since
@@ -120,7 +118,17 @@ class Sender:
                 raw = await checked_invoke(check, contract.commit, effect, claimed.key)
         except ToolError as exc:
             self.refuse_undeclared(claimed, check, exc)
-            if exc.outcome == "error":  # the system of record refused: nothing happened
+            if exc.outcome == "error" and resolved_by != "send":
+                # A refused resend (409 while the first request with the key is in progress,
+                # 429) proves only that this resend did nothing: the first may have acted.
+                why = f"resend refused: {exc.code}: {exc.detail or exc.message}"
+                message = (
+                    f"the change may have happened: an earlier send had no definite answer, "
+                    f"and the system refused to take it again with the same key "
+                    f"({exc.code}); commit again later (same key) or wait for reconcile"
+                )
+                raise self.ambiguous(claimed, why, secrets=secrets, message=message) from exc
+            if exc.outcome == "error":  # the system refused the only send: nothing happened
                 self.mark(claimed, "failed", how=f"refused: {exc.code}", error=exc.code)
                 self.audit(
                     claimed,
@@ -132,13 +140,15 @@ class Sender:
                     f"{actor}: refused",
                 )
                 raise
-            raise self.ambiguous(claimed, f"{exc.code}: {exc.detail or exc.message}") from exc
+            why = f"{exc.code}: {exc.detail or exc.message}"
+            raise self.ambiguous(claimed, why, secrets=secrets) from exc
         except TimeoutError as exc:
             self.refuse_undeclared(claimed, check, exc)
             raise self.ambiguous(claimed, f"no answer within {spec.timeout:g} s") from exc
         except Exception as exc:
             self.refuse_undeclared(claimed, check, exc)
-            raise self.ambiguous(claimed, f"{type(exc).__name__}: {exc}"[:300]) from exc
+            why = f"{type(exc).__name__}: {exc}"
+            raise self.ambiguous(claimed, why, secrets=secrets) from exc
         except BaseException:  # cancelled or interrupted mid-send: record what is known
             self.mark_unknown(claimed, how="interrupted during send", error="interrupted")
             raise
@@ -156,12 +166,20 @@ class Sender:
             AmbiguousWriteError: the answer does not fit the receipt model, or the ledger
                 failed to store it (step ``unknown`` when the ledger lets it be marked, else
                 still ``sending`` until its lease runs out).
-            ConflictError: another process took the step over and stored no receipt.
+            ConflictError: another process took the step over and stored no receipt; or
+                (outcome ``unknown``) the answer is not a receipt of the approved effect:
+                the step is ``unknown``, for an operator to look at the system of record.
         """
+        contract = spec.write  # None for an approved read: its result is no one's receipt
+        secrets = () if contract is None else secret_values(contract, claimed.effect)
         try:
             data = shape_result(spec.output_model, raw, max_bytes=spec.max_result_bytes)
         except ToolError as exc:  # the system acted but its answer is unusable: keep it open
-            raise self.ambiguous(claimed, f"unusable receipt: {exc.detail or exc.code}") from exc
+            why = f"unusable receipt: {exc.detail or exc.code}"
+            raise self.ambiguous(claimed, why, secrets=secrets) from exc
+        mismatch = None if contract is None else receipt_mismatch(contract, claimed.effect, data)
+        if mismatch is not None:
+            raise self.mismatched(claimed, without_secrets(mismatch, secrets))
         now = self.clock()
         receipt = Receipt(
             key=claimed.key,
@@ -191,7 +209,7 @@ class Sender:
             # The system acted and the ledger did not record it (locked, unreachable, ...):
             # never "nothing was written". Commit again or reconcile, with the same key.
             why = f"the receipt could not be stored: {type(exc).__name__}: {exc}"
-            raise self.ambiguous(claimed, why[:300]) from exc
+            raise self.ambiguous(claimed, why, secrets=secrets) from exc
         self.audit(
             claimed,
             "done",
@@ -214,7 +232,7 @@ class Sender:
             stored = own_receipt(self.ledger, claimed)
         except Exception as error:
             why = f"the receipt could not be read: {type(error).__name__}: {error}"
-            raise self.ambiguous(claimed, why[:300]) from error
+            raise self.ambiguous(claimed, why) from error
         if stored is None:
             raise ConflictError(
                 f"preview {claimed.id!r} was taken over while sending; reconcile it",
@@ -257,15 +275,42 @@ class Sender:
             "the change could not be sent; nothing was changed", detail=f"{why}: {exc}"[:500]
         )
 
-    def ambiguous(self, claimed: Preview, why: str) -> AmbiguousWriteError:
+    def ambiguous(
+        self,
+        claimed: Preview,
+        why: str,
+        *,
+        secrets: Collection[str] = (),
+        message: str | None = None,
+    ) -> AmbiguousWriteError:
         """Mark the step ``unknown`` if the ledger lets us, and build the error that says
         so (it must reach the caller even when the ledger fails: the system may have acted).
+        ``why`` (an exception's text, often) is recorded without ``secrets``, the values of
+        the step's ``Secret()`` fields, and credentials are redacted where it is stored.
         """
+        why = without_secrets(why, secrets)[:300]
         self.mark_unknown(claimed, how=f"no definite answer: {why}", error=why[:200])
         self.audit(claimed, "execute", "allow", claimed.rule, "unknown", "ambiguous_write", why)
         return AmbiguousWriteError(
-            "the change may have happened; commit again (same key) or wait for reconcile",
+            message
+            or "the change may have happened; commit again (same key) or wait for reconcile",
             idempotency_key=claimed.key,
+            detail=why,
+        )
+
+    def mismatched(self, claimed: Preview, why: str) -> ConflictError:
+        """Mark the step ``unknown`` (its key answers for another change: never ``committed``
+        on that answer, never ``failed``, which would free the key) and build the error."""
+        self.mark_unknown(
+            claimed,
+            how=f"answer not stored as its receipt, look at the system of record: {why}",
+            error=f"receipt_mismatch: {why}"[:200],
+        )
+        self.audit(claimed, "execute", "allow", claimed.rule, "unknown", "conflict", why)
+        return ConflictError(
+            "the system of record answers for another change under this change's key; it "
+            "is not recorded as committed. Do not retry: an operator must look at it",
+            outcome="unknown",
             detail=why,
         )
 
@@ -311,23 +356,19 @@ class Sender:
         (``airlock approvals approve`` in another process, say)."""
         if approver is None and stage in ("execute", "done"):
             approver = self._approver(preview.id)
-        event = audit_event(
-            _StepCall(preview.principal, preview.run_id, preview.id),
-            preview.tool,
-            stage=stage,
-            decision=decision,
-            rule=rule,
-            outcome=outcome,
-            code=code,
-            args_hash=preview.fingerprint[:32],
-            effects=preview.effects,
-            detail=detail,
-            final=False,
-            ts=self.clock(),
+        self.audit_log.record(
+            step_event(
+                preview,
+                stage,
+                decision,
+                rule,
+                outcome,
+                code,
+                detail,
+                approver=approver,
+                ts=self.clock(),
+            )
         )
-        if approver is not None:
-            event = dataclasses.replace(event, approver=approver)
-        self.audit_log.record(event)
 
     def _approver(self, preview_id: str) -> str | None:
         try:
@@ -336,59 +377,3 @@ class Sender:
             _log.warning("could not read the approval of %s", preview_id, exc_info=True)
             return None
         return None if approval is None else approver_of(approval)
-
-
-def approver_of(approval: Approval) -> str:
-    """Who approved, as the audit log names it: the person, or ``policy:RULE``."""
-    if approval.kind == "person" or approval.approver.startswith("policy:"):
-        return approval.approver
-    return f"policy:{approval.approver}"
-
-
-@dataclass(frozen=True, slots=True)
-class _StepCall:
-    """Whose call a write step's audit event records: the preview's principal and run, the
-    preview id as the call id (a step has no call of its own)."""
-
-    principal: Principal
-    run_id: str
-    call_id: str
-    caller: Caller = "direct"
-
-
-def contract_of(spec: ToolSpec) -> WriteContract:
-    if spec.write is None:  # the registry routes only write tools here
-        raise UpstreamError(detail=f"{spec.name} is not a write tool")
-    return spec.write
-
-
-def effect_of(contract: WriteContract, preview: Preview) -> BaseModel:
-    """The approved effect, rebuilt from the ledger (never recomputed). From its JSON form, as
-    JSON: a strict model takes back what JSON spells as strings (dates, decimals).
-
-    Raises:
-        ValueError: the stored effect does not build the model (a pydantic
-            ``ValidationError``), or holds NaN.
-    """
-    return contract.effect_model.model_validate_json(canonical_json(preview.effect))
-
-
-def owner_token() -> str:
-    """This process's :class:`~airlock.tools.ProcessMark` token, recorded on every claimed
-    send so that reconciliation can tell when its sender is gone (pid reuse included)."""
-    pid = os.getpid()
-    token = _TOKENS.get(pid)  # keyed by pid: a forked child is another sender
-    if token is None:
-        token = _TOKENS[pid] = ProcessMark.of(pid).token()
-    return token
-
-
-def owner_alive(owner: str | None) -> bool | None:
-    """Whether the process named by ``owner`` still runs: ``None`` when this host cannot tell
-    (another host, another PID namespace, or a malformed token)."""
-    mark = None if owner is None else ProcessMark.parse(owner)
-    state = "unknown" if mark is None else mark.state()
-    return None if state == "unknown" else state == "alive"
-
-
-_TOKENS: dict[int, str] = {}

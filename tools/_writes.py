@@ -72,8 +72,8 @@ from airlock.tools._read_approvals import run_claimed_read
 from airlock.tools._reconcile import Resolution, resolve_all
 from airlock.tools._registry import Registry
 from airlock.tools._sealed import SealedSender, SecretVault
-from airlock.tools._sender import approver_of
 from airlock.tools._spec import ToolSpec
+from airlock.tools._step_events import approver_of
 
 __all__ = ["WritePath"]
 
@@ -281,9 +281,13 @@ class WritePath(BatchWrites):
             PreviewExpiredError: past its expiry with no receipt stored (outcome ``unknown``
                 when an earlier send may have acted: reconcile resolves it).
             NeedsApprovalError: nobody approved it yet.
-            ConflictError: another commit of it is in flight, or the step failed before.
-            AmbiguousWriteError: the send ended without a definite answer; the step is
-                ``unknown``. Commit again (it resends with the same key) or reconcile.
+            ConflictError: another commit of it is in flight (retryable, outcome
+                ``unknown``: ask again shortly), or the step failed before; or the system
+                answered for another change under its key (outcome ``unknown``: the step is
+                ``unknown`` for an operator to look at).
+            AmbiguousWriteError: the send ended without a definite answer, or the system
+                refused a resend; the step is ``unknown``. Commit again (it resends with the
+                same key) or reconcile.
             ToolError: the system of record refused (the tool's error, outcome ``error``).
         """
         checked = checked_for_commit(

@@ -12,7 +12,7 @@ from collections.abc import Callable
 import pytest
 
 from airlock.tools import ProcessMark
-from airlock.tools._sender import owner_alive, owner_token
+from airlock.tools._step_owner import owner_alive, owner_token
 
 
 def _exited_child() -> ProcessMark:
