@@ -17,44 +17,35 @@ crash can lose is only events of calls that had not returned yet. A
 
 A log built without a store is *provisional*: in memory until :meth:`AuditLog.attach` gives
 it one (a :class:`~airlock.Harness` attaches the SQLite store under ``$AIRLOCK_HOME``), so
-a bare ``Registry()`` in a unit test writes no file.
+a bare ``Registry()`` in a unit test writes no file. The writer thread is
+:mod:`airlock.tools._audit_writer`; what the logs of a process share (flushing at exit,
+resetting in a forked child) is :mod:`airlock.tools._audit_process`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import threading
-from collections import deque
+import time
 from collections.abc import Iterable
 from types import TracebackType
-from typing import NamedTuple
 
 import anyio.to_thread
 
 from airlock.policies import UsageError
 from airlock.tools._audit import AuditEvent, AuditSink, AuditStore, RunSummary, program_hash
-from airlock.tools._audit_process import LoopWaiter, forget, register, release
+from airlock.tools._audit_process import LoopWaiter, forget, register
+from airlock.tools._audit_writer import RETRY_S, AuditWriter, QueuedProgram
 from airlock.tools._memory_audit import MemoryAuditStore
 
 __all__ = ["AuditLog"]
 
 _log = logging.getLogger("airlock.audit")
-_IDLE_EXIT_S = 2.0
-"""An idle writer thread ends after this long; the next record starts another."""
-_RETRY_S = 0.5
-"""How long the writer waits before retrying a store that failed."""
-_LINGER_S = 0.01
-"""How long the writer lets a small batch grow while nobody waits for it to be durable:
-fewer, larger transactions cost the process less CPU under load. A waiter cuts it short."""
 
 
-class _Program(NamedTuple):
-    digest: str
-    text: str
-
-
-class AuditLog:
+class AuditLog(AuditWriter):
     """Records audit events without blocking and writes them to a store; thread-safe.
 
     Args:
@@ -76,25 +67,14 @@ class AuditLog:
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, not {batch_size!r}")
+        super().__init__(
+            store if store is not None else MemoryAuditStore(),
+            batch_size=batch_size,
+            sinks=sinks,
+        )
         self.provisional = store is None
         """Built without a store: in memory until :meth:`attach` gives it one."""
-        self._store: AuditStore = store if store is not None else MemoryAuditStore()
         self._inline = isinstance(self._store, MemoryAuditStore)
-        self._batch_size = batch_size
-        self._sinks = list(sinks)
-        # Recording takes the lock alone (the condition's own methods cost more per call).
-        self._lock = threading.RLock()
-        self._cond = threading.Condition(self._lock)
-        self._queue: deque[AuditEvent | _Program] = deque()
-        self._recorded = 0  # items queued since the start, in order
-        self._stored = 0  # of those, how many the store holds (always a prefix)
-        self._failures = 0
-        self._failure: BaseException | None = None
-        self._waiters: list[LoopWaiter] = []
-        self._flushing = 0  # threads blocked in flush()
-        self._writer: threading.Thread | None = None
-        self._idle = False
-        self._closed = False
         register(self)
 
     @property
@@ -119,8 +99,8 @@ class AuditLog:
             self._store = store
             self.provisional = False
             self._inline = isinstance(store, MemoryAuditStore)
-            moved: list[AuditEvent | _Program] = [
-                *(_Program(d, t) for d, t in old.programs().items()),
+            moved: list[AuditEvent | QueuedProgram] = [
+                *(QueuedProgram(d, t) for d, t in old.programs().items()),
                 *old.query(),
             ]
             if not moved:
@@ -130,6 +110,8 @@ class AuditLog:
                 return
             self._queue.extendleft(reversed(moved))
             self._recorded += len(moved)
+            # The sinks saw these when they were recorded (a memory store writes inline).
+            self._announced = sum(isinstance(m, AuditEvent) for m in moved)
             self._kick()
 
     def add_sink(self, sink: AuditSink) -> None:
@@ -140,7 +122,19 @@ class AuditLog:
     # -- recording ------------------------------------------------------------------------
 
     def record(self, event: AuditEvent) -> None:
-        """Queue ``event`` for the writer; never waits for a disk."""
+        """Queue ``event`` for the writer; never waits for a disk.
+
+        Raises:
+            UsageError: its ``ts`` or ``duration_s`` is NaN or not a number: refused here,
+                since the writer could store neither it nor the events queued behind it.
+            RuntimeError: the log is closed.
+        """
+        try:
+            unstorable = _isnan(event.ts) or _isnan(event.duration_s)
+        except TypeError:  # not a number at all
+            unstorable = True
+        if unstorable:
+            raise _unstorable(event)
         with self._lock:  # (``_put`` inlined: every call records one event)
             if self._closed:
                 raise RuntimeError("this audit log is closed; nothing more can be recorded")
@@ -159,10 +153,10 @@ class AuditLog:
         """Queue the text of a program to be stored once under its hash; returns the hash
         (:func:`~airlock.tools.program_hash`), for the ``args_hash`` of its event."""
         digest = program_hash(text)
-        self._put(_Program(digest, text))
+        self._put(QueuedProgram(digest, text))
         return digest
 
-    def _put(self, item: AuditEvent | _Program) -> None:
+    def _put(self, item: AuditEvent | QueuedProgram) -> None:
         with self._lock:
             if self._closed:
                 raise RuntimeError("this audit log is closed; nothing more can be recorded")
@@ -173,9 +167,9 @@ class AuditLog:
             self._recorded += 1
             self._kick()
 
-    def _write_inline(self, item: AuditEvent | _Program) -> None:
+    def _write_inline(self, item: AuditEvent | QueuedProgram) -> None:
         # Called with the lock held: a memory store appends in microseconds.
-        if isinstance(item, _Program):
+        if isinstance(item, QueuedProgram):
             self._store.append([], {item.digest: item.text})
             return
         events = [item]
@@ -183,27 +177,21 @@ class AuditLog:
         if self._sinks:
             self._emit(events)
 
-    def _kick(self, *, urgent: bool = False) -> None:
-        # Called with the lock held: make sure a writer will see the queue (at once when
-        # someone waits for it, else when it stops lingering).
-        if self._writer is None:
-            self._writer = threading.Thread(
-                target=self._run, name="airlock-audit-writer", daemon=True
-            )
-            self._writer.start()
-        elif self._idle or urgent:
-            self._cond.notify_all()
-
     # -- waiting --------------------------------------------------------------------------
 
-    def flush(self) -> None:
+    def flush(self, *, timeout: float | None = None) -> None:
         """Block until every event recorded so far is stored (use :meth:`wait_durable` on
-        an event loop).
+        an event loop), for at most ``timeout`` seconds if given.
 
         Raises:
+            TimeoutError: ``timeout`` passed first; the events stay queued.
+            UsageError: called on the log's writer thread (a sink's ``emit``), where it
+                would wait for itself.
             Exception: whatever the store raised while this waited; the events stay queued
-                and the writer retries them.
+                and the writer retries them (until the log is closed).
         """
+        self._refuse_on_writer("flush")
+        deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             target = self._recorded
             failures = self._failures
@@ -212,8 +200,17 @@ class AuditLog:
                 while self._stored < target:
                     if self._failures != failures and self._failure is not None:
                         raise self._failure
+                    self._refuse_closed()
+                    wait = RETRY_S
+                    if deadline is not None:
+                        wait = min(wait, deadline - time.monotonic())
+                        if wait <= 0:
+                            raise TimeoutError(
+                                f"{target - self._stored} audit events were not stored "
+                                f"within {timeout!r} s; they stay queued"
+                            )
                     self._kick(urgent=True)
-                    self._cond.wait(_RETRY_S)
+                    self._cond.wait(wait)
             finally:
                 self._flushing -= 1
 
@@ -222,8 +219,10 @@ class AuditLog:
         loop (the writer thread releases the wait).
 
         Raises:
+            UsageError: called on the log's writer thread, as :meth:`flush`.
             Exception: whatever the store raised while this waited.
         """
+        self._refuse_on_writer("wait_durable")
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # another event loop library: wait in a worker thread
@@ -232,82 +231,32 @@ class AuditLog:
         with self._cond:
             if self._stored >= self._recorded:
                 return
+            self._refuse_closed()
             future: asyncio.Future[None] = loop.create_future()
             self._waiters.append(LoopWaiter(self._recorded, loop, future))
             self._kick(urgent=True)
         await future
+
+    def _refuse_on_writer(self, what: str) -> None:
+        if threading.current_thread() is self._writer:
+            raise UsageError(
+                f"{what}() waits for the audit log's writer thread and was called on it (from "
+                "a sink's emit(), which runs there); a sink may read the log (events(), "
+                "runs()), which needs no wait there, or hand the work to another thread"
+            )
+
+    def _refuse_closed(self) -> None:
+        # Called with the lock held: a closed log whose writer stopped stores nothing more.
+        if self._closed and self._writer is None:
+            raise self._failure or RuntimeError(
+                f"this audit log was closed with {self._recorded - self._stored} events not stored"
+            )
 
     @property
     def pending(self) -> int:
         """Events and programs recorded but not yet stored."""
         with self._cond:
             return self._recorded - self._stored
-
-    # -- the writer thread ----------------------------------------------------------------
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                while not self._queue:
-                    if self._closed:
-                        self._writer = None
-                        return
-                    self._idle = True
-                    self._cond.wait(_IDLE_EXIT_S)
-                    self._idle = False
-                    if not self._queue:
-                        self._writer = None
-                        return
-                if not self._urgent() and len(self._queue) < self._batch_size:
-                    self._cond.wait(_LINGER_S)  # let the batch grow; a waiter wakes it
-                count = min(len(self._queue), self._batch_size)
-                batch = [self._queue.popleft() for _ in range(count)]
-                store = self._store
-            events = [item for item in batch if isinstance(item, AuditEvent)]
-            programs = {item.digest: item.text for item in batch if isinstance(item, _Program)}
-            try:
-                store.append(events, programs or None)
-            except Exception as exc:
-                if self._failed(batch, exc):
-                    return
-                continue
-            with self._cond:
-                self._stored += count
-                ready = [w for w in self._waiters if w.target <= self._stored]
-                if ready:
-                    self._waiters = [w for w in self._waiters if w.target > self._stored]
-                self._cond.notify_all()
-            release(ready, None)
-            self._emit(events)
-
-    def _urgent(self) -> bool:
-        return bool(self._waiters or self._flushing or self._closed)
-
-    def _failed(self, batch: list[AuditEvent | _Program], exc: Exception) -> bool:
-        """Requeue ``batch``, fail every waiter, wait a little; whether to stop writing."""
-        _log.error("the audit store failed; retrying in %.1f s", _RETRY_S, exc_info=exc)
-        with self._cond:
-            self._queue.extendleft(reversed(batch))
-            self._failures += 1
-            self._failure = exc
-            waiting, self._waiters = self._waiters, []
-            self._cond.notify_all()
-            if self._closed:
-                self._writer = None
-                return True
-        release(waiting, exc)
-        with self._cond:
-            self._cond.wait(_RETRY_S)
-        return False
-
-    def _emit(self, events: list[AuditEvent]) -> None:
-        if not events:
-            return
-        for sink in list(self._sinks):
-            try:
-                sink.emit(events)
-            except Exception:  # a sink must never stop the audit log
-                _log.exception("audit sink %r failed", sink)
 
     # -- reading and closing --------------------------------------------------------------
 
@@ -319,19 +268,26 @@ class AuditLog:
         since: float | None = None,
         limit: int | None = None,
     ) -> list[AuditEvent]:
-        """Flush, then query the store."""
-        self.flush()
+        """Flush (but not on the writer thread, where a sink reads what is stored), then
+        query the store."""
+        self._flush_to_read()
         return self._store.query(run_id=run_id, tool=tool, since=since, limit=limit)
 
     def runs(self, *, limit: int = 50) -> list[RunSummary]:
-        """Flush, then summarize the most recent runs."""
-        self.flush()
+        """Flush (as :meth:`events`), then summarize the most recent runs."""
+        self._flush_to_read()
         return self._store.runs(limit=limit)
 
     def program(self, digest: str) -> str | None:
-        """Flush, then the text of the program stored under ``digest``."""
-        self.flush()
+        """Flush (as :meth:`events`), then the stored text of the program ``digest``."""
+        self._flush_to_read()
         return self._store.program(digest)
+
+    def _flush_to_read(self) -> None:
+        # A sink that reads the log runs on the writer thread, which must not wait for
+        # itself; what it reads there includes every batch sinks were given.
+        if threading.current_thread() is not self._writer:
+            self.flush()
 
     def close(self) -> None:
         """Flush, stop the writer and close the store.
@@ -369,6 +325,7 @@ class AuditLog:
         self._queue.clear()
         self._recorded = self._stored = 0
         self._waiters = []
+        self._flushing = self._announced = 0
         self._writer = None
         self._idle = False
 
@@ -382,3 +339,15 @@ class AuditLog:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+_isnan = math.isnan
+
+
+def _unstorable(event: AuditEvent) -> UsageError:
+    # (An infinite time is stored and read back as it is; NaN is not: SQLite stores NULL.)
+    return UsageError(
+        f"audit event {event.call_id!r} has ts={event.ts!r} and duration_s="
+        f"{event.duration_s!r}: both must be numbers of seconds, not NaN, or no store can "
+        "hold the event; take them from time.time() and a clock's difference"
+    )

@@ -1,6 +1,14 @@
 """What the audit logs of one process share: the set of open logs, flushed at exit (their
 writer threads are daemons) and reset in a forked child; and waking a coroutine on its own
-event loop from a writer thread."""
+event loop from a writer thread.
+
+The flush at exit is bounded (:data:`EXIT_FLUSH_S`): a store that no longer answers must not
+keep the process from ending; what it did not take is logged as lost. A child that
+``multiprocessing`` started ends with ``os._exit``, which runs no ``atexit`` function, so
+there the flush is also a multiprocessing finalizer (:func:`arm_exit`). A process killed by a
+signal runs neither: ``Pool.terminate()`` (what leaving ``with Pool(...)`` does) kills its
+workers with SIGTERM, so a task should close its log, or the pool be closed and joined.
+"""
 
 from __future__ import annotations
 
@@ -8,18 +16,24 @@ import asyncio
 import atexit
 import logging
 import os
+import sys
+import time
 import weakref
 from typing import NamedTuple, Protocol
 
-__all__ = ["LoopWaiter", "OpenLog", "forget", "register", "release"]
+__all__ = ["EXIT_FLUSH_S", "LoopWaiter", "OpenLog", "arm_exit", "forget", "register", "release"]
 
 _log = logging.getLogger("airlock.audit")
+EXIT_FLUSH_S = 10.0
+"""How long a process's exit waits, in all, for its audit logs to store what they hold."""
 
 
 class OpenLog(Protocol):
     """What the process-wide hooks need of an audit log."""
 
-    def flush(self) -> None: ...
+    def flush(self, *, timeout: float | None = None) -> None: ...
+    @property
+    def pending(self) -> int: ...
     def _close_sinks(self) -> None: ...
     def _after_fork(self) -> None: ...
 
@@ -82,9 +96,34 @@ os.register_at_fork(after_in_child=_reset_in_child)
 def _flush_at_exit() -> None:
     # The writers are daemon threads: events recorded outside any awaited call (a script's
     # last calls) are stored before the interpreter stops them, then sinks send theirs.
+    deadline = time.monotonic() + EXIT_FLUSH_S
     for log in list(_OPEN):
         try:
-            log.flush()
+            log.flush(timeout=max(0.0, deadline - time.monotonic()))
+        except TimeoutError:
+            _log.error(
+                "%d audit events were lost at exit: the store took none of them in %.0f s",
+                log.pending,
+                EXIT_FLUSH_S,
+            )
         except Exception:
-            _log.exception("audit events could not be stored at exit")
+            _log.exception("%d audit events could not be stored at exit", log.pending)
         log._close_sinks()
+
+
+_armed = 0
+"""The process whose exit runs :func:`_flush_at_exit` as a multiprocessing finalizer."""
+
+
+def arm_exit() -> None:
+    """Flush the open logs when this process ends, also if ``multiprocessing`` started it
+    (called when a writer starts: a child starts its own). Cheap after the first call."""
+    global _armed
+    util = sys.modules.get("multiprocessing.util")
+    if _armed == os.getpid() or util is None:  # (no multiprocessing: no such child)
+        return
+    _armed = os.getpid()
+    # A child's multiprocessing runs its finalizers on the way out; the registry is emptied
+    # when the child starts, so this is called again in the child. In the parent, it runs
+    # beside atexit's call: the second flush finds nothing to do.
+    util.Finalize(None, _flush_at_exit, exitpriority=10)

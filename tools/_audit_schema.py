@@ -99,7 +99,7 @@ def row_of(e: AuditEvent) -> tuple[Any, ...]:
     """An event's stored columns, as SQLite will give them back (floats as floats, text
     that UTF-8 can hold), so the chain computed now matches the one checked later."""
     return (
-        float(e.ts),
+        float(e.ts) + 0.0,  # (+ 0.0: -0.0 becomes 0.0, as SQLite stores it; see encoded_row)
         _text(e.run_id),
         _text(e.call_id),
         _text(e.caller),
@@ -112,7 +112,7 @@ def row_of(e: AuditEvent) -> tuple[Any, ...]:
         _text(e.rule),
         e.outcome,
         None if e.code is None else _text(e.code),
-        float(e.duration_s),
+        float(e.duration_s) + 0.0,
         json.dumps([_text(x) for x in e.effects]),
         None if e.detail is None else _text(e.detail),
         int(e.final),
@@ -139,7 +139,9 @@ def encoded_row(
     a row as it is, and is not called on it. Any other row goes through ``row_of``,
     ``text`` and the encoder.
     """
-    ts, duration = float(e.ts), float(e.duration_s)
+    # SQLite stores -0.0 as 0 (an integral REAL is kept as an integer), so a record chained
+    # over "-0.0" would not verify: both times are chained as they will be read back.
+    ts, duration = float(e.ts) + 0.0, float(e.duration_s) + 0.0
     code, detail, approver, effects = e.code, e.detail, e.approver, e.effects
     # The eleven texts between ``ts`` and ``code``, in column order.
     plain = (

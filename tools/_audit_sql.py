@@ -58,12 +58,21 @@ def chain_rows(
     number, chain = (0, GENESIS) if last is None else (int(last[0]), bytes(last[1]))
     chained: list[tuple[Any, ...]] = []
     indexed: list[tuple[Any, ...]] = []
-    for row, tail, split in zip(*prepared, strict=True):
-        number += 1
-        chain = link(chain, number, tail)
-        chained.append((number, *row, chain))
-        for kind, target, prefix in split:
-            indexed.append((number, kind, target, prefix))
+    rows, tails, effects = prepared
+    for start in range(0, len(rows), _SLICE):
+        if start:
+            # A link is an HMAC of a short text, computed with the GIL held (about 2 us):
+            # let the event loop run between slices, as encode_events does.
+            time.sleep(0)
+        end = start + _SLICE
+        for row, tail, split in zip(
+            rows[start:end], tails[start:end], effects[start:end], strict=True
+        ):
+            number += 1
+            chain = link(chain, number, tail)
+            chained.append((number, *row, chain))
+            for kind, target, prefix in split:
+                indexed.append((number, kind, target, prefix))
     return number, chain, chained, indexed
 
 

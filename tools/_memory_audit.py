@@ -4,10 +4,10 @@ registry nobody gave a store yet (see :attr:`AuditLog.provisional
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Mapping, Sequence
 
 from airlock.tools._audit import AuditEvent, RunSummary
+from airlock.tools._fork_lock import ForkLock
 
 __all__ = ["MemoryAuditStore", "summarize"]
 
@@ -18,7 +18,8 @@ class MemoryAuditStore:
     def __init__(self) -> None:
         self._events: list[AuditEvent] = []
         self._programs: dict[str, str] = {}
-        self._lock = threading.Lock()
+        # (a ForkLock: a forked child must not find it held by a thread of its parent)
+        self._lock = ForkLock("an audit store in memory")
 
     def append(
         self, events: Sequence[AuditEvent], programs: Mapping[str, str] | None = None

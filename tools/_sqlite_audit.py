@@ -211,13 +211,14 @@ class SQLiteAuditStore:
 
     def verify(self) -> ChainReport:
         """Check every record against the chain, the head, the effect index and every
-        stored program; the report names the first that does not fit.
+        stored program, in one snapshot of the file (records and the head a writer commits
+        meanwhile are not mixed in); the report names the first that does not fit.
 
         Raises:
             AuditStoreError: the key is missing or unreadable.
         """
         key = self._key if self._key is not None else load_key(self.key_file, create=False)
-        return self._db.read(lambda conn: verify_chain(conn, key, COLUMNS))
+        return self._db.snapshot(lambda conn: verify_chain(conn, key, COLUMNS))
 
     def close(self) -> None:
         self._db.close()

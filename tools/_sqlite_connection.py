@@ -4,10 +4,12 @@ The audit store and the ledger open their files the same way: WAL mode, the chos
 ``synchronous`` level, autocommit (``isolation_level=None``) so each store writes with an
 explicit ``BEGIN IMMEDIATE``, and their schema; or, ``readonly``, an existing file through a
 ``mode=ro`` URI that creates and changes nothing. A forked child must not share its parent's
-handle, so a connection is opened again when the process id changes.
+handle: it opens its own when it first needs one (the inherited one is never used, nor
+closed: closing it may act on the parent's WAL). A fork waits for the transactions of this
+process's connections to end, and the child finds their locks free (:mod:`._fork_lock`).
 
-This is the one place where SQLite's errors become :class:`~airlock.tools.LedgerError`\\ s
-(:func:`store_error`), so no ``sqlite3`` exception reaches a store's caller. Before SQLite
+Every operation maps SQLite's errors (:func:`store_error`), so no ``sqlite3`` exception
+reaches a store's caller. Before SQLite
 sees a file it is checked for what SQLite reports badly or not at all (a directory, a file or
 folder that cannot be written, another program's database), and at every read and
 transaction the path must still name the file that was opened (same device and inode): a
@@ -24,22 +26,20 @@ from __future__ import annotations
 import logging
 import os
 import sqlite3
-import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
 from airlock.tools._errors import (
-    LedgerCorruptError,
     LedgerError,
-    LedgerIOError,
-    LedgerLockedError,
     LedgerNotADatabaseError,
     LedgerReadOnlyError,
     LedgerReplacedError,
     LedgerUnavailableError,
 )
+from airlock.tools._fork_lock import ForkLock
+from airlock.tools._sqlite_errors import store_error
 
 __all__ = ["SQLiteConnection", "store_error"]
 
@@ -88,7 +88,7 @@ class SQLiteConnection:
         self._pragmas = tuple(pragmas)
         self._label = label
         self._marker = marker
-        self._lock = threading.Lock()
+        self._lock = ForkLock(f"{label} {self._path!r}")
         self._pid = os.getpid()
         self._identity: tuple[int, int] | None = None
         self._conn: sqlite3.Connection | None = self._connect()
@@ -272,6 +272,7 @@ class SQLiteConnection:
             raise RuntimeError(f"{self._label} {self._path} is closed")
         if os.getpid() != self._pid:  # a forked child must not share the parent's handle
             self._pid = os.getpid()
+            _INHERITED.append(self._conn)
             self._conn = None
             self._conn = self._connect()
         return self._conn
@@ -287,6 +288,26 @@ class SQLiteConnection:
             conn = self._connection()
             self._check_identity()
             return fn(conn)
+
+    def snapshot(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """``fn(connection)`` under the lock, in one read transaction: all its statements
+        see the file as the first one did, whatever other processes commit meanwhile (WAL
+        mode lets them write while it reads).
+
+        Raises:
+            RuntimeError: the store is closed.
+            LedgerError: SQLite failed, or the file was deleted or replaced since it opened.
+        """
+        with self._lock, self._mapped():
+            conn = self._connection()
+            self._check_identity()
+            # A deferred BEGIN: the first SELECT fixes the snapshot every later one reads.
+            conn.execute("BEGIN")
+            try:
+                return fn(conn)
+            finally:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
@@ -325,61 +346,10 @@ class SQLiteConnection:
         with self._lock:
             if self._conn is not None and os.getpid() == self._pid:
                 self._conn.close()
+            elif self._conn is not None:
+                _INHERITED.append(self._conn)
             self._conn = None
 
 
-# SQLite's primary result codes (``sqlite_errorname`` without an extended suffix), and the
-# messages sqlite3_errstr() gives them, for errors raised without a name.
-_BY_NAME: dict[str, type[LedgerError]] = {
-    "SQLITE_BUSY": LedgerLockedError,
-    "SQLITE_LOCKED": LedgerLockedError,
-    "SQLITE_NOTADB": LedgerNotADatabaseError,
-    "SQLITE_CORRUPT": LedgerCorruptError,
-    "SQLITE_READONLY": LedgerReadOnlyError,
-    "SQLITE_CANTOPEN": LedgerUnavailableError,
-    "SQLITE_PERM": LedgerUnavailableError,
-    "SQLITE_AUTH": LedgerUnavailableError,
-    "SQLITE_IOERR": LedgerIOError,
-    "SQLITE_FULL": LedgerIOError,
-}
-_BY_MESSAGE: dict[str, str] = {
-    "database is locked": "SQLITE_BUSY",
-    "database table is locked": "SQLITE_LOCKED",
-    "file is not a database": "SQLITE_NOTADB",
-    "database disk image is malformed": "SQLITE_CORRUPT",
-    "attempt to write a readonly database": "SQLITE_READONLY",
-    "unable to open database file": "SQLITE_CANTOPEN",
-    "disk I/O error": "SQLITE_IOERR",
-    "database or disk is full": "SQLITE_FULL",
-}
-_ADVICE: dict[type[LedgerError], str] = {
-    LedgerLockedError: "is locked: another process held it longer than this one waits; try "
-    "again, or stop the process that holds it",
-    LedgerNotADatabaseError: "is not an SQLite database; pass the right file, or move this "
-    "one aside",
-    LedgerCorruptError: "is damaged (malformed or truncated); restore it from a copy, or "
-    "move it aside and reconcile against the system of record",
-    LedgerReadOnlyError: "cannot be written; make the file and its folder writable",
-    LedgerUnavailableError: "cannot be opened; check that the path and its folder exist "
-    "and may be read and written",
-    LedgerIOError: "could not be read or written (the disk failed or is full); fix the disk "
-    "and try again",
-    LedgerError: "failed",
-}
-
-
-def store_error(exc: sqlite3.Error, *, path: str, store: str) -> LedgerError:
-    """The :class:`~airlock.tools.LedgerError` for an error SQLite raised on ``path``:
-    locked → ``ledger_locked``, not a database → ``ledger_not_database``, malformed →
-    ``ledger_corrupt``, read-only → ``ledger_readonly``, cannot open → ``ledger_unavailable``,
-    I/O or full → ``ledger_io``; anything else (a constraint, a bug) is ``ledger_error``."""
-    name = getattr(exc, "sqlite_errorname", None) or _BY_MESSAGE.get(str(exc), "")
-    primary = "_".join(str(name).split("_")[:2])  # SQLITE_IOERR_READ -> SQLITE_IOERR
-    kind = _BY_NAME.get(primary, LedgerError)
-    return kind(
-        f"{store} {path!r} {_ADVICE[kind]} (SQLite: {exc})"
-        if kind is not LedgerError
-        else f"{store} {path!r} failed: {type(exc).__name__}: {exc}",
-        path=path,
-        store=store,
-    )
+_INHERITED: list[sqlite3.Connection] = []
+"""The handles a forked child inherited: kept, so that they are never closed in it."""
