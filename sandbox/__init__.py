@@ -7,7 +7,7 @@ the engine and of the container configuration is here as plain data (:func:`chec
 :func:`read_image_digest`, :func:`describe_container`).
 """
 
-from airlock.sandbox._artifacts import ARTIFACT_URI, ArtifactRef
+from airlock.sandbox._artifacts import ARTIFACT_URI, ArtifactRef, ArtifactStoreFailed
 from airlock.sandbox._backend import SandboxBackend
 from airlock.sandbox._config import (
     ContainerConfig,
@@ -79,6 +79,7 @@ __all__ = [
     "PROBE_PROGRAM",
     "UNKNOWN_DIGEST",
     "ArtifactRef",
+    "ArtifactStoreFailed",
     "ContainerConfig",
     "ContainerMount",
     "DockerBackend",

@@ -18,12 +18,17 @@ directory the host made for the run, and trusts nothing the guest says:
 
 :meth:`ArtifactReceiver.finish` returns the references (:class:`ArtifactRef`); a run that did
 not finish (a limit, a protocol error, a deadline) calls :meth:`ArtifactReceiver.discard`.
+A store on the host that cannot take a file (a full disk, no permission) is the host's
+failure, never the program's: :class:`ArtifactStoreFailed`, a :class:`SandboxError` that ends
+the run, logged at ERROR.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
+import logging
 import mimetypes
 import os
 import shutil
@@ -35,8 +40,22 @@ from typing import Final
 from pydantic import BaseModel, ConfigDict, Field
 
 from airlock.bridge import ArtifactRefused
+from airlock.sandbox._errors import SandboxError
 
-__all__ = ["ARTIFACT_URI", "ArtifactReceiver", "ArtifactRef"]
+__all__ = [
+    "ARTIFACT_STORE_FAILED",
+    "ARTIFACT_URI",
+    "ArtifactReceiver",
+    "ArtifactRef",
+    "ArtifactStoreFailed",
+]
+
+_log = logging.getLogger("airlock.sandbox")
+ARTIFACT_STORE_FAILED: Final = "artifact_store_failed"
+"""The code of :class:`ArtifactStoreFailed` (what the harness tells apart)."""
+_NAME_CLASHES: Final = frozenset({errno.EEXIST, errno.ENOTDIR, errno.EISDIR, errno.ENAMETOOLONG})
+"""Errors of creating a file that its name explains (a file 'a' and a file 'a/b', a part
+too long): the program's doing. Any other error is the host store's."""
 
 ARTIFACT_URI: Final = "airlock://artifacts/"
 """How an artifact is named outside the host: ``airlock://artifacts/RUN/NAME``, where RUN
@@ -69,6 +88,24 @@ class _Open:
     fd: int
     received: int = 0
     digest: hashlib._Hash = field(default_factory=hashlib.sha256)
+
+
+class ArtifactStoreFailed(SandboxError):
+    """The host's artifact store could not take a file (a full or read-only disk, a root
+    that is no directory, no permission): the host's failure, not the program's. The run
+    ends and what arrived is discarded; the message names host paths (the operator's log
+    gets it, a model must not). Not retryable: the operator must fix the store first."""
+
+    code = ARTIFACT_STORE_FAILED
+
+    def __init__(self, directory: Path, error: OSError) -> None:
+        super().__init__(
+            f"the artifact store cannot take a program's files in {str(directory)!r} "
+            f"({error.strerror or type(error).__name__}); free space or fix the store's "
+            "permissions (Harness(artifacts=...), $AIRLOCK_HOME/artifacts)"
+        )
+        self.directory = directory
+        self.errno = error.errno
 
 
 def _media_type(name: str) -> str:
@@ -107,6 +144,7 @@ class ArtifactReceiver:
         Raises:
             ArtifactRefused: over a limit (``limit``), or a piece out of order, of a file
                 already ended or whose name clashes with another's (protocol).
+            ArtifactStoreFailed: the host's store could not take the piece.
         """
         with self._lock:
             if self._discarded:
@@ -130,9 +168,12 @@ class ArtifactReceiver:
                     limit=True,
                 )
             view = memoryview(data)
-            while view:
-                written = os.write(entry.fd, view)
-                view = view[written:]
+            try:
+                while view:
+                    written = os.write(entry.fd, view)
+                    view = view[written:]
+            except OSError as exc:  # a full disk, a quota: nothing the program did
+                raise self._store_failed(exc) from exc
             entry.digest.update(data)
             entry.received += len(data)
             if end:
@@ -159,8 +200,11 @@ class ArtifactReceiver:
                 limit=True,
             )
         if not self._created:
-            self.directory.parent.mkdir(mode=_DIRECTORY_MODE, parents=True, exist_ok=True)
-            self.directory.mkdir(mode=_DIRECTORY_MODE)  # a new directory: nothing else in it
+            try:
+                self.directory.parent.mkdir(mode=_DIRECTORY_MODE, parents=True, exist_ok=True)
+                self.directory.mkdir(mode=_DIRECTORY_MODE)  # a new directory: nothing else in it
+            except OSError as exc:  # the host's store: no name of the program's is in it yet
+                raise self._store_failed(exc) from exc
             self._created = True
         head, _, _ = name.rpartition("/")
         try:
@@ -173,6 +217,8 @@ class ArtifactReceiver:
                 _FILE_MODE,
             )
         except OSError as exc:
+            if exc.errno not in _NAME_CLASHES:
+                raise self._store_failed(exc) from exc
             # A name that is also another's directory (a file 'a' and a file 'a/b').
             raise ArtifactRefused(
                 f"artifact {name!r} cannot be stored beside the others ({exc.strerror})",
@@ -181,6 +227,12 @@ class ArtifactReceiver:
         entry = _Open(fd=fd)
         self._open[name] = entry
         return entry
+
+    def _store_failed(self, exc: OSError) -> ArtifactStoreFailed:
+        failed = ArtifactStoreFailed(self.directory, exc)
+        # The operator's to fix, and the model is told only that the host failed.
+        _log.error("%s", failed)
+        return failed
 
     def finish(self) -> tuple[ArtifactRef, ...]:
         """The references of every file received, by name.

@@ -25,6 +25,7 @@ import pytest
 from airlock.bridge import BridgeLimits, RunEnd, ToolSession, encode_frame, serve_run
 from airlock.bridge import airlock_wire as wire
 from airlock.policies import Grant, Principal
+from airlock.sandbox import ArtifactStoreFailed
 from airlock.sandbox._artifacts import ArtifactReceiver
 from airlock.tools import AuditLog, MemoryAuditStore, Registry
 
@@ -223,8 +224,10 @@ def test_a_receiver_never_writes_into_a_directory_that_exists(tmp_path: Path) ->
     # A run's directory is new: a second run of the same id cannot add to or overwrite it.
     (tmp_path / "run").mkdir()
     sink = ArtifactReceiver(tmp_path / "run", max_files=1, max_bytes=10)
-    with pytest.raises(FileExistsError):
+    with pytest.raises(ArtifactStoreFailed) as refused:  # the host's store, not the program
         sink.receive("a.txt", 0, b"x", end=True)
+    assert isinstance(refused.value.__cause__, FileExistsError)
+    assert list((tmp_path / "run").iterdir()) == []
 
 
 def test_a_link_planted_in_the_store_is_not_followed(tmp_path: Path) -> None:

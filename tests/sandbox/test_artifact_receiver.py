@@ -1,14 +1,21 @@
 """The host's artifact receiver once its run was ended: a piece whose worker thread outlived
-the run (it was cancelled while the piece was on its way) is refused and makes nothing."""
+the run (it was cancelled while the piece was on its way) is refused and makes nothing. A
+store the host cannot write is the host's failure (a SandboxError, logged), never a refusal
+that would end the run as the program's fault."""
 
 from __future__ import annotations
 
+import errno
+import logging
+import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from airlock.bridge import ArtifactRefused
-from airlock.sandbox._artifacts import ArtifactReceiver
+from airlock.sandbox import SandboxError
+from airlock.sandbox._artifacts import ArtifactReceiver, ArtifactStoreFailed
 
 LATE = [
     ("same_file", "tables/a.csv", 4),
@@ -32,3 +39,63 @@ def test_a_piece_after_discard_is_refused_and_makes_nothing(
     )
     assert list(tmp_path.iterdir()) == []
     receiver.discard()  # twice is fine
+
+
+def _root_is_a_file(tmp_path: Path) -> Path:
+    (tmp_path / "store").write_text("not a directory")
+    return tmp_path / "store" / "run"
+
+
+def _run_directory_exists(tmp_path: Path) -> Path:
+    (tmp_path / "run").mkdir()
+    return tmp_path / "run"
+
+
+HOST_FAILURES = [
+    ("root_is_a_file", _root_is_a_file),
+    ("run_directory_exists", _run_directory_exists),
+]
+
+
+@pytest.mark.parametrize(("case", "place"), HOST_FAILURES, ids=[c[0] for c in HOST_FAILURES])
+def test_a_store_the_host_cannot_make_is_the_hosts_failure_never_the_programs(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, case: str, place: Any
+) -> None:
+    directory = place(tmp_path)
+    receiver = ArtifactReceiver(directory, max_files=4, max_bytes=100)
+    with (
+        caplog.at_level(logging.ERROR, logger="airlock.sandbox"),
+        pytest.raises(ArtifactStoreFailed) as failed,
+    ):
+        receiver.receive("a.csv", 0, b"1", end=True)
+    assert isinstance(failed.value, SandboxError)
+    assert (failed.value.code, failed.value.retryable) == ("artifact_store_failed", False)
+    assert str(directory) in str(failed.value)  # the operator's message names the place
+    assert [r.levelno for r in caplog.records] == [logging.ERROR]
+    receiver.discard()
+
+
+def test_a_full_disk_while_writing_is_the_hosts_failure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    receiver = ArtifactReceiver(tmp_path / "run", max_files=4, max_bytes=100)
+    receiver.receive("a.csv", 0, b"1", end=True)
+
+    def full(fd: int, data: Any) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "write", full)
+    with pytest.raises(ArtifactStoreFailed, match="No space left on device"):
+        receiver.receive("b.csv", 0, b"2", end=True)
+    monkeypatch.undo()
+    receiver.discard()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_name_that_clashes_with_another_stays_the_programs_doing(tmp_path: Path) -> None:
+    receiver = ArtifactReceiver(tmp_path / "run", max_files=4, max_bytes=100)
+    receiver.receive("a", 0, b"1", end=True)
+    with pytest.raises(ArtifactRefused) as refused:
+        receiver.receive("a/b", 0, b"2", end=True)
+    assert refused.value.limit is False
+    receiver.discard()

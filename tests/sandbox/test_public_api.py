@@ -18,6 +18,7 @@ PUBLIC_API = [
     "PROBE_PROGRAM",
     "UNKNOWN_DIGEST",
     "ArtifactRef",
+    "ArtifactStoreFailed",
     "ContainerConfig",
     "ContainerMount",
     "DockerBackend",
