@@ -8,17 +8,22 @@ every program the entries of ``DIR`` read-only at ``/data/NAME`` (the model sees
 the principal's grant must cover ``read(file:NAME)`` for each). Exit codes: 0 the client
 disconnected; 2 a usage error (bad ``--registry``, policy file, principal, an input refused),
 printed with its stable code; 3 the sandbox is unavailable.
+
+The budget (``--budget-seconds``, ``--budget-calls``, ``--budget-bytes``) is a session's: over
+stdio the server has one client, so it covers the server's whole life; over HTTP each MCP
+session gets its own. Its time starts at the session's first call, not when the server
+starts: a server may wait long for its client. Over HTTP every request carries a bearer token,
+``AIRLOCK_MCP_TOKEN`` or one generated at start and printed once on stderr.
 """
 
 from __future__ import annotations
 
 import logging
 import signal
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
 from typing import Annotated
 
 import anyio
@@ -28,10 +33,18 @@ from rich.console import Console
 from airlock.cli._approvals import default_ledger
 from airlock.cli._inventory import PolicyOption, RegistryOption, TenantOption, usage_errors
 from airlock.cli._run import profile_options
+from airlock.cli._serve_http import TOKEN_ENV, bearer_token, serve_clients
 from airlock.cli._settings import Settings
-from airlock.harness import Harness, Session, database_url, open_audit_store, open_ledger
+from airlock.harness import (
+    Budget,
+    Harness,
+    Session,
+    database_url,
+    open_audit_store,
+    open_ledger,
+)
 from airlock.inventory import load_policy_document, load_tool_registry
-from airlock.policies import SandboxProfile, UsageError
+from airlock.policies import Principal, SandboxProfile, UsageError
 from airlock.sandbox import DockerBackend, SandboxError
 from airlock.tools import AuditStore, LedgerStore, SQLiteAuditStore, SQLiteLedgerStore
 
@@ -42,7 +55,9 @@ __all__ = [
     "KeepStateOption",
     "MemoryOption",
     "SandboxOptions",
+    "Served",
     "TimeoutOption",
+    "open_harness",
     "open_session",
     "serve",
 ]
@@ -107,8 +122,25 @@ class SandboxOptions:
         }
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Served:
+    """What :func:`open_harness` opened: a harness and whom its sessions act for."""
+
+    harness: Harness
+    principal: Principal
+    keep_state: bool
+    inputs: dict[str, Path]
+
+    def session(self, budget: Budget | None = None) -> Session:
+        """A new session (one conversation) for the principal, with the options' state and
+        inputs; ``budget`` replaces the harness's default."""
+        return self.harness.session(
+            self.principal, keep_state=self.keep_state, inputs=self.inputs, budget=budget
+        )
+
+
 @asynccontextmanager
-async def open_session(
+async def open_harness(
     registry_ref: str,
     policy: Path,
     *,
@@ -118,14 +150,13 @@ async def open_session(
     settings: Settings,
     options: SandboxOptions | None = None,
     database: str | None = None,
-) -> AsyncIterator[Session]:
-    """A session for ``user`` over the registry, the policy, a Docker sandbox and the ledger
-    (``ledger.db`` in ``AIRLOCK_HOME`` when None), open for as long as the block runs. Its
-    calls are audited in ``audit.db`` in ``AIRLOCK_HOME`` unless the registry has a store of
-    its own, each durable before its answer returns; the log is flushed and closed at the end.
-    ``options`` change the policy's sandbox profile, keep state and give inputs; artifacts
-    are stored in ``AIRLOCK_HOME/artifacts``. While it is open, the session's paused writes
-    that a person approves are committed within a second (:meth:`Session.watch_writes`).
+) -> AsyncIterator[Served]:
+    """A harness over the registry, the policy, a Docker sandbox and the ledger (``ledger.db``
+    in ``AIRLOCK_HOME`` when None), open for as long as the block runs, and the principal
+    ``user`` its sessions act for. Calls are audited in ``audit.db`` in ``AIRLOCK_HOME``
+    unless the registry has a store of its own, each durable before its answer returns; the
+    log is flushed and closed at the end. ``options`` change the policy's sandbox profile,
+    keep state and give inputs; artifacts are stored in ``AIRLOCK_HOME/artifacts``.
 
     Raises:
         RegistryRefError, PolicyFileError, UsageError: the registry, policy or principal is
@@ -168,18 +199,57 @@ async def open_session(
             if harness.writes is not None:
                 # Writes a crash left undecided are resolved before this session commits any.
                 await harness.writes.reconcile()
-            session = harness.session(
-                subject.principal, keep_state=options.keep_state, inputs=files
+            yield Served(
+                harness=harness,
+                principal=subject.principal,
+                keep_state=options.keep_state,
+                inputs=files,
             )
-            try:
-                async with _watching(session):
-                    yield session
-            finally:
-                await session.close()
     finally:
         store.close()
         if audit is not None:
             catalog.audit.close()
+
+
+@asynccontextmanager
+async def open_session(
+    registry_ref: str,
+    policy: Path,
+    *,
+    user: str,
+    tenant: str | None,
+    ledger: Path | None,
+    settings: Settings,
+    options: SandboxOptions | None = None,
+    database: str | None = None,
+    budget: Budget | None = None,
+) -> AsyncIterator[Session]:
+    """A session for ``user`` over :func:`open_harness`'s harness (see there), with
+    ``budget`` (the harness's default when None), open for as long as the block runs. While
+    it is open, the session's paused writes that a person approves are committed within a
+    second (:meth:`Session.watch_writes`).
+
+    Raises:
+        RegistryRefError, PolicyFileError, UsageError: the registry, policy or principal is
+            not usable; ``InputRefused`` for an input outside the grant or not mountable.
+        SandboxError: the Docker engine or the sandbox image is unavailable.
+    """
+    async with open_harness(
+        registry_ref,
+        policy,
+        user=user,
+        tenant=tenant,
+        ledger=ledger,
+        settings=settings,
+        options=options,
+        database=database,
+    ) as served:
+        session = served.session(budget)
+        try:
+            async with _watching(session):
+                yield session
+        finally:
+            await session.close()
 
 
 @asynccontextmanager
@@ -206,23 +276,6 @@ async def _stop_on_signal(scope: anyio.CancelScope) -> None:
             return
 
 
-@contextmanager
-def _signals_after_uvicorn() -> Iterator[None]:
-    # uvicorn shuts down gracefully on SIGTERM/SIGINT and then raises the signal again under
-    # the handler it found; a no-op there lets the sandbox and the ledger close on the way
-    # out instead of the process dying at once.
-    found = {sig: signal.signal(sig, _ignore) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield
-    finally:
-        for sig, handler in found.items():
-            signal.signal(sig, handler)
-
-
-def _ignore(signum: int, frame: FrameType | None) -> None:
-    return None
-
-
 def serve(
     registry: RegistryOption,
     policy: PolicyOption,
@@ -231,7 +284,9 @@ def serve(
     http: Annotated[
         int | None,
         typer.Option(
-            help="Serve streamable HTTP on 127.0.0.1:PORT (path /mcp) instead of stdio.",
+            help="Serve streamable HTTP on 127.0.0.1:PORT (path /mcp) instead of stdio: each "
+            "MCP session gets a session of its own, and every request needs the header "
+            f"'Authorization: Bearer TOKEN' (TOKEN: {TOKEN_ENV}, else one printed at start).",
             min=1,
             max=65535,
         ),
@@ -247,6 +302,32 @@ def serve(
     keep_state: KeepStateOption = False,
     inputs: InputsOption = None,
     database: DatabaseOption = None,
+    budget_seconds: Annotated[
+        float,
+        typer.Option(
+            help="Wall-clock seconds of a session's tool calls, counted from its first call. "
+            "A session is the server's whole life over stdio (one client), one MCP session "
+            "over HTTP.",
+            min=1,
+            max=86_400,
+        ),
+    ] = 600.0,
+    budget_calls: Annotated[
+        int, typer.Option(help="Tool calls a session may make.", min=1, max=100_000)
+    ] = 200,
+    budget_bytes: Annotated[
+        int,
+        typer.Option(help="Bytes of results a session may return to the model.", min=1024),
+    ] = 2_000_000,
+    max_clients: Annotated[
+        int,
+        typer.Option(
+            help="With --http: MCP sessions served at once (each ends after 30 idle "
+            "minutes, or when its client ends it).",
+            min=1,
+            max=1000,
+        ),
+    ] = 16,
 ) -> None:
     """Serve a session's tools (execute_code, direct reads, writes that answer with a
     preview) to an MCP client, over stdio or streamable HTTP on loopback; the files programs
@@ -257,8 +338,31 @@ def serve(
     options = SandboxOptions(
         timeout=timeout, memory=memory, image=image, keep_state=keep_state, inputs=inputs
     )
+    # The time starts at a session's first call: a server waits for its client, maybe long.
+    budget = Budget(
+        seconds=budget_seconds, calls=budget_calls, bytes=budget_bytes, starts="first_call"
+    )
 
-    async def go() -> None:
+    async def go(token: str, from_env: bool) -> None:
+        if http is not None:
+            async with open_harness(
+                registry,
+                policy,
+                user=user,
+                tenant=tenant,
+                ledger=ledger,
+                settings=settings,
+                options=options,
+                database=database,
+            ) as served:
+                await serve_clients(
+                    lambda: served.session(budget),
+                    port=http,
+                    token=token,
+                    from_env=from_env,
+                    max_clients=max_clients,
+                )
+            return
         async with open_session(
             registry,
             policy,
@@ -268,14 +372,11 @@ def serve(
             settings=settings,
             options=options,
             database=database,
+            budget=budget,
         ) as session:
             server = build_mcp_server(
                 session, write_status=session.write_status, on_settled=session.on_settled
             )
-            if http is not None:
-                with _signals_after_uvicorn():
-                    await serve_http(server, port=http)
-                return
             async with anyio.create_task_group() as group:
                 group.start_soon(_stop_on_signal, group.cancel_scope)
                 await serve_stdio(server)
@@ -286,10 +387,11 @@ def serve(
             raise UsageError("give --mcp: the Model Context Protocol is the one served today")
         # Imported here: the MCP SDK takes a third of a second to load, and every other
         # command would pay for it; without the ``mcp`` extra this says which to install.
-        from airlock.frontends.mcp import build_mcp_server, serve_http, serve_stdio
+        from airlock.frontends.mcp import build_mcp_server, serve_stdio
 
+        token, from_env = bearer_token() if http is not None else ("", False)
         try:
-            anyio.run(go)
+            anyio.run(go, token, from_env)
         except SandboxError as exc:
             Console(stderr=True).print(f"[red]sandbox unavailable ({exc.code}):[/] {exc}")
             raise typer.Exit(3) from None

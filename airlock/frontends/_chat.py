@@ -175,8 +175,10 @@ async def chat_loop(
 
     With ``writes`` (the session), a model that stops while writes it asked for wait for a
     person is not left there: the loop waits, committing each write once it is approved
-    (checking every ``poll`` seconds, until each is committed, denied or expired), and tells
-    the model their outcomes in the next user message.
+    (checking every ``poll`` seconds, until each is committed, denied or expired, or its
+    send got no definite answer a few times: then the model is told its outcome is unknown,
+    ``ambiguous_write``, and nothing waits on it any more), and tells the model their
+    outcomes in the next user message.
 
     Raises:
         ModelAPIError: a request to the model failed.

@@ -9,14 +9,18 @@ A write answers ``needs_approval`` with its preview id; once a person decides, t
 commits it (``airlock serve`` settles approved writes every second) and the client asks
 ``write_status(preview_id)`` for the receipt, ``denied`` or ``needs_approval`` while it
 waits: never by calling the write again. Each paused write is also the resource
-``airlock://writes/PREVIEW_ID`` (its status); a client that listens for it
+``airlock://writes/PREVIEW_ID`` (its status); a client that listens for it over stdio
 (``subscriptions/listen``) is notified when the write is settled.
 
 Artifacts (the files a program left in ``/out``) are resources: a call's result carries a
 ``resource_link`` for each, beside the text the model reads (which holds their references,
 never their bytes), and the client may list them and read them. Only the artifacts this
-server's own calls produced are offered; a file changed on disk since (its SHA-256 no longer
-the one reported) is refused.
+conversation's own calls produced are offered; a file changed on disk since (its SHA-256 no
+longer the one reported) is refused.
+
+Over stdio the server has one client and one conversation. Over streamable HTTP each MCP
+session (the handshake's ``Mcp-Session-Id``) gets an airlock session of its own
+(:func:`build_per_client_server`), and every request must carry the server's bearer token.
 """
 
 from __future__ import annotations
@@ -37,29 +41,43 @@ from airlock.sandbox import ArtifactRef
 
 with requires_extra("mcp", feature="the MCP server (airlock serve --mcp)"):
     import mcp_types as types
-    import uvicorn
     from mcp.server import Server, ServerRequestContext
     from mcp.server.stdio import stdio_server
     from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
     from mcp.shared.exceptions import MCPError
     from mcp.shared.subscriptions import ResourceUpdated
 
+    from airlock.frontends._mcp_conversations import (
+        Conversation,
+        FindConversation,
+        SessionsPerClient,
+        sessions_per_client,
+    )
+    from airlock.frontends._mcp_http import LOOPBACK, check_token, serve_asgi
     from airlock.frontends._mcp_lines import stdin_pipe
 
 __all__ = [
     "LOOPBACK",
+    "MAX_CLIENTS",
     "MAX_RESOURCE_BYTES",
     "WRITES_URI",
     "WRITE_STATUS",
+    "SessionsPerClient",
     "build_mcp_server",
+    "build_per_client_server",
+    "check_token",
     "mcp_tool",
     "read_artifact",
     "serve_http",
     "serve_stdio",
+    "sessions_per_client",
     "write_status_tool",
 ]
 
-LOOPBACK: Final = "127.0.0.1"
+MAX_CLIENTS: Final = 16
+"""How many MCP sessions an HTTP server keeps at once, by default."""
+IDLE_SESSION_S: Final = 30 * 60
+"""An MCP session over HTTP with no request for this long ends (its airlock session too)."""
 WRITE_STATUS: Final = "write_status"
 """The tool that tells where a paused write stands (offered beside the session's tools)."""
 PREVIEW_ID_PATTERN: Final = r"^pv_[0-9a-f]{24}$"
@@ -168,49 +186,67 @@ def build_mcp_server(
     :meth:`~airlock.Session.resume`), the tool ``write_status(preview_id)`` is offered too,
     and each write its calls paused is a resource; with ``on_settled`` (a session's
     :meth:`~airlock.Session.on_settled`), listeners of such a resource are notified when
-    its write is settled."""
-    offered: dict[str, ArtifactRef] = {}
-    paused: dict[str, str] = {}  # resource URI -> preview id, of writes this server paused
+    its write is settled. Every client of this server shares the one conversation (one
+    client over stdio); over HTTP, :func:`build_per_client_server` gives each its own."""
     bus = InMemorySubscriptionBus()
+    one = Conversation(surface=surface, write_status=write_status)
 
     async def settled(results: list[ModelResult]) -> None:
         for result in results:
             preview_id = _preview_id(result)
-            if preview_id is not None and WRITES_URI + preview_id in paused:
+            if preview_id is not None and WRITES_URI + preview_id in one.paused:
                 await bus.publish(ResourceUpdated(uri=WRITES_URI + preview_id))
 
     if on_settled is not None:
         on_settled(settled)
+    return _server(lambda ctx: one, name=name, bus=bus, status=write_status is not None)
+
+
+def build_per_client_server(clients: SessionsPerClient, *, name: str = "airlock") -> Server[Any]:
+    """An MCP server whose every MCP session (over streamable HTTP) talks to an airlock
+    session of its own, opened by ``clients``: its own tools' budget, artifacts and paused
+    writes (``write_status`` is offered), none of which another session can list or read."""
+    return _server(clients.find, name=name, bus=InMemorySubscriptionBus(), status=True)
+
+
+def _server(
+    find: FindConversation, *, name: str, bus: InMemorySubscriptionBus, status: bool
+) -> Server[Any]:
+    """The server of :func:`build_mcp_server` and :func:`build_per_client_server`: every
+    request is answered from the conversation ``find`` gives for it."""
 
     async def list_tools(
         ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        tools = [mcp_tool(t) for t in surface.tools()]
-        if write_status is not None:
+        talk = find(ctx)
+        tools = [mcp_tool(t) for t in talk.surface.tools()]
+        if talk.write_status is not None:
             tools.append(write_status_tool())
         return types.ListToolsResult(tools=tools)
 
     async def call_tool(
         ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
-        if write_status is not None and params.name == WRITE_STATUS:
-            result = await _write_status(write_status, params.arguments)
+        talk = find(ctx)
+        if talk.write_status is not None and params.name == WRITE_STATUS:
+            result = await _write_status(talk.write_status, params.arguments)
             return types.CallToolResult(
                 content=[types.TextContent(text=result.content)], is_error=result.is_error
             )
-        result = await surface.call(params.name, dict(params.arguments or {}))
+        result = await talk.surface.call(params.name, dict(params.arguments or {}))
         preview_id = _preview_id(result) if result.code == "needs_approval" else None
-        if write_status is not None and preview_id is not None:
-            paused[WRITES_URI + preview_id] = preview_id
+        if talk.write_status is not None and preview_id is not None:
+            talk.paused[WRITES_URI + preview_id] = preview_id
         content: list[types.ContentBlock] = [types.TextContent(text=result.content)]
         for ref in result.artifacts:
-            offered[ref.uri] = ref
+            talk.offered[ref.uri] = ref
             content.append(_link(ref))
         return types.CallToolResult(content=content, is_error=result.is_error)
 
     async def list_resources(
         ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListResourcesResult:
+        talk = find(ctx)
         writes = [
             types.Resource(
                 name=preview_id,
@@ -218,23 +254,24 @@ def build_mcp_server(
                 mime_type="application/json",
                 description="where a write that waited for approval stands (write_status)",
             )
-            for uri, preview_id in paused.items()
+            for uri, preview_id in talk.paused.items()
         ]
         return types.ListResourcesResult(
-            resources=[_resource(r) for r in offered.values()] + writes
+            resources=[_resource(r) for r in talk.offered.values()] + writes
         )
 
     async def read_resource(
         ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams
     ) -> types.ReadResourceResult:
-        waiting = paused.get(str(params.uri))
-        if waiting is not None and write_status is not None:
-            status = await write_status(waiting)
+        talk = find(ctx)
+        waiting = talk.paused.get(str(params.uri))
+        if waiting is not None and talk.write_status is not None:
+            status = await talk.write_status(waiting)
             where = types.TextResourceContents(
                 uri=str(params.uri), mime_type="application/json", text=status.content
             )
             return types.ReadResourceResult(contents=[where])
-        ref = offered.get(str(params.uri))
+        ref = talk.offered.get(str(params.uri))
         if ref is None:
             raise MCPError(
                 types.INVALID_PARAMS,
@@ -258,7 +295,7 @@ def build_mcp_server(
         return types.ReadResourceResult(contents=[contents])
 
     instructions = _INSTRUCTIONS
-    if write_status is not None:
+    if status:
         instructions += (
             " Once a person decided, the server commits an approved write itself; "
             "write_status(preview_id) tells where it stands."
@@ -321,8 +358,27 @@ async def serve_stdio(server: Server[Any]) -> None:
         await server.run(read_stream, write_stream, server.create_initialization_options())
 
 
-async def serve_http(server: Server[Any], *, port: int, path: str = "/mcp") -> None:
-    """Serve streamable HTTP on ``127.0.0.1:port`` (loopback only, DNS-rebinding checked)."""
-    app = server.streamable_http_app(streamable_http_path=path, host=LOOPBACK)
-    config = uvicorn.Config(app, host=LOOPBACK, port=port, log_level="warning")
-    await uvicorn.Server(config).serve()
+async def serve_http(
+    server: Server[Any],
+    *,
+    port: int,
+    token: str,
+    path: str = "/mcp",
+    max_sessions: int = MAX_CLIENTS,
+    idle_timeout: float = IDLE_SESSION_S,
+) -> None:
+    """Serve streamable HTTP on ``127.0.0.1:port`` (loopback only, DNS-rebinding checked)
+    to clients that send ``Authorization: Bearer TOKEN``, with MCP sessions (the handshake);
+    at most ``max_sessions`` at once (a client beyond is answered 503), each ended after
+    ``idle_timeout`` seconds without a request.
+
+    Raises:
+        UsageError: ``token`` is too short or not printable ASCII.
+    """
+    app = server.streamable_http_app(
+        streamable_http_path=path,
+        host=LOOPBACK,
+        max_sessions=max_sessions,
+        session_idle_timeout=idle_timeout,
+    )
+    await serve_asgi(app, port=port, token=token, limits=(max_sessions, idle_timeout))

@@ -4,11 +4,15 @@ bytes of results may enter the model's context."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = ["Budget", "BudgetMeter"]
+
+ClockStart = Literal["session", "first_call"]
+"""When a session's time budget starts: when the session is built, or at its first call."""
 
 
 class Budget(BaseModel):
@@ -41,6 +45,23 @@ class Budget(BaseModel):
     program_calls: int = Field(
         default=10_000, ge=1, description="Tool calls one program may make through the bridge."
     )
+    starts: ClockStart = Field(
+        default="session",
+        description="When the time budget starts: when the session is built (an application "
+        "builds it as its conversation begins), or at its first call (a server that builds "
+        "it before its client speaks, and may then wait long for it: ``airlock serve``).",
+    )
+    programs_at_once: int = Field(
+        default=2,
+        ge=1,
+        le=64,
+        description="Programs (containers) of the session that run at the same time, "
+        "however many execute_code calls the model makes in one turn: each may use the "
+        "profile's whole memory and CPU. A further call waits for a turn (its program's own "
+        "deadline starts when it starts), at most until the session's time is up; one that "
+        "gets no turn by then does not run and answers limit_exceeded (limit "
+        "'programs_at_once').",
+    )
 
 
 @dataclass
@@ -50,14 +71,26 @@ class BudgetMeter:
     unit."""
 
     budget: Budget
-    deadline: float = field(default=0.0)
-    """On the :func:`time.monotonic` clock."""
+    started: float | None = None
+    """When the time budget started, on the :func:`time.monotonic` clock (None: not yet)."""
     calls: int = 0
     bytes: int = 0
 
     def __post_init__(self) -> None:
-        if not self.deadline:
-            self.deadline = time.monotonic() + self.budget.seconds
+        if self.budget.starts == "session":
+            self.start()
+
+    def start(self) -> None:
+        """Start the time budget now, unless it has started already."""
+        if self.started is None:
+            self.started = time.monotonic()
+
+    @property
+    def deadline(self) -> float:
+        """When the time is up, on the :func:`time.monotonic` clock; before the meter has
+        started, the deadline of a call made now (the whole budget ahead of it)."""
+        started = time.monotonic() if self.started is None else self.started
+        return started + self.budget.seconds
 
     def remaining(self) -> float:
         """Seconds left (negative when the time is up)."""
@@ -76,7 +109,9 @@ class BudgetMeter:
     def reserve(self) -> str | None:
         """Count one call, or name the limit already used up (see :meth:`exhausted`) and
         count nothing. The check and the count are one step: a caller that awaits anything
-        between them lets concurrent calls all pass the check."""
+        between them lets concurrent calls all pass the check. The first call starts a time
+        budget that starts at the first call."""
+        self.start()
         used_up = self.exhausted()
         if used_up is None:
             self.calls += 1

@@ -66,7 +66,12 @@ def describe_execute_code(
     ``kept_idle_s`` says that programs keep state (a kept sandbox with that idle timeout);
     ``reaches_network`` that a tool its programs may call has a ``network`` effect;
     ``inputs`` are the files every program of the session finds under ``/data``;
-    ``proposes`` that programs may propose writes (``tools.propose``)."""
+    ``proposes`` that programs may propose writes (``tools.propose``). Files (``/data``,
+    ``/out``, ``/tmp``) are offered in ``full`` language mode only: a restricted program
+    cannot open any."""
+    # A restricted program has no open() and no file modules: files are offered (inputs in
+    # /data, artifacts in /out, scratch and kept state in /tmp) only where it can use them.
+    opens_files = profile.language_mode == "full"
     state = (
         "keep state from one run to the next."
         if kept_idle_s is None
@@ -74,8 +79,13 @@ def describe_execute_code(
         f"program of this conversation, until {kept_idle_s:g} s pass without one or a program "
         'hits a limit; a result with "state_reset": true started with nothing kept. Kept are '
         "plain data (numbers, strings, lists, dicts, sets, dates...), functions defined with a "
-        "plain def, imports, and files in /tmp; other objects (a DataFrame, an instance of your "
-        "class) are not: write them to files in /tmp. Each program runs in a fresh process."
+        + (
+            "plain def, imports, and files in /tmp; other objects (a DataFrame, an instance of "
+            "your class) are not: write them to files in /tmp."
+            if opens_files
+            else "plain def, and imports; other objects (an instance of your class) are not."
+        )
+        + " Each program runs in a fresh process."
     )
     if profile.language_mode == "restricted":
         imports = "Imports allowed: " + ", ".join(sorted(profile.allowed_imports)) + "."
@@ -94,6 +104,25 @@ def describe_execute_code(
         f"Files given to you, read-only: {', '.join(listed)}."
         if listed
         else "No input files are given (/data is empty)."
+    )
+    files_paragraph = (
+        f"{files} Files a program writes under /out (at most {profile.artifact_limit_files} "
+        f"files, {profile.artifact_limit_bytes // 2**20} MiB in all) are kept for the user "
+        "after it ends and come back to you as references (name, size, media type, sha256, "
+        "where they are), never their content: write charts, tables and reports there, and "
+        "return only what the answer needs. `await` works at the top level of a program."
+        if opens_files
+        else "A program works on what the tools return: it cannot open files (no open(), no "
+        "pathlib, no os), so it has no input files and leaves none for the user; return what "
+        "the answer needs. `await` works at the top level of a program."
+    )
+    cannot_files = (
+        "read files outside /tmp, /out and /data, or write outside /tmp and /out"
+        if opens_files
+        else "open any file, not even in /tmp"
+    )
+    scratch = (
+        f", {profile.tmpfs_bytes // 2**20} MiB of scratch space in /tmp" if opens_files else ""
     )
     paragraphs = [
         "Run a Python 3.11 program in an isolated sandbox; only its final value (and at most "
@@ -114,16 +143,12 @@ def describe_execute_code(
         f"Limits per program: {profile.timeout_s:g} s wall clock, "
         f"{profile.memory_bytes // 2**20} MiB memory, {calls} tool calls, a result of at most "
         f"{result_bytes} bytes (a larger one is refused as result_too_large: return a "
-        f"summary), {profile.tmpfs_bytes // 2**20} MiB of scratch space in /tmp.",
-        f"{files} Files a program writes under /out (at most {profile.artifact_limit_files} "
-        f"files, {profile.artifact_limit_bytes // 2**20} MiB in all) are kept for the user "
-        "after it ends and come back to you as references (name, size, media type, sha256, "
-        "where they are), never their content: write charts, tables and reports there, and "
-        "return only what the answer needs. `await` works at the top level of a program.",
+        f"summary){scratch}.",
+        files_paragraph,
         "A program cannot: reach the network or open sockets; run other programs "
         "(subprocess and exec are refused); write, change or delete anything (only the "
-        "read tools below exist); read files outside /tmp, /out and /data, or write outside "
-        f"/tmp and /out; see credentials or environment variables; {state} {imports}",
+        f"read tools below exist); {cannot_files}; see credentials or environment "
+        f"variables; {state} {imports}",
         "Errors: a refused or failed tool call raises tools.ToolError (with .code) inside the "
         "program; a program that raises or hits a limit returns an error with a code and "
         "what to do next.",

@@ -139,7 +139,9 @@ class Harness:
         earlier state; call :meth:`Session.close` when the conversation ends. ``inputs``
         (name -> host file or directory) are mounted read-only at ``/data/NAME`` for every
         program of the session and listed in ``execute_code``'s description; the grant must
-        cover ``read(file:NAME)`` for each.
+        cover ``read(file:NAME)`` for each, and the profile must be ``language_mode='full'``
+        (a restricted program cannot open files). At most the budget's ``programs_at_once``
+        programs of the session run at a time; further ones wait for a turn.
 
         Warns:
             NoToolsWarning: the session reaches no tool of the registry (the principal has
@@ -147,7 +149,8 @@ class Harness:
                 ``execute_code`` alone.
 
         Raises:
-            UsageError: ``keep_state`` with a sandbox backend that cannot keep containers.
+            UsageError: ``keep_state`` with a sandbox backend that cannot keep containers,
+                or ``inputs`` under the restricted language mode.
             InputRefused: an input is outside the grant or cannot be mounted.
         """
         if keep_state and not self.sandbox.can_keep:

@@ -41,6 +41,10 @@ __all__ = ["PausedWrites", "PendingWrite"]
 _log = logging.getLogger("airlock.harness")
 _WAITING: Final[frozenset[StepState]] = frozenset({"prepared", "approved", "sending", "unknown"})
 """States of a write the session still has to finish (commit, or learn it was denied)."""
+UNKNOWN_TRIES: Final = 3
+"""Settles that resend a write whose send got no definite answer (state ``unknown``), with
+its key, before the session stops: the model is told the outcome is unknown, and nothing
+waits on it any more (``airlock reconcile`` settles it against the system of record)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -83,6 +87,8 @@ class PausedWrites:
         self._pending: dict[str, PendingWrite] = {}
         self._locks: dict[str, anyio.Lock] = {}
         self._settling = anyio.Lock()
+        self._unknown_tries: dict[str, int] = {}
+        """Settles that found each write still ``unknown`` after trying to resend it."""
         self._untold: list[ModelResult] = []
         """Outcomes of writes settled since the model's last answer."""
         self.listeners: list[Callable[[list[ModelResult]], Awaitable[None]]] = []
@@ -230,12 +236,43 @@ class PausedWrites:
         try:
             result = await self.finish(pending.preview_id)
         except ToolError as exc:
-            if pending.preview_id in self._pending:
+            if pending.preview_id not in self._pending:
+                return failure(
+                    exc.code, exc.message, retryable=exc.retryable, preview_id=pending.preview_id
+                )
+            after = ledger.preview(pending.preview_id)
+            if after is None or after.state != "unknown":
                 return None  # in flight elsewhere, or worth another try: not final yet
-            return failure(
-                exc.code, exc.message, retryable=exc.retryable, preview_id=pending.preview_id
-            )
+            return self._still_unknown(pending)
+        self._unknown_tries.pop(pending.preview_id, None)
         return None if result.code == "needs_approval" else result
+
+    def _still_unknown(self, pending: PendingWrite) -> ModelResult | None:
+        """A resend that got no definite answer either: try again on a later settle, up to
+        :data:`UNKNOWN_TRIES`; then tell the model, and wait on it no more (a loop that
+        waits for the pending writes would otherwise resend for ever, the model never told)."""
+        tries = self._unknown_tries.get(pending.preview_id, 0) + 1
+        if tries < UNKNOWN_TRIES:
+            self._unknown_tries[pending.preview_id] = tries
+            return None
+        self._unknown_tries.pop(pending.preview_id, None)
+        self._pending.pop(pending.preview_id, None)
+        _log.warning(
+            "run %s: the outcome of %s is unknown after %d sends; reconcile settles it",
+            self.run_id,
+            pending.preview_id,
+            tries,
+        )
+        return failure(
+            "ambiguous_write",
+            f"this change may or may not have happened: {tries} sends got no definite "
+            "answer. Do not call the tool again for it: the operator's reconcile checks the "
+            "system of record and settles it; tell the user its outcome is unknown",
+            preview_id=pending.preview_id,
+            tool=pending.tool,
+            summary=pending.summary,
+            outcome="unknown",
+        )
 
     def already(self, preview: Preview) -> ModelResult:
         """The answer to asking again for an intent that was already committed in this run:

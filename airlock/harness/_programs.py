@@ -8,6 +8,12 @@ the program in a fresh container or the session's kept one, stores what the prog
 event per program with the inputs it was given. The writes a program proposed
 (``tools.propose.NAME(...)``) become one batch in the ledger, and its result says so in one
 short note (``proposals``: batch id, fingerprint, count, total per currency, preview ids).
+
+At most the budget's ``programs_at_once`` programs of one session run at a time (each may
+use the profile's whole memory and CPU, and one model turn may ask for many): a further one
+waits for a turn until the session's time is up. What the host fails at (an input that went
+away, a store that cannot take the files in ``/out``) is answered as the host's, by the
+input's name, never a host path; the operator's log gets the whole message.
 """
 
 from __future__ import annotations
@@ -18,8 +24,9 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
+import anyio
 from pydantic import ValidationError
 
 from airlock.bridge import BridgeLimits, ToolSession
@@ -31,6 +38,7 @@ from airlock.harness._results import KeptNotes, failure, nothing_kept
 from airlock.harness._session_audit import SessionAudit
 from airlock.policies import ApprovalPolicy, Effect, Grant, Principal, SandboxProfile, UsageError
 from airlock.sandbox import (
+    ArtifactStoreFailed,
     InputRefused,
     Inputs,
     KeptSandbox,
@@ -86,8 +94,12 @@ class SessionPrograms:
     inputs: tuple[RunInput, ...] = field(init=False)
     """The session's inputs, checked: every program finds them under ``/data``."""
     _kept: KeptSandbox | None = field(init=False, default=None)
+    _turns: anyio.Semaphore = field(init=False)
+    """Turns to run a program: the budget's ``programs_at_once``."""
 
     def __post_init__(self) -> None:
+        self._turns = anyio.Semaphore(self.budget.programs_at_once)
+        _refuse_files_if_restricted(self.given, self.profile)
         for name in sorted(self.given):
             effect = input_effect(name)
             if not self.grant.covers(effect):
@@ -106,9 +118,11 @@ class SessionPrograms:
         Raises:
             InputRefused: an input of ``extra`` cannot be mounted, or has a session input's
                 name with another path.
-            UsageError: ``extra`` in a session that keeps state.
+            UsageError: ``extra`` in a session that keeps state, or under the restricted
+                language mode (its programs cannot open files).
         """
         added = dict(extra or {})
+        _refuse_files_if_restricted(added, self.profile)
         for name, path in added.items():
             if name in self.given and Path(self.given[name]) != Path(path):
                 raise InputRefused(
@@ -164,6 +178,54 @@ class SessionPrograms:
                 )
                 return denied, nothing_kept
             effects.append(effect)
+        began = time.perf_counter()
+        turn = False
+        with anyio.move_on_after(max(remaining, 0.0)):
+            # Never unbounded: at the latest, the session's time is up.
+            await self._turns.acquire()
+            turn = True
+        if turn:
+            try:
+                return await self._run_program(
+                    args.code,
+                    digest,
+                    effects,
+                    call_id=call_id,
+                    inputs=inputs,
+                    remaining=remaining - (time.perf_counter() - began),
+                    ctx=ctx,
+                )
+            finally:
+                self._turns.release()
+        at_once = self.budget.programs_at_once
+        self.audit.program(
+            ctx,
+            digest,
+            code="limit_exceeded",
+            detail=f"did not run: {at_once} programs of the session ran until its time was up",
+            duration_s=time.perf_counter() - began,
+            effects=effects,
+        )
+        busy = failure(
+            "limit_exceeded",
+            f"this session runs at most {at_once} programs at once, and they ran until its "
+            "time budget was used up; this program did not run. Finish with what you have",
+            limit="programs_at_once",
+        )
+        return busy, nothing_kept
+
+    async def _run_program(
+        self,
+        code: str,
+        digest: str,
+        effects: list[Effect],
+        *,
+        call_id: str,
+        inputs: Inputs,
+        remaining: float,
+        ctx: CallContext,
+    ) -> tuple[ModelResult, KeptNotes]:
+        """One program, in its turn (see :meth:`run`)."""
         profile = self.profile
         if remaining < profile.timeout_s:
             # The program may not outlive the session; the pool ignores the deadline.
@@ -190,29 +252,27 @@ class SessionPrograms:
             if self.keep_state:
                 kept = self._kept_sandbox()
                 starts = kept.starts
-                run = await kept.run(args.code, profile=profile, tools=tools, artifacts=artifacts)
+                run = await kept.run(code, profile=profile, tools=tools, artifacts=artifacts)
                 if starts and kept.starts > starts:
                     notes["state_reset"] = True  # earlier programs' names are gone
             else:
                 run = await self.sandbox.run(
-                    args.code, profile=profile, tools=tools, inputs=inputs, artifacts=artifacts
+                    code, profile=profile, tools=tools, inputs=inputs, artifacts=artifacts
                 )
         except InputRefused as exc:
             # An input changed on the host since the session checked it (it grew, or went).
             _log.warning("run %s: input refused: %s", self.run_id, exc.message)
-            if exc.reason == "size":
-                too_big = failure(
-                    "limit_exceeded",
-                    exc.message,
-                    limit="inputs",
-                    size_bytes=exc.size_bytes,
-                    limit_bytes=exc.limit_bytes,
-                )
-                return too_big, nothing_kept
-            refused = failure(
-                "sandbox_unavailable", f"the program did not run: {exc.message}; tell the user"
+            return _input_gone(exc), nothing_kept
+        except ArtifactStoreFailed:
+            # Logged where it happened, with the host path; the model learns it is the host's.
+            stored = failure(
+                "sandbox_unavailable",
+                "the program ran, but the host could not store the files it left in /out, so "
+                "its result is lost; this is the host's fault, not the program's: tell the "
+                "user. A program that writes nothing to /out may still run",
+                reason="artifact_store",
             )
-            return refused, nothing_kept
+            return stored, nothing_kept
         _log.info(
             "run %s: program %s in %.1f ms, %d tool calls%s",
             self.run_id,
@@ -266,6 +326,49 @@ class SessionPrograms:
         if self._kept is not None:
             await self._kept.close()
             self._kept = None
+
+
+def _refuse_files_if_restricted(inputs: Inputs | None, profile: SandboxProfile) -> None:
+    if inputs and profile.language_mode == "restricted":
+        names = ", ".join(repr(name) for name in sorted(inputs))
+        raise UsageError(
+            f"inputs ({names}) are files under /data, and a program in the restricted "
+            "language mode cannot open files (it has no open() and no pathlib); give inputs "
+            "with language_mode='full' (SandboxProfile(language_mode='full'), or "
+            'language_mode = "full" in the policy file\'s [sandbox] table; the data image '
+            "runs full mode)"
+        )
+
+
+def _input_gone(exc: InputRefused) -> ModelResult:
+    """The model's answer for an input the host can no longer give: by its name, never its
+    host path (the operator's), and nothing to change in the program."""
+    if exc.reason == "size":  # its message names sizes and the input, no host path
+        return failure(
+            "limit_exceeded",
+            exc.message,
+            limit="inputs",
+            size_bytes=exc.size_bytes,
+            limit_bytes=exc.limit_bytes,
+        )
+    return failure(
+        exc.code,
+        f"the input {exc.name!r} is not available any more (it is {_GONE[exc.reason]} on "
+        "the host); the program did not run, and no program can fix it: tell the user the "
+        f"file {exc.name!r} is not available",
+        input=exc.name,
+        reason=exc.reason,
+    )
+
+
+_GONE: Final[dict[str, str]] = {
+    "missing": "gone",
+    "unreadable": "not readable",
+    "link": "a link now",
+    "kind": "no regular file or directory now",
+    "name": "misnamed",
+    "grant": "outside the grant",
+}
 
 
 def _issues(exc: ValidationError) -> tuple[FieldIssue, ...]:

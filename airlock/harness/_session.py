@@ -36,7 +36,8 @@ arguments, which is exactly what must not happen.
 Inputs (host files mounted read-only at ``/data/NAME``) are given by the application, never
 by the model: for the whole session (``Harness.session(inputs=...)``, listed in
 ``execute_code``'s description) or for one program (:meth:`Session.execute_code`). Reading
-one is the effect ``read(file:NAME)``, which the session's grant must cover. The files a
+one is the effect ``read(file:NAME)``, which the session's grant must cover; they need the
+``full`` language mode (a restricted program opens no file). The files a
 program leaves in ``/out`` are stored under ``$AIRLOCK_HOME/artifacts/RUN-mN-NONCE/`` (one
 directory per program) and answered as references, never as content.
 """
@@ -280,7 +281,8 @@ class Session(ApprovalPause):
                 or has a session input's name with another path.
             UsageError: inputs for one program in a session that keeps state (a kept
                 container's inputs are mounted when it starts: give them to
-                ``Harness.session``).
+                ``Harness.session``), or under the restricted language mode (a restricted
+                program cannot open files: use ``language_mode='full'``).
         """
         given = self._programs.call_inputs(inputs)
         return await self._call(EXECUTE_CODE, {"code": code}, inputs=given)

@@ -252,3 +252,63 @@ async def test_a_live_chat_waits_for_its_writes_commits_them_once_and_tells_the_
     assert transcript.messages[-1]["content"][0]["text"] == "Refunded."
     assert len(seen) == 3
     assert sends == 1
+
+
+@pytest.mark.anyio
+async def test_a_live_chat_tells_the_model_a_write_whose_outcome_stays_unknown_and_goes_on(
+    tmp_path: Path,
+) -> None:
+    import anyio
+
+    from airlock.harness._paused import UNKNOWN_TRIES
+    from airlock.sandbox.testing import ScriptedBackend
+    from airlock.tools import approve_preview
+    from tests.airlock.session_world import World
+
+    world = World(tmp_path, ScriptedBackend([]))
+    world.system.inject("lose_reply", times=100_000)  # every send acts; its answer is lost
+    session = world.session()
+    refund = {"invoice_id": "inv_3", "reason": "duplicate"}
+    seen: list[dict[str, Any]] = []
+    replies = [
+        reply(
+            [
+                {
+                    "type": "tool_use",
+                    "id": "toolu_1",
+                    "name": "billing_refund_create",
+                    "input": refund,
+                }
+            ],
+            "tool_use",
+        ),
+        reply([{"type": "text", "text": "It waits for a person."}], "end_turn"),
+        reply([{"type": "text", "text": "Its outcome is unknown."}], "end_turn"),
+    ]
+    model = AnthropicModel("test-key", client=anthropic_api(replies, seen))
+
+    async def approve_when_paused() -> None:
+        while not session.pending():
+            await anyio.sleep(0.01)
+        await anyio.sleep(0.05)
+        [waiting] = session.pending()
+        approve_preview(world.ledger, waiting.preview_id, approver="bob", now=time.time())
+
+    try:
+        with anyio.fail_after(10):  # before the fix: resent every poll, for ever
+            async with anyio.create_task_group() as group:
+                group.start_soon(approve_when_paused)
+                transcript = await chat_loop(
+                    model, session, "refund inv_3", writes=session, poll=0.01
+                )
+        sends = world.system.sends()
+    finally:
+        await model.aclose()
+        world.close()
+    told = transcript.messages[-2]["content"][0]["text"]
+    [settled] = json.loads(told.removeprefix("Writes settled since your last turn: "))
+    assert (settled["error"], settled["outcome"]) == ("ambiguous_write", "unknown")
+    assert "Do not call the tool again" in settled["message"]
+    assert transcript.messages[-1]["content"][0]["text"] == "Its outcome is unknown."
+    assert len(seen) == 3
+    assert sends == UNKNOWN_TRIES

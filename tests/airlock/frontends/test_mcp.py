@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
 import json
 import os
 import signal
@@ -11,24 +12,40 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import anyio
 import docker
 import httpx
+import httpx2
 import mcp_types as types
 import pytest
 from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 from typer.testing import CliRunner
 
 from airlock.cli import app
 from airlock.frontends._mcp_lines import MAX_LINE_BYTES, StdinLines
-from airlock.frontends.mcp import build_mcp_server, serve_http
-from airlock.harness import ModelResult, ModelTool
+from airlock.frontends.mcp import (
+    SessionsPerClient,
+    build_mcp_server,
+    build_per_client_server,
+    serve_http,
+    sessions_per_client,
+)
+from airlock.harness import Budget, Harness, ModelResult, ModelTool
+from airlock.policies import load_policy
+from airlock.sandbox import ArtifactRef
 from airlock.sandbox._owner import OWNER_LABEL, labelled_containers
-from tests.airlock.conversation_registry import DUPLICATES
+from airlock.sandbox.testing import ScriptedBackend, ok_result
+from airlock.tools import MemoryAuditStore, SQLiteLedgerStore
+from airlock.tools.testing import SystemOfRecord
+from tests.airlock.conversation_registry import ALICE, DUPLICATES, build_registry
 from tests.airlock.fake_surface import INVOICE_TOOL, EchoSurface
 from tests.conftest import require_docker
 
@@ -98,27 +115,42 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+TOKEN = "test-token-" + "x" * 16
+BEARER = {"Authorization": f"Bearer {TOKEN}"}
+
+
+async def _wait_for(url: str) -> None:
+    for _ in range(100):
+        try:
+            async with httpx.AsyncClient() as http:
+                await http.get(url)
+            return
+        except httpx.ConnectError:
+            await anyio.sleep(0.05)
+
+
 @pytest.mark.anyio
 async def test_streamable_http_serves_on_loopback_only() -> None:
     port = _free_port()
     async with anyio.create_task_group() as group:
-        group.start_soon(functools.partial(serve_http, build_mcp_server(TwoTools()), port=port))
+        group.start_soon(
+            functools.partial(serve_http, build_mcp_server(TwoTools()), port=port, token=TOKEN)
+        )
         url = f"http://127.0.0.1:{port}/mcp"
-        for _ in range(100):
-            try:
-                async with httpx.AsyncClient() as http:
-                    await http.get(url)
-                break
-            except httpx.ConnectError:
-                await anyio.sleep(0.05)
-        async with Client(url) as client:
+        await _wait_for(url)
+        async with (
+            httpx2.AsyncClient(headers=BEARER) as http,
+            Client(streamable_http_client(url, http_client=http)) as client,
+        ):
             result = await client.call_tool("billing_invoice_get", {"invoice_id": "inv_2"})
         assert isinstance(result, types.CallToolResult)
         assert result.content == [types.TextContent(text='{"invoice_id":"inv_2"}')]
         # A page on another origin cannot drive the server (DNS-rebinding protection).
         async with httpx.AsyncClient() as http:
             refused = await http.post(
-                url, headers={"Host": "evil.example", "Content-Type": "application/json"}, json={}
+                url,
+                headers={"Host": "evil.example", "Content-Type": "application/json", **BEARER},
+                json={},
             )
         assert refused.status_code in (400, 403, 421)
         group.cancel_scope.cancel()
@@ -530,3 +562,154 @@ def test_the_stdio_server_answers_a_line_over_16_mib_and_serves_on() -> None:
     [probe] = [a for a in answers if a["id"] == "probe"]
     assert [t["name"] for t in probe["result"]["tools"]] == [INVOICE_TOOL.name]
     assert b"an MCP line that cannot be read" in stderr
+
+
+# --- streamable HTTP: one airlock session per MCP session, behind a bearer token ----------
+
+
+def _harness(tmp_path: Path, budget: Budget) -> Harness:
+    """The conversation registry over a scripted sandbox whose programs leave ``a.txt``."""
+    stored = tmp_path / "a.txt"
+    stored.write_text("conversation A only")
+    ref = ArtifactRef(
+        name="a.txt",
+        size_bytes=stored.stat().st_size,
+        media_type="text/plain",
+        sha256=hashlib.sha256(stored.read_bytes()).hexdigest(),
+        uri="airlock://artifacts/run_a/a.txt",
+        path=str(stored),
+    )
+    ran = ok_result("done").model_copy(update={"artifacts": [ref]})
+    return Harness(
+        build_registry(SystemOfRecord(tmp_path / "system.db")),
+        load_policy(ROOT / "tests" / "airlock" / "conversation_policy.toml"),
+        ScriptedBackend(lambda program, profile: ran),
+        SQLiteLedgerStore(tmp_path / "ledger.db"),
+        audit=MemoryAuditStore(),
+        artifacts=tmp_path / "artifacts",
+        budget=budget,
+    )
+
+
+@asynccontextmanager
+async def _per_client_http(
+    tmp_path: Path, *, budget: Budget, limit: int = 4
+) -> AsyncIterator[tuple[str, SessionsPerClient]]:
+    harness = _harness(tmp_path, budget)
+    port = _free_port()
+    async with (
+        sessions_per_client(lambda: harness.session(ALICE), limit=limit) as clients,
+        anyio.create_task_group() as group,
+    ):
+        server = build_per_client_server(clients)
+        group.start_soon(
+            functools.partial(serve_http, server, port=port, token=TOKEN, max_sessions=limit)
+        )
+        url = f"http://127.0.0.1:{port}/mcp"
+        await _wait_for(url)
+        yield url, clients
+        group.cancel_scope.cancel()
+
+
+def _client(url: str, http: httpx2.AsyncClient) -> Client:
+    return Client(streamable_http_client(url, http_client=http))
+
+
+@pytest.mark.anyio
+async def test_each_mcp_session_over_http_has_a_session_of_its_own(tmp_path: Path) -> None:
+    async with (
+        _per_client_http(tmp_path, budget=Budget(calls=2, starts="first_call")) as (url, clients),
+        httpx2.AsyncClient(headers=BEARER) as http,
+    ):
+        async with _client(url, http) as a:
+            ran = await a.call_tool("execute_code", {"code": "1"})
+            assert [type(block).__name__ for block in ran.content] == [
+                "TextContent",
+                "ResourceLink",
+            ]
+            paused = json.loads(
+                _text(
+                    await a.call_tool(
+                        "billing_refund_create", {"invoice_id": "inv_007", "reason": "duplicate"}
+                    )
+                )
+            )
+            write_uri = "airlock://writes/" + paused["preview_id"]
+            mine = sorted(str(r.uri) for r in (await a.list_resources()).resources)
+            assert mine == ["airlock://artifacts/run_a/a.txt", write_uri]
+            used_up = await a.call_tool("billing_invoice_get", {"invoice_id": "inv_001"})
+            assert json.loads(_text(used_up))["error"] == "limit_exceeded"
+
+            async with _client(url, http) as b:
+                assert (await b.list_resources()).resources == []
+                for uri in ("airlock://artifacts/run_a/a.txt", write_uri):
+                    with pytest.raises(MCPError, match="no resource"):
+                        await b.read_resource(uri)
+                other = await b.call_tool("write_status", {"preview_id": paused["preview_id"]})
+                assert json.loads(_text(other))["error"] == "not_found"
+                fresh = await b.call_tool("billing_invoice_get", {"invoice_id": "inv_001"})
+                assert not fresh.is_error  # A's calls did not use up B's budget
+                assert len(clients) == 2
+        # Each client ended its MCP session (DELETE): its airlock session is closed and gone.
+        with anyio.fail_after(10):
+            while len(clients):
+                await anyio.sleep(0.05)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    "headers",
+    [{}, {"Authorization": "Bearer " + "y" * 27}, {"Authorization": TOKEN}],
+    ids=["none", "wrong", "no-scheme"],
+)
+async def test_http_answers_401_before_any_mcp_handling_without_the_token(
+    tmp_path: Path, headers: dict[str, str]
+) -> None:
+    hello = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"},
+        },
+    }
+    accept = {"Accept": "application/json, text/event-stream"}
+    async with (
+        _per_client_http(tmp_path, budget=Budget()) as (url, clients),
+        httpx.AsyncClient(headers={**accept, **headers}) as http,
+    ):
+        answers = [
+            await http.post(url, json=hello),
+            await http.get(url),
+            await http.delete(url, headers={"Mcp-Session-Id": "0" * 32}),
+        ]
+        assert [a.status_code for a in answers] == [401, 401, 401]
+        assert answers[0].headers["www-authenticate"].startswith("Bearer")
+        assert "bearer token" in answers[0].json()["error"]["message"]
+        assert "mcp-session-id" not in answers[0].headers
+        assert len(clients) == 0
+
+
+@pytest.mark.anyio
+async def test_http_refuses_a_client_beyond_the_session_limit_and_a_sessionless_one(
+    tmp_path: Path,
+) -> None:
+    async with (
+        _per_client_http(tmp_path, budget=Budget(), limit=1) as (url, _),
+        httpx2.AsyncClient(headers=BEARER) as http,
+        _client(url, http) as first,
+    ):
+        await first.list_tools()
+        with pytest.raises(Exception) as full:  # noqa: PT011  # an ExceptionGroup of MCPError
+            async with _client(url, http) as second:
+                await second.list_tools()
+        assert "--max-clients" in repr(full.value)
+        # The single-exchange protocol (2026-07-28) has no MCP session to keep a budget in.
+        with pytest.raises(Exception) as sessionless:  # noqa: PT011
+            async with Client(
+                streamable_http_client(url, http_client=http), mode="2026-07-28"
+            ) as modern:
+                await modern.list_tools()
+        assert "initialize handshake" in repr(sessionless.value)

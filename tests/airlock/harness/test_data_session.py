@@ -59,7 +59,10 @@ def body(result: ModelResult) -> dict[str, Any]:
 
 
 def scripted(tmp_path: Path) -> tuple[Harness, ScriptedBackend]:
-    backend = ScriptedBackend(lambda program, profile: ok_result(1))
+    # Inputs need the full language mode: a restricted program cannot open files.
+    backend = ScriptedBackend(
+        lambda program, profile: ok_result(1), profile=SandboxProfile(language_mode="full")
+    )
     harness = Harness(
         Registry(), policy(), backend, audit=MemoryAuditStore(), artifacts=tmp_path / "store"
     )

@@ -115,6 +115,43 @@ async def test_an_expired_write_is_reported_as_expired(world: World, tmp_path: P
     assert world.system.sends() == 0
 
 
+@pytest.mark.parametrize(
+    ("fault", "system_has_it"),
+    [
+        ("fail_before", False),  # the request never arrived
+        ("lose_reply", True),  # it arrived and acted; its answer was lost
+    ],
+)
+async def test_a_write_whose_sends_stay_ambiguous_is_told_unknown_and_waited_on_no_more(
+    world: World, fault: Any, system_has_it: bool
+) -> None:
+    from airlock.harness._paused import UNKNOWN_TRIES
+
+    session = world.session()
+    preview_id = await pause(session)
+    world.system.inject(fault, times=UNKNOWN_TRIES + 5)
+    approve(world, preview_id)
+    told: list[ModelResult] = []
+    for _ in range(UNKNOWN_TRIES + 2):  # a loop that waits for the pending writes
+        told += await session.settle_writes()
+    [outcome] = told
+    said = body(outcome)
+    assert (outcome.code, said["outcome"], said["preview_id"]) == (
+        "ambiguous_write",
+        "unknown",
+        preview_id,
+    )
+    assert not outcome.retryable
+    assert "may or may not have happened" in said["message"]
+    assert "Do not call the tool again" in said["message"]
+    assert session.pending() == []  # nothing waits on it any more
+    assert world.system.sends() == UNKNOWN_TRIES  # resent with its key a bounded number
+    preview = world.ledger.preview(preview_id)
+    assert preview is not None
+    assert preview.state == "unknown"  # reconcile settles it
+    assert [json.loads(r.content) for r in session.take_settled()] == [said]
+
+
 async def test_a_write_committed_by_another_process_is_reported_with_its_receipt(
     world: World, tmp_path: Path
 ) -> None:

@@ -1,0 +1,166 @@
+"""Streamable HTTP on loopback, behind a bearer token.
+
+Loopback is not a boundary between the users and programs of one machine: any local process
+(a browser page's fetch included, had DNS rebinding not been checked) can reach the port. So
+every request, whatever its method or path, carries ``Authorization: Bearer TOKEN`` and is
+answered 401 without it, before the MCP SDK reads anything of it; the token is compared in
+constant time.
+
+The server keeps one conversation per MCP session (``Mcp-Session-Id``, issued at the
+``initialize`` handshake). A request of the single-exchange protocol (``MCP-Protocol-Version:
+2026-07-28``) has no session, so it is answered ``unsupported protocol version`` naming the
+handshake versions; the SDK's client then falls back to the handshake by itself.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+from collections.abc import Iterable
+from typing import Final
+
+import mcp_types as types
+import uvicorn
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from airlock.policies import UsageError
+
+__all__ = ["LOOPBACK", "MIN_TOKEN_CHARS", "BearerGate", "check_token", "serve_asgi"]
+
+LOOPBACK: Final = "127.0.0.1"
+MIN_TOKEN_CHARS: Final = 16
+"""The shortest bearer token accepted (a generated one is 43 characters)."""
+_PROTOCOL_VERSION: Final = b"mcp-protocol-version"
+_SESSION_ID: Final = b"mcp-session-id"
+
+
+def check_token(token: str) -> str:
+    """``token``, when it can be a bearer token here.
+
+    Raises:
+        UsageError: shorter than :data:`MIN_TOKEN_CHARS`, or not printable ASCII without
+            spaces (it could not be sent in a header as it is).
+    """
+    if len(token) < MIN_TOKEN_CHARS or not all("!" <= c <= "~" for c in token):
+        raise UsageError(
+            f"a bearer token of {len(token)} characters is refused: give at least "
+            f"{MIN_TOKEN_CHARS} printable ASCII characters without spaces"
+        )
+    return token
+
+
+class BearerGate:
+    """ASGI middleware: an HTTP request without ``Authorization: Bearer TOKEN`` is answered
+    401, and one of a protocol version without sessions 400; others go on to ``app``. One
+    that would open an MCP session beyond the SDK's limit is answered 503 with ``full``.
+
+    Raises:
+        UsageError: the token is refused (see :func:`check_token`).
+    """
+
+    def __init__(self, app: ASGIApp, *, token: str, full: str = "") -> None:
+        self._app = app
+        self._expected = f"Bearer {check_token(token)}".encode("ascii")
+        self._full = full or "the server keeps no more MCP sessions at once; end one first"
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._app(scope, receive, send)
+            return
+        headers: Iterable[tuple[bytes, bytes]] = scope.get("headers", [])
+        given = [value for key, value in headers if key == b"authorization"]
+        # compare_digest takes as long whatever prefix matches; only the length may show.
+        if len(given) != 1 or not hmac.compare_digest(given[0], self._expected):
+            await _refuse(
+                send,
+                401,
+                types.INVALID_REQUEST,
+                "missing or wrong bearer token: send the header 'Authorization: Bearer TOKEN' "
+                "with the token airlock serve printed (or AIRLOCK_MCP_TOKEN's)",
+                extra=[(b"www-authenticate", b'Bearer realm="airlock"')],
+            )
+            return
+        version = next((v for k, v in headers if k == _PROTOCOL_VERSION), None)
+        if version is not None and version.decode("latin-1") not in HANDSHAKE_PROTOCOL_VERSIONS:
+            data = {
+                "supported": list(HANDSHAKE_PROTOCOL_VERSIONS),
+                "requested": version.decode("latin-1")[:64],
+            }
+            await _refuse(
+                send,
+                400,
+                types.UNSUPPORTED_PROTOCOL_VERSION,
+                "this server keeps one conversation per MCP session: connect with the "
+                "initialize handshake",
+                data=data,
+            )
+            return
+        if any(key == _SESSION_ID for key, _ in headers):
+            await self._app(scope, receive, send)
+        else:
+            await self._app(scope, receive, _Full(send, self._full))
+
+
+class _Full:
+    """``send`` of a request that would open an MCP session: the SDK's 503 at its session
+    limit ("Too many open sessions") says here what the client can do about it."""
+
+    def __init__(self, send: Send, message: str) -> None:
+        self._send = send
+        self._message = message
+        self._replaced = False
+
+    async def __call__(self, message: Message) -> None:
+        if message["type"] == "http.response.start" and message["status"] == 503:
+            self._replaced = True
+            await _refuse(self._send, 503, types.INTERNAL_ERROR, self._message)
+        elif not self._replaced:
+            await self._send(message)
+
+
+async def _refuse(
+    send: Send,
+    status: int,
+    code: int,
+    message: str,
+    *,
+    data: object = None,
+    extra: list[tuple[bytes, bytes]] | None = None,
+) -> None:
+    """Answer with a JSON-RPC error (id null: the client matches it to its request), which the
+    SDK's client raises as the request's error, without reading the request's body."""
+    error: dict[str, object] = {"code": code, "message": message}
+    if data is not None:
+        error["data"] = data
+    body = json.dumps({"jsonrpc": "2.0", "id": None, "error": error}).encode()
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        *(extra or []),
+    ]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def serve_asgi(
+    app: ASGIApp, *, port: int, token: str, limits: tuple[int, float] | None = None
+) -> None:
+    """Serve ``app`` (a server's streamable-HTTP app) on ``127.0.0.1:port`` behind
+    :class:`BearerGate` until cancelled; ``limits`` (the SDK's session limit and idle
+    timeout) go into the message a client beyond the limit gets.
+
+    Raises:
+        UsageError: the token is refused (see :class:`BearerGate`).
+    """
+    full = ""
+    if limits is not None:
+        full = (
+            f"{limits[0]} MCP sessions are open, the most this server keeps at once (airlock "
+            "serve --max-clients): end one (HTTP DELETE with its Mcp-Session-Id) or wait "
+            f"until one has been idle {limits[1]:g} s"
+        )
+    config = uvicorn.Config(
+        BearerGate(app, token=token, full=full), host=LOOPBACK, port=port, log_level="warning"
+    )
+    await uvicorn.Server(config).serve()
