@@ -50,21 +50,37 @@ async def serve_clients(
     max_clients: int,
 ) -> None:
     """Serve streamable HTTP on ``127.0.0.1:port``, a session from ``open_session`` for each
-    MCP session, until the server is stopped (SIGTERM, SIGINT)."""
-    from airlock.frontends.mcp import build_per_client_server, serve_http, sessions_per_client
+    MCP session, until the server is stopped (SIGTERM, SIGINT).
 
-    async with sessions_per_client(open_session, limit=max_clients) as clients:
-        server = build_per_client_server(clients)
-        # Once, on stderr (stdout is free, but logs and the operator's eyes are here).
-        shown = f"the value of {TOKEN_ENV}" if from_env else token
-        print(
-            f"airlock serve: MCP on http://127.0.0.1:{port}/mcp; clients send the header "
-            f"'Authorization: Bearer TOKEN', TOKEN being {shown}",
-            file=sys.stderr,
-            flush=True,
-        )
-        with _signals_after_uvicorn():
-            await serve_http(server, port=port, token=token, max_sessions=max_clients)
+    Raises:
+        UsageError, InputRefused: a session cannot be opened as configured (checked once
+            before the port is taken, as over stdio), or the port is taken.
+    """
+    from airlock.frontends.mcp import (
+        build_per_client_server,
+        listen_loopback,
+        serve_http,
+        sessions_per_client,
+    )
+
+    # The operator's mistakes (inputs a restricted program cannot open, or outside the
+    # grant) stop the server here, not at each client's first request.
+    await open_session().close()
+    with listen_loopback(port) as listener:
+        async with sessions_per_client(open_session, limit=max_clients) as clients:
+            server = build_per_client_server(clients)
+            # Once, on stderr (stdout is free, but logs and the operator's eyes are here).
+            shown = f"the value of {TOKEN_ENV}" if from_env else token
+            print(
+                f"airlock serve: MCP on http://127.0.0.1:{port}/mcp; clients send the header "
+                f"'Authorization: Bearer TOKEN', TOKEN being {shown}",
+                file=sys.stderr,
+                flush=True,
+            )
+            with _signals_after_uvicorn():
+                await serve_http(
+                    server, port=port, token=token, max_sessions=max_clients, listener=listener
+                )
 
 
 @contextmanager

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hmac
 import json
+import socket
 from collections.abc import Iterable
 from typing import Final
 
@@ -26,7 +27,14 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from airlock.policies import UsageError
 
-__all__ = ["LOOPBACK", "MIN_TOKEN_CHARS", "BearerGate", "check_token", "serve_asgi"]
+__all__ = [
+    "LOOPBACK",
+    "MIN_TOKEN_CHARS",
+    "BearerGate",
+    "check_token",
+    "listen_loopback",
+    "serve_asgi",
+]
 
 LOOPBACK: Final = "127.0.0.1"
 MIN_TOKEN_CHARS: Final = 16
@@ -143,15 +151,42 @@ async def _refuse(
     await send({"type": "http.response.body", "body": body})
 
 
-async def serve_asgi(
-    app: ASGIApp, *, port: int, token: str, limits: tuple[int, float] | None = None
-) -> None:
-    """Serve ``app`` (a server's streamable-HTTP app) on ``127.0.0.1:port`` behind
-    :class:`BearerGate` until cancelled; ``limits`` (the SDK's session limit and idle
-    timeout) go into the message a client beyond the limit gets.
+def listen_loopback(port: int) -> socket.socket:
+    """A socket listening on ``127.0.0.1:port``, taken before anything says the server is up.
 
     Raises:
-        UsageError: the token is refused (see :class:`BearerGate`).
+        UsageError: the port is in use, or not this user's to take.
+    """
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((LOOPBACK, port))
+        listener.listen(2048)
+    except OSError as exc:
+        listener.close()
+        raise UsageError(
+            f"cannot listen on {LOOPBACK}:{port} ({exc.strerror or exc}): another program "
+            "holds it, or it is not yours to take; give another port with --http PORT"
+        ) from None
+    return listener
+
+
+async def serve_asgi(
+    app: ASGIApp,
+    *,
+    port: int,
+    token: str,
+    limits: tuple[int, float] | None = None,
+    listener: socket.socket | None = None,
+) -> None:
+    """Serve ``app`` (a server's streamable-HTTP app) on ``127.0.0.1:port`` (or on
+    ``listener``, from :func:`listen_loopback`) behind :class:`BearerGate` until cancelled;
+    ``limits`` (the SDK's session limit and idle timeout) go into the message a client
+    beyond the limit gets.
+
+    Raises:
+        UsageError: the token is refused (see :class:`BearerGate`), or the port cannot be
+            taken (see :func:`listen_loopback`).
     """
     full = ""
     if limits is not None:
@@ -163,4 +198,5 @@ async def serve_asgi(
     config = uvicorn.Config(
         BearerGate(app, token=token, full=full), host=LOOPBACK, port=port, log_level="warning"
     )
-    await uvicorn.Server(config).serve()
+    # Bound here, not by uvicorn: taken or not, it says so as an error, never by exiting.
+    await uvicorn.Server(config).serve(sockets=[listener or listen_loopback(port)])

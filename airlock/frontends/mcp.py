@@ -31,6 +31,7 @@ import hashlib
 import json
 import os
 import re
+import socket
 from collections.abc import Awaitable, Callable, Mapping
 from importlib import metadata
 from typing import Any, Final
@@ -53,7 +54,7 @@ with requires_extra("mcp", feature="the MCP server (airlock serve --mcp)"):
         SessionsPerClient,
         sessions_per_client,
     )
-    from airlock.frontends._mcp_http import LOOPBACK, check_token, serve_asgi
+    from airlock.frontends._mcp_http import LOOPBACK, check_token, listen_loopback, serve_asgi
     from airlock.frontends._mcp_lines import stdin_pipe
 
 __all__ = [
@@ -66,6 +67,7 @@ __all__ = [
     "build_mcp_server",
     "build_per_client_server",
     "check_token",
+    "listen_loopback",
     "mcp_tool",
     "read_artifact",
     "serve_http",
@@ -366,14 +368,16 @@ async def serve_http(
     path: str = "/mcp",
     max_sessions: int = MAX_CLIENTS,
     idle_timeout: float = IDLE_SESSION_S,
+    listener: socket.socket | None = None,
 ) -> None:
     """Serve streamable HTTP on ``127.0.0.1:port`` (loopback only, DNS-rebinding checked)
     to clients that send ``Authorization: Bearer TOKEN``, with MCP sessions (the handshake);
     at most ``max_sessions`` at once (a client beyond is answered 503), each ended after
-    ``idle_timeout`` seconds without a request.
+    ``idle_timeout`` seconds without a request. ``listener``: a socket already listening
+    there (:func:`listen_loopback`).
 
     Raises:
-        UsageError: ``token`` is too short or not printable ASCII.
+        UsageError: ``token`` is too short or not printable ASCII, or the port is taken.
     """
     app = server.streamable_http_app(
         streamable_http_path=path,
@@ -381,4 +385,6 @@ async def serve_http(
         max_sessions=max_sessions,
         session_idle_timeout=idle_timeout,
     )
-    await serve_asgi(app, port=port, token=token, limits=(max_sessions, idle_timeout))
+    await serve_asgi(
+        app, port=port, token=token, limits=(max_sessions, idle_timeout), listener=listener
+    )

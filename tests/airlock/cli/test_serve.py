@@ -212,3 +212,46 @@ def test_a_token_too_short_in_the_environment_is_a_usage_error(tmp_path: Path) -
     )
     assert result.exit_code == 2, result.output
     assert "bearer token" in result.output
+
+
+@pytest.mark.docker
+def test_a_port_in_use_stops_the_server_before_it_says_it_serves(tmp_path: Path) -> None:
+    require_docker()
+    env = {**os.environ, "AIRLOCK_HOME": str(tmp_path), "AIRLOCK_POOL_SIZE": "0"}
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen(1)
+        port = held.getsockname()[1]
+        ended = subprocess.run(
+            [*SERVE, "--http", str(port)], cwd=ROOT, env=env, capture_output=True, timeout=120
+        )
+    said = ended.stderr.decode()
+    assert ended.returncode == 2, said
+    assert f"cannot listen on 127.0.0.1:{port}" in said
+    assert "MCP on http" not in said  # never announced
+    assert "Traceback" not in said
+
+
+@pytest.mark.docker
+def test_inputs_refused_at_start_stop_an_http_server_as_they_stop_a_stdio_one(
+    tmp_path: Path,
+) -> None:
+    # Restricted programs cannot open files: the session refuses inputs. Over stdio that ended
+    # the server at start; over HTTP it started and refused every client's first request.
+    require_docker()
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "sales.csv").write_text("a,b\n1,2\n")
+    env = {**os.environ, "AIRLOCK_HOME": str(tmp_path), "AIRLOCK_POOL_SIZE": "0"}
+    for over in ([], ["--http", str(_free_port())]):
+        ended = subprocess.run(
+            [*SERVE, "--inputs", str(tmp_path / "in"), *over],
+            cwd=ROOT,
+            env=env,
+            input=b"",
+            capture_output=True,
+            timeout=120,
+        )
+        said = ended.stderr.decode()
+        assert ended.returncode == 2, (over, said)
+        assert "restricted language mode" in said, said
+        assert "MCP on http" not in said
