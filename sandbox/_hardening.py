@@ -21,6 +21,9 @@ from airlock.sandbox._users import container_user
 
 __all__ = ["GUEST_MOUNT", "container_config", "container_settings", "mounted", "tmpfs_files"]
 
+_OUT_DEPTH: Final = 9
+"""Inodes one artifact may take in /out: the file and the eight directories above it the
+runner collects from (deeper ones it skips)."""
 GUEST_MOUNT: Final = wire.SOCKET_DIR
 """Where the bridge socket's host directory is mounted (read-only)."""
 
@@ -52,8 +55,9 @@ def tmpfs_files(size_bytes: int) -> int:
     return max(1024, size_bytes // 1024)
 
 
-def _tmpfs(size_bytes: int) -> str:
-    return f"rw,noexec,nosuid,nodev,nr_inodes={tmpfs_files(size_bytes)},size={size_bytes},mode=1777"
+def _tmpfs(size_bytes: int, *, at_least: int = 0) -> str:
+    files = max(tmpfs_files(size_bytes), at_least)
+    return f"rw,noexec,nosuid,nodev,nr_inodes={files},size={size_bytes},mode=1777"
 
 
 def mounted(inputs: tuple[RunInput, ...]) -> tuple[tuple[str, str, bool], ...]:
@@ -86,7 +90,10 @@ def container_config(
         "read_only": True,
         "tmpfs": {
             "/tmp": _tmpfs(profile.tmpfs_bytes),
-            wire.OUT_DIR: _tmpfs(profile.artifact_limit_bytes),
+            # Room for every file the artifact limit allows, each in directories of its own.
+            wire.OUT_DIR: _tmpfs(
+                profile.artifact_limit_bytes, at_least=profile.artifact_limit_files * _OUT_DEPTH
+            ),
         },
         "mounts": [
             Mount(target=i.mount_path, source=str(i.source), type="bind", read_only=True)

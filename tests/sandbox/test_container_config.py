@@ -282,3 +282,21 @@ def test_engine_questions_answer_from_the_engine() -> None:
         ("runtime no-such-runtime", False),
     ]
     assert "make engine" in unknown[1].fix
+
+
+@pytest.mark.parametrize(
+    ("artifact_bytes", "artifact_files", "inodes"),
+    [
+        (2**25, 64, 32768),  # the default: a file per KiB is room enough
+        (2**20, 2000, 18000),  # few bytes, many files: room for every file the limit allows
+        (2**20, 10, 1024),  # never under 1,024
+    ],
+)
+def test_out_holds_every_file_its_artifact_limit_allows(
+    artifact_bytes: int, artifact_files: int, inodes: int
+) -> None:
+    profile = SandboxProfile(
+        artifact_limit_bytes=artifact_bytes, artifact_limit_files=artifact_files
+    )
+    config = container_config(profile, image="img", socket_dir=Path("/s"), labels={})
+    assert f"nr_inodes={inodes}," in config["tmpfs"]["/out"]
