@@ -5,10 +5,11 @@ every process of that uid on the host: pipe buffers against ``fs.pipe-user-pages
 (spent, every new pipe of the uid holds 8 KiB and none can be enlarged), pending signals
 against ``RLIMIT_SIGPENDING``. A uid per container keeps each program to its own budget.
 
-Uids are taken in turn from a range of about a billion above the ones hosts give users and
-user namespaces, starting at a random point in each process (and again in a forked child),
-so containers of one process never share one and two processes meet only if their starting
-points fall within as many starts of each other. A uid or gid the host knows (its
+Uids are taken in turn from a range of 268 million that hosts leave unassigned (above their
+users, user namespaces and systemd-nspawn's containers; below systemd's "foreign" range),
+starting at a random point in each process (and again in a forked child), so containers of
+one process never share one and two processes meet only if their starting points fall
+within as many starts of each other. A uid or gid the host knows (its
 ``passwd`` or ``group`` names it) is passed over: such a uid owns files on the host.
 """
 
@@ -25,11 +26,12 @@ from airlock.policies import DISTINCT_USER, SandboxProfile, UsageError
 
 __all__ = ["container_user"]
 
-FIRST_UID: Final = 0x4000_0000
-"""The first uid taken (1,073,741,824): above the uids of users and of ``/etc/subuid``
-ranges on common hosts."""
-UID_COUNT: Final = 0x3FFF_0000
-"""Uids in the range (it ends below 2**31, which some tools read as a negative number)."""
+FIRST_UID: Final = 0x7000_0000
+"""The first uid taken (1,879,048,192): above the uids of users, of ``/etc/subuid`` ranges
+on common hosts and of systemd-nspawn's containers (up to ``0x6FFFFFFF``)."""
+UID_COUNT: Final = 0x0FFE_0000
+"""Uids in the range (268,304,384): it ends below systemd's "foreign" range
+(``0x7FFE0000``) and below 2**31, which some tools read as a negative number."""
 _MAX_PASSED_OVER: Final = 1000
 
 
