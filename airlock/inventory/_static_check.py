@@ -14,8 +14,12 @@ What it cannot follow it reports as *unresolved*, never guessed (the lists are i
 :mod:`airlock.inventory._static_rules`):
 
 - the namespace used as a value (passed, returned, stored in a container or an attribute, a
-  default), or bound as a class attribute (``class C: t = tools``, a ``NamedTuple`` or
-  dataclass field default), where ``C.t``/``self.t`` reach it unseen;
+  default, an operand), or bound as a class attribute (``class C: t = tools``, a
+  ``NamedTuple`` or dataclass field default), where ``C.t``/``self.t`` reach it unseen;
+  passed to any call but a few built-ins that cannot keep it (``print``, ``str``, ``repr``,
+  ``dir``, ``hasattr``, ``isinstance``/``issubclass`` against built-in types), or to one
+  of those the program rebinds (:mod:`airlock.inventory._static_handoff`): ``setattr(box,
+  "ns", tools)`` or a metaclass's ``__instancecheck__`` keeps it where calls are unseen;
 - an attribute fetched by a computed name (``getattr(x, name)``, ``vars``,
   ``operator.attrgetter``), any ``_`` attribute but the named-tuple API, and every attribute
   of frames, generators, coroutines and tracebacks (``f_globals``, ``gi_frame``, ...);

@@ -14,7 +14,8 @@ from typing import Final, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from airlock.bridge import NAMESPACE_MEMBERS
-from airlock.inventory._static_mutation import MUTATING_CALLS, mutation
+from airlock.inventory._static_handoff import bound_names, handoff
+from airlock.inventory._static_mutation import mutation
 from airlock.inventory._static_rules import (
     DYNAMIC_CALLS,
     ESCAPE_MODULES,
@@ -28,7 +29,6 @@ CallForm = Literal["call", "aio", "batch", "getattr", "alias", "reference"]
 NAMESPACE: Final = "tools"
 # Members of the guest's ``tools`` namespace that are not tools: log() and the error classes.
 _MEMBERS: Final = NAMESPACE_MEMBERS
-_HARMLESS: Final = frozenset({"dir", "hasattr", "isinstance", "print", "repr", "str"})
 # Dunder names a program may read: neither reaches a namespace.
 _PLAIN_DUNDERS: Final = frozenset({"__name__", "__debug__"})
 _SCOPES: Final = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.Module)
@@ -71,6 +71,7 @@ class ProgramScan:
         self.aliases: dict[str, set[str]] = {}
         self.uses: list[ToolUse] = []
         self.unresolved: list[Unresolved] = []
+        self._bound = bound_names(tree)
         bindings = list(_bindings(tree))
         self._find_aliases(bindings)
         for name, value, node in bindings:
@@ -169,6 +170,9 @@ class ProgramScan:
                 reason = attribute_problem(attribute)
                 if reason is not None:
                     self._unresolved(node, f"a class pattern reads {reason}")
+        elif isinstance(node, ast.AugAssign) and self._is_namespace(node.target):
+            # ``tools += x`` calls ``x.__radd__(tools)``: code of the program's can keep it.
+            self._unresolved(node, "an augmented assignment hands the namespace to an operand")
         elif isinstance(node, ast.AnnAssign | ast.arg) and node.annotation is not None:
             self._annotation(node.annotation)
         elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.returns:
@@ -278,8 +282,10 @@ class ProgramScan:
                 self._tool_use(parent, parent.attr, via=_via(node))
             return
         if isinstance(parent, ast.Call) and node in parent.args:
-            func = parent.func.id if isinstance(parent.func, ast.Name) else None
-            if func == "getattr" and parent.args[0] is node:
+            reason = handoff(parent, node, bound=self._bound)
+            if reason is not None:
+                return self._unresolved(parent, reason)
+            if isinstance(parent.func, ast.Name) and parent.func.id == "getattr":
                 literal = self._getattr_literal(parent)
                 if literal is None:
                     self._unresolved(parent, "getattr on the namespace with a computed name")
@@ -287,9 +293,7 @@ class ProgramScan:
                     self._unresolved(parent, f"private attribute {literal!r} of the namespace")
                 elif literal not in _MEMBERS:
                     self._tool_use(parent, literal, via=_via(node), form="getattr")
-                return
-            if func in _HARMLESS or func in MUTATING_CALLS:
-                return  # (setattr and delattr: unresolved by mutation())
+            return  # (setattr and delattr: unresolved by mutation())
         if self._is_alias_binding(node, parent):
             return
         self._unresolved(node, "the namespace is used as a value; calls through it are unknown")

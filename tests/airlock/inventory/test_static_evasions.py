@@ -12,6 +12,7 @@ from pydantic import BaseModel, Field
 
 from airlock.bridge import ToolSession
 from airlock.inventory import check_program
+from airlock.inventory._static_handoff import TRUSTED_CALLS
 from airlock.policies import Grant, LanguageMode, Principal, read
 from airlock.tools import AuditLog, MemoryAuditStore, Registry
 from tests.conftest import Sandbox
@@ -47,6 +48,20 @@ def recording_registry(called: list[str]) -> Registry:
         return Record(record_id=record_id)
 
     return registry
+
+
+# A class whose metaclass keeps what isinstance() or issubclass() hands it.
+KEEPER = """
+        class Meta(type):
+            def __instancecheck__(cls, obj):
+                cls.ns = obj
+                return True
+            def __subclasscheck__(cls, obj):
+                cls.ns = obj
+                return True
+        class Grab(metaclass=Meta):
+            pass
+"""
 
 
 # name: (program, the tools it calls when run in full mode)
@@ -198,6 +213,182 @@ EVASIONS: dict[str, tuple[str, set[str]]] = {
         """,
         {SECRET},
     ),
+    # The namespace handed to code that can keep it: each keeps it, then calls through it.
+    "setattr storing tools on an object": (
+        """
+        class Box:
+            pass
+        b = Box()
+        setattr(b, "ns", tools)
+        b.ns.records_secret_get(record_id="rec_1")
+        """,
+        {SECRET},
+    ),
+    "setattr storing an alias of tools": (
+        """
+        class Box:
+            pass
+        b = Box()
+        t = tools
+        setattr(b, "ns", t)
+        b.ns.records_secret_get(record_id="rec_1")
+        """,
+        {SECRET},
+    ),
+    "object.__setattr__ storing tools": (
+        """
+        class Box:
+            pass
+        b = Box()
+        object.__setattr__(b, "ns", tools)
+        b.ns.records_secret_get(record_id="rec_1")
+        """,
+        {SECRET},
+    ),
+    "vars(x).update storing tools": (
+        """
+        class Box:
+            pass
+        b = Box()
+        vars(b).update(ns=tools)
+        b.ns.records_secret_get(record_id="rec_1")
+        """,
+        {SECRET},
+    ),
+    "isinstance handing tools to a metaclass": (
+        f"""
+        {KEEPER}
+        isinstance(tools, Grab)
+        Grab.ns.records_secret_get(record_id="rec_1")
+        """,
+        {SECRET},
+    ),
+    "isinstance handing an alias of tools to a metaclass": (
+        f"""
+        {KEEPER}
+        t = tools
+        isinstance(t, (int, Grab))
+        Grab.ns.records_secret_get(record_id="rec_1")
+        """,
+        {SECRET},
+    ),
+    "isinstance against a builtin name the program rebinds": (
+        f"""
+        {KEEPER}
+        str = Grab
+        isinstance(tools, str)
+        Grab.ns.records_secret_get(record_id="rec_1")
+        """,
+        {SECRET},
+    ),
+    "issubclass handing tools to a metaclass": (
+        f"""
+        {KEEPER}
+        issubclass(tools, Grab)
+        Grab.ns.records_secret_get(record_id="rec_1")
+        """,
+        {SECRET},
+    ),
+    "issubclass of the namespace's type": (
+        f"""
+        {KEEPER}
+        issubclass(type(tools), Grab)
+        tools.records_item_get(record_id="rec_1")
+        """,
+        {ITEM},
+    ),
+    "an augmented assignment handing tools to __radd__": (
+        """
+        class Grab:
+            def __radd__(self, other):
+                Grab.ns = other
+                return other
+        t = tools
+        t += Grab()
+        Grab.ns.records_secret_get(record_id="rec_1")
+        """,
+        {SECRET},
+    ),
+    "a lambda default holding tools": (
+        """
+        get_ns = lambda t=tools: t
+        get_ns().records_secret_get(record_id="rec_1")
+        """,
+        {SECRET},
+    ),
+    "tools stored in a list": (
+        """
+        held = [tools]
+        held[0].records_secret_get(record_id="rec_1")
+        """,
+        {SECRET},
+    ),
+    "tools appended to a list": (
+        """
+        held = []
+        held.append(tools)
+        held[0].records_secret_get(record_id="rec_1")
+        """,
+        {SECRET},
+    ),
+    "a generator yielding tools": (
+        """
+        def each():
+            yield tools
+        next(each()).records_secret_get(record_id="rec_1")
+        """,
+        {SECRET},
+    ),
+    "a print the program rebinds": (
+        """
+        def print(value):
+            global held
+            held = value
+        print(tools)
+        held.records_secret_get(record_id="rec_1")
+        """,
+        {SECRET},
+    ),
+    "a getattr the program rebinds": (
+        """
+        held = []
+        def getattr(obj, name):
+            held.append(obj)
+        getattr(tools, "records_item_get")
+        held[0].records_secret_get(record_id="rec_1")
+        """,
+        {SECRET},
+    ),
+    # Ordinary programs the check follows: each stays complete.
+    "a global alias of tools": (
+        """
+        def keep():
+            global held
+            held = tools
+        keep()
+        held.records_secret_get(record_id="rec_1")
+        """,
+        {SECRET},
+    ),
+    "results used as plain values": (
+        """
+        class Seen:
+            pass
+        rows = [tools.records_item_get(record_id=f"rec_{n}") for n in range(2)]
+        for row in rows:
+            if isinstance(row, (dict, Seen)) or not isinstance(row, Seen):
+                print(len(rows), str(row), repr(row))
+        """,
+        {ITEM},
+    ),
+    "tools given to built-ins that cannot keep it": (
+        f"""
+        print(tools, str(tools), repr(tools), dir(tools), hasattr(tools, "{ITEM}"))
+        if isinstance(tools, (object, int)):
+            tools.{ITEM}(record_id="rec_1")
+        """,
+        {ITEM},
+    ),
 }
 
 
@@ -211,7 +402,14 @@ def test_the_static_verdict_of_each_evasion(case: str) -> None:
         assert ran <= set(report.tools), report
     else:
         assert report.verdict == "unresolved", report
-    complete = {"a plain call", "an alias in a loop", "a listed tool renamed"}
+    complete = {
+        "a global alias of tools",
+        "a listed tool renamed",
+        "a plain call",
+        "an alias in a loop",
+        "results used as plain values",
+        "tools given to built-ins that cannot keep it",
+    }
     assert (report.verdict == "complete") == (case in complete)
 
 
@@ -286,6 +484,21 @@ def test_a_change_to_a_tool_object_is_unresolved(case: str) -> None:
     report = check_program(textwrap.dedent(source), recording_registry([]), PRINCIPAL)
     assert report.verdict == "unresolved", report
     assert line in {u.line for u in report.unresolved}, report.unresolved
+
+
+@pytest.mark.parametrize("name", sorted(TRUSTED_CALLS))
+def test_a_trusted_builtin_the_program_rebinds_cannot_take_tools(name: str) -> None:
+    # The program's own function of that name would receive the namespace and could keep it.
+    source = f"""
+    held = []
+    def {name}(*args):
+        held.append(args[0])
+    {name}(tools, int)
+    held[0].{SECRET}(record_id="rec_1")
+    """
+    report = check_program(textwrap.dedent(source), recording_registry([]), PRINCIPAL)
+    assert report.verdict == "unresolved", report
+    assert any("the program binds" in u.reason for u in report.unresolved), report.unresolved
 
 
 def test_attributes_of_other_objects_may_be_set() -> None:
