@@ -120,6 +120,8 @@ def subject_inventory(catalog: ToolCatalog, subject: Subject) -> SubjectInventor
         name=subject.name,
         user_id=subject.principal.user_id,
         tenant_id=subject.principal.tenant_id,
+        every_tenant=subject.every_tenant,
+        self_approval=subject.self_approval,
         grant=GrantSummary(
             scopes=tuple(sorted(grant.scopes)),
             effects=tuple(sorted(str(e) for e in grant.effects)),

@@ -3,7 +3,7 @@
 Format (JSON, keys sorted, two-space indent, one trailing newline, so it diffs well)::
 
     {
-      "lock_version": 2,
+      "lock_version": 3,
       "registry": "myapp.tools:registry",      # informative only
       "policy": "policy.toml",                 # informative only
       "selection": {"every_principal": true, "principals": [], "roles": [], "tenant": null},
@@ -18,7 +18,8 @@ Format (JSON, keys sorted, two-space indent, one trailing newline, so it diffs w
       },
       "subjects": {
         "principal:alice": {
-          "kind": "principal", "tenant": "acme",
+          "kind": "principal", "tenant": "acme", "every_tenant": false,
+          "self_approval": false,
           "grant": {"scopes": [...], "effects": [...], "spend_limits": {"USD": 50000}},
           "tools": {
             "billing_refund_create": {
@@ -51,7 +52,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -84,7 +85,7 @@ __all__ = [
 ]
 
 NOT_LOCKED: Final = "not locked"
-LOCK_VERSION: Final = 2
+LOCK_VERSION: Final = 3
 # Sandbox facts that depend on the machine the command ran on, not on the deployment: the
 # image digest (which engine answered) and the guest filter's rendered text (which libseccomp
 # was importable); what the guest filter refuses is locked as its rule lines.
@@ -123,6 +124,11 @@ class LockedSubject(_Record):
 
     kind: SubjectKind
     tenant: str
+    every_tenant: bool
+    """It acts in every tenant (no entry binds it): ``tenant`` is only where its grant was
+    computed."""
+    self_approval: bool
+    """Whoever asks for one of its writes may approve it."""
     grant: GrantSummary
     tools: dict[str, LockedTool]
 
@@ -139,7 +145,7 @@ class LockedConnection(_Record):
 class EffectLock(_Record):
     """A lock file's content."""
 
-    lock_version: Literal[2] = LOCK_VERSION
+    lock_version: Literal[3] = LOCK_VERSION
     registry: str
     policy: str
     selection: Selection
@@ -154,6 +160,8 @@ def lock_from_inventory(inventory: Inventory, selection: Selection) -> EffectLoc
         f"{subject.kind}:{subject.name}": LockedSubject(
             kind=subject.kind,
             tenant=subject.tenant_id,
+            every_tenant=subject.every_tenant,
+            self_approval=subject.self_approval,
             grant=subject.grant,
             tools={
                 tool.name: LockedTool(
@@ -207,27 +215,59 @@ def write_lock(lock: EffectLock, path: Path) -> None:
 
 
 def read_lock(path: Path) -> EffectLock:
-    """Read and validate the lock file at ``path``.
+    """Read and validate the lock file at ``path``: it must be exactly the text ``--lock``
+    writes, so what a reviewer reads in it is what the check compares against.
 
     Raises:
-        LockFileError: it is missing, unreadable, not JSON or not in the lock format.
+        LockFileError: it is missing, unreadable, not JSON, not in the lock format, holds a
+            key twice, or is not in the canonical form ``--lock`` writes.
     """
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        data = json.loads(text, object_pairs_hook=_refuse_duplicates)
     except (OSError, UnicodeDecodeError) as exc:
         raise LockFileError(str(path), f"cannot read the lock file: {exc}") from exc
     except json.JSONDecodeError as exc:
         raise LockFileError(str(path), f"not JSON (line {exc.lineno}): {exc.msg}") from exc
+    except _DuplicateKeyError as exc:
+        # json.loads keeps the last copy; a reader of the file may see the first.
+        raise LockFileError(
+            str(path), f"the key {exc.key!r} appears twice in one object (edited by hand?)"
+        ) from None
     version = data.get("lock_version") if isinstance(data, dict) else None
     if isinstance(version, int) and version < LOCK_VERSION:
         raise LockFileError(
             str(path),
             f"lock version {version} is older than this airlock's ({LOCK_VERSION}), which also "
-            "locks preconditions, each principal's credentials and the harness's connections",
+            "locks preconditions, each principal's credentials, tenant binding and "
+            "self-approval, the harness's connections and the seccomp filter's argument "
+            "conditions and default action",
         )
     try:
-        return EffectLock.model_validate(data)
+        lock = EffectLock.model_validate(data)
     except ValidationError as exc:
         first = exc.errors(include_url=False, include_input=False)[0]
         where = ".".join(str(p) for p in first["loc"]) or "top level"
         raise LockFileError(str(path), f"not an effect lock: {where}: {first['msg']}") from None
+    if lock_text(lock) != text:
+        raise LockFileError(
+            str(path),
+            "not in the exact form --lock writes (edited by hand?): what a reader sees in it "
+            "must be what the check compares against",
+        )
+    return lock
+
+
+class _DuplicateKeyError(ValueError):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _refuse_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in found:
+            raise _DuplicateKeyError(key)
+        found[key] = value
+    return found

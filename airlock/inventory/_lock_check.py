@@ -11,7 +11,8 @@ fails a check; it is anything that lets some principal reach more:
   credential not covered by the old ones (a wider pattern, a new host, path or scheme);
 - an approval verdict loosened at some amount (deny → ask, ask → allow);
 - a precondition removed or weakened (fewer fields must agree);
-- a principal moved to another tenant: it reaches that tenant's records, with its credential;
+- a principal moved to another tenant, or unbound from its own (it acts in every tenant);
+  ``self_approval`` turned on; a principal's entry removed while ``*`` gives it more;
 - a grant widened (scope, effect pattern, spend limit);
 - a harness connection added or pointed elsewhere (model provider, listener, engine, store);
 - a sandbox widened: every field of :class:`SandboxEffects` has a rule in
@@ -30,11 +31,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from typing import Final
+from urllib.parse import unquote
 
 from airlock.inventory._change import Change, Direction
 from airlock.inventory._lock import EffectLock, LockedSubject, LockedTool
 from airlock.inventory._lock_deployment import SANDBOX_RULES, compare_harness, compare_sandbox
 from airlock.inventory._model import ApprovalCase, GrantSummary, Requirement
+from airlock.inventory._subjects import ANY_PRINCIPAL
 from airlock.policies import (
     SIDE_EFFECT_KINDS,
     STRICTNESS,
@@ -58,7 +61,7 @@ def compare_locks(old: EffectLock, new: EffectLock) -> list[Change]:
         if before is None and after is not None:
             changes += _new_subject(key, after)
         elif after is None and before is not None:
-            changes.append(Change("shrink", key, "", "removed_subject", "no longer inventoried"))
+            changes += _removed_subject(key, before, new)
         elif before is not None and after is not None:
             changes += _compare_subject(key, before, after)
     changes += compare_harness(old.harness, new.harness)
@@ -131,12 +134,39 @@ def _new_tool(key: str, name: str, tool: LockedTool) -> list[Change]:
     return changes
 
 
+def _removed_subject(key: str, old: LockedSubject, lock: EffectLock) -> list[Change]:
+    """A principal whose entry went away still exists: it now holds what ``*`` holds, so it
+    is compared as ``*`` (its deny rules may have gone with its entry)."""
+    fallback = lock.subjects.get(f"principal:{ANY_PRINCIPAL}")
+    if old.kind != "principal" or key == f"principal:{ANY_PRINCIPAL}" or fallback is None:
+        return [Change("shrink", key, "", "removed_subject", "no longer inventoried")]
+    detail = f"no longer named: holds what principal:{ANY_PRINCIPAL} holds"
+    # Where its own entry did not apply it held *'s authority already, so * acting in other
+    # tenants is nothing new for it: its tenant is not compared.
+    as_fallback = {"tenant": old.tenant, "every_tenant": old.every_tenant}
+    compared = _compare_subject(key, old, fallback.model_copy(update=as_fallback))
+    return [Change("change", key, "", "removed_subject", detail), *compared]
+
+
 def _compare_subject(key: str, old: LockedSubject, new: LockedSubject) -> list[Change]:
     changes = _compare_grant(key, old.grant, new.grant)
-    if old.tenant != new.tenant:
+    if new.every_tenant and not old.every_tenant:
+        # No entry binds it any more: its authority applies to every tenant's records.
+        detail = f"{old.tenant} → any tenant: reaches the records of every tenant"
+        changes.append(Change("growth", key, "", "tenant_unbound", detail))
+    elif old.every_tenant and not new.every_tenant:
+        detail = f"any tenant → {new.tenant}"
+        changes.append(Change("shrink", key, "", "tenant_bound", detail))
+    elif old.tenant != new.tenant and not new.every_tenant:
         # Records are tenant-scoped: the same grant now reaches another tenant's data.
         detail = f"{old.tenant} → {new.tenant}: reaches the records of tenant {new.tenant}"
         changes.append(Change("growth", key, "", "tenant_moved", detail))
+    if old.self_approval != new.self_approval:
+        # Approval by the requester is no second pair of eyes: every write that waits for
+        # approval can be made by whoever asked for it.
+        detail = "on: whoever asks for a write may approve it" if new.self_approval else "off"
+        direction: Direction = "growth" if new.self_approval else "shrink"
+        changes.append(Change(direction, key, "", "self_approval", detail))
     for name in sorted(old.tools.keys() | new.tools.keys()):
         before, after = old.tools.get(name), new.tools.get(name)
         if after is None or not after.reach:
@@ -346,6 +376,8 @@ def _destination_covers(wide: Destination, narrow: Destination) -> bool:
     for part in ("scheme", "user", "port"):
         if getattr(wide, part) is not None and getattr(wide, part) != getattr(narrow, part):
             return False
+    if _dot_segments(narrow.path):  # /api/../admin is not below /api: fail closed
+        return False
     place = narrow.host + narrow.path
     for pattern in (wide.host + wide.path, wide.host + wide.path + "/**"):
         try:
@@ -355,3 +387,11 @@ def _destination_covers(wide: Destination, narrow: Destination) -> bool:
             if place == wide.host + wide.path or place.startswith(wide.host + wide.path + "/"):
                 return True
     return False
+
+
+def _dot_segments(path: str) -> bool:
+    """Whether ``path`` has a ``.`` or ``..`` segment, also percent-encoded (at any depth)."""
+    decoded, previous = path, None
+    while decoded != previous:
+        previous, decoded = decoded, unquote(decoded)
+    return any(segment in (".", "..") for segment in decoded.replace("\\", "/").split("/"))

@@ -13,6 +13,7 @@ from typing import Any, Final
 from airlock.inventory._change import Change, Direction
 from airlock.inventory._lock import LockedConnection
 from airlock.inventory._model import Mount, SandboxEffects
+from airlock.policies import DISTINCT_USER
 
 __all__ = ["SANDBOX_RULES", "compare_harness", "compare_sandbox"]
 
@@ -123,8 +124,48 @@ def _mounts(old: Sequence[Mount], new: Sequence[Mount]) -> list[tuple[Direction,
 
 
 def _seccomp_hash(before: Any, after: Any) -> list[tuple[Direction, str]]:
-    # What the filter allows is judged by seccomp_allowed; the hash alone is a change.
-    return [("change", f"filter {str(before)[:12]} → {str(after)[:12]}")]
+    # Reached only when neither the allowed calls (with their argument conditions) nor the
+    # default action changed: the filter changed in a way no rule judges, so fail closed.
+    detail = f"filter {str(before)[:12]} → {str(after)[:12]} (not judged: review the filter)"
+    return [("growth", detail)]
+
+
+def _seccomp_calls(before: Any, after: Any) -> list[tuple[Direction, str]]:
+    """Allowed calls, each ``name`` or ``name when <conditions>``: an entry added is growth
+    (a call, or another way through for one), unless it only puts conditions on a call the
+    filter let through with any arguments; an entry gone is shrink."""
+    old, new = set(before), set(after)
+    found: list[tuple[Direction, str]] = []
+    for item in sorted(new - old):
+        name = item.split(" ", 1)[0]
+        direction: Direction = "growth"
+        if item != name and name in new:  # the call still passes with any arguments
+            direction = "change"
+        elif item != name and name in old:  # conditions put on a call that had none
+            direction = "shrink"
+        found.append((direction, f"+ {item}"))
+    return found + [("shrink", f"- {item}") for item in sorted(old - new)]
+
+
+# What the filter does with a call no rule allows, narrow to wide; an action not listed
+# (ALLOW, LOG, TRACE, NOTIFY, unknown) may let the call run.
+_DEFAULT_ACTIONS: Final = {
+    "SCMP_ACT_KILL_PROCESS": 0,
+    "SCMP_ACT_KILL_THREAD": 0,
+    "SCMP_ACT_KILL": 0,
+    "SCMP_ACT_TRAP": 1,
+    "SCMP_ACT_ERRNO": 1,
+}
+
+
+def _sandbox_user(before: Any, after: Any) -> list[tuple[Direction, str]]:
+    # A distinct uid is the container's own; a fixed one is shared by every container that
+    # runs as it (the kernel's per-user budgets) and may be a host user's. One fixed uid for
+    # another may be anyone's: fail closed.
+    detail = f"{before} → {after}"
+    if after == DISTINCT_USER:
+        return [("shrink", detail)]
+    return [("growth", detail)]
 
 
 def _refusals(before: Any, after: Any) -> list[tuple[Direction, str]]:
@@ -144,7 +185,7 @@ SANDBOX_RULES: Final[Mapping[str, _Judge]] = {
     "network": _ranked(lambda v: 0 if v == "none" else 1),
     "root_filesystem": _ranked(lambda v: 0 if v == "read-only" else 1),
     "mounts": _mounts,
-    "user": _neutral,
+    "user": _sandbox_user,
     "capabilities": _members,
     "no_new_privileges": _ranked(lambda v: 0 if v is True else 1),
     "environment": _members,
@@ -152,7 +193,8 @@ SANDBOX_RULES: Final[Mapping[str, _Judge]] = {
     "language_mode": _ranked(lambda v: 0 if v == "restricted" else 1),
     "allowed_imports": _members,
     "seccomp_sha256": _seccomp_hash,
-    "seccomp_allowed": _members,
+    "seccomp_allowed": _seccomp_calls,
+    "seccomp_default": _ranked(lambda v: _DEFAULT_ACTIONS.get(v, len(_DEFAULT_ACTIONS))),
     "runtime": _ranked(lambda v: _RUNTIMES.get(v, len(_RUNTIMES))),
     "guest_seccomp": _refusals,
     "masked_paths": _refusals,  # a path no longer masked is growth
@@ -180,8 +222,10 @@ def compare_sandbox(old: SandboxEffects, new: SandboxEffects) -> list[Change]:
         before, after = getattr(old, name), getattr(new, name)
         if before == after:
             continue
-        if name == "seccomp_sha256" and old.seccomp_allowed != new.seccomp_allowed:
-            continue  # the allowed calls that changed are listed one by one
+        if name == "seccomp_sha256" and (
+            old.seccomp_allowed != new.seccomp_allowed or old.seccomp_default != new.seccomp_default
+        ):
+            continue  # the allowed calls and the default action that changed are listed
         for direction, detail in SANDBOX_RULES.get(name, _unjudged)(before, after):
             changes.append(Change(direction, "sandbox", "", kinds[direction], f"{name} {detail}"))
     return changes

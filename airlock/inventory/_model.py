@@ -214,6 +214,18 @@ class SubjectInventory(_Record):
     name: str = Field(description="User id ('*': any principal not named), or role name.")
     user_id: str = Field(description="User id the inventory was computed for.")
     tenant_id: str = Field(description="Tenant the inventory was computed for.")
+    every_tenant: bool = Field(
+        description=(
+            "Whether it acts in every tenant (no policy entry binds it to one): tenant_id is "
+            "then only the tenant its grant was computed in."
+        )
+    )
+    self_approval: bool = Field(
+        description=(
+            "Whether the person who asked for one of its writes may approve it "
+            "(self_approval = true in the policy file): no second person is needed."
+        )
+    )
     grant: GrantSummary = Field(description="The subject's grant.")
     tools: tuple[ToolEntry, ...] = Field(description="Every tool the subject can see, sorted.")
     composed: ComposedView = Field(description="The reachable set, composed.")
@@ -278,7 +290,13 @@ class SandboxEffects(_Record):
     allowed_imports: tuple[str, ...] = Field(description="Modules a restricted program may import.")
     seccomp_sha256: str = Field(description="SHA-256 of the seccomp profile's canonical JSON.")
     seccomp_allowed: tuple[str, ...] = Field(
-        description="System calls the filter allows; every other fails."
+        description="System calls the filter allows, one entry per rule: the name alone when "
+        "any arguments pass, else with the argument conditions it needs ('socket when "
+        "arg0 == 1'); every other call gets the default action."
+    )
+    seccomp_default: str = Field(
+        description="What the filter does with a call no rule allows (defaultAction), e.g. "
+        "'SCMP_ACT_ERRNO'; 'unknown' when no filter was rendered.",
     )
     runtime: str = Field(
         description="OCI runtime: 'runc' (the host's kernel) or 'runsc' (gVisor's kernel)."

@@ -29,6 +29,7 @@ __all__ = ["Format", "approval_text", "harness_rows", "render", "sandbox_rows"]
 
 Format = Literal["table", "json", "markdown"]
 _WIDTH = 240
+_SELF_APPROVAL = "self approval: whoever asks for a write may approve it (no second person)"
 _USERS = {
     DISTINCT_USER: "distinct: a uid and gid of each container's own, which no host user has "
     "(the kernel's per-user budgets are its own)"
@@ -105,9 +106,12 @@ def _grant_line(subject: SubjectInventory) -> str:
 def _heading(subject: SubjectInventory) -> str:
     if subject.kind == "role":
         return f"role {subject.name}"
+    tenant = f"tenant {subject.tenant_id}"
+    if subject.every_tenant:  # the grant applies in every tenant, not only where computed
+        tenant = f"every tenant, computed in {subject.tenant_id}"
     if subject.name == "*":
-        return f"principal * (any principal not named; tenant {subject.tenant_id})"
-    return f"principal {subject.name} (tenant {subject.tenant_id})"
+        return f"principal * (any principal not named; {tenant})"
+    return f"principal {subject.name} ({tenant})"
 
 
 def _path_text(view: PathView) -> str:
@@ -138,7 +142,12 @@ def sandbox_rows(sandbox: SandboxEffects) -> list[tuple[str, str]]:
         ("output", f"{limits.output_bytes} bytes per stream"),
         ("language mode", sandbox.language_mode),
         ("imports (restricted)", ", ".join(sandbox.allowed_imports)),
-        ("seccomp", f"sha256 {sandbox.seccomp_sha256}, {len(sandbox.seccomp_allowed)} calls"),
+        (
+            "seccomp",
+            f"sha256 {sandbox.seccomp_sha256}, {len(_call_names(sandbox))} calls, "
+            f"every other: {sandbox.seccomp_default}",
+        ),
+        ("seccomp conditions", ", ".join(c for c in sandbox.seccomp_allowed if " " in c) or "none"),
         ("second seccomp layer", ", ".join(r.split(":", 1)[0] for r in sandbox.guest_seccomp)),
         ("runtime", sandbox.runtime),
         ("masked paths", ", ".join(sandbox.masked_paths)),
@@ -156,6 +165,11 @@ def sandbox_rows(sandbox: SandboxEffects) -> list[tuple[str, str]]:
             "returned as references",
         ),
     ]
+
+
+def _call_names(sandbox: SandboxEffects) -> set[str]:
+    # An entry is a call's name, or its name and the argument conditions one rule needs.
+    return {entry.split(" ", 1)[0] for entry in sandbox.seccomp_allowed}
 
 
 def harness_rows(connections: Sequence[HarnessConnection]) -> list[tuple[str, str]]:
@@ -183,6 +197,8 @@ def _table(inventory: Inventory) -> str:
         line()
         line(Text(_heading(subject)))
         line(Text(_grant_line(subject)))
+        if subject.self_approval:
+            line(Text(_SELF_APPROVAL))
         table = Table(show_lines=True)
         for column in ("tool", "callers", "scope", "effects", "destinations", "credentials"):
             table.add_column(column, no_wrap=True)
@@ -252,6 +268,8 @@ def _markdown(inventory: Inventory) -> str:
     for subject in inventory.subjects:
         composed = subject.composed
         lines += ["", f"## {_cell(_heading(subject))}", "", _cell(_grant_line(subject)), ""]
+        if subject.self_approval:
+            lines += [f"**{_SELF_APPROVAL}**", ""]
         lines += [
             "| tool | callers | scope | effects | destinations | credentials | requires "
             "| approval | idempotency | reach |",

@@ -49,6 +49,9 @@ class Subject:
     """Whether it acts in any tenant (its own policy entry, else ``*``'s, binds none, and no
     tenant was chosen): ``principal.tenant_id`` is then only the one its grant is computed in,
     and its calls may send any tenant's credential."""
+    self_approval: bool = False
+    """Whether the person who asked for one of its writes may approve it (the policy file's
+    ``self_approval = true``): an approval then needs no second person."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +118,7 @@ class PolicyDocument:
             grant=grant,
             approvals=self.policy.approvals_for(widest),
             every_tenant=every_tenant,
+            self_approval=self.policy.self_approval,
         )
 
     def role(self, name: str) -> Subject:
@@ -134,6 +138,7 @@ class PolicyDocument:
             ),
             grant=grant,
             approvals=self.policy.role_approvals(name),
+            self_approval=self.policy.self_approval,
         )
 
     def select(

@@ -171,7 +171,8 @@ def test_credential_values_never_appear_in_any_output(
     old = json.loads(outputs["lock"])
     for tool in old["subjects"]["principal:alice"]["tools"].values():
         tool["credentials"].remove("BILLING_TOKEN_ACME")
-    lock.write_text(json.dumps(old))
+    # In the exact form --lock writes: any other text is refused as edited by hand.
+    lock.write_text(json.dumps(old, indent=2, sort_keys=True) + "\n")
     check = runner.invoke(app, [*BASE, "--check", str(lock)])
     assert check.exit_code == 1, check.output
     assert "new_credential: BILLING_TOKEN_ACME" in check.output
