@@ -195,10 +195,11 @@ def test_chat_replays_the_bulk_read_in_the_real_sandbox(
     assert "bytes of tool results entered the context" in result.output
 
 
-@pytest.mark.anyio
-async def test_a_live_chat_waits_for_its_writes_commits_them_once_and_tells_the_model(
-    tmp_path: Path,
-) -> None:
+async def _refund_chat(
+    tmp_path: Path, last_words: str, *, lose_every_reply: bool, within_s: float
+) -> tuple[Any, list[dict[str, Any]], int]:
+    """A live chat in which the model asks for a refund, ends its turn, and a person approves
+    the paused write; the transcript, the model's requests and the sends the system saw."""
     import anyio
 
     from airlock.sandbox.testing import ScriptedBackend
@@ -206,23 +207,16 @@ async def test_a_live_chat_waits_for_its_writes_commits_them_once_and_tells_the_
     from tests.airlock.session_world import World
 
     world = World(tmp_path, ScriptedBackend([]))
+    if lose_every_reply:
+        world.system.inject("lose_reply", times=100_000)  # every send acts; its answer is lost
     session = world.session()
     refund = {"invoice_id": "inv_3", "reason": "duplicate"}
+    asked = {"type": "tool_use", "id": "toolu_1", "name": "billing_refund_create", "input": refund}
     seen: list[dict[str, Any]] = []
     replies = [
-        reply(
-            [
-                {
-                    "type": "tool_use",
-                    "id": "toolu_1",
-                    "name": "billing_refund_create",
-                    "input": refund,
-                }
-            ],
-            "tool_use",
-        ),
+        reply([asked], "tool_use"),
         reply([{"type": "text", "text": "It waits for a person."}], "end_turn"),
-        reply([{"type": "text", "text": "Refunded."}], "end_turn"),
+        reply([{"type": "text", "text": last_words}], "end_turn"),
     ]
     model = AnthropicModel("test-key", client=anthropic_api(replies, seen))
 
@@ -234,16 +228,25 @@ async def test_a_live_chat_waits_for_its_writes_commits_them_once_and_tells_the_
         approve_preview(world.ledger, waiting.preview_id, approver="bob", now=time.time())
 
     try:
-        with anyio.fail_after(30):
+        with anyio.fail_after(within_s):
             async with anyio.create_task_group() as group:
                 group.start_soon(approve_when_paused)
                 transcript = await chat_loop(
                     model, session, "refund inv_3", writes=session, poll=0.01
                 )
-        sends = world.system.sends()
+        return transcript, seen, world.system.sends()
     finally:
         await model.aclose()
         world.close()
+
+
+@pytest.mark.anyio
+async def test_a_live_chat_waits_for_its_writes_commits_them_once_and_tells_the_model(
+    tmp_path: Path,
+) -> None:
+    transcript, seen, sends = await _refund_chat(
+        tmp_path, "Refunded.", lose_every_reply=False, within_s=30
+    )
     told = transcript.messages[-2]["content"][0]["text"]
     assert told.startswith("Writes settled since your last turn: ")
     [settled] = json.loads(told.removeprefix("Writes settled since your last turn: "))
@@ -258,53 +261,12 @@ async def test_a_live_chat_waits_for_its_writes_commits_them_once_and_tells_the_
 async def test_a_live_chat_tells_the_model_a_write_whose_outcome_stays_unknown_and_goes_on(
     tmp_path: Path,
 ) -> None:
-    import anyio
-
     from airlock.harness._paused import UNKNOWN_TRIES
-    from airlock.sandbox.testing import ScriptedBackend
-    from airlock.tools import approve_preview
-    from tests.airlock.session_world import World
 
-    world = World(tmp_path, ScriptedBackend([]))
-    world.system.inject("lose_reply", times=100_000)  # every send acts; its answer is lost
-    session = world.session()
-    refund = {"invoice_id": "inv_3", "reason": "duplicate"}
-    seen: list[dict[str, Any]] = []
-    replies = [
-        reply(
-            [
-                {
-                    "type": "tool_use",
-                    "id": "toolu_1",
-                    "name": "billing_refund_create",
-                    "input": refund,
-                }
-            ],
-            "tool_use",
-        ),
-        reply([{"type": "text", "text": "It waits for a person."}], "end_turn"),
-        reply([{"type": "text", "text": "Its outcome is unknown."}], "end_turn"),
-    ]
-    model = AnthropicModel("test-key", client=anthropic_api(replies, seen))
-
-    async def approve_when_paused() -> None:
-        while not session.pending():
-            await anyio.sleep(0.01)
-        await anyio.sleep(0.05)
-        [waiting] = session.pending()
-        approve_preview(world.ledger, waiting.preview_id, approver="bob", now=time.time())
-
-    try:
-        with anyio.fail_after(10):  # before the fix: resent every poll, for ever
-            async with anyio.create_task_group() as group:
-                group.start_soon(approve_when_paused)
-                transcript = await chat_loop(
-                    model, session, "refund inv_3", writes=session, poll=0.01
-                )
-        sends = world.system.sends()
-    finally:
-        await model.aclose()
-        world.close()
+    # Before the fix the loop resent the write every poll, for ever: the time limit failed it.
+    transcript, seen, sends = await _refund_chat(
+        tmp_path, "Its outcome is unknown.", lose_every_reply=True, within_s=10
+    )
     told = transcript.messages[-2]["content"][0]["text"]
     [settled] = json.loads(told.removeprefix("Writes settled since your last turn: "))
     assert (settled["error"], settled["outcome"]) == ("ambiguous_write", "unknown")
