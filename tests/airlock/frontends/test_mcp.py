@@ -45,6 +45,7 @@ from airlock.sandbox._owner import OWNER_LABEL, labelled_containers
 from airlock.sandbox.testing import ScriptedBackend, ok_result
 from airlock.tools import MemoryAuditStore, SQLiteLedgerStore
 from airlock.tools.testing import SystemOfRecord
+from tests.airlock.cli.test_serve import SERVE
 from tests.airlock.conversation_registry import ALICE, DUPLICATES, build_registry
 from tests.airlock.fake_surface import INVOICE_TOOL, EchoSurface
 from tests.conftest import require_docker
@@ -179,17 +180,8 @@ async def test_airlock_serve_mcp_over_stdio_lists_runs_code_and_previews_a_write
 ) -> None:
     require_docker()
     params = StdioServerParameters(
-        command=str(Path(sys.executable).parent / "airlock"),
-        args=[
-            "serve",
-            "--mcp",
-            "--registry",
-            "tests.airlock.conversation_registry:registry",
-            "--policy",
-            str(ROOT / "tests" / "airlock" / "conversation_policy.toml"),
-            "--user",
-            "alice",
-        ],
+        command=SERVE[0],
+        args=SERVE[1:],
         env={**os.environ, "AIRLOCK_HOME": str(tmp_path), "AIRLOCK_POOL_SIZE": "1"},
         cwd=ROOT,
     )
