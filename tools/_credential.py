@@ -11,10 +11,14 @@ from airlock.tools._egress import check_credential
 from airlock.tools._errors import DeniedError
 from airlock.tools._redact import remember_secret
 
-__all__ = ["CREDENTIAL_NAME", "Credential"]
+__all__ = ["CREDENTIAL_NAME", "MAX_CREDENTIAL_CHARS", "Credential"]
 
 CREDENTIAL_NAME: Final = r"^[A-Za-z_][A-Za-z0-9_.:-]{0,127}$"
 """What a credential name declared for the effect inventory looks like: ``BILLING_TOKEN``."""
+MAX_CREDENTIAL_CHARS: Final = 8_192
+"""The longest value sent. Bounded so that a copy an upstream echoes, cut short where an
+error body is cut, can be dropped whole (see ``_rest_body.error_text``)."""
+_BOM: Final = "\ufeff"
 
 
 class Credential:
@@ -65,15 +69,17 @@ class Credential:
         Raises:
             UndeclaredReachError: a tool call is current and its tool does not declare
                 this credential (for its principal's tenant).
-            DeniedError: the credential is not configured on this host.
+            DeniedError: the credential is not configured on this host, or its value is not
+                visible ASCII of at most :data:`MAX_CREDENTIAL_CHARS` characters.
         """
         check_credential(self.name)
         value = self._read()
-        if not value or any(c in value for c in "\r\n"):
+        problem = _problem(value)
+        if value is None or problem:
             raise DeniedError(
                 "this tool is not configured with a credential here; do not retry it",
                 reason="policy",
-                detail=f"credential {self.name!r} is missing or malformed",
+                detail=f"credential {self.name!r} is {problem}",
             )
         remember_secret(value)
         return value
@@ -82,3 +88,19 @@ class Credential:
         return f"Credential({self.name!r})"
 
     __str__ = __repr__
+
+
+def _problem(value: str | None) -> str:
+    """Why ``value`` cannot be sent, in words that never quote it; ``""`` if it can.
+
+    Only visible ASCII passes: a control character makes the HTTP library refuse the header
+    with the value quoted in its message, and anything else is not a token at all."""
+    if not value:
+        return "missing"
+    if value.startswith(_BOM):
+        return "malformed: it starts with a byte-order mark; save the file as UTF-8 without one"
+    if len(value) > MAX_CREDENTIAL_CHARS:
+        return f"malformed: over {MAX_CREDENTIAL_CHARS} characters"
+    if not all("!" <= c <= "~" for c in value):
+        return "malformed: it holds a space, a control or a non-ASCII character"
+    return ""

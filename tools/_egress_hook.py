@@ -12,6 +12,7 @@ cannot read is refused too: the check fails closed.
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import errno
 import logging
@@ -20,7 +21,7 @@ import socket
 import sys
 import tempfile
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from types import FrameType, MappingProxyType
 from typing import TYPE_CHECKING, Any, Final, Literal
@@ -126,6 +127,15 @@ def _hook(event: str, args: tuple[Any, ...]) -> None:
     check = CURRENT.get()
     if check is None:
         return
+    _run(handle, check, event, args)
+
+
+def _run(
+    handle: Callable[[CallCheck, str, tuple[Any, ...]], None],
+    check: CallCheck,
+    event: str,
+    args: tuple[Any, ...],
+) -> None:
     try:
         handle(check, event, args)
     except UndeclaredReachError:
@@ -134,6 +144,31 @@ def _hook(event: str, args: tuple[Any, ...]) -> None:
         _log.warning("runtime check could not read %s", event, exc_info=exc)
         kind = _KIND.get(event, "network")
         check.refuse(kind, f"{event} {args!r}"[:200], event, f"{event} (unreadable arguments)")
+
+
+def _checked_in_caller(original: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    """The event loop's ``getaddrinfo``, checked in the caller's context. The loop resolves
+    on an executor thread, where no call is current, so the hook there lets every name
+    through: the query, and what a name can encode, would leave before any connect is
+    checked."""
+
+    async def getaddrinfo(
+        self: asyncio.AbstractEventLoop,
+        host: Any,
+        port: Any,
+        *,
+        family: int = 0,
+        type: int = 0,
+        proto: int = 0,
+        flags: int = 0,
+    ) -> Any:
+        check = CURRENT.get()
+        if check is not None:
+            _run(_on_lookup, check, "socket.getaddrinfo", (host, port, family, type, proto))
+        return await original(self, host, port, family=family, type=type, proto=proto, flags=flags)
+
+    getaddrinfo.__wrapped__ = original  # type: ignore[attr-defined]
+    return getaddrinfo
 
 
 def _on_connect(check: CallCheck, event: str, args: tuple[Any, ...]) -> None:
@@ -296,8 +331,8 @@ CHECKED_EVENTS: Final[Mapping[str, ReachKind]] = MappingProxyType(dict(_KIND))
 
 
 def install() -> None:
-    """Install the audit hook and the recording ``socket.getaddrinfo``, once per process
-    (an audit hook cannot be removed)."""
+    """Install the audit hook, the recording ``socket.getaddrinfo`` and the event loop's
+    checked ``getaddrinfo``, once per process (an audit hook cannot be removed)."""
     global installed
     with _install_lock:
         if installed:
@@ -306,6 +341,8 @@ def install() -> None:
         # process: the process's, not the first tool's that asks (no call is current yet).
         tempfile.gettempdir()
         socket.getaddrinfo = recording(socket.getaddrinfo)
+        loop = asyncio.base_events.BaseEventLoop  # every asyncio loop (uvloop's is not one)
+        setattr(loop, "getaddrinfo", _checked_in_caller(loop.getaddrinfo))  # noqa: B010
         sys.addaudithook(_hook)
         installed = True
 

@@ -10,44 +10,48 @@ model, made once, here.
   none sends none (a request without a credential sends no ``Authorization`` header).
   Environment proxies and ``.netrc`` are ignored (``trust_env=False``).
 - **Redirects**: never followed. Any 3xx is ``upstream``, so the token never reaches
-  another host.
+  another host; to a write its outcome is ``unknown`` (a 303 is how many APIs say
+  "created").
 - **How much**: the body is read as a stream and refused past ``max_response_bytes``
-  (``result_too_large``); lists follow ``next_cursor`` for at most ``max_pages`` pages.
+  (``result_too_large``), counted after at most one ``gzip``/``deflate`` layer is inflated
+  (``_rest_body``; stacked or other encodings are ``upstream``); lists follow
+  ``next_cursor`` for at most ``max_pages`` pages and ``max_list_bytes`` bytes in all.
 - **How long**: each attempt gets min(``timeout``, time left before ``deadline``).
   A GET that runs out is ``timeout``; a write is ``ambiguous_write`` (it may have acted).
 - **Retries**: 429 (after ``Retry-After``) and 502/503/504, and connection failures
   before anything was sent, for GET and for writes with an ``Idempotency-Key`` only, while
   the deadline allows the wait. A write without a key is sent once.
-- **Statuses**: mapped to tool errors in one place, :func:`error_for_status`.
+- **Statuses**: mapped to tool errors in one place, :func:`error_for_status`. Once an
+  attempt of a write ends undecided (502/503/504), every later failure of that request is
+  outcome ``unknown``: the first attempt may have acted.
+- **Headers**: a header the HTTP library refuses means nothing was sent: a definite
+  ``upstream``, never retried, and its text (which quotes the value) is not kept.
 - **What is kept**: an error body or a transport failure is kept for the operator (the
   error's ``detail``) with credentials redacted (:func:`redact`): an upstream that echoes
   the request's headers must not put the ``Authorization`` header into the audit store.
+  The kept start is redacted before it is cut, and a copy cut short is dropped.
 
-It is one module over 400 lines on purpose: every rule above acts inside one request loop
-(:meth:`RestAdapter.request`), and splitting the loop would scatter one decision over several
-files; the parts that stand alone live beside it (statuses in ``_rest_errors``, routes in
-``_rest_paths``).
+The retry loop (:meth:`RestAdapter.request`) lives here; what one attempt sent and how it
+ended in ``_rest_attempt``, statuses in ``_rest_errors``, routes and queries in
+``_rest_paths``, reading a body within its cap in ``_rest_body``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import logging
 import math
 import re
 import ssl
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Final
 
 import anyio
 import certifi
 import httpx
 
 from airlock.tools._credential import CREDENTIAL_NAME, Credential
-from airlock.tools._egress import violated
 from airlock.tools._errors import (
-    AmbiguousWriteError,
     DeniedError,
     LimitExceededError,
     ResultTooLargeError,
@@ -56,18 +60,13 @@ from airlock.tools._errors import (
     UpstreamError,
 )
 from airlock.tools._json import JSONObject, JSONValue
-from airlock.tools._redact import redact
-from airlock.tools._rest_errors import SAFE_METHODS, error_for_status, parse_retry_after
-from airlock.tools._rest_paths import origin_of, route_path
+from airlock.tools._rest_attempt import RETRY_STATUSES, Attempt, send_once
+from airlock.tools._rest_body import ACCEPT_ENCODING, decode_object
+from airlock.tools._rest_errors import SAFE_METHODS
+from airlock.tools._rest_paths import origin_of, query_of, route_path
 
 __all__ = ["RETRY_STATUSES", "RestAdapter"]
 
-_log = logging.getLogger("airlock.rest")
-
-RETRY_STATUSES: Final = frozenset({429, 502, 503, 504})
-"""Statuses worth the same request again: nothing happened, and it may work later."""
-_ERROR_BODY_BYTES: Final = 2_000
-"""How much of an error body the operator log keeps (the model never sees it)."""
 Params = Mapping[str, str | int | None]
 
 
@@ -79,6 +78,9 @@ class RestAdapter:
         timeout: seconds one attempt may take; the caller's deadline can shorten it.
         max_response_bytes: the largest body read; larger is ``result_too_large``.
         max_pages: the most pages :meth:`paginate` follows; more is ``limit_exceeded``.
+        max_list_bytes: the most bytes :meth:`paginate` reads over all pages (the decoded
+            items stay in memory until the last); more is ``result_too_large``. By default
+            ``max_response_bytes``: a list costs no more than one answer.
         max_attempts: attempts per request, the first included, when retrying is allowed.
         backoff: first wait before retrying a 5xx or a failed connection (doubles).
         max_retry_wait: the longest ``Retry-After`` honoured; a longer one is answered
@@ -97,6 +99,7 @@ class RestAdapter:
         timeout: float = 10.0,
         max_response_bytes: int = 1_000_000,
         max_pages: int = 20,
+        max_list_bytes: int | None = None,
         max_attempts: int = 4,
         backoff: float = 0.05,
         max_retry_wait: float = 10.0,
@@ -106,6 +109,8 @@ class RestAdapter:
         origin = origin_of(base_url)
         if not (timeout > 0 and max_response_bytes > 0 and max_pages > 0 and max_attempts > 0):
             raise ValueError("timeout, max_response_bytes, max_pages and max_attempts must be > 0")
+        if max_list_bytes is not None and max_list_bytes <= 0:
+            raise ValueError("max_list_bytes must be > 0 (or None for max_response_bytes)")
         names = {c if isinstance(c, str) else c.name for c in credentials}
         for name in sorted(names):
             if not re.match(CREDENTIAL_NAME, name):
@@ -117,6 +122,7 @@ class RestAdapter:
         self.timeout = timeout
         self.max_response_bytes = max_response_bytes
         self.max_pages = max_pages
+        self.max_list_bytes = max_list_bytes or max_response_bytes
         self.max_attempts = max_attempts
         self.backoff = backoff
         self.max_retry_wait = max_retry_wait
@@ -194,13 +200,35 @@ class RestAdapter:
 
         Raises:
             LimitExceededError: more than ``max_pages`` pages (the adapter's by default).
+            ResultTooLargeError: a page over ``max_response_bytes``, or the pages over
+                ``max_list_bytes`` in all.
             ToolError: as :meth:`get`, or ``upstream`` for a malformed page.
         """
         limit = self.max_pages if max_pages is None else max_pages
         collected: list[JSONValue] = []
         query: dict[str, str | int | None] = dict(params or {})
-        for _ in range(limit):
-            page = await self.get(route, credential=credential, params=query, deadline=deadline)
+        read = 0
+        for page_number in range(1, limit + 1):
+            room = self.max_list_bytes - read
+            try:
+                page, size = await self._request(
+                    "GET",
+                    route,
+                    credential=credential,
+                    params=query,
+                    deadline=deadline,
+                    cap=min(self.max_response_bytes, room),
+                )
+            except ResultTooLargeError as over:
+                if room >= self.max_response_bytes:
+                    raise  # this page alone is over the adapter's cap
+                raise ResultTooLargeError(
+                    size_bytes=read + over.size_bytes,
+                    limit_bytes=self.max_list_bytes,
+                    detail=f"GET {route_path(*route)}: the pages passed max_list_bytes="
+                    f"{self.max_list_bytes} at page {page_number}",
+                ) from None
+            read += size
             found, cursor = page.get(items), page.get(next_field)
             if not isinstance(found, list) or not isinstance(cursor, str | None):
                 raise UpstreamError(detail=f"malformed page from GET {route_path(*route)}")
@@ -234,8 +262,34 @@ class RestAdapter:
 
         Raises:
             ToolError: see :meth:`get` and :meth:`post`; ``denied`` for a credential the
-                adapter does not declare, before anything is sent.
+                adapter does not declare or a malformed one, ``invalid_input`` for a route
+                segment or query value that cannot be sent, both before anything is sent.
         """
+        answer, _ = await self._request(
+            method,
+            route,
+            credential=credential,
+            params=params,
+            body=body,
+            idempotency_key=idempotency_key,
+            deadline=deadline,
+            cap=self.max_response_bytes,
+        )
+        return answer
+
+    async def _request(
+        self,
+        method: str,
+        route: Sequence[str],
+        *,
+        credential: Credential | None,
+        params: Params | None = None,
+        body: JSONObject | None = None,
+        idempotency_key: str | None = None,
+        deadline: float,
+        cap: int,
+    ) -> tuple[JSONObject, int]:
+        """:meth:`request` with a body read under ``cap`` bytes: the answer and its size."""
         if credential is not None and credential.name not in self.credentials:
             # The inventory lists self.credentials; a request must not send what it omits,
             # and an adapter that declares none sends none.
@@ -251,180 +305,64 @@ class RestAdapter:
         retry_allowed = safe or idempotency_key is not None
         path = route_path(*route)
         what = f"{method} {path}"
-        headers = {"Accept": "application/json"}
+        query = query_of(params)
+        headers = {"Accept": "application/json", "Accept-Encoding": ACCEPT_ENCODING}
         if credential is not None:
             headers["Authorization"] = f"Bearer {credential.reveal()}"
         if idempotency_key is not None:
             headers["Idempotency-Key"] = idempotency_key
-        query = {k: str(v) for k, v in (params or {}).items() if v is not None}
         content = None if body is None else json.dumps(body, separators=(",", ":")).encode()
         if content is not None:
             headers["Content-Type"] = "application/json"
-        async with httpx.AsyncClient(
-            follow_redirects=False, trust_env=False, transport=self._transport, verify=self._tls
-        ) as client:
-            for attempt in range(1, self.max_attempts + 1):
-                budget = min(self.timeout, deadline - time.monotonic())
-                if budget <= 0:
-                    raise ToolTimeoutError(
-                        "the run's time budget is used up; finish with what you have",
-                        seconds=0.0,
-                        outcome="error" if attempt == 1 or safe else "unknown",
-                        detail=what,
-                    )
-                request = client.build_request(
-                    method,
-                    self.base_url + path,
-                    params=query,
-                    content=content,
-                    headers=headers,
-                    timeout=budget,
-                )
-                try:
-                    status, answer_headers, data = await self._exchange(
-                        client, request, budget=budget, safe=safe, what=what
-                    )
-                except httpx.ConnectError as exc:  # nothing was sent: safe to try again
-                    failure: ToolError = UpstreamError(
-                        detail=redact(f"{what}: cannot connect: {exc}")
-                    )
-                    if violated():  # the runtime check refused it: so would it again
-                        raise failure from exc
-                    wait = self.backoff * 2 ** (attempt - 1)
-                except (httpx.TimeoutException, TimeoutError) as exc:
-                    raise self._timed_out(what, budget, safe, idempotency_key) from exc
-                except httpx.TransportError as exc:  # sent; the answer was lost on the way
-                    if not safe:
-                        raise AmbiguousWriteError(
-                            idempotency_key=idempotency_key,
-                            detail=redact(f"{what}: {type(exc).__name__}: {exc}"[:300]),
-                        ) from exc
-                    failure = UpstreamError(
-                        detail=redact(f"{what}: {type(exc).__name__}: {exc}"[:300])
-                    )
-                    wait = self.backoff * 2 ** (attempt - 1)
-                except httpx.HTTPError as exc:  # e.g. an undecodable body: an answer came
-                    raise UpstreamError(
-                        outcome="error" if safe else "unknown",
-                        detail=redact(f"{what}: {type(exc).__name__}: {exc}"[:300]),
-                    ) from exc
-                else:
-                    _log.debug("%s -> %s (attempt %d)", what, status, attempt)
-                    if 200 <= status <= 299:
-                        return self._decode(data, what=what, safe=safe)
-                    retry_after = parse_retry_after(answer_headers.get("retry-after"))
-                    failure = error_for_status(
-                        status,
-                        method=method,
-                        retry_after=retry_after,
-                        detail=_status_detail(what, status, answer_headers, data),
-                    )
-                    if status not in RETRY_STATUSES:
-                        raise failure
-                    wait = (
-                        retry_after
-                        if status == 429 and retry_after is not None
-                        else self.backoff * 2 ** (attempt - 1)
-                    )
-                if (
-                    not retry_allowed
-                    or attempt == self.max_attempts
-                    or wait > self.max_retry_wait
-                    or time.monotonic() + wait >= deadline
-                ):
-                    raise failure
-                await anyio.sleep(wait)
-        raise AssertionError("unreachable: the last attempt always returns or raises")
-
-    async def _exchange(
-        self,
-        client: httpx.AsyncClient,
-        request: httpx.Request,
-        *,
-        budget: float,
-        safe: bool,
-        what: str,
-    ) -> tuple[int, httpx.Headers, bytes]:
-        """Send once; the status, headers and at most the byte cap of the body."""
-        with anyio.fail_after(budget):
-            response = await client.send(request, stream=True)
-            try:
-                status = response.status_code
-                if not 200 <= status <= 299:
-                    # Error and redirect bodies are for the operator log only: keep a little.
-                    data = await _read_capped(response, _ERROR_BODY_BYTES, refuse=False)
-                    return status, response.headers, data
-                declared = response.headers.get("content-length", "")
-                if declared.isdigit() and int(declared) > self.max_response_bytes:
-                    raise self._too_large(int(declared), safe, what)
-                try:
-                    data = await _read_capped(response, self.max_response_bytes, refuse=True)
-                except _OverCap as over:
-                    raise self._too_large(over.size, safe, what) from None
-                return status, response.headers, data
-            finally:
-                await response.aclose()
-
-    def _too_large(self, size: int, safe: bool, what: str) -> ResultTooLargeError:
-        return ResultTooLargeError(
-            size_bytes=size,
-            limit_bytes=self.max_response_bytes,
-            # a write that answered too much still acted
-            outcome="error" if safe else "unknown",
-            detail=f"{what}: body over {self.max_response_bytes} bytes",
+        attempt = Attempt(
+            method=method,
+            url=self.base_url + path,
+            query=query,
+            headers=headers,
+            content=content,
+            what=what,
+            idempotency_key=idempotency_key,
+            cap=cap,
+            budget=self.timeout,
         )
-
-    @staticmethod
-    def _timed_out(what: str, budget: float, safe: bool, key: str | None) -> ToolError:
-        if safe:
-            return ToolTimeoutError(seconds=budget, detail=f"{what}: no answer in {budget:.3g} s")
-        return AmbiguousWriteError(
-            idempotency_key=key, detail=f"{what}: no answer in {budget:.3g} s"
-        )
-
-    @staticmethod
-    def _decode(data: bytes, *, what: str, safe: bool) -> JSONObject:
+        undecided = False  # an attempt of this write ended without a definite answer
         try:
-            value = json.loads(data) if data else {}
-        except ValueError:
-            value = None
-        if not isinstance(value, dict):
-            raise UpstreamError(
-                outcome="error" if safe else "unknown",
-                detail=f"{what}: the answer is not a JSON object",
-            )
-        result: JSONObject = value
-        return result
-
-
-class _OverCap(Exception):
-    def __init__(self, size: int) -> None:
-        self.size = size
-
-
-async def _read_capped(response: httpx.Response, cap: int, *, refuse: bool) -> bytes:
-    """At most ``cap`` bytes of the (decoded) body; past it raise, or stop reading."""
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in response.aiter_bytes():
-        size += len(chunk)
-        if size > cap:
-            if refuse:
-                raise _OverCap(size)
-            chunks.append(chunk[: cap - (size - len(chunk))])
-            break
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-def _status_detail(what: str, status: int, headers: httpx.Headers, data: bytes) -> str:
-    """Operator-log detail: route, status, redirect target host, the start of the body, with
-    credentials redacted (the body may echo the request's headers)."""
-    detail = f"{what} -> {status}"
-    location = headers.get("location")
-    if location:
-        host = httpx.URL(location).host if "://" in location else "(same host)"
-        detail += f"; redirect to {host} refused"
-    # The whole kept body is redacted before it is cut, so no cut can split a credential.
-    text = redact(data.decode("utf-8", "replace"))[:300]
-    return f"{detail}; body {text!r}" if text else detail
+            async with httpx.AsyncClient(
+                follow_redirects=False, trust_env=False, transport=self._transport, verify=self._tls
+            ) as client:
+                for number in range(1, self.max_attempts + 1):
+                    budget = min(self.timeout, deadline - time.monotonic())
+                    if budget <= 0:
+                        raise ToolTimeoutError(
+                            "the run's time budget is used up; finish with what you have",
+                            seconds=0.0,
+                            outcome="error",
+                            detail=what,
+                        )
+                    sent = await send_once(
+                        client,
+                        dataclasses.replace(attempt, budget=budget),
+                        backoff=self.backoff * 2 ** (number - 1),
+                    )
+                    if isinstance(sent, bytes):
+                        return decode_object(sent, what=what, safe=safe), len(sent)
+                    undecided = undecided or (not safe and sent.failure.outcome == "unknown")
+                    if (
+                        not retry_allowed
+                        or number == self.max_attempts
+                        or sent.wait > self.max_retry_wait
+                        or time.monotonic() + sent.wait >= deadline
+                    ):
+                        raise sent.failure
+                    await anyio.sleep(sent.wait)
+        except ToolError as failure:
+            if undecided:
+                # A refusal now (409 "key in use", 422 "already done", 429...) proves only
+                # that this attempt did nothing; the undecided one may have acted.
+                failure.outcome = "unknown"
+                failure.detail = (
+                    f"{failure.detail or failure.code}; an earlier attempt of this write "
+                    "had no definite answer"
+                )
+            raise
+        raise AssertionError("unreachable: the last attempt always returns or raises")

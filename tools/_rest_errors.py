@@ -13,8 +13,9 @@ other 4xx    upstream           the adapter asked something the service does not
 1xx, 3xx     upstream           unexpected here; redirects are refused, never followed
 ===========  =================  =====================================================
 
-A write (any method but GET) that got a 5xx may have acted, so its outcome is ``unknown``;
-every 4xx is a definite refusal, outcome ``error``. The operator's ``detail`` is kept with
+A write (any method but GET and HEAD) that got a 5xx or a 3xx may have acted (a 303 is how
+many APIs say "created, see over there"), so its outcome is ``unknown``; every 4xx is a
+definite refusal, outcome ``error``. The operator's ``detail`` is kept with
 credentials redacted (:func:`~airlock.tools.redact`), whoever built it.
 """
 
@@ -77,8 +78,15 @@ def error_for_status(
     if status == 429:
         return RateLimitedError(retry_after=retry_after, detail=detail)
     if 300 <= status <= 399:
+        if method.upper() in SAFE_METHODS:
+            return UpstreamError(
+                "the service answered with a redirect, which this tool never follows",
+                detail=detail,
+            )
         return UpstreamError(
-            "the service answered with a redirect, which this tool never follows",
+            "the service answered this write with a redirect, which this tool never follows; "
+            "the write may have happened, so do not send it again as a new one",
+            outcome="unknown",
             detail=detail,
         )
     # 5xx from a write may have acted; 1xx and other 4xx are refusals of the adapter's request

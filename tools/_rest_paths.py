@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import urllib.parse
+from collections.abc import Mapping
 from typing import Final
 
 from airlock.tools._errors import InvalidInputError
 
-__all__ = ["CONTROL_CHARACTERS", "DOT_SEGMENTS", "MAX_SEGMENT", "origin_of", "route_path"]
+__all__ = [
+    "CONTROL_CHARACTERS",
+    "DOT_SEGMENTS",
+    "MAX_SEGMENT",
+    "origin_of",
+    "query_of",
+    "route_path",
+]
 
 MAX_SEGMENT: Final = 200
 """The longest segment, in characters, as given."""
@@ -25,7 +33,8 @@ def route_path(*segments: str) -> str:
 
     Raises:
         InvalidInputError: a segment is empty, in :data:`DOT_SEGMENTS` (also
-            percent-encoded), holds one of :data:`CONTROL_CHARACTERS`, or is over
+            percent-encoded), holds one of :data:`CONTROL_CHARACTERS` or a character UTF-8
+            cannot encode (a lone surrogate, which JSON can carry), or is over
             :data:`MAX_SEGMENT` characters.
     """
     parts = []
@@ -34,6 +43,7 @@ def route_path(*segments: str) -> str:
             not segment
             or len(segment) > MAX_SEGMENT
             or segment in DOT_SEGMENTS
+            or not _encodable(segment)
             or urllib.parse.unquote(segment) in DOT_SEGMENTS
             or not CONTROL_CHARACTERS.isdisjoint(segment)
         ):
@@ -70,3 +80,27 @@ def origin_of(url: str) -> str:
     if ":" in host:  # an IPv6 literal
         host = f"[{host}]"
     return f"{parsed.scheme}://{host}:{port}"
+
+
+def query_of(params: Mapping[str, str | int | None] | None) -> dict[str, str]:
+    """The query as strings, ``None`` values left out.
+
+    Raises:
+        InvalidInputError: a name or value UTF-8 cannot encode (a lone surrogate).
+    """
+    query = {k: str(v) for k, v in (params or {}).items() if v is not None}
+    for name, value in query.items():
+        if not (_encodable(name) and _encodable(value)):
+            raise InvalidInputError(
+                "a value of this call is not valid text (a lone surrogate); send another",
+                detail=f"refused query parameter {name[:80]!r}: not encodable as UTF-8",
+            )
+    return query
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
