@@ -58,7 +58,8 @@ ChainProblem = Literal["changed", "missing", "truncated", "head", "program", "in
 
 class AuditStoreError(UsageError):
     """An audit store cannot be used as asked: written by an older airlock without a hash
-    chain, or its key is missing or unreadable. The message says what to do."""
+    chain, its key is missing or unreadable, or (on append) its last records are not the
+    ones its head names, so someone deleted or changed them. The message says what to do."""
 
     code = "audit_store"
 
@@ -197,7 +198,7 @@ def verify_chain(conn: SQLConnection, key: bytes, columns: str) -> ChainReport:
     index = _effect_index(conn)
     pending = next(index, None)
     effects_at = columns.split(", ").index("effects") + 1
-    for row in conn.execute(f"SELECT id, {columns}, chain FROM audit_events ORDER BY id"):
+    for row in _pages(conn, f"SELECT id, {columns}, chain FROM audit_events", ("id",)):
         number = int(row[0])
         if number != checked + 1:
             return _bad(
@@ -284,10 +285,35 @@ def verify_chain(conn: SQLConnection, key: bytes, columns: str) -> ChainReport:
     return _programs(conn, report)
 
 
+VERIFY_PAGE = 1000
+"""Rows :func:`verify_chain` reads of a table at a time."""
+
+
+def _pages(conn: SQLConnection, select: str, key: tuple[str, ...]) -> Iterator[Any]:
+    """The rows of ``select`` (its first columns: ``key``, unique) in key order, read
+    :data:`VERIFY_PAGE` at a time after the last key read: psycopg reads the whole result
+    of a statement before handing over its first row, so a log of millions of records
+    would be held in memory at once. (Within one snapshot: the pages see one state.)"""
+    order = ", ".join(key)
+    after = f" WHERE ({order}) > ({', '.join('?' * len(key))})"
+    last: tuple[Any, ...] | None = None
+    while True:
+        rows = conn.execute(
+            f"{select}{'' if last is None else after} ORDER BY {order} LIMIT {VERIFY_PAGE}",
+            () if last is None else last,
+        ).fetchall()
+        yield from rows
+        if len(rows) < VERIFY_PAGE:
+            return
+        last = tuple(rows[-1][: len(key)])
+
+
 def _effect_index(conn: SQLConnection) -> Iterator[tuple[int, str, str, str | None]]:
-    # A second connection would see another snapshot; one cursor beside the other is fine.
-    for row in conn.execute(
-        "SELECT event_id, kind, target, prefix FROM audit_effects ORDER BY event_id"
+    # A second connection would see another snapshot; pages read beside the records' are fine.
+    for row in _pages(
+        conn,
+        "SELECT event_id, kind, target, prefix FROM audit_effects",
+        ("event_id", "kind", "target"),
     ):
         yield int(row[0]), str(row[1]), str(row[2]), None if row[3] is None else str(row[3])
 
@@ -308,7 +334,7 @@ def _programs(conn: SQLConnection, report: ChainReport) -> ChainReport:
         )
 
     count = 0
-    for digest, text in conn.execute("SELECT hash, text FROM audit_programs ORDER BY hash"):
+    for digest, text in _pages(conn, "SELECT hash, text FROM audit_programs", ("hash",)):
         count += 1
         try:
             held = hashlib.blake2b(bytes(text), digest_size=16).hexdigest()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -107,10 +107,10 @@ def row_of(e: AuditEvent) -> tuple[Any, ...]:
         _text(e.user_id),
         _text(e.tenant_id),
         _text(e.args_hash),
-        e.stage,
-        e.decision,
+        _text(e.stage),
+        _text(e.decision),
         _text(e.rule),
-        e.outcome,
+        _text(e.outcome),
         None if e.code is None else _text(e.code),
         float(e.duration_s) + 0.0,
         json.dumps([_text(x) for x in e.effects]),
@@ -121,23 +121,18 @@ def row_of(e: AuditEvent) -> tuple[Any, ...]:
     )
 
 
-def encoded_row(
-    e: AuditEvent, text: Callable[[Any], Any] | None = None
-) -> tuple[tuple[Any, ...], bytes, tuple[str, ...]]:
-    """:func:`row_of` ``e`` (each value passed through ``text``), the row's
-    :func:`~airlock.tools._audit_chain.canonical` bytes without the opening ``[``, and its
-    effects as stored (what the effect index must hold, as :func:`verify_chain
-    <airlock.tools._audit_chain.verify_chain>` reads them back from the row): what a writer
-    stores and chains, computed once per event. ``text`` applies to each effect before the
-    ``effects`` column is serialized, so a text a database cannot hold leaves neither it
-    nor the index.
+def encoded_row(e: AuditEvent) -> tuple[tuple[Any, ...], bytes, tuple[str, ...]]:
+    """:func:`row_of` ``e``, the row's :func:`~airlock.tools._audit_chain.canonical` bytes
+    without the opening ``[``, and its effects as stored (what the effect index must hold,
+    as :func:`verify_chain <airlock.tools._audit_chain.verify_chain>` reads them back from
+    the row): what a writer stores and chains, computed once per event, the same for either
+    database.
 
     Nearly every event's texts are printable ASCII without a quote or a backslash, and its
     times are finite: such a row is written straight into its JSON, which is then the same,
     byte for byte, as the encoder's (``tests/tools/test_audit_rows.py`` holds the cases).
-    ``text`` replaces what a database cannot hold (PostgreSQL: NUL), so it must leave such
-    a row as it is, and is not called on it. Any other row goes through ``row_of``,
-    ``text`` and the encoder.
+    Such a row holds nothing a database cannot (no NUL, no lone surrogate). Any other row
+    goes through ``row_of`` and the encoder.
     """
     # SQLite stores -0.0 as 0 (an integral REAL is kept as an integer), so a record chained
     # over "-0.0" would not verify: both times are chained as they will be read back.
@@ -175,7 +170,7 @@ def encoded_row(
         and math.isfinite(ts)
         and math.isfinite(duration)
     ):
-        return _encoded(e, text)
+        return _encoded(e)
     listed = '["' + '", "'.join(effects) + '"]' if effects else "[]"
     final, exercised = int(e.final), int(e.exercised)
     row = (ts, *plain, code, duration, listed, detail, final, approver, exercised)
@@ -190,25 +185,22 @@ def encoded_row(
     return row, tail.encode(), effects
 
 
-def _encoded(
-    e: AuditEvent, text: Callable[[Any], Any] | None
-) -> tuple[tuple[Any, ...], bytes, tuple[str, ...]]:
+def _encoded(e: AuditEvent) -> tuple[tuple[Any, ...], bytes, tuple[str, ...]]:
     # encoded_row of any event, through row_of and the encoder.
-    stored = tuple(_text(x) for x in e.effects)
     row = row_of(e)
-    if text is not None:
-        stored = tuple(text(x) for x in stored)
-        at = _EFFECTS_AT
-        row = tuple(text(v) for v in (*row[:at], json.dumps(list(stored)), *row[at + 1 :]))
-    return row, canonical(row)[1:], stored
-
-
-_EFFECTS_AT = COLUMNS.split(", ").index("effects")
+    return row, canonical(row)[1:], tuple(_text(x) for x in e.effects)
 
 
 def _text(value: str) -> str:
-    # A lone surrogate (from a model's JSON escape) cannot be stored as UTF-8; write it as
-    # a replacement character rather than lose the whole batch.
+    # What a database cannot hold as text becomes U+FFFD, rather than the whole batch
+    # being lost: a lone surrogate (from a model's JSON escape; not UTF-8), and NUL, which
+    # PostgreSQL's text refuses. SQLite could keep a NUL, but both stores must store and
+    # hash the same text, or their chains differ from the first such record and a log moved
+    # between them no longer matches; and PostgreSQL stores have always written U+FFFD for
+    # it. (Not the ledger's visible escape ``\x00``: one replacement for everything the
+    # audit store cannot hold, and PostgreSQL records already written keep meaning the same.)
+    if "\x00" in value:
+        value = value.replace("\x00", "\ufffd")
     if value.isascii():
         return value
     return value.encode("utf-8", "replace").decode("utf-8")

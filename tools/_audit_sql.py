@@ -9,16 +9,25 @@ transactions, the lock that serializes appenders and the index hints SQLite need
 
 from __future__ import annotations
 
+import hmac
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from airlock.tools._audit import AuditEvent
-from airlock.tools._audit_chain import GENESIS, Linker, split_effect
+from airlock.tools._audit_chain import GENESIS, AuditStoreError, Linker, head_mac, split_effect
 from airlock.tools._audit_schema import encoded_row
 from airlock.tools._sql_rows import SQLConnection
 
-__all__ = ["Encoded", "chain_rows", "encode_events", "filters", "page", "program_text"]
+__all__ = [
+    "Encoded",
+    "chain_rows",
+    "encode_events",
+    "filters",
+    "page",
+    "program_text",
+    "vouched_tail",
+]
 
 Encoded = tuple[list[tuple[Any, ...]], list[bytes], list[list[tuple[str, str, str | None]]]]
 
@@ -27,12 +36,10 @@ _SLICE = 128
 """Events serialized between two chances for other threads to take the GIL."""
 
 
-def encode_events(
-    events: Sequence[AuditEvent], text: Callable[[Any], Any] | None = None
-) -> Encoded:
-    """The rows of ``events`` (each value passed through ``text``), their canonical bytes
-    for the chain (without the opening ``[``: :class:`~airlock.tools._audit_chain.Linker`),
-    and their effects split for the index; done before the transaction."""
+def encode_events(events: Sequence[AuditEvent]) -> Encoded:
+    """The rows of ``events``, their canonical bytes for the chain (without the opening
+    ``[``: :class:`~airlock.tools._audit_chain.Linker`), and their effects split for the
+    index; done before the transaction."""
     rows: list[tuple[Any, ...]] = []
     tails: list[bytes] = []
     effects: list[list[tuple[str, str, str | None]]] = []
@@ -43,18 +50,67 @@ def encode_events(
             # loop) run between slices, so a large batch never holds them up for long.
             time.sleep(0)
         for event in events[start : start + _SLICE]:
-            row, tail, stored = encoded_row(event, text)
+            row, tail, stored = encoded_row(event)
             add_row(row)
             add_tail(tail)
             add_effects([split_effect(effect) for effect in stored])
     return rows, tails, effects
 
 
+def vouched_tail(conn: SQLConnection, key: bytes) -> tuple[int, bytes] | None:
+    """The number and chain of the last stored record, as the head's MAC vouches for them
+    (``None``: no record was ever written): where the next append continues. Called under
+    the lock that serializes appenders, before anything is written.
+
+    Someone who can write the database but not read the key can delete the newest records;
+    ``verify`` then reports the log truncated. Were the next append to chain on from what
+    is left, it would write a new head with a valid MAC over the gap, and from then on the
+    log would verify as whole. So the last record must be the one the head names.
+
+    Raises:
+        AuditStoreError: the head is missing, its MAC is wrong, or the last record is not
+            the one it names; nothing may be written until someone looks.
+    """
+    head = conn.execute("SELECT records, chain, mac FROM audit_head").fetchone()
+    last = conn.execute("SELECT id, chain FROM audit_events ORDER BY id DESC LIMIT 1").fetchone()
+    if head is None:
+        if last is None:
+            return None
+        raise _broken("the head row is missing, yet records are stored")
+    try:
+        records, chain, mac = int(head[0]), bytes(head[1]), bytes(head[2])
+        stored = None if last is None else (int(last[0]), bytes(last[1]))
+    except (TypeError, ValueError):  # (SQLite: a column given a value of another type)
+        raise _broken("the head row or the last record does not read back") from None
+    if not hmac.compare_digest(head_mac(key, records, chain), mac):
+        raise _broken("the head row's MAC is wrong")
+    if stored is None:
+        if records == 0 and chain == GENESIS:
+            return None
+        raise _broken(f"the head says {records} records were written, the log holds none")
+    if stored[0] != records:
+        raise _broken(
+            f"the head says {records} records were written, the last one stored is {stored[0]}"
+        )
+    if not hmac.compare_digest(stored[1], chain):
+        raise _broken(f"record {records} is not the one the head names")
+    return records, chain
+
+
+def _broken(why: str) -> AuditStoreError:
+    return AuditStoreError(
+        f"the audit log's tail does not match its head ({why}): records were deleted or "
+        "changed behind the store's back, so nothing more is written to it. Run `airlock "
+        "audit verify` to see what does not fit, and restore the log from a backup"
+    )
+
+
 def chain_rows(
     link: Linker, last: Any, prepared: Encoded
 ) -> tuple[int, bytes, list[tuple[Any, ...]], list[tuple[Any, ...]]]:
-    """Number and chain the prepared rows after ``last`` (the last stored ``(id, chain)``
-    or None): the last number, the last chain, the event rows and the effect rows."""
+    """Number and chain the prepared rows after ``last`` (the last stored ``(id, chain)``,
+    from :func:`vouched_tail`, or None): the last number, the last chain, the event rows
+    and the effect rows."""
     number, chain = (0, GENESIS) if last is None else (int(last[0]), bytes(last[1]))
     chained: list[tuple[Any, ...]] = []
     indexed: list[tuple[Any, ...]] = []

@@ -5,8 +5,10 @@ The tables, the chain and the effect index are those of the SQLite store
 the same hashing order, so ``airlock audit find/export/effects/verify`` answer the same on
 either. A batch is appended in one transaction that first takes ``audit_head`` in ``EXCLUSIVE``
 mode: appenders in other processes (on any host) wait for it and then extend the chain from
-its last record, while readers go on reading. A batch is durable when its commit returns.
-Its rows are sent with ``COPY``, one statement per table.
+the record the head names (:func:`~airlock.tools._audit_sql.vouched_tail`), while readers go
+on reading. A batch is durable when its commit returns; one whose commit's answer was lost
+is not stored twice when it is sent again (:mod:`airlock.tools._audit_resend`). Its rows are
+sent with ``COPY``, one statement per table.
 
 Every process that writes must hold the same chain key (a file, as for SQLite; give each host
 a copy, as a secret). The database keeps a MAC of a fixed text under the key that first wrote
@@ -34,8 +36,16 @@ from airlock.tools._audit_chain import (
     load_key,
     verify_chain,
 )
+from airlock.tools._audit_resend import UnconfirmedAppends, sent_entries
 from airlock.tools._audit_schema import COLUMNS, event_of_row
-from airlock.tools._audit_sql import chain_rows, encode_events, filters, page, program_text
+from airlock.tools._audit_sql import (
+    chain_rows,
+    encode_events,
+    filters,
+    page,
+    program_text,
+    vouched_tail,
+)
 from airlock.tools._errors import LedgerReadOnlyError
 from airlock.tools._postgres_connection import Connection, PostgresDatabase, redact_url
 from airlock.tools._sql_rows import SQLConnection
@@ -88,13 +98,6 @@ def _distinct(indexed: list[tuple[Any, ...]]) -> Iterable[tuple[Any, ...]]:
     return first.values()
 
 
-def _pg_text(value: Any) -> Any:
-    # PostgreSQL text cannot hold NUL; stored (and hashed) as a replacement character.
-    if isinstance(value, str) and "\x00" in value:
-        return value.replace("\x00", "\ufffd")
-    return value
-
-
 class PostgresAuditStore:
     """An :class:`~airlock.tools.AuditStore` in a PostgreSQL database, chained and indexed.
 
@@ -131,6 +134,7 @@ class PostgresAuditStore:
             self._key = load_key(self.key_file, create=has_records is None)
             self._check_key(self._key)
         self._linker = None if self._key is None else Linker(self._key)
+        self._unconfirmed = UnconfirmedAppends()
 
     def _check_key(self, key: bytes) -> None:
         mac = hmac.digest(key, _KEY_CHECK_TEXT, "sha256")
@@ -159,13 +163,15 @@ class PostgresAuditStore:
                 store=LABEL,
             )
         key, linker = self._key, self._linker
-        prepared = encode_events(events, _pg_text)
+        encoded = encode_events(events)
         with self._db.transaction() as conn:
             conn.execute("LOCK TABLE audit_head IN EXCLUSIVE MODE")
-            last = conn.execute(
-                "SELECT id, chain FROM audit_events ORDER BY id DESC LIMIT 1"
-            ).fetchone()
-            number, chain, chained, indexed = chain_rows(linker, last, prepared)
+            qmark = QmarkConnection(conn)
+            tail = vouched_tail(qmark, key)
+            prepared, stored = self._unconfirmed.stored_already(qmark, encoded)
+            number, chain, chained, indexed = chain_rows(linker, tail, prepared)
+            sent = sent_entries(stored, prepared[1], chained)
+            self._unconfirmed.sending(sent)
             with conn.cursor() as cursor:
                 if chained:
                     with cursor.copy(_COPY_EVENTS) as copy:
@@ -182,6 +188,7 @@ class PostgresAuditStore:
                     )
             if chained:
                 conn.execute(_SET_HEAD, (number, chain, head_mac(key, number, chain)))
+        self._unconfirmed.returned(sent)
 
     # -- reading --------------------------------------------------------------------------
 

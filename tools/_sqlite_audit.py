@@ -7,6 +7,8 @@ split into kind and target: what ``airlock audit find`` searches), ``audit_progr
 text of each program once, by hash) and ``audit_head`` (how many records were written).
 Indexes on run, tool, time, effect target and effect kind keep queries of a period or a
 resource from reading the whole log.
+An append continues from the record the head names, and refuses a log whose last records
+were deleted behind its back (:func:`~airlock.tools._audit_sql.vouched_tail`).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from airlock.tools._audit_chain import (
     load_key,
     verify_chain,
 )
+from airlock.tools._audit_resend import UnconfirmedAppends, sent_entries
 from airlock.tools._audit_schema import (
     COLUMNS,
     INSERT_EFFECT,
@@ -36,7 +39,14 @@ from airlock.tools._audit_schema import (
     event_of_row,
     refuse_old_schema,
 )
-from airlock.tools._audit_sql import chain_rows, encode_events, filters, page, program_text
+from airlock.tools._audit_sql import (
+    chain_rows,
+    encode_events,
+    filters,
+    page,
+    program_text,
+    vouched_tail,
+)
 from airlock.tools._sqlite_connection import SQLiteConnection
 
 __all__ = ["SQLiteAuditStore"]
@@ -96,6 +106,7 @@ class SQLiteAuditStore:
             )
             self._key = load_key(self.key_file, create=has_records is None)
         self._linker = None if self._key is None else Linker(self._key)
+        self._unconfirmed = UnconfirmedAppends()
 
     # -- writing --------------------------------------------------------------------------
 
@@ -103,12 +114,13 @@ class SQLiteAuditStore:
         self, events: Sequence[AuditEvent], programs: Mapping[str, str] | None = None
     ) -> None:
         key, linker = self._chain_key()
-        prepared = encode_events(events)
+        encoded = encode_events(events)
         with self._db.transaction() as conn:
-            last = conn.execute(
-                "SELECT id, chain FROM audit_events ORDER BY id DESC LIMIT 1"
-            ).fetchone()
-            number, chain, chained, indexed = chain_rows(linker, last, prepared)
+            tail = vouched_tail(conn, key)
+            prepared, stored = self._unconfirmed.stored_already(conn, encoded)
+            number, chain, chained, indexed = chain_rows(linker, tail, prepared)
+            sent = sent_entries(stored, prepared[1], chained)
+            self._unconfirmed.sending(sent)
             insert_rows(conn, INSERT_EVENT, chained)
             if indexed:
                 insert_rows(conn, INSERT_EFFECT, indexed)
@@ -119,6 +131,7 @@ class SQLiteAuditStore:
                 )
             if chained:
                 conn.execute(SET_HEAD, (number, chain, head_mac(key, number, chain)))
+        self._unconfirmed.returned(sent)
 
     def _chain_key(self) -> tuple[bytes, Linker]:
         if self._key is None or self._linker is None:
