@@ -15,6 +15,11 @@ transaction (committed when the block ends, rolled back when it raises) and
 
 The schema is the SQL files of :mod:`airlock.tools._postgres_migrations`, applied in order the
 first time a process opens the database.
+
+Every wait is bounded (:mod:`airlock.tools._postgres_session`): each connection is opened with
+a lock, statement and idle-in-transaction timeout and TCP keepalives, and the pool checks a
+connection before it hands it out, so one that a restart, a failover or
+``pg_terminate_backend`` closed is replaced rather than failing its caller's next operation.
 """
 
 from __future__ import annotations
@@ -38,6 +43,13 @@ from airlock.tools._errors import (
     LedgerUnavailableError,
 )
 from airlock.tools._postgres_migrations import migrate as migrate_schema
+from airlock.tools._postgres_session import (
+    IDLE_IN_TRANSACTION_TIMEOUT,
+    LOCK_TIMEOUT,
+    STATEMENT_TIMEOUT,
+    SessionLimits,
+    connect_arguments,
+)
 
 __all__ = ["PostgresDatabase", "map_postgres_errors", "redact_url"]
 
@@ -61,6 +73,26 @@ _MAPPED: tuple[tuple[tuple[type[BaseException], ...], type[LedgerError], str], .
         (errors.LockNotAvailable, errors.DeadlockDetected, errors.SerializationFailure),
         LedgerLockedError,
         "was held by another process longer than the store waits; try again",
+    ),
+    (
+        # A statement ran past statement_timeout (or an operator cancelled it): the request's
+        # own length, not someone else's lock, so the same request again would run as long. A
+        # long audit find or export on a large log needs a longer limit, and the message says
+        # how to set one. Retryable all the same: a server slowed by load may do it in time.
+        (errors.QueryCanceled,),
+        LedgerLockedError,
+        "ran a statement longer than statement_timeout lets one run (airlock's default "
+        f"{STATEMENT_TIMEOUT:g} s), or an operator cancelled it; for a long audit find or "
+        "export, raise the limit in the URL (?options=-c%20statement_timeout%3D10min) or "
+        "with PostgresDatabase(statement_timeout=...)",
+    ),
+    (
+        # A transaction of this process sat idle past idle_in_transaction_session_timeout
+        # (frozen, in a debugger): the server ended it; the same request, again, may succeed.
+        (errors.IdleInTransactionSessionTimeout,),
+        LedgerLockedError,
+        "let a transaction sit idle longer than idle_in_transaction_session_timeout "
+        "allows; try again",
     ),
     (
         (errors.ReadOnlySqlTransaction, errors.InsufficientPrivilege),
@@ -124,9 +156,18 @@ class PostgresDatabase:
         timeout: seconds to wait for a free connection (or for the server to answer).
         migrate: apply the schema's migrations that the database lacks.
         label: what the database holds, in errors (``"the ledger"``).
+        lock_timeout, statement_timeout, idle_in_transaction_timeout: seconds the server lets
+            each connection wait for a lock, run a statement, and sit idle inside a
+            transaction (``None``: the server's setting); see
+            :mod:`airlock.tools._postgres_session` for why 5, 30 and 60. With
+            ``AIRLOCK_POSTGRES_LIMITS=server`` in the environment none is sent (the server's
+            settings apply), for PgBouncer and other poolers that refuse startup options.
 
     Every method raises :class:`~airlock.tools.LedgerError` for what psycopg raised
-    (:func:`map_postgres_errors`): ``ledger_unavailable`` when the server cannot be reached.
+    (:func:`map_postgres_errors`): ``ledger_unavailable`` when the server cannot be reached,
+    ``ledger_locked`` (retryable) when a lock wait or a statement took longer than the limits
+    allow (the message tells the two apart: a statement past ``statement_timeout`` says how to
+    raise it).
 
     Raises:
         LedgerUnavailableError: the server cannot be reached within ``timeout``.
@@ -142,11 +183,17 @@ class PostgresDatabase:
         timeout: float = 30.0,
         migrate: bool = True,
         label: str = "the database",
+        lock_timeout: float | None = LOCK_TIMEOUT,
+        statement_timeout: float | None = STATEMENT_TIMEOUT,
+        idle_in_transaction_timeout: float | None = IDLE_IN_TRANSACTION_TIMEOUT,
     ) -> None:
         self.url = url
         self.label = label
         self._sizes = (min_size, max_size)
         self._timeout = timeout
+        self._connect = connect_arguments(
+            url, SessionLimits(lock_timeout, statement_timeout, idle_in_transaction_timeout)
+        )
         self._lock = threading.Lock()
         self._pid = os.getpid()
         self.applied: list[int] = []
@@ -155,7 +202,9 @@ class PostgresDatabase:
         # (the pool would retry in the background and log each attempt), and it migrates.
         with (
             map_postgres_errors(url, label),
-            psycopg.connect(url, autocommit=True, connect_timeout=max(1, round(timeout))) as first,
+            psycopg.connect(
+                url, autocommit=True, connect_timeout=max(1, round(timeout)), **self._connect
+            ) as first,
         ):
             if migrate:
                 self.applied = migrate_schema(first)
@@ -167,7 +216,11 @@ class PostgresDatabase:
             min_size=self._sizes[0],
             max_size=self._sizes[1],
             timeout=self._timeout,
-            kwargs={"autocommit": True},
+            kwargs={"autocommit": True, **self._connect},
+            # One round trip before a connection is handed out: a connection the server
+            # closed (restart, failover, pg_terminate_backend, an idle one a firewall
+            # dropped) is replaced here instead of failing the caller's next operation.
+            check=ConnectionPool.check_connection,
             name="airlock",
             open=False,
         )
@@ -197,13 +250,31 @@ class PostgresDatabase:
     @contextmanager
     def transaction(self) -> Iterator[Connection]:
         """A connection inside a transaction: committed when the block ends, rolled back
-        when it raises."""
-        with (
-            map_postgres_errors(self.url, self.label),
-            self._current().connection() as conn,
-            conn.transaction(),
-        ):
-            yield conn
+        when it raises.
+
+        Raises:
+            LedgerUnavailableError: as every method; and when the connection was lost while
+                committing, saying that the change may have been written (the server may
+                have committed it and its answer been lost).
+        """
+        with map_postgres_errors(self.url, self.label), self._current().connection() as conn:
+            committing = False
+            try:
+                with conn.transaction():
+                    yield conn
+                    committing = True
+            except psycopg.OperationalError as exc:
+                if not (committing and conn.broken):
+                    raise
+                where = redact_url(self.url)
+                raise LedgerUnavailableError(
+                    f"{self.label} at {where!r} lost the connection while committing: the "
+                    "change may or may not have been written; read it back before acting on "
+                    "it (a step claimed so stays this process's until its lease runs out) "
+                    f"(PostgreSQL: {_first_line(exc)})",
+                    path=where,
+                    store=self.label,
+                ) from exc
 
     def read(self, fn: Callable[[Connection], T]) -> T:
         """``fn(connection)`` in autocommit mode: each statement sees what was committed

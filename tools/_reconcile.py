@@ -5,14 +5,19 @@ receipt: ``unknown`` (a send timed out or failed without a definite answer), or 
 whose sender is gone — its lease ran out, or it was a process on this host that no longer
 exists (killed between send and receipt). An approved read left so changed nothing: it ends
 ``failed``. A step whose ledger row does not read back is reported ``unresolved`` and left
-for a person; the others are resolved all the same. A query, like a send, runs under the
-tool's timeout: one that gets no answer leaves its step ``unknown``, and reconcile goes on.
+for a person; one whose row another process holds locked, or whose answer cannot be kept, is
+reported ``unresolved`` for a later pass; the others are resolved all the same. A store that
+fails as a whole (unreachable, read-only, not a database, replaced, its disk failed, or an
+audit store refusing appends) stops the pass with its error: every step would fail alike.
+A query, like a send, runs under the tool's timeout: one that gets no answer leaves its step
+``unknown``, and reconcile goes on.
 An answer that is not a receipt of the step's approved effect is never stored as its receipt
 (:mod:`airlock.tools._receipt_check`): the step stays ``unknown`` for a person to look at.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
@@ -20,16 +25,29 @@ from typing import Literal
 import anyio
 
 from airlock.tools._approvals import load_preview
+from airlock.tools._audit_chain import AuditStoreError
 from airlock.tools._egress import checked_invoke, reach_of
-from airlock.tools._errors import AmbiguousWriteError, LedgerCorruptError, ToolError
+from airlock.tools._errors import (
+    AmbiguousWriteError,
+    LedgerCorruptError,
+    LedgerError,
+    LedgerIOError,
+    LedgerNotADatabaseError,
+    LedgerReadOnlyError,
+    LedgerReplacedError,
+    LedgerUnavailableError,
+    ToolError,
+)
 from airlock.tools._ledger import LedgerStore, StepRef, StepStateError
 from airlock.tools._preview import Preview, Receipt, StepState
 from airlock.tools._registry import Registry
 from airlock.tools._sender import Sender
 from airlock.tools._step_effect import effect_of
 from airlock.tools._step_owner import owner_alive
+from airlock.tools._step_text import storable
 
 __all__ = [
+    "STORE_WIDE",
     "Resolution",
     "ResolutionOutcome",
     "end_read",
@@ -37,6 +55,19 @@ __all__ = [
     "resolve",
     "resolve_all",
 ]
+
+_log = logging.getLogger("airlock.writes")
+
+STORE_WIDE: tuple[type[Exception], ...] = (
+    LedgerUnavailableError,
+    LedgerNotADatabaseError,
+    LedgerReadOnlyError,
+    LedgerReplacedError,
+    LedgerIOError,
+    AuditStoreError,
+)
+"""Errors of a store as a whole (the ledger, or the audit store: it shares their classes),
+not of one step: reconcile stops on them rather than report every step ``unresolved``."""
 
 ResolutionOutcome = Literal["committed", "failed", "unresolved", "in_flight"]
 
@@ -75,8 +106,16 @@ async def resolve_all(
     sender: Sender, registry: Registry, *, settled: Callable[[str], None]
 ) -> list[Resolution]:
     """Resolve every ``unknown`` step and every ``sending`` one whose sender is gone, each on
-    its own: a damaged row is reported ``unresolved`` and the others are resolved.
-    ``settled(preview_id)`` is called after each write step's resolution."""
+    its own: a step it cannot settle (a damaged row, a lock on it, an answer that cannot be
+    kept) is reported ``unresolved`` and the others are resolved.
+    ``settled(preview_id)`` is called after each write step's resolution; its failure is
+    logged, the resolution stands.
+
+    Raises:
+        LedgerError, AuditStoreError: a store that fails as a whole (:data:`STORE_WIDE`):
+            every step would fail the same way, and the caller (``airlock serve`` at start)
+            must not go on committing on top of steps left undecided.
+    """
     results = []
     ledger = sender.ledger
     for step in ledger.steps(states={"unknown", "sending"}, limit=1_000_000):
@@ -88,21 +127,38 @@ async def resolve_all(
             if spec is not None and spec.write is None:
                 results.append(end_read(ledger, preview, now=sender.clock()))
                 continue
-            results.append(await resolve(sender, registry, preview))
-            settled(preview.id)
-        except LedgerCorruptError as exc:
-            results.append(_unreadable(step, exc))
+            resolution = await resolve(sender, registry, preview)
+        except STORE_WIDE:
+            raise
+        except Exception as exc:  # one step it cannot settle must not hold up the others
+            if not isinstance(exc, LedgerCorruptError):
+                _log.warning("reconcile could not settle %s", step.id, exc_info=True)
+            results.append(_unsettled(step, exc))
+            continue
+        results.append(resolution)
+        try:
+            settled(resolution.preview_id)
+        except Exception:  # the step is resolved all the same: report it once, as it ended
+            _log.warning("reconcile resolved %s but could not release it", step.id, exc_info=True)
     return results
 
 
-def _unreadable(step: StepRef, exc: LedgerCorruptError) -> Resolution:
+def _unsettled(step: StepRef, exc: Exception) -> Resolution:
+    """A step reconciliation could not settle (its row does not read back, the ledger failed
+    on it, its answer could not be kept...): ``unresolved``, in the state it was listed in."""
+    if isinstance(exc, LedgerCorruptError):
+        why = exc.message
+    elif isinstance(exc, LedgerError | ToolError):
+        why = f"{exc.code}: {exc.message}"
+    else:
+        why = f"{type(exc).__name__}: {exc}"
     return Resolution(
         preview_id=step.id,
         tool=step.tool,
         before=step.state,
         after=step.state,
         outcome="unresolved",
-        how=f"skipped: {exc.message}"[:500],
+        how=storable(f"skipped: {why}")[:500],
     )
 
 

@@ -43,7 +43,7 @@ from airlock.tools._spec import ToolSpec
 from airlock.tools._step_effect import contract_of, effect_of
 from airlock.tools._step_events import approver_of, step_event
 from airlock.tools._step_owner import owner_token
-from airlock.tools._step_text import secret_values, without_secrets
+from airlock.tools._step_text import secret_values, storable, without_secrets
 from airlock.tools._write_contract import WriteContract
 
 __all__ = ["Sender"]
@@ -177,6 +177,11 @@ class Sender:
         except ToolError as exc:  # the system acted but its answer is unusable: keep it open
             why = f"unusable receipt: {exc.detail or exc.code}"
             raise self.ambiguous(claimed, why, secrets=secrets) from exc
+        except Exception as exc:
+            # An answer that validates but cannot be written as JSON (text holding a lone
+            # surrogate: a JavaScript service cut a string inside a pair) is as unusable.
+            why = f"unusable receipt: {type(exc).__name__}: {exc}"
+            raise self.ambiguous(claimed, why, secrets=secrets) from exc
         mismatch = None if contract is None else receipt_mismatch(contract, claimed.effect, data)
         if mismatch is not None:
             raise self.mismatched(claimed, without_secrets(mismatch, secrets))
@@ -288,7 +293,7 @@ class Sender:
         ``why`` (an exception's text, often) is recorded without ``secrets``, the values of
         the step's ``Secret()`` fields, and credentials are redacted where it is stored.
         """
-        why = without_secrets(why, secrets)[:300]
+        why = storable(without_secrets(why, secrets))[:300]
         self.mark_unknown(claimed, how=f"no definite answer: {why}", error=why[:200])
         self.audit(claimed, "execute", "allow", claimed.rule, "unknown", "ambiguous_write", why)
         return AmbiguousWriteError(

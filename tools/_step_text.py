@@ -21,7 +21,7 @@ from airlock.tools._arguments import secret_fields_of
 from airlock.tools._redact import REDACTED
 from airlock.tools._write_contract import WriteContract
 
-__all__ = ["secret_values", "without_secrets"]
+__all__ = ["secret_values", "storable", "without_secrets"]
 
 
 def secret_values(contract: WriteContract, effect: Mapping[str, object]) -> tuple[str, ...]:
@@ -44,3 +44,10 @@ def without_secrets(text: str, secrets: Collection[str]) -> str:
     for form in sorted(forms, key=len, reverse=True):  # longest first: a value inside another
         text = text.replace(form, REDACTED)
     return text
+
+
+def storable(text: str) -> str:
+    """``text`` with every lone surrogate spelled as its escape (``\\ud800``): an exception's
+    text may hold one (echoing what a system answered), and neither SQLite nor PostgreSQL
+    takes text that is not valid UTF-8, so the record of a send's ending would be lost."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
