@@ -158,13 +158,13 @@ def describe_guest_filter(mode: LanguageMode) -> GuestFilter:
     return GuestFilter(mode=mode, rules=rules, pfc=pfc)
 
 
-def _condition(when: tuple[int, str, int, int] | None) -> str:
+def _condition(when: tuple[tuple[int, str, int, int], ...] | None) -> str:
     if when is None:
         return "always"
-    index, op, a, b = when
-    if op == "ne":
-        return f"argument {index} != {a:#x}"
-    return f"argument {index} & {a:#x} == {b:#x}"
+    return " and ".join(
+        f"argument {index} != {a:#x}" if op == "ne" else f"argument {index} & {a:#x} == {b:#x}"
+        for index, op, a, b in when
+    )
 
 
 def _mounts(config: dict[str, Any]) -> tuple[ContainerMount, ...]:

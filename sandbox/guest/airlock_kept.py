@@ -38,7 +38,6 @@ import decimal
 import io
 import os
 import pickle
-import sys
 import types
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -51,6 +50,7 @@ if TYPE_CHECKING:
         read_regular,
         temporary_file,
     )
+    from airlock.sandbox.guest.airlock_kept_modules import entry, imported
 else:
     from airlock_kept_file import (
         NotARegularFile,
@@ -59,6 +59,7 @@ else:
         read_regular,
         temporary_file,
     )
+    from airlock_kept_modules import entry, imported
 
 GLOBALS_FILE = "/tmp/.airlock-globals"
 """Where a kept session's top-level names wait for the next program."""
@@ -68,6 +69,10 @@ file is not read."""
 _MAX_ELEMENTS = 5_000_000
 """Values and keys a kept name may hold; a larger one is not kept (walking it costs time)."""
 _NOTE_CHARS = 600
+RUN_OWN_BUILTINS = frozenset({"result"})
+"""What the runner adds to a program's builtins (``airlock_language``): like the names it
+puts in a program's globals (``tools``, the guards), the run's own, never kept nor restored
+(a kept ``def result`` would otherwise answer, and call tools, for every later program)."""
 
 _PLAIN = frozenset(
     {
@@ -146,23 +151,6 @@ def is_plain(value: object) -> bool:
             stack.extend(item.keys())
             stack.extend(item.values())
     return True
-
-
-def _importable(value: object) -> str | None:
-    """``MODULE:QUALNAME`` when ``value`` is what importing that name gives (a function or
-    class of a module), else ``None``."""
-    if not isinstance(value, (type, types.FunctionType, types.BuiltinFunctionType)):
-        return None
-    module = getattr(value, "__module__", None)
-    qualname = getattr(value, "__qualname__", None)
-    if not isinstance(module, str) or not isinstance(qualname, str) or "<" in qualname:
-        return None
-    if module.startswith("airlock") or module == "builtins":
-        return None
-    found: object = sys.modules.get(module)
-    for part in qualname.split("."):
-        found = getattr(found, part, None)
-    return f"{module}:{qualname}" if found is value else None
 
 
 def _literal(node: ast.expr | None) -> bool:
@@ -247,22 +235,43 @@ class KeptGlobals:
             return
         self.data, self.functions, self.modules = names
 
-    def restore(self, namespace: dict[str, Any], compile_definition: Callable[[str], Any]) -> None:
+    def restore(
+        self,
+        namespace: dict[str, Any],
+        compile_definition: Callable[[str], Any],
+        guard: Callable[[object], str | None] | None = None,
+    ) -> None:
         """Put the kept names into ``namespace``: modules imported through its own
         ``__import__``, functions defined by ``compile_definition(source)`` (code to run in
-        it), data unpickled."""
+        it), data unpickled. ``guard`` (a restricted program's) says why the program may not
+        hold a value; such a value is not restored.
+
+        A kept name never takes the place of the run's own: a name ``namespace`` holds
+        already (``tools``, the guards) or :data:`RUN_OWN_BUILTINS`. Nor, for a restricted
+        program, a name beginning with ``_``: it cannot name one itself (RestrictedPython
+        refuses them), so such a name could only stand in for a guard."""
+        own = set(namespace) | RUN_OWN_BUILTINS
+        for name in [*self.modules, *self.functions, *self.data]:
+            if name in own or name.startswith("__"):
+                self.notes.append(f"{name} (the run's own name)")
+            elif guard and name.startswith("_"):
+                self.notes.append(f"{name} (a name restricted mode refuses)")
+            else:
+                continue
+            for kind in (self.modules, self.functions, self.data):
+                kind.pop(name, None)
         builtins = namespace.get("__builtins__")
         importer: Callable[..., Any] = __import__
         if isinstance(builtins, dict) and callable(builtins.get("__import__")):
             importer = builtins["__import__"]
         for name, where in self.modules.items():
-            module, _, attribute = where.partition(":")
             try:
-                value = importer(module, namespace, None, [attribute or "__name__"], 0)
-                for part in attribute.split(".") if attribute else ():
-                    value = getattr(value, part)
+                value = imported(where, importer, namespace)
+                refused = guard(value) if guard else None
             except Exception:
-                self.notes.append(f"{name} ({where} is not importable here)")
+                refused = "not importable here"
+            if refused:
+                self.notes.append(f"{name} ({where} is {refused})")
                 continue
             namespace[name] = value
             self.restored[name] = value
@@ -306,10 +315,12 @@ class KeptGlobals:
                 continue
             if name in fresh or name.startswith("__"):
                 continue
-            if isinstance(value, types.ModuleType):
-                modules[name] = str(value.__name__)
-            elif (where := _importable(value)) is not None:
+            if name in RUN_OWN_BUILTINS:
+                dropped.append(f"{name} (the run's own name)")
+            elif (where := entry(value)) is not None:
                 modules[name] = where
+            elif isinstance(value, types.ModuleType):
+                dropped.append(f"{name} (a module not imported under its name)")
             elif isinstance(value, types.FunctionType):
                 source = self._function_source(name, value, defined, program_file)
                 if source is None:
@@ -371,6 +382,7 @@ class KeptGlobals:
 __all__ = [
     "GLOBALS_FILE",
     "MAX_KEPT_BYTES",
+    "RUN_OWN_BUILTINS",
     "KeptGlobals",
     "definition",
     "is_plain",

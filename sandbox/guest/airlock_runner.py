@@ -71,6 +71,7 @@ if TYPE_CHECKING:
         ProgramRejected,
         compile_program,
         full_globals,
+        refusal,
         restricted_globals,
         run_program,
     )
@@ -103,6 +104,7 @@ else:
         ProgramRejected,
         compile_program,
         full_globals,
+        refusal,
         restricted_globals,
         run_program,
     )
@@ -203,7 +205,8 @@ def execute(
     )
     fresh = set(namespace)
     if kept is not None:
-        kept.restore(namespace, lambda text: compile_program(text, mode, allowed)[0])
+        guard = (lambda value: refusal(value, allowed)) if mode == "restricted" else None
+        kept.restore(namespace, lambda text: compile_program(text, mode, allowed)[0], guard)
     streams: list[StreamCapture] = []
 
     def overflow() -> None:
@@ -263,7 +266,7 @@ def execute(
     if kept is not None:
         if not TYPE_CHECKING:  # a kept program's modules load when a conversation starts
             from airlock_kept import top_level_definitions
-        # The run's own bindings (result, tools, guards) are rebuilt each time.
+        # The run's own bindings (tools, guards; result, in its builtins) are rebuilt each time.
         try:
             kept.keep(
                 namespace,

@@ -9,6 +9,12 @@ connected to the bridge:
 - ``execve``/``execveat``: no program but the runner's interpreter runs;
 - ``socket`` of any family (the bridge is connected already) and ``socketpair`` of any family
   but ``AF_UNIX`` (asyncio's self-pipe is an ``AF_UNIX`` pair, which reaches nothing);
+- ``bind`` and ``listen``, and ``setsockopt`` of ``SO_PASSCRED`` or ``SO_PASSPIDFD`` (at
+  ``SOL_SOCKET``): no program names a socket, neither itself nor by autobind, which Linux
+  does to an ``AF_UNIX`` socket with either option set when it sends (datagram, seqpacket) or
+  connects (an abstract name lives in the container's network namespace, not in a process,
+  so it could carry data to the next program of a kept container); the runner never binds
+  nor sets either option, and neither does asyncio;
 - ``ptrace``, ``personality``, ``memfd_create``;
 - ``prlimit64`` but with pid 0 (the calling process), and ``setpriority`` (the runner runs
   as the same user, and its limits and priority are every later program's);
@@ -75,6 +81,15 @@ __all__ = [
 MODES = ("restricted", "full")
 _AF_UNIX = 1
 _CLONE_THREAD = 0x00010000
+_SOL_SOCKET = 1
+_SO_PASSCRED = 16
+_SO_PASSPIDFD = 76
+_INT = 0xFFFFFFFF
+"""An ``int`` argument's bits: the kernel reads no more of the register, so neither may a rule."""
+
+Condition = tuple[int, str, int, int]
+"""(argument index, ``"ne"`` or ``"masked_eq"``, a, b): holds when ``arg != a`` (``ne``) or
+when ``arg & a == b`` (``masked_eq``)."""
 
 
 class GuestRule(NamedTuple):
@@ -83,9 +98,8 @@ class GuestRule(NamedTuple):
     syscall: str
     errno: int
     """What the refused call answers (``EPERM``; ``ENOSYS`` for ``clone3``)."""
-    when: tuple[int, str, int, int] | None
-    """``None``: always; else (argument index, ``"ne"`` or ``"masked_eq"``, a, b): refused
-    when ``arg != a`` (``ne``) or when ``arg & a == b`` (``masked_eq``)."""
+    when: tuple[Condition, ...] | None
+    """``None``: always; else refused when every one of these conditions holds."""
     modes: tuple[str, ...]
     """The language modes the refusal applies to."""
     why: str
@@ -96,7 +110,19 @@ RULES: tuple[GuestRule, ...] = (
     GuestRule("execveat", errno.EPERM, None, MODES, "no binary from a descriptor"),
     GuestRule("socket", errno.EPERM, None, MODES, "the bridge is connected; no new socket"),
     GuestRule(
-        "socketpair", errno.EPERM, (0, "ne", _AF_UNIX, 0), MODES, "AF_UNIX pairs only (asyncio)"
+        "socketpair", errno.EPERM, ((0, "ne", _AF_UNIX, 0),), MODES, "AF_UNIX pairs only (asyncio)"
+    ),
+    GuestRule("bind", errno.EPERM, None, MODES, "no program names a socket itself"),
+    GuestRule("listen", errno.EPERM, None, MODES, "no program listens on a socket"),
+    *(
+        GuestRule(
+            "setsockopt",
+            errno.EPERM,
+            ((1, "masked_eq", _INT, _SOL_SOCKET), (2, "masked_eq", _INT, option)),
+            MODES,
+            f"no {name}: with it, a socket that sends or connects is named by autobind",
+        )
+        for name, option in (("SO_PASSCRED", _SO_PASSCRED), ("SO_PASSPIDFD", _SO_PASSPIDFD))
     ),
     GuestRule("ptrace", errno.EPERM, None, MODES, "no tracing of any process"),
     GuestRule("personality", errno.EPERM, None, MODES, "the execution domain stays as it is"),
@@ -104,14 +130,14 @@ RULES: tuple[GuestRule, ...] = (
     GuestRule("clone3", errno.ENOSYS, None, MODES, "the C library falls back to clone"),
     # The zygote runs as the same user, and every later program's process inherits its
     # limits and priority: a program may lower its own limits, and changes nothing else.
-    GuestRule("prlimit64", errno.EPERM, (0, "ne", 0, 0), MODES, "its own limits only"),
+    GuestRule("prlimit64", errno.EPERM, ((0, "ne", 0, 0),), MODES, "its own limits only"),
     GuestRule("setpriority", errno.EPERM, None, MODES, "the priority stays the runner's"),
     GuestRule("fork", errno.EPERM, None, ("restricted",), "no new process"),
     GuestRule("vfork", errno.EPERM, None, ("restricted",), "no new process"),
     GuestRule(
         "clone",
         errno.EPERM,
-        (0, "masked_eq", _CLONE_THREAD, 0),
+        ((0, "masked_eq", _CLONE_THREAD, 0),),
         ("restricted",),
         "a clone without CLONE_THREAD is a new process; threads stay allowed",
     ),
@@ -151,8 +177,8 @@ def build(mode: str, after: str | None = None) -> Any:
         if rule.when is None:
             layer.add_rule(action, rule.syscall)
         else:
-            index, op, a, b = rule.when
-            layer.add_rule(action, rule.syscall, seccomp.Arg(index, operators[op], a, b))
+            arguments = [seccomp.Arg(i, operators[op], a, b) for i, op, a, b in rule.when]
+            layer.add_rule(action, rule.syscall, *arguments)
     return layer
 
 

@@ -14,8 +14,9 @@ how the next result is sent. So the runner, once warm, becomes a *zygote*:
 2. for each, it ends every other process in the container (``kill(-1, SIGKILL)`` from the
    container's init, then reaping, woken by each child's exit) and checks the container's pid
    list (``/proc``) until it holds no process but its own and it has no thread but those it
-   had when it began to serve (before any program ran: see :func:`serve`); it empties
-   ``/out`` (and, for a clean container, ``/tmp``);
+   had when it began to serve (before any program ran: see :func:`serve`), and the
+   container's Unix sockets (``/proc/net/unix``) until none is left but its own (see
+   :func:`foreign_sockets`); it empties ``/out`` (and, for a clean container, ``/tmp``);
 3. then it opens a new bridge connection, says ``hello`` on it with the token (which no
    program's process has seen: the host sends it once the previous program's process was
    forked, and only this process reads the control connection, so the host can tell the
@@ -42,6 +43,7 @@ import gc
 import os
 import select
 import signal
+import socket
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -56,6 +58,10 @@ else:
 _CLEAR_TIMEOUT_S = 3.0
 """How long the zygote tries to end a program's leftovers before it gives up (and exits, so
 that the host drops the container)."""
+_SOCKETS_WAIT_S = 0.25
+"""How long, of the clearing's time, the zygote waits for the kernel to free sockets a
+program parked: Linux frees them at once when asked (:func:`_collect_unix_garbage`), gVisor
+never; a container the zygote gives up on goes sooner, before a next program comes to it."""
 _PR_SET_DUMPABLE = 4
 
 
@@ -79,16 +85,60 @@ def own_threads(me: int) -> frozenset[int]:
         return frozenset({me})
 
 
+def foreign_sockets(bridge: str | None = None) -> list[str]:
+    """The inodes of the container's Unix sockets (``/proc/net/unix``) that are neither this
+    process's own (its descriptors') nor the host's ends of bridge connections (which
+    Linux lists here, named as the host's socket, ``bridge``). Once every other process is
+    gone, any left is one a program parked where no process holds it (sent with
+    ``SCM_RIGHTS`` over a socket itself in flight): it outlives the program, the next
+    program could read its name or count such sockets, and gVisor never frees their
+    memory."""
+    own = set()
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # (the listing's own descriptor is gone)
+            link = os.readlink(f"/proc/self/fd/{fd}")
+            if link.startswith("socket:["):
+                own.add(link[len("socket:[") : -1])
+    with open("/proc/net/unix") as table:
+        # Num RefCount Protocol Flags Type St Inode [Path], under a heading line
+        rows = [line.split(None, 7) for line in table.read().splitlines()[1:]]
+    return [
+        row[6]
+        for row in rows
+        if len(row) > 6 and row[6] not in own and (len(row) < 8 or row[7] != bridge)
+    ]
+
+
+def bridge_name(control: Connection) -> str | None:
+    """The host's socket, as Linux names the host's ends of bridge connections."""
+    try:
+        with socket.socket(fileno=os.dup(control.fileno())) as duplicate:
+            name = duplicate.getpeername()
+    except OSError:
+        return None
+    return name if isinstance(name, str) and name else None
+
+
+def _collect_unix_garbage() -> None:
+    # Linux collects sockets that only hold each other in flight when a Unix socket is
+    # released after they became unreachable; a program's last holder may have gone first.
+    with contextlib.suppress(OSError):
+        socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)[0].close()
+
+
 def clear_processes(
     timeout: float = _CLEAR_TIMEOUT_S,
     wake: int | None = None,
     *,
     threads: frozenset[int] | None = None,
+    bridge: str | None = None,
 ) -> bool:
     """End every process in the container but this one and wait until the pid list shows
-    none (zombies reaped) and this process has no thread outside ``threads`` (by default,
-    none but its main thread); whether that happened within ``timeout`` seconds. ``wake`` is
-    the read end of the zygote's signal pipe: a child's exit wakes the wait at once."""
+    none (zombies reaped), this process has no thread outside ``threads`` (by default, none
+    but its main thread) and no Unix socket is left but its own and the host's ends of
+    bridge connections, named ``bridge`` (:func:`foreign_sockets`);
+    whether that happened within ``timeout`` seconds. ``wake`` is the read end of the
+    zygote's signal pipe: a child's exit wakes the wait at once."""
     me = os.getpid()
     allowed = threads if threads is not None else frozenset({me})
     end = time.monotonic() + timeout
@@ -102,7 +152,10 @@ def clear_processes(
             os.kill(-1, signal.SIGKILL)  # every process this user may signal, but init and me
         _reap()
         if not other_processes(me) and own_threads(me) <= allowed:
-            return True
+            if not foreign_sockets(bridge):
+                return True
+            _collect_unix_garbage()
+            end = min(end, time.monotonic() + _SOCKETS_WAIT_S)
         if time.monotonic() > end:
             return False
         if watch is None:
@@ -245,9 +298,10 @@ def serve(
     # No program's thread can join this process (programs run in processes forked from it):
     # a thread beyond these means the container is not what it should be, and clearing fails.
     threads = own_threads(me)
+    bridge = bridge_name(control)
 
     def cleared() -> bool:
-        return clear_processes(wake=wake[0], threads=threads)
+        return clear_processes(wake=wake[0], threads=threads, bridge=bridge)
 
     def spare_after(ahead: dict[str, Any]) -> _Spare | None:
         if not cleared():

@@ -8,6 +8,8 @@ rules of the guest's second layer (:data:`GUEST_CALLS`, ``airlock_seccomp.RULES`
 from __future__ import annotations
 
 import platform
+from collections.abc import Sequence
+from typing import Any
 
 from airlock.policies import FORBIDDEN_SYSCALLS, render_docker_seccomp
 
@@ -19,6 +21,7 @@ __all__ = [
     "callable_here",
     "expected_errno",
     "guest_call_program",
+    "guest_rule_keys",
 ]
 
 # Numbers of every call in the deny list (x86_64, aarch64); None: the architecture has no
@@ -130,13 +133,19 @@ def callable_here() -> list[str]:
 # The second layer's rules: (number on x86_64, aarch64) and arguments with which the call
 # would succeed, or fail with another errno, if the layer let it through ("@name": a string,
 # "@fds": room for two descriptors, "@self": its own pid, where the layer lets only 0 name
-# it). Keyed by the rule's system call; a rule added to airlock_seccomp.RULES fails
+# it). Keyed by the rule's system call, "call (2)" for the second rule of one call
+# (guest_rule_keys); a rule added to airlock_seccomp.RULES fails
 # test_every_guest_rule_is_tried until it is added here.
 GUEST_CALLS: dict[str, tuple[tuple[int | None, int | None], list[int | str]]] = {
     "execve": ((59, 221), ["@true", 0, 0]),  # /bin/true would replace the program
     "execveat": ((322, 281), [0, 0, 0, 0, 0]),
     "socket": ((41, 198), [1, 1, 0]),  # AF_UNIX, SOCK_STREAM: the outer layer allows it
     "socketpair": ((53, 199), [2, 1, 0, "@fds"]),  # AF_INET
+    "bind": ((49, 200), [-1, 0, 0]),  # no descriptor: EBADF, where the layer lets it through
+    "listen": ((50, 201), [-1, 0]),
+    # SOL_SOCKET, then SO_PASSCRED and SO_PASSPIDFD, on no descriptor (EBADF otherwise)
+    "setsockopt": ((54, 208), [-1, 1, 16, "@fds", 4]),
+    "setsockopt (2)": ((54, 208), [-1, 1, 76, "@fds", 4]),
     "ptrace": ((101, 117), [0, 0, 0, 0]),  # PTRACE_TRACEME
     "personality": ((135, 92), [0xFFFFFFFF]),  # a query: the outer layer allows it
     "memfd_create": ((319, 279), ["@name", 0]),
@@ -147,6 +156,16 @@ GUEST_CALLS: dict[str, tuple[tuple[int | None, int | None], list[int | str]]] = 
     "prlimit64": ((302, 261), ["@self", 7, 0, 0]),  # reads RLIMIT_NOFILE; glibc passes 0
     "setpriority": ((141, 140), [0, "@self", 0]),  # its own nice value, left at 0
 }
+
+
+def guest_rule_keys(rules: Sequence[Any]) -> list[str]:
+    """The :data:`GUEST_CALLS` key of each of ``rules`` (``airlock_seccomp.RULES``), in order:
+    its system call, and after it `` (n)`` for the n-th rule of the same call."""
+    keys: list[str] = []
+    for rule in rules:
+        seen = sum(1 for other in keys if other.split(" ")[0] == rule.syscall)
+        keys.append(rule.syscall if not seen else f"{rule.syscall} ({seen + 1})")
+    return keys
 
 
 def guest_call_program(names: list[str]) -> str:
