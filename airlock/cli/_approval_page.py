@@ -6,11 +6,17 @@ and no build step. Who may use it and as whom::
     who approves   the configured approver (``--as``, default the login name): never a form
                    field, never the run; the page only says yes or no for that person
     who gets in    with a token (default): the link airlock prints, once, sets an HttpOnly,
-                   SameSite=Strict session cookie; without it, 401. ``--no-token``: anyone
-                   who can reach the loopback port, with a warning on the console and page
+                   SameSite=Strict session cookie for 4 hours; without it, 401. ``--no-token``:
+                   anyone who can reach the loopback port, with a warning on console and page
+    other ports    cookies are not kept apart by port (RFC 6265 8.5), so the page lives under
+                   a random path that the link names, and its cookie is sent there only:
+                   another service on 127.0.0.1 that the browser visits never receives it
     forged posts   every form carries the page's CSRF token (random per rendering, bound to
-                   the session, 15 minutes); a post without it, or from another Origin, 403
+                   the session, 15 minutes), and a post must say it comes from the page (its
+                   Origin, or Sec-Fetch-Site: same-origin); else 403
     other hosts    a Host header other than 127.0.0.1 or localhost (DNS rebinding): 400
+    slow clients   a form's body must arrive within 10 seconds (408), and the request's head
+                   too (:mod:`airlock.cli._approval_server`)
 
 Approving records the person's approval of the fingerprint shown; with the tools
 (``--registry``) the page commits it at once through the write path's claim, so a harness
@@ -23,32 +29,33 @@ from __future__ import annotations
 import hmac
 import secrets
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from urllib.parse import parse_qs
 
+import anyio
+
 from airlock._extras import requires_extra
-from airlock.cli._approval_html import PageView, render_page, render_refusal
+from airlock.cli._approval_html import BatchView, PageView, render_page, render_refusal
+from airlock.cli._approval_server import page_server
 from airlock.cli._approver import Approver
-from airlock.tools import Batch, BatchItem, ToolError, batch_items, spend_totals
+from airlock.cli._page_sessions import SESSION_TTL, PageSessions
+from airlock.tools import ConflictError, ToolError, batch_items, spend_totals
 
 with requires_extra("web", feature="the approval page (airlock approvals serve)"):
-    import uvicorn
     from starlette.applications import Starlette
     from starlette.middleware import Middleware
     from starlette.middleware.trustedhost import TrustedHostMiddleware
-    from starlette.requests import Request
+    from starlette.requests import ClientDisconnect, Request
     from starlette.responses import HTMLResponse, RedirectResponse, Response
     from starlette.routing import Route
 
-__all__ = ["COOKIE", "LOOPBACK", "ApprovalPage", "serve_page"]
+__all__ = ["COOKIE", "LOOPBACK", "SESSION_TTL", "ApprovalPage", "serve_page"]
 
 LOOPBACK = "127.0.0.1"
 COOKIE = "airlock_approvals"
-_CSRF_TTL = 900.0
+_BODY_TIMEOUT = 10.0
 _MAX_FORM_BYTES = 16_384
 _MAX_FORM_FIELDS = 10
-_MAX_TOKENS = 10_000
 _HEADERS = {
     "Content-Security-Policy": (
         "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; "
@@ -66,7 +73,7 @@ NO_TOKEN_WARNING = (
 
 
 class ApprovalPage:
-    """The approval page of one approver on one ledger.
+    """The approval page of one approver on one ledger, under a random path of its own.
 
     Args:
         approver: who decides, on which ledger, and whether approvals commit here.
@@ -74,6 +81,7 @@ class ApprovalPage:
         token: the secret of the link that lets a browser in; ``None`` for loopback-only
             access without one (the page then shows a warning).
         clock: wall-clock time (tests move it).
+        body_timeout: seconds a form's body may take to arrive.
     """
 
     def __init__(
@@ -83,23 +91,33 @@ class ApprovalPage:
         ledger: str,
         token: str | None,
         clock: Callable[[], float] = time.time,
+        body_timeout: float = _BODY_TIMEOUT,
     ) -> None:
         self.approver = approver
         self.ledger = ledger
         self.token = token
         self.clock = clock
-        self._sessions: OrderedDict[str, None] = OrderedDict()
-        self._csrf: OrderedDict[str, tuple[str, float]] = OrderedDict()
-        self._flash: dict[str, tuple[str, str]] = {}
+        self.body_timeout = body_timeout
+        self.base = f"/{secrets.token_urlsafe(16)}/"
+        """The page's path: the session cookie is sent under it only."""
+        self._sessions = PageSessions(clock=clock)
+
+    def link(self, port: int) -> str:
+        """The address a person opens: with the token when the page has one."""
+        query = "" if self.token is None else f"?token={self.token}"
+        return f"http://{LOOPBACK}:{port}{self.base}{query}"
 
     def app(self) -> Starlette:
         """The Starlette application."""
+        base = self.base
         return Starlette(
             routes=[
-                Route("/", self._index, methods=["GET"]),
-                Route("/approve", self._approve, methods=["POST"]),
-                Route("/approve-batch", self._approve_batch, methods=["POST"]),
-                Route("/deny", self._deny, methods=["POST"]),
+                Route(base, self._index, methods=["GET"]),
+                Route(base + "approve", self._approve, methods=["POST"]),
+                Route(base + "approve-batch", self._approve_batch, methods=["POST"]),
+                Route(base + "deny", self._deny, methods=["POST"]),
+                Route(base + "deny-batch", self._deny_batch, methods=["POST"]),
+                Route("/{path:path}", _elsewhere, methods=["GET", "POST"]),
             ],
             middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=[LOOPBACK, "localhost"])],
         )
@@ -110,8 +128,10 @@ class ApprovalPage:
         """The browser session of ``request``: ``""`` when no token is needed."""
         if self.token is None:
             return ""
-        cookie = request.cookies.get(COOKIE, "")
-        return cookie if cookie and cookie in self._sessions else None
+        # Not request.cookies (the last value of a name wins): another service on 127.0.0.1
+        # may set a cookie of the same name for Path=/, which the browser sends after the
+        # page's own (RFC 6265 5.4), and that would log the person out for good.
+        return next((c for c in _cookie_values(request, COOKIE) if self._sessions.valid(c)), None)
 
     def _login(self, request: Request) -> Response | None:
         given = request.query_params.get("token")
@@ -119,49 +139,46 @@ class ApprovalPage:
             return None
         if not hmac.compare_digest(given.encode(), self.token.encode()):
             return _page(401, "not allowed", "this link's token is not the page's")
-        session = secrets.token_urlsafe(32)
-        self._sessions[session] = None
-        while len(self._sessions) > _MAX_TOKENS:
-            oldest, _ = self._sessions.popitem(last=False)
-            self._flash.pop(oldest, None)
-        response = RedirectResponse("/", status_code=303, headers=_HEADERS)
-        response.set_cookie(COOKIE, session, httponly=True, samesite="strict", path="/")
+        response = RedirectResponse(self.base, status_code=303, headers=_HEADERS)
+        response.set_cookie(
+            COOKIE,
+            self._sessions.open(),
+            max_age=int(SESSION_TTL),
+            path=self.base,
+            httponly=True,
+            samesite="strict",
+        )
         return response
-
-    def _issue_csrf(self, session: str) -> str:
-        now = self.clock()
-        token = secrets.token_urlsafe(32)
-        self._csrf[token] = (session, now + _CSRF_TTL)
-        while self._csrf and (
-            len(self._csrf) > _MAX_TOKENS or next(iter(self._csrf.values()))[1] < now
-        ):
-            self._csrf.popitem(last=False)
-        return token
 
     async def _form(self, request: Request) -> tuple[str, dict[str, str]] | Response:
         """The session and the fields of a form post, or the refusal."""
         session = self._session(request)
         if session is None:
             return _page(401, "not allowed", "open the link `airlock approvals serve` printed")
-        origin = request.headers.get("origin")
-        if origin is not None and origin != f"http://{request.headers.get('host', '')}":
-            return _page(403, "refused", f"a form posted from {origin[:100]!r} is not this page's")
+        foreign = _not_from_the_page(request)
+        if foreign is not None:
+            return _page(403, "refused", foreign)
         kind = request.headers.get("content-type", "").split(";")[0].strip()
         if kind != "application/x-www-form-urlencoded":
             return _page(415, "refused", "post the page's own forms")
         body = bytearray()
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > _MAX_FORM_BYTES:  # refused before the rest is read, not after
-                return _page(413, "refused", "the form is too large")
+        try:
+            with anyio.fail_after(self.body_timeout):
+                async for chunk in request.stream():
+                    body += chunk
+                    if len(body) > _MAX_FORM_BYTES:  # refused before the rest is read, not after
+                        return _page(413, "refused", "the form is too large")
+        except TimeoutError:
+            return _page(408, "refused", "the form did not arrive in time", close=True)
+        except ClientDisconnect:
+            return _page(400, "refused", "the form did not arrive whole", close=True)
         try:
             posted = parse_qs(body.decode("utf-8", "replace"), max_num_fields=_MAX_FORM_FIELDS)
         except ValueError:  # more fields than any of the page's forms has
             why = f"the form has more than {_MAX_FORM_FIELDS} fields; post the page's own forms"
             return _page(413, "refused", why)
         fields = {k: v[0] for k, v in posted.items()}
-        issued = self._csrf.get(fields.get("csrf", ""))
-        if issued is None or issued[0] != session or issued[1] < self.clock():
+        if not self._sessions.csrf_valid(fields.get("csrf", ""), session):
             return _page(403, "refused", "this form is stale or not the page's; reload the page")
         return session, fields
 
@@ -174,21 +191,22 @@ class ApprovalPage:
         session = self._session(request)
         if session is None:
             return _page(401, "not allowed", "open the link `airlock approvals serve` printed")
-        flash = self._flash.pop(session, None)
-        view = self._view(self._issue_csrf(session), flash)
+        flash = self._sessions.told(session)
+        view = self._view(self._sessions.issue_csrf(session), flash)
         return HTMLResponse(render_page(view), headers=_HEADERS)
 
     def _view(self, csrf: str, flash: tuple[str, str] | None) -> PageView:
         store = self.approver.ledger
         now = self.clock()
         batches = _open_batches(self.approver, now)
-        in_batches = {item.preview_id for _, items, _ in batches for item in items}
+        in_batches = {item.preview_id for b in batches for item, _ in b.items}
         waiting = [
             p
             for p in store.previews(states={"prepared"}, limit=200)
             if not p.expired(now) and p.id not in in_batches
         ]
         return PageView(
+            base=self.base,
             approver=self.approver.name,
             ledger=self.ledger,
             commits=self.approver.commits,
@@ -237,9 +255,10 @@ class ApprovalPage:
         for item in items:
             states[item.state] = states.get(item.state, 0) + 1
         counts = ", ".join(f"{n} {state}" for state, n in sorted(states.items()))
-        return self._back(
-            session, "notice", f"approved batch {batch_id} as {self.approver.name}: {counts}"
-        )
+        text = f"approved batch {batch_id} as {self.approver.name}: {counts}"
+        if "approved" in states:  # not committed here: no tools, or an item's Secret() values
+            text += "; the session that asked commits it"
+        return self._back(session, "notice", text)
 
     async def _deny(self, request: Request) -> Response:
         form = await self._form(request)
@@ -253,33 +272,87 @@ class ApprovalPage:
             return self._back(session, "error", f"{exc.code}: {exc.message}")
         return self._back(session, "notice", f"denied {preview_id}: {reason[:200]}")
 
+    async def _deny_batch(self, request: Request) -> Response:
+        """Deny every item of a batch that still waits; items decided meanwhile stay so."""
+        form = await self._form(request)
+        if isinstance(form, Response):
+            return form
+        session, fields = form
+        batch_id, reason = fields.get("batch_id", ""), fields.get("reason", "")
+        denied = 0
+        try:
+            for item in batch_items(self.approver.ledger, batch_id, now=self.clock()):
+                if item.state != "waiting":
+                    continue
+                try:
+                    self.approver.deny(item.preview_id, reason=reason)
+                except ConflictError:
+                    continue  # approved or expired since it was read: stays as it is
+                denied += 1
+        except ToolError as exc:
+            text = f"{exc.code}: {exc.message}" + (f" ({denied} denied before)" if denied else "")
+            return self._back(session, "error", text)
+        note = f"denied {denied} waiting item(s) of batch {batch_id}: {reason[:200]}"
+        return self._back(session, "notice", note)
+
     def _back(self, session: str, kind: str, text: str) -> Response:
-        self._flash[session] = (kind, text)
-        return RedirectResponse("/", status_code=303, headers=_HEADERS)
+        self._sessions.tell(session, kind, text)
+        return RedirectResponse(self.base, status_code=303, headers=_HEADERS)
 
 
-def _open_batches(
-    approver: Approver, now: float
-) -> list[tuple[Batch, tuple[BatchItem, ...], dict[str, int]]]:
-    """Batches with an item still waiting, newest first, with spend per currency."""
+def _cookie_values(request: Request, name: str) -> list[str]:
+    """Every non-empty value the request's Cookie headers give ``name``, in order."""
+    values = []
+    for header in request.headers.getlist("cookie"):
+        for pair in header.split(";"):
+            key, eq, value = pair.partition("=")
+            if eq and key.strip() == name and value.strip():
+                values.append(value.strip())
+    return values
+
+
+def _not_from_the_page(request: Request) -> str | None:
+    """Why a post does not come from the page itself, or ``None`` when it does.
+
+    Browsers send Origin with every post; a post without one (and without fetch metadata
+    saying it is the page's) comes from something that is not a browser on the page."""
+    origin = request.headers.get("origin")
+    site = request.headers.get("sec-fetch-site")
+    if origin is not None and origin != f"http://{request.headers.get('host', '')}":
+        return f"a form posted from {origin[:100]!r} is not this page's"
+    if site is not None and site != "same-origin":
+        return f"a form posted from another site ({site[:20]!r}) is not this page's"
+    if origin is None and site is None:
+        return "a post without an Origin header is not this page's form"
+    return None
+
+
+def _open_batches(approver: Approver, now: float) -> list[BatchView]:
+    """Batches with an item still waiting, newest first, each item with its preview."""
     found = []
     for batch in approver.ledger.batches(limit=50):
         try:
             items = batch_items(approver.ledger, batch.id, now=now)
         except ToolError:
             continue  # changed behind the write path's back: `approvals show` says so
-        if any(item.state == "waiting" for item in items):
-            previews = [approver.ledger.preview(i) for i in batch.items]
-            totals = spend_totals([p for p in previews if p is not None])
-            found.append((batch, items, totals))
+        if not any(item.state == "waiting" for item in items):
+            continue
+        shown = [(item, approver.ledger.preview(item.preview_id)) for item in items]
+        waiting = [p for item, p in shown if p is not None and item.state == "waiting"]
+        found.append(BatchView(batch=batch, items=shown, waiting_spend=spend_totals(waiting)))
     return found
 
 
-def _page(status: int, title: str, message: str) -> Response:
-    return HTMLResponse(render_refusal(title, message), status_code=status, headers=_HEADERS)
+async def _elsewhere(request: Request) -> Response:
+    return _page(404, "not here", "open the link `airlock approvals serve` printed")
+
+
+def _page(status: int, title: str, message: str, *, close: bool = False) -> Response:
+    # A client that stopped mid-request gets the connection closed, not kept for another.
+    headers = {**_HEADERS, "Connection": "close"} if close else _HEADERS
+    return HTMLResponse(render_refusal(title, message), status_code=status, headers=headers)
 
 
 def serve_page(page: ApprovalPage, *, port: int) -> None:
     """Serve ``page`` on ``127.0.0.1:port`` until interrupted."""
-    config = uvicorn.Config(page.app(), host=LOOPBACK, port=port, log_level="warning")
-    uvicorn.Server(config).run()
+    page_server(page.app(), host=LOOPBACK, port=port).run()

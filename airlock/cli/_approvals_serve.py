@@ -63,9 +63,7 @@ def serve_approvals(
             Console(stderr=True).print(
                 "[yellow]warning:[/] " + NO_TOKEN_WARNING.format(name=name), highlight=False
             )
-            console.print(f"approvals page: http://127.0.0.1:{port}/", markup=False)
-        else:
-            console.print(f"approvals page: http://127.0.0.1:{port}/?token={token}", markup=False)
+        console.print(f"approvals page: {page.link(port)}", markup=False)
         serve_page(page, port=port)
     finally:
         store.close()

@@ -20,9 +20,9 @@ from starlette.testclient import TestClient
 from typer.testing import CliRunner
 
 from airlock.cli import app
-from airlock.cli._approval_page import COOKIE, ApprovalPage
+from airlock.cli._approval_page import COOKIE, SESSION_TTL, ApprovalPage
 from airlock.cli._approver import Approver
-from airlock.tools import Preview
+from airlock.tools import Batch, Preview
 from tests.airlock.cli.hostile_text import INVISIBLE, INVISIBLE_IDS, hidden
 from tests.tools.test_write_world import ASK, Clock, World
 
@@ -49,10 +49,11 @@ def page(world: World, *, name: str = "carol", commits: bool = True, **kw: Any) 
 
 def browser(p: ApprovalPage) -> TestClient:
     """A client that opened the printed link: it holds the session cookie."""
-    client = TestClient(p.app(), base_url=BASE, follow_redirects=False)
+    client = TestClient(p.app(), base_url=BASE + p.base, follow_redirects=False)
     opened = client.get("/", params={"token": TOKEN})
     assert opened.status_code == 303
     assert COOKIE in opened.cookies
+    client.headers["origin"] = BASE  # as a browser posts the page's own forms
     return client
 
 
@@ -64,6 +65,13 @@ def csrf(client: TestClient) -> str:
     return found.group(1)
 
 
+def card(shown: str, kind: str, ident: str) -> str:
+    """The HTML of one card (``preview`` or ``batch``) of the page."""
+    start = shown.index(f'data-{kind}="{ident}"')
+    ends = [shown.find(mark, start) for mark in ('<div class="card', "<h2>")]
+    return shown[start : min(end for end in ends if end >= 0)]
+
+
 def test_the_page_shows_what_a_person_decides_on(world: World, waiting: Preview) -> None:
     shown = browser(page(world)).get("/")
     assert shown.status_code == 200
@@ -72,7 +80,7 @@ def test_the_page_shows_what_a_person_decides_on(world: World, waiting: Preview)
         waiting.fingerprint,
         "refund 10.03 USD on inv_3",
         "alice@acme",
-        "1003 USD",
+        "<th>amounts (minor units)</th><td>1003 USD</td>",
         "refunds-ask",
         "&quot;recipient&quot;: &quot;cus_3&quot;",
         "carol",
@@ -88,7 +96,8 @@ def test_the_page_shows_what_a_person_decides_on(world: World, waiting: Preview)
 def test_without_the_link_nobody_gets_in(
     world: World, waiting: Preview, token: str | None, status: int
 ) -> None:
-    client = TestClient(page(world).app(), base_url=BASE, follow_redirects=False)
+    p = page(world)
+    client = TestClient(p.app(), base_url=BASE + p.base, follow_redirects=False)
     shown = client.get("/", params={} if token is None else {"token": token})
     assert shown.status_code == status
     assert waiting.id not in shown.text
@@ -97,7 +106,8 @@ def test_without_the_link_nobody_gets_in(
 
 
 def test_another_host_is_refused(world: World, waiting: Preview) -> None:
-    client = TestClient(page(world).app(), base_url="http://evil.example", follow_redirects=False)
+    p = page(world)
+    client = TestClient(p.app(), base_url="http://evil.example" + p.base, follow_redirects=False)
     assert client.get("/", params={"token": TOKEN}).status_code == 400
 
 
@@ -110,30 +120,184 @@ FORGERIES: list[tuple[str, dict[str, str], dict[str, str], int]] = [
     ("more fields than a form has", {f"f{n}": "x" for n in range(10)}, {}, 413),
     ("a form larger than any of the page's", {"note": "x" * 20_000}, {}, 413),
 ]
+ROUTES = ["approve", "deny", "approve-batch", "deny-batch"]
 
 
+def batch_of(world: World, *invoices: str) -> tuple[Batch, list[Preview]]:
+    items = [anyio.run(lambda n=n: world.prepare(n, approvals=ASK)) for n in invoices]
+    return world.writes.store_batch(items), items
+
+
+def form_of(route: str, preview: Preview, batch: Batch) -> dict[str, str]:
+    """The fields of the page's own form for ``route`` (the CSRF token aside)."""
+    return {
+        "approve": {"preview_id": preview.id, "fingerprint": preview.fingerprint},
+        "deny": {"preview_id": preview.id, "reason": "wrong customer"},
+        "approve-batch": {"batch_id": batch.id, "fingerprint": batch.fingerprint},
+        "deny-batch": {"batch_id": batch.id, "reason": "wrong customers"},
+    }[route]
+
+
+@pytest.mark.parametrize("route", ROUTES)
+def test_each_form_of_the_page_is_accepted_as_the_page_posts_it(
+    world: World, waiting: Preview, route: str
+) -> None:
+    batch, items = batch_of(world, "inv_5", "inv_6")
+    client = browser(page(world))
+    posted = client.post(route, data={"csrf": csrf(client), **form_of(route, waiting, batch)})
+    assert posted.status_code == 303, posted.text
+    decided = [waiting] if route in ("approve", "deny") else items
+    for preview in decided:
+        stored = world.ledger.preview(preview.id)
+        assert stored is not None
+        assert stored.state == ("denied" if route.startswith("deny") else "committed")
+
+
+@pytest.mark.parametrize("route", ROUTES)
 @pytest.mark.parametrize(("case", "fields", "headers", "status"), FORGERIES)
 def test_forged_posts_change_nothing(
     world: World,
     waiting: Preview,
+    route: str,
     case: str,
     fields: dict[str, str],
     headers: dict[str, str],
     status: int,
 ) -> None:
+    batch, items = batch_of(world, "inv_5", "inv_6")
     client = browser(page(world))
-    form = {"csrf": csrf(client), "preview_id": waiting.id, "fingerprint": waiting.fingerprint}
-    form.update(fields)
-    if "csrf" in form and case == "no csrf":
+    form = {"csrf": csrf(client), **form_of(route, waiting, batch), **fields}
+    if case == "no csrf":
         del form["csrf"]
     if headers.get("content-type") == "application/json":
-        posted = client.post("/approve", json=form, headers=headers)
+        posted = client.post(route, json=form, headers=headers)
     else:
         if "cookie" in headers:
             client.cookies.clear()
-        posted = client.post("/approve", data=form, headers=headers)
+        posted = client.post(route, data=form, headers=headers)
     assert posted.status_code == status, (case, posted.text)
-    assert world.ledger.approval(waiting.id) is None
+    for preview in (waiting, *items):
+        stored = world.ledger.preview(preview.id)
+        assert stored is not None
+        assert stored.state == "prepared"
+    assert world.system.sends() == 0
+
+
+ORIGINS: list[tuple[str, dict[str, str], int]] = [
+    ("the page's own origin", {"origin": BASE}, 303),
+    ("no origin, from the page by its fetch metadata", {"sec-fetch-site": "same-origin"}, 303),
+    ("no origin and no fetch metadata", {}, 403),
+    ("no origin, from another site", {"sec-fetch-site": "cross-site"}, 403),
+    ("no origin, from another port of the host", {"sec-fetch-site": "same-site"}, 403),
+    ("the page's origin, but fetched from another site", {"origin": BASE, "sec-fetch-site": "cross-site"}, 403),
+    ("an opaque origin", {"origin": "null"}, 403),
+    ("another port of the host", {"origin": BASE + ":9"}, 403),
+    ("another name of the host", {"origin": "http://localhost"}, 403),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("case", "headers", "status"), ORIGINS)
+def test_a_post_must_come_from_the_page_itself(
+    world: World, waiting: Preview, case: str, headers: dict[str, str], status: int
+) -> None:
+    client = browser(page(world, commits=False))
+    form = {"csrf": csrf(client), "preview_id": waiting.id, "fingerprint": waiting.fingerprint}
+    del client.headers["origin"]
+    posted = client.post("approve", data=form, headers=headers)
+    assert posted.status_code == status, (case, posted.text)
+    assert (world.ledger.approval(waiting.id) is not None) == (status == 303)
+
+
+def test_the_session_cookie_goes_only_to_this_page_and_ends(world: World) -> None:
+    p, other = page(world), page(world)
+    client = TestClient(p.app(), base_url=BASE + p.base, follow_redirects=False)
+    opened = client.get("/", params={"token": TOKEN})
+    assert opened.headers["location"] == p.base
+    _, *parts = (part.strip() for part in opened.headers["set-cookie"].split(";"))
+    attributes = {k.lower(): v for k, _, v in (part.partition("=") for part in parts)}
+    # Cookies are not kept apart by port: a path no other local service knows is.
+    assert attributes["path"] == p.base
+    assert p.base != other.base
+    assert re.fullmatch(r"/[\w-]{22,}/", p.base)
+    assert int(attributes["max-age"]) == SESSION_TTL
+    assert "httponly" in attributes
+    assert attributes["samesite"].lower() == "strict"
+
+
+@pytest.mark.parametrize(
+    ("after", "status"), [(0, 200), (SESSION_TTL - 1, 200), (SESSION_TTL + 1, 401)]
+)
+def test_a_session_ends_after_its_lifetime(
+    world: World, waiting: Preview, after: float, status: int
+) -> None:
+    p = page(world)
+    client = browser(p)
+    world.clock.advance(after)
+    shown = client.get("/")
+    assert shown.status_code == status
+    assert browser(p).get("/").status_code == 200  # the link opens a new one
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [("GET", "/"), ("GET", "/?token=" + TOKEN), ("POST", "/approve"), ("POST", "/deny")],
+)
+def test_nothing_is_served_outside_the_pages_path(
+    world: World, waiting: Preview, method: str, path: str
+) -> None:
+    p = page(world)
+    session = browser(p).cookies[COOKIE]
+    outside = TestClient(p.app(), base_url=BASE, follow_redirects=False)
+    answered = outside.request(method, path, headers={"cookie": f"{COOKIE}={session}"})
+    assert answered.status_code == 404
+    assert p.base.strip("/") not in answered.text
+    assert waiting.id not in answered.text
+
+
+def test_a_batch_card_shows_what_each_item_would_send(world: World) -> None:
+    batch, items = batch_of(world, "inv_5", "inv_6")
+    p = page(world)
+    shown = card(browser(p).get("/").text, "batch", batch.id)
+    for n, item in zip((5, 6), items, strict=True):
+        for fact in (
+            item.fingerprint,
+            f"write(billing:refund/inv_{n})",
+            f"<th>amounts (minor units)</th><td>{1000 + n} USD</td>",
+            f"&quot;amount_minor&quot;: {1000 + n}",
+            f"&quot;recipient&quot;: &quot;cus_{n}&quot;",
+            f'<form method="post" action="{p.base}deny">',
+            f'<input type="hidden" name="preview_id" value="{item.id}">',
+        ):
+            assert fact in shown, fact
+    assert f'<form method="post" action="{p.base}deny-batch">' in shown
+
+
+def test_a_batch_total_counts_only_the_items_still_waiting(world: World) -> None:
+    batch, items = batch_of(world, "inv_5", "inv_6")
+    world.writes.deny(items[0].id, approver="bob", reason="not this one")
+    shown = card(browser(page(world)).get("/").text, "batch", batch.id)
+    assert "spend still waiting, in minor units: <span class=total>1006 USD</span>" in shown
+
+
+@pytest.mark.parametrize(
+    ("name", "reason", "says", "states"),
+    [
+        ("carol", "wrong customers", "denied 2 waiting item(s) of batch PB", ("denied",) * 2),
+        ("carol", " ", "give a reason", ("prepared",) * 2),
+        ("policy:auto", "x", "invalid_input: ", ("prepared",) * 2),
+    ],
+)
+def test_denying_a_batch_denies_every_item_still_waiting(
+    world: World, name: str, reason: str, says: str, states: tuple[str, ...]
+) -> None:
+    batch, items = batch_of(world, "inv_5", "inv_6", "inv_7")
+    world.writes.approve(items[2].id, approver="bob", fingerprint=items[2].fingerprint)
+    client = browser(page(world, name=name, commits=False))
+    form = {"csrf": csrf(client), "batch_id": batch.id, "reason": reason}
+    assert client.post("deny-batch", data=form).status_code == 303
+    assert says.replace("PB", batch.id) in client.get("/").text
+    stored = [world.ledger.preview(item.id) for item in items]
+    assert tuple(p.state for p in stored if p is not None) == (*states, "approved")
     assert world.system.sends() == 0
 
 
@@ -156,10 +320,11 @@ def test_a_large_form_is_refused_before_it_is_read_whole(world: World, waiting: 
 
     headers = [
         (b"host", b"127.0.0.1"),
+        (b"origin", BASE.encode()),
         (b"cookie", f"{COOKIE}={session}".encode()),
         (b"content-type", b"application/x-www-form-urlencoded"),
     ]
-    scope = {"type": "http", "method": "POST", "path": "/approve", "headers": headers,
+    scope = {"type": "http", "method": "POST", "path": p.base + "approve", "headers": headers,
              "query_string": b"", "http_version": "1.1", "scheme": "http", "root_path": "",
              "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80)}  # fmt: skip
     anyio.run(p.app(), scope, receive, send)
@@ -275,7 +440,7 @@ def test_deny_needs_a_reason_and_blocks_the_commit(world: World, waiting: Previe
 def test_without_a_token_the_page_warns(world: World, waiting: Preview) -> None:
     approver = Approver("carol", world.ledger)
     p = ApprovalPage(approver, ledger="ledger.db", token=None, clock=world.clock)
-    shown = TestClient(p.app(), base_url=BASE).get("/")
+    shown = TestClient(p.app(), base_url=BASE + p.base).get("/")
     assert shown.status_code == 200
     assert "anyone who can reach this port on this machine can approve writes as carol" in (
         shown.text
@@ -310,6 +475,7 @@ def test_approvals_serve_prints_the_link_and_serves_the_page(
         assert server.stdout is not None
         link = server.stdout.readline().strip().removeprefix("approvals page: ")
         assert link.startswith(f"http://127.0.0.1:{port}/")
+        home = link.partition("?")[0]
         deadline = time.monotonic() + 20
         while True:
             try:
@@ -323,8 +489,8 @@ def test_approvals_serve_prints_the_link_and_serves_the_page(
             assert "anyone who can reach this port" in opened.text
         else:
             assert opened.status_code == 303
-            assert httpx.get(f"http://127.0.0.1:{port}/").status_code == 401
-            opened = httpx.get(f"http://127.0.0.1:{port}/", cookies=opened.cookies)
+            assert httpx.get(home).status_code == 401
+            opened = httpx.get(home, cookies=opened.cookies)
         assert opened.status_code == 200
         assert waiting.id in opened.text
         assert waiting.fingerprint in opened.text
@@ -395,3 +561,40 @@ def test_a_policy_file_with_a_malformed_self_approval_is_a_usage_error(
     assert "error (policy_file)" in result.output
     assert "self_approval" in result.output
     assert world.ledger.approval(waiting.id) is None
+
+
+# Cookies are not kept apart by port: another service on 127.0.0.1 may set a cookie of the
+# page's name for Path=/, and the browser sends it after the page's own (RFC 6265 5.4).
+SHADOWS = [
+    ("another after the session", "{s}; {c}=junk", 200),
+    ("another before the session", "{c}=junk; {s}", 200),
+    ("an empty one after the session", "{s}; {c}=", 200),
+    ("only another", "{c}=junk", 401),
+    ("only an empty one", "{c}=", 401),
+]
+
+
+@pytest.mark.parametrize(("case", "header", "status"), SHADOWS, ids=[s[0] for s in SHADOWS])
+def test_a_cookie_of_the_same_name_from_elsewhere_does_not_shadow_the_session(
+    world: World, case: str, header: str, status: int
+) -> None:
+    p = page(world)
+    client = TestClient(p.app(), base_url=BASE + p.base, follow_redirects=False)
+    session = client.get("/", params={"token": TOKEN}).cookies[COOKIE]
+    client.cookies.clear()
+    cookie = header.format(s=f"{COOKIE}={session}", c=COOKIE)
+    assert client.get("/", headers={"cookie": cookie}).status_code == status
+
+
+def test_a_batch_left_to_its_session_says_the_session_commits_it(tmp_path: Path) -> None:
+    from tests.airlock.cli import test_approver as sealed
+
+    harness = sealed.WritePath(sealed.registry(), sealed.SQLiteLedgerStore(tmp_path / "l.db"))
+    batch_id, fingerprint = sealed._batch(harness)
+    approver = sealed._approver(harness)  # another process, with --registry: no secrets
+    client = browser(ApprovalPage(approver, ledger="l.db", token=TOKEN))
+    form = {"csrf": csrf(client), "batch_id": batch_id, "fingerprint": fingerprint}
+    assert client.post("/approve-batch", data=form).status_code == 303
+    said = f"approved batch {batch_id} as bob: 1 approved; the session that asked commits it"
+    assert said in client.get("/").text
+    assert harness.ledger.preview(harness.ledger.batch(batch_id).items[0]).state == "approved"  # type: ignore[union-attr]

@@ -15,9 +15,9 @@ from typing import Any
 
 import anyio
 import pytest
-import uvicorn
 
-from airlock.cli._approval_page import ApprovalPage
+from airlock.cli._approval_page import LOOPBACK, ApprovalPage
+from airlock.cli._approval_server import page_server
 from airlock.cli._approver import Approver
 from airlock.tools import CallContext, Credential, Preview, SQLiteLedgerStore, WritePath
 from examples.billing.server import BillingServer, serve_billing
@@ -54,8 +54,7 @@ class PageServer:
 
     def __init__(self, page: ApprovalPage) -> None:
         self.port = _free_port()
-        config = uvicorn.Config(page.app(), host="127.0.0.1", port=self.port, log_level="warning")
-        self.server = uvicorn.Server(config)
+        self.server = page_server(page.app(), host=LOOPBACK, port=self.port)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
     def __enter__(self) -> PageServer:
@@ -99,10 +98,11 @@ def test_approve_a_write_and_a_batch_in_chromium(tmp_path: Path, billing: Billin
         for i in billing.store.invoices("acme", after=None, limit=1000, status=None)
         if len(i["payments"]) > 1 and not i["refunds"]
     ]
-    assert len(paid_twice) >= 4
+    assert len(paid_twice) >= 6
     single = _prepare(writes, paid_twice[0], "run_single")
     items = [_prepare(writes, invoice, "run_batch") for invoice in paid_twice[1:4]]
     batch = writes.store_batch(items)
+    refused = writes.store_batch([_prepare(writes, i, "run_refused") for i in paid_twice[4:6]])
     before = billing.store.count("refunds")
 
     page = ApprovalPage(Approver("carol", ledger, writes=writes), ledger="ledger.db", token=TOKEN)
@@ -111,12 +111,15 @@ def test_approve_a_write_and_a_batch_in_chromium(tmp_path: Path, billing: Billin
             browser = driver.chromium.launch(executable_path=chromium, headless=True)
             try:
                 tab = browser.new_page()
-                tab.goto(f"http://127.0.0.1:{server.port}/?token={TOKEN}")
-                assert tab.url == f"http://127.0.0.1:{server.port}/"  # the token left the URL
+                tab.goto(page.link(server.port))
+                assert tab.url == f"http://127.0.0.1:{server.port}{page.base}"  # no token in it
                 card = tab.locator(f"#{single.id}")
                 assert single.fingerprint in card.inner_text()
                 assert "alice@acme" in card.inner_text()
-                assert batch.fingerprint in tab.locator(f"#{batch.id}").inner_text()
+                batch_card = tab.locator(f"#{batch.id}").inner_text()
+                assert batch.fingerprint in batch_card
+                assert all(p.fingerprint in batch_card for p in items)  # each item's facts
+                assert "amounts (minor units)" in batch_card
                 tab.screenshot(path=str(tmp_path / "waiting.png"), full_page=True)
 
                 card.locator("button.approve").click()
@@ -127,6 +130,13 @@ def test_approve_a_write_and_a_batch_in_chromium(tmp_path: Path, billing: Billin
                 tab.wait_for_selector("#notice")
                 notice = tab.locator("#notice").inner_text()
                 assert f"approved batch {batch.id} as carol: 3 committed" in notice, notice
+
+                deny = tab.locator(f"#{refused.id} form[action$='deny-batch']")
+                deny.locator("input[name=reason]").fill("not these customers")
+                deny.locator("button.deny").click()
+                tab.wait_for_selector("#notice")
+                notice = tab.locator("#notice").inner_text()
+                assert f"denied 2 waiting item(s) of batch {refused.id}" in notice, notice
 
                 receipts = tab.locator("#receipts tr.receipt")
                 shown = {receipts.nth(n).get_attribute("data-preview") for n in range(4)}
@@ -141,3 +151,5 @@ def test_approve_a_write_and_a_batch_in_chromium(tmp_path: Path, billing: Billin
     assert billing.store.count("refunds") == before + 4
     for invoice in paid_twice[:4]:
         assert len(billing.store.refunds("acme", invoice_id=invoice)) == 1
+    for invoice in paid_twice[4:6]:
+        assert billing.store.refunds("acme", invoice_id=invoice) == []
