@@ -3,6 +3,7 @@ path (prepare, preview, approval, commit, receipt) on a durable ledger, and the 
 that tools over HTTP APIs share."""
 
 from airlock.tools._admission import Admission
+from airlock.tools._amounts import format_amount
 from airlock.tools._approvals import approve_preview, deny_preview
 from airlock.tools._audit import (
     EXERCISED_STAGES,
@@ -175,6 +176,7 @@ __all__ = [
     "error_for_status",
     "escape_controls",
     "find_calls",
+    "format_amount",
     "parse_destination",
     "program_hash",
     "redact",

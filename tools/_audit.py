@@ -206,8 +206,9 @@ def call_event(
 ) -> AuditEvent:
     """:func:`audit_event`, its arguments by position (the registry records one event on
     every call, and keywords cost more than the rest of a small event); the same event."""
-    # Every call makes one of these, so the common case is kept cheap: text that is printable
-    # already (almost all of it) is checked in one C call and kept as it is.
+    # Every call makes one of these, so the common case is kept cheap: printable ASCII
+    # (almost all of it) is checked in C and kept as it is; other text may hold characters
+    # str.isprintable() passes that a reader cannot see, so escape_controls decides.
     if type(effects) is tuple and len(effects) == 1:  # (most calls: one effect, no loop)
         effect = effects[0]
         text = (
@@ -215,11 +216,9 @@ def call_event(
             if type(effect) is Effect and effect.kind != "spend"
             else str(effect)
         )
-        texts: tuple[str, ...] = (text if text.isprintable() else escape_controls(text),)
+        texts: tuple[str, ...] = (_escaped(text),)
     else:
-        texts = tuple(map(str, effects))
-        if not "".join(texts).isprintable():
-            texts = tuple(map(escape_controls, texts))
+        texts = tuple(_escaped(str(effect)) for effect in effects)
     principal = who.principal
     # An _EventBuilder's slots, set directly; then it is the AuditEvent (see there).
     event = _new_builder(_EventBuilder)
@@ -227,13 +226,13 @@ def call_event(
     event.run_id = who.run_id
     event.call_id = who.call_id
     event.caller = who.caller
-    event.tool = tool if tool.isprintable() else escape_controls(tool)
+    event.tool = _escaped(tool)
     event.user_id = principal.user_id
     event.tenant_id = principal.tenant_id
     event.args_hash = args_hash
     event.stage = stage
     event.decision = decision
-    event.rule = rule if rule.isprintable() else escape_controls(rule)
+    event.rule = _escaped(rule)
     event.outcome = outcome
     event.code = code
     event.duration_s = duration_s
@@ -244,6 +243,10 @@ def call_event(
     event.__class__ = AuditEvent  # type: ignore[assignment]
     made: AuditEvent = event  # type: ignore[assignment]  # (it is one: see _EventBuilder)
     return made
+
+
+def _escaped(text: str) -> str:
+    return text if text.isascii() and text.isprintable() else escape_controls(text)
 
 
 _new_builder = object.__new__

@@ -13,8 +13,10 @@ message, a tool name or a log line a sandboxed program sent. Two rules apply to 
   :data:`REDACTED`;
 - :func:`escape_controls` writes every character that is not printable (newlines, carriage
   returns, tabs, ``ESC`` and the other C0/C1 controls, Unicode line and paragraph separators,
-  bidirectional overrides) as a visible escape, so a recorded line can neither forge another
-  line nor drive an operator's terminal.
+  bidirectional overrides) or that a reader cannot see (Unicode's default-ignorable
+  characters: zero-width ones, variation selectors, Hangul fillers...; a blank braille cell)
+  as a visible escape, so a recorded line can neither forge another line, nor drive an
+  operator's terminal, nor make two different names read the same.
 
 :func:`airlock.tools.audit_event` applies both to every event it makes; the REST adapter
 applies :func:`redact` to the upstream text it keeps.
@@ -84,6 +86,16 @@ _PEM_KEY: Final = re.compile(
     r"-----BEGIN [A-Z ]{0,40}PRIVATE KEY-----[^-]*(?:-----END [A-Z ]{0,40}PRIVATE KEY-----)?"
 )
 _NAMED_ESCAPES: Final = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+# What str.isprintable() lets through that a reader still cannot see, so that two payees
+# differing by one of them would print the same: Unicode's Default_Ignorable_Code_Point
+# (DerivedCoreProperties.txt; the Cf and unassigned ones among them are not printable
+# anyway, the grapheme joiner, Hangul fillers, Khmer inherent vowels and variation selectors
+# are) and U+2800 BRAILLE PATTERN BLANK.
+_UNSEEN: Final = re.compile(
+    "[\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e"
+    "\u2060-\u206f\u2800\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufff8"
+    "\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0000-\U000e0fff]"
+)
 
 _secrets: OrderedDict[str, None] = OrderedDict()
 _secrets_lock = threading.Lock()
@@ -128,17 +140,19 @@ def redact(text: str) -> str:
 
 
 def escape_controls(text: str, *, keep: frozenset[str] = frozenset()) -> str:
-    """``text`` on one line: every character that is not printable is written as an escape
-    (``\\n``, ``\\x1b``, ``\\u2028``...), so it can neither start a line nor reach a
-    terminal as a control sequence; but those in ``keep`` (a block of several lines keeps
+    """``text`` on one line: every character that is not printable, or that a reader cannot
+    see (default-ignorable, blank), is written as an escape (``\\n``, ``\\x1b``,
+    ``\\u2028``, ``\\u034f``...), so it can neither start a line, nor reach a terminal as a
+    control sequence, nor pass unseen; but those in ``keep`` (a block of several lines keeps
     ``\\n`` and ``\\t``)."""
-    if text.isprintable():
+    # ASCII has no character _UNSEEN matches: most text is cleared by two C calls.
+    if text.isprintable() and (text.isascii() or _UNSEEN.search(text) is None):
         return text
     return "".join(c if c in keep else _escape(c) for c in text)
 
 
 def _escape(char: str) -> str:
-    if char.isprintable():
+    if char.isprintable() and _UNSEEN.match(char) is None:
         return char
     named = _NAMED_ESCAPES.get(char)
     if named is not None:

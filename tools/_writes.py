@@ -71,7 +71,7 @@ from airlock.tools._proposals import propose_read, propose_write
 from airlock.tools._read_approvals import run_claimed_read
 from airlock.tools._reconcile import Resolution, resolve_all
 from airlock.tools._registry import Registry
-from airlock.tools._sealed import SealedSender, SecretVault
+from airlock.tools._sealed import SealedSender, SecretVault, sealed_fields
 from airlock.tools._spec import ToolSpec
 from airlock.tools._step_events import approver_of
 
@@ -198,6 +198,14 @@ class WritePath(BatchWrites):
         if spec is None or spec.write is None:
             raise UnknownToolError(name=name, detail="no write tool of that name")
         return await self.propose(self.registry.admit(name, args, ctx), ctx)
+
+    def holds_secrets(self, preview: Preview) -> bool:
+        """Whether this process holds the values of ``preview``'s sealed fields, so that
+        :meth:`commit` can send it (true when its tool seals nothing). Only the process that
+        prepared a preview holds them: another one (an approval page) leaves it to that one."""
+        spec = self.registry.get(preview.tool)
+        fields = frozenset[str]() if spec is None else sealed_fields(spec)
+        return not fields or self._vault.unseal(preview.id, preview.effect, fields) is not None
 
     def receipt(self, preview: Preview) -> Receipt | None:
         """The receipt stored for ``preview``'s key, if it was committed (not another

@@ -23,6 +23,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from airlock.policies import Principal, spend, write
+from airlock.tools._amounts import format_amount
 from airlock.tools._errors import ConflictError, NotFoundError
 from airlock.tools._json import JSONObject
 from airlock.tools._preview import canonical_json
@@ -271,7 +272,7 @@ def refund_tool(
         scope="billing.write",
         intent=("invoice_id",),
         summarize=lambda e: (
-            f"refund {e.amount_minor / 100:.2f} {e.currency} on {e.invoice_id} to {e.recipient}"
+            f"refund {format_amount(e.amount_minor, e.currency)} on {e.invoice_id} to {e.recipient}"
         ),
         timeout=timeout,
         proposable=proposable,

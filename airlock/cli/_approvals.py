@@ -13,13 +13,12 @@ from typing import Annotated
 import anyio
 import typer
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 from airlock.cli._approver import Approver
 from airlock.cli._batches import approve_batch_command, show_batch
 from airlock.cli._inventory import usage_errors
-from airlock.cli._literal import json_text, literal
+from airlock.cli._literal import json_text, literal, table
 from airlock.cli._settings import Settings, login_name
 from airlock.harness import database_url, open_ledger
 from airlock.inventory import load_tool_registry
@@ -109,18 +108,17 @@ def list_pending(
     finally:
         store.close()
     now = time.time()
-    table = Table(title="previews" if all_states else "previews waiting for approval")
-    for column in ("id", "state", "principal", "tool", "effect", "age", "expires in"):
-        table.add_column(column)
+    title = "previews" if all_states else "previews waiting for approval"
+    shown = table("id", "state", "principal", "tool", "effect", "age", "expires in", title=title)
     for p in previews:
         expiry = "expired" if p.expired(now) else _age(p.expires - now)
         principal = f"{p.principal.user_id}@{p.principal.tenant_id}"
-        table.add_row(
+        shown.add_row(
             *map(literal, (p.id, p.state, principal, p.tool, p.summary)),
             _age(now - p.created),
             expiry,
         )
-    Console(width=220).print(table if previews else "nothing waits for approval")
+    Console(width=220).print(shown if previews else "nothing waits for approval")
 
 
 @approvals_app.command("show")
@@ -163,15 +161,13 @@ def show(
     if receipt is not None and receipt.preview_id == preview.id:
         console.print(f"receipt ({receipt.resolved_by}):")
         console.print(json_text(receipt.data), soft_wrap=True)
-    table = Table(title="history")
-    for column in ("time (UTC)", "from", "to", "by", "how"):
-        table.add_column(column)
+    steps = table("time (UTC)", "from", "to", "by", "how", title="history")
     for event in history:
-        table.add_row(
+        steps.add_row(
             _time(event.at),
             *map(literal, (event.from_state or "", event.to_state, event.actor, event.how)),
         )
-    console.print(table)
+    console.print(steps)
 
 
 def _describe(p: Preview) -> Text:
@@ -320,15 +316,15 @@ def list_receipts(
         receipts = store.receipts(limit=limit)
     finally:
         store.close()
-    table = Table(title="receipts (newest first)")
-    for column in ("stored (UTC)", "preview", "tool", "how", "receipt"):
-        table.add_column(column)
+    shown = table(
+        "stored (UTC)", "preview", "tool", "how", "receipt", title="receipts (newest first)"
+    )
     for r in receipts:
-        table.add_row(
+        shown.add_row(
             _time(r.stored_at),
             *map(literal, (r.preview_id, r.tool, r.resolved_by, json.dumps(r.data))),
         )
-    Console(width=220).print(table if receipts else "no receipts yet")
+    Console(width=220).print(shown if receipts else "no receipts yet")
 
 
 def reconcile(
@@ -367,11 +363,9 @@ def reconcile(
         resolutions = anyio.run(WritePath(registry, store).reconcile)
     finally:
         store.close()
-    table = Table(title="reconcile")
-    for column in ("preview", "tool", "before", "after", "outcome", "how"):
-        table.add_column(column)
+    shown = table("preview", "tool", "before", "after", "outcome", "how", title="reconcile")
     for r in resolutions:
-        table.add_row(*map(literal, (r.preview_id, r.tool, r.before, r.after, r.outcome, r.how)))
-    Console(width=200).print(table if resolutions else "nothing to reconcile")
+        shown.add_row(*map(literal, (r.preview_id, r.tool, r.before, r.after, r.outcome, r.how)))
+    Console(width=200).print(shown if resolutions else "nothing to reconcile")
     if any(r.outcome in ("unresolved", "in_flight") for r in resolutions):
         raise typer.Exit(code=1)

@@ -5,6 +5,8 @@ The approver's id comes from the surface's configuration (``--as``, the login na
 from a run or a form field. Committing goes through the registry's write path with the
 ledger's claim, so a harness committing the same preview at the same time cannot double it:
 one of them sends, the other gets the stored receipt (or ``conflict`` while it is in flight).
+A write holding ``Secret()`` values is sent by the process that prepared it, the only one
+that has them: the approver approves it and leaves the commit to the session that asked.
 """
 
 from __future__ import annotations
@@ -105,7 +107,9 @@ class Approver:
         return await self.commit(approval)
 
     async def commit(self, approval: Approval) -> Approved:
-        """Commit an approved preview once, for the principal who asked for it.
+        """Commit an approved preview once, for the principal who asked for it; or leave it
+        to the session that asked (no receipt) when this process cannot send it: a read, or
+        a write whose ``Secret()`` values only that session holds.
 
         Raises:
             ToolError: as :meth:`~airlock.tools.WritePath.commit`, except a commit in flight
@@ -117,6 +121,10 @@ class Approver:
         spec = self.writes.registry.get(preview.tool)
         if spec is not None and spec.write is None:
             return Approved(approval=approval)  # a read: the session that asked runs it
+        if not self.writes.holds_secrets(preview):
+            # Its Secret() values live only in the process that prepared it; a commit here
+            # would fail the write that process can still send.
+            return Approved(approval=approval)
         try:
             receipt = await self.writes.commit(preview.id, approval.fingerprint, preview.principal)
         except ConflictError:
@@ -153,9 +161,26 @@ class Approver:
             reason=reason,
             self_approval=self.self_approval,
         )
-        if self.writes is not None and who is not None:
-            items = await self.writes.commit_batch(batch_id, who)
-        return items
+        committed = await self.commit_batch(batch_id)
+        return items if committed is None else committed
+
+    async def commit_batch(self, batch_id: str) -> tuple[BatchItem, ...] | None:
+        """Commit every approved item of the batch once, for the principal whose program
+        proposed it, and say where each item stands; ``None`` when it is left to the session
+        that asked: this approver has no tools, or an item holds ``Secret()`` values that
+        only that session has (it commits them all).
+
+        Raises:
+            ToolError: as :meth:`~airlock.tools.WritePath.commit_batch`.
+        """
+        batch = self.ledger.batch(batch_id)
+        if self.writes is None or batch is None:
+            return None
+        previews = [p for p in map(self.ledger.preview, batch.items) if p is not None]
+        to_send = [p for p in previews if p.state in ("approved", "unknown")]
+        if not all(map(self.writes.holds_secrets, to_send)):
+            return None
+        return await self.writes.commit_batch(batch_id, batch.principal)
 
     def deny(self, preview_id: str, *, reason: str) -> None:
         """Refuse the preview with ``reason``.

@@ -7,15 +7,14 @@ import time
 
 import anyio
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
-from airlock.cli._literal import literal
+from airlock.cli._approver import Approver
+from airlock.cli._literal import json_text, literal, table
 from airlock.tools import (
     BatchItem,
     LedgerStore,
     Registry,
-    WritePath,
     approve_batch,
     batch_items,
     spend_totals,
@@ -35,14 +34,15 @@ def approve_batch_command(
     registry: Registry | None,
 ) -> None:
     """Approve every waiting item of the batch with its fingerprint, commit them when
-    ``registry`` is given, and print where each item stands.
+    ``registry`` is given and this process can send them (an item holding ``Secret()``
+    values is left, with the rest, to the session that asked), and print where each item
+    stands.
 
     Raises:
         ToolError: the batch is unknown (``not_found``), the fingerprint is not the batch's
             (``approval_mismatch``), or the approver asked for these writes and the policy
             does not allow self-approval (``denied``).
     """
-    batch = store.batch(batch_id)
     # approve_batch refuses the requester (USER or USER@TENANT) unless self_approval is on.
     items = approve_batch(
         store,
@@ -60,14 +60,24 @@ def approve_batch_command(
             f"{approved} of {len(items)} item(s) approved now"
         )
     )
-    if registry is not None and batch is not None:
-        writes = WritePath(registry, store)
-        items = anyio.run(writes.commit_batch, batch_id, batch.principal)
+    if registry is not None:
+        person = Approver.of_registry(
+            approver, store, self_approval=self_approval, registry=registry
+        )
+        committed = anyio.run(person.commit_batch, batch_id)
+        if committed is None:
+            Console().print(
+                "the session that asked commits them: an item holds a secret only it has",
+                highlight=False,
+            )
+        items = items if committed is None else committed
     _print_items(items)
 
 
 def show_batch(store: LedgerStore, batch_id: str) -> None:
-    """Print a batch: who proposed it, its fingerprint, totals, and every item.
+    """Print a batch: who proposed it, its fingerprint, what the items still waiting would
+    spend, every item, and each item's full effect as code computed it (what an approval
+    of the batch lets the session send; a summary leaves fields out).
 
     Raises:
         ToolError: no such batch (``not_found``), or its items changed
@@ -76,24 +86,35 @@ def show_batch(store: LedgerStore, batch_id: str) -> None:
     items = batch_items(store, batch_id, now=time.time())
     batch = store.batch(batch_id)
     assert batch is not None  # batch_items found it
-    previews = [p for p in (store.preview(i) for i in batch.items) if p is not None]
-    total = ", ".join(f"{n} {c} (minor units)" for c, n in spend_totals(previews).items())
+    previews = {p.id: p for p in map(store.preview, batch.items) if p is not None}
+    # What approving the batch now would approve: the items still waiting, not those already
+    # committed, denied or expired.
+    waiting = [previews[i.preview_id] for i in items if i.state == "waiting"]
+    total = ", ".join(f"{n} {c}" for c, n in spend_totals(waiting).items())
+    counts = f"{len(batch.items)}, {len(waiting)} waiting"
     console = Console(width=200)
     lines = [
         f"batch        {batch.id}",
         f"principal    {batch.principal.user_id}@{batch.principal.tenant_id}  (run {batch.run_id})",
-        f"items        {len(batch.items)}" + (f", total spend {total}" if total else ""),
+        f"items        {counts}"
+        + (f"; spend waiting for approval: {total} (minor units)" if total else ""),
         f"fingerprint  {batch.fingerprint}",
     ]
     console.print(Text("\n").join(map(literal, lines)))
     _print_items(items)
+    for item in items:
+        preview = previews.get(item.preview_id)
+        if preview is None:
+            continue
+        console.print(literal(f"{item.preview_id}  {item.tool}  [{item.state}]"))
+        console.print(literal(f"effects      {', '.join(preview.effects)}"))
+        console.print("effect (computed by the tool's prepare):")
+        console.print(json_text(preview.effect), soft_wrap=True)
 
 
 def _print_items(items: tuple[BatchItem, ...]) -> None:
-    table = Table(title="items")
-    for column in ("preview", "state", "summary", "receipt"):
-        table.add_column(column)
+    shown = table("preview", "state", "summary", "receipt", title="items")
     for item in items:
         receipt = str((item.receipt or {}).get("id", "")) if item.receipt else ""
-        table.add_row(*map(literal, (item.preview_id, item.state, item.summary, receipt)))
-    Console().print(table)
+        shown.add_row(*map(literal, (item.preview_id, item.state, item.summary, receipt)))
+    Console().print(shown)

@@ -22,6 +22,7 @@ from airlock.cli import Settings
 from airlock.harness import ModelResult
 from airlock.policies import AirlockError
 from airlock.sandbox import SandboxError
+from airlock.tools import format_amount
 from examples.billing import DEMO_POLICY
 from examples.billing.story import DemoError, DemoReport, run_story
 
@@ -120,7 +121,7 @@ def _summary(console: Console, report: DemoReport) -> None:
     )
 
     batch = report.batch
-    total = ", ".join(f"{n / 100:,.2f} {c}" for c, n in batch.proposal["total"].items())
+    total = ", ".join(format_amount(n, c) for c, n in batch.proposal["total"].items())
     console.print(
         f"the program proposed {batch.proposal['count']} refunds ({total}) as batch "
         f"{batch.batch_id}; one approval of fingerprint {batch.fingerprint[:16]}… committed them"
@@ -132,7 +133,7 @@ def _summary(console: Console, report: DemoReport) -> None:
         receipt = step.receipt["receipt"]
         refunds.add_row(
             step.invoice_id,
-            f"{receipt['amount_minor'] / 100:,.2f} {receipt['currency']}",
+            format_amount(receipt["amount_minor"], receipt["currency"]),
             " → ".join(_ATTEMPT.get(a, a) for a in step.attempts),
             str(receipt["id"]),
             str(step.service_refunds),

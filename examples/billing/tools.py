@@ -40,6 +40,7 @@ from airlock.tools import (
     RestAdapter,
     ToolError,
     UpstreamError,
+    format_amount,
     write_tool,
 )
 from examples.billing.seed import TENANTS
@@ -360,7 +361,7 @@ def register_billing_tools(
             scope="billing.write",
             intent=("invoice_id", "reason"),
             summarize=lambda e: (
-                f"refund {e.amount_minor / 100:.2f} {e.currency} of payment {e.payment_id} "
+                f"refund {format_amount(e.amount_minor, e.currency)} of payment {e.payment_id} "
                 f"on {e.invoice_id} to customer {e.customer_id} ({e.reason})"
             ),
             timeout=10.0,

@@ -95,6 +95,7 @@ PUBLIC_API = [
     "error_for_status",
     "escape_controls",
     "find_calls",
+    "format_amount",
     "parse_destination",
     "program_hash",
     "redact",

@@ -255,7 +255,19 @@ CONTROL_CASES = [
     ("paragraph_separator", "a\u2029b", "a\\u2029b"),
     ("bidi_override", "a\u202eb", "a\\u202eb"),
     ("next_line", "a\x85b", "a\\x85b"),
+    ("zero_width_and_joiners", "a\u200b\u200c\u200d\u2060b", "a\\u200b\\u200c\\u200d\\u2060b"),
+    ("bidi_marks_and_isolates", "a\u200e\u061c\u2066b", "a\\u200e\\u061c\\u2066b"),
+    # str.isprintable() counts these as printable; a reader sees nothing of them.
+    ("grapheme_joiner", "a\u034fb", "a\\u034fb"),
+    ("hangul_fillers", "a\u115f\u1160\u3164\uffa0b", "a\\u115f\\u1160\\u3164\\uffa0b"),
+    ("khmer_inherent_vowels", "a\u17b4\u17b5b", "a\\u17b4\\u17b5b"),
+    ("mongolian_selectors", "a\u180b\u180fb", "a\\u180b\\u180fb"),
+    ("variation_selectors", "a\ufe00\ufe0fb", "a\\ufe00\\ufe0fb"),
+    ("variation_selector_supplement", "a\U000e0100b", "a\\U000e0100b"),
+    ("unassigned_tag_plane", "a\U000e0fffb", "a\\U000e0fffb"),
+    ("blank_braille_cell", "a\u2800b", "a\\u2800b"),
     ("printable_kept", "é ü — 名前 ok", "é ü — 名前 ok"),
+    ("visible_symbols_kept", "ok ✔ ⠁", "ok ✔ ⠁"),
 ]
 
 
@@ -288,6 +300,52 @@ def test_the_audit_factory_redacts_and_escapes() -> None:
     assert TOKEN not in event.detail
     assert "k-1" not in event.detail
     assert event.detail.isprintable()
+
+
+# Characters str.isprintable() lets through that a reader cannot see: every field of an
+# audit event shows them as escapes, not only the detail. (effects: one, or several.)
+UNSEEN_IN_FIELDS = [
+    ("hangul_filler", "\u3164", "\\u3164"),
+    ("variation_selector", "\ufe0f", "\\ufe0f"),
+    ("grapheme_joiner", "\u034f", "\\u034f"),
+    ("blank_braille_cell", "\u2800", "\\u2800"),
+    ("variation_selector_supplement", "\U000e0100", "\\U000e0100"),
+]
+
+
+@pytest.mark.parametrize("effects", [1, 2], ids=["one_effect", "two_effects"])
+@pytest.mark.parametrize(
+    ("name", "char", "shown"), UNSEEN_IN_FIELDS, ids=[c[0] for c in UNSEEN_IN_FIELDS]
+)
+def test_the_audit_factory_escapes_what_a_reader_cannot_see_in_every_field(
+    name: str, char: str, shown: str, effects: int
+) -> None:
+    ctx = RunAuthority(principal=ALICE, grant=GRANT).context("code", "c1")
+    event = audit_event(
+        ctx,
+        f"echo_get{char}",
+        stage="execute",
+        decision="allow",
+        rule=f"r{char}",
+        outcome="ok",
+        effects=[f"read(echo:thing/al{char}ice)"] * effects,
+        detail=f"to al{char}ice",
+    )
+    assert event.tool == f"echo_get{shown}"
+    assert event.rule == f"r{shown}"
+    assert event.effects == (f"read(echo:thing/al{shown}ice)",) * effects
+    assert event.detail == f"to al{shown}ice"
+
+
+# The fast path for clean text must give what the character-by-character one gives.
+@pytest.mark.parametrize(
+    "text",
+    ["plain ascii 402: card_declined", "", "é ü — 名前 ok", "ok ✔ ⠁", "a\u3164b", "a\nb\u200b"],
+)
+def test_clean_text_is_escaped_as_each_character_would_be(text: str) -> None:
+    from airlock.tools._redact import _escape
+
+    assert escape_controls(text) == "".join(map(_escape, text))
 
 
 # -- end to end: an upstream that echoes the request, the audit store read back ------------

@@ -3,8 +3,10 @@ fingerprint from the command line, against a real ledger file."""
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import anyio
@@ -12,8 +14,9 @@ import pytest
 from typer.testing import CliRunner
 
 from airlock.cli import approvals_app
-from airlock.tools import Batch, Registry
+from airlock.tools import Batch, Registry, approve_batch, deny_preview
 from airlock.tools.testing import SystemOfRecord, refund_tool
+from tests.tools.stores import run_sql
 from tests.tools.test_proposals import ProposalWorld
 from tests.tools.test_write_world import INVOICES
 
@@ -51,9 +54,65 @@ def test_show_lists_the_batch_its_fingerprint_and_every_item(
     done = runner.invoke(approvals_app, ["show", batch.id, "--ledger", world.ledger.path])
     assert done.exit_code == 0, done.output
     assert batch.fingerprint in done.output
-    assert "3, total spend 3006 USD" in done.output  # 1001 + 1002 + 1003, from the records
+    # 1001 + 1002 + 1003, from the records, all still waiting
+    assert "3, 3 waiting; spend waiting for approval: 3006 USD (minor units)" in done.output
     for item in batch.items:
         assert item in done.output
+
+
+def test_show_prints_the_full_effect_of_every_item(world: ProposalWorld, batch: Batch) -> None:
+    done = runner.invoke(approvals_app, ["show", batch.id, "--ledger", world.ledger.path])
+    assert done.exit_code == 0, done.output
+    for item in batch.items:
+        preview = world.ledger.preview(item)
+        assert preview is not None
+        assert f"{item}  billing_refund_create  [waiting]" in done.output
+        for name, value in preview.effect.items():  # "reason" is in no summary
+            assert f'"{name}": {json.dumps(value)}' in done.output
+
+
+def _deny_second(world: ProposalWorld, batch: Batch) -> None:
+    deny_preview(world.ledger, batch.items[1], approver="bob", reason="no", now=time.time())
+
+
+def _expire_first(world: ProposalWorld, batch: Batch) -> None:
+    run_sql(world.ledger.path, "UPDATE previews SET expires = 1 WHERE id = ?", (batch.items[0],))
+
+
+def _approve_all(world: ProposalWorld, batch: Batch) -> None:
+    approve_batch(
+        world.ledger, batch.id, approver="bob", now=time.time(), fingerprint=batch.fingerprint
+    )
+
+
+# (case, what happened to the batch, the items line `show` prints)
+SPENT: list[tuple[str, Callable[[ProposalWorld, Batch], None], str]] = [
+    (
+        "an item denied",
+        _deny_second,
+        "3, 2 waiting; spend waiting for approval: 2004 USD (minor units)",
+    ),
+    (
+        "an item expired",
+        _expire_first,
+        "3, 2 waiting; spend waiting for approval: 2005 USD (minor units)",
+    ),
+    ("every item approved", _approve_all, "3, 0 waiting\n"),
+]
+
+
+@pytest.mark.parametrize(("case", "change", "line"), SPENT, ids=[s[0] for s in SPENT])
+def test_shows_spend_counts_only_the_items_still_waiting(
+    world: ProposalWorld,
+    batch: Batch,
+    case: str,
+    change: Callable[[ProposalWorld, Batch], None],
+    line: str,
+) -> None:
+    change(world, batch)
+    done = runner.invoke(approvals_app, ["show", batch.id, "--ledger", world.ledger.path])
+    assert done.exit_code == 0, done.output
+    assert f"items        {line}" in done.output
 
 
 def test_one_approval_with_the_batch_fingerprint_approves_every_item(

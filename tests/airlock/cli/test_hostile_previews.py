@@ -14,7 +14,7 @@ from typer.testing import CliRunner, Result
 from airlock.cli import app, approvals_app
 from airlock.tools import Preview
 from tests.airlock.cli.hostile_text import HOSTILE, IDS, hidden
-from tests.tools.test_write_world import ASK, World
+from tests.tools.test_write_world import ASK, INVOICES, World
 
 runner = CliRunner()
 
@@ -94,6 +94,19 @@ def test_a_batch_is_shown_and_approved_with_its_items_literally(
     assert "2 of 2 item(s) approved now" in approved.output
     assert f"note: {shown}" in approved.output
     assert not hidden(shown_batch.output + approved.output)
+
+
+@pytest.mark.parametrize(("case", "text", "shown"), HOSTILE, ids=IDS)
+def test_a_batch_is_shown_with_each_items_effect_literally(
+    world: World, monkeypatch: pytest.MonkeyPatch, case: str, text: str, shown: str
+) -> None:
+    monkeypatch.setitem(INVOICES["inv_7"], "customer", text)  # the effect's recipient
+    preview: Preview = anyio.run(lambda: world.prepare("inv_7", approvals=ASK))
+    batch = world.writes.store_batch([preview])
+    shown_batch = _cli("show", batch.id, *_ledger(world))
+    assert shown_batch.exit_code == 0, shown_batch.output
+    assert f'"recipient": {json.dumps(text)}' in shown_batch.output  # hidden ones as escapes
+    assert not hidden(shown_batch.output)
 
 
 @pytest.mark.parametrize(("case", "text", "shown"), HOSTILE, ids=IDS)

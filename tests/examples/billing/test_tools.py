@@ -228,6 +228,35 @@ async def test_a_refund_of_an_invoice_in_euros_is_judged_shown_and_sent_in_euros
             conn.execute("UPDATE invoices SET currency = 'USD' WHERE id = ?", (record["id"],))
 
 
+# (invoice currency, its ISO 4217 decimals): the summary a person approves shows the amount
+# in the currency's unit, never divided by 100 whatever the currency.
+DECIMALS = [("JPY", 0), ("KRW", 0), ("EUR", 2), ("KWD", 3)]
+
+
+@pytest.mark.parametrize(("currency", "decimals"), DECIMALS, ids=[d[0] for d in DECIMALS])
+async def test_a_refunds_summary_shows_the_amount_in_its_currencys_unit(
+    billing: BillingServer, writes: WritePath, currency: str, decimals: int
+) -> None:
+    record = duplicates(billing, "acme")[-1]
+    amount = record["payments"][-1]["amount_minor"]
+    whole, part = divmod(amount, 10**decimals)
+    shown = f"{whole}.{part:0{decimals}d}" if decimals else str(whole)
+    args = {"invoice_id": record["id"], "reason": "duplicate"}
+    run = f"run_{currency.lower()}"
+    grant = replace(GRANT, spend_limits={**GRANT.spend_limits, currency: 10**9})
+    with billing.store.transaction() as conn:
+        conn.execute("UPDATE invoices SET currency = ? WHERE id = ?", (currency, record["id"]))
+    try:
+        preview = await writes.preview_call(
+            "billing_refund_create", args, replace(ctx(run_id=run), grant=grant)
+        )
+    finally:
+        with billing.store.transaction() as conn:
+            conn.execute("UPDATE invoices SET currency = 'USD' WHERE id = ?", (record["id"],))
+    assert f"refund {shown} {currency} of payment" in preview.summary
+    assert f"spend({amount} {currency})" in preview.effects
+
+
 async def test_a_duplicate_refund_of_an_invoice_paid_once_is_a_conflict(
     billing: BillingServer, writes: WritePath
 ) -> None:
