@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import atexit
 import importlib
+import importlib.util
 import shutil
 import sys
 import tempfile
@@ -54,3 +55,15 @@ def load_guest(name: str) -> ModuleType:
     if str(GUEST_DIR) not in sys.path:
         sys.path.insert(0, str(GUEST_DIR))
     return importlib.import_module(name)
+
+
+def load_runner() -> ModuleType:
+    """A fresh copy of the guest runner, its guest modules imported as in the image (each
+    caller's own, not shared through ``sys.modules``)."""
+    load_guest("airlock_wire")  # puts GUEST_DIR on sys.path
+    spec = importlib.util.spec_from_file_location("airlock_runner", RUNNER)
+    assert spec
+    assert spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -6,7 +6,6 @@ guest's modules laid out as in the image (:mod:`tests.sandbox.guest_image`).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import socket
 import struct
@@ -15,7 +14,6 @@ import sys
 import tempfile
 from collections.abc import Callable, Collection
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -24,24 +22,14 @@ from airlock.bridge import PROTOCOL_VERSION, program_error
 from airlock.bridge.airlock_wire import ERRORS, RUN_WAITING
 from airlock.policies import SandboxProfile
 from tests.bridge.error_examples import EXAMPLES
-from tests.sandbox.guest_image import RUNNER, load_guest
+from tests.sandbox.guest_image import RUNNER, load_guest, load_runner
 
 ALLOWED = SandboxProfile().allowed_imports
 Answer = Callable[[dict[str, Any]], dict[str, Any]]
 """A fake host's answer to a call frame: the result frame's ``ok`` and ``value`` or ``error``."""
 
 
-def _load_runner() -> ModuleType:
-    # As in the image: the guest modules import each other as top-level modules.
-    spec = importlib.util.spec_from_file_location("airlock_runner", RUNNER)
-    assert spec
-    assert spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-runner = _load_runner()
+runner = load_runner()
 language = load_guest("airlock_language")
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import collections
 import decimal
-import importlib.util
 import json
 import json.decoder
 import math
@@ -24,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from tests.sandbox.guest_image import RUNNER, load_guest
+from tests.sandbox.guest_image import load_guest, load_runner
 
 kept = load_guest("airlock_kept")
 kept_file = load_guest("airlock_kept_file")
@@ -35,16 +34,7 @@ wire = load_guest("airlock_wire")
 ALLOWED = frozenset(wire.WARM_UP_IMPORTS)
 
 
-def _load_runner() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("airlock_runner", RUNNER)
-    assert spec
-    assert spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-runner = _load_runner()
+runner = load_runner()
 
 
 def _namespace(mode: str) -> dict[str, Any]:

@@ -42,22 +42,9 @@ CRED = Credential.from_value(TOKEN, name="UPSTREAM_TOKEN")
 
 
 @pytest.fixture(scope="module")
-def _upstream() -> Iterator[Upstream]:
-    with serve(Upstream()) as up:
-        yield up
-
-
-@pytest.fixture(scope="module")
 def _elsewhere() -> Iterator[Upstream]:
     with serve(Upstream()) as up:
         yield up
-
-
-@pytest.fixture
-def upstream(_upstream: Upstream) -> Upstream:
-    _upstream.script.clear()
-    _upstream.seen.clear()
-    return _upstream
 
 
 @pytest.fixture

@@ -6,30 +6,16 @@ from __future__ import annotations
 import gzip
 import tracemalloc
 import zlib
-from collections.abc import Iterator
 
 import pytest
 
 from airlock.tools import Credential, RestAdapter, ResultTooLargeError, ToolError, UpstreamError
 from airlock.tools._redact import REDACTED
 
-from .loopback import Reply, Upstream, serve
+from .loopback import Reply, Upstream
 
 pytestmark = pytest.mark.anyio
 MIB = 1 << 20
-
-
-@pytest.fixture(scope="module")
-def _upstream() -> Iterator[Upstream]:
-    with serve(Upstream()) as up:
-        yield up
-
-
-@pytest.fixture
-def upstream(_upstream: Upstream) -> Upstream:
-    _upstream.script.clear()
-    _upstream.seen.clear()
-    return _upstream
 
 
 def _gzip_zeros(mib: int) -> bytes:

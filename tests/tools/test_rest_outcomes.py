@@ -3,7 +3,6 @@ and headers refused before anything is sent, and every answer as a tool error.""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,22 +17,9 @@ from airlock.tools import (
     route_path,
 )
 
-from .loopback import Reply, Upstream, serve
+from .loopback import Reply, Upstream
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture(scope="module")
-def _upstream() -> Iterator[Upstream]:
-    with serve(Upstream()) as up:
-        yield up
-
-
-@pytest.fixture
-def upstream(_upstream: Upstream) -> Upstream:
-    _upstream.script.clear()
-    _upstream.seen.clear()
-    return _upstream
 
 
 def adapter(upstream: Upstream, **options: float) -> RestAdapter:
