@@ -14,6 +14,7 @@ import _socket
 import _thread  # its locks; threading (functools, collections) only for a reader thread
 import itertools
 import sys
+import time
 
 TYPE_CHECKING = False  # typing's, which the guest does not import (see airlock.sandbox.guest)
 if TYPE_CHECKING:
@@ -77,6 +78,18 @@ class Connection:
         """Close this end of the bridge (a kept runner's program process closes the
         connection it does not own)."""
         self._sock.close()
+
+    def wait_closed(self, timeout_s: float) -> None:
+        """Wait, at most ``timeout_s``, until the host closes the bridge; what it still sends
+        is dropped."""
+        end = time.monotonic() + timeout_s
+        try:
+            while (left := end - time.monotonic()) > 0:
+                self._sock.settimeout(left)
+                if not self._sock.recv(_RECV_BYTES):
+                    return
+        except OSError:  # the timeout too
+            return
 
     def send(self, message: dict[str, Any]) -> None:
         self._send_frame(frames.encode(message))

@@ -20,11 +20,13 @@ Life of a runner (one per container, one program per runner):
 4. run the program with stdout/stderr captured at the file-descriptor level and capped (a
    program with top-level ``await`` runs on an event loop of its own);
 5. send the files it left in ``/out`` as ``artifact`` frames when the ``run`` frame asks for
-   them (``airlock_artifacts``), then ``done`` with the structured result, and exit. The
-   host then destroys the container. A final value over the ``run`` frame's ``value_limit``
-   bytes (compact JSON) or ``value_elements`` values and keys is refused as
-   ``result_too_large`` with its size, so the ``done`` frame stays within the host's frame
-   budget.
+   them (``airlock_artifacts``), then ``done`` with the structured result, and exit; the
+   host destroys the container. A run that failed with no limit named waits first (at most
+   ``_EVIDENCE_WAIT_S``) for the host to hang up: the cgroup counters by which the host
+   tells a limit from an error (fork's ``EAGAIN``) end with this process. A final value
+   over the ``run`` frame's ``value_limit`` bytes (compact JSON) or ``value_elements``
+   values and keys is refused as ``result_too_large`` with its size, so the ``done`` frame
+   stays within the host's frame budget.
 
 A ``run`` frame with ``"keep"`` (and a one-time ``token`` instead of a program) makes the
 runner a zygote (``airlock_zygote``): each program of the conversation runs in a process
@@ -45,7 +47,6 @@ TYPE_CHECKING = False  # typing's, which the guest does not import (see airlock.
 _GUEST_DIR = os.path.dirname(os.path.abspath(__file__))
 """The runner's directory: the guest's modules, its packages (``lib``) and the image's
 manifest are there."""
-
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -88,8 +89,7 @@ if TYPE_CHECKING:
     )
 else:
     # The interpreter runs isolated (-I -S): nothing is on the path but the standard
-    # library. The guest's modules (the shared airlock_wire among them) and packages sit
-    # next to this file.
+    # library. The guest's modules (airlock_wire among them) and packages sit beside us.
     sys.path[:0] = [_GUEST_DIR, os.path.join(_GUEST_DIR, "lib")]
     import airlock_artifacts as artifacts
     import airlock_image as image
@@ -123,6 +123,7 @@ else:
 _OUTPUT_LIMIT = 1024 * 1024
 """Bytes of stdout and of stderr a program may write, unless its ``run`` frame says."""
 _RUNNER_PID = os.getpid()
+_EVIDENCE_WAIT_S = 2.0
 
 
 class _FinalValue:
@@ -367,6 +368,8 @@ def main(argv: list[str]) -> int:
 
     def finish(result: dict[str, Any]) -> None:
         connection.send({"type": wire.DONE, "result": result})
+        if result.get("status") != "ok" and result.get("limit") is None:
+            connection.wait_closed(_EVIDENCE_WAIT_S)
         os._exit(0)
 
     if request.get("keep"):

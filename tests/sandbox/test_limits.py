@@ -8,6 +8,7 @@ import time
 import psutil
 import pytest
 
+from airlock.sandbox import _outcome
 from tests.conftest import Sandbox
 
 pytestmark = pytest.mark.docker
@@ -122,6 +123,26 @@ def test_bomb_is_stopped_at_its_limit(sandbox: Sandbox, bomb: str) -> None:
         time.sleep(0.2)
     assert _host_process_count() <= before + 5
     assert sandbox.backend.pool.ready == sandbox.backend.pool.size
+
+
+@pytest.mark.parametrize("late_s", [0.0, 0.5, 1.5])
+def test_a_host_that_reads_the_counters_late_still_finds_the_limit(
+    sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch, late_s: float
+) -> None:
+    """A fork that fails with EAGAIN reaches the host as the program's own error; only the
+    cgroup's counters, read after ``done``, make it ``pids``. A loaded host reads them late:
+    the container must still be there when it does."""
+    read_now = _outcome.read_evidence
+
+    def read_late(*args: object, **kwargs: object) -> object:
+        time.sleep(late_s)
+        return read_now(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_outcome, "read_evidence", read_late)
+    sandbox.wait_pool()
+    program = textwrap.dedent(BOMBS["fork_bomb"][0])
+    result = sandbox.run(program, language_mode="full", timeout_s=5)
+    assert (result.status, result.limit) == ("limit_exceeded", "pids"), result.error
 
 
 def test_timeout_is_measured_from_the_request(sandbox: Sandbox) -> None:
