@@ -17,7 +17,8 @@ directory the host made for the run, and trusts nothing the guest says:
   ``/etc/mime.types``), ``application/octet-stream`` when unknown.
 
 :meth:`ArtifactReceiver.finish` returns the references (:class:`ArtifactRef`); a run that did
-not finish (a limit, a protocol error, a deadline) calls :meth:`ArtifactReceiver.discard`.
+not finish (a limit, a protocol error, a deadline, cancellation) calls
+:meth:`ArtifactReceiver.discard_whatever_happens`.
 A store on the host that cannot take a file (a full disk, no permission) is the host's
 failure, never the program's: :class:`ArtifactStoreFailed`, a :class:`SandboxError` that ends
 the run, logged at ERROR.
@@ -25,6 +26,7 @@ the run, logged at ERROR.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import errno
 import hashlib
@@ -247,15 +249,39 @@ class ArtifactReceiver:
                 raise ArtifactRefused(f"artifact {unfinished[0]!r} was never finished", limit=False)
             return tuple(self._done[name] for name in sorted(self._done))
 
-    def discard(self) -> None:
-        """Remove whatever was received (the run did not finish); any later piece is
-        refused. Safe to call twice."""
+    def close(self) -> None:
+        """Refuse any later piece and close the files begun and never ended; cheap enough
+        for the event loop (removing them is :meth:`discard`'s). Safe to call twice."""
         with self._lock:
             self._discarded = True
             self._close_open()
+
+    def discard(self) -> None:
+        """Remove whatever was received (the run did not finish); any later piece is
+        refused. Safe to call twice."""
+        self.close()
+        with self._lock:
             self._done.clear()
             if self._created:
                 shutil.rmtree(self.directory, ignore_errors=True)
+
+    async def discard_whatever_happens(self) -> None:
+        """:meth:`discard` on a worker thread, awaited to its end even when the caller is
+        cancelled meanwhile, then the cancellation goes on: an anyio cancel scope cancels
+        again at every await until the run returns, and a removal cancelled before its
+        thread began would leave the files behind. The descriptors are closed first, on
+        the event loop."""
+        self.close()
+        removal = asyncio.get_running_loop().run_in_executor(None, self.discard)
+        cancelled: asyncio.CancelledError | None = None
+        while not removal.done():
+            try:
+                await asyncio.shield(removal)
+            except asyncio.CancelledError as exc:
+                cancelled = cancelled or exc
+        removal.result()
+        if cancelled is not None:
+            raise cancelled
 
     def _close_open(self) -> None:
         for entry in self._open.values():

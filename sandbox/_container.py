@@ -232,7 +232,7 @@ class SandboxContainer:
                 # Every other way out (the runner died mid-file, a limit, a protocol error,
                 # an exception, cancellation): what arrived is no run's, and a file begun
                 # and never ended still holds a host descriptor.
-                await asyncio.to_thread(receiver.discard)
+                await receiver.discard_whatever_happens()
         # model_copy does not validate: the value is the decoder's JSON as it is.
         return result.model_copy(update=update)
 

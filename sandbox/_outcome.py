@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import re
 import time
 from collections.abc import Callable
 from typing import Any, Final
@@ -25,6 +26,7 @@ from docker.models.containers import Container
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from airlock.bridge import RunEnd
+from airlock.bridge import airlock_wire as wire
 from airlock.policies import SandboxProfile
 from airlock.sandbox._cgroup import CgroupEvidence, RunMark, read_evidence
 from airlock.sandbox._errors import SandboxError, map_docker_errors
@@ -41,6 +43,10 @@ __all__ = ["judge_outcome", "limit_message"]
 
 _KILLED_EXIT_STATUS: Final = 137
 _MAX_SKIPPED: Final = 20
+_MAX_COUNT: Final = 2**31 - 1
+_REASON_CHARS: Final = 200
+_ARTIFACT_NAME: Final = re.compile(wire.ARTIFACT_NAME)
+_UNPRINTABLE: Final = re.compile(r"[^\x20-\x7e]")
 _Evidence = Callable[[], CgroupEvidence | None]
 """Reads the run's cgroup evidence now (as late as possible: counters move until the end)."""
 
@@ -110,8 +116,9 @@ class _GuestResult(BaseModel):
     cpu_time_s: float | None = None
     peak_memory_bytes: int | None = None
     started_at: float | None = None
-    artifacts_skipped: list[SkippedArtifact] = []
-    artifacts_skipped_count: int = 0
+    artifacts_skipped: Any = None
+    """Checked entry by entry (:func:`_skipped`): a malformed one is dropped, not the run."""
+    artifacts_skipped_count: Any = 0
 
 
 async def judge_outcome(
@@ -186,7 +193,7 @@ def _checked(
             line=error.line if error else None,
             traceback=error.traceback if error else None,
         )
-    skipped = tuple(guest.artifacts_skipped[:_MAX_SKIPPED])
+    skipped, skipped_count = _skipped(guest.artifacts_skipped, guest.artifacts_skipped_count)
     result = RunResult(
         status=status,
         exit_status=exit_status,
@@ -203,9 +210,34 @@ def _checked(
         started_at=guest.started_at,
         pooled=pooled,
         artifacts_skipped=skipped,
+        artifacts_skipped_count=skipped_count,
     )
     # model_copy does not validate: the value is the decoder's JSON as it is.
     return result.model_copy(update={"value": guest.value}) if guest.value is not None else result
+
+
+def _skipped(entries: Any, count: Any) -> tuple[tuple[SkippedArtifact, ...], int]:
+    """What the guest says it skipped in /out, taken as far as it follows the guest's own
+    rules: a name is an artifact's name (``airlock_wire.ARTIFACT_NAME``: no markup, no
+    control character, no path out), a reason is text, cut and escaped to printable ASCII.
+    Any other entry is dropped but still counted; a count that is no count is the entries'."""
+    listed = entries if isinstance(entries, list) else []
+    kept: list[SkippedArtifact] = []
+    for entry in listed:
+        if len(kept) == _MAX_SKIPPED:
+            break
+        if not isinstance(entry, dict):
+            continue
+        name, reason = entry.get("name"), entry.get("reason")
+        if isinstance(name, str) and _ARTIFACT_NAME.fullmatch(name) and isinstance(reason, str):
+            shown = _UNPRINTABLE.sub(_escape, reason[:_REASON_CHARS])[:_REASON_CHARS]
+            kept.append(SkippedArtifact(name=name, reason=shown))
+    said = count if type(count) is int and count >= 0 else 0
+    return tuple(kept), min(max(said, len(listed)), _MAX_COUNT)
+
+
+def _escape(found: re.Match[str]) -> str:
+    return found.group().encode("unicode_escape").decode("ascii")
 
 
 def _stopped(

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
 
 from airlock.sandbox._artifacts import ArtifactRef
 from airlock.tools import ErrorCode
@@ -95,8 +95,27 @@ class RunResult(BaseModel):
         description="The files the program left in /out, stored on the host (references).",
     )
     artifacts_skipped: tuple[SkippedArtifact, ...] = Field(
-        default=(), description="What in /out was not a regular file, and was not copied."
+        default=(),
+        description="What in /out was not a regular file (or changed before it was sent), "
+        "and was not copied: the first 20, by name.",
     )
+    artifacts_skipped_count: int = Field(
+        default=0,
+        ge=0,
+        description="How many entries of /out were skipped in all, named in "
+        "`artifacts_skipped` or not; never fewer than it names.",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _count_the_named(cls, data: Any) -> Any:
+        # A backend that names what it skipped without counting (a fake) still adds up.
+        if isinstance(data, dict) and isinstance(data.get("artifacts_skipped"), list | tuple):
+            named = len(data["artifacts_skipped"])
+            count = data.get("artifacts_skipped_count", 0)
+            if type(count) is int and count < named:
+                data = {**data, "artifacts_skipped_count": named}
+        return data
 
     @property
     def ok(self) -> bool:

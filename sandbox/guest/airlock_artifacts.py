@@ -2,15 +2,18 @@
 
 Standard library only; shipped in the image next to the runner. After the program ends, the
 runner walks the directory the ``run`` frame names (``artifacts.dir``), never following a
-link: every directory and file is opened relative to its parent with ``O_NOFOLLOW``, and a
-file is read only when the descriptor itself is a regular file, so a link, a device, a fifo
-or a socket (or a file swapped for one meanwhile) is skipped and reported, never read.
+link: every directory and file is opened relative to its parent with ``O_NOFOLLOW``. Files
+are listed first and opened one at a time as they are sent (however many there are, the
+runner holds a few descriptors), and a file is read only when the descriptor is the very
+regular file listed (same device and inode), so a link, a device, a fifo or a socket (or a
+file removed or swapped meanwhile) is skipped and reported, never read.
 
 Each file's name is its path under the directory, made to fit ``airlock_wire.ARTIFACT_NAME``
-(``a b.png`` -> ``a_b.png``, ``.hidden`` -> ``_hidden``; a clash gets ``-2``, ``-3``...). More
-files than ``artifacts.files`` or more bytes than ``artifacts.bytes`` send nothing and end the
-run as ``limit_exceeded`` (``artifacts``), naming the amount and the limit. The host checks
-all of this again: it trusts no frame.
+(``a b.png`` -> ``a_b.png``, ``.hidden`` -> ``_hidden``). A name already safe is kept; a
+renamed file or directory whose name is taken in its directory (by a file's or a
+directory's) gets ``-2``, ``-3``... More files than ``artifacts.files`` or more bytes than
+``artifacts.bytes`` send nothing and end the run as ``limit_exceeded`` (``artifacts``),
+naming the amount and the limit. The host checks all of this again: it trusts no frame.
 
 A kept runner empties the directory after each program, so a program's artifacts are its own.
 """
@@ -41,14 +44,33 @@ _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 class Artifact:
-    """A regular file found under the directory, opened and ready to be sent."""
+    """A regular file found under the directory: its name, the path the program gave it
+    (its parts under the directory) and what it was when listed. It is opened only when
+    sent, so that however many files there are, one at a time is open."""
 
-    __slots__ = ("fd", "name", "size")
+    __slots__ = ("device", "inode", "name", "path", "size")
 
-    def __init__(self, name: str, fd: int, size: int) -> None:
+    def __init__(self, name: str, path: tuple[str, ...], listed: os.stat_result) -> None:
         self.name = name
-        self.fd = fd
-        self.size = size
+        self.path = path
+        self.size = listed.st_size
+        self.device = listed.st_dev
+        self.inode = listed.st_ino
+
+
+class Skipped:
+    """What was not sent and why: the first :data:`MAX_SKIPPED` by name, then counted."""
+
+    __slots__ = ("count", "entries")
+
+    def __init__(self) -> None:
+        self.entries: list[dict[str, str]] = []
+        self.count = 0
+
+    def add(self, name: str, reason: str) -> None:
+        self.count += 1
+        if len(self.entries) < MAX_SKIPPED:
+            self.entries.append({"name": name, "reason": reason})
 
 
 def clean_part(part: str) -> str:
@@ -59,19 +81,35 @@ def clean_part(part: str) -> str:
     return "_" + cleaned[1:] if cleaned[0] == "." else cleaned
 
 
-def _unique(name: str, taken: set[str]) -> str:
-    if name not in taken:
-        return name
-    head, slash, last = name.rpartition("/")
-    stem, dot, extension = last.partition(".")
+def _unique(part: str, taken: set[str]) -> str:
+    if part not in taken:
+        return part
+    stem, dot, extension = part.partition(".")
+    if len(dot + extension) >= _PART_CHARS // 2:  # the number goes at the end instead
+        stem, dot, extension = part, "", ""
     number = 2
     while True:
         suffix = f"-{number}"
-        candidate = f"{head}{slash}{stem[: _PART_CHARS - len(suffix) - len(dot + extension)]}"
-        candidate += f"{suffix}{dot}{extension}"
+        room = _PART_CHARS - len(suffix) - len(dot + extension)
+        candidate = f"{stem[:room]}{suffix}{dot}{extension}"
         if candidate not in taken:
             return candidate
         number += 1
+
+
+def _parts(names: list[str]) -> dict[str, str]:
+    """The part of its artifact name each of ``names`` (the files and directories of one
+    directory, sorted) gets, unique among them: a directory's part begins its files' names,
+    so a file and a directory cannot share one either. A name :func:`clean_part` leaves as
+    it is keeps it; the others, in order, are cleaned and numbered when taken, so that
+    renaming one file never hands its name to another."""
+    chosen = {name: name for name in names if clean_part(name) == name}
+    taken = set(chosen)
+    for name in names:
+        if name not in chosen:
+            chosen[name] = part = _unique(clean_part(name), taken)
+            taken.add(part)
+    return chosen
 
 
 def _kind(mode: int) -> str:
@@ -86,77 +124,75 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
-def collect(directory: str) -> tuple[list[Artifact], list[dict[str, str]], int]:
-    """The regular files under ``directory`` (opened), what was skipped and why (the first
-    :data:`MAX_SKIPPED`), and how many were skipped in all. The caller closes the files."""
-    import re
+def _unreadable(exc: OSError) -> str:
+    if exc.errno == errno.ELOOP:  # it became a link since the listing
+        return "a symbolic link"
+    if exc.errno == errno.ENOENT:
+        return "removed after it was listed"
+    return f"not readable ({errno.errorcode.get(exc.errno or 0, exc.errno)})"
 
+
+def collect(directory: str) -> tuple[list[Artifact], Skipped]:
+    """The regular files under ``directory`` (listed, not opened), by name, and what was
+    skipped and why."""
     found: list[Artifact] = []
-    skipped: list[dict[str, str]] = []
-    skipped_count = 0
-    taken: set[str] = set()
-
-    def skip(name: str, reason: str) -> None:
-        nonlocal skipped_count
-        skipped_count += 1
-        if len(skipped) < MAX_SKIPPED:
-            skipped.append({"name": name, "reason": reason})
-
+    skipped = Skipped()
     try:
         top = os.open(directory, _DIRECTORY_FLAGS)
     except OSError:
-        return found, skipped, skipped_count
-    pending: list[tuple[int, str, int]] = [(top, "", 0)]
-    while pending:
-        fd, prefix, depth = pending.pop()
-        try:
-            with os.scandir(fd) as entries:
-                listing = sorted(entries, key=lambda e: e.name)
-            for entry in listing:
-                name = prefix + clean_part(entry.name)
-                try:
-                    mode = entry.stat(follow_symlinks=False).st_mode
-                except OSError:
-                    continue  # gone meanwhile
-                if stat.S_ISDIR(mode):
-                    if depth + 1 >= _MAX_DEPTH:
-                        skip(name, f"deeper than {_MAX_DEPTH} directories")
-                        continue
-                    try:
-                        child = os.open(entry.name, _DIRECTORY_FLAGS, dir_fd=fd)
-                    except OSError as exc:
-                        skip(
-                            name, f"not readable ({errno.errorcode.get(exc.errno or 0, exc.errno)})"
-                        )
-                        continue
-                    pending.append((child, name + "/", depth + 1))
-                    continue
-                if not stat.S_ISREG(mode):
-                    skip(name, _kind(mode))
-                    continue
-                try:
-                    file = os.open(entry.name, _FILE_FLAGS, dir_fd=fd)
-                except OSError as exc:
-                    # ELOOP: the file became a link since the listing.
-                    reason = "a symbolic link" if exc.errno == errno.ELOOP else "not readable"
-                    skip(name, reason)
-                    continue
-                opened = os.fstat(file)
-                if not stat.S_ISREG(opened.st_mode):
-                    os.close(file)
-                    skip(name, _kind(opened.st_mode))
-                    continue
-                name = _unique(name, taken)
-                if not re.match(wire.ARTIFACT_NAME, name):  # never after clean_part; never sent
-                    os.close(file)
-                    skip(clean_part(entry.name), "a name the host would refuse")
-                    continue
-                taken.add(name)
-                found.append(Artifact(name, file, opened.st_size))
-        finally:
-            os.close(fd)
+        return found, skipped
+    try:
+        _walk(top, (), "", 0, found, skipped)
+    finally:
+        os.close(top)
     found.sort(key=lambda a: a.name)
-    return found, skipped, skipped_count
+    return found, skipped
+
+
+def _walk(
+    fd: int,
+    path: tuple[str, ...],
+    prefix: str,
+    depth: int,
+    found: list[Artifact],
+    skipped: Skipped,
+) -> None:
+    # Depth first, holding one descriptor per level: never one per directory listed.
+    import re
+
+    listed: list[tuple[str, os.stat_result]] = []
+    with os.scandir(fd) as entries:
+        for entry in sorted(entries, key=lambda e: e.name):
+            try:
+                listed.append((entry.name, entry.stat(follow_symlinks=False)))
+            except OSError:
+                continue  # gone meanwhile
+    kept = [n for n, s in listed if stat.S_ISDIR(s.st_mode) or stat.S_ISREG(s.st_mode)]
+    parts = _parts(kept)
+    for raw, listing in listed:
+        part = parts.get(raw)
+        if part is None:
+            skipped.add(prefix + clean_part(raw), _kind(listing.st_mode))
+            continue
+        name = prefix + part
+        if stat.S_ISREG(listing.st_mode):
+            if re.match(wire.ARTIFACT_NAME, name):  # never after clean_part; never sent
+                found.append(Artifact(name, (*path, raw), listing))
+            else:
+                skipped.add(clean_part(raw), "a name the host would refuse")
+            continue
+        if depth + 1 >= _MAX_DEPTH:
+            skipped.add(name, f"deeper than {_MAX_DEPTH} directories")
+            continue
+        try:
+            child = os.open(raw, _DIRECTORY_FLAGS, dir_fd=fd)
+        except OSError as exc:
+            skipped.add(name, _unreadable(exc))
+            continue
+        try:
+            _walk(child, (*path, raw), name + "/", depth + 1, found, skipped)
+        finally:
+            os.close(child)
 
 
 def _size_text(size: int) -> str:
@@ -195,43 +231,88 @@ def _read_piece(fd: int, size: int) -> bytes:
     return bytes(piece)
 
 
-def send(found: list[Artifact], emit: Callable[[dict[str, Any]], None]) -> None:
+def _reopen(top: int, artifact: Artifact) -> int | str:
+    """The file, opened along the path it was listed at (no link followed), or why not:
+    only the very file listed is read, whatever took its place meanwhile."""
+    fd = top
+    try:
+        for part in artifact.path[:-1]:
+            parent, fd = fd, os.open(part, _DIRECTORY_FLAGS, dir_fd=fd)
+            if parent != top:
+                os.close(parent)
+        file = os.open(artifact.path[-1], _FILE_FLAGS, dir_fd=fd)
+    except OSError as exc:
+        return _unreadable(exc)
+    finally:
+        if fd != top:
+            os.close(fd)
+    opened = os.fstat(file)
+    if not stat.S_ISREG(opened.st_mode) or (opened.st_dev, opened.st_ino) != (
+        artifact.device,
+        artifact.inode,
+    ):
+        os.close(file)
+        if stat.S_ISREG(opened.st_mode):
+            return "replaced after it was listed"
+        return _kind(opened.st_mode)
+    return file
+
+
+def send(
+    directory: str,
+    found: list[Artifact],
+    emit: Callable[[dict[str, Any]], None],
+    skipped: Skipped,
+) -> int:
     """Send each file as ``artifact`` frames: full pieces of
     :data:`airlock_wire.ARTIFACT_CHUNK_BYTES`, then a last one (maybe empty) marked ``end``.
-    At most the size counted when the file was opened is sent."""
-    for artifact in found:
-        offset = 0
+    At most the size counted when the file was listed is sent; a file that is no longer the
+    one listed (removed, replaced, a link now) is added to ``skipped``. Returns how many
+    files were sent."""
+    try:
+        top = os.open(directory, _DIRECTORY_FLAGS)
+    except OSError as exc:
+        for artifact in found:
+            skipped.add(artifact.name, _unreadable(exc))
+        return 0
+    sent = 0
+    try:
+        for artifact in found:
+            file = _reopen(top, artifact)
+            if isinstance(file, str):
+                skipped.add(artifact.name, file)
+                continue
+            try:
+                _send_file(file, artifact, emit)
+            finally:
+                os.close(file)
+            sent += 1
+    finally:
+        os.close(top)
+    return sent
+
+
+def _send_file(fd: int, artifact: Artifact, emit: Callable[[dict[str, Any]], None]) -> None:
+    offset = 0
+    while True:
+        want = min(wire.ARTIFACT_CHUNK_BYTES, artifact.size - offset)
         try:
-            while True:
-                want = min(wire.ARTIFACT_CHUNK_BYTES, artifact.size - offset)
-                try:
-                    piece = _read_piece(artifact.fd, want) if want > 0 else b""
-                except OSError:
-                    piece = b""
-                end = len(piece) < wire.ARTIFACT_CHUNK_BYTES or offset + len(piece) >= artifact.size
-                emit(
-                    {
-                        "type": wire.ARTIFACT,
-                        "name": artifact.name,
-                        "offset": offset,
-                        "data": binascii.b2a_base64(piece, newline=False).decode("ascii"),
-                        "end": end,
-                    }
-                )
-                offset += len(piece)
-                if end:
-                    break
-        finally:
-            os.close(artifact.fd)
-
-
-def close_all(found: list[Artifact]) -> None:
-    """Close the files of a collection that will not be sent."""
-    import contextlib  # a collection refused: not on a run's usual path
-
-    for artifact in found:
-        with contextlib.suppress(OSError):
-            os.close(artifact.fd)
+            piece = _read_piece(fd, want) if want > 0 else b""
+        except OSError:
+            piece = b""
+        end = len(piece) < wire.ARTIFACT_CHUNK_BYTES or offset + len(piece) >= artifact.size
+        emit(
+            {
+                "type": wire.ARTIFACT,
+                "name": artifact.name,
+                "offset": offset,
+                "data": binascii.b2a_base64(piece, newline=False).decode("ascii"),
+                "end": end,
+            }
+        )
+        offset += len(piece)
+        if end:
+            return
 
 
 def deliver(
@@ -244,27 +325,25 @@ def deliver(
     if not isinstance(wanted, dict) or result.get("status") not in ("ok", "error"):
         return
     directory = str(wanted.get("dir") or wire.OUT_DIR)
-    found, skipped, skipped_count = collect(directory)
+    found, skipped = collect(directory)
     refused = refusal(
         found, max_files=int(wanted.get("files", 0)), max_bytes=int(wanted.get("bytes", 0))
     )
     if refused is not None:
-        close_all(found)
         result.update(status="limit_exceeded", exit_status=137, limit="artifacts", error=refused)
         result["has_value"], result["value"] = False, None
     else:
-        send(found, emit)
-        result["artifacts"] = len(found)
-    if skipped:
-        result["artifacts_skipped"] = skipped
-        result["artifacts_skipped_count"] = skipped_count
+        result["artifacts"] = send(directory, found, emit, skipped)
+    if skipped.count:
+        result["artifacts_skipped"] = skipped.entries
+        result["artifacts_skipped_count"] = skipped.count
 
 
 __all__ = [
     "MAX_SKIPPED",
     "Artifact",
+    "Skipped",
     "clean_part",
-    "close_all",
     "collect",
     "deliver",
     "refusal",

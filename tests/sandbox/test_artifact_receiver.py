@@ -5,12 +5,18 @@ that would end the run as the program's fault."""
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import contextlib
 import errno
 import logging
 import os
+import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from airlock.bridge import ArtifactRefused
@@ -99,3 +105,51 @@ def test_a_name_that_clashes_with_another_stays_the_programs_doing(tmp_path: Pat
         receiver.receive("a/b", 0, b"2", end=True)
     assert refused.value.limit is False
     receiver.discard()
+
+
+def _held(directory: Path) -> list[str]:
+    held = []
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/self/fd/{fd}").startswith(str(directory)):
+                held.append(fd)
+    return held
+
+
+async def _by_a_scope(discard: Callable[[], Awaitable[None]]) -> None:
+    with anyio.CancelScope() as scope:
+        scope.cancel()  # cancelled at every await inside, as the MCP server's scope does
+        await discard()
+    assert scope.cancelled_caught
+
+
+async def _again_and_again(discard: Callable[[], Awaitable[None]]) -> None:
+    task = asyncio.ensure_future(discard())
+    await asyncio.sleep(0)  # begun
+    while not task.done():
+        task.cancel()
+        await asyncio.sleep(0)
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+CANCELLATIONS = [("by_a_scope", _by_a_scope), ("again_and_again", _again_and_again)]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("case", "cancel"), CANCELLATIONS, ids=[c[0] for c in CANCELLATIONS])
+async def test_a_discard_cancelled_meanwhile_still_removes_everything(
+    tmp_path: Path, case: str, cancel: Callable[[Callable[[], Awaitable[None]]], Awaitable[None]]
+) -> None:
+    receiver = ArtifactReceiver(tmp_path / "run", max_files=4, max_bytes=2**20)
+    receiver.receive("done.csv", 0, b"1", end=True)
+    receiver.receive("charts/big.bin", 0, b"P" * 1000, end=False)  # begun, never ended
+    # The one worker thread is busy: the removal waits its turn while the caller is
+    # cancelled.
+    loop = asyncio.get_running_loop()
+    loop.set_default_executor(concurrent.futures.ThreadPoolExecutor(max_workers=1))
+    busy = loop.run_in_executor(None, time.sleep, 0.2)
+    await cancel(receiver.discard_whatever_happens)
+    assert _held(tmp_path) == []
+    assert list(tmp_path.iterdir()) == []
+    await busy
