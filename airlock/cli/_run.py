@@ -11,7 +11,6 @@ import asyncio
 import getpass
 import os
 import re
-import stat
 import time
 import uuid
 from collections.abc import Sequence
@@ -22,7 +21,15 @@ from typing import Annotated, Any, get_args
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
+from airlock.cli._copy_out import (
+    CopyOutcome,
+    copy_artifacts,
+    copy_out,
+    print_artifacts,
+    print_refused,
+)
 from airlock.cli._literal import json_text, literal
 from airlock.cli._settings import Settings
 from airlock.harness import EXECUTE_CODE, database_url, open_audit_store
@@ -31,7 +38,6 @@ from airlock.sandbox import (
     DATA_PACKAGES,
     PACKAGES_LABEL,
     PROBE_PROGRAM,
-    ArtifactRef,
     DockerBackend,
     InputRefused,
     ProbeFinding,
@@ -142,38 +148,6 @@ def _named_inputs(paths: Sequence[Path]) -> dict[str, Path]:
     return named
 
 
-def copy_artifacts(refs: Sequence[ArtifactRef], destination: Path) -> list[Path]:
-    """Copy stored artifacts into ``destination`` (created when missing), keeping their
-    names; an existing file is replaced, a link in the way is refused (never followed).
-
-    Raises:
-        UsageError: a link stands where an artifact would go.
-    """
-    copied: list[Path] = []
-    destination.mkdir(parents=True, exist_ok=True)
-    for ref in refs:
-        target = destination / ref.name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if target.is_symlink() or (target.exists() and not stat.S_ISREG(target.lstat().st_mode)):
-            raise UsageError(f"{target} is a link or not a file; not overwriting it")
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
-        with open(ref.path, "rb") as source, os.fdopen(os.open(target, flags, 0o644), "wb") as out:
-            while chunk := source.read(1 << 20):
-                out.write(chunk)
-        copied.append(target)
-    return copied
-
-
-def _print_artifacts(console: Console, refs: Sequence[ArtifactRef], copies: Sequence[Path]) -> None:
-    if not refs:
-        return
-    table = Table("artifact", "bytes", "media type", "sha256", "where")
-    for index, ref in enumerate(refs):
-        where = str(copies[index]) if copies else ref.path
-        table.add_row(ref.name, str(ref.size_bytes), ref.media_type, ref.sha256[:16], where)
-    console.print(table)
-
-
 def run(
     file: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="Program to run.")],
     timeout: Annotated[float, typer.Option(help="Wall-clock deadline in seconds.")] = 10.0,
@@ -197,15 +171,21 @@ def run(
     ] = None,
     out: Annotated[
         Path | None,
-        typer.Option(help="Copy the files the program leaves in /out to this directory."),
+        typer.Option(
+            help="Copy the files the program leaves in /out to this directory; a link in it "
+            "is never followed, and a file already there is kept."
+        ),
     ] = None,
+    overwrite: Annotated[
+        bool, typer.Option(help="With --out: replace a regular file that is already there.")
+    ] = False,
     json_output: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
     """Run a Python program in the sandbox and print its result, and the files it left in
     /out (stored under $AIRLOCK_HOME/artifacts/RUN; --out copies them).
 
-    Exits 1 when the program failed or hit a limit, 2 when an input is refused, 3 when the
-    sandbox is unavailable.
+    Exits 1 when the program failed or hit a limit, or a file was not copied to --out (each
+    is named), 2 when an input is refused, 3 when the sandbox is unavailable.
     """
     profile = profile_options(
         image=image, timeout=timeout, memory=memory, mode=mode, runtime=runtime
@@ -244,21 +224,26 @@ def run(
         audit.close()
         raise
     _audit_run(audit, program, result, time.perf_counter() - began, run_id, sorted(given))
-    copies: list[Path] = []
+    copied: CopyOutcome | None = None
     if out is not None and result.artifacts:
         try:
-            copies = copy_artifacts(result.artifacts, out)
+            copied = copy_out(result.artifacts, out, overwrite=overwrite)
         except (UsageError, OSError) as exc:
-            Console(stderr=True).print(f"[red]could not copy the artifacts to {out}:[/] {exc}")
+            Console(stderr=True).print(literal(f"could not copy the artifacts: {exc}", "red"))
             raise typer.Exit(1) from None
     if json_output:
         print(result.model_dump_json(indent=2))
     else:
         _print_result(console, result)
-        _print_artifacts(console, result.artifacts, copies)
+        print_artifacts(console, result.artifacts, copied)
+        # The guest names what it skipped, and a program can forge its 'done' frame.
         for skipped in result.artifacts_skipped:
-            console.print(f"[yellow]not copied from /out:[/] {skipped.name}: {skipped.reason}")
+            line = literal(f"{skipped.name}: {skipped.reason}")
+            console.print(Text("not copied from /out: ", "yellow") + line, soft_wrap=True)
         console.print(f"[dim]run {run_id}[/]", highlight=False)
+    if copied is not None and copied.refused:
+        print_refused(Console(stderr=True), copied)
+        raise typer.Exit(1)
     raise typer.Exit(0 if result.ok else 1)
 
 
