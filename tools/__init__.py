@@ -2,7 +2,7 @@
 path (prepare, preview, approval, commit, receipt) on a durable ledger, and the REST adapter
 that tools over HTTP APIs share."""
 
-from airlock.tools._admission import Admission
+from airlock.tools._admission import Admission, authority_refusal
 from airlock.tools._amounts import format_amount
 from airlock.tools._approvals import approve_preview, deny_preview
 from airlock.tools._audit import (
@@ -170,6 +170,7 @@ __all__ = [
     "approve_batch",
     "approve_preview",
     "audit_event",
+    "authority_refusal",
     "batch_fingerprint",
     "batch_items",
     "deny_preview",

@@ -42,6 +42,7 @@ __all__ = [
     "Admission",
     "Authorization",
     "CallTrail",
+    "authority_refusal",
     "authorize",
     "check_preconditions",
     "covers_declared",
@@ -77,7 +78,20 @@ def authorize(spec: ToolSpec, effects: tuple[Effect, ...], ctx: CallContext) -> 
     rules (scope is checked at admission, before anything is resolved). A write tool's call
     is never judged as read-only: when its effects hold no side effect, the rules also judge
     the side effects it declares."""
-    grant = ctx.grant
+    return _authorize(spec, effects, ctx.grant, ctx.approvals)
+
+
+def authority_refusal(
+    spec: ToolSpec, effects: tuple[Effect, ...], grant: Grant, approvals: ApprovalPolicy
+) -> DeniedError | None:
+    """Why ``grant`` and ``approvals`` refuse ``effects`` of a call of ``spec`` as
+    :func:`authorize` judges them (a paused write's, before a later session commits it)."""
+    return _authorize(spec, effects, grant, approvals).refusal
+
+
+def _authorize(
+    spec: ToolSpec, effects: tuple[Effect, ...], grant: Grant, approvals: ApprovalPolicy
+) -> Authorization:
     if spec.write is not None or not covers_declared(grant, spec):
         outside = grant.uncovered(effects)
         if outside is not None:
@@ -98,7 +112,7 @@ def authorize(spec: ToolSpec, effects: tuple[Effect, ...], ctx: CallContext) -> 
         # apply. Its declared side effects stand for what it may change, so the rules judge
         # the kinds it declares, and without a rule the default for a write applies: ask.
         judged = (*effects, *(e for e in spec.effects if e.is_side_effect))
-    verdict = ctx.approvals.decide(spec.name, judged, reversible=spec.reversible)
+    verdict = approvals.decide(spec.name, judged, reversible=spec.reversible)
     if verdict is _DEFAULT_READ:
         return _DEFAULT_READ_ALLOWED
     if verdict.verdict == "deny":

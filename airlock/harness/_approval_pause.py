@@ -3,17 +3,18 @@ finishing them (a part of :class:`~airlock.Session`, kept in its own module).
 
 A paused write goes on with :meth:`ApprovalPause.resume` (by preview id, or a batch id), or
 without anyone asking: :meth:`ApprovalPause.settle_writes` commits what a person approved
-meanwhile, and the model's next answer carries the outcomes under ``settled_writes``. A
-model asks where a write stands with :meth:`ApprovalPause.write_status` (MCP's
-``write_status``): a call of its own, counted against the session's budget.
+meanwhile, and the model's next answer carries the outcomes under ``settled_writes``. Before
+a call it settles within the session's time: no send starts once the time is up (the rest
+wait for a later settle, the watcher's or a resume), so the call answers within its budget
+plus at most the sends in progress then. A model asks where a write stands with
+:meth:`ApprovalPause.write_status` (MCP's ``write_status``): a call of its own, counted
+against the session's budget.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Awaitable, Callable
-from typing import Final
 
 from airlock.harness._batches import PausedBatches
 from airlock.harness._call_budget import CallBudget
@@ -21,19 +22,11 @@ from airlock.harness._model_tools import ModelResult
 from airlock.harness._paused import PausedWrites, PendingWrite
 from airlock.harness._results import failure, from_ledger_error, from_tool_error
 from airlock.harness._session_audit import SessionAudit
-from airlock.tools import (
-    BATCH_PREFIX,
-    BatchItemState,
-    LedgerError,
-    ToolError,
-    WritePath,
-    batch_items,
-)
+from airlock.tools import BATCH_PREFIX, LedgerError, ToolError, WritePath
 
 __all__ = ["ApprovalPause"]
 
 _log = logging.getLogger("airlock.harness")
-_FINAL: Final[frozenset[BatchItemState]] = frozenset({"committed", "denied", "expired", "failed"})
 
 
 class ApprovalPause:
@@ -99,35 +92,29 @@ class ApprovalPause:
 
     async def settle_writes(self) -> list[ModelResult]:
         """Commit the paused writes approved meanwhile (once each, with the fingerprint the
-        model was shown) and the approved items of its batches, and note the denied and
-        expired ones; their outcomes are returned and kept for the model's next answer
-        (:meth:`take_settled`). Never raises for tool errors.
+        model was shown) and the approved items of its batches, resend those whose send got
+        no definite answer (a few times, then the model is told their outcome is unknown),
+        and note the denied and expired ones; their outcomes are returned and kept for the
+        model's next answer (:meth:`take_settled`). A write the session's grant or rules no
+        longer allow is denied, not sent. Never raises for tool errors.
 
         Raises:
             LedgerError: the ledger cannot be used (the outcomes found before it failed are
                 kept for the model's next answer all the same).
         """
-        settled = await self._paused.settle(also=self._settle_batches)
+        return await self._settle(until=None)
+
+    async def _settle(self, *, until: float | None) -> list[ModelResult]:
+        """:meth:`settle_writes`, starting no send after ``until`` (a call's deadline, on the
+        :func:`time.monotonic` clock)."""
+
+        async def batches(answers: list[ModelResult]) -> None:
+            await self._batches.settle(answers, until=until)
+
+        settled = await self._paused.settle(also=batches, until=until)
         if settled:
             await self._audit.durable()
         return settled
-
-    async def _settle_batches(self, answers: list[ModelResult]) -> None:
-        """Finish the batches with an item approved and not committed, or none undecided;
-        their outcomes go to ``answers`` as they come (kept if the ledger fails later)."""
-        if self._writes is None:
-            return
-        for batch_id in self._batches.waiting():
-            try:
-                items = batch_items(self._writes.ledger, batch_id, now=time.time())
-            except ToolError:
-                continue  # resume(batch_id) reports it
-            approved = any(item.state == "approved" for item in items)
-            if approved or all(item.state in _FINAL for item in items):
-                try:
-                    answers.append(await self._batches.finish(batch_id))
-                except ToolError as exc:
-                    answers.append(from_tool_error(exc))
 
     def on_settled(self, listener: Callable[[list[ModelResult]], Awaitable[None]]) -> None:
         """Call ``listener`` with the outcomes each time paused writes are settled (an MCP

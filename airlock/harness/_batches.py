@@ -5,6 +5,9 @@ note about them (:meth:`PausedBatches.hold`): the batch id and fingerprint, how 
 the total per currency and the preview ids, never every preview. :meth:`PausedBatches.finish`
 (``Session.resume(batch_id)``) commits each approved item once and answers with a summary of
 where the items stand; asking again returns the same receipts, sending nothing twice.
+:meth:`PausedBatches.settle` does the same for the session's own settling, within its time
+(:mod:`airlock.harness._batch_commits`), and resends an item whose send got no definite
+answer a bounded number of times, as a direct write's, before it tells the model.
 """
 
 from __future__ import annotations
@@ -13,30 +16,53 @@ import time
 from collections.abc import Sequence
 from typing import Final
 
+from airlock.harness._batch_commits import Committed, commit_items
+from airlock.harness._commit_authority import CommitAuthority
 from airlock.harness._model_tools import ModelResult
-from airlock.harness._results import success
+from airlock.harness._paused import UNKNOWN_TRIES
+from airlock.harness._results import from_tool_error, success
 from airlock.policies import Principal
 from airlock.tools import (
     Batch,
-    BatchItem,
+    BatchItemState,
     DeniedError,
     NotFoundError,
     Preview,
+    ToolError,
     WritePath,
+    batch_items,
     spend_totals,
 )
 
 __all__ = ["PausedBatches"]
 
+_FINAL: Final[frozenset[BatchItemState]] = frozenset({"committed", "denied", "expired", "failed"})
+_OPEN: Final[frozenset[BatchItemState]] = frozenset({"waiting", "approved", "sending"})
+"""Item states that a later settle may still move on: a batch holding one stays held."""
+
 
 class PausedBatches:
     """The batches of one run and principal that are not settled yet."""
 
-    def __init__(self, writes: WritePath | None, principal: Principal, run_id: str) -> None:
+    def __init__(
+        self,
+        writes: WritePath | None,
+        principal: Principal,
+        run_id: str,
+        *,
+        authority: CommitAuthority,
+    ) -> None:
         self._writes = writes
         self.principal = principal
         self.run_id = run_id
+        self._authority = authority
+        """What each commit is judged by again: the session's authority now."""
         self._batches: dict[str, Batch] = {}
+        self._unknown_tries: dict[str, int] = {}
+        """Settles that found items of each batch still ``unknown`` after resending them."""
+        self._gave_up: dict[str, int] = {}
+        """Batches whose ``unknown`` items settling no longer resends (reconcile settles
+        them), with the settles that tried."""
 
     def hold(self, batch: Batch, previews: Sequence[Preview]) -> dict[str, object]:
         """Keep ``batch`` as pending; the note about it for the program's result."""
@@ -71,15 +97,80 @@ class PausedBatches:
         return list(self._batches)
 
     async def finish(self, batch_id: str) -> ModelResult:
-        """Commit every approved item of the batch once; a summary of where they stand.
+        """Commit every approved item of the batch once, and resend each ``unknown`` one with
+        its key; a summary of where they stand. An item the session's authority no longer
+        allows is denied instead, and nothing is sent for it.
 
         Raises:
             NotFoundError: no batch of this run and principal with this id.
             ToolError: the batch no longer matches what was proposed (``approval_mismatch``).
         """
+        batch = self._own(batch_id)
+        done = await commit_items(self._ready(), batch, self._authority, resend=True)
+        assert done is not None  # (no deadline: every send was started)
+        body = _summary(batch, done)
+        if body["status"] not in ("waiting", "undecided"):  # nothing more will change
+            self._batches.pop(batch.id, None)
+        return success(body, code="needs_approval" if body["status"] == "waiting" else None)
+
+    async def settle(self, answers: list[ModelResult], *, until: float | None = None) -> None:
+        """Finish the batches with an item approved, or ``unknown`` (resent on at most
+        :data:`UNKNOWN_TRIES` settles, then told as unknown), or none undecided; their
+        outcomes go to ``answers`` as they come (kept if the ledger fails later). No send
+        starts after ``until`` (on the :func:`time.monotonic` clock): a batch not fully sent
+        by then is told on a later settle."""
+        if self._writes is None:
+            return
+        for batch_id in self.waiting():
+            try:
+                answer = await self._settle_one(batch_id, until)
+            except ToolError as exc:
+                answer = from_tool_error(exc)
+            if answer is not None:
+                answers.append(answer)
+
+    async def _settle_one(self, batch_id: str, until: float | None) -> ModelResult | None:
+        writes = self._ready()
+        try:
+            states = {i.state for i in batch_items(writes.ledger, batch_id, now=time.time())}
+        except ToolError:
+            return None  # resume(batch_id) reports it
+        gave_up = batch_id in self._gave_up
+        resend = "unknown" in states and not gave_up
+        settled = (_FINAL | {"unknown"}) if gave_up else _FINAL
+        if "approved" not in states and not resend and not states <= settled:
+            return None
+        batch = self._own(batch_id)
+        done = await commit_items(writes, batch, self._authority, resend=resend, until=until)
+        if done is None:
+            return None  # the time is up: the rest are sent, and told, on a later settle
+        if not gave_up and any(
+            i.state == "unknown" and i.preview_id not in done.refused for i in done.items
+        ):
+            tries = self._unknown_tries.get(batch_id, 0) + 1
+            if tries < UNKNOWN_TRIES:
+                self._unknown_tries[batch_id] = tries
+                return None  # worth another try: not final yet
+            self._gave_up[batch_id] = tries
+        self._unknown_tries.pop(batch_id, None)
+        body = _summary(batch, done, gave_up=self._gave_up.get(batch_id, 0))
+        if not {i.state for i in done.items} & _OPEN:
+            # Each unknown item is given up on or refused: nothing a later settle moves on.
+            self._batches.pop(batch_id, None)
+        return success(body, code="needs_approval" if body["status"] == "waiting" else None)
+
+    def _ready(self) -> WritePath:
         if self._writes is None:
             raise DeniedError("writes are not enabled in this deployment; do not retry")
-        batch = self._writes.ledger.batch(batch_id)
+        return self._writes
+
+    def _own(self, batch_id: str) -> Batch:
+        """The batch, if it belongs to this run and principal.
+
+        Raises:
+            NotFoundError: no such batch, or one of another run or principal.
+        """
+        batch = self._ready().ledger.batch(batch_id)
         mine = batch is not None and (
             batch.run_id == self.run_id
             and (batch.principal.user_id, batch.principal.tenant_id)
@@ -90,11 +181,7 @@ class PausedBatches:
                 f"no batch {batch_id[:64]!r} in this session; resume one its programs proposed",
                 detail=f"batch {batch_id[:64]!r} missing or of another run or principal",
             )
-        items = await self._writes.commit_batch(batch.id, self.principal)
-        body = _summary(batch, items)
-        if body["status"] not in ("waiting", "undecided"):  # nothing more will change
-            self._batches.pop(batch.id, None)
-        return success(body, code="needs_approval" if body["status"] == "waiting" else None)
+        return batch
 
     def restore(self) -> list[str]:
         """Load this run's batches from the ledger (another process may have made them)."""
@@ -114,14 +201,18 @@ _UNDECIDED: Final = ("approved", "sending", "unknown")
 """Item states that may yet end committed: a batch holding one is not settled."""
 
 
-def _summary(batch: Batch, items: Sequence[BatchItem]) -> dict[str, object]:
-    """Where a batch's items stand, in short: counts and preview ids by state."""
+def _summary(batch: Batch, done: Committed, *, gave_up: int = 0) -> dict[str, object]:
+    """Where a batch's items stand, in short: counts and preview ids by state; ``gave_up``,
+    the settles that resent its ``unknown`` items before settling stopped resending them."""
+    items = done.items
     by_state: dict[str, list[str]] = {}
     for item in items:
         by_state.setdefault(item.state, []).append(item.preview_id)
     counts = {state: len(ids) for state, ids in by_state.items()}
     if counts.get("committed") == len(items):
         status = "committed"
+    elif gave_up and counts.get("unknown"):
+        status = "unknown"
     elif counts.get("waiting"):
         status = "waiting"
     elif any(counts.get(state) for state in _UNDECIDED):
@@ -130,6 +221,11 @@ def _summary(batch: Batch, items: Sequence[BatchItem]) -> dict[str, object]:
         status = "settled"
     messages = {
         "committed": "every item is committed, each once; do not propose them again",
+        "unknown": f"{counts.get('unknown', 0)} item(s) may or may not have "
+        f"happened: {gave_up} sends each got no definite answer. Do not propose them again: "
+        "the operator's reconcile checks the system of record and settles them; tell the "
+        "user their outcome is unknown"
+        + ("; some items still wait for a person" if counts.get("waiting") else ""),
         "waiting": "some items still wait for a person; tell the user",
         "undecided": "some items have no definite answer yet: the system may have made them. "
         "Resume this batch later (it sends them again with the same key, never twice) and "
@@ -137,10 +233,18 @@ def _summary(batch: Batch, items: Sequence[BatchItem]) -> dict[str, object]:
         "settled": "the batch is settled: the items that are not committed were denied, "
         "expired or failed; tell the user, and do not retry them without being asked",
     }
-    return {
+    body: dict[str, object] = {
         "status": status,
         "batch_id": batch.id,
         "counts": counts,
         "preview_ids": by_state,
         "message": messages[status],
     }
+    if done.refused:
+        first = next(iter(done.refused.values()))
+        body["grant_refused"] = list(done.refused)
+        body["message"] = (
+            f"{body['message']}. {len(done.refused)} item(s) were denied: this session may no "
+            f"longer make them ({first.text}); nothing was sent for them"
+        )
+    return body

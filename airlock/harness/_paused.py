@@ -20,8 +20,10 @@ from typing import Final
 
 import anyio
 
+from airlock.harness._commit_authority import CommitAuthority, refused_answer
 from airlock.harness._model_tools import ModelResult
 from airlock.harness._results import byte_size, compact, failure, success
+from airlock.harness._settle_turn import SettleTurn
 from airlock.policies import Principal
 from airlock.tools import (
     CallContext,
@@ -41,6 +43,8 @@ __all__ = ["PausedWrites", "PendingWrite"]
 _log = logging.getLogger("airlock.harness")
 _WAITING: Final[frozenset[StepState]] = frozenset({"prepared", "approved", "sending", "unknown"})
 """States of a write the session still has to finish (commit, or learn it was denied)."""
+_SENDS: Final[frozenset[StepState]] = frozenset({"approved", "unknown"})
+"""States of a write that finishing sends (or resends)."""
 UNKNOWN_TRIES: Final = 3
 """Settles that resend a write whose send got no definite answer (state ``unknown``), with
 its key, before the session stops: the model is told the outcome is unknown, and nothing
@@ -77,16 +81,19 @@ class PausedWrites:
         principal: Principal,
         run_id: str,
         *,
+        authority: CommitAuthority,
         context: Callable[[str], CallContext] | None = None,
     ) -> None:
         self._writes = writes
         self.principal = principal
         self.run_id = run_id
+        self._authority = authority
+        """What each commit is judged by again: the session's authority now."""
         self._context = context
         """Makes the call context an approved read runs in, from a call id."""
         self._pending: dict[str, PendingWrite] = {}
         self._locks: dict[str, anyio.Lock] = {}
-        self._settling = anyio.Lock()
+        self._settling = SettleTurn()
         self._unknown_tries: dict[str, int] = {}
         """Settles that found each write still ``unknown`` after trying to resend it."""
         self._untold: list[ModelResult] = []
@@ -104,7 +111,8 @@ class PausedWrites:
 
     async def finish(self, preview_id: str) -> ModelResult:
         """Commit the paused write once it is approved; its receipt, ``denied``, or
-        ``needs_approval`` again while it waits.
+        ``needs_approval`` again while it waits. A write the session's authority no longer
+        allows (:class:`CommitAuthority`) is denied instead, and nothing is sent.
 
         Raises:
             ToolError: the commit failed (``preview_expired``, ``ambiguous_write``...), or
@@ -117,6 +125,9 @@ class PausedWrites:
         fingerprint = pending.fingerprint if pending is not None else preview.fingerprint
         lock = self._locks.setdefault(preview.id, anyio.Lock())
         async with lock:  # one commit per preview at a time in this session
+            refused = self._refused(self.own(preview_id))
+            if refused is not None:
+                return refused
             try:
                 receipt = await self._commit(preview, fingerprint)
             except NeedsApprovalError:
@@ -143,6 +154,19 @@ class PausedWrites:
         status = "done" if self._is_read(preview.tool) else "committed"
         return success(self._receipt_body(status, preview, receipt))
 
+    def _refused(self, preview: Preview) -> ModelResult | None:
+        """The answer for a write the session may no longer make, denied meanwhile (or
+        ``unknown``, left to reconcile); ``None`` to go on with the commit."""
+        assert self._writes is not None
+        refusal = self._authority.refusal(self._writes, preview)
+        if refusal is None:
+            return None
+        after = self._authority.refuse(self._writes, preview, refusal)
+        if after.state not in ("denied", "unknown"):
+            return None  # committed or in flight elsewhere meanwhile: the commit says which
+        self._pending.pop(preview.id, None)
+        return refused_answer(after, refusal)
+
     async def _commit(self, preview: Preview, fingerprint: str) -> Receipt:
         assert self._writes is not None
         spec = self._writes.registry.get(preview.tool)
@@ -158,12 +182,18 @@ class PausedWrites:
         *,
         also: Callable[[list[ModelResult]], Awaitable[None]] | None = None,
         now: float | None = None,
+        until: float | None = None,
     ) -> list[ModelResult]:
         """Finish every pending write a person (or another process) decided meanwhile:
         commit the approved ones once, and answer for the denied, expired and already
         committed ones; writes still waiting, or in flight elsewhere, stay pending. ``also``
         settles more (a session's batches) under the same lock, adding its answers to the
         list it is given.
+
+        ``until`` (on the :func:`time.monotonic` clock: a call's deadline) bounds it: no
+        send starts after it, and the writes not sent stay pending for a later settle; a
+        send in progress is never cancelled. A settle already running (the watcher's) is
+        waited for until then at most, and then this one settles nothing.
 
         The answers, in the order the writes were paused, are what the model is told on its
         next turn. Never raises for tool errors: a failed commit is answered with its code.
@@ -177,10 +207,12 @@ class PausedWrites:
             return []
         at = time.time() if now is None else now
         answers: list[ModelResult] = []
-        async with self._settling:  # two settles at once would report a write twice
+        async with self._settling.within(until) as held:
+            if not held:
+                return []
             try:
                 for pending in self.waiting():
-                    answer = await self._settle_one(ledger, pending, at)
+                    answer = await self._settle_one(ledger, pending, at, until)
                     if answer is not None:
                         answers.append(answer)
                 if also is not None:
@@ -226,13 +258,15 @@ class PausedWrites:
         return result.model_copy(update={"content": told})
 
     async def _settle_one(
-        self, ledger: LedgerStore, pending: PendingWrite, at: float
+        self, ledger: LedgerStore, pending: PendingWrite, at: float, until: float | None
     ) -> ModelResult | None:
         if pending.preview_id not in self._pending:
             return None  # resumed meanwhile: whoever resumed it has its answer
         current = ledger.preview(pending.preview_id)
         if current is None or (current.state == "prepared" and not current.expired(at)):
             return None
+        if current.state in _SENDS and until is not None and time.monotonic() >= until:
+            return None  # the time is up: no send starts; a later settle sends it
         try:
             result = await self.finish(pending.preview_id)
         except ToolError as exc:

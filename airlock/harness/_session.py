@@ -55,6 +55,7 @@ from airlock.harness._approval_pause import ApprovalPause
 from airlock.harness._batches import PausedBatches
 from airlock.harness._budget import Budget
 from airlock.harness._call_budget import CallBudget
+from airlock.harness._commit_authority import CommitAuthority
 from airlock.harness._execute_code import (
     EXECUTE_CODE,
     describe_execute_code,
@@ -146,8 +147,11 @@ class Session(ApprovalPause):
             approvals=approvals,
             observations=self._observations,
         )
-        self._paused = PausedWrites(writes, principal, self.run_id, context=self._context)
-        self._batches = PausedBatches(writes, principal, self.run_id)
+        judge = CommitAuthority(principal=principal, grant=grant, approvals=approvals)
+        self._paused = PausedWrites(
+            writes, principal, self.run_id, authority=judge, context=self._context
+        )
+        self._batches = PausedBatches(writes, principal, self.run_id, authority=judge)
         self._keep_state = keep_state
         self._idle_timeout = idle_timeout
         self._direct = self._usable_names("direct")
@@ -296,7 +300,7 @@ class Session(ApprovalPause):
         keep: KeptNotes = nothing_kept
         try:
             if self._paused.waiting() or self._batches.waiting():
-                await self.settle_writes()
+                await self._settle(until=self._meter.deadline)  # no send past the budget
             if not isinstance(arguments, Mapping):
                 raise InvalidInputError("the arguments must be a JSON object")
             if name == EXECUTE_CODE:

@@ -89,6 +89,7 @@ PUBLIC_API = [
     "approve_batch",
     "approve_preview",
     "audit_event",
+    "authority_refusal",
     "batch_fingerprint",
     "batch_items",
     "deny_preview",

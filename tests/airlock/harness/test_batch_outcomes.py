@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from airlock.harness._batches import PausedBatches
-from tests.tools.test_write_world import ALICE, ALLOW, World
+from airlock.harness._commit_authority import CommitAuthority
+from tests.tools.test_write_world import ALICE, ALLOW, GRANT, World
 
 pytestmark = pytest.mark.anyio
 
@@ -29,7 +30,8 @@ async def test_a_resumed_batch_says_where_its_items_stand(
     world = World(tmp_path)
     previews = [await world.prepare(f"inv_{n}", approvals=ALLOW) for n in (21, 22)]
     batch = world.writes.store_batch(previews)
-    paused = PausedBatches(world.writes, ALICE, "run_1")
+    authority = CommitAuthority(principal=ALICE, grant=GRANT, approvals=ALLOW)
+    paused = PausedBatches(world.writes, ALICE, "run_1", authority=authority)
     paused.hold(batch, previews)
     for fault in faults:
         world.system.inject(fault)  # type: ignore[arg-type]

@@ -1,0 +1,101 @@
+"""Committing the items of a batch a session holds: each approved item once, with its own
+key, a few at a time; an item the session's authority no longer allows is denied instead
+(:class:`~airlock.harness._commit_authority.CommitAuthority`); and, for the session's own
+settling, no send started after its deadline (one in progress is never cancelled)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final
+
+import anyio
+
+from airlock.harness._commit_authority import CommitAuthority, Refusal
+from airlock.tools import Batch, BatchItem, Preview, ToolError, WritePath, batch_items
+
+__all__ = ["COMMITS_AT_ONCE", "Committed", "commit_items"]
+
+COMMITS_AT_ONCE: Final = 8
+"""Items of one batch committed concurrently (each still sends once, with its own key)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Committed:
+    """Where a batch's items stand after its approved items were committed."""
+
+    items: tuple[BatchItem, ...]
+    refused: dict[str, Refusal]
+    """The items denied (or, ``unknown``, not resent) because the session may no longer
+    make them, by preview id."""
+
+
+async def commit_items(
+    writes: WritePath,
+    batch: Batch,
+    authority: CommitAuthority,
+    *,
+    resend: bool,
+    until: float | None = None,
+) -> Committed | None:
+    """Commit every approved item of ``batch`` once (and resend each ``unknown`` one with
+    its key, when ``resend``), at most :data:`COMMITS_AT_ONCE` at a time; where the items
+    stand afterwards. ``None`` when ``until`` (on the :func:`time.monotonic` clock) came
+    before every send could start: those not started stay as they were, for a later call.
+
+    Raises:
+        ToolError: the batch no longer matches what was proposed (``approval_mismatch``).
+        LedgerError: the ledger cannot be used.
+    """
+    refused: dict[str, Refusal] = {}
+    sends: list[Preview] = []
+    for preview in _previews(writes, batch):
+        refusal = authority.refusal(writes, preview)
+        if refusal is not None:
+            after = authority.refuse(writes, preview, refusal)
+            if after.state in ("denied", "unknown"):
+                refused[preview.id] = refusal
+        elif preview.state == "approved" or (resend and preview.state == "unknown"):
+            sends.append(preview)
+    if not await _send(writes, sends, authority, until):
+        return None
+    return Committed(batch_items(writes.ledger, batch.id, now=writes.clock()), refused)
+
+
+def _previews(writes: WritePath, batch: Batch) -> list[Preview]:
+    batch_items(writes.ledger, batch.id, now=writes.clock())  # checks the batch is intact
+    found = (writes.ledger.preview(preview_id) for preview_id in batch.items)
+    return [preview for preview in found if preview is not None]
+
+
+async def _send(
+    writes: WritePath,
+    previews: Sequence[Preview],
+    authority: CommitAuthority,
+    until: float | None,
+) -> bool:
+    """Commit ``previews`` concurrently; whether every send was started."""
+    gate = anyio.CapacityLimiter(COMMITS_AT_ONCE)
+    late = False
+    failed: list[Exception] = []
+
+    async def one(preview: Preview) -> None:
+        nonlocal late
+        async with gate:
+            if until is not None and time.monotonic() >= until:
+                late = True
+                return
+            try:
+                await writes.commit(preview.id, preview.fingerprint, authority.principal)
+            except ToolError:
+                pass  # the item's state says how it ended (unknown, expired, failed)
+            except Exception as exc:  # the ledger, say: raised once every send has ended
+                failed.append(exc)
+
+    async with anyio.create_task_group() as group:
+        for preview in previews:
+            group.start_soon(one, preview)
+    if failed:
+        raise failed[0]
+    return not late

@@ -1,0 +1,118 @@
+"""A session's authority, judged again before it commits a paused write.
+
+A write paused under one grant may be finished by a session with less: another process's
+:meth:`Harness.resume_session` for a principal whose write scope was taken away, a narrower
+grant, or a policy whose rules now deny it. The commit itself checks only who the principal
+is (user and tenant), so before a session commits a paused write (or runs an approved read)
+it judges the tool and the effects prepare resolved the way admission and prepare judged
+them: the principal's scope, the grant's scope, the grant's effects and spend limits
+(:meth:`Grant.uncovered`), and the approval rules' ``deny``. A write they no longer allow is
+denied through the write path's deny path (its step says ``denied`` and why) and nothing is
+sent; one whose earlier send got no definite answer (``unknown``) cannot be denied and is
+not resent either: reconcile settles it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Final, Literal, NamedTuple
+
+from airlock.harness._model_tools import ModelResult
+from airlock.harness._results import failure
+from airlock.policies import ApprovalPolicy, Effect, Grant, Principal
+from airlock.tools import (
+    Preview,
+    StepState,
+    ToolError,
+    ToolSpec,
+    WritePath,
+    authority_refusal,
+)
+
+__all__ = ["REFUSER", "CommitAuthority", "Refusal", "refused_answer"]
+
+REFUSER: Final = "airlock:grant"
+"""Who the ledger says denied a write the session's authority no longer allows (the deny
+path takes an approver id; this one is no person's)."""
+_JUDGED: Final[frozenset[StepState]] = frozenset({"prepared", "approved", "unknown"})
+"""States of a step that a commit would still claim or wait for: judged before it."""
+
+
+class Refusal(NamedTuple):
+    """Why the session may no longer commit a write."""
+
+    reason: Literal["scope", "effect", "spend", "policy"]
+    """As :class:`~airlock.tools.DeniedError` names it."""
+    text: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CommitAuthority:
+    """The principal, grant and approval rules a session commits its paused writes under."""
+
+    principal: Principal
+    grant: Grant
+    approvals: ApprovalPolicy
+
+    def refusal(self, writes: WritePath, preview: Preview) -> Refusal | None:
+        """Why this session may not commit ``preview`` now; ``None`` when it may, or when
+        the step is past judging (committed, in flight, settled) or its tool is not
+        registered here (the commit answers for those)."""
+        spec = writes.registry.get(preview.tool)
+        if spec is None or preview.state not in _JUDGED:
+            return None
+        return self._judge(spec, preview)
+
+    def _judge(self, spec: ToolSpec, preview: Preview) -> Refusal | None:
+        # Admission's look-up hides a tool whose scope the principal lacks; then the grant's
+        # scope, then what authorize() judges: the grant's effects and spends, the rules.
+        if not self.principal.has_scope(spec.scope):
+            return Refusal("scope", f"the principal no longer has scope {spec.scope!r}")
+        if not self.grant.allows_scope(spec.scope):
+            return Refusal("scope", f"the grant no longer has scope {spec.scope!r}")
+        try:
+            effects = tuple(Effect.parse(text) for text in preview.effects)
+        except ValueError:  # not as this version writes them: refuse rather than guess
+            return Refusal("effect", "its effects no longer read back")
+        refused = authority_refusal(spec, effects, self.grant, self.approvals)
+        if refused is None:
+            return None
+        # "<effect> is outside this run's grant; do not retry it": refused_answer says the rest.
+        outside = refused.message.split(";", 1)[0]
+        if refused.reason == "spend":
+            return Refusal("spend", outside)
+        if refused.reason == "effect":
+            return Refusal("effect", outside)
+        return Refusal("policy", "an approval rule now denies it")
+
+    def refuse(self, writes: WritePath, preview: Preview, refusal: Refusal) -> Preview:
+        """Deny ``preview`` (a step not sent yet) through the write path's deny path, so its
+        step says why; the step as the ledger has it afterwards (``unknown`` stays as it is:
+        a send may have acted; committed or in flight when another process got there
+        first)."""
+        if preview.state in ("prepared", "approved"):
+            reason = f"this session may no longer make it: {refusal.text}"
+            with contextlib.suppress(ToolError):  # moved meanwhile: the ledger says how
+                return writes.deny(preview.id, approver=REFUSER, reason=reason)
+        return writes.ledger.preview(preview.id) or preview
+
+
+def refused_answer(preview: Preview, refusal: Refusal) -> ModelResult:
+    """What the model is told about a paused write the session may no longer make."""
+    sent = preview.state == "unknown"
+    return failure(
+        "denied",
+        f"this session may no longer make this change ({refusal.text}); it was not "
+        + (
+            "sent again, and an earlier send may have acted: the operator's reconcile "
+            "settles it. Do not retry it"
+            if sent
+            else "committed. Do not retry it"
+        ),
+        preview_id=preview.id,
+        tool=preview.tool,
+        reason=refusal.reason,
+        # Only "unknown" tells the model something it must know (as from_tool_error says it).
+        extra={"outcome": "unknown"} if sent else None,
+    )
