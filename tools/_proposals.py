@@ -6,7 +6,9 @@ the same way, its validated arguments standing as its effect, so that a person c
 it once and the write path runs it (:meth:`WritePath.run_read
 <airlock.tools.WritePath.run_read>`). Fields marked ``Secret()`` are sealed first
 (:mod:`airlock.tools._sealed`). Asking again for an intent already committed in the run
-returns its committed preview, recorded as ``already_committed``: nothing is sent again.
+returns its committed preview, recorded as ``already_committed``: nothing is sent again, and
+nothing is prepared again (the key comes from the validated input, so the ledger is asked
+first: a prepare that reads what the commit changed would refuse).
 """
 
 from __future__ import annotations
@@ -53,6 +55,20 @@ async def propose_write(
     spec = admission.spec
     contract = contract_of(spec)
     with admission.trail.recording() as trail:
+        intent = admission.input.model_dump(mode="json", include=set(contract.intent))
+        key = idempotency_key(ctx.run_id, spec.name, intent)
+        done = _committed(ledger, key, ctx)
+        if done is not None:
+            # Judged as its first call was, on the effects it committed with: a grant or a
+            # rule that refuses them now refuses the call, as after a fresh prepare.
+            preview, trail.effects = done
+            verdict = authorize(spec, trail.effects, ctx)
+            trail.decision, trail.rule = verdict.decision, verdict.rule
+            if verdict.refusal is not None:
+                raise verdict.refusal
+            _settle_trail(trail, preview, ledger)
+            _record(trail, preview)
+            return preview
         budget = min(spec.timeout, ctx.remaining())
         effect = await run_prepare(admission, ctx.principal, budget=budget)
         effect_json = effect.model_dump(mode="json")
@@ -72,12 +88,11 @@ async def propose_write(
             raise verdict.refusal
         sealed, clear = vault.seal(effect_json, sealed_fields(spec))
         summary = _summary(contract, sealed, trail.effects)
-        intent = admission.input.model_dump(mode="json", include=set(contract.intent))
         preview = _store_preview(
             admission,
             sealed,
             clear,
-            intent=intent,
+            key=key,
             summary=summary,
             ctx=ctx,
             rule=verdict.rule,
@@ -123,7 +138,7 @@ async def propose_read(
             admission,
             sealed,
             clear,
-            intent=intent,
+            key=idempotency_key(ctx.run_id, spec.name, intent),
             summary=summary,
             ctx=ctx,
             rule=trail.rule,
@@ -160,6 +175,28 @@ def _summary(contract: WriteContract, sealed: JSONObject, effects: tuple[Effect,
         ) from exc
 
 
+def _committed(
+    ledger: LedgerStore, key: str, ctx: CallContext
+) -> tuple[Preview, tuple[Effect, ...]] | None:
+    """The committed preview that holds ``key``, with the effects it was judged on, when it
+    is this principal's. Any other state, or another principal's key, is ``None``: prepare
+    runs first and the store answers, as for any call."""
+    receipt = ledger.receipt(key)  # (stored in the transaction that marked it committed)
+    if receipt is None:
+        return None
+    preview = ledger.preview(receipt.preview_id)
+    if preview is None or preview.state != "committed" or preview.key != key:
+        return None
+    owner = preview.principal
+    if (owner.user_id, owner.tenant_id) != (ctx.principal.user_id, ctx.principal.tenant_id):
+        return None
+    try:
+        effects = tuple(Effect.parse(text) for text in preview.effects)
+    except ValueError:  # not as this version writes them: judged after a fresh prepare
+        return None
+    return preview, effects
+
+
 def _settle_trail(trail: CallTrail, preview: Preview, ledger: LedgerStore) -> None:
     approval = ledger.approval(preview.id)
     by_policy = approval is not None and approval.kind == "policy"
@@ -182,7 +219,7 @@ def _store_preview(
     effect: JSONObject,
     clear: dict[str, str],
     *,
-    intent: JSONObject,
+    key: str,
     summary: str,
     ctx: CallContext,
     rule: str,
@@ -193,7 +230,6 @@ def _store_preview(
 ) -> Preview:
     """A new preview, or the live one of the same intent in this run (one per key)."""
     spec = admission.spec
-    key = idempotency_key(ctx.run_id, spec.name, intent)
     for _ in range(2):
         at = now()
         fresh = Preview(
