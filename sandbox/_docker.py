@@ -8,9 +8,10 @@ Two images: the base one (``airlock-sandbox``, the standard library) and the dat
 (``airlock-sandbox-data``: numpy, pandas, pyarrow, matplotlib), chosen by the profile's
 ``image``. Inputs are mounted when a container is created, so a pooled container, started
 before any run, carries the backend's own ``inputs`` (``airlock serve --inputs DIR``): a run
-takes one only when it asks for exactly those, and any other run with inputs starts its own
-container (a cold start; the benchmark measures it). A run without inputs never gets a
-container that has some.
+takes one only when it asks for exactly those, still the files at those paths (one replaced
+on the host since is not what the container mounted: :mod:`airlock.sandbox._pool_fit`), and
+any other run with inputs starts its own container (a cold start; the benchmark measures
+it). A run without inputs never gets a container that has some.
 
 With ``reuse=True`` a principal's runs share one container, never another principal's, each
 in a fresh process with an empty ``/tmp`` (:mod:`airlock.sandbox._reuse`); it goes after
@@ -40,7 +41,7 @@ from airlock.bridge import ToolSession
 from airlock.policies import Principal, SandboxProfile
 from airlock.sandbox._container import SandboxContainer
 from airlock.sandbox._errors import ImageMissing, SandboxClosed, SandboxError, map_docker_errors
-from airlock.sandbox._hardening import container_settings, mounted
+from airlock.sandbox._hardening import container_settings
 from airlock.sandbox._inputs import RunInput, resolve_inputs
 from airlock.sandbox._kept import KeptSandbox
 from airlock.sandbox._launch import launch
@@ -53,6 +54,7 @@ from airlock.sandbox._owner import (
     remove_container,
 )
 from airlock.sandbox._pool import WarmPool
+from airlock.sandbox._pool_fit import PoolFit
 from airlock.sandbox._result import ProgramError, RunResult
 from airlock.sandbox._reuse import PrincipalContainers
 
@@ -100,7 +102,7 @@ class DockerBackend:
         self.data_image = data_image
         self.profile = profile or SandboxProfile()
         self._pool_inputs_given = dict(inputs or {})
-        self._pool_inputs = resolve_inputs(
+        pool_inputs = resolve_inputs(
             self._pool_inputs_given, limit_bytes=self.profile.input_limit_bytes
         )
         self._client = client
@@ -109,6 +111,9 @@ class DockerBackend:
         self._socket_root: Path | None = None
         """Made by the first container's start: a backend never started leaves nothing."""
         self.pool = WarmPool(self._start_container, size=pool_size)
+        self._fit = PoolFit(
+            self.pool, profile=self.profile, inputs=pool_inputs, discard=self._destroy_later
+        )
         self._cleanup: set[asyncio.Task[None]] = set()
         self._active: set[SandboxContainer] = set()
         """Containers running a program now (kept ones aside)."""
@@ -263,7 +268,7 @@ class DockerBackend:
                 ),
                 duration_s=time.perf_counter() - began,
             )
-        if self.reuse and tools is not None and not mounts and self._poolable(profile, mounts):
+        if self.reuse and tools is not None and not mounts and self._fit.fits(profile, mounts):
             result = await self._reused.run(
                 program,
                 profile=profile,
@@ -279,9 +284,7 @@ class DockerBackend:
         self, program: str, profile: SandboxProfile, tools: ToolSession | None,
         mounts: tuple[RunInput, ...], artifacts: Path | None,
     ) -> RunResult:  # fmt: skip
-        container = None
-        if self._poolable(profile, mounts):
-            container = self.pool.take()
+        container = self._fit.take(profile, mounts)
         pooled = container is not None
         if container is None:
             container = await self._start_container(profile, mounts)
@@ -295,17 +298,14 @@ class DockerBackend:
             if self._closed:
                 await self._destroy(container)
             else:
-                # Removal is off the result's path; close() waits for it.
-                task = asyncio.create_task(self._destroy(container))
-                self._cleanup.add(task)
-                task.add_done_callback(self._cleanup.discard)
+                self._destroy_later(container)
         return result
 
-    def _poolable(self, profile: SandboxProfile, inputs: tuple[RunInput, ...]) -> bool:
-        """Whether a pooled container fits a run: the same container settings and exactly
-        the inputs the pool's containers were created with."""
-        same = container_settings(profile) == container_settings(self.profile)
-        return same and mounted(inputs) == mounted(self._pool_inputs)
+    def _destroy_later(self, container: SandboxContainer) -> None:
+        """Off the result's path; :meth:`close` waits for it."""
+        task = asyncio.create_task(self._destroy(container))
+        self._cleanup.add(task)
+        task.add_done_callback(self._cleanup.discard)
 
     def keep(
         self,
@@ -354,8 +354,7 @@ class DockerBackend:
             resolve_inputs, inputs, limit_bytes=profile.input_limit_bytes
         )
         # A warm runner that never ran anything, else one started for this conversation.
-        container = self.pool.take() if self._poolable(profile, mounts) else None
-        return container or await self._start_container(profile, mounts)
+        return self._fit.take(profile, mounts) or await self._start_container(profile, mounts)
 
     async def _destroy(self, container: SandboxContainer) -> None:
         try:

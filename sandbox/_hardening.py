@@ -19,7 +19,14 @@ from airlock.sandbox._inputs import RunInput
 from airlock.sandbox._masked import MASKED_PATHS
 from airlock.sandbox._users import container_user
 
-__all__ = ["GUEST_MOUNT", "container_config", "container_settings", "mounted", "tmpfs_files"]
+__all__ = [
+    "GUEST_MOUNT",
+    "container_config",
+    "container_settings",
+    "mounted",
+    "same_files",
+    "tmpfs_files",
+]
 
 _OUT_DEPTH: Final = 9
 """Inodes one artifact may take in /out: the file and the eight directories above it the
@@ -61,8 +68,32 @@ def _tmpfs(size_bytes: int, *, at_least: int = 0) -> str:
 
 
 def mounted(inputs: tuple[RunInput, ...]) -> tuple[tuple[str, str, bool], ...]:
-    """The inputs a container was created with, comparable."""
+    """The inputs a container was created with, comparable by name and path."""
     return tuple((i.name, str(i.source), i.directory) for i in inputs)
+
+
+def same_files(made: tuple[RunInput, ...], asked: tuple[RunInput, ...]) -> bool:
+    """Whether a container made with the inputs ``made`` shows the very files ``asked`` are
+    now: a mount holds the inode that was at the path, so a file replaced on the host since
+    (``os.replace``, an editor's save) is not what the container shows."""
+    return mounted(made) == mounted(asked) and all(
+        m.identity == a.identity for m, a in zip(made, asked, strict=True)
+    )
+
+
+def _bind(entry: RunInput) -> Mount:
+    # Not recursive: a recursive bind carries what is mounted under a directory input into
+    # the container, and the engine makes only the top mount read-only (runc, crun). Private,
+    # not the engine's default rprivate: crun (1.8) reads the "r" as a recursive bind.
+    mount = Mount(
+        target=entry.mount_path,
+        source=str(entry.source),
+        type="bind",
+        read_only=True,
+        propagation="private",
+    )
+    mount["BindOptions"] = {**mount["BindOptions"], "NonRecursive": True}
+    return mount
 
 
 def container_config(
@@ -75,9 +106,10 @@ def container_config(
     run_waiting: bool = False,
 ) -> dict[str, Any]:
     """Keyword arguments for ``containers.run``: the hardened profile, nothing optional, and
-    the run's ``inputs`` bind-mounted read-only (the engine refuses a source that does not
-    exist, rather than creating it as ``-v`` would). ``run_waiting``: the container is
-    started for a run that waits for it, so its runner does not warm up for later ones."""
+    the run's ``inputs`` bind-mounted read-only and alone, without the mounts under them (the
+    engine refuses a source that does not exist, rather than creating it as ``-v`` would).
+    ``run_waiting``: the container is started for a run that waits for it, so its runner
+    does not warm up for later ones."""
     return {
         "image": image,
         "command": [f"{GUEST_MOUNT}/{wire.SOCKET_NAME}", *([wire.RUN_WAITING] * run_waiting)],
@@ -95,10 +127,7 @@ def container_config(
                 profile.artifact_limit_bytes, at_least=profile.artifact_limit_files * _OUT_DEPTH
             ),
         },
-        "mounts": [
-            Mount(target=i.mount_path, source=str(i.source), type="bind", read_only=True)
-            for i in inputs
-        ],
+        "mounts": [_bind(i) for i in inputs],
         "user": container_user(profile),
         "cap_drop": ["ALL"],
         "security_opt": [

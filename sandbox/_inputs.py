@@ -12,6 +12,10 @@ input and how to fix it:
   wherever it leads), and the engine is handed the real path (parent links resolved);
 - a file is a regular file; a directory holds directories, regular files and links only
   (links inside resolve inside the container, never on the host): no device, fifo or socket;
+- everything under a directory is on its file system: the engine mounts the directory alone,
+  not what is mounted under it (a recursive bind would carry those in, and writable: the
+  engine's read-only flag covers the top mount only), so another file system there is refused
+  rather than shown as the empty directory beneath it;
 - everything is readable by the sandbox's user (``o+r``, directories ``o+rx``): the program
   runs as an unprivileged user that owns nothing on the host;
 - the total size is within the profile's ``input_limit_bytes``.
@@ -22,6 +26,7 @@ and the engine's mount).
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import stat
@@ -50,7 +55,8 @@ INPUT_RESOURCE: Final = "file"
 
 InputReason = Literal["name", "missing", "link", "kind", "unreadable", "size", "grant"]
 """Why an input was refused: its name, a path that does not exist, a symbolic link, not a
-regular file or directory (or a directory holding one), not readable by the sandbox's user,
+regular file or directory (or a directory holding one, or another file system mounted under
+it), not readable by the sandbox's user (or not walkable: a path over the host's limit),
 over the profile's ``input_limit_bytes``, or (a session's check) outside the grant."""
 
 
@@ -87,6 +93,10 @@ class RunInput:
     directory: bool
     size_bytes: int
     """Bytes of the file, or of every regular file under the directory."""
+    identity: tuple[int, ...] = ()
+    """What was checked at :attr:`source`: device and inode (a file's also its modification
+    time and size). A container made with this input shows what was at the path then: a
+    file replaced since (a new inode at the same path) is not the one it mounted."""
 
     @property
     def mount_path(self) -> str:
@@ -150,31 +160,65 @@ def _special(name: str, path: str) -> InputRefused:
     )
 
 
-def _directory_size(name: str, top: str) -> int:
+def _another_file_system(name: str, path: str, top: str) -> InputRefused:
+    return InputRefused(
+        f"input {name!r}: {path!r} is on another file system than {top!r} (something is "
+        "mounted there); the sandbox would not see it, since an input's mount does not carry "
+        "the mounts under it: unmount it, or give it as an input of its own",
+        name=name,
+        reason="kind",
+    )
+
+
+def _lstat(name: str, path: str) -> os.stat_result:
+    try:
+        return os.lstat(path)
+    except FileNotFoundError:
+        raise InputRefused(
+            f"input {name!r}: {path!r} was removed while the input was checked; give "
+            "a directory that does not change while a run starts",
+            name=name,
+            reason="unreadable",
+        ) from None
+    except OSError as error:  # made unreadable while it is walked, or a path too long
+        raise _unwalkable(name, path, error, directory=False) from error
+
+
+def _unwalkable(name: str, path: str, error: OSError, *, directory: bool) -> InputRefused:
+    if error.errno != errno.ENAMETOOLONG:
+        return _unreadable(name, path, directory=directory)
+    return InputRefused(
+        f"input {name!r}: a path under it is longer than this host's limit ({path[:80]!r}...); "
+        "give a directory with fewer levels",
+        name=name,
+        reason="unreadable",
+    )
+
+
+def _directory_size(name: str, top: str, device: int) -> int:
+    """Bytes of the regular files under ``top`` (on ``device``), each entry checked.
+
+    An explicit stack, not :func:`os.walk`: it recurses once per level and a tree deeper
+    than the interpreter's recursion limit would end the check with a RecursionError."""
     total = 0
-
-    def fail(error: OSError) -> None:
-        raise _unreadable(name, str(error.filename or top), directory=True)
-
-    for folder, folders, files in os.walk(top, onerror=fail, followlinks=False):
-        for entry in (*folders, *files):
+    folders = [top]
+    while folders:
+        folder = folders.pop()
+        try:
+            entries = os.listdir(folder)
+        except OSError as error:
+            raise _unwalkable(name, folder, error, directory=True) from error
+        for entry in entries:
             path = os.path.join(folder, entry)
-            try:
-                info = os.lstat(path)
-            except FileNotFoundError:
-                raise InputRefused(
-                    f"input {name!r}: {path!r} was removed while the input was checked; give "
-                    "a directory that does not change while a run starts",
-                    name=name,
-                    reason="unreadable",
-                ) from None
-            except OSError as error:  # made unreadable while it is walked
-                raise _unreadable(name, path, directory=entry in folders) from error
+            info = _lstat(name, path)
             if stat.S_ISLNK(info.st_mode):
                 continue  # resolved inside the container, never on the host
+            if info.st_dev != device:
+                raise _another_file_system(name, path, top)
             if stat.S_ISDIR(info.st_mode):
                 if not _readable(info.st_mode, directory=True):
                     raise _unreadable(name, path, directory=True)
+                folders.append(path)
             elif stat.S_ISREG(info.st_mode):
                 if not _readable(info.st_mode, directory=False):
                     raise _unreadable(name, path, directory=False)
@@ -199,7 +243,7 @@ def _one(name: str, given: str | os.PathLike[str]) -> RunInput:
         raise _unreadable(name, path, directory=False) from exc
     if stat.S_ISLNK(info.st_mode):
         raise InputRefused(
-            f"input {name!r}: {path!r} is a symbolic link (to {os.readlink(path)!r}); give "
+            f"input {name!r}: {path!r} is a symbolic link (to {_target(path)}); give "
             "the file or directory itself, so what is mounted is what you named",
             name=name,
             reason="link",
@@ -208,13 +252,24 @@ def _one(name: str, given: str | os.PathLike[str]) -> RunInput:
     if stat.S_ISREG(info.st_mode):
         if not _readable(info.st_mode, directory=False):
             raise _unreadable(name, path, directory=False)
-        return RunInput(name=name, source=source, directory=False, size_bytes=info.st_size)
+        file = (info.st_dev, info.st_ino, info.st_mtime_ns, info.st_size)
+        return RunInput(
+            name=name, source=source, directory=False, size_bytes=info.st_size, identity=file
+        )
     if stat.S_ISDIR(info.st_mode):
         if not _readable(info.st_mode, directory=True):
             raise _unreadable(name, path, directory=True)
-        size = _directory_size(name, path)
-        return RunInput(name=name, source=source, directory=True, size_bytes=size)
+        size = _directory_size(name, path, info.st_dev)
+        root = (info.st_dev, info.st_ino)
+        return RunInput(name=name, source=source, directory=True, size_bytes=size, identity=root)
     raise _special(name, path)
+
+
+def _target(link: str) -> str:
+    try:
+        return repr(os.readlink(link))
+    except OSError:  # gone, or replaced by a file, since it was seen
+        return "a target it no longer names"
 
 
 def resolve_inputs(

@@ -20,6 +20,7 @@ from typing import Final
 
 from airlock.sandbox._container import SandboxContainer
 from airlock.sandbox._errors import SandboxClosed, SandboxError
+from airlock.sandbox._inputs import InputRefused
 
 __all__ = ["WarmPool"]
 
@@ -65,6 +66,12 @@ class WarmPool:
     async def _add_one(self) -> None:
         try:
             container = await self._start()
+        except InputRefused as exc:
+            # An input the pool's containers mount changed on the host (made unreadable, a
+            # file system mounted inside it): runs are refused the same until it is mended.
+            container = None
+            _log.warning("warm pool could not start a container: %s", exc)
+            await asyncio.sleep(_RETRY_DELAY_S)
         except SandboxError as exc:
             container = None
             if exc.retryable:

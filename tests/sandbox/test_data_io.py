@@ -15,10 +15,11 @@ import contextlib
 import hashlib
 import os
 import textwrap
-from collections.abc import Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from airlock.policies import ContainerRuntime, SandboxProfile
@@ -145,6 +146,65 @@ def test_a_pooled_container_with_inputs_serves_only_runs_that_ask_for_them(
         loop.stop()
 
 
+def _unchanged(given: dict[str, Path]) -> None:
+    pass
+
+
+def _file_replaced(given: dict[str, Path]) -> None:
+    new = given["sales.csv"].with_name("sales.csv.new")  # as editors and `cp`-then-`mv` do
+    new.write_text("region,amount\nnorth,99999\n")
+    new.chmod(0o644)
+    os.replace(new, given["sales.csv"])
+
+
+def _directory_replaced(given: dict[str, Path]) -> None:
+    folder = given["reports"]
+    folder.rename(folder.with_name("reports.old"))
+    folder.mkdir(mode=0o755)
+    folder.chmod(0o755)
+    (folder / "q1.txt").write_text("restated")
+    (folder / "q1.txt").chmod(0o644)
+
+
+# (what the operator does to the inputs once the pool is warm, whether the next run may take
+# the pooled container, what it reads): a pooled container mounts the inodes that were at the
+# paths when it started, so one made before a replacement would serve the old file.
+REPLACED = [
+    ("unchanged", _unchanged, True, ["region,amount\nnorth,10\nsouth,20\n", "first quarter"]),
+    ("file_replaced", _file_replaced, False, ["region,amount\nnorth,99999\n", "first quarter"]),
+    ("directory_replaced", _directory_replaced, False, [
+        "region,amount\nnorth,10\nsouth,20\n", "restated"]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("case", "change", "pooled", "reads"), REPLACED, ids=[r[0] for r in REPLACED]
+)
+def test_a_pooled_container_serves_only_the_inputs_still_at_their_paths(
+    given: dict[str, Path],
+    case: str,
+    change: Callable[[dict[str, Path]], None],
+    pooled: bool,
+    reads: list[str],
+) -> None:
+    loop = LoopThread()
+    profile = SandboxProfile(language_mode="full")
+    backend = DockerBackend(image=IMAGE, pool_size=1, profile=profile, inputs=given)
+    program = "[open('/data/sales.csv').read(), open('/data/reports/q1.txt').read()]"
+    try:
+        loop.call(backend.start())
+        loop.call(backend.pool.wait_ready(1))
+        change(given)
+        first = loop.call(backend.run(program, inputs=given))
+        assert (first.value, first.pooled) == (reads, pooled)
+        loop.call(backend.pool.wait_ready(1))  # refilled with what is at the paths now
+        second = loop.call(backend.run(program, inputs=given))
+        assert (second.value, second.pooled) == (reads, True)
+    finally:
+        loop.call(backend.close())
+        loop.stop()
+
+
 OUT = """
 import os
 os.makedirs("/out/charts/by region", exist_ok=True)
@@ -179,6 +239,35 @@ def test_artifacts_come_back_as_files_on_the_host(runc: RuntimeSandbox, tmp_path
     stored = sorted(str(p.relative_to(store)) for p in store.rglob("*") if p.is_file())
     assert stored == sorted(refs)
     assert not any(p.is_symlink() for p in store.rglob("*"))
+
+
+MANY = """
+import os
+for n in range(300):  # more than the runner may hold open at once (nofile 256)
+    open(f"/out/part-{n:03d}.csv", "w").write(str(n))
+for n in range(30):
+    os.symlink("/etc/passwd", f"/out/link{n:02d}")
+open("/out/a_b.csv", "w").write("a_b.csv")
+open("/out/a b.csv", "w").write("a b.csv")
+open("/out/Q1 report", "w").write("Q1 report")
+os.mkdir("/out/Q1:report")
+open("/out/Q1:report/chart.png", "w").write("Q1:report/chart.png")
+"done"
+"""
+
+
+def test_many_files_come_back_each_under_its_own_name(runc: RuntimeSandbox, tmp_path: Path) -> None:
+    result = run(runc, MANY, artifacts=tmp_path / "run", artifact_limit_files=1000)
+    assert (result.status, result.value) == ("ok", "done"), result.error
+    stored = {ref.name: Path(ref.path).read_text() for ref in result.artifacts}
+    assert len(stored) == 304
+    assert {name: stored[name] for name in stored if not name.startswith("part-")} == {
+        "a_b.csv": "a_b.csv",
+        "a_b-2.csv": "a b.csv",
+        "Q1_report": "Q1 report",
+        "Q1_report-2/chart.png": "Q1:report/chart.png",
+    }
+    assert (len(result.artifacts_skipped), result.artifacts_skipped_count) == (20, 30)
 
 
 def test_without_a_store_nothing_comes_back(runc: RuntimeSandbox) -> None:
@@ -269,11 +358,18 @@ tools._connection.send({"type": "artifact", "name": "charts/big.bin", "offset": 
 THEN
 """
 
+# (case, kept, how the program goes on, how the run ends: the error's type, or how it is
+# cancelled)
 MID_TRANSFER = [
     ("runner_dies", False, "os._exit(0)", "RunnerDied"),
     ("kept_program_dies", True, "os._exit(0)", "ProgramExited"),
-    ("cancelled", False, "time.sleep(60)", None),
+    ("cancelled", False, "time.sleep(60)", "once"),
+    # anyio's cancel scope (the MCP server's) cancels again at every await until the run
+    # returns: the cleanup's own awaits are cancelled too.
+    ("cancelled_by_a_scope", False, "time.sleep(60)", "scope"),
+    ("cancelled_again_and_again", False, "time.sleep(60)", "repeatedly"),
 ]
+CANCELS = ("once", "scope", "repeatedly")
 
 
 def _held_under(root: Path) -> list[str]:
@@ -289,22 +385,41 @@ def _held_under(root: Path) -> list[str]:
     return held
 
 
-async def _cancel_once_begun(work: Coroutine[Any, Any, RunResult], store: Path) -> None:
-    task = asyncio.ensure_future(work)
+async def _begun(store: Path) -> None:
     for _ in range(300):
         if (store / "charts" / "big.bin").exists():
-            break
-        await asyncio.sleep(0.1)
+            return
+        await asyncio.sleep(0.05)
+
+
+async def _cancel_once_begun(work: Coroutine[Any, Any, RunResult], store: Path, how: str) -> None:
+    if how == "scope":
+        with anyio.CancelScope() as scope:
+            async with anyio.create_task_group() as group:
+
+                async def cancel() -> None:
+                    await _begun(store)
+                    scope.cancel()
+
+                group.start_soon(cancel)
+                await work
+        assert scope.cancelled_caught
+        return
+    task = asyncio.ensure_future(work)
+    await _begun(store)
     task.cancel()
+    while how == "repeatedly" and not task.done():
+        await asyncio.sleep(0)
+        task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task
 
 
 @pytest.mark.parametrize(
-    ("case", "kept", "then", "error"), MID_TRANSFER, ids=[c[0] for c in MID_TRANSFER]
+    ("case", "kept", "then", "ending"), MID_TRANSFER, ids=[c[0] for c in MID_TRANSFER]
 )
 def test_a_transfer_cut_short_leaves_no_file_and_no_descriptor(
-    runc: RuntimeSandbox, tmp_path: Path, case: str, kept: bool, then: str, error: str | None
+    runc: RuntimeSandbox, tmp_path: Path, case: str, kept: bool, then: str, ending: str
 ) -> None:
     store = tmp_path / "store" / "run"
     program = PARTIAL.replace("THEN", then)
@@ -317,15 +432,15 @@ def test_a_transfer_cut_short_leaves_no_file_and_no_descriptor(
             result = runc.loop.call(keeper.run(program, profile=profile, artifacts=store))
         finally:
             runc.loop.call(keeper.close())
-    elif error is not None:
-        result = run(runc, program, artifacts=store)
-    else:
+    elif ending in CANCELS:
         work = runc.backend.run(program, profile=profile, artifacts=store)
-        runc.loop.call(_cancel_once_begun(work, store))
-    if error is not None:
+        runc.loop.call(_cancel_once_begun(work, store, ending))
+    else:
+        result = run(runc, program, artifacts=store)
+    if ending not in CANCELS:
         assert result.status == "error", result
         assert result.error is not None
-        assert result.error.type == error
+        assert result.error.type == ending
         assert result.artifacts == ()
     assert not store.exists()
     assert _held_under(tmp_path) == []

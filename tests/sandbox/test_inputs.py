@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from airlock.sandbox import (
     input_effect,
     resolve_inputs,
 )
+from airlock.sandbox._hardening import container_config, same_files
 
 BAD_NAMES = [
     "",
@@ -155,6 +157,122 @@ def test_a_file_removed_while_its_directory_is_checked_is_refused(
     assert (raised.value.name, raised.value.reason) == ("given", "unreadable")
     assert "gone.csv" in str(raised.value)
     assert "was removed while the input was checked" in str(raised.value)
+
+
+def _nested(top: Path, depth: int) -> None:
+    """``depth`` directories ``d`` inside each other under ``top``, each made relative to the
+    one above (no long path is built here)."""
+    fd = os.open(top, os.O_RDONLY)
+    try:
+        for _ in range(depth):
+            os.mkdir("d", dir_fd=fd)
+            os.chmod("d", 0o755, dir_fd=fd)
+            deeper = os.open("d", os.O_RDONLY, dir_fd=fd)
+            os.close(fd)
+            fd = deeper
+        with open(os.open("f.txt", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd), "w") as out:
+            out.write("bottom")
+    finally:
+        os.close(fd)
+
+
+# (levels of directories, what the check says): deeper than Python's recursion limit is
+# walked like any tree; a path the host itself cannot name (over PATH_MAX) is refused.
+DEPTHS: list[tuple[int, str | None]] = [(3, None), (1100, None), (2100, "unreadable")]
+
+
+@pytest.mark.parametrize(("depth", "reason"), DEPTHS, ids=[str(d[0]) for d in DEPTHS])
+def test_a_deep_directory_is_walked_without_recursion(
+    tmp_path: Path, depth: int, reason: str | None
+) -> None:
+    folder = _folder(tmp_path)
+    _nested(folder, depth)
+    try:
+        if reason is None:
+            [given] = resolve_inputs({"tree": folder}, limit_bytes=100)
+            assert given.size_bytes == len("bottom")
+        else:
+            with pytest.raises(InputRefused) as raised:
+                resolve_inputs({"tree": folder}, limit_bytes=100)
+            assert (raised.value.name, raised.value.reason) == ("tree", reason)
+            assert "longer than this host's limit" in str(raised.value)
+    finally:
+        subprocess.run(["rm", "-rf", str(folder)], check=True)  # shutil.rmtree recurses
+
+
+def test_a_link_that_vanishes_while_it_is_refused_is_still_refused_as_a_link(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    link = _link(tmp_path)
+
+    def readlink(path: str) -> str:
+        raise FileNotFoundError(2, "No such file or directory", path)
+
+    monkeypatch.setattr(os, "readlink", readlink)
+    with pytest.raises(InputRefused) as raised:
+        resolve_inputs({"given": link}, limit_bytes=100)
+    assert (raised.value.name, raised.value.reason) == ("given", "link")
+    assert "is a symbolic link" in str(raised.value)
+
+
+def test_input_mounts_are_read_only_and_not_recursive(tmp_path: Path) -> None:
+    # A recursive bind would carry a file system mounted under a directory input into the
+    # container, and the engine's read-only flag covers the top mount only; crun reads the
+    # default propagation, rprivate, as a recursive bind.
+    inputs = resolve_inputs(
+        {"data.csv": _file(tmp_path), "folder": _folder(tmp_path)}, limit_bytes=100
+    )
+    config = container_config(
+        SandboxProfile(), image="img", socket_dir=Path("/s"), labels={}, inputs=inputs
+    )
+    assert [(m["Target"], m["ReadOnly"], m["BindOptions"]) for m in config["mounts"]] == [
+        ("/data/data.csv", True, {"NonRecursive": True, "Propagation": "private"}),
+        ("/data/folder", True, {"NonRecursive": True, "Propagation": "private"}),
+    ]
+
+
+def _replace_file(file: Path, folder: Path) -> None:
+    new = file.with_name("new.csv")
+    new.write_text("a,b\n3,4\n")
+    os.replace(new, file)
+
+
+def _write_in_place(file: Path, folder: Path) -> None:
+    with file.open("a") as out:
+        out.write("5,6\n")
+
+
+def _replace_folder(file: Path, folder: Path) -> None:
+    folder.rename(folder.with_name("old"))
+    folder.mkdir()
+    folder.chmod(0o755)
+
+
+def _add_to_folder(file: Path, folder: Path) -> None:
+    (folder / "more.csv").write_text("1")
+    (folder / "more.csv").chmod(0o644)
+
+
+# (what changes on the host after a container was made with the inputs, whether the
+# container still shows the same files): a mount holds the inode that was at the path.
+CHANGES: list[tuple[str, Callable[[Path, Path], None], bool]] = [
+    ("nothing", lambda file, folder: None, True),
+    ("file_replaced", _replace_file, False),
+    ("file_written_in_place", _write_in_place, False),  # (conservative: a fresh container)
+    ("directory_replaced", _replace_folder, False),
+    ("file_added_to_directory", _add_to_folder, True),  # the mounted directory shows it
+]
+
+
+@pytest.mark.parametrize(("case", "change", "same"), CHANGES, ids=[c[0] for c in CHANGES])
+def test_an_input_replaced_on_the_host_is_not_the_one_a_container_mounted(
+    tmp_path: Path, case: str, change: Callable[[Path, Path], None], same: bool
+) -> None:
+    file, folder = _file(tmp_path), _folder(tmp_path)
+    given = {"data.csv": file, "folder": folder}
+    made = resolve_inputs(given, limit_bytes=1 << 20)
+    change(file, folder)
+    assert same_files(made, resolve_inputs(given, limit_bytes=1 << 20)) is same
 
 
 def test_links_inside_a_directory_stay_and_resolve_in_the_container(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ import pytest
 from airlock.sandbox import EngineUnavailable, ImageMissing, SandboxError, SandboxFailure
 from airlock.sandbox._container import SandboxContainer
 from airlock.sandbox._errors import SandboxClosed, SocketPathTooLong
+from airlock.sandbox._inputs import InputRefused
 from airlock.sandbox._pool import WarmPool
 
 
@@ -35,7 +36,7 @@ class _Container:
 class _Starts:
     """Fails the first ``failures`` starts with ``error``, then starts containers."""
 
-    def __init__(self, error: SandboxError, failures: int) -> None:
+    def __init__(self, error: SandboxError | InputRefused, failures: int) -> None:
         self.error = error
         self.failures = failures
         self.calls = 0
@@ -61,6 +62,11 @@ FOR_GOOD = [
 PASSING = [
     pytest.param(SandboxFailure("the engine refused"), id="sandbox-failure"),
     pytest.param(EngineUnavailable("no answer"), id="engine-unavailable"),
+    # An input changed on the host since the pool began: the operator may mend it.
+    pytest.param(
+        InputRefused("sales.csv is not readable", name="sales.csv", reason="unreadable"),
+        id="input-refused",
+    ),
 ]
 
 
@@ -88,8 +94,7 @@ async def test_a_failure_that_is_not_retryable_stops_the_pool(
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("error", PASSING)
-async def test_a_retryable_failure_is_tried_again(error: SandboxError) -> None:
-    assert error.retryable
+async def test_a_retryable_failure_is_tried_again(error: SandboxError | InputRefused) -> None:
     starts = _Starts(error, failures=1)
     pool = WarmPool(starts, size=1)
     await pool.wait_ready(1, timeout=5.0)
