@@ -95,18 +95,26 @@ class Destination:
         return not self.is_unix and all(label == "*" for label in self.host.split("."))
 
     def covers(self, other: Destination) -> bool:
-        """Whether everything ``other`` reaches is within this destination: a part left open
-        here (scheme, user, port, path) takes any value there, a host pattern covers every
-        host it matches, a path every path below it."""
+        """Whether everything ``other`` reaches is within this destination, judged as a
+        connection is (:meth:`allows_port`, :meth:`matches_host`): a part left open here
+        (scheme, user, port, path) takes any value there, except that a port left out is the
+        scheme's default where it has one (:data:`DEFAULT_PORTS`: ``https://host`` is port
+        443 only); a host pattern covers every host it matches, a path every path below it,
+        and a Unix socket's path pattern every socket path it matches whole."""
+        mine_port, their_port = (
+            d.port if d.port is not None else DEFAULT_PORTS.get(d.scheme or "")
+            for d in (self, other)
+        )
         for mine, theirs in (
             (self.scheme, other.scheme),
             (self.user, other.user),
-            (self.port, other.port),
+            (mine_port, their_port),
         ):
             if mine is not None and mine != theirs:
                 return False
         if self.is_unix or other.is_unix:
-            return self.is_unix and other.is_unix and _path_covers(self.path, other.path)
+            # A socket is connected to by its whole path: unix:///run/app is no directory.
+            return self.is_unix and other.is_unix and pattern_covers(self.path, other.path)
         return pattern_covers(self.host, other.host) and _path_covers(self.path, other.path)
 
     def allows_port(self, port: int) -> bool:

@@ -4,8 +4,10 @@ A call *exercised* its effects when admission let it run (:attr:`airlock.tools.A
 exercised`): a read that got to ``execute`` or later, and a write by the sends of its commit
 (its ``done`` event once committed), never by its preview or its approval: a proposed write
 changed nothing. A program's own record (``execute_code``) is not a tool call: what a program
-exercised is its tool calls, each recorded on its own. :func:`run_effects` groups one run's
-exercised effects by tool and flags any that the current inventory does not allow;
+exercised through tools is its tool calls, each recorded on its own; the record counts only
+by the input files the program was given (``read(file:NAME)``, which the grant must cover).
+:func:`run_effects` groups one run's exercised effects by tool (the inputs under
+``execute_code``) and flags any that the current inventory does not allow;
 :func:`unused_effects` lists the reachable tools and effect patterns that no call in a
 period exercised: candidates for removal, for least privilege.
 """
@@ -76,8 +78,8 @@ def parse_since(text: str) -> float:
 
 def exercised(events: Iterable[AuditEvent]) -> list[AuditEvent]:
     """The events of tool calls that ran and of write steps that sent (one event per
-    committed write), without programs' own records."""
-    return [e for e in events if e.exercised and e.tool != EXECUTE_CODE]
+    committed write), and the records of programs that ran with input files."""
+    return [e for e in events if e.exercised and (e.tool != EXECUTE_CODE or e.effects)]
 
 
 def run_effects(events: Iterable[AuditEvent], subject: SubjectInventory) -> list[ExercisedTool]:
@@ -94,7 +96,9 @@ def run_effects(events: Iterable[AuditEvent], subject: SubjectInventory) -> list
         callers = sorted({event.caller for event in group})
         entry = tools.get(name)
         outside: list[str] = []
-        if entry is None or not entry.reach:
+        if name == EXECUTE_CODE:  # a program's inputs: the grant alone admits them
+            outside += [e for e in effects if not _granted(grant, e)]
+        elif entry is None or not entry.reach:
             outside.append("tool not reachable")
         else:
             for caller in callers:

@@ -219,12 +219,15 @@ def read_lock(path: Path) -> EffectLock:
     writes, so what a reviewer reads in it is what the check compares against.
 
     Raises:
-        LockFileError: it is missing, unreadable, not JSON, not in the lock format, holds a
-            key twice, or is not in the canonical form ``--lock`` writes.
+        LockFileError: it is missing, unreadable, not JSON (or JSON nested too deep, a number
+            too long, ``NaN`` or ``Infinity``), not in the lock format, holds a key twice, or
+            is not in the canonical form ``--lock`` writes.
     """
     try:
         text = path.read_text(encoding="utf-8")
-        data = json.loads(text, object_pairs_hook=_refuse_duplicates)
+        data = json.loads(
+            text, object_pairs_hook=_refuse_duplicates, parse_constant=_refuse_constant
+        )
     except (OSError, UnicodeDecodeError) as exc:
         raise LockFileError(str(path), f"cannot read the lock file: {exc}") from exc
     except json.JSONDecodeError as exc:
@@ -234,6 +237,15 @@ def read_lock(path: Path) -> EffectLock:
         raise LockFileError(
             str(path), f"the key {exc.key!r} appears twice in one object (edited by hand?)"
         ) from None
+    except _ConstantError as exc:
+        # NaN is written back as NaN, and no limit compares above or below it.
+        raise LockFileError(
+            str(path), f"holds {exc.constant!r}, which is not a number a lock holds"
+        ) from None
+    except RecursionError:
+        raise LockFileError(str(path), "not a lock file: its JSON is nested too deep") from None
+    except ValueError:  # an integer longer than int() reads (sys.get_int_max_str_digits)
+        raise LockFileError(str(path), "not a lock file: it holds a number too long") from None
     version = data.get("lock_version") if isinstance(data, dict) else None
     if isinstance(version, int) and version < LOCK_VERSION:
         raise LockFileError(
@@ -262,6 +274,16 @@ class _DuplicateKeyError(ValueError):
     def __init__(self, key: str) -> None:
         super().__init__(key)
         self.key = key
+
+
+class _ConstantError(ValueError):
+    def __init__(self, constant: str) -> None:
+        super().__init__(constant)
+        self.constant = constant
+
+
+def _refuse_constant(constant: str) -> Any:
+    raise _ConstantError(constant)
 
 
 def _refuse_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

@@ -4,11 +4,13 @@ reachable set grew.
 :func:`compare_locks` lists every difference as a :class:`Change` with a direction. *Growth*
 fails a check; it is anything that lets some principal reach more:
 
-- a new subject, or a tool that becomes reachable: listed with *every* effect, destination
+- a new subject that reaches a tool or holds a grant (a grant alone reads input files), or
+  a tool that becomes reachable: listed with its grant and *every* effect, destination
   and credential it brings (a tool with side effects callable from code is called out);
 - a tool reachable in a new way (``code``, ``direct``, or ``proposal``: programs may now
   propose it); a grant that lets programs propose more tools; an effect, destination or
-  credential not covered by the old ones (a wider pattern, a new host, path or scheme);
+  credential not covered by the old ones (a wider pattern, a new host, path, scheme or
+  port: see :mod:`airlock.inventory._lock_cover`);
 - an approval verdict loosened at some amount (deny → ask, ask → allow);
 - a precondition removed or weakened (fewer fields must agree);
 - a principal moved to another tenant, or unbound from its own (it acts in every tenant);
@@ -29,26 +31,22 @@ Neither shrink nor change fails a check.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Final
-from urllib.parse import unquote
 
 from airlock.inventory._change import Change, Direction
 from airlock.inventory._lock import EffectLock, LockedSubject, LockedTool
+from airlock.inventory._lock_cover import Covers, destination_covered, effect_covered
 from airlock.inventory._lock_deployment import SANDBOX_RULES, compare_harness, compare_sandbox
 from airlock.inventory._model import ApprovalCase, GrantSummary, Requirement
 from airlock.inventory._subjects import ANY_PRINCIPAL
 from airlock.policies import (
     SIDE_EFFECT_KINDS,
     STRICTNESS,
-    Effect,
-    Grant,
     breakpoints,
-    currency_from_field,
     target_classes,
     verdict_at,
 )
-from airlock.tools import Destination, parse_destination
 
 __all__ = ["SANDBOX_RULES", "Change", "Direction", "compare_locks", "render_changes"]
 
@@ -67,14 +65,14 @@ def compare_locks(old: EffectLock, new: EffectLock) -> list[Change]:
     changes += compare_harness(old.harness, new.harness)
     changes += compare_sandbox(old.sandbox, new.sandbox)
     rank = {"growth": 0, "shrink": 1, "change": 2}
-    # A new tool's line comes before the lines of what it brings.
+    # A new subject's or tool's line comes before the lines of what it brings.
     return sorted(
         changes,
         key=lambda c: (
             rank[c.direction],
             c.subject,
             c.tool,
-            c.kind != "new_tool",
+            c.kind not in ("new_subject", "new_tool"),
             c.kind,
             c.detail,
         ),
@@ -104,9 +102,10 @@ def render_changes(changes: Sequence[Change]) -> str:
 def _new_subject(key: str, subject: LockedSubject) -> list[Change]:
     reachable = sorted(name for name, tool in subject.tools.items() if tool.reach)
     detail = f"tenant {subject.tenant}; reaches {', '.join(reachable) or 'nothing'}"
-    changes = [Change("growth" if reachable else "change", key, "", "new_subject", detail)]
-    if reachable:
-        changes += _grant_lines(key, subject.grant)
+    # A grant is reach without any tool: a program reads input files by read(file:...).
+    granted = _grant_lines(key, subject.grant)
+    direction: Direction = "growth" if reachable or granted else "change"
+    changes = [Change(direction, key, "", "new_subject", detail), *granted]
     for name in reachable:
         changes += _new_tool(key, name, subject.tools[name])
     return changes
@@ -200,7 +199,7 @@ _OPEN_REACH: Final = ("code", "direct", "proposal")
 def _compare_tool(key: str, name: str, old: LockedTool, new: LockedTool) -> list[Change]:
     changes: list[Change] = []
 
-    def sets(kind: str, before: Iterable[str], after: Iterable[str], covered: _Covers) -> None:
+    def sets(kind: str, before: Iterable[str], after: Iterable[str], covered: Covers) -> None:
         before, after = tuple(before), tuple(after)
         for item in sorted(set(after) - set(before)):
             if not covered(item, before):
@@ -224,8 +223,8 @@ def _compare_tool(key: str, name: str, old: LockedTool, new: LockedTool) -> list
     if ("after_approval" in old.reach) != ("after_approval" in new.reach):
         detail = "now waits for approval" if "after_approval" in new.reach else "never waits"
         changes.append(Change("change", key, name, "approval_reach", detail))
-    sets("effect", old.effects, new.effects, _effect_covered)
-    sets("destination", old.destinations, new.destinations, _destination_covered)
+    sets("effect", old.effects, new.effects, effect_covered)
+    sets("destination", old.destinations, new.destinations, destination_covered)
     sets("credential", old.credentials, new.credentials, lambda item, pool: item in pool)
     changes += _compare_requires(key, name, old.requires, new.requires)
     changes += _compare_approval(key, name, old.approval, new.approval)
@@ -302,10 +301,10 @@ def _compare_grant(key: str, old: GrantSummary, new: GrantSummary) -> list[Chang
     for scope in sorted(set(old.scopes) - set(new.scopes)):
         changes.append(Change("shrink", key, "", "grant_narrowed", f"scope {scope}"))
     for effect in sorted(set(new.effects) - set(old.effects)):
-        if not _effect_covered(effect, old.effects):
+        if not effect_covered(effect, old.effects):
             changes.append(Change("growth", key, "", "grant_widened", effect))
     for effect in sorted(set(old.effects) - set(new.effects)):
-        if not _effect_covered(effect, new.effects):
+        if not effect_covered(effect, new.effects):
             changes.append(Change("shrink", key, "", "grant_narrowed", effect))
     for pattern in sorted(set(new.propose) - set(old.propose)):
         changes.append(Change("growth", key, "", "grant_widened", f"propose {pattern}"))
@@ -324,74 +323,3 @@ def _compare_grant(key: str, old: GrantSummary, new: GrantSummary) -> list[Chang
 
 def _limit(value: int) -> str:
     return "none" if value < 0 else str(value)
-
-
-# -- coverage --------------------------------------------------------------------------------
-
-_Covers = Callable[[str, Sequence[str]], bool]
-
-
-def _effect_covered(text: str, pool: Sequence[str]) -> bool:
-    """Whether effect ``text`` reaches nothing the effects in ``pool`` did not already."""
-    try:
-        effect = Effect.parse(text)
-        others = [Effect.parse(item) for item in pool]
-    except ValueError:
-        return text in pool
-    for other in others:
-        if other.kind != effect.kind:
-            continue
-        if effect.kind == "spend":  # a currency a field names ("{currency}") may be any
-            if (effect.target == other.target or currency_from_field(other.target)) and (
-                isinstance(other.amount, str)
-                or (isinstance(effect.amount, int) and effect.amount <= int(other.amount or 0))
-            ):
-                return True
-        elif Grant(effects=(Effect(other.kind, other.pattern),)).covers(effect):
-            return True
-    return False
-
-
-def _destination_covered(text: str, pool: Sequence[str]) -> bool:
-    """Whether destination ``text`` reaches nothing the destinations in ``pool`` did not: a
-    part ``pool`` leaves open (scheme, user, port, path) covers every value of it, a host
-    pattern every host it matches, a path every path below it."""
-    if text in pool:
-        return True
-    try:
-        wanted = parse_destination(text)
-    except ValueError:
-        return _effect_covered(f"network({text})", [f"network({h})" for h in pool])
-    for item in pool:
-        try:
-            other = parse_destination(item)
-        except ValueError:
-            continue
-        if _destination_covers(other, wanted):
-            return True
-    return False
-
-
-def _destination_covers(wide: Destination, narrow: Destination) -> bool:
-    for part in ("scheme", "user", "port"):
-        if getattr(wide, part) is not None and getattr(wide, part) != getattr(narrow, part):
-            return False
-    if _dot_segments(narrow.path):  # /api/../admin is not below /api: fail closed
-        return False
-    place = narrow.host + narrow.path
-    for pattern in (wide.host + wide.path, wide.host + wide.path + "/**"):
-        try:
-            if Grant(effects=(Effect("network", pattern),)).covers(Effect("network", place)):
-                return True
-        except ValueError:  # characters the effect grammar has no room for: compare as text
-            if place == wide.host + wide.path or place.startswith(wide.host + wide.path + "/"):
-                return True
-    return False
-
-
-def _dot_segments(path: str) -> bool:
-    """Whether ``path`` has a ``.`` or ``..`` segment, also percent-encoded (at any depth)."""
-    decoded, previous = path, None
-    while decoded != previous:
-        previous, decoded = decoded, unquote(decoded)
-    return any(segment in (".", "..") for segment in decoded.replace("\\", "/").split("/"))

@@ -25,8 +25,9 @@ def load_registry(ref: str) -> ToolCatalog:
     registry's ``specs`` and ``visible`` will do: the inventory only reads it.
 
     Raises:
-        RegistryRefError: the text is malformed, the module does not import, the object is
-            missing or is not a registry.
+        RegistryRefError: the text is malformed, the module does not import (or raises while
+            it is imported), the object is missing, raises when looked up or called, or is
+            not a registry.
     """
     return _load(ref, _is_catalog, "not a tools.Registry")
 
@@ -48,20 +49,33 @@ def _load(ref: str, accepts: Callable[[object], TypeGuard[_Found]], refusal: str
         raise RegistryRefError(ref, "expected one ':' between a module and an object")
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
+    # The module is the user's code: whatever it raises (sys.exit too) is reported as theirs,
+    # never as a traceback whose exit status 1 would read as "the lock grew".
     try:
         target: object = importlib.import_module(module_name)
     except ImportError as exc:
         raise RegistryRefError(ref, f"cannot import {module_name!r}: {exc}") from exc
+    except (Exception, SystemExit) as exc:
+        raise RegistryRefError(ref, f"importing {module_name!r} {_raised(exc)}") from exc
     for part in attribute.split("."):
         try:
             target = getattr(target, part)
         except AttributeError:
             raise RegistryRefError(ref, f"{module_name!r} has no {attribute!r}") from None
+        except (Exception, SystemExit) as exc:
+            raise RegistryRefError(ref, f"looking up {attribute!r} {_raised(exc)}") from exc
     if not accepts(target) and callable(target):
-        target = target()
+        try:
+            target = target()
+        except (Exception, SystemExit) as exc:
+            raise RegistryRefError(ref, f"calling {attribute!r} {_raised(exc)}") from exc
     if not accepts(target):
         raise RegistryRefError(ref, f"{attribute!r} is a {type(target).__name__}, {refusal}")
     return target
+
+
+def _raised(exc: BaseException) -> str:
+    return f"raised {type(exc).__name__}: {exc}"
 
 
 def _is_catalog(target: object) -> TypeGuard[ToolCatalog]:

@@ -17,6 +17,7 @@ __all__ = [
     "DYNAMIC_CALLS",
     "ESCAPE_MODULES",
     "INTROSPECTION_ATTRIBUTES",
+    "MATCH_PROTOCOL",
     "NAMEDTUPLE_API",
     "REFLECTIVE_NAMES",
     "attribute_problem",
@@ -70,6 +71,13 @@ REFLECTIVE_NAMES: Final = frozenset(
 ``string.Formatter.get_field``) or evaluate text as code (``typing.get_type_hints`` on
 string annotations the program built at run time): unresolved as a name, an attribute or an
 imported name."""
+
+MATCH_PROTOCOL: Final = frozenset(
+    {"__instancecheck__", "__match_args__", "__subclasscheck__", "__subclasshook__"}
+)
+"""Names a program may not bind: with them a class decides which attributes a class pattern
+reads (``__match_args__``, by text) and which objects it matches (any object, the namespace
+too)."""
 
 NAMEDTUPLE_API: Final = frozenset({"_asdict", "_field_defaults", "_fields", "_make", "_replace"})
 """The public methods of named tuples, the only ``_`` attributes the check lets through."""

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from airlock.bridge import NAMESPACE_MEMBERS
 from airlock.inventory._static_handoff import bound_names, handoff
+from airlock.inventory._static_match import class_pattern_problems, protocol_binding
 from airlock.inventory._static_mutation import mutation
 from airlock.inventory._static_rules import (
     DYNAMIC_CALLS,
@@ -146,6 +147,8 @@ class ProgramScan:
                            aliases=self.aliases.keys())  # fmt: skip
         if changed is not None:
             self._unresolved(*changed)
+        if (binding := protocol_binding(node)) is not None:
+            self._unresolved(node, binding)
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
             if node.id in self.namespaces:
                 self._namespace_use(node)
@@ -166,10 +169,8 @@ class ProgramScan:
         elif isinstance(node, ast.Import | ast.ImportFrom):
             self._import(node)
         elif isinstance(node, ast.MatchClass):
-            for attribute in node.kwd_attrs:
-                reason = attribute_problem(attribute)
-                if reason is not None:
-                    self._unresolved(node, f"a class pattern reads {reason}")
+            for reason in class_pattern_problems(node, bound=self._bound):
+                self._unresolved(node, reason)
         elif isinstance(node, ast.AugAssign) and self._is_namespace(node.target):
             # ``tools += x`` calls ``x.__radd__(tools)``: code of the program's can keep it.
             self._unresolved(node, "an augmented assignment hands the namespace to an operand")

@@ -520,6 +520,10 @@ def test_lock_then_check_passes_and_a_grown_policy_fails(tmp_path: Path) -> None
         ("{not json", "not JSON"),
         ('{"lock_version": 1}', "lock version 1 is older"),
         ('{"lock_version": 3}', "not an effect lock"),
+        ("[" * 100_000 + "]" * 100_000, "nested too deep"),
+        ('{"lock_version": ' + "9" * 5000 + "}", "a number too long"),
+        ('{"lock_version": NaN}', "'NaN', which is not a number"),
+        ('{"lock_version": -Infinity}', "'-Infinity', which is not a number"),
     ],
 )
 def test_a_bad_lock_file_is_a_usage_error(tmp_path: Path, content: str | None, reason: str) -> None:

@@ -1,6 +1,7 @@
 """The lock check on reach that hides outside the tools: self-approval, a principal's tenant
 binding, a principal's entry removed, the seccomp filter's argument conditions and default
-action, the sandbox user, a destination path with dot segments, and a hand-edited lock.
+action, the sandbox user, a destination path with dot segments, a destination's port left to
+its scheme's default, a Unix socket's path, and a hand-edited lock.
 
 Each table row is a real change (to the policy file, or to the filter the sandbox profile
 renders), built into a lock and judged both ways round, as in ``test_lock.py``."""
@@ -8,6 +9,7 @@ renders), built into a lock and judged both ways round, as in ``test_lock.py``."
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,6 +27,7 @@ from tests.airlock.inventory.test_lock import (
     Expected,
     _cli,
     _judged,
+    appended,
     both,
     lock_of,
     policy,
@@ -42,6 +45,9 @@ _DENY_FETCH_TO_ALL = policy(
     'roles = ["billing_reader"]\n\n[[principals."*".rules]]\nid = "nf"\naction = "deny"\n'
     'tools = ["web_page_fetch"]\n',
 )
+# Every principal holds what * holds: without its role, a new principal reaches no tool.
+_STAR_BARE = policy('[principals."*"]\nroles = ["billing_reader"]\n', '[principals."*"]\n')
+_MALLORY = '[principals.mallory]\ntenant = "acme"\neffects = ["read(file:*)"]\n'
 _STAR_IN_ACME = policy('[principals."*"]\n', '[principals."*"]\ntenant = "acme"\n')
 
 
@@ -124,6 +130,57 @@ POLICY_CHANGES: dict[str, tuple[Edit, Edit, Expected, Expected]] = {
         "shrink",
         "growth",
     ),
+    # A new principal's grant is reach even with no tool: a program reads input files by it.
+    "a new principal reaching no tool, granted every file": (
+        _STAR_BARE,
+        both(_STAR_BARE, appended(_MALLORY)),
+        "growth",
+        "shrink",
+    ),
+    "a new principal with an empty grant": (
+        _STAR_BARE,
+        both(_STAR_BARE, appended('[principals.eve]\ntenant = "acme"\n')),
+        "neutral",
+        "neutral",
+    ),
+    # A port left out is the scheme's default where it has one, as a connection is checked.
+    "https origin given another port": (
+        tool(CRM, destinations=("https://crm.example",)),
+        tool(CRM, destinations=("https://crm.example:22",)),
+        "growth",
+        "growth",
+    ),
+    "https origin given its default port": (
+        tool(CRM, destinations=("https://crm.example",)),
+        tool(CRM, destinations=("https://crm.example:443",)),
+        "neutral",
+        "neutral",
+    ),
+    "a host's port narrowed to an https origin": (
+        tool(CRM, destinations=("crm.example:443",)),
+        tool(CRM, destinations=("https://crm.example",)),
+        "shrink",
+        "growth",
+    ),
+    "postgres origin (no default port) given a port": (
+        tool(CRM, destinations=("postgres://db.example",)),
+        tool(CRM, destinations=("postgres://db.example:5432",)),
+        "shrink",
+        "growth",
+    ),
+    # A Unix socket's path is matched whole, not as a directory prefix.
+    "a socket path to a socket below it": (
+        tool(CRM, destinations=("unix:///run/app",)),
+        tool(CRM, destinations=("unix:///run/app/x.sock",)),
+        "growth",
+        "growth",
+    ),
+    "a socket pattern to a socket it matches": (
+        tool(CRM, destinations=("unix:///run/app/*.sock",)),
+        tool(CRM, destinations=("unix:///run/app/x.sock",)),
+        "shrink",
+        "growth",
+    ),
 }
 
 
@@ -149,6 +206,16 @@ def test_a_removed_entry_names_what_the_fallback_gives_more() -> None:
     grown = {(c.subject, c.tool, c.kind) for c in changes if c.direction == "growth"}
     assert (BOB, FETCH, "new_tool") in grown
     assert not any(c.kind == "tenant_unbound" for c in changes)  # bob held * elsewhere already
+
+
+def test_a_new_principal_with_no_tool_lists_its_grant() -> None:
+    bare = _STAR_BARE(BASE)
+    changes = compare_locks(lock_of(bare), lock_of(appended(_MALLORY)(bare)))
+    mallory = {(c.direction, c.kind, c.detail) for c in changes if c.subject.endswith("mallory")}
+    assert mallory == {
+        ("growth", "new_subject", "tenant acme; reaches nothing"),
+        ("growth", "grant_widened", "read(file:*)"),
+    }
 
 
 def test_the_inventory_shows_self_approval_and_every_tenant(tmp_path: Path) -> None:
@@ -288,6 +355,11 @@ LOCK_EDITS: dict[str, tuple[Callable[[str], str], str | None]] = {
         "not in the exact form",
     ),
     "no trailing newline": (lambda text: text.rstrip("\n"), "not in the exact form"),
+    # NaN is written back as NaN, and no limit compares above or below it.
+    "a limit not a number": (
+        lambda text: re.sub(r'"timeout_s": [0-9.]+', '"timeout_s": NaN', text, count=1),
+        "'NaN', which is not a number",
+    ),
 }
 
 

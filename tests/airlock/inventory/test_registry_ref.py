@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import pytest
 
@@ -72,3 +74,41 @@ def test_loading_a_registry_reference(ref: str, loader: str, expected: str) -> N
     assert refused.value.ref == ref
     assert expected in str(refused.value)
     assert "write MODULE:OBJECT" in str(refused.value)
+
+
+# A registry module is the user's code: whatever it raises while it is imported, looked up or
+# called is a usage error naming it, never a traceback with the exit status of a grown lock.
+# name: (the module's text, the object named, what the refusal says)
+FAILING: dict[str, tuple[str, str, str]] = {
+    "import raises": ('raise RuntimeError("boom")\n', "registry", "raised RuntimeError: boom"),
+    "import exits": ("import sys\nsys.exit(1)\n", "registry", "raised SystemExit: 1"),
+    "not Python": ("def (:\n", "registry", "raised SyntaxError"),
+    "an import inside fails": ("import tests.airlock.nowhere\n", "registry", "cannot import"),
+    "factory raises": ('def make():\n    raise KeyError("x")\n', "make", "raised KeyError: 'x'"),
+    "lookup raises": (
+        'def __getattr__(name):\n    raise RuntimeError("lazy")\n',
+        "registry",
+        "raised RuntimeError: lazy",
+    ),
+    "factory wants arguments": ("def make(a):\n    return a\n", "make", "raised TypeError"),
+}
+
+
+@pytest.mark.parametrize("loader", sorted(LOADERS))
+@pytest.mark.parametrize("case", sorted(FAILING))
+def test_a_registry_module_that_fails_is_a_usage_error(
+    case: str, loader: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    text, attribute, fragment = FAILING[case]
+    module = f"failing_registry_{sorted(FAILING).index(case)}_{loader}"
+    (tmp_path / f"{module}.py").write_text(text)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    ref = f"{module}:{attribute}"
+    try:
+        with pytest.raises(RegistryRefError) as refused:
+            LOADERS[loader](ref)
+    finally:
+        sys.modules.pop(module, None)
+    assert refused.value.code == "registry_ref"
+    assert refused.value.ref == ref
+    assert fragment in str(refused.value)

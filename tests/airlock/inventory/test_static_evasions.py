@@ -13,6 +13,7 @@ from pydantic import BaseModel, Field
 from airlock.bridge import ToolSession
 from airlock.inventory import check_program
 from airlock.inventory._static_handoff import TRUSTED_CALLS
+from airlock.inventory._static_rules import MATCH_PROTOCOL
 from airlock.policies import Grant, LanguageMode, Principal, read
 from airlock.tools import AuditLog, MemoryAuditStore, Registry
 from tests.conftest import Sandbox
@@ -165,6 +166,51 @@ EVASIONS: dict[str, tuple[str, set[str]]] = {
         match g:
             case object(gi_frame=frame):
                 frame.f_globals["tools"].records_secret_get(record_id="rec_1")
+        """,
+        {SECRET},
+    ),
+    # A positional sub-pattern reads the attribute its class's __match_args__ names.
+    "a class pattern whose __match_args__ names __globals__ and a tool": (
+        """
+        class Meta(type):
+            def __instancecheck__(cls, obj):
+                return True
+        class Globals(metaclass=Meta):
+            __match_args__ = ("__globals__",)
+        class Pick(metaclass=Meta):
+            __match_args__ = ("records_" + "secret_get",)
+        def here():
+            pass
+        match here:
+            case Globals(g):
+                namespace = g["to" + "ols"]
+        match namespace:
+            case Pick(fn):
+                fn(record_id="rec_1")
+        """,
+        {SECRET},
+    ),
+    "a class pattern of a class type() builds": (
+        """
+        Meta = type("Meta", (type,), {"_" + "_instancecheck__": lambda cls, obj: True})
+        Globals = Meta("Globals", (), {"_" + "_match_args__": ("_" + "_globals__",)})
+        def here():
+            pass
+        match here:
+            case Globals(g):
+                g["tools"].records_secret_get(record_id="rec_1")
+        """,
+        {SECRET},
+    ),
+    "a built-in type's name the program rebinds in a class pattern": (
+        """
+        Meta = type("Meta", (type,), {"_" + "_instancecheck__": lambda cls, obj: True})
+        str = Meta("str", (), {"_" + "_match_args__": ("_" + "_globals__",)})
+        def here():
+            pass
+        match here:
+            case str(g):
+                g["tools"].records_secret_get(record_id="rec_1")
         """,
         {SECRET},
     ),
@@ -381,6 +427,19 @@ EVASIONS: dict[str, tuple[str, set[str]]] = {
         """,
         {ITEM},
     ),
+    "results matched against built-in types": (
+        """
+        row = tools.records_item_get(record_id="rec_1")
+        match row:
+            case dict(d) | list(d):
+                print(d)
+            case str(text) | int(text) | bool(text):
+                print(text)
+            case object(record_id=record):
+                print(record)
+        """,
+        {ITEM},
+    ),
     "tools given to built-ins that cannot keep it": (
         f"""
         print(tools, str(tools), repr(tools), dir(tools), hasattr(tools, "{ITEM}"))
@@ -407,6 +466,7 @@ def test_the_static_verdict_of_each_evasion(case: str) -> None:
         "a listed tool renamed",
         "a plain call",
         "an alias in a loop",
+        "results matched against built-in types",
         "results used as plain values",
         "tools given to built-ins that cannot keep it",
     }
@@ -499,6 +559,41 @@ def test_a_trusted_builtin_the_program_rebinds_cannot_take_tools(name: str) -> N
     report = check_program(textwrap.dedent(source), recording_registry([]), PRINCIPAL)
     assert report.verdict == "unresolved", report
     assert any("the program binds" in u.reason for u in report.unresolved), report.unresolved
+
+
+# How a program can bind a name: each form, for each name of MATCH_PROTOCOL.
+BINDINGS: dict[str, str] = {
+    "class attribute": "class C:\n    {name} = ()",
+    "method": "class C(type):\n    def {name}(cls, obj):\n        return True",
+    "assignment": "{name} = ()",
+    "import as": "from math import pi as {name}",
+    "loop target": "for {name} in [()]:\n    pass",
+}
+
+
+@pytest.mark.parametrize("form", sorted(BINDINGS))
+@pytest.mark.parametrize("name", sorted(MATCH_PROTOCOL))
+def test_binding_a_name_that_drives_class_patterns_is_unresolved(name: str, form: str) -> None:
+    source = BINDINGS[form].format(name=name) + f"\ntools.{ITEM}(record_id='rec_1')\n"
+    report = check_program(source, recording_registry([]), PRINCIPAL)
+    assert report.verdict == "unresolved", report
+    assert any(f"binding {name}" in u.reason for u in report.unresolved), report.unresolved
+
+
+def test_a_class_with_ordinary_dunders_stays_complete() -> None:
+    source = f"""
+    class Row:
+        __slots__ = ("value",)
+        def __init__(self, value):
+            self.value = value
+        def __eq__(self, other):
+            return isinstance(other, Row) and other.value == self.value
+    match Row(tools.{ITEM}(record_id="rec_1")):
+        case Row(value=found):
+            print(found)
+    """
+    report = check_program(textwrap.dedent(source), recording_registry([]), PRINCIPAL)
+    assert report.verdict == "complete", report.unresolved
 
 
 def test_attributes_of_other_objects_may_be_set() -> None:
