@@ -200,10 +200,12 @@ def artifact_notes(run: RunResult) -> dict[str, object]:
         ]
     if run.artifacts_skipped:
         notes["artifacts_skipped"] = [f"{s.name}: {s.reason}" for s in run.artifacts_skipped]
+        # The list names the first few; the count is all of them.
+        notes["artifacts_skipped_count"] = run.artifacts_skipped_count
     return notes
 
 
-def kept_notes(notes: Mapping[str, object], run: RunResult) -> tuple[dict[str, object], ...]:
+def kept_notes(notes: Mapping[str, object], run: RunResult | None) -> tuple[dict[str, object], ...]:
     """What an answer too large for the model keeps of a program's result: the batch its
     proposals wait in and the files it left exist whatever its value was, and a model that
     is not told of them proposes them again, or never finds the files. Most complete
@@ -211,24 +213,27 @@ def kept_notes(notes: Mapping[str, object], run: RunResult) -> tuple[dict[str, o
     artifact references as the result has them; the proposals without their preview ids
     and each file by name and URI; counts and where the files are. The profile allows up to
     10,000 files (names up to 1,031 characters) and 10,000 proposals, so only the last is
-    bounded: its size does not grow with either. Empty when the program left neither."""
+    bounded: its size does not grow with either. Empty when the program left neither.
+    ``run`` is ``None`` when the host failed around the program (no files came back)."""
+    artifacts = run.artifacts if run is not None else ()
     note = notes.get("proposals")
-    if not isinstance(note, dict) and not run.artifacts:
+    if not isinstance(note, dict) and not artifacts:
         return ()
     full: dict[str, object] = {"proposals": note} if isinstance(note, dict) else {}
-    full.update(artifact_notes(run))
+    if run is not None:
+        full.update(artifact_notes(run))
     short: dict[str, object] = {}
     if isinstance(note, dict):
         short["proposals"] = {k: v for k, v in note.items() if k != "preview_ids"}
     summary = dict(short)
-    if run.artifacts:
-        short["artifacts"] = [{"name": ref.name, "uri": ref.uri} for ref in run.artifacts]
-        first = run.artifacts[0]
-        summary["artifacts_count"] = len(run.artifacts)
+    if artifacts:
+        short["artifacts"] = [{"name": ref.name, "uri": ref.uri} for ref in artifacts]
+        first = artifacts[0]
+        summary["artifacts_count"] = len(artifacts)
         summary["artifacts_uri"] = first.uri.removesuffix(first.name)
-    if run.artifacts_skipped:
-        short["artifacts_skipped_count"] = summary["artifacts_skipped_count"] = len(
-            run.artifacts_skipped
+    if run is not None and run.artifacts_skipped:
+        short["artifacts_skipped_count"] = summary["artifacts_skipped_count"] = (
+            run.artifacts_skipped_count
         )
     return full, short, summary
 
@@ -310,6 +315,7 @@ def program_result(
                 "protocol_error",
                 "the program broke the tool bridge protocol and was stopped; call tools only "
                 "as tools.NAME(...)",
+                extra=extra,
             )
         case unexpected:
             assert_never(unexpected)

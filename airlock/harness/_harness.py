@@ -12,6 +12,7 @@ from airlock.harness._budget import Budget
 from airlock.harness._database import durable_audit
 from airlock.harness._execute_code import EXECUTE_CODE
 from airlock.harness._home import airlock_home
+from airlock.harness._run_ids import check_run_id
 from airlock.harness._session import Session
 from airlock.policies import (
     Grant,
@@ -134,7 +135,9 @@ class Harness:
 
         ``principal`` comes from the application's authentication, never from the model.
         ``grant`` defaults to the policy's grant for the principal; the approval rules are
-        always the policy's. ``run_id`` defaults to a fresh one. ``keep_state`` runs the
+        always the policy's. ``run_id`` defaults to a fresh one; one given is 1 to 128 ASCII
+        letters, digits and ``_ . : -`` (not starting with ``.`` or ``-``, no ``..``), as
+        it names the directories of its programs' artifacts. ``keep_state`` runs the
         session's programs in one kept container (``DockerBackend.keep``), so they build on
         earlier state; call :meth:`Session.close` when the conversation ends. ``inputs``
         (name -> host file or directory) are mounted read-only at ``/data/NAME`` for every
@@ -150,9 +153,12 @@ class Harness:
 
         Raises:
             UsageError: ``keep_state`` with a sandbox backend that cannot keep containers,
-                or ``inputs`` under the restricted language mode.
+                ``inputs`` under the restricted language mode, or a ``run_id`` that is no
+                run id (it could name a path outside the artifact store).
             InputRefused: an input is outside the grant or cannot be mounted.
         """
+        if run_id is not None:
+            check_run_id(run_id)  # before anything is made of it
         if keep_state and not self.sandbox.can_keep:
             raise UsageError(
                 "keep_state needs a sandbox backend that can keep a container (DockerBackend), "
@@ -209,7 +215,11 @@ class Harness:
         budget: Budget | None = None,
     ) -> Session:
         """The session of ``run_id`` again, in this process, with its paused writes loaded
-        from the ledger (only those of ``principal``); :meth:`Session.resume` goes on."""
+        from the ledger (only those of ``principal``); :meth:`Session.resume` goes on.
+
+        Raises:
+            UsageError: ``run_id`` is no run id (see :meth:`session`).
+        """
         session = self.session(principal, grant, budget=budget, run_id=run_id)
         session.restore_pending()
         return session

@@ -7,7 +7,9 @@ the program in a fresh container or the session's kept one, stores what the prog
 ``/out`` in a directory of its own under the harness's artifact store, and records one audit
 event per program with the inputs it was given. The writes a program proposed
 (``tools.propose.NAME(...)``) become one batch in the ledger, and its result says so in one
-short note (``proposals``: batch id, fingerprint, count, total per currency, preview ids).
+short note (``proposals``: batch id, fingerprint, count, total per currency, preview ids),
+however the program ended; a ledger that cannot take the batch leaves the previews stored
+but waiting in none (``"status": "not_held"``, under the ledger's code).
 
 At most the budget's ``programs_at_once`` programs of one session run at a time (each may
 use the profile's whole memory and CPU, and one model turn may ask for many): a further one
@@ -24,7 +26,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 import anyio
 from pydantic import ValidationError
@@ -34,7 +36,9 @@ from airlock.harness._batches import PausedBatches
 from airlock.harness._budget import Budget
 from airlock.harness._execute_code import ExecuteCodeArgs, kept_notes, program_result
 from airlock.harness._model_tools import ModelResult
+from airlock.harness._program_endings import host_failure, unheld, unheld_note
 from airlock.harness._results import KeptNotes, failure, nothing_kept
+from airlock.harness._run_ids import artifact_dir, check_run_id
 from airlock.harness._session_audit import SessionAudit
 from airlock.policies import ApprovalPolicy, Effect, Grant, Principal, SandboxProfile, UsageError
 from airlock.sandbox import (
@@ -43,6 +47,7 @@ from airlock.sandbox import (
     Inputs,
     KeptSandbox,
     RunInput,
+    RunResult,
     SandboxBackend,
     input_effect,
     resolve_inputs,
@@ -51,6 +56,7 @@ from airlock.tools import (
     CallContext,
     FieldIssue,
     InvalidInputError,
+    LedgerError,
     Observations,
     Registry,
     WritePath,
@@ -67,6 +73,7 @@ class SessionPrograms:
 
     Raises (when built):
         InputRefused: a session input is outside the grant (``grant``) or cannot be mounted.
+        UsageError: ``run_id`` could name a path outside the artifact store.
     """
 
     registry: Registry
@@ -98,6 +105,7 @@ class SessionPrograms:
     """Turns to run a program: the budget's ``programs_at_once``."""
 
     def __post_init__(self) -> None:
+        check_run_id(self.run_id)  # it names the programs' artifact directories
         self._turns = anyio.Semaphore(self.budget.programs_at_once)
         _refuse_files_if_restricted(self.given, self.profile)
         for name in sorted(self.given):
@@ -248,6 +256,7 @@ class SessionPrograms:
         began = time.perf_counter()
         notes: dict[str, object] = {}
         artifacts = self._artifact_dir(call_id)
+        run: RunResult | None = None
         try:
             if self.keep_state:
                 kept = self._kept_sandbox()
@@ -262,53 +271,74 @@ class SessionPrograms:
         except InputRefused as exc:
             # An input changed on the host since the session checked it (it grew, or went).
             _log.warning("run %s: input refused: %s", self.run_id, exc.message)
-            return _input_gone(exc), nothing_kept
-        except ArtifactStoreFailed:
+            host: InputRefused | ArtifactStoreFailed = exc
+            ended = f"did not run: input {exc.name!r} refused ({exc.reason})"
+        except ArtifactStoreFailed as exc:
             # Logged where it happened, with the host path; the model learns it is the host's.
-            stored = failure(
-                "sandbox_unavailable",
-                "the program ran, but the host could not store the files it left in /out, so "
-                "its result is lost; this is the host's fault, not the program's: tell the "
-                "user. A program that writes nothing to /out may still run",
-                reason="artifact_store",
+            host, ended = exc, "program ran; the artifact store could not take its files"
+        # However the program ended: what it proposed waits, and the model must know.
+        held = self._hold(tools, notes)
+        if run is None:
+            result = host_failure(host, notes)
+        else:
+            _log.info(
+                "run %s: program %s in %.1f ms, %d tool calls%s",
+                self.run_id,
+                run.status,
+                (time.perf_counter() - began) * 1000,
+                run.tool_calls,
+                f", stderr: {run.stderr[-500:]!r}" if run.stderr else "",
             )
-            return stored, nothing_kept
-        _log.info(
-            "run %s: program %s in %.1f ms, %d tool calls%s",
-            self.run_id,
-            run.status,
-            (time.perf_counter() - began) * 1000,
-            run.tool_calls,
-            f", stderr: {run.stderr[-500:]!r}" if run.stderr else "",
-        )
-        proposed = tools.proposed_previews()
-        if proposed and self.writes is not None and self.batches is not None:
-            # However the program ended: what it proposed waits, and the model must know.
-            batch = self.writes.store_batch(proposed)
-            notes["proposals"] = self.batches.hold(batch, proposed)
-        result = program_result(run, stdout_bytes=self.budget.stdout_bytes, notes=notes)
+            result = program_result(run, stdout_bytes=self.budget.stdout_bytes, notes=notes)
+            ended = (
+                f"program {run.status}, {run.tool_calls} tool calls"
+                + (f", limit {run.limit}" if run.limit else "")
+                + (f", {len(run.artifacts)} artifacts" if run.artifacts else "")
+            )
         waits = isinstance(note := notes.get("proposals"), dict) and note["status"] != "approved"
-        if waits and not result.is_error:
+        if held is not None:
+            result = unheld(result, held)
+        elif waits and not result.is_error:
             result = result.model_copy(update={"code": "needs_approval"})
         self.audit.program(
             ctx,
             digest,
             code=result.code,
-            detail=f"program {run.status}, {run.tool_calls} tool calls"
-            + (f", limit {run.limit}" if run.limit else "")
-            + (f", {len(run.artifacts)} artifacts" if run.artifacts else ""),
+            detail=ended,
             duration_s=time.perf_counter() - began,
             effects=effects,
         )
+        stored = run.artifacts if run is not None else ()
         notes_kept = functools.partial(kept_notes, notes, run)  # made only if too large
-        return result.model_copy(update={"artifacts": run.artifacts}), notes_kept
+        return result.model_copy(update={"artifacts": stored}), notes_kept
+
+    def _hold(self, tools: ToolSession, notes: dict[str, object]) -> LedgerError | None:
+        """Hold what the program proposed as one batch, and say so in ``notes`` (under
+        ``proposals``); the ledger's error when it could not take the batch (its previews
+        are stored all the same, and the note says they wait for no approval)."""
+        proposed = tools.proposed_previews()
+        if not proposed or self.writes is None or self.batches is None:
+            return None
+        try:
+            batch = self.writes.store_batch(proposed)
+        except LedgerError as exc:
+            _log.error(
+                "run %s: %d proposals stored, but not as a batch: %s (%s)",
+                self.run_id,
+                len(proposed),
+                exc.code,
+                exc,
+            )
+            notes["proposals"] = unheld_note(proposed, exc)
+            return exc
+        notes["proposals"] = self.batches.hold(batch, proposed)
+        return None
 
     def _artifact_dir(self, call_id: str) -> Path | None:
-        """Where one program's artifacts go: one directory per program, named after its
-        call id (``RUN:m3-NONCE`` -> ``RUN-m3-NONCE``)."""
+        """Where one program's artifacts go (see :func:`artifact_dir`)."""
         if self.artifact_root is None:
             return None
-        return self.artifact_root / call_id.replace(":", "-")
+        return artifact_dir(self.artifact_root, call_id)
 
     def _kept_sandbox(self) -> KeptSandbox:
         if self._kept is None:
@@ -338,37 +368,6 @@ def _refuse_files_if_restricted(inputs: Inputs | None, profile: SandboxProfile) 
             'language_mode = "full" in the policy file\'s [sandbox] table; the data image '
             "runs full mode)"
         )
-
-
-def _input_gone(exc: InputRefused) -> ModelResult:
-    """The model's answer for an input the host can no longer give: by its name, never its
-    host path (the operator's), and nothing to change in the program."""
-    if exc.reason == "size":  # its message names sizes and the input, no host path
-        return failure(
-            "limit_exceeded",
-            exc.message,
-            limit="inputs",
-            size_bytes=exc.size_bytes,
-            limit_bytes=exc.limit_bytes,
-        )
-    return failure(
-        exc.code,
-        f"the input {exc.name!r} is not available any more (it is {_GONE[exc.reason]} on "
-        "the host); the program did not run, and no program can fix it: tell the user the "
-        f"file {exc.name!r} is not available",
-        input=exc.name,
-        reason=exc.reason,
-    )
-
-
-_GONE: Final[dict[str, str]] = {
-    "missing": "gone",
-    "unreadable": "not readable",
-    "link": "a link now",
-    "kind": "no regular file or directory now",
-    "name": "misnamed",
-    "grant": "outside the grant",
-}
 
 
 def _issues(exc: ValidationError) -> tuple[FieldIssue, ...]:
