@@ -17,10 +17,14 @@ Python's audit event               allowed while a call is current
 ``socket.sendmsg``                 Unix socket only when declared (``unix:///run/app.sock``)
 ``socket.getaddrinfo``,            the name matches a declared destination's host
 ``socket.gethostbyname(_ex)``
+``socket.gethostbyaddr``,          a name as above; an address only a declared host's, or one
+``socket.getnameinfo``             resolved here from a declared name
+``socket.bind``                    never: a tool connects where it declares, it does not listen
 ``open`` for writing,              never for a read, ``prepare`` or ``lookup``; in a ``commit``,
 ``os.remove``, ``os.rename``, ...  a path the call's ``write("file:/...")`` effects cover
 ``subprocess.Popen``,              never: a child process is out of reach of every check here
-``os.system``, ``os.exec``, ...
+``os.system``, ``os.exec``, ...,
+``_posixsubprocess.fork_exec``     (raised by the hook's own wrapper: Python 3.11 raises none)
 ``os.kill``, ``os.putenv``, ...    never: a tool does not signal processes or change the host's
                                    environment
 a :class:`Credential` revealed     a name the tool declares (its tenant's one, when the tool

@@ -2,12 +2,15 @@
 audit events it watches (:data:`CHECKED_EVENTS`) and what each one is about to reach.
 
 The hook is installed once per process (:func:`install`, with the recording
-``socket.getaddrinfo`` of :mod:`airlock.tools._resolved`) and runs on every audit event of
-every thread; when the running context has no current call (:data:`CURRENT`) it returns after
-two dictionary look-ups. Inside a call, each watched event asks the call's check whether the
-tool declares what the event is about to reach, and a refusal raises
-:class:`UndeclaredReachError` before the operation happens. An event whose arguments it
-cannot read is refused too: the check fails closed.
+``socket.getaddrinfo`` of :mod:`airlock.tools._resolved`, the event loop's lookups checked in
+the caller's context, and the event :mod:`airlock.tools._egress_process` adds for
+``_posixsubprocess``) and runs on every audit event of every thread; when the running context
+has no current call (:data:`CURRENT`) it returns after two dictionary look-ups. Inside a call,
+each watched event asks the call's check whether the tool declares what the event is about to
+reach (network events in :mod:`airlock.tools._egress_network`, file events here; process
+events are all refused), and a refusal raises :class:`UndeclaredReachError` before the
+operation happens. An event whose arguments it cannot read is refused too: the check fails
+closed.
 """
 
 from __future__ import annotations
@@ -27,7 +30,9 @@ from types import FrameType, MappingProxyType
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 from airlock.policies import Effect
-from airlock.tools._resolved import address_text, host_name, recording
+from airlock.tools._egress_network import on_bind, on_connect, on_lookup, on_reverse_lookup
+from airlock.tools._egress_process import PROCESS_EVENTS, announce_fork_exec, on_process
+from airlock.tools._resolved import recording
 
 if TYPE_CHECKING:
     from airlock.tools._egress import CallCheck
@@ -146,7 +151,9 @@ def _run(
         check.refuse(kind, f"{event} {args!r}"[:200], event, f"{event} (unreadable arguments)")
 
 
-def _checked_in_caller(original: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+def _checked_getaddrinfo(
+    original: Callable[..., Awaitable[Any]],
+) -> Callable[..., Awaitable[Any]]:
     """The event loop's ``getaddrinfo``, checked in the caller's context. The loop resolves
     on an executor thread, where no call is current, so the hook there lets every name
     through: the query, and what a name can encode, would leave before any connect is
@@ -164,47 +171,27 @@ def _checked_in_caller(original: Callable[..., Awaitable[Any]]) -> Callable[...,
     ) -> Any:
         check = CURRENT.get()
         if check is not None:
-            _run(_on_lookup, check, "socket.getaddrinfo", (host, port, family, type, proto))
+            _run(on_lookup, check, "socket.getaddrinfo", (host, port, family, type, proto))
         return await original(self, host, port, family=family, type=type, proto=proto, flags=flags)
 
     getaddrinfo.__wrapped__ = original  # type: ignore[attr-defined]
     return getaddrinfo
 
 
-def _on_connect(check: CallCheck, event: str, args: tuple[Any, ...]) -> None:
-    sock, address = args[0], args[1]
-    if address is None:  # sendmsg on a connected socket: its connect was checked
-        return
-    if isinstance(address, str | bytes):
-        path = os.fsdecode(address).replace("\0", "@")  # "@name": an abstract socket
-        if not check.allows_unix(path):
-            check.refuse("network", f"unix://{path}", event, f"connect to 'unix://{path}'")
-        return
-    if (
-        isinstance(address, tuple)
-        and len(address) >= 2
-        and isinstance(address[0], str)
-        and isinstance(address[1], int)
-    ):
-        host, port = address[0], address[1]
-        if not check.allows_address(host, port):
-            target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-            check.refuse("network", target, event, f"connect to {target!r}")
-        return
-    family = getattr(sock, "family", "?")
-    target = f"{family} {address!r}"[:200]
-    check.refuse("network", target, event, f"connect to {target}")
+def _checked_getnameinfo(
+    original: Callable[..., Awaitable[Any]],
+) -> Callable[..., Awaitable[Any]]:
+    """The event loop's ``getnameinfo``, checked in the caller's context (as
+    :func:`_checked_getaddrinfo`: the loop asks the resolver on an executor thread)."""
 
+    async def getnameinfo(self: asyncio.AbstractEventLoop, sockaddr: Any, flags: int = 0) -> Any:
+        check = CURRENT.get()
+        if check is not None:
+            _run(on_reverse_lookup, check, "socket.getnameinfo", (sockaddr,))
+        return await original(self, sockaddr, flags)
 
-def _on_lookup(check: CallCheck, event: str, args: tuple[Any, ...]) -> None:
-    host = args[0] if args else None
-    if isinstance(host, bytes):
-        host = host.decode("ascii", "replace")
-    if not isinstance(host, str) or not host or address_text(host) is not None:
-        return  # no name, or an address: nothing goes out; its connect is checked
-    if not check.allows_name(host):
-        name = host_name(host)
-        check.refuse("network", name, event, f"look up the name {name!r}")
+    getnameinfo.__wrapped__ = original  # type: ignore[attr-defined]
+    return getnameinfo
 
 
 def _on_open(check: CallCheck, event: str, args: tuple[Any, ...]) -> None:
@@ -260,66 +247,25 @@ def _check_path(check: CallCheck, event: str, path: object, dir_fd: object) -> N
     check.refuse("file", shown, event, f"write {shown!r}")
 
 
-def _on_process(check: CallCheck, event: str, args: tuple[Any, ...]) -> None:
-    target, action = _process_attempt(event, args)
-    check.refuse("process", target, event, action)
-
-
-def _process_attempt(event: str, args: tuple[Any, ...]) -> tuple[str, str]:
-    """What a process event tried, as (target, action): never an environment value."""
-    if event in ("os.fork", "os.forkpty"):
-        return "fork", "fork the host's process"
-    if event in ("os.kill", "os.killpg"):
-        return f"process {args[0]}", f"send signal {args[1]} to process {args[0]}"
-    if event in ("os.putenv", "os.unsetenv"):
-        name = os.fsdecode(args[0]) if isinstance(args[0], str | bytes) else repr(args[0])
-        return f"environment {name}", f"change the environment variable {name!r}"
-    if event == "subprocess.Popen":
-        program = args[0] if args[0] is not None else args[1]
-    elif event == "os.system":
-        program = args[0]
-    elif event == "os.spawn":
-        program = args[1]
-    else:  # os.exec, os.posix_spawn: (path, argv, env)
-        program = args[0]
-    if isinstance(program, list | tuple):
-        program = program[0] if program else ""
-    text = os.fsdecode(program) if isinstance(program, str | bytes | os.PathLike) else repr(program)
-    if event == "os.system":  # a shell line may hold secrets: name the program only
-        text = text.split(maxsplit=1)[0] if text.split() else text
-    return text, f"start the program {text!r}"
-
-
+_NETWORK: Final = (on_connect, on_lookup, on_reverse_lookup, on_bind)
 _HANDLERS: Final[Mapping[str, Callable[[CallCheck, str, tuple[Any, ...]], None]]] = {
-    "socket.connect": _on_connect,
-    "socket.sendto": _on_connect,
-    "socket.sendmsg": _on_connect,
-    "socket.getaddrinfo": _on_lookup,
-    "socket.gethostbyname": _on_lookup,
-    "socket.gethostbyname_ex": _on_lookup,
+    "socket.connect": on_connect,
+    "socket.sendto": on_connect,
+    "socket.sendmsg": on_connect,
+    "socket.getaddrinfo": on_lookup,
+    "socket.gethostbyname": on_lookup,  # gethostbyname_ex raises it too
+    "socket.gethostbyname_ex": on_lookup,
+    "socket.gethostbyaddr": on_reverse_lookup,
+    "socket.getnameinfo": on_reverse_lookup,
+    "socket.bind": on_bind,
     "open": _on_open,
     **dict.fromkeys(_PATH_ARGS, _on_file_change),
-    **dict.fromkeys(
-        (
-            "subprocess.Popen",
-            "os.system",
-            "os.exec",
-            "os.posix_spawn",
-            "os.spawn",
-            "os.fork",
-            "os.forkpty",
-            "os.kill",
-            "os.killpg",
-            "os.putenv",
-            "os.unsetenv",
-        ),
-        _on_process,
-    ),
+    **dict.fromkeys(PROCESS_EVENTS, on_process),
 }
 _KIND: Final[Mapping[str, ReachKind]] = {
     event: (
         "network"
-        if handle in (_on_connect, _on_lookup)
+        if handle in _NETWORK
         else "file"
         if handle in (_on_open, _on_file_change)
         else "process"
@@ -331,8 +277,9 @@ CHECKED_EVENTS: Final[Mapping[str, ReachKind]] = MappingProxyType(dict(_KIND))
 
 
 def install() -> None:
-    """Install the audit hook, the recording ``socket.getaddrinfo`` and the event loop's
-    checked ``getaddrinfo``, once per process (an audit hook cannot be removed)."""
+    """Install the audit hook, the recording ``socket.getaddrinfo``, the event loop's checked
+    ``getaddrinfo`` and ``getnameinfo``, and the announcing ``_posixsubprocess.fork_exec``,
+    once per process (an audit hook cannot be removed)."""
     global installed
     with _install_lock:
         if installed:
@@ -342,7 +289,9 @@ def install() -> None:
         tempfile.gettempdir()
         socket.getaddrinfo = recording(socket.getaddrinfo)
         loop = asyncio.base_events.BaseEventLoop  # every asyncio loop (uvloop's is not one)
-        setattr(loop, "getaddrinfo", _checked_in_caller(loop.getaddrinfo))  # noqa: B010
+        setattr(loop, "getaddrinfo", _checked_getaddrinfo(loop.getaddrinfo))  # noqa: B010
+        setattr(loop, "getnameinfo", _checked_getnameinfo(loop.getnameinfo))  # noqa: B010
+        announce_fork_exec()
         sys.addaudithook(_hook)
         installed = True
 

@@ -11,9 +11,11 @@ each test asserts from the host that nothing undeclared got through.
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
 import os
 import socket
 import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -68,6 +70,8 @@ class World:
     undeclared: Listener = field(default_factory=Listener)
     unix_path: Path = field(init=False)
     unix_accepted: list[int] = field(default_factory=list)
+    bound: list[socket.socket] = field(default_factory=list)
+    """Sockets a tool bound (and listens on): none may be."""
 
     def __post_init__(self) -> None:
         self.unix_path = self.root / "service.sock"
@@ -102,6 +106,8 @@ class World:
         self.declared.close()
         self.undeclared.close()
         self._unix.close()
+        for sock in self.bound:
+            sock.close()
 
 
 @contextmanager
@@ -159,6 +165,42 @@ def _spawn(world: World, target: Target) -> None:
     subprocess.run(["touch", str(world.spawned_marker)], check=False, timeout=5)
 
 
+def touch(path: str) -> None:
+    """What a helper process does (module level: a spawned child imports it by name)."""
+    Path(path).touch()
+
+
+def _helper(world: World, target: Target) -> None:
+    # multiprocessing's spawn (and forkserver) start a child through _posixsubprocess
+    # directly, which raises no audit event of its own.
+    child = multiprocessing.get_context("spawn").Process(
+        target=touch, args=(str(world.spawned_marker),)
+    )
+    child.start()
+    child.join(20)
+
+
+def _listen(world: World, target: Target) -> None:
+    # The declared address: a destination is somewhere to connect to, never to listen on.
+    sock = socket.socket()
+    try:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(1)
+    except OSError:
+        sock.close()
+        raise
+    world.bound.append(sock)
+
+
+def _reverse(world: World, target: Target) -> None:
+    socket.gethostbyaddr("localhost" if target == "declared" else "exfil.example.invalid")
+
+
+def _name_of(world: World, target: Target) -> None:
+    address = "127.0.0.1" if target == "declared" else "203.0.113.9"
+    socket.getnameinfo((address, world.declared.port), 0)
+
+
 def _unix(world: World, target: Target) -> None:
     sock = socket.socket(socket.AF_UNIX)
     try:
@@ -189,6 +231,10 @@ BEHAVIOURS: dict[str, Callable[[World, Target], None]] = {
     "lookup": _lookup,
     "file": _write_file,
     "spawn": _spawn,
+    "helper": _helper,
+    "listen": _listen,
+    "reverse": _reverse,
+    "nameinfo": _name_of,
     "unix": _unix,
     "environ": _environment,
     "caught": _caught,
@@ -239,6 +285,40 @@ ROWS: tuple[Reach, ...] = (
         "runtime:process",
         shows=lambda w: "touch",
         crossed=lambda w: int(w.spawned_marker.exists()),
+    ),
+    Reach(
+        "helper",
+        {"target": "declared"},
+        "denied",
+        "runtime:process",
+        shows=lambda w: sys.executable,
+        crossed=lambda w: int(w.spawned_marker.exists()),
+    ),
+    Reach(
+        "listen",
+        {"target": "declared"},
+        "denied",
+        "runtime:network",
+        shows=lambda w: "127.0.0.1:0",
+        crossed=lambda w: len(w.bound),
+    ),
+    Reach("reverse", {"target": "declared"}, None),
+    Reach(
+        "reverse",
+        {"target": "undeclared"},
+        "denied",
+        "runtime:network",
+        shows=lambda w: "exfil.example.invalid",
+        effect=lambda w: "network(exfil.example.invalid)",
+    ),
+    Reach("nameinfo", {"target": "declared"}, None),
+    Reach(
+        "nameinfo",
+        {"target": "undeclared"},
+        "denied",
+        "runtime:network",
+        shows=lambda w: "203.0.113.9",
+        effect=lambda w: "network(203.0.113.9)",
     ),
     Reach(
         "unix",

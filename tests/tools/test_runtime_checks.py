@@ -1,8 +1,8 @@
 """Runtime checks of declarations: what a tool's code reaches while it runs is what it declares.
 
 Each row of ``reach_world.ROWS`` is a tool that declares one loopback listener and does one
-thing (connects, resolves a name, writes a file, starts a process, uses a credential, catches
-the refusal itself); it runs with a sync and an async handler, directly and as a call from
+thing (connects, resolves a name or an address, listens, writes a file, starts a process,
+uses a credential, catches the refusal itself); it runs with a sync and an async handler, directly and as a call from
 code, and the host checks the answer, the audit record, and that nothing undeclared crossed.
 ``tests/bridge/test_runtime_checks_docker.py`` runs the same table from sandboxed programs.
 """
@@ -116,6 +116,9 @@ EVENT_ARGS: dict[str, Callable[[World], tuple[Any, ...]]] = {
     "socket.getaddrinfo": lambda w: ("exfil.example.invalid", 443, 0, 0, 0),
     "socket.gethostbyname": lambda w: ("exfil.example.invalid",),
     "socket.gethostbyname_ex": lambda w: ("exfil.example.invalid",),
+    "socket.gethostbyaddr": lambda w: ("exfil.example.invalid",),
+    "socket.getnameinfo": lambda w: (("203.0.113.9", 443),),
+    "socket.bind": lambda w: (None, ("0.0.0.0", 0)),
     "open": lambda w: (str(w.leaked_file), "w", os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
     "os.chmod": lambda w: (str(w.leaked_file), 0o777, None),
     "os.chown": lambda w: (str(w.leaked_file), 0, 0, None),
@@ -137,6 +140,7 @@ EVENT_ARGS: dict[str, Callable[[World], tuple[Any, ...]]] = {
     "os.exec": lambda w: ("/bin/true", ["true"], None),
     "os.posix_spawn": lambda w: ("/bin/true", ["true"], {}),
     "os.spawn": lambda w: (os.P_WAIT, "/bin/true", ["true"], None),
+    "_posixsubprocess.fork_exec": lambda w: ([b"/bin/true"], [b"/bin/true"]),
     "os.fork": lambda w: (),
     "os.forkpty": lambda w: (),
     "os.kill": lambda w: (os.getpid(), 0),
