@@ -3,7 +3,10 @@
 :func:`describe_container` reads the very keyword arguments the Docker backend passes to
 ``containers.run`` for a profile (``_hardening.container_config``) and says what they allow:
 nothing here restates the hardening, so a change there shows up in every report built on
-it (the effect inventory, its lock file and ``--check``). No Docker type leaves this module.
+it (the effect inventory, its lock file and ``--check``). A setting no field of its own
+describes (``privileged``, ``pid_mode``, ``devices``, an AppArmor option, a key added
+tomorrow) is still reported, as a line of :attr:`ContainerConfig.other_settings`. No Docker
+type leaves this module.
 
 :func:`describe_guest_filter` renders the second seccomp layer, which the guest runner loads
 before a program runs, from the very rule list the image ships (``airlock_seccomp.RULES``),
@@ -84,6 +87,10 @@ class ContainerConfig:
     """Kernel files the program sees empty, sorted."""
     guest_filter: GuestFilter
     """The second seccomp layer the runner loads for the profile's language mode."""
+    other_settings: tuple[str, ...]
+    """Every other setting, one ``key: canonical JSON`` line each, sorted: the keys no field
+    above describes, the security options besides the seccomp filter and
+    ``no-new-privileges``, and the ulimits besides ``nofile``."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -114,7 +121,8 @@ def describe_container(profile: SandboxProfile, *, image: str) -> ContainerConfi
     with, read from the keyword arguments it passes the engine."""
     config = container_config(profile, image=image, socket_dir=_SOCKET_DIR, labels={})
     options = [str(o) for o in config.get("security_opt", [])]
-    seccomp = next((o.removeprefix("seccomp=") for o in options if o.startswith("seccomp=")), "")
+    seccomp = next((o for o in options if o.startswith("seccomp=")), None)
+    seccomp_filter = _seccomp_json(seccomp)  # None: no option, or one that is no filter
     ulimits = {str(u["Name"]): int(u["Hard"]) for u in config.get("ulimits", [])}
     memory = int(config.get("mem_limit", 0))
     return ContainerConfig(
@@ -132,10 +140,16 @@ def describe_container(profile: SandboxProfile, *, image: str) -> ContainerConfi
         cpus=int(config.get("nano_cpus", 0)) / 1e9,
         pids_limit=int(config.get("pids_limit", 0)),
         open_files=ulimits.get("nofile", 0),
-        seccomp_filter=json.loads(seccomp) if seccomp else {},
+        seccomp_filter=seccomp_filter or {},
         runtime=str(config.get("runtime") or "runc"),
         masked_paths=tuple(sorted(str(p) for p in config.get("masked_paths", []))),
         guest_filter=describe_guest_filter(profile.language_mode),
+        # The filter's option is described when it reads as one (not "seccomp=unconfined").
+        other_settings=_other_settings(
+            config,
+            options=[o for o in options if o != "no-new-privileges:true"],
+            seccomp=seccomp if seccomp_filter is not None else None,
+        ),
     )
 
 
@@ -165,6 +179,48 @@ def _condition(when: tuple[tuple[int, str, int, int], ...] | None) -> str:
         f"argument {index} != {a:#x}" if op == "ne" else f"argument {index} & {a:#x} == {b:#x}"
         for index, op, a, b in when
     )
+
+
+# Keys a field of ContainerConfig describes in full, and the labels, which name one container
+# (a bind mount's host directory, in "volumes", also differs per container).
+_DESCRIBED: Final = frozenset(
+    {"image", "network_mode", "read_only", "tmpfs", "mounts", "volumes", "user", "cap_add",
+     "cap_drop", "environment", "mem_limit", "memswap_limit", "nano_cpus", "pids_limit",
+     "runtime", "masked_paths", "labels"}
+)  # fmt: skip
+
+
+def _seccomp_json(option: str | None) -> dict[str, Any] | None:
+    if option is None:
+        return None
+    try:
+        found = json.loads(option.removeprefix("seccomp="))
+    except ValueError:
+        return None  # "unconfined", a file path: no filter described; the option is reported
+    return found if isinstance(found, dict) else None
+
+
+def _other_settings(
+    config: dict[str, Any], *, options: list[str], seccomp: str | None
+) -> tuple[str, ...]:
+    """What no field describes, as sorted ``key: JSON`` lines: any change to the hardening
+    shows up in a report, even one this module has no words for. ``options`` are the
+    security options but ``no-new-privileges:true``; ``seccomp`` the one the filter came
+    from."""
+    rest = {key: value for key, value in config.items() if key not in _DESCRIBED}
+    if "security_opt" in rest:
+        if seccomp is not None:
+            options = options.copy()
+            options.remove(seccomp)
+        rest["security_opt"] = options
+    if "ulimits" in rest:
+        rest["ulimits"] = [u for u in rest["ulimits"] if u.get("Name") != "nofile"]
+    return tuple(sorted(f"{key}: {_canonical(value)}" for key, value in rest.items()))
+
+
+def _canonical(value: Any) -> str:
+    # Docker's types are dicts; anything else is written as its repr, so it is still compared.
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=repr)
 
 
 def _mounts(config: dict[str, Any]) -> tuple[ContainerMount, ...]:

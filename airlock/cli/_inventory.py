@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +25,7 @@ from rich.table import Table
 
 from airlock.cli._settings import Settings
 from airlock.frontends import ANTHROPIC_URL
+from airlock.harness import database_url
 from airlock.inventory import (
     Format,
     HarnessConnection,
@@ -50,6 +51,8 @@ from airlock.policies import AirlockError, UsageError
 from airlock.sandbox import read_image_digest
 
 __all__ = [
+    "APPROVALS_HOST",
+    "APPROVALS_PORT",
     "MCP_HOST",
     "MODEL_KEY",
     "harness",
@@ -65,6 +68,15 @@ MODEL_KEY: Final = "ANTHROPIC_API_KEY"
 MCP_HOST: Final = "127.0.0.1"
 """Where ``airlock serve --mcp --http`` listens (``airlock.frontends.mcp.LOOPBACK``; that
 module needs the ``mcp`` extra, so the inventory names it here and a test keeps them equal)."""
+APPROVALS_HOST: Final = "127.0.0.1"
+APPROVALS_PORT: Final = 8470
+"""Where ``airlock approvals serve`` listens by default (``--port``; its module needs the
+``web`` extra, so the inventory names them here and a test keeps them equal)."""
+# Read as airlock.harness's OTLP export and the exporter read them: the traces variable
+# first, else the base endpoint with the traces path (a test keeps them in step).
+_SPANS_AT: Final = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+_SPANS_BASE: Final = "OTEL_EXPORTER_OTLP_ENDPOINT"
+_SPANS_HEADERS: Final = ("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS")
 _EXIT_PROGRAM: Final = {"complete": 0, "unknown_tools": 1, "unresolved": 3}
 
 RegistryOption = Annotated[
@@ -113,6 +125,7 @@ def load_inventory(
     Raises:
         RegistryRefError, PolicyFileError, UnknownSubjectError, UnsafeRegistryError: see
             their docstrings.
+        UsageError: ``AIRLOCK_DATABASE_URL`` is not a database URL.
     """
     catalog = load_registry(registry)
     document = load_policy_document(policy)
@@ -139,14 +152,32 @@ def load_inventory(
 
 
 def harness(settings: Settings) -> tuple[HarnessConnection, ...]:
-    """The connections airlock's own commands make under ``settings`` and this environment."""
+    """The connections airlock's own commands make under ``settings`` and this environment.
+
+    Raises:
+        UsageError: ``AIRLOCK_DATABASE_URL`` is not a database URL.
+    """
+    spans, headers = _audit_spans(os.environ)
     return harness_connections(
         home=settings.home,
         model_endpoint=ANTHROPIC_URL,
         model_credential=MODEL_KEY,
         mcp_host=MCP_HOST,
         docker_host=os.environ.get("DOCKER_HOST") or None,
+        database=database_url(),  # the stores every harness opens (AIRLOCK_DATABASE_URL)
+        spans_endpoint=spans,
+        spans_credential=headers,
+        approval_page=(APPROVALS_HOST, APPROVALS_PORT),
     )
+
+
+def _audit_spans(environ: Mapping[str, str]) -> tuple[str | None, str | None]:
+    """Where a harness's audit log exports spans over OTLP under ``environ`` (None: it
+    exports none), and the variable whose headers go with them."""
+    base = environ.get(_SPANS_BASE)
+    endpoint = environ.get(_SPANS_AT) or (base and f"{base.removesuffix('/')}/v1/traces")
+    headers = next((name for name in _SPANS_HEADERS if environ.get(name)), None)
+    return endpoint or None, headers if endpoint else None
 
 
 def _format(value: str) -> Format:

@@ -2,12 +2,14 @@
 
 The principal comes from the command line (the operator who starts the server decides whom
 it acts for), never from the client. So do the programs' limits and files: ``--timeout``,
-``--memory`` and ``--image`` change the policy file's ``[sandbox]`` profile for this server,
+``--memory`` and ``--image`` may narrow the policy file's ``[sandbox]`` profile for this
+server, never widen it (that profile is what ``airlock inventory`` reports and locks),
 ``--keep-state`` keeps one container for the session's programs, and ``--inputs DIR`` gives
 every program the entries of ``DIR`` read-only at ``/data/NAME`` (the model sees them listed;
 the principal's grant must cover ``read(file:NAME)`` for each). Exit codes: 0 the client
-disconnected; 2 a usage error (bad ``--registry``, policy file, principal, an input refused),
-printed with its stable code; 3 the sandbox is unavailable.
+disconnected; 2 a usage error (bad ``--registry``, policy file, principal, an input refused,
+a flag that widens the policy's sandbox), printed with its stable code; 3 the sandbox is
+unavailable.
 
 The budget (``--budget-seconds``, ``--budget-calls``, ``--budget-bytes``) is a session's: over
 stdio the server has one client, so it covers the server's whole life; over HTTP each MCP
@@ -32,7 +34,14 @@ from rich.console import Console
 
 from airlock.cli._approvals import default_ledger
 from airlock.cli._inventory import PolicyOption, RegistryOption, TenantOption, usage_errors
-from airlock.cli._run import profile_options
+from airlock.cli._sandbox_options import (
+    ImageOption,
+    InputsOption,
+    KeepStateOption,
+    MemoryOption,
+    SandboxOptions,
+    TimeoutOption,
+)
 from airlock.cli._serve_http import TOKEN_ENV, bearer_token, serve_clients
 from airlock.cli._settings import Settings
 from airlock.harness import (
@@ -44,7 +53,7 @@ from airlock.harness import (
     open_ledger,
 )
 from airlock.inventory import load_policy_document, load_tool_registry
-from airlock.policies import Principal, SandboxProfile, UsageError
+from airlock.policies import Principal, UsageError
 from airlock.sandbox import DockerBackend, SandboxError
 from airlock.tools import AuditStore, LedgerStore, SQLiteAuditStore, SQLiteLedgerStore
 
@@ -62,23 +71,6 @@ __all__ = [
     "serve",
 ]
 
-TimeoutOption = Annotated[
-    float | None,
-    typer.Option(help="Wall-clock deadline of each program, in seconds (default: the policy's)."),
-]
-MemoryOption = Annotated[
-    str | None, typer.Option(help="Memory of each program, e.g. 1g (default: the policy's).")
-]
-ImageOption = Annotated[
-    str | None,
-    typer.Option(help="base, or data: numpy, pandas, pyarrow, matplotlib (default: the policy's)."),
-]
-KeepStateOption = Annotated[
-    bool,
-    typer.Option(
-        "--keep-state", help="Run the session's programs in one kept container (state stays)."
-    ),
-]
 DatabaseOption = Annotated[
     str | None,
     typer.Option(
@@ -86,40 +78,6 @@ DatabaseOption = Annotated[
         "several harness processes (default: AIRLOCK_DATABASE_URL, else SQLite files).",
     ),
 ]
-InputsOption = Annotated[
-    Path | None,
-    typer.Option(
-        help="A directory whose entries every program reads at /data/NAME (read-only).",
-        exists=True,
-        file_okay=False,
-    ),
-]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SandboxOptions:
-    """What ``serve`` and ``chat`` take on the command line about the session's programs."""
-
-    timeout: float | None = None
-    memory: str | None = None
-    image: str | None = None
-    keep_state: bool = False
-    inputs: Path | None = None
-    """A directory the operator allows: each entry not starting with a dot is an input."""
-
-    def profile(self, base: SandboxProfile) -> SandboxProfile:
-        """``base`` (the policy file's profile) with these options."""
-        return profile_options(base, image=self.image, timeout=self.timeout, memory=self.memory)
-
-    def input_files(self) -> dict[str, Path]:
-        """The inputs: the entries of :attr:`inputs` by name (hidden ones left out)."""
-        if self.inputs is None:
-            return {}
-        return {
-            entry.name: entry
-            for entry in sorted(self.inputs.iterdir())
-            if not entry.name.startswith(".")
-        }
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -155,19 +113,21 @@ async def open_harness(
     in ``AIRLOCK_HOME`` when None), open for as long as the block runs, and the principal
     ``user`` its sessions act for. Calls are audited in ``audit.db`` in ``AIRLOCK_HOME``
     unless the registry has a store of its own, each durable before its answer returns; the
-    log is flushed and closed at the end. ``options`` change the policy's sandbox profile,
+    log is flushed and closed at the end. ``options`` narrow the policy's sandbox profile,
     keep state and give inputs; artifacts are stored in ``AIRLOCK_HOME/artifacts``.
 
     Raises:
         RegistryRefError, PolicyFileError, UsageError: the registry, policy or principal is
-            not usable; ``InputRefused`` for an input outside the grant or not mountable.
+            not usable, or an option widens the policy's sandbox profile; ``InputRefused``
+            for an input outside the grant or not mountable.
         SandboxError: the Docker engine or the sandbox image is unavailable.
     """
     options = options or SandboxOptions()
     catalog = load_tool_registry(registry_ref)
     document = load_policy_document(policy)
     subject = document.principal(user, tenant=tenant)
-    profile = options.profile(document.policy.sandbox)
+    # The policy's profile is what the inventory reports and the lock holds: flags narrow it.
+    profile = options.checked_profile(document.policy.sandbox, policy=policy)
     files = options.input_files()
     # A database URL (--database, AIRLOCK_DATABASE_URL) holds both stores; else the files.
     url = database_url(database)

@@ -1,18 +1,22 @@
 """The harness's own connections: what airlock itself reaches, outside any tool.
 
 Tools are not the only way data leaves or enters: the harness sends conversations to a model
-provider, accepts MCP clients, drives the container engine through its socket (root-equivalent
-on the host), and keeps the audit log and the ledger in files. :func:`harness_connections`
-lists them from what the command line knows (its settings and the front ends' endpoints), so
-a reviewer sees them beside the tools, and the lock file holds each one in a form that reads
-the same on every machine.
+provider, accepts MCP clients and the approver's browser, drives the container engine through
+its socket (root-equivalent on the host), keeps the audit log and the ledger in files or in a
+database server (``AIRLOCK_DATABASE_URL``), and may send every audit record to an
+OpenTelemetry collector. :func:`harness_connections` lists them from what the command line
+knows (its settings, its environment and the front ends' endpoints), so a reviewer sees them
+beside the tools, and the lock file holds each one in a form that reads the same on every
+machine: where it is, never a password or a user name.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Final
+from urllib.parse import parse_qsl, urlsplit
 
+from airlock.harness import DATABASE_ENV, is_postgres
 from airlock.inventory._model import HarnessConnection
 
 __all__ = ["DEFAULT_DOCKER_HOST", "harness_connections"]
@@ -28,12 +32,25 @@ def harness_connections(
     model_credential: str,
     mcp_host: str,
     docker_host: str | None,
+    database: str | None = None,
+    spans_endpoint: str | None = None,
+    spans_credential: str | None = None,
+    approval_page: tuple[str, int] | None = None,
 ) -> tuple[HarnessConnection, ...]:
     """The connections of airlock's own commands: the model provider at ``model_endpoint``
     (authenticated with the credential named ``model_credential``), the MCP listener (stdio,
     or HTTP on ``mcp_host``), the container engine at ``docker_host`` (``DOCKER_HOST``; the
-    default socket when None), and the audit and ledger stores in ``home``."""
+    default socket when None), the audit and ledger stores in the database ``database`` names
+    (a URL as :func:`airlock.harness.database_url` gives it; SQLite files in ``home`` when
+    None), the OTLP collector audit spans go to when ``spans_endpoint`` is given (with the
+    headers named ``spans_credential``), and the approval page on ``approval_page`` (host,
+    default port) when given."""
     engine = docker_host or DEFAULT_DOCKER_HOST
+    optional: list[HarnessConnection] = []
+    if spans_endpoint is not None:
+        optional.append(_spans(spans_endpoint, spans_credential))
+    if approval_page is not None:
+        optional.append(_approval_page(*approval_page))
     return (
         HarnessConnection(
             name="model provider",
@@ -76,31 +93,110 @@ def harness_connections(
         ),
         _store(
             "audit store",
-            home / "audit.db",
+            "audit.db",
             home,
+            database,
             "written by serve, chat, run and a Harness of your own (the default audit log), "
             "read by airlock audit",
-            note="its chain key is audit.db.key beside it",
         ),
         _store(
             "ledger",
-            home / "ledger.db",
+            "ledger.db",
             home,
+            database,
             "written by the write path (previews, approvals, receipts), read by airlock "
             "approvals, receipts and reconcile",
         ),
+        *optional,
     )
 
 
-def _store(name: str, path: Path, home: Path, used_by: str, *, note: str = "") -> HarnessConnection:
+def _store(
+    name: str, file: str, home: Path, database: str | None, used_by: str
+) -> HarnessConnection:
+    key = name == "audit store"
+    if is_postgres(database):
+        assert database is not None
+        where, credential = _postgres(database)
+        return HarnessConnection(
+            name=name,
+            direction="outbound",
+            kind="postgresql",
+            target=where,
+            locked_as=where,
+            credential=credential,
+            used_by=f"{used_by}; shared by every harness process that names this database",
+            note="readable by whoever the database server lets read it; never mounted into a "
+            "sandbox"
+            + (
+                "; its chain key is $AIRLOCK_HOME/audit.key (or AIRLOCK_AUDIT_KEY_FILE)"
+                if key
+                else ""
+            ),
+        )
+    # sqlite:///FOLDER names the folder; no URL: $AIRLOCK_HOME.
+    folder = home if database is None else Path(database.removeprefix("sqlite://"))
     return HarnessConnection(
         name=name,
         direction="local",
         kind="sqlite file",
-        target=str(path),
-        locked_as=f"$AIRLOCK_HOME/{path.relative_to(home)}",
+        target=str(folder / file),
+        locked_as=f"$AIRLOCK_HOME/{file}" if database is None else str(folder / file),
         credential=None,
         used_by=used_by,
-        note="readable by whoever can read $AIRLOCK_HOME; never mounted into a sandbox"
-        + (f"; {note}" if note else ""),
+        note=f"readable by whoever can read {'$AIRLOCK_HOME' if database is None else folder}; "
+        "never mounted into a sandbox"
+        + ("; its chain key is audit.db.key beside it" if key else ""),
+    )
+
+
+# The query parameters that say where libpq connects; the others (user, password, sslmode,
+# options, ...) are left out: a user name or a password is never listed.
+_WHERE: Final = ("host", "hostaddr", "port", "dbname")
+
+
+def _postgres(url: str) -> tuple[str, str | None]:
+    """Where a PostgreSQL URL connects, without its user and password, and the name of the
+    credential it carries (the URL's variable, when the URL holds a password)."""
+    parts = urlsplit(url)
+    user_info, _, hosts = parts.netloc.rpartition("@")
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    where = [f"{k}={v}" for k, v in query if k in _WHERE]
+    hosts = hosts.lower()  # names are case-blind: DB.Example.NET is no new server
+    if not hosts and not any(k in ("host", "hostaddr") for k, _ in query):
+        hosts = "$PGHOST"  # libpq's: another machine as likely as the local socket
+    text = f"postgresql://{hosts}{parts.path}" + ("?" + "&".join(where) if where else "")
+    secret = ":" in user_info or any(k == "password" for k, _ in query)
+    return text, DATABASE_ENV if secret else None
+
+
+def _spans(endpoint: str, credential: str | None) -> HarnessConnection:
+    parts = urlsplit(endpoint)
+    where = parts._replace(netloc=parts.netloc.rpartition("@")[2], query="", fragment="")
+    return HarnessConnection(
+        name="audit spans",
+        direction="outbound",
+        kind="otlp/http",
+        target=where.geturl(),
+        locked_as=where.geturl(),
+        credential=credential,
+        used_by="sent by serve, chat, run and a Harness of your own with every audit record "
+        "stored, while OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set",
+        note="each record leaves the host as a span: run and call ids, principal, tenant, "
+        "tool, effects, outcome, approver and the arguments' hash (never their values)",
+    )
+
+
+def _approval_page(host: str, port: int) -> HarnessConnection:
+    where = f"http://{host}:{port}; with --port PORT: http://{host}:PORT"
+    return HarnessConnection(
+        name="approval page",
+        direction="inbound",
+        kind="http",
+        target=where,
+        locked_as=where,
+        credential=None,
+        used_by="opened by airlock approvals serve",
+        note="whoever holds the link it prints (its token; --no-token: anyone on this "
+        "machine) approves or denies writes; loopback only",
     )

@@ -176,6 +176,15 @@ def _refusals(before: Any, after: Any) -> list[tuple[Direction, str]]:
     ]
 
 
+def _settings(before: Any, after: Any) -> list[tuple[Direction, str]]:
+    """Container settings no other field describes: no rule can tell a narrower one from a
+    wider one (a setting gone may be a default that is wider), so every change is growth."""
+    old, new = set(before), set(after)
+    return [("growth", f"+ {item}") for item in sorted(new - old)] + [
+        ("growth", f"- {item}") for item in sorted(old - new)
+    ]
+
+
 # gVisor puts a second kernel between the program and the host's; an unknown runtime may be
 # anything, so it ranks as the widest.
 _RUNTIMES: Final = {"runsc": 0, "runc": 1, "crun": 1}
@@ -205,6 +214,7 @@ SANDBOX_RULES: Final[Mapping[str, _Judge]] = {
     "image_digest": _ignored,  # not locked: it depends on the engine the command reached
     "image_kind": _ranked(lambda v: 0 if v == "base" else 1),
     "image_packages": _members,  # a package added is more native code a program reaches
+    "other_settings": _settings,
 }
 """How a change of each :class:`SandboxEffects` field is judged: growth, shrink or change."""
 

@@ -326,11 +326,22 @@ class SandboxEffects(_Record):
         description="Packages the image adds, 'name==version' (the data image's, pinned by "
         "this airlock); empty for the base image.",
     )
+    other_settings: tuple[str, ...] = Field(
+        default=(),
+        # A lock written before this field reads (it has none): the check then lists each
+        # setting as growth, so the lock is refreshed once, on purpose.
+        exclude_if=lambda settings: not settings,
+        description="Every other setting the container is started with, one 'key: canonical "
+        "JSON' line each, sorted: what no field above describes (namespaces, devices, "
+        "privileged, security options besides the seccomp filter and no-new-privileges, "
+        "ulimits besides open files, any key added later). Any change is growth.",
+    )
 
 
 class HarnessConnection(_Record):
     """A connection the harness itself makes or accepts, outside any tool: where model
-    traffic, MCP clients, the container engine and the stores are."""
+    traffic, MCP clients, the approval page, the container engine, the stores and the audit
+    spans are."""
 
     name: str = Field(description="What it is, e.g. 'model provider' or 'docker engine'.")
     direction: ConnectionDirection = Field(description="outbound, inbound or local.")
@@ -357,7 +368,8 @@ class Inventory(_Record):
         description="The sandbox's own effect set, under the policy file's [sandbox] profile."
     )
     harness: tuple[HarnessConnection, ...] = Field(
-        description="The harness's own connections: model provider, MCP, engine, stores."
+        description="The harness's own connections: model provider, listeners (MCP, the "
+        "approval page), engine, stores, audit spans."
     )
     subjects: tuple[SubjectInventory, ...] = Field(description="One entry per subject.")
 

@@ -153,6 +153,7 @@ def sandbox_rows(sandbox: SandboxEffects) -> list[tuple[str, str]]:
         ("masked paths", ", ".join(sandbox.masked_paths)),
         ("image", f"{sandbox.image} ({sandbox.image_digest})"),
         ("image packages", ", ".join(sandbox.image_packages) or f"none ({sandbox.image_kind})"),
+        ("other settings", "\n".join(sandbox.other_settings) or "none"),
         (
             "inputs",
             f"host files an operator gives, read-only at /data/NAME, each when the grant "

@@ -3,9 +3,10 @@
 Nothing here restates the hardening: :func:`sandbox_effects` reports what
 :func:`airlock.sandbox.describe_container` reads from the very keyword arguments the Docker
 backend passes to ``containers.run`` for the profile, so a change there shows up in the
-inventory and in ``--check``. The second seccomp layer (what the guest runner refuses
-before a program runs) comes from the rule list the image ships, rendered on this host. The
-data image's packages come from the list this airlock builds it with
+inventory and in ``--check``; a setting no field describes is listed in ``other_settings``,
+whose every change ``--check`` judges growth. The second seccomp layer (what the guest
+runner refuses before a program runs) comes from the rule list the image ships, rendered on
+this host. The data image's packages come from the list this airlock builds it with
 (:data:`airlock.sandbox.DATA_PACKAGES`), so the lock holds them without an engine.
 """
 
@@ -69,6 +70,7 @@ def sandbox_effects(profile: SandboxProfile, *, image: str, image_digest: str) -
         )
         if profile.image == "data"
         else (),
+        other_settings=config.other_settings,
     )
 
 

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from airlock.cli import Settings, app, default_ledger
-from airlock.cli._inventory import MCP_HOST, MODEL_KEY
+from airlock.cli._approvals_serve import serve_approvals
+from airlock.cli._inventory import APPROVALS_HOST, APPROVALS_PORT, MCP_HOST, MODEL_KEY
 from airlock.cli._serve import open_session
 from airlock.frontends import ANTHROPIC_URL
 from airlock.tools import AuditEvent, AuditLog, SQLiteAuditStore
@@ -22,9 +25,21 @@ runner = CliRunner()
 BASE = ["inventory", "--registry", REGISTRY_REF, "--policy", POLICY_ARG]
 
 
+# What else names a connection of the harness: unset, unless a test sets it.
+DEPLOYMENT_ENV = (
+    "AIRLOCK_DATABASE_URL",
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_HEADERS",
+    "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+)
+
+
 @pytest.fixture(autouse=True)
 def _no_engine(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/airlock-test-docker.sock")
+    for name in DEPLOYMENT_ENV:
+        monkeypatch.delenv(name, raising=False)
     monkeypatch.chdir(REPO)
 
 
@@ -142,6 +157,7 @@ def test_the_harness_section_lists_airlocks_own_connections(
         "docker engine",
         "audit store",
         "ledger",
+        "approval page",
     }
     assert harness["model provider"]["target"] == ANTHROPIC_URL
     assert harness["model provider"]["credential"] == MODEL_KEY
@@ -152,13 +168,112 @@ def test_the_harness_section_lists_airlocks_own_connections(
 
 
 def test_the_harness_section_names_what_the_commands_use() -> None:
+    from airlock.cli._approval_page import LOOPBACK as PAGE_HOST  # the web extra, likewise
     from airlock.frontends.mcp import LOOPBACK  # the mcp extra is part of the dev install
 
     assert MCP_HOST == LOOPBACK
+    assert (PAGE_HOST, _default(serve_approvals, "port")) == (APPROVALS_HOST, APPROVALS_PORT)
     chat = runner.invoke(app, ["chat", "hi", "--registry", REGISTRY_REF, "--policy", POLICY_ARG,
                                "--user", "alice"], env={MODEL_KEY: ""})  # fmt: skip
     assert chat.exit_code == 2
     assert f"set {MODEL_KEY}" in chat.output
+
+
+def _default(command: Callable[..., object], name: str) -> object:
+    return inspect.signature(command).parameters[name].default
+
+
+def _harness_of(args: list[str]) -> dict[str, dict[str, object]]:
+    result = runner.invoke(app, [*args, "--format", "json"])
+    assert result.exit_code == 0, result.output
+    return {c["name"]: c for c in json.loads(result.output)["harness"]}
+
+
+def test_a_remote_database_and_a_span_collector_are_listed_and_fail_the_check(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lock = tmp_path / "effects.lock"
+    assert runner.invoke(app, [*BASE, "--lock", str(lock)]).exit_code == 0
+    monkeypatch.setenv("AIRLOCK_DATABASE_URL", "postgresql://airlock:pw@db.example.net/airlock")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "https://collector.example.net:4318")
+    harness = _harness_of(BASE)
+    for store in ("audit store", "ledger"):
+        assert harness[store]["target"] == "postgresql://db.example.net/airlock"
+        assert harness[store]["direction"] == "outbound"
+    spans = harness["audit spans"]
+    assert spans["target"] == "https://collector.example.net:4318/v1/traces"
+    assert "pw" not in json.dumps(harness)
+    check = runner.invoke(app, [*BASE, "--check", str(lock)])
+    assert check.exit_code == 1, check.output
+    assert "new_connection: audit spans: outbound otlp/http" in check.output
+    assert "connection_changed: audit store: local sqlite file" in check.output
+
+
+def test_a_database_url_that_is_not_one_is_a_usage_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIRLOCK_DATABASE_URL", "mysql://db.example.net/airlock")
+    result = runner.invoke(app, BASE)
+    assert result.exit_code == 2
+    assert "error (usage_error)" in result.output
+
+
+# OTLP variables -> where the harness sends spans (None: it sends none)
+OTLP: dict[str, tuple[dict[str, str], str | None, str | None]] = {
+    "nothing set": ({}, None, None),
+    "set empty": ({"OTEL_EXPORTER_OTLP_ENDPOINT": ""}, None, None),
+    "the base endpoint": (
+        {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318/"},
+        "http://127.0.0.1:4318/v1/traces",
+        None,
+    ),
+    "the traces endpoint wins": (
+        {
+            "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318",
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://127.0.0.1:9999/t",
+        },
+        "http://127.0.0.1:9999/t",
+        None,
+    ),
+    "headers": (
+        {
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://127.0.0.1:9999/t",
+            "OTEL_EXPORTER_OTLP_HEADERS": "authorization=Bearer x",
+        },
+        "http://127.0.0.1:9999/t",
+        "OTEL_EXPORTER_OTLP_HEADERS",
+    ),
+    "traces headers win": (
+        {
+            "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318",
+            "OTEL_EXPORTER_OTLP_HEADERS": "a=b",
+            "OTEL_EXPORTER_OTLP_TRACES_HEADERS": "c=d",
+        },
+        "http://127.0.0.1:4318/v1/traces",
+        "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(OTLP))
+def test_audit_spans_are_listed_exactly_when_the_harness_exports_them(
+    case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    from airlock.harness._otel import spans_from_environment
+
+    environ, endpoint, credential = OTLP[case]
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    spans = _harness_of(BASE).get("audit spans")
+    log = AuditLog(SQLiteAuditStore(tmp_path / "audit.db"))
+    try:
+        exporting = spans_from_environment(log)  # what every harness does with its log
+    finally:
+        log.close()
+    assert exporting == (spans is not None)
+    if spans is not None:
+        assert (spans["target"], spans["credential"]) == (endpoint, credential)
+        assert OTLPSpanExporter()._endpoint == endpoint  # where the exporter posts
 
 
 # -- program-effects -----------------------------------------------------------------------

@@ -61,6 +61,9 @@ def _no_engine(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/airlock-test-docker.sock")
     monkeypatch.setenv("AIRLOCK_HOME", "/var/lib/airlock")
     monkeypatch.delenv("AIRLOCK_IMAGE", raising=False)
+    for name in ("AIRLOCK_DATABASE_URL", "OTEL_EXPORTER_OTLP_ENDPOINT",
+                 "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):  # fmt: skip
+        monkeypatch.delenv(name, raising=False)  # they name other stores, a collector
     monkeypatch.chdir(REPO)
 
 

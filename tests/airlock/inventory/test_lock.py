@@ -63,6 +63,9 @@ class World:
     model_endpoint: str = ANTHROPIC_URL
     home: Path = Path("/srv/airlock")
     docker_host: str | None = None
+    database: str | None = None
+    spans_endpoint: str | None = None
+    spans_credential: str | None = None
 
 
 BASE = World(specs=registry.specs(), policy=POLICY.read_text())
@@ -86,6 +89,10 @@ def lock_of(world: World) -> EffectLock:
             model_credential="ANTHROPIC_API_KEY",
             mcp_host="127.0.0.1",
             docker_host=world.docker_host,
+            database=world.database,
+            spans_endpoint=world.spans_endpoint,
+            spans_credential=world.spans_credential,
+            approval_page=("127.0.0.1", 8470),
         ),
     )
     return lock_from_inventory(inventory, SELECTION)
@@ -189,6 +196,18 @@ _ALLOW_ONE_CDN = (
     '[[roles.billing_reader.rules]]\nid = "one-cdn"\naction = "allow"\neffect = "network"\n'
     'targets = ["a.cdn.example.net"]\n'
 )
+
+
+_DB = "postgresql://airlock@db.example.net/airlock"
+_COLLECTOR = "https://collector.example.net:4318/v1/traces"
+
+
+def _database(url: str) -> Edit:
+    return lambda w: replace(w, database=url)
+
+
+def _spans(endpoint: str, credential: str | None = None) -> Edit:
+    return lambda w: replace(w, spans_endpoint=endpoint, spans_credential=credential)
 
 
 # name: (before, after, the change before -> after, the change after -> before)
@@ -376,6 +395,39 @@ CHANGES: dict[str, tuple[Edit, Edit, Expected, Expected]] = {
         "neutral",
         "neutral",
     ),
+    # The audit log and the ledger leave the machine for a database server, or come back.
+    "stores in a remote database": (same, _database(_DB), "growth", "growth"),
+    "database server moved": (
+        _database(_DB),
+        _database(_DB.replace("db.", "db2.")),
+        "growth",
+        "growth",
+    ),
+    "database password changed": (
+        _database(_DB.replace("@", ":one@")),
+        _database(_DB.replace("@", ":two@")),
+        "neutral",
+        "neutral",
+    ),
+    "stores in another sqlite folder": (
+        same,
+        _database("sqlite:///var/db/x"),
+        "neutral",
+        "neutral",
+    ),
+    "audit spans exported": (same, _spans(_COLLECTOR), "growth", "shrink"),
+    "audit spans collector moved": (
+        _spans(_COLLECTOR),
+        _spans(_COLLECTOR.replace("collector.", "other.")),
+        "growth",
+        "growth",
+    ),
+    "audit spans sent with headers": (
+        _spans(_COLLECTOR),
+        _spans(_COLLECTOR, "OTEL_EXPORTER_OTLP_HEADERS"),
+        "growth",
+        "growth",  # an outbound connection that changes at all is judged growth
+    ),
 }
 
 
@@ -460,6 +512,19 @@ def test_a_removed_precondition_names_it() -> None:
 def test_every_sandbox_field_has_a_rule() -> None:
     # A field without one would count as growth on any change: give it a rule on purpose.
     assert set(SandboxEffects.model_fields) == set(SANDBOX_RULES)
+
+
+def test_a_remote_database_and_a_collector_are_named_as_they_grow() -> None:
+    kinds = _kinds(same, both(_database(_DB), _spans(_COLLECTOR)))
+    spans = f"audit spans: outbound otlp/http {_COLLECTOR}"
+    assert ("growth", "new_connection", spans) in kinds
+    for store in ("audit store", "ledger"):
+        base = "audit.db" if store == "audit store" else "ledger.db"
+        moved = (
+            f"{store}: local sqlite file $AIRLOCK_HOME/{base} → outbound postgresql "
+            "postgresql://db.example.net/airlock"
+        )
+        assert ("growth", "connection_changed", moved) in kinds
 
 
 def test_the_lock_reads_the_same_on_every_machine() -> None:
