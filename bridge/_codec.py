@@ -14,6 +14,10 @@ before the frame is decoded, never by what the frame turns out to hold:
   decoding is then bounded too (a 12 MB frame of empty objects would otherwise be millions of
   Python objects, most of a gigabyte);
 - **nesting**: at most :data:`MAX_DEPTH` levels;
+- **arguments**: one call's arguments hold at most ``MAX_CALL_ELEMENTS`` values and keys
+  (:mod:`~airlock.bridge._call_budget`: they are validated on the event loop); what is over
+  it, and what such frames carry besides what the host reads, is dropped as the frame is
+  decoded, before the collector ever walks it;
 - **time on the event loop**: a body over :data:`OFF_LOOP_BYTES` is counted and decoded in a
   worker thread, whose Python-level hooks give the loop its turn every few milliseconds.
 
@@ -38,6 +42,7 @@ from typing import Any, Final
 
 from pydantic_core import to_json
 
+from airlock.bridge._call_budget import MAX_CALL_ELEMENTS, trim_frame, trims
 from airlock.bridge.airlock_wire import HEADER_FORMAT, RESULT
 
 __all__ = [
@@ -346,17 +351,31 @@ def decode_body(body: bytes | bytearray, *, max_elements: int = MAX_ELEMENTS) ->
         raise FrameError(
             f"frame holds more than {max_elements} values and keys; send less per frame"
         )
+    too_deep = False
     try:
+        # What is checked or dropped is so with the collector held off: a tree freed before
+        # the collector resumes is never walked.
         with _COLLECTOR if len(body) > _PAUSE_OVER else _NO_PAUSE:
             message = _DECODER.decode(body.decode("ascii"))
+            # Each level opens a bracket: a body with few of them (most frames) is shallow.
+            if body.count(b"[") + body.count(b"{") > MAX_DEPTH and not _depth_within(
+                message, MAX_DEPTH
+            ):
+                message, too_deep = None, True
+            elif (
+                len(body) > MAX_CALL_ELEMENTS
+                and type(message) is dict
+                and trims(message)
+                and count_elements(body, stop_after=MAX_CALL_ELEMENTS) > MAX_CALL_ELEMENTS
+            ):
+                message = trim_frame(message)
     except FrameError:
         raise
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise FrameError(f"frame body is not JSON: {exc}") from None
     except RecursionError:
         raise FrameError(f"frame nests deeper than {MAX_DEPTH} levels") from None
-    # Each level opens a bracket: a body with few of them (as every call frame) is shallow.
-    if body.count(b"[") + body.count(b"{") > MAX_DEPTH and not _depth_within(message, MAX_DEPTH):
+    if too_deep:
         raise FrameError(f"frame nests deeper than {MAX_DEPTH} levels")
     if not isinstance(message, dict) or not isinstance(message.get("type"), str):
         raise FrameError("a frame must be a JSON object with a string 'type'")

@@ -7,7 +7,12 @@ grant and deadline come from the host, never from a frame. A ``propose`` frame i
 proposal of a write: it becomes :meth:`ToolSession.propose
 <airlock.bridge.ToolSession.propose>` (admitted and prepared on the host, never committed),
 answered like a call. Calls run at once, until they first wait (:class:`CallRunner`); at most
-``max_concurrency`` run at a time, the others wait for their turn in order of arrival.
+``max_concurrency`` run at a time, the others wait for their turn in order of arrival. A
+batch's items run in a few workers that share the event loop's turns (:class:`SharedTurns`).
+
+Arguments over the call budget (:class:`ArgumentsOverBudget`, in place of a call's, a
+proposal's or a batch item's as the frame was decoded) are answered ``invalid_input`` without
+admission, and recorded in the audit log; the run goes on.
 """
 
 from __future__ import annotations
@@ -18,13 +23,22 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Any, Final
 
+from airlock.bridge._call_budget import MAX_CALL_ELEMENTS, ArgumentsOverBudget
 from airlock.bridge._program_errors import program_error
 from airlock.bridge._results import ResultWriter
 from airlock.bridge._run_stop import limit_stop, protocol_stop
-from airlock.bridge._runner import CallRunner
+from airlock.bridge._runner import CallRunner, SharedTurns
 from airlock.bridge._session import BridgeLimits, ToolSession
 from airlock.bridge.airlock_wire import MAX_TOOL_NAME_CHARS
-from airlock.tools import JSONObject, ToolError, UnknownToolError, escape_controls
+from airlock.tools import (
+    FieldIssue,
+    InvalidInputError,
+    JSONObject,
+    ToolError,
+    UnknownToolError,
+    audit_event,
+    escape_controls,
+)
 
 __all__ = ["CallDispatcher"]
 
@@ -60,6 +74,7 @@ class CallDispatcher:
         self._running = 0  # calls executing (at most max_concurrency)
         self._turns: deque[asyncio.Future[None]] = deque()  # calls waiting for their turn
         self._calls = CallRunner(on_done=self._done)
+        self._items = SharedTurns()  # the loop's turns, for the items of the run's batches
         self._seen_ids: set[int] = set()
         self._refused = 0
         self._call_prefix = f"{session.call_prefix or session.run_id}:" if session else ""
@@ -86,7 +101,9 @@ class CallDispatcher:
             raise protocol_stop(f"{what} 'args' must be an object")
         self._admit_count(1)
         self.in_flight += 1
-        if propose:
+        if type(args) is ArgumentsOverBudget:
+            self._calls.submit(self._answer_refusal(call_id, tool))
+        elif propose:
             self._calls.submit(self._answer_proposal(call_id, tool, args))
         else:
             self._calls.submit(self._answer_call(call_id, tool, args))
@@ -232,15 +249,55 @@ class CallDispatcher:
         ok, value = await self._admit(str(call_id), tool, args, propose=call_id)
         self._results.send(call_id, ok, value, alone=self.in_flight <= 1)
 
+    async def _answer_refusal(self, call_id: int, tool: str) -> None:
+        self._results.send(
+            call_id, False, self._too_large(str(call_id), tool), alone=self.in_flight <= 1
+        )
+
+    def _too_large(self, guest_id: str, tool: str) -> JSONObject:
+        """The error for arguments over :data:`MAX_CALL_ELEMENTS`, recorded in the audit
+        log as admission records a refusal."""
+        error = InvalidInputError(
+            issues=(
+                FieldIssue(
+                    "",
+                    f"arguments hold more than {MAX_CALL_ELEMENTS} values and keys; a call "
+                    f"from code takes at most {MAX_CALL_ELEMENTS}: send less per call (split "
+                    "the work over several calls)",
+                ),
+            )
+        )
+        if self._session is not None:
+            ctx = self._session.context(self._call_prefix + guest_id, self._deadline)
+            self._session.registry.audit.record(
+                audit_event(
+                    ctx,
+                    tool,
+                    stage="validate",
+                    decision="deny",
+                    rule="input",
+                    outcome="error",
+                    code=error.code,
+                    detail="refused by the bridge: arguments over the element budget",
+                )
+            )
+        return program_error(error)
+
     async def _answer_batch(self, call_id: int, tool: str, items: list[dict[str, Any]]) -> None:
         outcomes: list[JSONObject] = [{} for _ in items]
         pending = iter(enumerate(items))
+        turns = self._items
 
         async def worker() -> None:
             # A few workers share the items: concurrency for slow tools without a task
-            # (and its scheduling cost) per item for fast ones.
+            # (and its scheduling cost) per item for fast ones. Items that never wait would
+            # otherwise run back to back in one step, whatever the time.
             for n, item in pending:
-                ok, value = await self._admit(f"{call_id}.{n}", tool, item)
+                await turns.take()
+                if type(item) is ArgumentsOverBudget:
+                    ok, value = False, self._too_large(f"{call_id}.{n}", tool)
+                else:
+                    ok, value = await self._admit(f"{call_id}.{n}", tool, item)
                 outcomes[n] = {"ok": True, "value": value} if ok else {"ok": False, "error": value}
 
         workers = min(len(items), self._limits.max_concurrency)

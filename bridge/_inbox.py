@@ -12,8 +12,11 @@ and wake the reading task once more per frame.
 writer over, bytes the reader had buffered first; a reader without such a socket (one fed by
 hand) is read by the caller into :meth:`FrameInbox.get_buffer`, exactly as the transport
 would. Bounds: one frame's body is at most ``max_bytes`` (a longer length ends the run
-before a byte of the body is read); a frame larger than the buffer is read into a buffer of
-exactly its size; the buffer never holds more than :data:`CHUNK_BYTES` besides that.
+before a byte of the body is read); the buffer holds :data:`CHUNK_BYTES`; a frame larger than
+that is read in pieces of at most :data:`PIECE_BYTES` and its body grows as they arrive, so
+what the inbox holds is what the guest sent plus a piece, never what a header claims (a
+header alone once made the host allocate and zero the whole claimed body: 772 MiB, with the
+largest ``done`` frame a profile allows).
 """
 
 from __future__ import annotations
@@ -26,11 +29,14 @@ from typing import Final
 from airlock.bridge._codec import FrameError
 from airlock.bridge.airlock_wire import HEADER_FORMAT
 
-__all__ = ["CHUNK_BYTES", "FrameInbox"]
+__all__ = ["CHUNK_BYTES", "PIECE_BYTES", "FrameInbox"]
 
 _HEADER: Final = struct.Struct(HEADER_FORMAT)
 CHUNK_BYTES: Final = 64 * 1024
 """The inbox's buffer: small frames are split from it; a larger one gets a buffer of its own."""
+PIECE_BYTES: Final = 256 * 1024
+"""Most the socket reads at once into a large frame: about what a Unix socket's buffer holds
+(``net.core.wmem_default``), so a read takes what is there."""
 _MOVE_BELOW: Final = 4096
 
 
@@ -50,8 +56,8 @@ class FrameInbox(asyncio.BufferedProtocol):
         self._start = 0  # the first byte not yet split off
         self._end = 0  # one past the last byte received
         self._body: bytearray | None = None  # a frame larger than the buffer, being read
-        self._body_view: memoryview | None = None
-        self._body_got = 0
+        self._body_size = 0  # what its header claims
+        self._piece = memoryview(b"")  # where the socket reads the body's next bytes
         self._transport: asyncio.Transport | None = None
         self._previous: asyncio.BaseProtocol | None = None
         self._held = memoryview(b"")  # bytes given by :meth:`feed`, not yet in the buffer
@@ -103,10 +109,10 @@ class FrameInbox(asyncio.BufferedProtocol):
     # -- asyncio.BufferedProtocol -----------------------------------------------------------
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        """Where the next bytes go: the rest of a large frame's body, or the free end of the
-        buffer (never empty)."""
-        if self._body_view is not None:
-            return self._body_view[self._body_got :]
+        """Where the next bytes go: a piece of a large frame's body (never past its end),
+        or the free end of the buffer (never empty)."""
+        if self._body is not None:
+            return self._piece[: self._body_size - len(self._body)]
         if self._start == self._end:
             self._start = self._end = 0
         elif self._start and CHUNK_BYTES - self._end < _MOVE_BELOW:
@@ -161,9 +167,9 @@ class FrameInbox(asyncio.BufferedProtocol):
 
     def _split(self) -> tuple[bytes | bytearray, int] | None:
         if self._body is not None:
-            if self._body_got < len(self._body):
+            if len(self._body) < self._body_size:
                 return None
-            body, self._body, self._body_view = self._body, None, None
+            body, self._body, self._piece = self._body, None, memoryview(b"")
             return body, _HEADER.size + len(body)
         available = self._end - self._start
         if available < _HEADER.size:
@@ -177,13 +183,13 @@ class FrameInbox(asyncio.BufferedProtocol):
             self._start += total
             return self._buffer[start : start + size], total
         if total > CHUNK_BYTES:
-            # Too large for the buffer: a buffer of exactly its size, the bytes already
-            # here first, and the socket reads the rest straight into it.
-            self._body = bytearray(size)
-            self._body_view = memoryview(self._body)
-            got = available - _HEADER.size
-            self._body_view[:got] = self._view[self._start + _HEADER.size : self._end]
-            self._body_got = got
+            # Too large for the buffer: a body of its own, the bytes already here first, that
+            # grows by what the socket reads into a piece. Its header is only a claim: the
+            # memory follows the bytes that came (appending costs what zeroing a buffer of
+            # the claimed size first would, and the bytes are copied once either way).
+            self._body = bytearray(self._view[self._start + _HEADER.size : self._end])
+            self._body_size = size
+            self._piece = memoryview(bytearray(min(size - len(self._body), PIECE_BYTES)))
             self._start = self._end = 0
         return None
 
@@ -213,8 +219,8 @@ class FrameInbox(asyncio.BufferedProtocol):
         self._closed = True
 
     def _received(self, count: int) -> None:
-        if self._body_view is not None:
-            self._body_got += count
+        if self._body is not None:
+            self._body += self._piece[:count]
         else:
             self._end += count
 

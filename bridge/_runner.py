@@ -21,7 +21,7 @@ from collections import deque
 from collections.abc import Callable, Coroutine, Generator
 from typing import Any, Final
 
-__all__ = ["TURN_S", "CallRunner"]
+__all__ = ["TURN_S", "CallRunner", "SharedTurns"]
 
 _log = logging.getLogger(__name__)
 _CALLS_PER_TURN: Final = 64
@@ -187,6 +187,37 @@ class CallRunner:
             await _resume(context, call, waiting, thrown)
         finally:
             self._on_done()
+
+
+class SharedTurns:
+    """Turns of the event loop for items that several tasks run one after another (a
+    batch's workers): together they hold the loop :data:`TURN_S` at most in one turn, one
+    item at least, then wait for the next turn, as :class:`CallRunner`'s calls do.
+
+    The turn is shared, not each task's own: the loop runs every task that is ready in one
+    turn, so tasks that each took :data:`TURN_S` would hold it that much times their number
+    (nine batches of a thousand reads held it 60 to 112 ms). A new turn begins in a callback
+    scheduled when the last one ended, so it begins once per turn of the loop, before the
+    tasks that wait for it."""
+
+    def __init__(self) -> None:
+        self._ends = 0.0
+        self._next = False  # the next turn's beginning is scheduled
+        self._fresh = False  # a turn began, and no item ran in it yet
+
+    async def take(self) -> None:
+        """Return at once while the turn has time left; else once the next one began."""
+        while not self._fresh and time.monotonic() >= self._ends:
+            if not self._next:
+                self._next = True
+                asyncio.get_running_loop().call_soon(self._begin)
+            await asyncio.sleep(0)
+        self._fresh = False
+
+    def _begin(self) -> None:
+        self._next = False
+        self._fresh = True
+        self._ends = time.monotonic() + TURN_S
 
 
 @types.coroutine

@@ -36,7 +36,7 @@ from typing import Any, Final
 
 from airlock.bridge import _codec
 from airlock.bridge import airlock_wire as wire
-from airlock.bridge._artifact_frames import store_artifact
+from airlock.bridge._artifact_frames import artifact_bytes_in, store_artifact
 from airlock.bridge._codec import OFF_LOOP_BYTES, FrameError, encode_frame
 from airlock.bridge._dispatch import CallDispatcher
 from airlock.bridge._inbox import CHUNK_BYTES, FrameInbox
@@ -224,14 +224,11 @@ class _RunServer:
         ``done`` frame)."""
         kind = frame["type"]
         if kind == wire.ARTIFACT:
+            # The file's own bytes count against the artifacts' budget; the rest, as any
+            # frame's, against this one.
+            self._count_bytes_in(artifact_bytes_in(frame, size))
             return False
-        self._bytes_in += size
-        if self._bytes_in > self._limits.max_bytes_in:
-            raise limit_stop(
-                "bytes",
-                f"the program sent {self._bytes_in} bytes through the bridge; the "
-                f"limit is {self._limits.max_bytes_in} bytes",
-            )
+        self._count_bytes_in(size)
         if kind == wire.CALL and size <= self._limits.max_call_frame_bytes:
             self._calls.call(frame)  # (most frames: the rest of :meth:`_handle` is skipped)
         elif kind == wire.DONE:
@@ -239,6 +236,15 @@ class _RunServer:
         else:
             self._handle(frame, size)
         return True
+
+    def _count_bytes_in(self, size: int) -> None:
+        self._bytes_in += size
+        if self._bytes_in > self._limits.max_bytes_in:
+            raise limit_stop(
+                "bytes",
+                f"the program sent {self._bytes_in} bytes through the bridge; the "
+                f"limit is {self._limits.max_bytes_in} bytes",
+            )
 
     async def _slow_frame(self, item: Any, size: int, *, decoded: bool) -> dict[str, Any] | None:
         """A frame the callbacks left to the run's task; the ``done`` frame, or ``None``."""
@@ -252,7 +258,7 @@ class _RunServer:
             if self._take(frame, size):
                 return None
         if frame["type"] == wire.ARTIFACT:
-            await store_artifact(frame, size, sink=self._artifacts, limits=self._limits)
+            await store_artifact(frame, sink=self._artifacts)
             return None
         if self._calls.busy:  # calls sent just before the end get their turn, as before
             await asyncio.sleep(0)

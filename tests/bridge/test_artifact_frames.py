@@ -140,6 +140,12 @@ BROKEN = [
     ("negative_offset", [piece("a.txt", offset=-1)], "'offset' must be"),
     ("end_not_bool", [{**piece("a.txt"), "end": 1}], "'end' a bool"),
     ("never_ended", [piece("a.txt", b"x" * CHUNK, end=False)], None),
+    # A frame holds one piece and what names it, nothing else, and no more.
+    ("unknown_key", [{**piece("a.txt"), "pad": 0}], r"unknown keys \['pad'\]"),
+    ("unknown_keys", [{**piece("a.txt"), "b": 0, "a": [0]}], r"unknown keys \['a', 'b'\]"),
+    ("frame_over_one_piece", [piece("a.txt", b"x" * (CHUNK + 4096))], "limit of one piece"),
+    # 60 of these once carried 63 MB past a 2 MiB max_bytes_in, each decoded by the host.
+    ("junk_of_a_megabyte", [{**piece("a.txt"), "pad": "x" * 1_000_000}], "limit of one piece"),
 ]
 
 
@@ -294,3 +300,42 @@ async def test_a_bridge_limit_names_the_amount_and_the_limit(
     assert re.fullmatch(re.escape(message).replace(r"\.\.\.", r"\d+"), outcome.message), (
         outcome.message
     )
+
+
+_LONG_NAME = "/".join(["d" * 120] * 7) + "/f"
+"""An artifact name of 969 characters: what a frame carries besides its piece."""
+ARTIFACT_BYTES_IN = [
+    # The files' bytes count against the artifacts' budget (here 8 pieces), not max_bytes_in.
+    ("pieces_within_their_own_budget", 20_000,
+     [piece(f"f{n}.bin", b"x" * CHUNK) for n in range(8)], None),
+    # The rest of each frame counts against max_bytes_in, as any frame does.
+    ("names_past_max_bytes_in", 4_000,
+     [piece(f"{_LONG_NAME}{n}", b"") for n in range(8)], "the program sent 4... bytes"),
+    ("names_and_a_log_line", 2_500,
+     [{"type": wire.LOG, "message": "x" * 1800}, piece(_LONG_NAME, b"x" * CHUNK)],
+     "the program sent 2... bytes"),
+]  # fmt: skip
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("case", "max_bytes_in", "frames", "message"),
+    ARTIFACT_BYTES_IN,
+    ids=[c[0] for c in ARTIFACT_BYTES_IN],
+)
+async def test_an_artifact_frame_counts_all_but_its_piece_against_max_bytes_in(
+    store: Path, case: str, max_bytes_in: int, frames: list[dict[str, Any]], message: str | None
+) -> None:
+    sink = receiver(store, files=8, size=8 * CHUNK)
+    outcome = await serve([*frames, DONE], sink, _session(BridgeLimits(max_bytes_in=max_bytes_in)))
+    if message is None:
+        assert outcome == DONE
+        assert len(sink.finish()) == len(frames)
+        return
+    assert isinstance(outcome, RunEnd)
+    assert (outcome.code, outcome.limit) == ("limit_exceeded", "bytes")
+    assert re.fullmatch(
+        re.escape(message).replace(r"\.\.\.", r"\d+")
+        + f" through the bridge; the limit is {max_bytes_in} bytes",
+        outcome.message,
+    ), outcome.message

@@ -9,11 +9,13 @@ import random
 import socket
 import struct
 import time
+import tracemalloc
+from collections.abc import Callable
 
 import pytest
 
 from airlock.bridge import FrameError, RunEnd, ToolSession, encode_frame, serve_run
-from airlock.bridge._inbox import CHUNK_BYTES, FrameInbox
+from airlock.bridge._inbox import CHUNK_BYTES, PIECE_BYTES, FrameInbox
 from tests.bridge.frames import decode_frames
 from tests.bridge.records import ALICE, GRANT, build_registry
 
@@ -94,17 +96,79 @@ def test_a_length_over_the_limit_is_refused_before_its_body() -> None:
         inbox.next_frame()
 
 
-def test_a_large_frame_is_read_into_a_buffer_of_its_own_size() -> None:
-    inbox = FrameInbox(max_bytes=8 * CHUNK_BYTES, on_data=lambda: None, on_end=lambda: None)
-    body = _body(5 * CHUNK_BYTES)
-    inbox.feed(struct.pack(">I", len(body)) + body[:100])
+def test_a_large_frame_is_read_in_pieces_never_past_its_end() -> None:
+    inbox = FrameInbox(max_bytes=8 * PIECE_BYTES, on_data=lambda: None, on_end=lambda: None)
+    body = _body(5 * PIECE_BYTES + 17)
+    rest = struct.pack(">I", len(body)) + body + _frame_after()
+    inbox.feed(rest[:104])
+    rest = rest[104:]
     assert inbox.next_frame() is None
-    space = inbox.get_buffer(-1)
-    assert len(space) == len(body) - 100  # exactly the rest: nothing past the frame is read
-    space[:] = body[100:]
-    inbox.buffer_updated(len(body) - 100)
+    sizes: list[int] = []
+    while sum(sizes) < len(body) - 100:
+        space = inbox.get_buffer(-1)
+        sizes.append(len(space))
+        space[:] = rest[: len(space)]
+        inbox.buffer_updated(len(space))
+        rest = rest[len(space) :]
+    # At most a piece at a time, and exactly the rest at the end: nothing past the frame.
+    assert sizes == [PIECE_BYTES] * 4 + [PIECE_BYTES + 17 - 100]
     assert _split_all(inbox) == [(body, 4 + len(body))]
     assert len(inbox.get_buffer(-1)) == CHUNK_BYTES  # back to the run's own buffer
+
+
+def _frame_after() -> bytes:
+    after = _body(40)
+    return struct.pack(">I", len(after)) + after
+
+
+def _allocated(work: Callable[[], object]) -> int:
+    """The most memory ``work`` held at once, beyond what it started with (tracemalloc)."""
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        before, _ = tracemalloc.get_traced_memory()
+        work()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return peak - before
+
+
+# What a header claims, and what of its body the guest then sent: the inbox holds what came
+# (and a piece to read into), never what was claimed. (It allocated and zeroed the whole
+# claimed body on the header: 772 MiB for the largest done frame a profile allows.)
+CLAIMS = [
+    ("just_over_the_buffer", CHUNK_BYTES + 1, 0),
+    ("a_done_frame_header_alone", 772 << 20, 0),
+    ("a_done_frame_and_a_few_bytes", 772 << 20, 1000),
+    ("a_done_frame_and_a_megabyte", 772 << 20, 1 << 20),
+    ("a_large_frame_all_but_a_byte", 3 << 20, (3 << 20) - 1),
+]
+
+
+@pytest.mark.parametrize(("case", "claimed", "sent"), CLAIMS, ids=[c[0] for c in CLAIMS])
+def test_a_large_frames_memory_follows_the_bytes_that_came(
+    case: str, claimed: int, sent: int
+) -> None:
+    inbox = FrameInbox(max_bytes=800 << 20, on_data=lambda: None, on_end=lambda: None)
+    data = b"x" * sent
+
+    def receive() -> None:
+        inbox.feed(struct.pack(">I", claimed))
+        assert inbox.next_frame() is None
+        got = 0
+        while got < sent:  # as the event loop's transport reads the socket
+            space = inbox.get_buffer(-1)
+            count = min(len(space), sent - got)
+            space[:count] = data[got : got + count]
+            inbox.buffer_updated(count)
+            got += count
+        assert inbox.next_frame() is None
+        assert inbox.holding
+
+    # The bytes that came, grown by appending (an eighth more at most), a piece, and a
+    # little for the objects themselves.
+    assert _allocated(receive) <= sent * 9 // 8 + PIECE_BYTES + 64 * 1024
 
 
 async def test_frames_a_reader_buffered_before_the_run_are_served_first() -> None:

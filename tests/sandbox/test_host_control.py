@@ -218,6 +218,35 @@ async def test_the_most_expensive_done_frame_costs_little_and_ends_only_its_run(
     assert (ok.status, ok.value) == ("ok", 8200), ok
 
 
+# The largest done frame a profile allows (output at the 64 MiB maximum): its header alone.
+HEADER_ALONE = (
+    _FIND_BRIDGE
+    + """
+bridge.sendall(struct.pack(">I", 2 * 6 * (64 << 20) + MAX_VALUE_BYTES + 256 * 1024))
+time.sleep(30)
+"""
+)
+LARGEST_OUTPUT = FULL.model_copy(update={"output_limit_bytes": 64 << 20})
+
+
+@pytest.mark.docker
+@pytest.mark.anyio
+async def test_a_frame_header_alone_costs_the_host_little(backend: DockerBackend) -> None:
+    before = _reset_peak_rss()
+    benign = "sum(tools.records_item_get(record_id=f'rec_{n}')['total'] for n in range(1, 41))\n"
+    program = f"MAX_VALUE_BYTES = {MAX_VALUE_BYTES}\n" + HEADER_ALONE
+    hostile, ok = await asyncio.gather(
+        backend.run(program, profile=LARGEST_OUTPUT, tools=_session()),
+        backend.run(benign, tools=_session()),
+    )
+    growth = _peak_rss_since_reset() - before
+    # The header claims 772 MiB, and the host allocated and zeroed all of it at once (+772
+    # MiB, 1.9 s of the event loop), held until the deadline; now memory follows the bytes.
+    assert (hostile.status, hostile.limit) == ("limit_exceeded", "timeout"), hostile
+    assert growth < 64 * 2**20, f"host RSS grew by {growth / 2**20:.1f} MiB"
+    assert (ok.status, ok.value) == ("ok", 8200), ok
+
+
 @pytest.mark.docker
 @pytest.mark.anyio
 @pytest.mark.parametrize(
