@@ -9,6 +9,7 @@ unavailable; 4 the model API failed.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -45,18 +46,24 @@ __all__ = ["chat", "print_message"]
 _SHOWN_CHARS = 600
 
 
-def print_message(console: Console, message: dict[str, Any]) -> None:
+def print_message(console: Console, message: Mapping[str, Any]) -> None:
     """One message, compactly: text, tool calls with their arguments, tool results. All of
-    it is the model's or a tool's text, printed literally (:mod:`airlock.cli._literal`)."""
-    content = message["content"]
-    role = (f"{message['role']}:", "bold")
-    if isinstance(content, str):
-        console.print(Text.assemble(role, " ", literal(content, lines=True)))
+    it is the model's or a tool's text, printed literally (:mod:`airlock.cli._literal`).
+    A value of another shape than expected is printed as ``str()`` makes it, never raised
+    on: the answer or replay it came from is checked before, and printing is no place to
+    fail."""
+    content = message.get("content")
+    role = (f"{message.get('role')}:", "bold")
+    if not isinstance(content, list):
+        console.print(Text.assemble(role, " ", literal(str(content), lines=True)))
         return
     for block in content:
+        if not isinstance(block, Mapping):
+            console.print(Text.assemble(role, " ", literal(str(block), lines=True)))
+            continue
         kind = block.get("type")
         if kind == "text":
-            console.print(Text.assemble(role, " ", literal(block["text"], lines=True)))
+            console.print(Text.assemble(role, " ", literal(str(block.get("text")), lines=True)))
         elif kind == "tool_use":
             given = block.get("input")
             code = given.get("code") if isinstance(given, dict) else None
@@ -67,10 +74,11 @@ def print_message(console: Console, message: dict[str, Any]) -> None:
             console.print(literal(_cut(arguments), lines=True))
         elif kind == "tool_result":
             style = "red" if block.get("is_error") else "green"
-            size = len(str(block.get("content", "")).encode())
+            result = str(block.get("content", ""))
+            size = len(result.encode("utf-8", "surrogatepass"))
             call = literal(f"← {block.get('tool_use_id')}", style)
             console.print(Text.assemble(call, " ", (f"{size} bytes", "dim")))
-            console.print(literal(_cut(str(block.get("content"))), lines=True))
+            console.print(literal(_cut(result), lines=True))
 
 
 def _cut(text: str) -> str:

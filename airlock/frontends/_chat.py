@@ -18,7 +18,7 @@ import httpx
 from airlock.frontends._call_arguments import MAX_ARGUMENT_DEPTH, too_deep
 from airlock.frontends._provider_wire import anthropic_tools
 from airlock.frontends._providers import handle_turn
-from airlock.frontends._replay import Transcript
+from airlock.frontends._replay import Transcript, content_problem
 from airlock.harness import ModelResult, ModelToolSurface
 from airlock.policies import AirlockError
 
@@ -34,6 +34,10 @@ __all__ = [
 ANTHROPIC_URL: Final = "https://api.anthropic.com/v1/messages"
 ANTHROPIC_VERSION: Final = "2023-06-01"
 DEFAULT_MODEL: Final = "claude-sonnet-4-5"
+MAX_ANSWER_BYTES: Final = 16 * 1024 * 1024
+"""The most bytes of one answer read from the model API (a message of 4096 output tokens
+is a few tens of kilobytes); more is refused, unread."""
+_ERROR_BYTES: Final = 4096  # of an answer that is an HTTP error: enough to quote its start
 
 
 class ModelAPIError(AirlockError):
@@ -79,8 +83,11 @@ class AnthropicModel:
         """The model's next message.
 
         Raises:
-            ModelAPIError: the request failed, or the answer is no JSON that can be read, no
-                message, or a message nested too deep to be answered and sent back.
+            ModelAPIError: the request failed, or the answer is larger than
+                :data:`MAX_ANSWER_BYTES`, no JSON that can be read, no message, a message
+                nested too deep to be answered and sent back, one with a block that is no
+                object or a text block without a string ``text``, or one that stops for
+                ``tool_use`` with no tool_use block.
         """
         request: dict[str, Any] = {
             "model": self.model,
@@ -92,49 +99,39 @@ class AnthropicModel:
             request["system"] = self.system
         headers = {"x-api-key": self._key, "anthropic-version": ANTHROPIC_VERSION}
         try:
-            response = await self._client.post(ANTHROPIC_URL, json=request, headers=headers)
+            async with self._client.stream(
+                "POST", ANTHROPIC_URL, json=request, headers=headers
+            ) as response:
+                status = response.status_code
+                body = await _read(response, MAX_ANSWER_BYTES if status == 200 else _ERROR_BYTES)
         except httpx.HTTPError as exc:
             raise ModelAPIError(
                 f"the model API did not answer ({type(exc).__name__}); try again",
                 status=None,
                 retryable=True,
             ) from exc
-        if response.status_code != 200:
-            status = response.status_code
+        if status != 200:
+            quoted = body.decode("utf-8", "replace")[:300]
             raise ModelAPIError(
-                f"the model API answered HTTP {status}: {response.text[:300]!r}",
+                f"the model API answered HTTP {status}: {quoted!r}",
                 status=status,
                 retryable=status == 429 or status >= 500,
             )
-        try:
-            message: object = response.json()
-        except RecursionError:
+        if len(body) > MAX_ANSWER_BYTES:
             raise ModelAPIError(
-                "the model API answered JSON nested too deep to read",
-                status=response.status_code,
-                retryable=False,
-            ) from None
-        except ValueError as exc:  # not JSON, or an integer over the interpreter's digit limit
-            raise ModelAPIError(
-                f"the model API answered something that is not readable JSON: {exc}"[:300],
-                status=response.status_code,
-                retryable=False,
-            ) from None
-        # A tool_use block's input sits three levels below the message (content, the block,
-        # input). A message deeper than that holds a call that is refused anyway, and it
-        # could not be sent back in the next request: json.dumps recurses.
-        levels = MAX_ARGUMENT_DEPTH + 3
-        body = response.content
-        if body.count(b"[") + body.count(b"{") > levels and too_deep(message, levels=levels):
-            raise ModelAPIError(
-                f"the model API answered a message nested deeper than {levels} levels",
-                status=response.status_code,
+                f"the model API answered more than {MAX_ANSWER_BYTES // (1024 * 1024)} MiB; "
+                "its message was not read",
+                status=status,
                 retryable=False,
             )
-        if not isinstance(message, dict) or not isinstance(message.get("content"), list):
+        message = _message(body, status)
+        if message.get("stop_reason") == "tool_use" and not any(
+            block.get("type") == "tool_use" for block in message["content"]
+        ):
+            # Answered with an empty user message, the next request would be refused.
             raise ModelAPIError(
-                "the model API answered something that is not a message",
-                status=response.status_code,
+                "the model API answered stop_reason 'tool_use' but no tool_use block",
+                status=status,
                 retryable=False,
             )
         return message
@@ -142,6 +139,62 @@ class AnthropicModel:
     async def aclose(self) -> None:
         """Close the HTTP client."""
         await self._client.aclose()
+
+
+async def _read(response: httpx.Response, limit: int) -> bytes:
+    """The body of ``response``, decoded, up to one chunk past ``limit`` bytes: what is
+    past that is never read (the connection is closed with the stream)."""
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in response.aiter_bytes():
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > limit:
+            break
+    return b"".join(chunks)
+
+
+def _message(body: bytes, status: int) -> dict[str, Any]:
+    """The message ``body`` holds.
+
+    Raises:
+        ModelAPIError: it is no JSON that can be read, no message, a message nested too
+            deep to be answered and sent back, or one whose blocks are malformed.
+    """
+    try:
+        message: object = json.loads(body)
+    except RecursionError:
+        raise ModelAPIError(
+            "the model API answered JSON nested too deep to read", status=status, retryable=False
+        ) from None
+    except ValueError as exc:  # not JSON, or an integer over the interpreter's digit limit
+        raise ModelAPIError(
+            f"the model API answered something that is not readable JSON: {exc}"[:300],
+            status=status,
+            retryable=False,
+        ) from None
+    # A tool_use block's input sits three levels below the message (content, the block,
+    # input). A message deeper than that holds a call that is refused anyway, and it
+    # could not be sent back in the next request: json.dumps recurses.
+    levels = MAX_ARGUMENT_DEPTH + 3
+    if body.count(b"[") + body.count(b"{") > levels and too_deep(message, levels=levels):
+        raise ModelAPIError(
+            f"the model API answered a message nested deeper than {levels} levels",
+            status=status,
+            retryable=False,
+        )
+    if not isinstance(message, dict) or not isinstance(message.get("content"), list):
+        raise ModelAPIError(
+            "the model API answered something that is not a message",
+            status=status,
+            retryable=False,
+        )
+    problem = content_problem(message["content"])
+    if problem is not None:
+        raise ModelAPIError(
+            f"the model API answered a message whose {problem}", status=status, retryable=False
+        )
+    return message
 
 
 class PausedWrites(Protocol):

@@ -5,14 +5,16 @@ provider SDK's own objects (converted by :func:`plain_block` as they are read); 
 (:mod:`airlock.frontends._provider_wire`), run through a :class:`~airlock.ModelToolSurface`,
 and answered with a result block carrying the call's own id. Calls of one turn run
 concurrently; the answers come back in the order the calls were made, which is the order every
-provider expects.
+provider expects. A turn ends with all its calls: one that raises cancels the others and waits
+for them, so none runs on unseen once the turn has returned or raised.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
+
+import anyio
 
 from airlock.frontends._provider_wire import (
     Block,
@@ -57,9 +59,14 @@ async def handle_turn(surface: ModelToolSurface, blocks: Sequence[Block]) -> lis
     with ``model_dump()`` or ``to_dict()``). The answers are dicts, which every SDK accepts.
     Every block is checked before any call runs, so a malformed turn changes nothing.
 
+    A call that raises (the surface failed, not the tool: a tool's errors are answers)
+    cancels the turn's other calls; its error is raised once they have ended. Cancelling
+    the turn cancels its calls. No call of the turn runs after this returns or raises.
+
     Raises:
         MalformedBlockError: a block is malformed (see :func:`handle_block`), two calls share
             an id, or the calls mix formats.
+        Exception: what the surface raised for a call (the first, when several did).
     """
     calls = [parse_block(block) for block in call_blocks(blocks)]
     seen: set[str] = set()
@@ -69,7 +76,19 @@ async def handle_turn(surface: ModelToolSurface, blocks: Sequence[Block]) -> lis
         seen.add(call.call_id)
     if len({call.provider for call in calls}) > 1:
         raise MalformedBlockError("one turn mixes tool call formats")
-    return list(await asyncio.gather(*(_answer(surface, call) for call in calls)))
+    answers: list[dict[str, Any]] = [{} for _ in calls]
+
+    async def answer(index: int, call: ToolCall) -> None:
+        answers[index] = await _answer(surface, call)
+
+    try:
+        async with anyio.create_task_group() as group:
+            for index, call in enumerate(calls):
+                group.start_soon(answer, index, call)
+    except BaseExceptionGroup as failed:
+        # The others were cancelled and awaited: raise the call's own error, as it was.
+        raise failed.exceptions[0] from None
+    return answers
 
 
 def call_blocks(blocks: Sequence[Block]) -> list[object]:

@@ -15,19 +15,26 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from airlock.frontends._call_arguments import MAX_ARGUMENT_DEPTH, too_deep
 from airlock.frontends._providers import handle_turn
 from airlock.harness import ModelToolSurface
 from airlock.policies import UsageError
 
-__all__ = ["ContextBytes", "ReplayError", "ReplayModel", "ReplayTurn", "Transcript"]
+__all__ = [
+    "ContextBytes",
+    "ReplayError",
+    "ReplayModel",
+    "ReplayTurn",
+    "Transcript",
+    "content_problem",
+]
 
 _LEVELS = MAX_ARGUMENT_DEPTH + 5
 
@@ -53,6 +60,26 @@ class ReplayTurn(BaseModel):
 
     content: list[dict[str, Any]] = Field(description="The assistant message's content blocks.")
     note: str = Field(default="", description="What the turn is for (not sent anywhere).")
+
+    @field_validator("content")
+    @classmethod
+    def _blocks(cls, content: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        problem = content_problem(content)
+        if problem is not None:
+            raise ValueError(problem)
+        return content
+
+
+def content_problem(blocks: Sequence[object]) -> str | None:
+    """What makes ``blocks`` no assistant content that can be printed and sent back as it
+    is, or None: each block must be a JSON object, and a text block's ``text`` a string.
+    (A tool call's own faults are its answer's: see :func:`~airlock.handle_turn`.)"""
+    for index, block in enumerate(blocks):
+        if not isinstance(block, dict):
+            return f"content block {index} is {type(block).__name__}, not an object"
+        if block.get("type") == "text" and not isinstance(block.get("text"), str):
+            return f"text block {index} has no string 'text'"
+    return None
 
 
 class ReplayModel(BaseModel):

@@ -51,8 +51,9 @@ class ApprovalPause:
         same receipt; nothing is sent twice). Denied: ``denied`` with the reason. Still
         waiting: ``needs_approval`` again. A batch: each approved item is committed once,
         and the answer counts the items by state (``committed``, ``waiting``, ``denied``,
-        ``expired``...). Never raises for tool errors, nor for a ledger that cannot be used
-        (``ledger_*``, as a direct write answers).
+        ``expired``...). Never raises for tool errors, nor for a ledger or an audit log that
+        cannot be used (``ledger_*``, as a direct write answers; an answer the audit log
+        cannot record is withheld, the commit stands).
 
         The answer counts against the byte budget, the call not against the calls budget:
         an application may poll while a person decides. A model asks with
@@ -78,8 +79,8 @@ class ApprovalPause:
             # The message names a host path: the operator's log gets it, the model does not.
             _log.error("run %s resume %s: %s (%s)", self.run_id, preview_id[:64], exc.code, exc)
             result = from_ledger_error(exc)
-        await self._audit.durable()
-        return self._calls.account(result)
+        withheld = await self._calls.withheld(f"resume {preview_id[:64]}")
+        return self._calls.account(result if withheld is None else withheld)
 
     async def write_status(self, preview_id: str) -> ModelResult:
         """:meth:`resume` as a tool the model calls (MCP's ``write_status``): a call counted

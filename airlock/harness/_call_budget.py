@@ -1,20 +1,31 @@
 """A session's budget at its door: each model-facing call (a tool call, ``write_status``) is
 counted before anything is awaited, or refused once a limit is used up; each answer is
-counted in bytes, within the per-result cap.
+counted in bytes, within the per-result cap. No answer is given before the audit log holds
+the records of what produced it: one it cannot store is withheld (:meth:`CallBudget.withheld`).
 """
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Callable
 
 from airlock.harness._budget import Budget, BudgetMeter
 from airlock.harness._model_tools import ModelResult
-from airlock.harness._results import KeptNotes, byte_size, from_tool_error, nothing_kept, sized
+from airlock.harness._results import (
+    KeptNotes,
+    byte_size,
+    failure,
+    from_tool_error,
+    nothing_kept,
+    sized,
+)
 from airlock.harness._session_audit import SessionAudit
-from airlock.tools import CallContext, LimitExceededError
+from airlock.tools import CallContext, LedgerError, LimitExceededError
 
 __all__ = ["CallBudget"]
+
+_log = logging.getLogger("airlock.harness")
 
 
 class CallBudget:
@@ -48,10 +59,35 @@ class CallBudget:
         self._refused += 1
         ctx = self._context(f"{self.run_id}:r{self._refused}-{self._nonce}")
         self._audit.over_budget(ctx, name, used_up)
-        await self._audit.durable()
+        withheld = await self.withheld(ctx.call_id)
+        if withheld is not None:
+            return withheld
         return from_tool_error(
             LimitExceededError(self.meter.used_up_message(used_up), limit=used_up)
         )
+
+    async def withheld(self, label: str) -> ModelResult | None:
+        """Wait, without blocking the event loop, until everything the session recorded so
+        far is stored; then None. When the audit log cannot store it, the answer that
+        replaces the call's (labelled ``label`` in the operator's log): its ``ledger_*``
+        code, never the message, which names a host path.
+
+        The call's own answer is withheld (fail closed: nothing is told that the audit log
+        does not hold); what the call did stands, and asking again answers it, a write's
+        commit included, without sending anything twice.
+        """
+        try:
+            await self._audit.durable()
+        except LedgerError as exc:
+            _log.error("run %s %s: answer withheld: %s (%s)", self.run_id, label, exc.code, exc)
+            return failure(
+                exc.code,
+                f"{exc.store} cannot record this call right now, so its answer is withheld; "
+                "what the call did stands (a write is never sent twice): make the same call "
+                "again later",
+                retryable=exc.retryable,
+            )
+        return None
 
     def cap(self) -> int:
         """Largest answer that may be given now."""

@@ -264,7 +264,8 @@ class Session(ApprovalPause):
     # -- calls ---------------------------------------------------------------------------
 
     async def call(self, name: str, arguments: dict[str, Any]) -> ModelResult:
-        """Run one model tool call to its model-facing result; never raises for tool errors.
+        """Run one model tool call to its model-facing result; never raises for tool errors,
+        nor for an audit log that cannot store the call (``ledger_*``: the answer is withheld).
 
         Every result, error or not, is at most the budget's ``result_bytes`` (or what is
         left of its ``bytes``): a larger one is ``result_too_large`` with its size; a
@@ -333,9 +334,11 @@ class Session(ApprovalPause):
                 + ("try again shortly" if retryable else "do not retry: the operator must act"),
                 retryable=retryable,
             )
-        # The call's events are stored before its answer is given (group commit, off the
-        # event loop): a crash after this loses nothing of it.
-        await self._audit.durable()
+        # Stored before the answer is given (a crash then loses nothing of the call); else
+        # withheld, settled outcomes too (a later answer tells them).
+        withheld = await self._calls.withheld(f"call {call_id}")
+        if withheld is not None:
+            return self._calls.account(withheld)
         told = self._paused.with_settled(result, cap=self._calls.cap())
         return self._calls.account(told, keep=keep)
 

@@ -3,8 +3,11 @@ the Anthropic Messages API, and ``--replay`` plays recorded turns."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import re
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +17,7 @@ from typer.testing import CliRunner
 
 from airlock.cli import app
 from airlock.frontends import ANTHROPIC_URL, AnthropicModel, ModelAPIError, chat_loop
+from airlock.frontends._chat import MAX_ANSWER_BYTES
 from tests.airlock.fake_surface import INVOICE_TOOL, EchoSurface
 from tests.conftest import require_docker
 
@@ -158,6 +162,97 @@ async def test_an_answer_that_cannot_be_read_or_sent_back_is_a_typed_error(
         await chat_loop(AnthropicModel("test-key", client=client), surface, "hi")
     assert (raised.value.code, raised.value.retryable) == ("model_api", False)
     assert surface.calls == []
+
+
+MESSAGE = {"type": "message", "role": "assistant"}
+
+# (the answer's content, its stop_reason) -> what the error says
+HOSTILE_ANSWERS: list[tuple[str, object, str, str]] = [
+    ("a number for a block", [1], "end_turn", "content block 0 is int, not an object"),
+    ("null for a block", [{"type": "text", "text": "hi"}, None], "end_turn", "content block 1"),
+    ("a list for a block", [["text"]], "tool_use", "content block 0 is list"),
+    ("text missing", [{"type": "text"}], "end_turn", "text block 0 has no string 'text'"),
+    ("text a number", [{"type": "text", "text": 5}], "end_turn", "text block 0 has no"),
+    ("text an object", [{"type": "text", "text": {"a": 1}}], "end_turn", "text block 0"),
+    ("tool_use without calls", [], "tool_use", "stop_reason 'tool_use' but no tool_use block"),
+    (
+        "tool_use with text only",
+        [{"type": "text", "text": "calling"}],
+        "tool_use",
+        "stop_reason 'tool_use' but no tool_use block",
+    ),
+]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("content", "stop", "fragment"),
+    [a[1:] for a in HOSTILE_ANSWERS],
+    ids=[a[0] for a in HOSTILE_ANSWERS],
+)
+async def test_an_answer_whose_blocks_are_malformed_is_a_typed_error(
+    content: object, stop: str, fragment: str
+) -> None:
+    seen: list[dict[str, Any]] = []
+    printed: list[dict[str, Any]] = []
+    answer = {**MESSAGE, "content": content, "stop_reason": stop}
+    model = AnthropicModel("test-key", client=anthropic_api([answer], seen))
+
+    async def show(message: dict[str, Any]) -> None:
+        printed.append(message)
+
+    surface = EchoSurface()
+    with pytest.raises(ModelAPIError, match=re.escape(fragment)) as raised:
+        await chat_loop(model, surface, "hi", on_message=show)
+    assert (raised.value.code, raised.value.status, raised.value.retryable) == (
+        "model_api",
+        200,
+        False,
+    )
+    assert (len(seen), printed, surface.calls) == (1, [], [])
+
+
+async def _endless() -> AsyncIterator[bytes]:
+    while True:
+        yield b" " * (1 << 20)
+        await asyncio.sleep(0)
+
+
+# (status, body) -> what the error says, and whether to retry
+LARGE_ANSWERS: list[tuple[str, int, str, str, bool]] = [
+    ("endless", 200, "endless", "answered more than 16 MiB", False),
+    ("one byte over", 200, "sized", "answered more than 16 MiB", False),
+    ("endless error", 500, "endless", "answered HTTP 500", True),
+]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("status", "body", "fragment", "retryable"),
+    [a[1:] for a in LARGE_ANSWERS],
+    ids=[a[0] for a in LARGE_ANSWERS],
+)
+async def test_an_answer_larger_than_the_bound_is_a_typed_error_read_no_further(
+    status: int, body: str, fragment: str, retryable: bool
+) -> None:
+    content = _endless() if body == "endless" else b"[" + b" " * (MAX_ANSWER_BYTES - 1) + b"]"
+    client = httpx.AsyncClient(
+        transport=httpx.MockTransport(lambda r: httpx.Response(status, content=content))
+    )
+    with pytest.raises(ModelAPIError, match=fragment) as raised:
+        await AnthropicModel("test-key", client=client).respond([], [])
+    assert (raised.value.status, raised.value.retryable) == (status, retryable)
+
+
+@pytest.mark.anyio
+async def test_an_answer_at_the_bound_is_read() -> None:
+    body = b'{"content": [], "stop_reason": "end_turn"}'
+    content = body + b" " * (MAX_ANSWER_BYTES - len(body))
+    client = httpx.AsyncClient(
+        transport=httpx.MockTransport(lambda r: httpx.Response(200, content=content))
+    )
+    answer = await AnthropicModel("test-key", client=client).respond([], [])
+    assert answer == {"content": [], "stop_reason": "end_turn"}
 
 
 def test_chat_without_a_key_or_a_replay_is_a_usage_error(

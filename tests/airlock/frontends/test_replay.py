@@ -55,6 +55,16 @@ def replay_with_input(value: str) -> str:
         # or sent (json.dumps recurses).
         (replay_with_input("[" * 201 + "]" * 201), "nests deeper than 205 levels"),
         (replay_with_input("[" * 700 + "]" * 700), "nests deeper than 205 levels"),
+        # Blocks that could be neither printed nor sent back as they are.
+        ('{"turns": [{"content": [1]}]}', "turns.0.content.0"),
+        ('{"turns": [{"content": [{"type": "text"}]}]}', "text block 0 has no string 'text'"),
+        ('{"turns": [{"content": [{"type": "text", "text": 5}]}]}', "text block 0 has no"),
+        ('{"turns": [{"content": [{"type": "text", "text": null}]}]}', "text block 0 has no"),
+        (
+            '{"turns": [{"content": [{"type": "text", "text": "ok"}, '
+            '{"type": "text", "text": ["a"]}]}]}',
+            "turns.0.content: Value error, text block 1 has no string 'text'",
+        ),
     ],
 )
 def test_a_malformed_replay_is_a_usage_error(text: str, fragment: str) -> None:
