@@ -27,7 +27,7 @@ from mcp.server import ServerRequestContext
 from mcp.server.connection import Connection
 from mcp.shared.exceptions import MCPError
 
-from airlock.harness import ModelResult, ModelToolSurface, Session
+from airlock.harness import Budget, ModelResult, ModelToolSurface, Session
 from airlock.sandbox import ArtifactRef
 
 __all__ = ["Conversation", "FindConversation", "SessionsPerClient", "sessions_per_client"]
@@ -42,6 +42,12 @@ class Conversation:
     surface: ModelToolSurface
     write_status: Callable[[str], Awaitable[ModelResult]] | None = None
     """The session's :meth:`~airlock.Session.write_status`: offered as a tool when given."""
+    read_status: Callable[[str], Awaitable[ModelResult]] | None = None
+    """Where a paused write stands, for its resource: a read the client makes, not the
+    model, so not counted as one of the model's calls (the session's
+    :meth:`~airlock.Session.resume`, whose answer the byte budget still counts)."""
+    result_bytes: int = Budget().result_bytes
+    """The session's cap on one result: a call's links to its artifacts fit in it too."""
     offered: dict[str, ArtifactRef] = field(default_factory=dict)
     """The artifacts this conversation's calls produced, by URI: its resources."""
     paused: dict[str, str] = field(default_factory=dict)
@@ -107,7 +113,12 @@ class SessionsPerClient:
         # No await from the check above to here: two requests of one MCP session cannot both
         # open a conversation, nor two clients both take the last place.
         session = self._open_session()
-        conversation = Conversation(surface=session, write_status=session.write_status)
+        conversation = Conversation(
+            surface=session,
+            write_status=session.write_status,
+            read_status=session.resume,
+            result_bytes=session.budget.result_bytes,
+        )
         watching = anyio.CancelScope()
         self._open[session_id] = _Open(session, conversation, watching)
         self._group.start_soon(_watch, session, watching)

@@ -10,6 +10,11 @@ The server keeps one conversation per MCP session (``Mcp-Session-Id``, issued at
 ``initialize`` handshake). A request of the single-exchange protocol (``MCP-Protocol-Version:
 2026-07-28``) has no session, so it is answered ``unsupported protocol version`` naming the
 handshake versions; the SDK's client then falls back to the handshake by itself.
+
+Connections are limited whoever makes them (``_mcp_connections``): a deadline for each
+request's head and body, a cap on open connections that closes the one idle longest, and a
+client that does not read its answers cut off; the soft limit of open files is raised to the
+hard one as the server starts, and the cap lowered if the files left are too few for it.
 """
 
 from __future__ import annotations
@@ -25,6 +30,15 @@ import uvicorn
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from airlock.frontends._mcp_connections import (
+    ACCEPT_BACKLOG,
+    HEAD_TIMEOUT,
+    MAX_CONNECTIONS,
+    fit_open_files,
+    limited_protocol,
+    quiet_accept_errors,
+)
+from airlock.frontends._mcp_read_budget import SentAnswers
 from airlock.policies import UsageError
 
 __all__ = [
@@ -161,7 +175,7 @@ def listen_loopback(port: int) -> socket.socket:
     try:
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         listener.bind((LOOPBACK, port))
-        listener.listen(2048)
+        listener.listen(ACCEPT_BACKLOG)
     except OSError as exc:
         listener.close()
         raise UsageError(
@@ -178,11 +192,15 @@ async def serve_asgi(
     token: str,
     limits: tuple[int, float] | None = None,
     listener: socket.socket | None = None,
+    head_timeout: float = HEAD_TIMEOUT,
+    max_connections: int = MAX_CONNECTIONS,
 ) -> None:
     """Serve ``app`` (a server's streamable-HTTP app) on ``127.0.0.1:port`` (or on
     ``listener``, from :func:`listen_loopback`) behind :class:`BearerGate` until cancelled;
     ``limits`` (the SDK's session limit and idle timeout) go into the message a client
-    beyond the limit gets.
+    beyond the limit gets. At most ``max_connections`` are open at once (at least four per
+    MCP session of ``limits``), each request's head and then its body must arrive within
+    ``head_timeout`` seconds, and a client that reads no answer for as long is cut off.
 
     Raises:
         UsageError: the token is refused (see :class:`BearerGate`), or the port cannot be
@@ -195,8 +213,19 @@ async def serve_asgi(
             "serve --max-clients): end one (HTTP DELETE with its Mcp-Session-Id) or wait "
             f"until one has been idle {limits[1]:g} s"
         )
+        # Each MCP session may hold a stream of notifications and a request or two.
+        max_connections = max(max_connections, 4 * limits[0])
+    gate = BearerGate(SentAnswers(app), token=token, full=full)
+    backlog, max_connections = fit_open_files(max_connections)
     config = uvicorn.Config(
-        BearerGate(app, token=token, full=full), host=LOOPBACK, port=port, log_level="warning"
+        gate,
+        host=LOOPBACK,
+        port=port,
+        log_level="warning",
+        http=limited_protocol(head_timeout=head_timeout, max_connections=max_connections),
+        backlog=backlog,
     )
     # Bound here, not by uvicorn: taken or not, it says so as an error, never by exiting.
-    await uvicorn.Server(config).serve(sockets=[listener or listen_loopback(port)])
+    taken = listener or listen_loopback(port)
+    with quiet_accept_errors():
+        await uvicorn.Server(config).serve(sockets=[taken])

@@ -9,14 +9,17 @@ A write answers ``needs_approval`` with its preview id; once a person decides, t
 commits it (``airlock serve`` settles approved writes every second) and the client asks
 ``write_status(preview_id)`` for the receipt, ``denied`` or ``needs_approval`` while it
 waits: never by calling the write again. Each paused write is also the resource
-``airlock://writes/PREVIEW_ID`` (its status); a client that listens for it over stdio
-(``subscriptions/listen``) is notified when the write is settled.
+``airlock://writes/PREVIEW_ID`` (its status, read without counting as one of the model's
+calls); a client that listens for it over stdio (``subscriptions/listen``) is notified when
+the write is settled.
 
 Artifacts (the files a program left in ``/out``) are resources: a call's result carries a
-``resource_link`` for each, beside the text the model reads (which holds their references,
-never their bytes), and the client may list them and read them. Only the artifacts this
-conversation's own calls produced are offered; a file changed on disk since (its SHA-256 no
-longer the one reported) is refused.
+``resource_link`` for each that fits the session's result cap, beside the text the model
+reads (which holds their references, never their bytes), and the client may list them (a
+page at a time) and read them. Only the artifacts this conversation's own calls produced are
+offered; a file changed on disk since (its SHA-256 no longer the one reported) is refused.
+Reads share one budget of bytes per server (:class:`ReadBudget`), so many reads at once,
+answered or not, cannot take the host's memory.
 
 Over stdio the server has one client and one conversation. Over streamable HTTP each MCP
 session (the handshake's ``Mcp-Session-Id``) gets an airlock session of its own
@@ -25,11 +28,7 @@ session (the handshake's ``Mcp-Session-Id``) gets an airlock session of its own
 
 from __future__ import annotations
 
-import asyncio
-import base64
-import hashlib
 import json
-import os
 import re
 import socket
 from collections.abc import Awaitable, Callable, Mapping
@@ -37,8 +36,7 @@ from importlib import metadata
 from typing import Any, Final
 
 from airlock._extras import requires_extra
-from airlock.harness import ModelResult, ModelTool, ModelToolSurface, failure
-from airlock.sandbox import ArtifactRef
+from airlock.harness import Budget, ModelResult, ModelTool, ModelToolSurface, Session, failure
 
 with requires_extra("mcp", feature="the MCP server (airlock serve --mcp)"):
     import mcp_types as types
@@ -55,7 +53,15 @@ with requires_extra("mcp", feature="the MCP server (airlock serve --mcp)"):
         sessions_per_client,
     )
     from airlock.frontends._mcp_http import LOOPBACK, check_token, listen_loopback, serve_asgi
-    from airlock.frontends._mcp_lines import stdin_pipe
+    from airlock.frontends._mcp_read_budget import ReadBudget
+    from airlock.frontends._mcp_resources import (
+        MAX_RESOURCE_BYTES,
+        fitting_links,
+        list_page,
+        read_artifact,
+        read_offered,
+    )
+    from airlock.frontends._mcp_stdin import stdin_lines
 
 __all__ = [
     "LOOPBACK",
@@ -63,6 +69,7 @@ __all__ = [
     "MAX_RESOURCE_BYTES",
     "WRITES_URI",
     "WRITE_STATUS",
+    "ReadBudget",
     "SessionsPerClient",
     "build_mcp_server",
     "build_per_client_server",
@@ -85,8 +92,6 @@ WRITE_STATUS: Final = "write_status"
 PREVIEW_ID_PATTERN: Final = r"^pv_[0-9a-f]{24}$"
 WRITES_URI: Final = "airlock://writes/"
 """A paused write's status resource is this prefix and its preview id."""
-MAX_RESOURCE_BYTES: Final = 64 * 2**20
-"""The largest artifact served as a resource (larger ones: ``airlock artifacts get``)."""
 _INSTRUCTIONS: Final = (
     "Use execute_code for bulk reads: its programs call read tools and return only their "
     "final value. Write tools answer with a preview that a person or policy must approve; "
@@ -107,49 +112,6 @@ def mcp_tool(tool: ModelTool) -> types.Tool:
             open_world_hint=tool.open_world,
         ),
     )
-
-
-def _resource(ref: ArtifactRef) -> types.Resource:
-    return types.Resource(
-        name=ref.name,
-        uri=ref.uri,
-        mime_type=ref.media_type,
-        size=ref.size_bytes,
-        description=f"a file a program left in /out (sha256 {ref.sha256})",
-    )
-
-
-def _link(ref: ArtifactRef) -> types.ResourceLink:
-    return types.ResourceLink(
-        name=ref.name,
-        uri=ref.uri,
-        mime_type=ref.media_type,
-        size=ref.size_bytes,
-        description=f"a file a program left in /out (sha256 {ref.sha256})",
-    )
-
-
-def read_artifact(ref: ArtifactRef, *, max_bytes: int = MAX_RESOURCE_BYTES) -> bytes:
-    """The content of ``ref`` as stored, when it is still what was reported.
-
-    Raises:
-        MCPError: too large, gone, or changed since (its SHA-256 differs).
-    """
-    if ref.size_bytes > max_bytes:
-        raise MCPError(
-            types.INVALID_PARAMS,
-            f"{ref.uri} is {ref.size_bytes} bytes; resources are served up to {max_bytes}: "
-            f"copy it with `airlock artifacts get`",
-        )
-    try:
-        fd = os.open(ref.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        with os.fdopen(fd, "rb") as file:
-            data = file.read(max_bytes + 1)
-    except OSError:
-        raise MCPError(types.INVALID_PARAMS, f"{ref.uri} is no longer stored") from None
-    if hashlib.sha256(data).hexdigest() != ref.sha256:
-        raise MCPError(types.INVALID_PARAMS, f"{ref.uri} changed since the program wrote it")
-    return data
 
 
 def write_status_tool() -> types.Tool:
@@ -182,16 +144,29 @@ def build_mcp_server(
     name: str = "airlock",
     write_status: Callable[[str], Awaitable[ModelResult]] | None = None,
     on_settled: Callable[[Callable[[list[ModelResult]], Awaitable[None]]], None] | None = None,
+    read_status: Callable[[str], Awaitable[ModelResult]] | None = None,
+    reads: ReadBudget | None = None,
 ) -> Server[Any]:
     """An MCP server whose tools are ``surface.tools()`` and whose calls go to ``surface``;
-    the artifacts its calls produce are its resources. With ``write_status`` (a session's
-    :meth:`~airlock.Session.resume`), the tool ``write_status(preview_id)`` is offered too,
-    and each write its calls paused is a resource; with ``on_settled`` (a session's
-    :meth:`~airlock.Session.on_settled`), listeners of such a resource are notified when
-    its write is settled. Every client of this server shares the one conversation (one
-    client over stdio); over HTTP, :func:`build_per_client_server` gives each its own."""
+    the artifacts its calls produce are its resources, read within ``reads`` (a budget of
+    its own by default). With ``write_status`` (a session's
+    :meth:`~airlock.Session.write_status`), the tool ``write_status(preview_id)`` is offered
+    too, and each write its calls paused is a resource, read with ``read_status`` (by
+    default the session's :meth:`~airlock.Session.resume` when ``surface`` is a session,
+    which the model's call budget does not count; else ``write_status``); with
+    ``on_settled`` (a session's :meth:`~airlock.Session.on_settled`), listeners of such a
+    resource are notified when its write is settled. Every client of this server shares
+    the one conversation (one client over stdio); over HTTP,
+    :func:`build_per_client_server` gives each its own."""
     bus = InMemorySubscriptionBus()
-    one = Conversation(surface=surface, write_status=write_status)
+    if read_status is None and write_status is not None:
+        read_status = surface.resume if isinstance(surface, Session) else write_status
+    one = Conversation(
+        surface=surface,
+        write_status=write_status,
+        read_status=read_status,
+        result_bytes=(surface.budget if isinstance(surface, Session) else Budget()).result_bytes,
+    )
 
     async def settled(results: list[ModelResult]) -> None:
         for result in results:
@@ -201,18 +176,38 @@ def build_mcp_server(
 
     if on_settled is not None:
         on_settled(settled)
-    return _server(lambda ctx: one, name=name, bus=bus, status=write_status is not None)
+    return _server(
+        lambda ctx: one,
+        name=name,
+        bus=bus,
+        status=write_status is not None,
+        reads=reads or ReadBudget(),
+    )
 
 
-def build_per_client_server(clients: SessionsPerClient, *, name: str = "airlock") -> Server[Any]:
+def build_per_client_server(
+    clients: SessionsPerClient, *, name: str = "airlock", reads: ReadBudget | None = None
+) -> Server[Any]:
     """An MCP server whose every MCP session (over streamable HTTP) talks to an airlock
     session of its own, opened by ``clients``: its own tools' budget, artifacts and paused
-    writes (``write_status`` is offered), none of which another session can list or read."""
-    return _server(clients.find, name=name, bus=InMemorySubscriptionBus(), status=True)
+    writes (``write_status`` is offered), none of which another session can list or read.
+    Their reads of artifacts share ``reads`` (one budget for the server by default)."""
+    return _server(
+        clients.find,
+        name=name,
+        bus=InMemorySubscriptionBus(),
+        status=True,
+        reads=reads or ReadBudget(),
+    )
 
 
 def _server(
-    find: FindConversation, *, name: str, bus: InMemorySubscriptionBus, status: bool
+    find: FindConversation,
+    *,
+    name: str,
+    bus: InMemorySubscriptionBus,
+    status: bool,
+    reads: ReadBudget,
 ) -> Server[Any]:
     """The server of :func:`build_mcp_server` and :func:`build_per_client_server`: every
     request is answered from the conversation ``find`` gives for it."""
@@ -239,36 +234,27 @@ def _server(
         preview_id = _preview_id(result) if result.code == "needs_approval" else None
         if talk.write_status is not None and preview_id is not None:
             talk.paused[WRITES_URI + preview_id] = preview_id
-        content: list[types.ContentBlock] = [types.TextContent(text=result.content)]
         for ref in result.artifacts:
             talk.offered[ref.uri] = ref
-            content.append(_link(ref))
+        room = talk.result_bytes - len(result.content.encode())
+        content: list[types.ContentBlock] = [
+            types.TextContent(text=result.content),
+            *fitting_links(result.artifacts, room),
+        ]
         return types.CallToolResult(content=content, is_error=result.is_error)
 
     async def list_resources(
         ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListResourcesResult:
-        talk = find(ctx)
-        writes = [
-            types.Resource(
-                name=preview_id,
-                uri=uri,
-                mime_type="application/json",
-                description="where a write that waited for approval stands (write_status)",
-            )
-            for uri, preview_id in talk.paused.items()
-        ]
-        return types.ListResourcesResult(
-            resources=[_resource(r) for r in talk.offered.values()] + writes
-        )
+        return list_page(find(ctx), params.cursor if params is not None else None)
 
     async def read_resource(
         ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams
     ) -> types.ReadResourceResult:
         talk = find(ctx)
         waiting = talk.paused.get(str(params.uri))
-        if waiting is not None and talk.write_status is not None:
-            status = await talk.write_status(waiting)
+        if waiting is not None and talk.read_status is not None:
+            status = await talk.read_status(waiting)
             where = types.TextResourceContents(
                 uri=str(params.uri), mime_type="application/json", text=status.content
             )
@@ -279,22 +265,7 @@ def _server(
                 types.INVALID_PARAMS,
                 f"no resource {params.uri!r}: this server offers the artifacts of its own calls",
             )
-        data = await asyncio.to_thread(read_artifact, ref)
-        contents: types.TextResourceContents | types.BlobResourceContents
-        if ref.media_type.startswith("text/"):
-            try:
-                text = data.decode("utf-8")
-            except UnicodeDecodeError:
-                text = None
-            if text is not None:
-                contents = types.TextResourceContents(
-                    uri=ref.uri, mime_type=ref.media_type, text=text
-                )
-                return types.ReadResourceResult(contents=[contents])
-        contents = types.BlobResourceContents(
-            uri=ref.uri, mime_type=ref.media_type, blob=base64.b64encode(data).decode("ascii")
-        )
-        return types.ReadResourceResult(contents=[contents])
+        return await read_offered(ref, reads=reads, request=ctx.request)
 
     instructions = _INSTRUCTIONS
     if status:
@@ -352,12 +323,14 @@ def _version() -> str:
 async def serve_stdio(server: Server[Any]) -> None:
     """Serve one client over this process's stdin and stdout until it disconnects (or the
     call is cancelled)."""
-    lines = await stdin_pipe()
+    lines = await stdin_lines()
     stdin: Any = lines  # iterated line by line, as the SDK's AsyncFile is
     async with stdio_server(stdin=stdin) as (read_stream, write_stream):
+        answers: Any = write_stream
         if lines is not None:
             lines.answer_with(write_stream)  # a line the SDK cannot read is answered there
-        await server.run(read_stream, write_stream, server.create_initialization_options())
+            answers = lines.noting(write_stream)  # a file's end waits for its answers
+        await server.run(read_stream, answers, server.create_initialization_options())
 
 
 async def serve_http(

@@ -30,7 +30,8 @@ from mcp.shared.message import SessionMessage
 from typer.testing import CliRunner
 
 from airlock.cli import app
-from airlock.frontends._mcp_lines import MAX_LINE_BYTES, StdinLines
+from airlock.frontends._mcp_lines import MAX_LINE_BYTES
+from airlock.frontends._mcp_stdin import StdinLines
 from airlock.frontends.mcp import (
     SessionsPerClient,
     build_mcp_server,
@@ -423,15 +424,23 @@ def request(body: bytes) -> bytes:
         (b'{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"n', [(types.PARSE_ERROR, 7)]),
         (b'"a string"', [(types.INVALID_REQUEST, None)]),
         (b"[]", [(types.INVALID_REQUEST, None)]),
+        # A batch is answered once, with id null, however many requests it holds.
         (
             b'[{"jsonrpc":"2.0","id":1,"method":"tools/list"},{"jsonrpc":"2.0","method":"x"}]',
-            [(types.INVALID_REQUEST, 1)],
+            [(types.INVALID_REQUEST, None)],
+        ),
+        (
+            b"[" + b",".join(b'{"method":"a","id":%d}' % i for i in range(5000)) + b"]",
+            [(types.INVALID_REQUEST, None)],
         ),
         # The SDK reads these as notifications (it drops the id): nothing would answer.
         (b'{"jsonrpc":"2.0","id":1.5,"method":"tools/list"}', [(types.INVALID_REQUEST, None)]),
         (b'{"jsonrpc":"2.0","id":null,"method":"tools/list"}', [(types.INVALID_REQUEST, None)]),
         (b'{"jsonrpc":"2.0","id":true,"method":"tools/list"}', [(types.INVALID_REQUEST, None)]),
         (b'{"jsonrpc":"2.0","id":{"a":1},"method":"tools/list"}', [(types.INVALID_REQUEST, None)]),
+        # The id's key written with escapes is the id all the same.
+        (b'{"jsonrpc":"2.0","\\u0069d":1.5,"method":"x"}', [(types.INVALID_REQUEST, None)]),
+        (b'{"jsonrpc":"2.0","i\\u0064":null,"method":"x"}', [(types.INVALID_REQUEST, None)]),
         (request(b"[1,2]"), [(types.INVALID_REQUEST, 7)]),
         (request(b'{"name":"x","arguments":{"a":"\\ud800"}}'), [(types.PARSE_ERROR, 7)]),
         (
