@@ -383,7 +383,7 @@ make image-data
         ),
         """\
 .venv/bin/airlock serve --mcp --registry myapp:registry --policy data_policy.toml \\
-    --user analyst --image data --inputs ./exports --timeout 120 --memory 2g --keep-state""": (
+    --user analyst --inputs ./exports --keep-state""": (
             "serves until an MCP client disconnects, over an application's registry; the "
             "options are tested in tests/airlock/cli/test_data_cli.py, artifacts as MCP "
             "resources there too"
