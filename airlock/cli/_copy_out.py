@@ -5,19 +5,22 @@ The names are the program's (``charts/config.toml``); the directory is the user'
 keep links in it (``charts -> ~/site/charts``). So each part of a name is made and opened
 relative to the descriptor of the directory above it, never by its path: a link at any depth
 under DIR is refused, never followed, and nothing outside DIR is written. A file already
-there is kept unless the caller lets a regular file with no other hard link be replaced.
+there is kept unless the caller lets a regular file be replaced; the copy is then written
+beside it under a temporary name and renamed over it only once whole, so a copy that fails
+(the store lost the artifact, the disk is full) leaves that file as it was, and another hard
+link to it keeps its content.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
+import secrets
 import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import BinaryIO, Literal
 
 from rich.console import Console
 from rich.text import Text
@@ -35,18 +38,17 @@ __all__ = [
     "print_refused",
 ]
 
-RefusalCode = Literal["bad_name", "link", "exists", "not_directory", "not_file", "hard_links"]
+RefusalCode = Literal["bad_name", "link", "exists", "not_directory", "not_file"]
 _WHY: dict[RefusalCode, str] = {
     "bad_name": "is not a relative name",
     "link": "is a link (not followed)",
     "exists": "is already there (kept)",
     "not_directory": "is not a directory",
     "not_file": "is not a regular file",
-    "hard_links": "has other hard links (not replaced)",
 }
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-# O_NONBLOCK: opening a fifo for writing would wait for a reader; this way it fails (ENXIO).
-_FILE = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+# O_EXCL: only a file this copy creates is ever opened for writing, never a fifo or a link.
+_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,12 +80,16 @@ class _Refused(Exception):
         self.code, self.part, self.detail = code, part, detail
 
 
+def _failed(done: str, exc: OSError) -> _Refused:
+    return _Refused(None, done, exc.strerror or type(exc).__name__)
+
+
 def _kind(parent: int, part: str, done: str, *, want: Literal["directory", "file"]) -> _Refused:
     """Why ``part`` (in the directory ``parent``) could not be opened: what stands there."""
     try:
         mode = os.stat(part, dir_fd=parent, follow_symlinks=False).st_mode
     except OSError as exc:
-        return _Refused(None, done, exc.strerror or type(exc).__name__)
+        return _failed(done, exc)
     if stat.S_ISLNK(mode):
         return _Refused("link", done)
     if want == "file" and stat.S_ISREG(mode):
@@ -97,40 +103,70 @@ def _enter(parent: int, part: str, done: str) -> int:
     except FileExistsError:
         pass  # a directory DIR already holds is entered; anything else fails the open below
     except OSError as exc:
-        raise _Refused(None, done, exc.strerror or type(exc).__name__) from None
+        raise _failed(done, exc) from None
     try:
         return os.open(part, _DIRECTORY, dir_fd=parent)
     except OSError:
         raise _kind(parent, part, done, want="directory") from None
 
 
-def _open_file(parent: int, part: str, done: str, *, overwrite: bool) -> tuple[int, bool]:
-    """A descriptor for writing ``part``, and whether it was created."""
+def _replaced_mode(parent: int, part: str, done: str) -> int | None:
+    """The permissions of the regular file at ``part`` the copy will replace, or None when
+    nothing is there."""
     try:
-        fd = os.open(part, _FILE | os.O_EXCL, 0o644, dir_fd=parent)
-        return fd, True
+        found = os.stat(part, dir_fd=parent, follow_symlinks=False).st_mode
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise _failed(done, exc) from None
+    if stat.S_ISLNK(found):
+        raise _Refused("link", done)
+    if not stat.S_ISREG(found):
+        raise _Refused("not_file", done)
+    # A private file stays private; set-user-ID is never carried onto the sandbox's bytes.
+    return stat.S_IMODE(found) & 0o777
+
+
+def _open_new(parent: int, name: str, done: str) -> int:
+    try:
+        return os.open(name, _NEW, 0o644, dir_fd=parent)
     except FileExistsError:
-        if not overwrite:
-            raise _kind(parent, part, done, want="file") from None
+        raise _kind(parent, name, done, want="file") from None
     except OSError as exc:
-        raise _Refused(None, done, exc.strerror or type(exc).__name__) from None
+        raise _failed(done, exc) from None
+
+
+def _write_all(fd: int, source: BinaryIO) -> None:
+    while chunk := source.read(1 << 20):
+        view = memoryview(chunk)
+        while view:
+            view = view[os.write(fd, view) :]
+
+
+def _place(parent: int, part: str, done: str, source: BinaryIO, *, overwrite: bool) -> None:
+    """``source`` written to ``part`` in ``parent``: a new file, or with ``overwrite`` one
+    renamed over the regular file there once all of it is written."""
+    if overwrite:
+        mode = _replaced_mode(parent, part, done)
+        name = f".airlock-{secrets.token_hex(8)}.part"  # short: ``part`` may be 255 bytes
+    else:
+        mode, name = None, part
+    fd = _open_new(parent, name, done)
     try:
-        fd = os.open(part, _FILE, dir_fd=parent)
+        try:
+            if mode is not None:
+                os.fchmod(fd, mode)
+            _write_all(fd, source)
+        finally:
+            os.close(fd)
+        if name != part:
+            # A rename replaces the name only: it follows no link that appeared at ``part``,
+            # and another hard link to the file there keeps its content.
+            os.replace(name, part, src_dir_fd=parent, dst_dir_fd=parent)
     except OSError as exc:
-        if exc.errno in (errno.ELOOP, errno.EISDIR, errno.ENXIO):
-            raise _kind(parent, part, done, want="file") from None
-        raise _Refused(None, done, exc.strerror or type(exc).__name__) from None
-    found = os.fstat(fd)
-    if not stat.S_ISREG(found.st_mode) or found.st_nlink > 1:
-        os.close(fd)
-        # Writing a hard-linked file would change the file outside DIR it is linked to.
-        raise _Refused("not_file" if not stat.S_ISREG(found.st_mode) else "hard_links", done)
-    try:
-        os.ftruncate(fd, 0)
-    except OSError as exc:
-        os.close(fd)
-        raise _Refused(None, done, exc.strerror or type(exc).__name__) from None
-    return fd, False
+        with contextlib.suppress(OSError):
+            os.unlink(name, dir_fd=parent)  # the file this copy created, never the user's
+        raise _failed(done, exc) from None
 
 
 def _copy_one(root: int, ref: ArtifactRef, *, overwrite: bool) -> None:
@@ -139,23 +175,15 @@ def _copy_one(root: int, ref: ArtifactRef, *, overwrite: bool) -> None:
         raise _Refused("bad_name", ref.name)
     opened: list[int] = []
     try:
-        parent = root
-        for depth, part in enumerate(parts[:-1], 1):
-            parent = _enter(parent, part, "/".join(parts[:depth]))
-            opened.append(parent)
-        fd, created = _open_file(parent, parts[-1], ref.name, overwrite=overwrite)
-        try:
-            os.set_blocking(fd, True)
-            with open(ref.path, "rb") as source, os.fdopen(fd, "wb", closefd=False) as out:
-                while chunk := source.read(1 << 20):
-                    out.write(chunk)
-        except OSError as exc:
-            if created:  # half a file of ours is removed; a replaced one cannot be restored
-                with contextlib.suppress(OSError):
-                    os.unlink(parts[-1], dir_fd=parent)
-            raise _Refused(None, ref.name, exc.strerror or type(exc).__name__) from None
-        finally:
-            os.close(fd)
+        # The source first: an artifact the store lost leaves DIR as it was.
+        with open(ref.path, "rb") as source:
+            parent = root
+            for depth, part in enumerate(parts[:-1], 1):
+                parent = _enter(parent, part, "/".join(parts[:depth]))
+                opened.append(parent)
+            _place(parent, parts[-1], ref.name, source, overwrite=overwrite)
+    except OSError as exc:
+        raise _failed(ref.name, exc) from None
     finally:
         for entered in opened:
             os.close(entered)
@@ -168,7 +196,8 @@ def copy_out(
     making the directories they name. An artifact is refused, and the others still copied,
     when a link stands anywhere on its way under ``destination``, when something that is no
     directory stands where a directory goes, or when something stands where the file goes:
-    ``overwrite`` replaces a regular file there (not a link, nor one with other hard links).
+    ``overwrite`` replaces a regular file there (not a link), keeping its permissions, and
+    only once the whole copy is written: a copy that fails leaves that file as it was.
 
     Raises:
         UsageError: ``destination`` cannot be made or opened as a directory.

@@ -4,8 +4,10 @@ scripted backend: the copying is the host's alone."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
+import stat
 from collections.abc import Callable
 from pathlib import Path
 
@@ -186,11 +188,19 @@ OUT_CASES: list[tuple[str, dict[str, Setup], list[str], list[str], dict[str, str
         {"report.csv": "report.csv is not a regular file"},
     ),
     (
-        "a hard link to a file outside",
+        # the name in DIR is replaced, never written through: the file outside is kept
+        "a hard link to a file outside, --overwrite",
         {"notes.txt": _hard_link},
         ["notes.txt"],
         ["--overwrite"],
-        {"notes.txt": "notes.txt has other hard links"},
+        {},
+    ),
+    (
+        "a hard link to a file outside is kept",
+        {"notes.txt": _hard_link},
+        ["notes.txt"],
+        [],
+        {"notes.txt": "notes.txt is already there"},
     ),
 ]
 
@@ -283,7 +293,7 @@ GET_CASES: list[tuple[str, Setup | None, int]] = [
     ("nothing there", None, 0),
     ("a file there is replaced", _file, 0),
     ("a link there", _link("config.toml"), 2),
-    ("a hard link to a file outside", _hard_link, 2),
+    ("a hard link to a file outside: only DIR's name is replaced", _hard_link, 0),
     ("a fifo there", _fifo, 2),
 ]
 
@@ -308,3 +318,139 @@ def test_artifacts_get_writes_only_inside_to(
         assert (dest / "report.csv").read_text() == _planted("report.csv")
     else:
         assert "not copied" in outcome.output
+
+
+def _stored_gone(stored: Path, _: Path, __: pytest.MonkeyPatch) -> None:
+    stored.unlink()  # the store was pruned after the run listed it
+
+
+def _disk_full(_: Path, dest: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """DIR's file system takes 10 bytes of the copy, then is full (as a small tmpfs was)."""
+    write, room = os.write, [10]
+
+    def full(fd: int, data: bytes | memoryview) -> int:
+        if not os.readlink(f"/proc/self/fd/{fd}").startswith(f"{dest}/"):
+            return write(fd, data)  # the audit ledger, the terminal: other file systems
+        if not room[0]:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        wrote = write(fd, bytes(data[: room[0]]))
+        room[0] -= wrote
+        return wrote
+
+    monkeypatch.setattr(os, "write", full)
+
+
+KEPT = b"the user's own three months of work,\n" * 40
+FAILED: list[tuple[str, Callable[[Path, Path, pytest.MonkeyPatch], None], Setup | None, str]] = [
+    # (case, what goes wrong, what stands at DIR/report.csv, why it is named as not copied)
+    ("the stored artifact is gone", _stored_gone, None, "No such file or directory"),
+    ("the disk fills up mid-copy", _disk_full, None, os.strerror(errno.ENOSPC)),
+    ("gone, onto a hard link", _stored_gone, _hard_link, "No such file or directory"),
+    ("disk full, onto a hard link", _disk_full, _hard_link, os.strerror(errno.ENOSPC)),
+]
+
+
+def _failing_copy(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    holds: Setup | None,
+    goes_wrong: Callable[[Path, Path, pytest.MonkeyPatch], None],
+) -> tuple[Path, Path, tuple[ArtifactRef, ...]]:
+    dest, outside = tmp_path / "dest", tmp_path / "outside"
+    dest.mkdir()
+    outside.mkdir()
+    (outside / "notes.txt").write_bytes(KEPT)
+    if holds is None:
+        (dest / "report.csv").write_bytes(KEPT)
+    else:
+        holds(dest / "report.csv", outside)
+    refs = _stored(tmp_path / "store" / "run_x", ["report.csv"])
+    goes_wrong(Path(refs[0].path), dest, monkeypatch)
+    return dest, outside, refs
+
+
+@pytest.mark.parametrize(("case", "goes_wrong", "holds", "why"), FAILED, ids=[r[0] for r in FAILED])
+def test_a_copy_that_fails_keeps_the_file_it_would_replace(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    run_with: Callable[[RunResult, list[str]], tuple[int, str]],
+    case: str,
+    goes_wrong: Callable[[Path, Path, pytest.MonkeyPatch], None],
+    holds: Setup | None,
+    why: str,
+) -> None:
+    dest, outside, refs = _failing_copy(tmp_path, monkeypatch, holds, goes_wrong)
+    result = ok_result().model_copy(update={"artifacts": refs})
+
+    code, output = run_with(result, ["--out", str(dest), "--overwrite"])
+
+    assert code == 1, output
+    assert f"not copied: {dest / 'report.csv'}: report.csv {why}" in " ".join(output.split())
+    assert (dest / "report.csv").read_bytes() == KEPT
+    assert (outside / "notes.txt").read_bytes() == KEPT
+    assert os.listdir(dest) == ["report.csv"]  # no half-written file left beside it
+
+
+@pytest.mark.parametrize(("case", "goes_wrong", "holds", "why"), FAILED, ids=[r[0] for r in FAILED])
+def test_artifacts_get_that_fails_keeps_the_file_it_would_replace(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    case: str,
+    goes_wrong: Callable[[Path, Path, pytest.MonkeyPatch], None],
+    holds: Setup | None,
+    why: str,
+) -> None:
+    dest, outside, refs = _failing_copy(tmp_path, monkeypatch, holds, goes_wrong)
+    store = ["--store", str(tmp_path / "store"), "--to", str(dest)]
+    if goes_wrong is _stored_gone:  # listed by the store, then pruned before the copy
+        monkeypatch.setattr("airlock.cli._artifacts._store", lambda _: _Listed(refs[0]))
+
+    outcome = cli.invoke(app, ["artifacts", "get", "run_x", "report.csv", *store])
+
+    assert outcome.exit_code == 2, outcome.output
+    assert "not copied" in outcome.output
+    assert why in " ".join(outcome.output.split())
+    assert (dest / "report.csv").read_bytes() == KEPT
+    assert (outside / "notes.txt").read_bytes() == KEPT
+    assert os.listdir(dest) == ["report.csv"]
+
+
+class _Listed:
+    def __init__(self, ref: ArtifactRef) -> None:
+        self.ref = ref
+
+    def get(self, run: str, name: str) -> ArtifactRef:
+        return self.ref
+
+
+MODES: list[tuple[str, int | None, int]] = [
+    # (case, mode of the file DIR holds (None: nothing there), mode of the copy)
+    ("a new file: 0644 less the umask", None, 0o644 & ~0o022),
+    ("a private file stays private", 0o600, 0o600),
+    ("an executable stays executable", 0o755, 0o755),
+    ("set-user-ID is not carried onto the sandbox's bytes", 0o4755, 0o755),
+]
+
+
+@pytest.mark.parametrize(("case", "mode", "copied"), MODES, ids=[r[0] for r in MODES])
+def test_an_overwritten_file_keeps_its_permissions(
+    tmp_path: Path,
+    run_with: Callable[[RunResult, list[str]], tuple[int, str]],
+    case: str,
+    mode: int | None,
+    copied: int,
+) -> None:
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    if mode is not None:
+        (dest / "report.csv").write_bytes(KEPT)
+        (dest / "report.csv").chmod(mode)
+    result = ok_result().model_copy(update={"artifacts": _stored(tmp_path / "s", ["report.csv"])})
+    umask = os.umask(0o022)
+    try:
+        code, output = run_with(result, ["--out", str(dest), "--overwrite"])
+    finally:
+        os.umask(umask)
+    assert code == 0, output
+    assert (dest / "report.csv").read_text() == _planted("report.csv")
+    assert stat.S_IMODE((dest / "report.csv").stat().st_mode) == copied
