@@ -90,6 +90,8 @@ class SandboxContainer:
         self._writer = launched.writer
         self._used = False
         self._kept = False
+        self._destroying = False
+        """Set as :meth:`destroy` begins: a bridge that ends then was ended by the host."""
         self._listener = launched.listener
         """Open for the connections a kept runner opens, one per program."""
         self._links = ProgramLinks(
@@ -147,7 +149,8 @@ class SandboxContainer:
         all (however it ends: a limit, a runner that died mid-file, an exception,
         cancellation) leaves nothing there and no descriptor open. Returns by the profile's
         deadline plus :data:`_GRACE_S` and the time to judge the result, whatever the guest
-        does.
+        does; a bridge the guest ended early is judged by the deadline (a program that shut
+        its end down and went on is a timeout then, or a protocol error before).
         """
         if self._used and not (keep and self._kept):
             raise RuntimeError("a sandbox container runs one program only, unless kept")
@@ -223,6 +226,7 @@ class SandboxContainer:
                 pooled=pooled,
                 since=self._mark,
                 kept_runner_alive=keep and self.alive,
+                host_ended=self._destroying,
             )
             if stored is not None and result.status in ("ok", "error"):
                 update["artifacts"] = stored
@@ -292,6 +296,7 @@ class SandboxContainer:
         Raises:
             SandboxError: the engine did not remove the container.
         """
+        self._destroying = True
         self._writer.transport.abort()
         self._links.close()  # a kept program in flight returns now
         self._listener.close()

@@ -14,8 +14,6 @@ strict JSON), so its ``value`` is JSON by construction and is not validated agai
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import functools
 import re
 import time
@@ -29,7 +27,6 @@ from airlock.bridge import RunEnd
 from airlock.bridge import airlock_wire as wire
 from airlock.policies import SandboxProfile
 from airlock.sandbox._cgroup import CgroupEvidence, RunMark, read_evidence
-from airlock.sandbox._errors import SandboxError, map_docker_errors
 from airlock.sandbox._hardening import tmpfs_files
 from airlock.sandbox._result import (
     LimitName,
@@ -38,6 +35,7 @@ from airlock.sandbox._result import (
     RunStatus,
     SkippedArtifact,
 )
+from airlock.sandbox._runner_exit import runner_state
 
 __all__ = ["judge_outcome", "limit_message"]
 
@@ -47,6 +45,15 @@ _MAX_COUNT: Final = 2**31 - 1
 _REASON_CHARS: Final = 200
 _ARTIFACT_NAME: Final = re.compile(wire.ARTIFACT_NAME)
 _UNPRINTABLE: Final = re.compile(r"[^\x20-\x7e]")
+_RUNNER_EXIT_S: Final = 2.0
+"""How long after its bridge ended a runner that went away may take to be seen exited by the
+engine; never past the run's deadline."""
+_LAST_LOOK_S: Final = 0.25
+"""Looked for at least this long, even when the bridge ended at the deadline."""
+_BRIDGE_CLOSED: Final = (
+    "the program closed or shut down its end of the bridge before the run reported, and "
+    "the runner went on running; a program must leave the bridge's socket alone"
+)
 _Evidence = Callable[[], CgroupEvidence | None]
 """Reads the run's cgroup evidence now (as late as possible: counters move until the end)."""
 
@@ -130,12 +137,20 @@ async def judge_outcome(
     pooled: bool,
     since: RunMark | None = None,
     kept_runner_alive: bool = False,
+    host_ended: bool = False,
 ) -> RunResult:
     """The result of one run of ``container``'s runner, ``began`` on the perf counter clock.
 
     ``since`` is the mark of a kept container's run; ``kept_runner_alive`` says that a kept
     runner is still connected, so an ``outcome`` of ``None`` means that only the program's
-    process went away (it exited, or was killed).
+    process went away (it exited, or was killed). ``host_ended`` says that the host ended
+    the bridge itself (it is destroying the container): a runner still running then is no
+    sign that the program closed the bridge.
+
+    An ``outcome`` of ``None`` otherwise costs at most until the run's deadline (a little
+    past it when the bridge ended just before): a runner the engine sees exit died, one that
+    is still running at the deadline is a timeout, and one still running well before it is a
+    protocol error (the program closed or shut down its end of the bridge).
 
     Raises:
         SandboxError: the engine failed while the result was being judged.
@@ -147,7 +162,15 @@ async def judge_outcome(
         # Docker's OOMKilled covers the container's life: one of an earlier program's
         # processes killed (in a run that still ended well) is not this run's evidence.
         earlier_oom = since is not None and since.oom_kills > 0
-        return await _runner_died(container, evidence, began, pooled, profile, earlier_oom)
+        return await _runner_died(
+            container,
+            evidence,
+            began,
+            pooled,
+            profile,
+            earlier_oom=earlier_oom,
+            host_ended=host_ended,
+        )
     if isinstance(outcome, RunEnd):
         if outcome.code == "protocol_error":
             return _protocol_error(began, outcome.message, pooled)
@@ -287,7 +310,8 @@ def _program_exited(
         error=ProgramError(
             type="ProgramExited",
             message="the program's process ended before it reported (it exited or was "
-            "killed); its top-level names are not kept",
+            "killed, or it closed its end of the bridge and was ended); its top-level names "
+            "are not kept",
         ),
         duration_s=time.perf_counter() - began,
         pooled=pooled,
@@ -300,19 +324,25 @@ async def _runner_died(
     began: float,
     pooled: bool,
     profile: SandboxProfile,
+    *,
     earlier_oom: bool,
+    host_ended: bool,
 ) -> RunResult:
     evidence = read()
     limit = _limit_from(evidence) if evidence else None
-    if limit is None and not earlier_oom:
-        # Gone already (destroyed while the run was in flight) or still exiting: no verdict.
-        with contextlib.suppress(SandboxError), map_docker_errors():
-            await asyncio.to_thread(container.wait, timeout=5)
-            await asyncio.to_thread(container.reload)
-            if container.attrs["State"].get("OOMKilled"):
-                limit = "memory"
     if limit is not None:
         return _stopped(read, began, limit, pooled, profile)
+    # The program may have shut its end of the bridge down and gone on: the engine tells,
+    # asked no longer than the run's deadline allows.
+    now, deadline = time.perf_counter(), began + profile.timeout_s
+    until = max(min(now + _RUNNER_EXIT_S, deadline), now + _LAST_LOOK_S)
+    state = await runner_state(container, until=until)
+    if state == "oom_killed" and not earlier_oom:
+        return _stopped(read, began, "memory", pooled, profile)
+    if state == "running" and not host_ended:
+        if time.perf_counter() >= deadline:
+            return _stopped(read, began, "timeout", pooled, profile)
+        return _protocol_error(began, _BRIDGE_CLOSED, pooled)
     return RunResult(
         status="error",
         exit_status=_KILLED_EXIT_STATUS,
