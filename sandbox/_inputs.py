@@ -12,10 +12,11 @@ input and how to fix it:
   wherever it leads), and the engine is handed the real path (parent links resolved);
 - a file is a regular file; a directory holds directories, regular files and links only
   (links inside resolve inside the container, never on the host): no device, fifo or socket;
-- everything under a directory is on its file system: the engine mounts the directory alone,
-  not what is mounted under it (a recursive bind would carry those in, and writable: the
-  engine's read-only flag covers the top mount only), so another file system there is refused
-  rather than shown as the empty directory beneath it;
+- nothing is mounted under a directory: the engine mounts the directory alone, not what is
+  mounted under it (a recursive bind would carry those in, and writable: the engine's
+  read-only flag covers the top mount only), so a mount point under it (read from the host's
+  mount table, :data:`MOUNTINFO`: another file system or a bind mount of the same one) is
+  refused rather than shown as the empty directory beneath it;
 - everything is readable by the sandbox's user (``o+r``, directories ``o+rx``): the program
   runs as an unprivileged user that owns nothing on the host;
 - the total size is within the profile's ``input_limit_bytes``.
@@ -52,11 +53,16 @@ INPUT_NAME: Final = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}$")
 """An input's name: the entry under ``/data`` and the resource of its effect."""
 INPUT_RESOURCE: Final = "file"
 """The service part of an input's resource: ``read(file:NAME)``."""
+MOUNTINFO: Final = "/proc/self/mountinfo"
+"""The host's mount table, where the mount points under a directory input are found. A host
+without it (not Linux) falls back to device numbers: an entry on another device than the
+input's is taken for a mount (a bind mount of the same file system then goes unseen)."""
+_ESCAPED: Final = re.compile(rb"\\([0-7]{3})")
 
 InputReason = Literal["name", "missing", "link", "kind", "unreadable", "size", "grant"]
 """Why an input was refused: its name, a path that does not exist, a symbolic link, not a
-regular file or directory (or a directory holding one, or another file system mounted under
-it), not readable by the sandbox's user (or not walkable: a path over the host's limit),
+regular file or directory (or a directory holding one, or a mount point under it), not
+readable by the sandbox's user (or not walkable: a path over the host's limit),
 over the profile's ``input_limit_bytes``, or (a session's check) outside the grant."""
 
 
@@ -94,9 +100,9 @@ class RunInput:
     size_bytes: int
     """Bytes of the file, or of every regular file under the directory."""
     identity: tuple[int, ...] = ()
-    """What was checked at :attr:`source`: device and inode (a file's also its modification
-    time and size). A container made with this input shows what was at the path then: a
-    file replaced since (a new inode at the same path) is not the one it mounted."""
+    """What was checked at :attr:`source`: its device and inode. A container made with this
+    input shows the inode that was at the path then, edits in place included: a file or
+    directory replaced since (a new inode at the same path) is not the one it mounted."""
 
     @property
     def mount_path(self) -> str:
@@ -160,11 +166,12 @@ def _special(name: str, path: str) -> InputRefused:
     )
 
 
-def _another_file_system(name: str, path: str, top: str) -> InputRefused:
+def _mounted_under(name: str, path: str, top: str) -> InputRefused:
     return InputRefused(
-        f"input {name!r}: {path!r} is on another file system than {top!r} (something is "
-        "mounted there); the sandbox would not see it, since an input's mount does not carry "
-        "the mounts under it: unmount it, or give it as an input of its own",
+        f"input {name!r}: {path!r} is a mount point under {top!r} (another file system, or "
+        "a bind mount, is mounted there); the sandbox would not see it, since an input's "
+        "mount does not carry the mounts under it: unmount it, or give it as an input of its "
+        "own",
         name=name,
         reason="kind",
     )
@@ -195,8 +202,34 @@ def _unwalkable(name: str, path: str, error: OSError, *, directory: bool) -> Inp
     )
 
 
-def _directory_size(name: str, top: str, device: int) -> int:
-    """Bytes of the regular files under ``top`` (on ``device``), each entry checked.
+def _mount_points(real: str) -> list[str] | None:
+    """The mount points under the real path ``real`` (not ``real`` itself), sorted, from
+    :data:`MOUNTINFO` (its fifth field, octal escapes such as ``\\040`` undone); ``None``
+    when the host has no such table."""
+    try:
+        with open(MOUNTINFO, "rb") as table:
+            lines = table.read().splitlines()
+    except OSError:
+        return None
+    inside = os.path.join(real, "")
+    points: set[str] = set()
+    for line in lines:
+        fields = line.split(b" ")
+        if len(fields) > 4:
+            point = os.fsdecode(_ESCAPED.sub(_unescape, fields[4]))
+            if point.startswith(inside):
+                points.add(point)
+    return sorted(points)
+
+
+def _unescape(octal: re.Match[bytes]) -> bytes:
+    return bytes([int(octal[1], 8) & 0xFF])
+
+
+def _directory_size(name: str, top: str, device: int | None) -> int:
+    """Bytes of the regular files under ``top``, each entry checked. Given ``device`` (a
+    host without a mount table), an entry on another device is taken for a mount point;
+    not otherwise, since an overlay's files carry the device numbers of its layers.
 
     An explicit stack, not :func:`os.walk`: it recurses once per level and a tree deeper
     than the interpreter's recursion limit would end the check with a RecursionError."""
@@ -213,8 +246,8 @@ def _directory_size(name: str, top: str, device: int) -> int:
             info = _lstat(name, path)
             if stat.S_ISLNK(info.st_mode):
                 continue  # resolved inside the container, never on the host
-            if info.st_dev != device:
-                raise _another_file_system(name, path, top)
+            if device is not None and info.st_dev != device:
+                raise _mounted_under(name, path, top)
             if stat.S_ISDIR(info.st_mode):
                 if not _readable(info.st_mode, directory=True):
                     raise _unreadable(name, path, directory=True)
@@ -252,14 +285,19 @@ def _one(name: str, given: str | os.PathLike[str]) -> RunInput:
     if stat.S_ISREG(info.st_mode):
         if not _readable(info.st_mode, directory=False):
             raise _unreadable(name, path, directory=False)
-        file = (info.st_dev, info.st_ino, info.st_mtime_ns, info.st_size)
+        file = (info.st_dev, info.st_ino)
         return RunInput(
             name=name, source=source, directory=False, size_bytes=info.st_size, identity=file
         )
     if stat.S_ISDIR(info.st_mode):
         if not _readable(info.st_mode, directory=True):
             raise _unreadable(name, path, directory=True)
-        size = _directory_size(name, path, info.st_dev)
+        points = _mount_points(str(source))
+        if points:
+            inside = os.path.join(path, os.path.relpath(points[0], source))
+            raise _mounted_under(name, inside, path)
+        # Without a mount table, an entry on another device than the input's is taken for one.
+        size = _directory_size(name, path, info.st_dev if points is None else None)
         root = (info.st_dev, info.st_ino)
         return RunInput(name=name, source=source, directory=True, size_bytes=size, identity=root)
     raise _special(name, path)

@@ -6,14 +6,16 @@ link: every directory and file is opened relative to its parent with ``O_NOFOLLO
 are listed first and opened one at a time as they are sent (however many there are, the
 runner holds a few descriptors), and a file is read only when the descriptor is the very
 regular file listed (same device and inode), so a link, a device, a fifo or a socket (or a
-file removed or swapped meanwhile) is skipped and reported, never read.
+file removed or swapped meanwhile, or one in a directory the program made unsearchable) is
+skipped and reported, never read.
 
 Each file's name is its path under the directory, made to fit ``airlock_wire.ARTIFACT_NAME``
 (``a b.png`` -> ``a_b.png``, ``.hidden`` -> ``_hidden``). A name already safe is kept; a
 renamed file or directory whose name is taken in its directory (by a file's or a
-directory's) gets ``-2``, ``-3``... More files than ``artifacts.files`` or more bytes than
-``artifacts.bytes`` send nothing and end the run as ``limit_exceeded`` (``artifacts``),
-naming the amount and the limit. The host checks all of this again: it trusts no frame.
+directory's) gets ``-2``, ``-3``... More files than ``artifacts.files`` (counted, past it,
+not named) or more bytes than ``artifacts.bytes`` send nothing and end the run as
+``limit_exceeded`` (``artifacts``), naming the amount and the limit. The host checks all of
+this again: it trusts no frame.
 
 A kept runner empties the directory after each program, so a program's artifacts are its own.
 """
@@ -81,20 +83,42 @@ def clean_part(part: str) -> str:
     return "_" + cleaned[1:] if cleaned[0] == "." else cleaned
 
 
-def _unique(part: str, taken: set[str]) -> str:
-    if part not in taken:
-        return part
-    stem, dot, extension = part.partition(".")
-    if len(dot + extension) >= _PART_CHARS // 2:  # the number goes at the end instead
-        stem, dot, extension = part, "", ""
-    number = 2
-    while True:
-        suffix = f"-{number}"
-        room = _PART_CHARS - len(suffix) - len(dot + extension)
-        candidate = f"{stem[:room]}{suffix}{dot}{extension}"
-        if candidate not in taken:
-            return candidate
-        number += 1
+class _Numbering:
+    """Numbers for the parts of one directory that clash, each family of candidates
+    (``stem-N.ext`` for one stem, extension and width of N) tried on from where it was left:
+    a candidate found taken is never tried again, so naming stays linear in the names however
+    many clean to the same part (names in a script :func:`clean_part` replaces whole)."""
+
+    __slots__ = ("following", "taken")
+
+    def __init__(self, taken: set[str]) -> None:
+        self.taken = taken
+        self.following: dict[tuple[str, str, int], int] = {}
+
+    def unique(self, part: str) -> str:
+        """``part``, or the first of ``part-2``, ``part-3``... not taken (numbered before
+        the extension, the stem cut so that the whole fits in :data:`_PART_CHARS`)."""
+        if part not in self.taken:
+            self.taken.add(part)
+            return part
+        stem, dot, extension = part.partition(".")
+        tail = dot + extension
+        if len(tail) >= _PART_CHARS // 2:  # the number goes at the end instead
+            stem, tail = part, ""
+        width = 1
+        while True:
+            head = stem[: _PART_CHARS - len(tail) - 1 - width]
+            family = (head, tail, width)
+            number = self.following.get(family, max(2, 10 ** (width - 1)))
+            while number < 10**width:
+                candidate = f"{head}-{number}{tail}"
+                number += 1
+                if candidate not in self.taken:
+                    self.following[family] = number
+                    self.taken.add(candidate)
+                    return candidate
+            self.following[family] = number
+            width += 1
 
 
 def _parts(names: list[str]) -> dict[str, str]:
@@ -104,11 +128,10 @@ def _parts(names: list[str]) -> dict[str, str]:
     it is keeps it; the others, in order, are cleaned and numbered when taken, so that
     renaming one file never hands its name to another."""
     chosen = {name: name for name in names if clean_part(name) == name}
-    taken = set(chosen)
+    numbering = _Numbering(set(chosen))
     for name in names:
         if name not in chosen:
-            chosen[name] = part = _unique(clean_part(name), taken)
-            taken.add(part)
+            chosen[name] = numbering.unique(clean_part(name))
     return chosen
 
 
@@ -135,64 +158,82 @@ def _unreadable(exc: OSError) -> str:
 def collect(directory: str) -> tuple[list[Artifact], Skipped]:
     """The regular files under ``directory`` (listed, not opened), by name, and what was
     skipped and why."""
-    found: list[Artifact] = []
-    skipped = Skipped()
+    walk = _collect(directory, max_files=None)
+    return walk.found, walk.skipped
+
+
+def _collect(directory: str, *, max_files: int | None) -> _Walk:
+    walk = _Walk(max_files)
     try:
         top = os.open(directory, _DIRECTORY_FLAGS)
     except OSError:
-        return found, skipped
+        return walk
     try:
-        _walk(top, (), "", 0, found, skipped)
+        walk.walk(top, (), "", 0)
     finally:
         os.close(top)
-    found.sort(key=lambda a: a.name)
-    return found, skipped
+    walk.found.sort(key=lambda a: a.name)
+    return walk
 
 
-def _walk(
-    fd: int,
-    path: tuple[str, ...],
-    prefix: str,
-    depth: int,
-    found: list[Artifact],
-    skipped: Skipped,
-) -> None:
-    # Depth first, holding one descriptor per level: never one per directory listed.
-    import re
+class _Walk:
+    """One walk of the directory: the files found, by name, what was skipped, and how many
+    regular files there are. Past ``max_files`` they are counted and no longer named: none
+    will be sent, and the refusal that says how many must come before the run's deadline."""
 
-    listed: list[tuple[str, os.stat_result]] = []
-    with os.scandir(fd) as entries:
-        for entry in sorted(entries, key=lambda e: e.name):
+    __slots__ = ("files", "found", "max_files", "skipped")
+
+    def __init__(self, max_files: int | None) -> None:
+        self.found: list[Artifact] = []
+        self.skipped = Skipped()
+        self.files = 0
+        self.max_files = max_files
+
+    def walk(self, fd: int, path: tuple[str, ...], prefix: str, depth: int) -> None:
+        # Depth first, holding one descriptor per level: never one per directory listed.
+        import re
+
+        listed = self._list(fd, prefix)
+        self.files += sum(1 for _, s in listed if stat.S_ISREG(s.st_mode))
+        naming = self.max_files is None or self.files <= self.max_files
+        kept = [n for n, s in listed if stat.S_ISDIR(s.st_mode) or stat.S_ISREG(s.st_mode)]
+        parts = _parts(kept) if naming else {n: clean_part(n) for n in kept}
+        for raw, listing in listed:
+            part = parts.get(raw)
+            if part is None:
+                self.skipped.add(prefix + clean_part(raw), _kind(listing.st_mode))
+                continue
+            name = prefix + part
+            if stat.S_ISREG(listing.st_mode):
+                if naming and re.match(wire.ARTIFACT_NAME, name):  # never after clean_part
+                    self.found.append(Artifact(name, (*path, raw), listing))
+                elif naming:  # and never sent
+                    self.skipped.add(clean_part(raw), "a name the host would refuse")
+                continue
+            if depth + 1 >= _MAX_DEPTH:
+                self.skipped.add(name, f"deeper than {_MAX_DEPTH} directories")
+                continue
             try:
-                listed.append((entry.name, entry.stat(follow_symlinks=False)))
-            except OSError:
-                continue  # gone meanwhile
-    kept = [n for n, s in listed if stat.S_ISDIR(s.st_mode) or stat.S_ISREG(s.st_mode)]
-    parts = _parts(kept)
-    for raw, listing in listed:
-        part = parts.get(raw)
-        if part is None:
-            skipped.add(prefix + clean_part(raw), _kind(listing.st_mode))
-            continue
-        name = prefix + part
-        if stat.S_ISREG(listing.st_mode):
-            if re.match(wire.ARTIFACT_NAME, name):  # never after clean_part; never sent
-                found.append(Artifact(name, (*path, raw), listing))
-            else:
-                skipped.add(clean_part(raw), "a name the host would refuse")
-            continue
-        if depth + 1 >= _MAX_DEPTH:
-            skipped.add(name, f"deeper than {_MAX_DEPTH} directories")
-            continue
-        try:
-            child = os.open(raw, _DIRECTORY_FLAGS, dir_fd=fd)
-        except OSError as exc:
-            skipped.add(name, _unreadable(exc))
-            continue
-        try:
-            _walk(child, (*path, raw), name + "/", depth + 1, found, skipped)
-        finally:
-            os.close(child)
+                child = os.open(raw, _DIRECTORY_FLAGS, dir_fd=fd)
+            except OSError as exc:
+                self.skipped.add(name, _unreadable(exc))
+                continue
+            try:
+                self.walk(child, (*path, raw), name + "/", depth + 1)
+            finally:
+                os.close(child)
+
+    def _list(self, fd: int, prefix: str) -> list[tuple[str, os.stat_result]]:
+        listed: list[tuple[str, os.stat_result]] = []
+        with os.scandir(fd) as entries:
+            for entry in sorted(entries, key=lambda e: e.name):
+                try:
+                    listed.append((entry.name, entry.stat(follow_symlinks=False)))
+                except FileNotFoundError:
+                    continue  # removed meanwhile
+                except OSError as exc:  # a directory the program left unsearchable (r--)
+                    self.skipped.add(prefix + clean_part(entry.name), _unreadable(exc))
+        return listed
 
 
 def _size_text(size: int) -> str:
@@ -201,13 +242,18 @@ def _size_text(size: int) -> str:
     return f"{size} bytes"
 
 
-def refusal(found: list[Artifact], *, max_files: int, max_bytes: int) -> dict[str, Any] | None:
-    """The ``LimitExceeded`` error (wire form) when the files are over either limit."""
+def refusal(
+    found: list[Artifact], *, max_files: int, max_bytes: int, files: int | None = None
+) -> dict[str, Any] | None:
+    """The ``LimitExceeded`` error (wire form) when the files are over either limit;
+    ``files`` counts them when ``found`` does not hold them all (a walk that stopped naming
+    them past the limit)."""
+    count = len(found) if files is None else files
     total = sum(a.size for a in found)
-    if len(found) > max_files:
+    if count > max_files:
         return {
             "type": "LimitExceeded",
-            "message": f"the program left {len(found)} files in {wire.OUT_DIR}; the limit is "
+            "message": f"the program left {count} files in {wire.OUT_DIR}; the limit is "
             f"{max_files} files: write fewer, larger files (one CSV, one archive)",
         }
     if total > max_bytes:
@@ -325,9 +371,11 @@ def deliver(
     if not isinstance(wanted, dict) or result.get("status") not in ("ok", "error"):
         return
     directory = str(wanted.get("dir") or wire.OUT_DIR)
-    found, skipped = collect(directory)
+    max_files = int(wanted.get("files", 0))
+    walk = _collect(directory, max_files=max_files)
+    found, skipped = walk.found, walk.skipped
     refused = refusal(
-        found, max_files=int(wanted.get("files", 0)), max_bytes=int(wanted.get("bytes", 0))
+        found, max_files=max_files, max_bytes=int(wanted.get("bytes", 0)), files=walk.files
     )
     if refused is not None:
         result.update(status="limit_exceeded", exit_status=137, limit="artifacts", error=refused)

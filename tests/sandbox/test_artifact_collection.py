@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import errno
 import os
 import re
 import resource
@@ -320,3 +321,128 @@ def test_the_done_frame_names_the_first_skipped_and_counts_them_all(tmp_path: Pa
     assert result["artifacts"] == 1
     assert len(result["artifacts_skipped"]) == artifacts.MAX_SKIPPED
     assert result["artifacts_skipped_count"] == 30
+
+
+class _CountingSet(set[str]):
+    """A set that counts its membership tests: the work of naming, whatever the machine."""
+
+    lookups = 0
+
+    def __contains__(self, item: object) -> bool:
+        _CountingSet.lookups += 1
+        return super().__contains__(item)
+
+
+@pytest.fixture
+def lookups(monkeypatch: pytest.MonkeyPatch) -> Callable[[], int]:
+    """How many times the guest module has asked whether a name is taken (it makes its sets
+    with ``set(...)``, which this shadows)."""
+    monkeypatch.setattr(_CountingSet, "lookups", 0)
+    monkeypatch.setattr(artifacts, "set", _CountingSet, raising=False)
+    return lambda: _CountingSet.lookups
+
+
+def _cjk(n: int) -> str:
+    # Distinct names of the same length in a script clean_part replaces: all become __.csv.
+    return chr(0x4E00 + n) + chr(0x4E00 + (n * 7) % 20000) + ".csv"
+
+
+def _with(count: int, name: Callable[[int], str]) -> list[str]:
+    return [name(n) for n in range(count)]
+
+
+# Safe names that are what numbering a 128-character part would make: ...-2 to ...-300.
+_TRUNCATED = ["y" * (127 - len(str(k))) + f"-{k}" for k in range(2, 301)]
+
+# (case, the names in one directory, the names kept as they are): every row is named with
+# a bounded number of lookups per name, however many clash.
+CLASHES: list[tuple[str, list[str], set[str]]] = [
+    ("same_script_same_length", _with(2000, _cjk), set()),
+    ("numbers_already_taken", [
+        *_with(300, lambda n: f"a_b-{n + 2}.csv"), *_with(300, lambda n: f"a{chr(0x4E00 + n)}b.csv"),
+        "a_b.csv",
+    ], {"a_b.csv", *_with(300, lambda n: f"a_b-{n + 2}.csv")}),
+    ("long_names_sharing_a_prefix", _with(500, lambda n: "\u00e9" * 140 + f"{n:04d}"), set()),
+    ("long_stems_same_extension", _with(500, lambda n: "x" * 130 + f"{n:04d}.csv"), set()),
+    ("long_extension", _with(500, lambda n: f"{chr(0x4E00 + n)}.{'e' * 70}"), set()),
+    ("truncated_stems_meet_safe_numbers", [*_TRUNCATED, *_with(300, lambda n: f"{'y' * 127}\u00e9{n}")],
+     set(_TRUNCATED)),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("case", "names", "kept"), CLASHES, ids=[c[0] for c in CLASHES])
+def test_clashing_names_get_unique_parts_in_bounded_work(
+    lookups: Callable[[], int], case: str, names: list[str], kept: set[str]
+) -> None:
+    parts = artifacts._parts(sorted(names))
+    assert sorted(parts) == sorted(names)
+    assert len(set(parts.values())) == len(names)
+    assert all(NAME.match(part) and len(part) <= 128 for part in parts.values())
+    assert {name for name, part in parts.items() if name == part} == kept
+    assert len(names) <= lookups() <= 4 * len(names)
+
+
+def test_files_over_the_limit_are_counted_not_named(
+    tmp_path: Path, lookups: Callable[[], int]
+) -> None:
+    for name in _with(2000, _cjk):
+        (tmp_path / name).write_text("1")
+    (tmp_path / "sub").mkdir()
+    for n in range(10):
+        (tmp_path / "sub" / f"{n}.csv").write_text("1")
+    frames: list[dict[str, Any]] = []
+    result: dict[str, Any] = {"status": "ok", "has_value": True, "value": 1}
+    request = {"artifacts": {"dir": str(tmp_path), "files": 64, "bytes": 10**6}}
+    artifacts.deliver(frames.append, request, result)
+    assert (result["status"], result["limit"], frames) == ("limit_exceeded", "artifacts", [])
+    assert result["error"]["message"].startswith(
+        "the program left 2010 files in /out; the limit is 64 files"
+    )
+    assert lookups() <= 4 * 64
+
+
+def _unstattable(monkeypatch: pytest.MonkeyPatch, name: str, error: int) -> None:
+    """Make ``name``'s listing fail with ``error``, as a directory the program left without
+    its search permission does for the runner (an unprivileged user: root would pass)."""
+    scandir = os.scandir
+
+    class Entry:
+        def __init__(self, entry: os.DirEntry[str]) -> None:
+            self.entry, self.name = entry, entry.name
+
+        def stat(self, *, follow_symlinks: bool = True) -> os.stat_result:
+            if self.name == name:
+                raise OSError(error, os.strerror(error), name)
+            return self.entry.stat(follow_symlinks=follow_symlinks)
+
+    @contextlib.contextmanager
+    def wrapped(fd: int) -> Iterator[list[Entry]]:
+        with scandir(fd) as entries:
+            yield [Entry(e) for e in entries]
+
+    monkeypatch.setattr(os, "scandir", wrapped)
+
+
+# (why an entry could not be looked at, what is reported): only one gone meanwhile is not.
+UNLISTABLE: list[tuple[int, str | None]] = [
+    (errno.ENOENT, None),
+    (errno.EACCES, "not readable (EACCES)"),
+    (errno.EIO, "not readable (EIO)"),
+]
+
+
+@pytest.mark.parametrize(
+    ("error", "reason"), UNLISTABLE, ids=[errno.errorcode[e] for e, _ in UNLISTABLE]
+)
+def test_an_entry_that_cannot_be_looked_at_is_skipped_unless_it_is_gone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, error: int, reason: str | None
+) -> None:
+    (tmp_path / "tables").mkdir()
+    for name in ("a.csv", "b c.csv"):
+        (tmp_path / "tables" / name).write_text("1")
+    (tmp_path / "top.csv").write_text("x")
+    _unstattable(monkeypatch, "b c.csv", error)
+    found, skipped = artifacts.collect(str(tmp_path))
+    assert [a.name for a in found] == ["tables/a.csv", "top.csv"]
+    expected = [] if reason is None else [{"name": "tables/b_c.csv", "reason": reason}]
+    assert (skipped.entries, skipped.count) == (expected, len(expected))

@@ -157,6 +157,11 @@ def _file_replaced(given: dict[str, Path]) -> None:
     os.replace(new, given["sales.csv"])
 
 
+def _file_written_in_place(given: dict[str, Path]) -> None:
+    with given["sales.csv"].open("a") as file:  # the same inode: the mount shows it live
+        file.write("east,30\n")
+
+
 def _directory_replaced(given: dict[str, Path]) -> None:
     folder = given["reports"]
     folder.rename(folder.with_name("reports.old"))
@@ -172,6 +177,8 @@ def _directory_replaced(given: dict[str, Path]) -> None:
 REPLACED = [
     ("unchanged", _unchanged, True, ["region,amount\nnorth,10\nsouth,20\n", "first quarter"]),
     ("file_replaced", _file_replaced, False, ["region,amount\nnorth,99999\n", "first quarter"]),
+    ("file_written_in_place", _file_written_in_place, True, [
+        "region,amount\nnorth,10\nsouth,20\neast,30\n", "first quarter"]),
     ("directory_replaced", _directory_replaced, False, [
         "region,amount\nnorth,10\nsouth,20\n", "restated"]),
 ]  # fmt: skip
@@ -241,6 +248,29 @@ def test_artifacts_come_back_as_files_on_the_host(runc: RuntimeSandbox, tmp_path
     assert not any(p.is_symlink() for p in store.rglob("*"))
 
 
+UNSEARCHABLE = """
+import os
+os.makedirs("/out/tables")
+for name in ("a.csv", "b.csv", "c.csv"):
+    open("/out/tables/" + name, "w").write("1,2\\n")
+open("/out/top.csv", "w").write("x")
+os.chmod("/out/tables", 0o400)  # listable, but no entry in it can be looked at
+"done"
+"""
+
+
+def test_files_in_a_directory_made_unsearchable_are_counted_as_skipped(
+    runc: RuntimeSandbox, tmp_path: Path
+) -> None:
+    result = run(runc, UNSEARCHABLE, artifacts=tmp_path / "run")
+    assert (result.status, result.value) == ("ok", "done"), result.error
+    assert [ref.name for ref in result.artifacts] == ["top.csv"]
+    assert {s.name: s.reason for s in result.artifacts_skipped} == {
+        f"tables/{name}": "not readable (EACCES)" for name in ("a.csv", "b.csv", "c.csv")
+    }
+    assert result.artifacts_skipped_count == 3
+
+
 MANY = """
 import os
 for n in range(300):  # more than the runner may hold open at once (nofile 256)
@@ -288,6 +318,13 @@ LIMITS = [
         "f = open('/out/holes.bin', 'wb')\nf.truncate(10 * 2**30)\nf.close()\n",
         {"artifact_limit_bytes": 2**20},
         "the files in /out hold 10240.0 MiB (10737418240 bytes); the limit is 1.0 MiB",
+    ),
+    (  # distinct names of one length in a script the runner replaces: all clean to __.csv
+        "many_clashing_names",
+        "for n in range(10_000):\n"
+        "    open(f'/out/{chr(0x4E00 + n)}{chr(0x4E00 + n * 7 % 20000)}.csv', 'w').close()\n",
+        {},
+        "the program left 10000 files in /out; the limit is 64 files",
     ),
     (
         "tmpfs_full",

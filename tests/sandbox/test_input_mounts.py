@@ -13,12 +13,13 @@ import os
 import subprocess
 import textwrap
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 import pytest
 
 import airlock.sandbox._docker as docker_backend
+import airlock.sandbox._inputs as inputs_module
 from airlock.policies import ContainerRuntime
 from airlock.sandbox import DockerBackend, InputRefused, resolve_inputs
 from tests.bridge.records import ALICE
@@ -58,6 +59,22 @@ def _tmpfs(at: Path) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(at)], check=False)
 
 
+@contextmanager
+def _bind(at: Path) -> Iterator[Path]:
+    """Another directory of the same file system bind-mounted at ``at`` (made): the same
+    device number as the directory around it."""
+    elsewhere = at.parent / f"{at.name}.elsewhere"
+    elsewhere.mkdir(mode=0o755)
+    (elsewhere / "q3.txt").write_text("third quarter")
+    (elsewhere / "q3.txt").chmod(0o644)
+    at.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["mount", "--bind", str(elsewhere), str(at)], check=True)
+    try:
+        yield at
+    finally:
+        subprocess.run(["umount", "-l", str(at)], check=False)
+
+
 def _reports(tmp: Path) -> Path:
     folder = tmp / "reports"
     folder.mkdir()
@@ -86,12 +103,25 @@ GIVEN: dict[str, Callable[[RuntimeSandbox, Path], object]] = {
     "keep": _keep,
     "pool": _pool,
 }
-SUBMOUNTS = [(at, way) for at in ("scratch", "a/b/scratch", "a/.hidden mount") for way in GIVEN]
+# What is mounted there: a file system of its own, or (the same device number, so only the
+# host's mount table tells) a bind mount of a directory beside the input.
+MOUNTS: dict[str, Callable[[Path], AbstractContextManager[Path]]] = {
+    "tmpfs": _tmpfs,
+    "bind": _bind,
+}
+SUBMOUNTS = [
+    (kind, at, way)
+    for kind in MOUNTS
+    for at in ("scratch", "a/b/scratch", "a/.hidden mount")
+    for way in GIVEN
+]
 
 
-@pytest.mark.parametrize(("at", "way"), SUBMOUNTS, ids=[f"{a}-{w}" for a, w in SUBMOUNTS])
+@pytest.mark.parametrize(
+    ("kind", "at", "way"), SUBMOUNTS, ids=[f"{k}-{a}-{w}" for k, a, w in SUBMOUNTS]
+)
 def test_another_file_system_inside_a_directory_input_is_refused(
-    runc: RuntimeSandbox, tmp_path: Path, at: str, way: str
+    runc: RuntimeSandbox, tmp_path: Path, kind: str, at: str, way: str
 ) -> None:
     # The check is the host's, before any container: one runtime is enough.
     _require_root()
@@ -100,7 +130,7 @@ def test_another_file_system_inside_a_directory_input_is_refused(
     for path in folder.rglob("*"):
         if path.is_dir():
             path.chmod(0o755)
-    with _tmpfs(folder / at), pytest.raises(InputRefused) as raised:
+    with MOUNTS[kind](folder / at), pytest.raises(InputRefused) as raised:
         GIVEN[way](runc, folder)
     refused = raised.value
     assert (refused.name, refused.reason) == ("reports", "kind")
@@ -149,3 +179,57 @@ def test_a_file_system_mounted_after_the_check_is_not_in_the_container(
         assert value["listing"] == []  # the directory beneath the tmpfs, not the tmpfs
         assert "/data/reports/scratch" not in value["mounts"]
         assert sorted(p.name for p in scratch.iterdir()) == ["host.txt"]
+
+
+def test_without_the_mount_table_another_file_system_is_still_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A host without /proc/self/mountinfo: the device number is all there is to go by.
+    _require_root()
+    monkeypatch.setattr(inputs_module, "MOUNTINFO", str(tmp_path / "no-mountinfo"))
+    folder = _reports(tmp_path)
+    with _tmpfs(folder / "scratch"), pytest.raises(InputRefused) as raised:
+        resolve_inputs({"reports": folder}, limit_bytes=1 << 20)
+    assert (raised.value.name, raised.value.reason) == ("reports", "kind")
+    assert repr(str(folder / "scratch")) in raised.value.message
+
+
+@contextmanager
+def _overlay(tmp: Path) -> Iterator[Path]:
+    """An overlay whose lower layer is on this file system and whose upper layer is on a
+    tmpfs: its files report either layer's device number, with nothing mounted under it."""
+    lower, merged = tmp / "lower", tmp / "merged"
+    (lower / "data").mkdir(parents=True)
+    (lower / "data" / "a.csv").write_text("1,2\n")
+    for path in (tmp, lower, lower / "data", lower / "data" / "a.csv"):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    merged.mkdir(mode=0o755)
+    with _tmpfs(tmp / "up") as up:
+        (up / "upper").mkdir()
+        (up / "work").mkdir()
+        (up / "upper" / "data").mkdir(mode=0o755)
+        (up / "upper" / "data" / "b.csv").write_text("3,4\n")
+        (up / "upper" / "data" / "b.csv").chmod(0o644)
+        layers = f"lowerdir={lower},upperdir={up / 'upper'},workdir={up / 'work'}"
+        subprocess.run(["mount", "-t", "overlay", "overlay", "-o", layers, str(merged)], check=True)
+        try:
+            yield merged / "data"
+        finally:
+            subprocess.run(["umount", "-l", str(merged)], check=False)
+
+
+def test_a_directory_on_an_overlay_of_two_file_systems_is_given(
+    runc: RuntimeSandbox, tmp_path: Path
+) -> None:
+    _require_root()
+    with _overlay(tmp_path) as data:
+        assert {os.lstat(data / n).st_dev for n in ("a.csv", "b.csv")} != {os.lstat(data).st_dev}
+        [given] = resolve_inputs({"tables": data}, limit_bytes=1 << 20)
+        assert given.size_bytes == 8
+        profile = runc.backend.profile.model_copy(update={"language_mode": "full"})
+        program = (
+            "import os\n{n: open('/data/tables/' + n).read() for n in os.listdir('/data/tables')}"
+        )
+        result = runc.loop.call(runc.backend.run(program, profile=profile, inputs={"tables": data}))
+        assert result.ok, result.error
+        assert result.value == {"a.csv": "1,2\n", "b.csv": "3,4\n"}

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+import airlock.sandbox._inputs as inputs_module
 from airlock.policies import Grant, SandboxProfile, read
 from airlock.sandbox import (
     INPUT_NAME,
@@ -215,6 +216,63 @@ def test_a_link_that_vanishes_while_it_is_refused_is_still_refused_as_a_link(
     assert "is a symbolic link" in str(raised.value)
 
 
+def _mountinfo_line(point: str) -> str:
+    """One line of ``/proc/self/mountinfo`` for a mount at ``point``, escaped as the kernel
+    escapes it (space, tab, newline and backslash as octal)."""
+    escaped = "".join(f"\\{ord(c):03o}" if c in " \t\n\\" else c for c in point)
+    return f"97 29 0:52 / {escaped} rw,relatime shared:55 - tmpfs tmpfs rw,size=1024k\n"
+
+
+# (mount points in the host's table, relative to the input unless absolute; the one
+# refused, if any):
+# only a mount point strictly under the input is refused, however its name is escaped.
+MOUNT_TABLES: list[tuple[str, list[str], str | None]] = [
+    ("nothing_under", ["/", "/proc"], None),
+    ("the_input_itself", [""], None),
+    ("a_sibling_sharing_its_prefix", ["../folder2", "../folder.d/x"], None),
+    ("under_it", ["reports"], "reports"),
+    ("deep_under_it", ["a/b/c"], "a/b/c"),
+    ("escaped_space", ["q1 report"], "q1 report"),
+    ("escaped_tab_newline_backslash", ["a\tb\nc\\d"], "a\tb\nc\\d"),
+    ("the_first_of_several", ["z", "m/n", "b"], "b"),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "points", "refused"), MOUNT_TABLES, ids=[m[0] for m in MOUNT_TABLES]
+)
+def test_a_mount_point_under_a_directory_input_is_refused_from_the_mount_table(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    case: str,
+    points: list[str],
+    refused: str | None,
+) -> None:
+    folder = _folder(tmp_path)
+    table = tmp_path / "mountinfo"
+    table.write_text("".join(_mountinfo_line(os.path.normpath(folder / p)) for p in points))
+    monkeypatch.setattr(inputs_module, "MOUNTINFO", str(table))
+    if refused is None:
+        assert [i.name for i in resolve_inputs({"given": folder}, limit_bytes=100)] == ["given"]
+        return
+    with pytest.raises(InputRefused) as raised:
+        resolve_inputs({"given": folder}, limit_bytes=100)
+    assert (raised.value.name, raised.value.reason) == ("given", "kind")
+    assert repr(str(folder / refused)) in raised.value.message
+    assert "a bind mount" in raised.value.message
+
+
+def test_without_a_mount_table_a_directory_input_is_still_checked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(inputs_module, "MOUNTINFO", str(tmp_path / "absent"))
+    folder = _folder(tmp_path)
+    (folder / "a.csv").write_text("12345")
+    (folder / "a.csv").chmod(0o644)
+    [given] = resolve_inputs({"given": folder}, limit_bytes=100)
+    assert given.size_bytes == 5
+
+
 def test_input_mounts_are_read_only_and_not_recursive(tmp_path: Path) -> None:
     # A recursive bind would carry a file system mounted under a directory input into the
     # container, and the engine's read-only flag covers the top mount only; crun reads the
@@ -258,7 +316,7 @@ def _add_to_folder(file: Path, folder: Path) -> None:
 CHANGES: list[tuple[str, Callable[[Path, Path], None], bool]] = [
     ("nothing", lambda file, folder: None, True),
     ("file_replaced", _replace_file, False),
-    ("file_written_in_place", _write_in_place, False),  # (conservative: a fresh container)
+    ("file_written_in_place", _write_in_place, True),  # the mounted inode shows the edit
     ("directory_replaced", _replace_folder, False),
     ("file_added_to_directory", _add_to_folder, True),  # the mounted directory shows it
 ]
