@@ -19,14 +19,16 @@ Python's audit event               allowed while a call is current
 ``socket.gethostbyname(_ex)``
 ``socket.gethostbyaddr``,          a name as above; an address only a declared host's, or one
 ``socket.getnameinfo``             resolved here from a declared name
-``socket.bind``                    never: a tool connects where it declares, it does not listen
+``socket.bind``,                   never: a tool connects where it declares, it does not listen
+``socket.listen``                  (a socket that was never bound is bound when it listens)
 ``open`` for writing,              never for a read, ``prepare`` or ``lookup``; in a ``commit``,
 ``os.remove``, ``os.rename``, ...  a path the call's ``write("file:/...")`` effects cover
-``subprocess.Popen``,              never: a child process is out of reach of every check here
-``os.system``, ``os.exec``, ...,
-``_posixsubprocess.fork_exec``     (raised by the hook's own wrapper: Python 3.11 raises none)
-``os.kill``, ``os.putenv``, ...    never: a tool does not signal processes or change the host's
-                                   environment
+``subprocess.Popen``,              never: a child process is out of reach of every check here,
+``os.system``, ``os.exec``, ...,   and so are a process pool's workers (these two events, and
+``_posixsubprocess.fork_exec``,    ``socket.listen`` and two of ``signal``'s, are raised by the
+``airlock.process_pool``           hook's own wrappers: Python 3.11 raises none)
+``os.kill``, ``signal.*``,         never: a tool does not signal processes (or threads) or change
+``os.putenv``, ...                 the host's environment
 a :class:`Credential` revealed     a name the tool declares (its tenant's one, when the tool
                                    declares ``tenant_credentials``)
 =================================  ===============================================================

@@ -3,8 +3,9 @@ audit events it watches (:data:`CHECKED_EVENTS`) and what each one is about to r
 
 The hook is installed once per process (:func:`install`, with the recording
 ``socket.getaddrinfo`` of :mod:`airlock.tools._resolved`, the event loop's lookups checked in
-the caller's context, and the event :mod:`airlock.tools._egress_process` adds for
-``_posixsubprocess``) and runs on every audit event of every thread; when the running context
+the caller's context, the event :mod:`airlock.tools._egress_network` adds for a listen and
+those :mod:`airlock.tools._egress_process` adds for ``_posixsubprocess``, process pools and
+signals) and runs on every audit event of every thread; when the running context
 has no current call (:data:`CURRENT`) it returns after two dictionary look-ups. Inside a call,
 each watched event asks the call's check whether the tool declares what the event is about to
 reach (network events in :mod:`airlock.tools._egress_network`, file events here; process
@@ -30,8 +31,16 @@ from types import FrameType, MappingProxyType
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 from airlock.policies import Effect
-from airlock.tools._egress_network import on_bind, on_connect, on_lookup, on_reverse_lookup
-from airlock.tools._egress_process import PROCESS_EVENTS, announce_fork_exec, on_process
+from airlock.tools._egress_network import (
+    LISTEN,
+    announce_listen,
+    on_bind,
+    on_connect,
+    on_listen,
+    on_lookup,
+    on_reverse_lookup,
+)
+from airlock.tools._egress_process import PROCESS_EVENTS, announce, on_process
 from airlock.tools._resolved import recording
 
 if TYPE_CHECKING:
@@ -247,7 +256,7 @@ def _check_path(check: CallCheck, event: str, path: object, dir_fd: object) -> N
     check.refuse("file", shown, event, f"write {shown!r}")
 
 
-_NETWORK: Final = (on_connect, on_lookup, on_reverse_lookup, on_bind)
+_NETWORK: Final = (on_connect, on_lookup, on_reverse_lookup, on_bind, on_listen)
 _HANDLERS: Final[Mapping[str, Callable[[CallCheck, str, tuple[Any, ...]], None]]] = {
     "socket.connect": on_connect,
     "socket.sendto": on_connect,
@@ -258,6 +267,7 @@ _HANDLERS: Final[Mapping[str, Callable[[CallCheck, str, tuple[Any, ...]], None]]
     "socket.gethostbyaddr": on_reverse_lookup,
     "socket.getnameinfo": on_reverse_lookup,
     "socket.bind": on_bind,
+    LISTEN: on_listen,
     "open": _on_open,
     **dict.fromkeys(_PATH_ARGS, _on_file_change),
     **dict.fromkeys(PROCESS_EVENTS, on_process),
@@ -278,8 +288,10 @@ CHECKED_EVENTS: Final[Mapping[str, ReachKind]] = MappingProxyType(dict(_KIND))
 
 def install() -> None:
     """Install the audit hook, the recording ``socket.getaddrinfo``, the event loop's checked
-    ``getaddrinfo`` and ``getnameinfo``, and the announcing ``_posixsubprocess.fork_exec``,
-    once per process (an audit hook cannot be removed)."""
+    ``getaddrinfo`` and ``getnameinfo``, and the functions that raise an audit event Python
+    does not (``socket.socket.listen``, ``_posixsubprocess.fork_exec``, a process pool's
+    ``submit``, ``signal.pidfd_send_signal``...), once per process (an audit hook cannot be
+    removed)."""
     global installed
     with _install_lock:
         if installed:
@@ -291,7 +303,8 @@ def install() -> None:
         loop = asyncio.base_events.BaseEventLoop  # every asyncio loop (uvloop's is not one)
         setattr(loop, "getaddrinfo", _checked_getaddrinfo(loop.getaddrinfo))  # noqa: B010
         setattr(loop, "getnameinfo", _checked_getnameinfo(loop.getnameinfo))  # noqa: B010
-        announce_fork_exec()
+        announce_listen()
+        announce()
         sys.addaudithook(_hook)
         installed = True
 

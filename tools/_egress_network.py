@@ -1,6 +1,7 @@
 """What a network audit event is about to reach, judged against the current call's check
 (:mod:`airlock.tools._egress_hook` routes the events here): a connection, a name lookup, a
-lookup of an address's name, a bind.
+lookup of an address's name, a bind, a listen; and the audit event Python does not raise for
+``socket.listen``.
 
 Each handler returns when the call's tool declares what the event reaches and otherwise
 refuses it through :meth:`~airlock.tools._egress.CallCheck.refuse` (which raises); arguments
@@ -9,15 +10,30 @@ it cannot read raise too, and the hook refuses those as unreadable.
 
 from __future__ import annotations
 
+import functools
 import os
-from typing import TYPE_CHECKING, Any
+import socket
+import sys
+from typing import TYPE_CHECKING, Any, Final
 
 from airlock.tools._resolved import address_text, host_name, names_of
 
 if TYPE_CHECKING:
     from airlock.tools._egress import CallCheck
 
-__all__ = ["on_bind", "on_connect", "on_lookup", "on_reverse_lookup"]
+__all__ = [
+    "LISTEN",
+    "announce_listen",
+    "on_bind",
+    "on_connect",
+    "on_listen",
+    "on_lookup",
+    "on_reverse_lookup",
+]
+
+LISTEN: Final = "socket.listen"
+"""The audit event :func:`announce_listen` adds, with ``(socket, backlog)`` (no backlog when
+none is given)."""
 
 
 def on_connect(check: CallCheck, event: str, args: tuple[Any, ...]) -> None:
@@ -83,14 +99,39 @@ def on_bind(check: CallCheck, event: str, args: tuple[Any, ...]) -> None:
     """``socket.bind``: ``(socket, address)``. A tool declares where it connects, never where
     it listens or receives: every bind is refused, a declared address's too (a client's
     socket is bound by the kernel when it connects or sends, with no event)."""
-    sock, address = args[0], args[1]
-    if isinstance(address, str | bytes):
-        target = f"unix://{_unix_path(address)}"
-    elif _is_host_and_port(address):
-        target = _host_and_port(address[0], address[1])
-    else:
-        target = _other_address(sock, address)
+    target = _local_target(args[0], args[1])
     check.refuse("network", target, event, f"bind a socket to {target!r} (to listen or receive)")
+
+
+def on_listen(check: CallCheck, event: str, args: tuple[Any, ...]) -> None:
+    """:data:`LISTEN`: ``(socket, ...)``. Refused as a bind is: a socket that was never bound
+    is bound by the kernel when it listens, to a port of its choice on every interface."""
+    sock = args[0]
+    target = _local_target(sock, sock.getsockname())
+    check.refuse("network", target, event, f"listen on {target!r} (to accept connections)")
+
+
+def announce_listen() -> None:
+    """Make ``socket.socket.listen`` (the class every standard library server and asyncio
+    use) raise :data:`LISTEN` first; once per process, from the hook's ``install``. Python
+    raises no event there, and a socket that was never bound raises no ``socket.bind``."""
+    original = socket.socket.listen
+
+    @functools.wraps(original)
+    def listen(self: socket.socket, *args: Any) -> None:
+        sys.audit(LISTEN, self, *args[:1])
+        return original(self, *args)
+
+    setattr(socket.socket, "listen", listen)  # noqa: B010
+
+
+def _local_target(sock: object, address: object) -> str:
+    if isinstance(address, str | bytes):
+        return f"unix://{_unix_path(address)}"
+    if _is_host_and_port(address):
+        host, port = address[0], address[1]  # type: ignore[index]
+        return _host_and_port(host, port)
+    return _other_address(sock, address)
 
 
 def _unix_path(address: str | bytes) -> str:

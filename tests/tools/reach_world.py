@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -72,8 +73,11 @@ class World:
     unix_accepted: list[int] = field(default_factory=list)
     bound: list[socket.socket] = field(default_factory=list)
     """Sockets a tool bound (and listens on): none may be."""
+    bystander: subprocess.Popen[bytes] = field(init=False)
+    """A process of the host that no tool may signal."""
 
     def __post_init__(self) -> None:
+        self.bystander = subprocess.Popen(["sleep", "300"])
         self.unix_path = self.root / "service.sock"
         self._unix = socket.socket(socket.AF_UNIX)
         self._unix.bind(str(self.unix_path))
@@ -108,6 +112,8 @@ class World:
         self._unix.close()
         for sock in self.bound:
             sock.close()
+        self.bystander.kill()
+        self.bystander.wait()
 
 
 @contextmanager
@@ -192,6 +198,27 @@ def _listen(world: World, target: Target) -> None:
     world.bound.append(sock)
 
 
+def _autobind(world: World, target: Target) -> None:
+    # No bind: listening makes the kernel bind the socket to a port of its choice, on every
+    # interface, and Python raises no event of its own for that.
+    sock = socket.socket()
+    try:
+        sock.listen(1)
+    except OSError:
+        sock.close()
+        raise
+    world.bound.append(sock)
+
+
+def _signal(world: World, target: Target) -> None:
+    # Not os.kill: a descriptor of the process, which Python raises no event for.
+    pidfd = os.pidfd_open(world.bystander.pid)
+    try:
+        signal.pidfd_send_signal(pidfd, signal.SIGTERM)
+    finally:
+        os.close(pidfd)
+
+
 def _reverse(world: World, target: Target) -> None:
     socket.gethostbyaddr("localhost" if target == "declared" else "exfil.example.invalid")
 
@@ -233,6 +260,8 @@ BEHAVIOURS: dict[str, Callable[[World, Target], None]] = {
     "spawn": _spawn,
     "helper": _helper,
     "listen": _listen,
+    "autobind": _autobind,
+    "signal": _signal,
     "reverse": _reverse,
     "nameinfo": _name_of,
     "unix": _unix,
@@ -301,6 +330,22 @@ ROWS: tuple[Reach, ...] = (
         "runtime:network",
         shows=lambda w: "127.0.0.1:0",
         crossed=lambda w: len(w.bound),
+    ),
+    Reach(
+        "autobind",
+        {"target": "declared"},
+        "denied",
+        "runtime:network",
+        shows=lambda w: "0.0.0.0:0",
+        crossed=lambda w: len(w.bound),
+    ),
+    Reach(
+        "signal",
+        {"target": "declared"},
+        "denied",
+        "runtime:process",
+        shows=lambda w: "signal 15",
+        crossed=lambda w: int(w.bystander.poll() is not None),
     ),
     Reach("reverse", {"target": "declared"}, None),
     Reach(

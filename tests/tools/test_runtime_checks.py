@@ -2,7 +2,7 @@
 
 Each row of ``reach_world.ROWS`` is a tool that declares one loopback listener and does one
 thing (connects, resolves a name or an address, listens, writes a file, starts a process,
-uses a credential, catches the refusal itself); it runs with a sync and an async handler, directly and as a call from
+signals one, uses a credential, catches the refusal itself); it runs with a sync and an async handler, directly and as a call from
 code, and the host checks the answer, the audit record, and that nothing undeclared crossed.
 ``tests/bridge/test_runtime_checks_docker.py`` runs the same table from sandboxed programs.
 """
@@ -14,6 +14,7 @@ import logging
 import os
 import socket
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -119,6 +120,7 @@ EVENT_ARGS: dict[str, Callable[[World], tuple[Any, ...]]] = {
     "socket.gethostbyaddr": lambda w: ("exfil.example.invalid",),
     "socket.getnameinfo": lambda w: (("203.0.113.9", 443),),
     "socket.bind": lambda w: (None, ("0.0.0.0", 0)),
+    "socket.listen": lambda w: (w.declared.sock, 1),
     "open": lambda w: (str(w.leaked_file), "w", os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
     "os.chmod": lambda w: (str(w.leaked_file), 0o777, None),
     "os.chown": lambda w: (str(w.leaked_file), 0, 0, None),
@@ -145,6 +147,10 @@ EVENT_ARGS: dict[str, Callable[[World], tuple[Any, ...]]] = {
     "os.forkpty": lambda w: (),
     "os.kill": lambda w: (os.getpid(), 0),
     "os.killpg": lambda w: (os.getpgid(0), 0),
+    "signal.pthread_kill": lambda w: (threading.get_ident(), 0),
+    "signal.pidfd_send_signal": lambda w: (-1, 0),
+    "signal.raise_signal": lambda w: (0,),
+    "airlock.process_pool": lambda w: (None, print),
     "os.putenv": lambda w: ("PATH", "/tmp/evil"),
     "os.unsetenv": lambda w: ("PATH",),
 }
