@@ -157,7 +157,7 @@ def harness(settings: Settings) -> tuple[HarnessConnection, ...]:
     Raises:
         UsageError: ``AIRLOCK_DATABASE_URL`` is not a database URL.
     """
-    spans, headers = _audit_spans(os.environ)
+    spans, variable, headers = _audit_spans(os.environ)
     return harness_connections(
         home=settings.home,
         model_endpoint=ANTHROPIC_URL,
@@ -167,17 +167,22 @@ def harness(settings: Settings) -> tuple[HarnessConnection, ...]:
         database=database_url(),  # the stores every harness opens (AIRLOCK_DATABASE_URL)
         spans_endpoint=spans,
         spans_credential=headers,
+        spans_variable=variable,
         approval_page=(APPROVALS_HOST, APPROVALS_PORT),
+        # libpq's PG* variables move the stores; the proxy variables route the model client,
+        # the OTLP exporter and a TCP engine's client, which all read them.
+        environ=os.environ,
     )
 
 
-def _audit_spans(environ: Mapping[str, str]) -> tuple[str | None, str | None]:
+def _audit_spans(environ: Mapping[str, str]) -> tuple[str | None, str, str | None]:
     """Where a harness's audit log exports spans over OTLP under ``environ`` (None: it
-    exports none), and the variable whose headers go with them."""
+    exports none), the variable that names it, and the variable whose headers go with them."""
     base = environ.get(_SPANS_BASE)
     endpoint = environ.get(_SPANS_AT) or (base and f"{base.removesuffix('/')}/v1/traces")
+    variable = _SPANS_AT if environ.get(_SPANS_AT) else _SPANS_BASE
     headers = next((name for name in _SPANS_HEADERS if environ.get(name)), None)
-    return endpoint or None, headers if endpoint else None
+    return endpoint or None, variable, headers if endpoint else None
 
 
 def _format(value: str) -> Format:

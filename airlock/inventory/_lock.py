@@ -220,14 +220,16 @@ def read_lock(path: Path) -> EffectLock:
 
     Raises:
         LockFileError: it is missing, unreadable, not JSON (or JSON nested too deep, a number
-            too long, ``NaN`` or ``Infinity``), not in the lock format, holds a key twice, or
-            is not in the canonical form ``--lock`` writes.
+            too long, ``NaN``, ``Infinity`` or a lone surrogate), not in the lock format,
+            holds a key twice, or is not in the canonical form ``--lock`` writes.
     """
     try:
         text = path.read_text(encoding="utf-8")
         data = json.loads(
             text, object_pairs_hook=_refuse_duplicates, parse_constant=_refuse_constant
         )
+        # JSON reads a lone surrogate escape ("\\ud800"), which no report can print.
+        json.dumps(data, ensure_ascii=False).encode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise LockFileError(str(path), f"cannot read the lock file: {exc}") from exc
     except json.JSONDecodeError as exc:
@@ -244,6 +246,10 @@ def read_lock(path: Path) -> EffectLock:
         ) from None
     except RecursionError:
         raise LockFileError(str(path), "not a lock file: its JSON is nested too deep") from None
+    except UnicodeEncodeError:
+        raise LockFileError(
+            str(path), "not a lock file: it holds text that is not Unicode (a lone surrogate)"
+        ) from None
     except ValueError:  # an integer longer than int() reads (sys.get_int_max_str_digits)
         raise LockFileError(str(path), "not a lock file: it holds a number too long") from None
     version = data.get("lock_version") if isinstance(data, dict) else None

@@ -78,8 +78,10 @@ def _members(before: Any, after: Any) -> list[tuple[Direction, str]]:
     ]
 
 
-def _neutral(before: Any, after: Any) -> list[tuple[Direction, str]]:
-    return [("change", f"{before} → {after}")]
+def _replaced(before: Any, after: Any) -> list[tuple[Direction, str]]:
+    """A value that names other code (an image): whatever it is now, programs reach code the
+    lock never listed (its packages are the ones airlock builds its own image with)."""
+    return [("growth", f"{before} → {after}")]
 
 
 def _ignored(before: Any, after: Any) -> list[tuple[Direction, str]]:
@@ -210,7 +212,7 @@ SANDBOX_RULES: Final[Mapping[str, _Judge]] = {
     # Judged by guest_seccomp; the text also depends on the host's libseccomp and
     # architecture, so the lock does not hold it.
     "guest_seccomp_pfc": _ignored,
-    "image": _neutral,
+    "image": _replaced,  # AIRLOCK_IMAGE / AIRLOCK_DATA_IMAGE: python:3.11 is no airlock image
     "image_digest": _ignored,  # not locked: it depends on the engine the command reached
     "image_kind": _ranked(lambda v: 0 if v == "base" else 1),
     "image_packages": _members,  # a package added is more native code a program reaches

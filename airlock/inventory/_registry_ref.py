@@ -10,7 +10,7 @@ from typing import TypeGuard, TypeVar
 
 from airlock.inventory._build import ToolCatalog
 from airlock.inventory._errors import RegistryRefError
-from airlock.tools import Registry
+from airlock.tools import Registry, ToolSpec
 
 __all__ = ["load_registry", "load_tool_registry"]
 
@@ -26,10 +26,22 @@ def load_registry(ref: str) -> ToolCatalog:
 
     Raises:
         RegistryRefError: the text is malformed, the module does not import (or raises while
-            it is imported), the object is missing, raises when looked up or called, or is
-            not a registry.
+            it is imported), the object is missing, raises when looked up, read or called, is
+            not a registry, or its ``specs()`` raises or gives something else than tool specs.
     """
-    return _load(ref, _is_catalog, "not a tools.Registry")
+    catalog = _load(ref, _is_catalog, "not a tools.Registry")
+    # specs() is the user's code too, read by every command after this: what it raises is
+    # theirs to fix, reported here rather than as a traceback (exit 1, "the lock grew").
+    attribute = ref.partition(":")[2]
+    try:
+        specs = tuple(catalog.specs())
+    except (Exception, SystemExit) as exc:
+        raise RegistryRefError(ref, f"calling {attribute}.specs() {_raised(exc)}") from exc
+    stray = next((spec for spec in specs if not isinstance(spec, ToolSpec)), None)
+    if stray is not None:
+        kind = type(stray).__name__
+        raise RegistryRefError(ref, f"{attribute}.specs() gave a {kind}, not a tools.ToolSpec")
+    return catalog
 
 
 def load_tool_registry(ref: str) -> Registry:
@@ -64,14 +76,26 @@ def _load(ref: str, accepts: Callable[[object], TypeGuard[_Found]], refusal: str
             raise RegistryRefError(ref, f"{module_name!r} has no {attribute!r}") from None
         except (Exception, SystemExit) as exc:
             raise RegistryRefError(ref, f"looking up {attribute!r} {_raised(exc)}") from exc
-    if not accepts(target) and callable(target):
+    if not _probe(target, ref, accepts) and callable(target):
         try:
             target = target()
         except (Exception, SystemExit) as exc:
             raise RegistryRefError(ref, f"calling {attribute!r} {_raised(exc)}") from exc
-    if not accepts(target):
+    if not _probe(target, ref, accepts):
         raise RegistryRefError(ref, f"{attribute!r} is a {type(target).__name__}, {refusal}")
     return target
+
+
+def _probe(
+    target: object, ref: str, accepts: Callable[[object], TypeGuard[_Found]]
+) -> TypeGuard[_Found]:
+    # Reading the object's attributes runs its code (__getattr__, a property), which may raise
+    # anything, not only the AttributeError getattr's default stands in for.
+    try:
+        return accepts(target)
+    except (Exception, SystemExit) as exc:
+        attribute = ref.partition(":")[2]
+        raise RegistryRefError(ref, f"reading {attribute!r} {_raised(exc)}") from exc
 
 
 def _raised(exc: BaseException) -> str:

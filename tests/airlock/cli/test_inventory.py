@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -32,13 +33,23 @@ DEPLOYMENT_ENV = (
     "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
     "OTEL_EXPORTER_OTLP_HEADERS",
     "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+    # libpq's, which move a PostgreSQL database
+    "PGHOST",
+    "PGHOSTADDR",
+    "PGPORT",
+    "PGSERVICE",
+    "PGSERVICEFILE",
+    "PGSSLMODE",
+    "PGPASSWORD",
+    "REQUEST_METHOD",  # with it, urllib ignores HTTP_PROXY
 )
 
 
 @pytest.fixture(autouse=True)
 def _no_engine(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/airlock-test-docker.sock")
-    for name in DEPLOYMENT_ENV:
+    proxies = [name for name in os.environ if name.lower().endswith("_proxy")]
+    for name in (*DEPLOYMENT_ENV, *proxies):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.chdir(REPO)
 
@@ -207,6 +218,85 @@ def test_a_remote_database_and_a_span_collector_are_listed_and_fail_the_check(
     assert check.exit_code == 1, check.output
     assert "new_connection: audit spans: outbound otlp/http" in check.output
     assert "connection_changed: audit store: local sqlite file" in check.output
+
+
+_DB = "postgresql://airlock@db.example.net/airlock"
+
+# variables set after the lock -> the connection whose change --check reports as growth
+MOVES: dict[str, tuple[dict[str, str], dict[str, str], str]] = {
+    "a service in the URL": (
+        {"AIRLOCK_DATABASE_URL": "postgresql://airlock@/airlock?service=prod"},
+        {"AIRLOCK_DATABASE_URL": "postgresql://airlock@/airlock?service=reports"},
+        "connection_changed: ledger",
+    ),
+    "PGHOSTADDR and PGPORT beside the URL's host": (
+        {"AIRLOCK_DATABASE_URL": _DB},
+        {"AIRLOCK_DATABASE_URL": _DB, "PGHOSTADDR": "127.0.0.1", "PGPORT": "55432"},
+        "hostaddr=$PGHOSTADDR(127.0.0.1)&port=$PGPORT(55432)",
+    ),
+    "PGSERVICE": (
+        {"AIRLOCK_DATABASE_URL": "postgresql://airlock@/airlock"},
+        {"AIRLOCK_DATABASE_URL": "postgresql://airlock@/airlock", "PGSERVICE": "reports"},
+        "connection_changed: audit store",
+    ),
+    "another service file": (
+        {"AIRLOCK_DATABASE_URL": "postgresql:///a?service=prod", "PGSERVICEFILE": "/etc/a"},
+        {"AIRLOCK_DATABASE_URL": "postgresql:///a?service=prod", "PGSERVICEFILE": "/tmp/b"},
+        "servicefile=$PGSERVICEFILE(/tmp/b)",
+    ),
+    "PGHOST when the URL names no host": (
+        {"AIRLOCK_DATABASE_URL": "postgresql:///airlock"},
+        {"AIRLOCK_DATABASE_URL": "postgresql:///airlock", "PGHOST": "db2.example.net"},
+        "postgresql://$PGHOST(db2.example.net)/airlock",
+    ),
+    "an sslmode downgrade": (
+        {"AIRLOCK_DATABASE_URL": _DB + "?sslmode=verify-full"},
+        {"AIRLOCK_DATABASE_URL": _DB + "?sslmode=disable"},
+        "sslmode=disable",
+    ),
+    "an HTTPS proxy": (
+        {},
+        {"HTTPS_PROXY": "http://proxy.example:3128"},
+        "new_connection: proxy for model provider: outbound http proxy http://proxy.example:3128",
+    ),
+    "an HTTP proxy for the spans": (
+        {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector.example.net:4318"},
+        {
+            "OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector.example.net:4318",
+            "http_proxy": "http://proxy.example:3128",
+        },
+        "new_connection: proxy for audit spans",
+    ),
+    "another proxy": (
+        {"ALL_PROXY": "http://proxy.example:3128"},
+        {"ALL_PROXY": "http://other.example:3128"},
+        "connection_changed: proxy for model provider",
+    ),
+    "the collector's password": (
+        {"OTEL_EXPORTER_OTLP_ENDPOINT": "https://collector.example.net:4318"},
+        {"OTEL_EXPORTER_OTLP_ENDPOINT": "https://op:tok@collector.example.net:4318"},
+        "with OTEL_EXPORTER_OTLP_ENDPOINT",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MOVES))
+def test_a_variable_that_moves_a_connection_fails_the_check(
+    case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    before, after, shown = MOVES[case]
+    lock = tmp_path / "effects.lock"
+    with monkeypatch.context() as locked:
+        for name, value in before.items():
+            locked.setenv(name, value)
+        assert runner.invoke(app, [*BASE, "--lock", str(lock)]).exit_code == 0
+        assert runner.invoke(app, [*BASE, "--check", str(lock)]).exit_code == 0
+    for name, value in after.items():
+        monkeypatch.setenv(name, value)
+    check = runner.invoke(app, [*BASE, "--check", str(lock)])
+    assert check.exit_code == 1, check.output
+    assert shown in check.output
+    assert "tok" not in check.output
 
 
 def test_a_database_url_that_is_not_one_is_a_usage_error(monkeypatch: pytest.MonkeyPatch) -> None:

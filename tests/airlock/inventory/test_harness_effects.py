@@ -41,11 +41,32 @@ STORES: dict[str | None, tuple[str, str, tuple[str, str], str | None]] = {
         ("postgresql://db.example.net/airlock",) * 2,
         None,
     ),
+    # sslmode is no secret: a downgrade (require -> disable) changes what is locked.
     "postgresql://airlock:s3cret@db.example.net:6432/airlock?sslmode=require&password=x": (
         "outbound",
         "postgresql",
-        ("postgresql://db.example.net:6432/airlock",) * 2,
+        ("postgresql://db.example.net:6432/airlock?sslmode=require",) * 2,
         "AIRLOCK_DATABASE_URL",
+    ),
+    # A service names its host and port in a service file: the service is where it connects.
+    "postgresql://airlock@/airlock?service=prod": (
+        "outbound",
+        "postgresql",
+        ("postgresql://$PGHOST/airlock?service=prod",) * 2,
+        None,
+    ),
+    "postgresql://u@db.example.net/x?servicefile=/etc/pg.conf&service=a&hostaddr=10.0.0.1": (
+        "outbound",
+        "postgresql",
+        ("postgresql://db.example.net/x?servicefile=/etc/pg.conf&service=a&hostaddr=10.0.0.1",) * 2,
+        None,
+    ),
+    # A port alone names no host: libpq still takes PGHOST.
+    "postgresql://u@:5433/x": (
+        "outbound",
+        "postgresql",
+        ("postgresql://$PGHOST:5433/x",) * 2,
+        None,
     ),
     "postgres://ops%40corp:pw@DB.Example.NET/Ledger": (
         "outbound",
@@ -99,28 +120,157 @@ def test_no_password_or_user_name_is_listed(url: str) -> None:
         "user=u",
         "airlock@",
         "pw@",
-        "sslmode",
     ):
         assert secret not in text
 
 
-# OTLP endpoint given -> where the spans go (no user info, no query)
-SPANS = {
-    "https://collector.example.net:4318/v1/traces": "https://collector.example.net:4318/v1/traces",
-    "https://op:tok@collector.example.net/v1/traces?k=v": "https://collector.example.net/v1/traces",
+# libpq's variables fill what the URL leaves out and move the connection as the URL would.
+# name: (URL, environment, what both stores lock, credential)
+LIBPQ: dict[str, tuple[str, dict[str, str], str, str | None]] = {
+    "PGHOSTADDR and PGPORT beside a named host": (
+        "postgresql://airlock@db.example.net/airlock",
+        {"PGHOSTADDR": "127.0.0.1", "PGPORT": "55432"},
+        "postgresql://db.example.net/airlock?hostaddr=$PGHOSTADDR(127.0.0.1)&port=$PGPORT(55432)",
+        None,
+    ),
+    "PGHOST when the URL names no host": (
+        "postgresql:///airlock",
+        {"PGHOST": "db2.example.net"},
+        "postgresql://$PGHOST(db2.example.net)/airlock",
+        None,
+    ),
+    "PGHOST beside a port alone": (
+        "postgresql://u@:5433/a",
+        {"PGHOST": "db2.example.net"},
+        "postgresql://$PGHOST(db2.example.net):5433/a",
+        None,
+    ),
+    "the URL's host wins over PGHOST": (
+        "postgresql://u@db.example.net/a",
+        {"PGHOST": "db2.example.net"},
+        "postgresql://db.example.net/a",
+        None,
+    ),
+    "host= wins over PGHOST": (
+        "postgresql:///a?host=/run/pg",
+        {"PGHOST": "db2.example.net"},
+        "postgresql:///a?host=/run/pg",
+        None,
+    ),
+    "the URL's port wins over PGPORT": (
+        "postgresql://u@h1,h2:6432/a",
+        {"PGPORT": "1"},
+        "postgresql://h1,h2:6432/a",
+        None,
+    ),
+    "the URL's hostaddr wins over PGHOSTADDR": (
+        "postgresql://u@h/a?hostaddr=10.0.0.1",
+        {"PGHOSTADDR": "10.9.9.9"},
+        "postgresql://h/a?hostaddr=10.0.0.1",
+        None,
+    ),
+    "PGSERVICE and its file": (
+        "postgresql://u@/a",
+        {"PGSERVICE": "reports", "PGSERVICEFILE": "/etc/pg_service.conf"},
+        "postgresql://$PGHOST/a?service=$PGSERVICE(reports)"
+        "&servicefile=$PGSERVICEFILE(/etc/pg_service.conf)",
+        None,
+    ),
+    "the URL's service wins over PGSERVICE, and its file is read": (
+        "postgresql://u@/a?service=prod",
+        {"PGSERVICE": "reports", "PGSERVICEFILE": "/etc/x"},
+        "postgresql://$PGHOST/a?service=prod&servicefile=$PGSERVICEFILE(/etc/x)",
+        None,
+    ),
+    "no service: the service file is never read": (
+        "postgresql://u@h/a",
+        {"PGSERVICEFILE": "/etc/x"},
+        "postgresql://h/a",
+        None,
+    ),
+    "PGSSLMODE when the URL names none": (
+        "postgresql://u@h/a",
+        {"PGSSLMODE": "disable"},
+        "postgresql://h/a?sslmode=$PGSSLMODE(disable)",
+        None,
+    ),
+    "the URL's sslmode wins over PGSSLMODE": (
+        "postgresql://u@h/a?sslmode=verify-full",
+        {"PGSSLMODE": "disable"},
+        "postgresql://h/a?sslmode=verify-full",
+        None,
+    ),
+    "PGPASSWORD is sent when the URL holds no password": (
+        "postgresql://u@h/a",
+        {"PGPASSWORD": "pw-env"},
+        "postgresql://h/a",
+        "PGPASSWORD",
+    ),
+    "the URL's password wins over PGPASSWORD": (
+        "postgresql://u:x@h/a",
+        {"PGPASSWORD": "pw-env"},
+        "postgresql://h/a",
+        "AIRLOCK_DATABASE_URL",
+    ),
+    "set empty is unset": (
+        "postgresql://u@h/a",
+        {"PGHOSTADDR": "", "PGPORT": "", "PGPASSWORD": ""},
+        "postgresql://h/a",
+        None,
+    ),
 }
 
 
-@pytest.mark.parametrize("endpoint", list(SPANS))
-def test_audit_spans_are_an_outbound_destination(endpoint: str) -> None:
+@pytest.mark.parametrize("case", sorted(LIBPQ))
+def test_libpq_variables_move_the_stores_as_the_url_would(case: str) -> None:
+    url, environ, where, credential = LIBPQ[case]
+    found = _connections(database=url, environ=environ)
+    for name in ("audit store", "ledger"):
+        store = found[name]
+        assert (store.target, store.locked_as, store.credential) == (where, where, credential)
+        assert "pw-env" not in store.model_dump_json()
+    # SQLite stores are files: libpq's variables do not move them.
+    assert _connections(environ=environ)["ledger"] == _connections()["ledger"]
+
+
+# OTLP endpoint, headers variable -> where the spans go (no user info, no query) and the
+# credentials sent (the endpoint's user and password go as basic authentication)
+SPANS: dict[tuple[str, str | None], tuple[str, str | None]] = {
+    ("https://collector.example.net:4318/v1/traces", None): (
+        "https://collector.example.net:4318/v1/traces",
+        None,
+    ),
+    ("https://collector.example.net:4318/v1/traces", "OTEL_EXPORTER_OTLP_HEADERS"): (
+        "https://collector.example.net:4318/v1/traces",
+        "OTEL_EXPORTER_OTLP_HEADERS",
+    ),
+    ("https://op:tok@collector.example.net/v1/traces?k=v", None): (
+        "https://collector.example.net/v1/traces",
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+    ),
+    ("https://op:tok@collector.example.net/v1/traces?k=v", "OTEL_EXPORTER_OTLP_HEADERS"): (
+        "https://collector.example.net/v1/traces",
+        "OTEL_EXPORTER_OTLP_HEADERS, OTEL_EXPORTER_OTLP_ENDPOINT",
+    ),
+}
+
+
+@pytest.mark.parametrize(("endpoint", "headers"), list(SPANS))
+def test_audit_spans_are_an_outbound_destination(endpoint: str, headers: str | None) -> None:
     assert "audit spans" not in _connections()
-    spans = _connections(spans_endpoint=endpoint, spans_credential="OTEL_EXPORTER_OTLP_HEADERS")[
-        "audit spans"
-    ]
+    spans = _connections(spans_endpoint=endpoint, spans_credential=headers)["audit spans"]
     assert (spans.direction, spans.kind) == ("outbound", "otlp/http")
-    assert spans.target == spans.locked_as == SPANS[endpoint]
-    assert spans.credential == "OTEL_EXPORTER_OTLP_HEADERS"
+    where, credential = SPANS[endpoint, headers]
+    assert spans.target == spans.locked_as == where
+    assert spans.credential == credential
     assert "tok" not in spans.model_dump_json()
+
+
+def test_the_spans_credential_names_the_variable_that_holds_the_endpoint() -> None:
+    endpoint = "https://op:tok@collector.example.net/v1/traces"
+    variable = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+    spans = _connections(spans_endpoint=endpoint, spans_variable=variable)["audit spans"]
+    assert spans.credential == variable
 
 
 def test_the_approval_page_is_an_inbound_listener() -> None:

@@ -64,6 +64,8 @@ def _no_engine(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("AIRLOCK_DATABASE_URL", "OTEL_EXPORTER_OTLP_ENDPOINT",
                  "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):  # fmt: skip
         monkeypatch.delenv(name, raising=False)  # they name other stores, a collector
+    for name in [n for n in os.environ if n.lower().endswith("_proxy")]:
+        monkeypatch.delenv(name)  # a proxy the model's requests would go through
     monkeypatch.chdir(REPO)
 
 

@@ -5,6 +5,7 @@ shrink or neutral, both ways round."""
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -50,6 +51,9 @@ Expected = Literal["growth", "shrink", "neutral"]
 def _no_engine(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/airlock-test-docker.sock")
     monkeypatch.setenv("AIRLOCK_HOME", "/srv/airlock")
+    monkeypatch.delenv("AIRLOCK_DATABASE_URL", raising=False)
+    for name in [n for n in os.environ if n.lower().endswith("_proxy") or n.startswith("PG")]:
+        monkeypatch.delenv(name)  # they move the harness's connections
     monkeypatch.chdir(REPO)
 
 
@@ -66,6 +70,8 @@ class World:
     database: str | None = None
     spans_endpoint: str | None = None
     spans_credential: str | None = None
+    image: str = "img"
+    environ: tuple[tuple[str, str], ...] = ()  # the harness's (libpq's, the proxies')
 
 
 BASE = World(specs=registry.specs(), policy=POLICY.read_text())
@@ -80,7 +86,9 @@ def lock_of(world: World) -> EffectLock:
     inventory = build_inventory(
         tools,
         document.select(every_principal=True),
-        sandbox=sandbox_effects(document.policy.sandbox, image="img", image_digest="sha256:x"),
+        sandbox=sandbox_effects(
+            document.policy.sandbox, image=world.image, image_digest="sha256:x"
+        ),
         registry=REGISTRY_REF,
         policy=POLICY_ARG,
         harness=harness_connections(
@@ -93,6 +101,7 @@ def lock_of(world: World) -> EffectLock:
             spans_endpoint=world.spans_endpoint,
             spans_credential=world.spans_credential,
             approval_page=("127.0.0.1", 8470),
+            environ=dict(world.environ),
         ),
     )
     return lock_from_inventory(inventory, SELECTION)
@@ -208,6 +217,10 @@ def _database(url: str) -> Edit:
 
 def _spans(endpoint: str, credential: str | None = None) -> Edit:
     return lambda w: replace(w, spans_endpoint=endpoint, spans_credential=credential)
+
+
+def _environ(**variables: str) -> Edit:
+    return lambda w: replace(w, environ=(*w.environ, *variables.items()))
 
 
 # name: (before, after, the change before -> after, the change after -> before)
@@ -377,6 +390,20 @@ CHANGES: dict[str, tuple[Edit, Edit, Expected, Expected]] = {
     # gVisor itself narrows; its filter lets clone3 through to gVisor's kernel, a call
     # the filter did not allow before, so the switch counts as growth either way.
     "sandbox gvisor runtime": (same, sandboxed(runtime="runsc"), "growth", "growth"),
+    # Another image is other code a program reaches (AIRLOCK_IMAGE, AIRLOCK_DATA_IMAGE): the
+    # packages the lock lists are the ones airlock builds its own image with.
+    "sandbox image swapped": (
+        same,
+        lambda w: replace(w, image="python:3.11"),
+        "growth",
+        "growth",
+    ),
+    "sandbox data image swapped": (
+        sandboxed(image="data"),
+        both(sandboxed(image="data"), lambda w: replace(w, image="python:3.11")),
+        "growth",
+        "growth",
+    ),
     "sandbox fewer imports": (
         same,
         sandboxed(allowed_imports=["json", "math", "re"]),
@@ -419,6 +446,49 @@ CHANGES: dict[str, tuple[Edit, Edit, Expected, Expected]] = {
     "audit spans collector moved": (
         _spans(_COLLECTOR),
         _spans(_COLLECTOR.replace("collector.", "other.")),
+        "growth",
+        "growth",
+    ),
+    # libpq's variables move the stores as the URL would; a proxy carries the model's requests.
+    "the stores moved by PGHOSTADDR": (
+        _database(_DB),
+        both(_database(_DB), _environ(PGHOSTADDR="10.0.0.9")),
+        "growth",
+        "growth",
+    ),
+    "the stores' service moved by PGSERVICE": (
+        both(_database("postgresql:///airlock"), _environ(PGSERVICE="prod")),
+        both(_database("postgresql:///airlock"), _environ(PGSERVICE="reports")),
+        "growth",
+        "growth",
+    ),
+    "the stores' TLS turned off": (
+        _database(_DB + "?sslmode=verify-full"),
+        _database(_DB + "?sslmode=disable"),
+        "growth",
+        "growth",
+    ),
+    "libpq's variables beside SQLite stores": (
+        same,
+        _environ(PGHOST="db.example.net"),
+        "neutral",
+        "neutral",
+    ),
+    "a proxy for the model's requests": (
+        same,
+        _environ(HTTPS_PROXY="http://proxy.example:3128"),
+        "growth",
+        "shrink",
+    ),
+    "the proxy exempted by NO_PROXY": (
+        _environ(HTTPS_PROXY="http://proxy.example:3128"),
+        _environ(HTTPS_PROXY="http://proxy.example:3128", NO_PROXY="anthropic.com"),
+        "shrink",
+        "growth",
+    ),
+    "the collector's password in its URL": (
+        _spans(_COLLECTOR),
+        _spans(_COLLECTOR.replace("https://", "https://op:tok@")),
         "growth",
         "growth",
     ),
@@ -599,6 +669,43 @@ def test_a_bad_lock_file_is_a_usage_error(tmp_path: Path, content: str | None, r
     assert result.exit_code == 2
     assert "error (lock_file)" in result.output
     assert reason in result.output
+
+
+_MODEL = f'"locked_as": "{ANTHROPIC_URL}"'
+
+# an edit of a good lock's text -> what the refusal says
+HOSTILE_LOCKS: dict[str, tuple[Callable[[str], str], str]] = {
+    # JSON reads a lone surrogate escape, which no UTF-8 output can print.
+    "a lone surrogate escape": (
+        lambda text: text.replace(_MODEL, _MODEL[:-1] + '\\ud800"'),
+        "holds text that is not Unicode",
+    ),
+    "a lone low surrogate in a key": (
+        lambda text: text.replace('"model provider": {', '"model provider\\udfff": {'),
+        "holds text that is not Unicode",
+    ),
+    "a surrogate pair is Unicode": (
+        lambda text: text.replace(_MODEL, _MODEL[:-1] + '\\ud83d\\ude00"'),
+        "connection_changed: model provider",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE_LOCKS))
+def test_a_hostile_lock_file_is_refused_or_read(tmp_path: Path, case: str) -> None:
+    edit, shown = HOSTILE_LOCKS[case]
+    good = tmp_path / "good.lock"
+    assert _cli(POLICY_ARG, "--all", "--lock", str(good)).exit_code == 0
+    text = good.read_text()
+    assert _MODEL in text
+    lock = tmp_path / "effects.lock"
+    lock.write_text(edit(text))
+    result = _cli(POLICY_ARG, "--check", str(lock))
+    assert "Traceback" not in result.output
+    assert shown in result.output
+    assert result.exit_code == (2 if "not Unicode" in shown else 1), result.output
+    if result.exit_code == 2:
+        assert "error (lock_file)" in result.output
 
 
 def test_a_new_tenants_credential_is_growth_for_a_principal_in_any_tenant() -> None:

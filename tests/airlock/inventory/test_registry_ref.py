@@ -7,7 +7,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from airlock.cli import app
 from airlock.inventory import (
     RegistryRefError,
     ToolCatalog,
@@ -16,7 +18,9 @@ from airlock.inventory import (
 )
 from airlock.policies import Principal
 from airlock.tools import Caller, Registry, ToolDefinition, ToolSpec
-from tests.airlock.inventory_registry import REPO, registry
+from tests.airlock.inventory_registry import POLICY_ARG, REPO, registry
+
+runner = CliRunner()
 
 
 class LookAlike:
@@ -112,3 +116,71 @@ def test_a_registry_module_that_fails_is_a_usage_error(
     assert refused.value.code == "registry_ref"
     assert refused.value.ref == ref
     assert fragment in str(refused.value)
+
+
+# A registry's specs() and its attributes are the user's code too: the loader reads them once,
+# so what they raise is a usage error naming the registry, never a traceback later.
+# name: (the module's text, what the refusal says)
+_CLASS = "class Catalog:\n    def visible(self, principal, caller):\n        return []\n"
+BAD_CATALOGS: dict[str, tuple[str, str]] = {
+    "specs() raises": (
+        _CLASS + '    def specs(self):\n        raise RuntimeError("specs failed")\n'
+        "registry = Catalog()\n",
+        "calling registry.specs() raised RuntimeError: specs failed",
+    ),
+    "specs() exits": (
+        _CLASS + "    def specs(self):\n        raise SystemExit(3)\nregistry = Catalog()\n",
+        "calling registry.specs() raised SystemExit: 3",
+    ),
+    "specs() gives no sequence": (
+        _CLASS + "    def specs(self):\n        return None\nregistry = Catalog()\n",
+        "calling registry.specs() raised TypeError",
+    ),
+    "specs() gives something else than tool specs": (
+        _CLASS + "    def specs(self):\n        return [1]\nregistry = Catalog()\n",
+        "registry.specs() gave a int, not a tools.ToolSpec",
+    ),
+    "an attribute lookup raises": (
+        "class Catalog:\n    def __getattr__(self, name):\n"
+        '        raise RuntimeError("lazy attribute " + name)\nregistry = Catalog()\n',
+        "reading 'registry' raised RuntimeError: lazy attribute specs",
+    ),
+    "a property raises": (
+        _CLASS + "    @property\n    def specs(self):\n        raise KeyError('k')\n"
+        "registry = Catalog()\n",
+        "reading 'registry' raised KeyError: 'k'",
+    ),
+    "a factory's registry lookup raises": (
+        "class Catalog:\n    def __getattr__(self, name):\n        raise ValueError(name)\n"
+        "def make():\n    return Catalog()\nregistry = make\n",
+        "reading 'registry' raised ValueError: specs",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_CATALOGS))
+def test_a_registry_whose_specs_fail_is_a_usage_error(
+    case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    text, fragment = BAD_CATALOGS[case]
+    module = f"bad_catalog_{sorted(BAD_CATALOGS).index(case)}"
+    (tmp_path / f"{module}.py").write_text(text)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    ref = f"{module}:registry"
+    try:
+        with pytest.raises(RegistryRefError) as refused:
+            load_registry(ref)
+        inventory = runner.invoke(app, ["inventory", "--registry", ref, "--policy", POLICY_ARG])
+        program = tmp_path / "program.py"
+        program.write_text("tools.x()\n")
+        effects = runner.invoke(
+            app, ["program-effects", str(program), "--registry", ref, "--policy", POLICY_ARG]
+        )
+    finally:
+        sys.modules.pop(module, None)
+    assert refused.value.code == "registry_ref"
+    assert fragment in str(refused.value)
+    for result in (inventory, effects):
+        assert result.exit_code == 2, result.output
+        assert "error (registry_ref)" in result.output
+        assert fragment in result.output

@@ -40,6 +40,13 @@ def _no_engine(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("AIRLOCK_IMAGE", raising=False)
     for name in NAMES:
         monkeypatch.delenv(name, raising=False)
+    # What moves airlock's own connections (a proxy, libpq's variables, a database, spans)
+    # belongs to the machine, not to the golden.
+    for name in [
+        n for n in os.environ
+        if n.lower().endswith("_proxy") or n.startswith(("PG", "OTEL_", "AIRLOCK_DATABASE"))
+    ]:  # fmt: skip
+        monkeypatch.delenv(name)
     monkeypatch.chdir(REPO)
 
 
