@@ -8,7 +8,8 @@ a call it settles within the session's time: no send starts once the time is up 
 wait for a later settle, the watcher's or a resume), so the call answers within its budget
 plus at most the sends in progress then. A model asks where a write stands with
 :meth:`ApprovalPause.write_status` (MCP's ``write_status``): a call of its own, counted
-against the session's budget.
+against the session's budget, which starts no send of a batch once the session's time is up
+(the application's own :meth:`ApprovalPause.resume` is not counted, and sends every item).
 """
 
 from __future__ import annotations
@@ -35,9 +36,21 @@ class ApprovalPause:
     run_id: str
     _writes: WritePath | None
     _paused: PausedWrites
-    _batches: PausedBatches
+    _held_batches: PausedBatches
     _audit: SessionAudit
     _calls: CallBudget
+
+    @property
+    def _batches(self) -> PausedBatches:
+        return self._held_batches
+
+    @_batches.setter
+    def _batches(self, batches: PausedBatches) -> None:
+        # Set once, when the session is built (after its paused writes): the proposals the
+        # ledger cannot hold as one batch wait among its paused writes, so a person's
+        # approval of one is committed by this session's settling and told to its model.
+        batches.paused_writes = self._paused
+        self._held_batches = batches
 
     def pending(self) -> list[PendingWrite]:
         """Writes of this session waiting for approval or commit, oldest first."""
@@ -59,6 +72,11 @@ class ApprovalPause:
         an application may poll while a person decides. A model asks with
         :meth:`write_status`.
         """
+        return await self._resume(preview_id, until=None)
+
+    async def _resume(self, preview_id: str | None, *, until: float | None) -> ModelResult:
+        """:meth:`resume`, starting no send of a batch after ``until`` (a model call's
+        deadline, on the :func:`time.monotonic` clock)."""
         if preview_id is None:
             waiting = self._paused.waiting()
             if not waiting:
@@ -70,7 +88,7 @@ class ApprovalPause:
             preview_id = waiting[0].preview_id
         try:
             if preview_id.startswith(BATCH_PREFIX):
-                result = await self._batches.finish(preview_id)
+                result = await self._batches.finish(preview_id, until=until)
             else:
                 result = await self._paused.finish(preview_id)
         except ToolError as exc:
@@ -85,11 +103,13 @@ class ApprovalPause:
     async def write_status(self, preview_id: str) -> ModelResult:
         """:meth:`resume` as a tool the model calls (MCP's ``write_status``): a call counted
         against the session's budget like any other, refused as ``limit_exceeded`` once a
-        limit is used up. Never raises for tool or ledger errors."""
+        limit is used up. A batch's items start no send once the session's time is up: the
+        answer says how many were not sent, and a later resume sends them. Never raises for
+        tool or ledger errors."""
         admitted = await self._calls.admit("write_status")
         if isinstance(admitted, ModelResult):
             return admitted
-        return await self.resume(preview_id)
+        return await self._resume(preview_id, until=self._calls.meter.deadline)
 
     async def settle_writes(self) -> list[ModelResult]:
         """Commit the paused writes approved meanwhile (once each, with the fingerprint the

@@ -1,13 +1,15 @@
 """Committing the items of a batch a session holds: each approved item once, with its own
 key, a few at a time; an item the session's authority no longer allows is denied instead
-(:class:`~airlock.harness._commit_authority.CommitAuthority`); and, for the session's own
-settling, no send started after its deadline (one in progress is never cancelled)."""
+(:class:`~airlock.harness._commit_authority.CommitAuthority`), or, when an earlier send of
+it got no definite answer, left to reconcile and not resent; and, with a deadline (the
+session's settling, a model's ``write_status``), no send started after it (one in progress
+is never cancelled)."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 import anyio
@@ -27,8 +29,13 @@ class Committed:
 
     items: tuple[BatchItem, ...]
     refused: dict[str, Refusal]
-    """The items denied (or, ``unknown``, not resent) because the session may no longer
-    make them, by preview id."""
+    """The items denied because the session may no longer make them (nothing was sent for
+    them), by preview id."""
+    not_resent: dict[str, Refusal] = field(default_factory=dict)
+    """The items the session may no longer make whose earlier send got no definite answer
+    (``unknown``: it may have acted), by preview id: not resent; reconcile settles them."""
+    unsent: int = 0
+    """Items whose send (or resend) did not start: the deadline came first."""
 
 
 async def commit_items(
@@ -38,29 +45,32 @@ async def commit_items(
     *,
     resend: bool,
     until: float | None = None,
-) -> Committed | None:
+) -> Committed:
     """Commit every approved item of ``batch`` once (and resend each ``unknown`` one with
     its key, when ``resend``), at most :data:`COMMITS_AT_ONCE` at a time; where the items
-    stand afterwards. ``None`` when ``until`` (on the :func:`time.monotonic` clock) came
-    before every send could start: those not started stay as they were, for a later call.
+    stand afterwards. No send starts after ``until`` (on the :func:`time.monotonic` clock):
+    those not started stay as they were, for a later call, and ``unsent`` counts them.
 
     Raises:
         ToolError: the batch no longer matches what was proposed (``approval_mismatch``).
         LedgerError: the ledger cannot be used.
     """
     refused: dict[str, Refusal] = {}
+    not_resent: dict[str, Refusal] = {}
     sends: list[Preview] = []
     for preview in _previews(writes, batch):
         refusal = authority.refusal(writes, preview)
         if refusal is not None:
             after = authority.refuse(writes, preview, refusal)
-            if after.state in ("denied", "unknown"):
+            if after.state == "denied":
                 refused[preview.id] = refusal
+            elif after.state == "unknown":  # a send may have acted: it cannot be denied
+                not_resent[preview.id] = refusal
         elif preview.state == "approved" or (resend and preview.state == "unknown"):
             sends.append(preview)
-    if not await _send(writes, sends, authority, until):
-        return None
-    return Committed(batch_items(writes.ledger, batch.id, now=writes.clock()), refused)
+    unsent = await _send(writes, sends, authority, until)
+    items = batch_items(writes.ledger, batch.id, now=writes.clock())
+    return Committed(items, refused, not_resent, unsent)
 
 
 def _previews(writes: WritePath, batch: Batch) -> list[Preview]:
@@ -74,17 +84,17 @@ async def _send(
     previews: Sequence[Preview],
     authority: CommitAuthority,
     until: float | None,
-) -> bool:
-    """Commit ``previews`` concurrently; whether every send was started."""
+) -> int:
+    """Commit ``previews`` concurrently; how many sends did not start (``until`` came)."""
     gate = anyio.CapacityLimiter(COMMITS_AT_ONCE)
-    late = False
+    late = 0
     failed: list[Exception] = []
 
     async def one(preview: Preview) -> None:
         nonlocal late
         async with gate:
             if until is not None and time.monotonic() >= until:
-                late = True
+                late += 1
                 return
             try:
                 await writes.commit(preview.id, preview.fingerprint, authority.principal)
@@ -98,4 +108,4 @@ async def _send(
             group.start_soon(one, preview)
     if failed:
         raise failed[0]
-    return not late
+    return late

@@ -1,8 +1,10 @@
 """A session's batches: the writes its programs proposed, waiting for approval as one.
 
 When a program proposed writes (``tools.propose.NAME(...)``), its result carries one short
-note about them (:meth:`PausedBatches.hold`): the batch id and fingerprint, how many items,
-the total per currency and the preview ids, never every preview. :meth:`PausedBatches.finish`
+note about them (:meth:`PausedBatches.hold`, :mod:`airlock.harness._proposal_notes`): the
+batch id and fingerprint, how many items, the total per currency and the preview ids, never
+every preview; proposals the ledger could not hold as one batch wait as the session's paused
+writes instead (:meth:`PausedBatches.hold_each`). :meth:`PausedBatches.finish`
 (``Session.resume(batch_id)``) commits each approved item once and answers with a summary of
 where the items stand; asking again returns the same receipts, sending nothing twice.
 :meth:`PausedBatches.settle` does the same for the session's own settling, within its time
@@ -19,7 +21,8 @@ from typing import Final
 from airlock.harness._batch_commits import Committed, commit_items
 from airlock.harness._commit_authority import CommitAuthority
 from airlock.harness._model_tools import ModelResult
-from airlock.harness._paused import UNKNOWN_TRIES
+from airlock.harness._paused import UNKNOWN_TRIES, PausedWrites
+from airlock.harness._proposal_notes import batch_note
 from airlock.harness._results import from_tool_error, success
 from airlock.policies import Principal
 from airlock.tools import (
@@ -31,7 +34,6 @@ from airlock.tools import (
     ToolError,
     WritePath,
     batch_items,
-    spend_totals,
 )
 
 __all__ = ["PausedBatches"]
@@ -63,51 +65,47 @@ class PausedBatches:
         self._gave_up: dict[str, int] = {}
         """Batches whose ``unknown`` items settling no longer resends (reconcile settles
         them), with the settles that tried."""
+        self.paused_writes: PausedWrites | None = None
+        """The session's paused writes, where proposals that could not be held as a batch
+        wait (:meth:`hold_each`)."""
 
-    def hold(self, batch: Batch, previews: Sequence[Preview]) -> dict[str, object]:
-        """Keep ``batch`` as pending; the note about it for the program's result."""
+    def hold(
+        self, batch: Batch, previews: Sequence[Preview], *, committed: Sequence[Preview] = ()
+    ) -> dict[str, object]:
+        """Keep ``batch`` (of ``previews``) as pending; the note about it for the program's
+        result, which also names ``committed``, proposed again after they were committed in
+        the run (they are in no batch)."""
         self._batches[batch.id] = batch
-        minutes = max(0, round((min(p.expires for p in previews) - time.time()) / 60))
-        if all(p.state == "approved" for p in previews):  # an allow rule approved each
-            return {
-                "status": "approved",
-                "batch_id": batch.id,
-                "count": len(batch.items),
-                "total": spend_totals(previews),
-                "preview_ids": list(batch.items),
-                "message": f"the program proposed {len(batch.items)} change(s), approved by "
-                "policy; they are committed once the session resumes the batch. Do not "
-                "propose or call them again",
-            }
-        return {
-            "status": "needs_approval",
-            "batch_id": batch.id,
-            "fingerprint": batch.fingerprint,
-            "count": len(batch.items),
-            "total": spend_totals(previews),
-            "preview_ids": list(batch.items),
-            "expires_in_min": minutes,
-            "message": f"the program proposed {len(batch.items)} change(s); they wait for a "
-            "person to approve them as one batch. Tell the user, and do not propose or call "
-            "them again",
-        }
+        return batch_note(batch, previews, committed)
+
+    def hold_each(self, previews: Sequence[Preview]) -> bool:
+        """Hold ``previews``, which the ledger could not hold as one batch, as the session's
+        paused writes: each waits on its own, and the session's settling commits it once
+        approved. Whether they are held (not without the session's paused writes)."""
+        if self.paused_writes is None:
+            return False
+        for preview in previews:
+            self.paused_writes.hold(preview)
+        return True
 
     def waiting(self) -> list[str]:
         """The ids of the batches held, oldest first."""
         return list(self._batches)
 
-    async def finish(self, batch_id: str) -> ModelResult:
+    async def finish(self, batch_id: str, *, until: float | None = None) -> ModelResult:
         """Commit every approved item of the batch once, and resend each ``unknown`` one with
         its key; a summary of where they stand. An item the session's authority no longer
-        allows is denied instead, and nothing is sent for it.
+        allows is denied instead, and nothing is sent for it (one whose earlier send may
+        have acted is not resent: reconcile settles it). No send starts after ``until`` (on
+        the :func:`time.monotonic` clock: a model's call counted against the session's
+        time); the answer counts the items not sent, and the batch stays held for them.
 
         Raises:
             NotFoundError: no batch of this run and principal with this id.
             ToolError: the batch no longer matches what was proposed (``approval_mismatch``).
         """
         batch = self._own(batch_id)
-        done = await commit_items(self._ready(), batch, self._authority, resend=True)
-        assert done is not None  # (no deadline: every send was started)
+        done = await commit_items(self._ready(), batch, self._authority, resend=True, until=until)
         body = _summary(batch, done)
         if body["status"] not in ("waiting", "undecided"):  # nothing more will change
             self._batches.pop(batch.id, None)
@@ -142,10 +140,10 @@ class PausedBatches:
             return None
         batch = self._own(batch_id)
         done = await commit_items(writes, batch, self._authority, resend=resend, until=until)
-        if done is None:
+        if done.unsent:
             return None  # the time is up: the rest are sent, and told, on a later settle
         if not gave_up and any(
-            i.state == "unknown" and i.preview_id not in done.refused for i in done.items
+            i.state == "unknown" and i.preview_id not in done.not_resent for i in done.items
         ):
             tries = self._unknown_tries.get(batch_id, 0) + 1
             if tries < UNKNOWN_TRIES:
@@ -155,7 +153,7 @@ class PausedBatches:
         self._unknown_tries.pop(batch_id, None)
         body = _summary(batch, done, gave_up=self._gave_up.get(batch_id, 0))
         if not {i.state for i in done.items} & _OPEN:
-            # Each unknown item is given up on or refused: nothing a later settle moves on.
+            # Each unknown item is given up on or not resent: nothing a later settle moves on.
             self._batches.pop(batch_id, None)
         return success(body, code="needs_approval" if body["status"] == "waiting" else None)
 
@@ -197,39 +195,48 @@ class PausedBatches:
         return self.waiting()
 
 
-_UNDECIDED: Final = ("approved", "sending", "unknown")
-"""Item states that may yet end committed: a batch holding one is not settled."""
-
-
 def _summary(batch: Batch, done: Committed, *, gave_up: int = 0) -> dict[str, object]:
     """Where a batch's items stand, in short: counts and preview ids by state; ``gave_up``,
-    the settles that resent its ``unknown`` items before settling stopped resending them."""
+    the settles that resent its ``unknown`` items before settling stopped resending them.
+    An ``unknown`` item is undecided only while this session would resend it."""
     items = done.items
     by_state: dict[str, list[str]] = {}
     for item in items:
         by_state.setdefault(item.state, []).append(item.preview_id)
     counts = {state: len(ids) for state, ids in by_state.items()}
+    unknown = counts.get("unknown", 0)
+    resent = 0 if gave_up else unknown - len(done.not_resent)
+    undecided = counts.get("approved", 0) + counts.get("sending", 0) + resent
     if counts.get("committed") == len(items):
         status = "committed"
-    elif gave_up and counts.get("unknown"):
+    elif gave_up and unknown:
         status = "unknown"
     elif counts.get("waiting"):
         status = "waiting"
-    elif any(counts.get(state) for state in _UNDECIDED):
+    elif undecided:
         status = "undecided"
+    elif unknown:
+        status = "unknown"
     else:
         status = "settled"
+    # Not given up on, every unknown item is one this session does not resend: its own
+    # note (below) says why and who settles it.
+    unsure = (
+        f"{unknown} item(s) may or may not have happened: {gave_up} sends each got no "
+        "definite answer. Do not propose them again: the operator's reconcile checks the "
+        "system of record and settles them; tell the user their outcome is unknown"
+        if gave_up
+        else f"{unknown} item(s) may or may not have happened; tell the user their outcome "
+        "is unknown, and do not propose them again"
+    )
     messages = {
         "committed": "every item is committed, each once; do not propose them again",
-        "unknown": f"{counts.get('unknown', 0)} item(s) may or may not have "
-        f"happened: {gave_up} sends each got no definite answer. Do not propose them again: "
-        "the operator's reconcile checks the system of record and settles them; tell the "
-        "user their outcome is unknown"
+        "unknown": unsure
         + ("; some items still wait for a person" if counts.get("waiting") else ""),
         "waiting": "some items still wait for a person; tell the user",
-        "undecided": "some items have no definite answer yet: the system may have made them. "
-        "Resume this batch later (it sends them again with the same key, never twice) and "
-        "tell the user; do not propose them again",
+        "undecided": f"{undecided} item(s) have no definite answer yet: the system may have "
+        "made those it was sent. Resume this batch later (it sends them again with the same "
+        "key, never twice) and tell the user; do not propose them again",
         "settled": "the batch is settled: the items that are not committed were denied, "
         "expired or failed; tell the user, and do not retry them without being asked",
     }
@@ -240,11 +247,26 @@ def _summary(batch: Batch, done: Committed, *, gave_up: int = 0) -> dict[str, ob
         "preview_ids": by_state,
         "message": messages[status],
     }
-    if done.refused:
-        first = next(iter(done.refused.values()))
-        body["grant_refused"] = list(done.refused)
-        body["message"] = (
-            f"{body['message']}. {len(done.refused)} item(s) were denied: this session may no "
-            f"longer make them ({first.text}); nothing was sent for them"
+    notes = [messages[status]]
+    if done.unsent:
+        notes.append(
+            f"the session's time ran out before {done.unsent} item(s) could be sent: nothing "
+            "was sent for them; they are sent, once each, when the batch is resumed"
         )
+    if done.refused:
+        body["grant_refused"] = list(done.refused)
+        first = next(iter(done.refused.values()))
+        notes.append(
+            f"{len(done.refused)} item(s) were denied: this session may no longer make them "
+            f"({first.text}); nothing was sent for them"
+        )
+    if done.not_resent:
+        body["grant_refused_unknown"] = list(done.not_resent)
+        first = next(iter(done.not_resent.values()))
+        notes.append(
+            f"{len(done.not_resent)} item(s) may have happened: an earlier send got no "
+            f"definite answer, and this session may no longer make them ({first.text}), so it "
+            "does not send them again; the operator's reconcile settles them. Do not retry them"
+        )
+    body["message"] = ". ".join(notes)
     return body

@@ -1,20 +1,21 @@
 """What the model is told when a program did not end as the program's own doing: the host
 failed around it (an input it can no longer give, an artifact store that cannot take its
-files), or the ledger stored its proposals as previews but could not hold them as one batch.
+files), or the ledger stored its proposals as previews but could not hold them as one batch
+(they then wait as the session's paused writes: :mod:`airlock.harness._proposal_notes`).
 Each answer carries the program's notes, so what it proposed is never left out."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Final
 
 from airlock.harness._model_tools import ModelResult
 from airlock.harness._results import failure
 from airlock.sandbox import ArtifactStoreFailed, InputRefused
-from airlock.tools import LedgerError, Preview
+from airlock.tools import LedgerError
 
-__all__ = ["host_failure", "unheld", "unheld_note"]
+__all__ = ["host_failure", "unheld"]
 
 
 def host_failure(
@@ -63,30 +64,19 @@ _GONE: Final[dict[str, str]] = {
 }
 
 
-def unheld_note(previews: Sequence[Preview], exc: LedgerError) -> dict[str, object]:
-    """The proposals note of a program whose previews the ledger stored, but could not
-    hold as one batch: they wait for no approval, and the model must not think them
-    pending (nor that nothing was written)."""
-    return {
-        "status": "not_held",
-        "count": len(previews),
-        "preview_ids": [p.id for p in previews],
-        "message": f"the program proposed {len(previews)} change(s), stored as previews, but "
-        f"{exc.store} could not hold them as one batch, so they do not wait for approval; "
-        "tell the user, and do not propose them again until the operator has checked it",
-    }
-
-
 def unheld(result: ModelResult, exc: LedgerError) -> ModelResult:
     """A program's ``result`` when the ledger could not hold its proposals as one batch
-    (its notes say so): a program's own error keeps its code; a value that came back is
-    kept, under the ledger's code."""
+    (its proposals note, :func:`~airlock.harness._proposal_notes.unheld_note`, says where
+    they wait): a program's own error keeps its code; a value that came back is kept, under
+    the ledger's code, and not retryable (running the program again proposes the same
+    changes, which wait already)."""
     if result.is_error:
         return result
     return failure(
         exc.code,
-        f"the program ran, but {exc.store} cannot be used right now, so the changes it "
-        "proposed do not wait for approval (see proposals); its value is under value",
-        retryable=exc.retryable,
+        f"the program ran, but {exc.store} could not hold the changes it proposed as one "
+        "batch: the proposals note says where they wait. Its value is under value; do not "
+        "run the program again for them",
+        retryable=False,
         extra=json.loads(result.content),
     )

@@ -8,8 +8,9 @@ the program in a fresh container or the session's kept one, stores what the prog
 event per program with the inputs it was given. The writes a program proposed
 (``tools.propose.NAME(...)``) become one batch in the ledger, and its result says so in one
 short note (``proposals``: batch id, fingerprint, count, total per currency, preview ids),
-however the program ended; a ledger that cannot take the batch leaves the previews stored
-but waiting in none (``"status": "not_held"``, under the ledger's code).
+however the program ended; a change already committed in the run is named in it, in no
+batch. A ledger that cannot take the batch leaves the previews stored, each waiting as a
+paused write of the session (``"status": "not_held"``, under the ledger's code).
 
 At most the budget's ``programs_at_once`` programs of one session run at a time (each may
 use the profile's whole memory and CPU, and one model turn may ask for many): a further one
@@ -36,7 +37,8 @@ from airlock.harness._batches import PausedBatches
 from airlock.harness._budget import Budget
 from airlock.harness._execute_code import ExecuteCodeArgs, kept_notes, program_result
 from airlock.harness._model_tools import ModelResult
-from airlock.harness._program_endings import host_failure, unheld, unheld_note
+from airlock.harness._program_endings import host_failure, unheld
+from airlock.harness._proposal_notes import committed_note, split_committed, unheld_note
 from airlock.harness._results import KeptNotes, failure, nothing_kept
 from airlock.harness._run_ids import artifact_dir, check_run_id
 from airlock.harness._session_audit import SessionAudit
@@ -295,7 +297,8 @@ class SessionPrograms:
                 + (f", limit {run.limit}" if run.limit else "")
                 + (f", {len(run.artifacts)} artifacts" if run.artifacts else "")
             )
-        waits = isinstance(note := notes.get("proposals"), dict) and note["status"] != "approved"
+        note = notes.get("proposals")
+        waits = isinstance(note, dict) and note["status"] == "needs_approval"
         if held is not None:
             result = unheld(result, held)
         elif waits and not result.is_error:
@@ -314,24 +317,31 @@ class SessionPrograms:
 
     def _hold(self, tools: ToolSession, notes: dict[str, object]) -> LedgerError | None:
         """Hold what the program proposed as one batch, and say so in ``notes`` (under
-        ``proposals``); the ledger's error when it could not take the batch (its previews
-        are stored all the same, and the note says they wait for no approval)."""
+        ``proposals``); a change already committed in the run is named there, in no batch.
+        The ledger's error when it could not take the batch: its previews are stored all
+        the same, and wait as the session's paused writes, each on its own."""
         proposed = tools.proposed_previews()
         if not proposed or self.writes is None or self.batches is None:
             return None
+        fresh, committed = split_committed(proposed)
+        if not fresh:
+            notes["proposals"] = committed_note(committed)
+            return None
         try:
-            batch = self.writes.store_batch(proposed)
+            batch = self.writes.store_batch(fresh)
         except LedgerError as exc:
+            held = self.batches.hold_each(fresh)
             _log.error(
-                "run %s: %d proposals stored, but not as a batch: %s (%s)",
+                "run %s: %d proposals stored, but not as a batch (%s): %s (%s)",
                 self.run_id,
-                len(proposed),
+                len(fresh),
+                "each waits as a paused write" if held else "held by no session",
                 exc.code,
                 exc,
             )
-            notes["proposals"] = unheld_note(proposed, exc)
+            notes["proposals"] = unheld_note(fresh, exc, held=held, committed=committed)
             return exc
-        notes["proposals"] = self.batches.hold(batch, proposed)
+        notes["proposals"] = self.batches.hold(batch, fresh, committed=committed)
         return None
 
     def _artifact_dir(self, call_id: str) -> Path | None:

@@ -1,0 +1,143 @@
+"""What a program's proposals become: a change already committed in the run is told as
+such, in no batch and no total; proposals the ledger could not hold as one batch each wait
+as a paused write of the session, which commits the one a person approves and tells the
+model, and the model is told exactly that."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from airlock import Harness, Session
+from airlock.sandbox.testing import ok_result
+from airlock.tools import LEDGER_ERRORS, approve_preview, batch_items, spend_totals
+from tests.airlock.harness.batch_world import PEEK, REFUND, body
+from tests.airlock.harness.test_program_endings import EndingBackend
+from tests.airlock.session_world import ALICE, policy
+from tests.tools.test_proposals import PROPOSING, ProposalWorld
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[ProposalWorld]:
+    w = ProposalWorld(tmp_path)
+    yield w
+    w.close()
+
+
+def _session(world: ProposalWorld, root: Path, invoices: tuple[str, ...]) -> Session:
+    backend = EndingBackend(lambda artifacts: ok_result("done"), invoices=invoices)
+    harness = Harness(
+        world.registry, policy(), backend, writes=world.writes, artifacts=root / "store"
+    )
+    return harness.session(ALICE, grant=PROPOSING)
+
+
+async def _commit_directly(world: ProposalWorld, session: Session, invoice: str) -> str:
+    """A refund the model asked for directly, approved and committed; its preview id."""
+    paused = body(await session.call(REFUND, {"invoice_id": invoice, "reason": "duplicate"}))
+    approve_preview(world.ledger, paused["preview_id"], approver="bob", now=time.time())
+    assert body(await session.resume(paused["preview_id"]))["status"] == "committed"
+    return str(paused["preview_id"])
+
+
+# (case, what the program proposes: inv_1 was committed in the run before)
+REPROPOSED = [
+    ("only the committed change", ("inv_1",)),
+    ("the committed change and a new one", ("inv_1", "inv_2")),
+    ("a new one and the committed change", ("inv_2", "inv_1")),
+]
+
+
+@pytest.mark.parametrize(("case", "invoices"), REPROPOSED, ids=[row[0] for row in REPROPOSED])
+async def test_a_change_committed_in_the_run_is_told_as_such_and_batched_with_nothing(
+    tmp_path: Path, world: ProposalWorld, case: str, invoices: tuple[str, ...]
+) -> None:
+    session = _session(world, tmp_path, invoices)
+    committed = await _commit_directly(world, session, "inv_1")
+
+    answer = await session.call("execute_code", {"code": "..."})
+
+    note = body(answer)["proposals"]
+    assert world.system.effects() == 1  # nothing was sent again
+    assert (note["already_committed"], note["already_committed_ids"]) == (1, [committed])
+    assert "already committed" in note["message"]
+    new = len(invoices) - 1
+    if not new:  # nothing new: no batch, nothing waits
+        assert note["status"] == "already_committed"
+        assert "batch_id" not in note
+        assert "total" not in note
+        assert answer.code is None, answer.content
+        assert session.pending_batches() == []
+        return
+    [batch_id] = session.pending_batches()
+    assert (note["status"], note["batch_id"], note["count"]) == ("needs_approval", batch_id, new)
+    items = [item.preview_id for item in batch_items(world.ledger, batch_id, now=time.time())]
+    assert committed not in items
+    assert items == note["preview_ids"]
+    fresh = [world.ledger.preview(preview_id) for preview_id in items]
+    assert note["total"] == spend_totals([p for p in fresh if p is not None])
+
+
+def _unstorable(world: ProposalWorld, monkeypatch: pytest.MonkeyPatch, code: str) -> None:
+    def fail(batch: object) -> None:
+        raise LEDGER_ERRORS[code]("/srv/secret/ledger.db is gone", path="/srv/secret/ledger.db")
+
+    monkeypatch.setattr(world.ledger, "add_batch", fail)
+
+
+@pytest.mark.parametrize("code", sorted(LEDGER_ERRORS))
+async def test_proposals_the_ledger_cannot_batch_each_wait_and_are_committed_when_approved(
+    tmp_path: Path, world: ProposalWorld, monkeypatch: pytest.MonkeyPatch, code: str
+) -> None:
+    _unstorable(world, monkeypatch, code)
+    session = _session(world, tmp_path, ("inv_1", "inv_2"))
+
+    answer = await session.call("execute_code", {"code": "..."})
+
+    said = body(answer)
+    note = said["proposals"]
+    assert (answer.code, answer.retryable) == (code, False)  # the proposals wait: no rerun
+    assert (note["status"], note["held"]) == ("not_held", "each")
+    assert "each waits" in note["message"]
+    assert "do not propose them again" in note["message"]
+    assert "do not wait for approval" not in answer.content
+    assert [p.preview_id for p in session.pending()] == note["preview_ids"]
+    assert session.pending_batches() == []
+
+    first = note["preview_ids"][0]
+    approve_preview(world.ledger, first, approver="bob", now=time.time())
+    told = body(await session.call(*PEEK))["settled_writes"]
+
+    assert [(t["status"], t["preview_id"]) for t in told] == [("committed", first)]
+    assert world.system.effects() == 1
+    assert [p.preview_id for p in session.pending()] == note["preview_ids"][1:]
+
+
+async def test_proposals_that_cannot_be_held_at_all_are_told_as_stored_for_the_operator(
+    tmp_path: Path, world: ProposalWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _unstorable(world, monkeypatch, "ledger_locked")
+    session = _session(world, tmp_path, ("inv_1", "inv_2"))
+    session._batches.paused_writes = None  # (a batches object no session's writes back)
+
+    answer = await session.call("execute_code", {"code": "..."})
+
+    note = body(answer)["proposals"]
+    assert (answer.code, answer.retryable) == ("ledger_locked", False)
+    assert (note["status"], note["held"]) == ("not_held", "none")
+    assert "prepared" in note["message"]
+    assert "approvals list" in note["message"]
+    assert "do not propose them again" in note["message"]
+    assert session.pending() == []
+    states = [world.ledger.preview(p) for p in note["preview_ids"]]
+    assert [p.state for p in states if p is not None] == ["prepared", "prepared"]
