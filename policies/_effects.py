@@ -64,6 +64,7 @@ _TARGET_CHARS = re.compile(r"^[A-Za-z0-9_.@+*/:~%-]+\Z")
 _RESOURCE = re.compile(r"^[a-z][a-z0-9_]*:[^:]")
 _SAFE_VALUE = re.compile(r"^[A-Za-z0-9_@+-][A-Za-z0-9_.@+-]{0,199}\Z")
 _PARSE = re.compile(r"^\s*(read|write|network|spend|disclose)\((.+)\)\s*\Z")
+_RESOLVED = re.compile(r"[!-z|~]+")  # printable ASCII but { and }: no placeholder
 
 
 class EffectArgumentError(ValueError):
@@ -281,11 +282,14 @@ class Effect:
         return f"{self.kind}({self.target})"
 
     @classmethod
-    def parse(cls, text: str) -> Effect:
+    def parse(cls, text: str, *, resolved: bool = False) -> Effect:
         """Read the form :func:`str` writes: ``read(billing:invoice/*)``, ``spend(500 USD)``.
+        ``resolved``: an effect a call resolved (as a preview keeps it), built as
+        :meth:`resolve` builds one, without a declaration's checks (a filled target may be
+        over 256 characters); it holds no placeholder, white space or control character.
 
         Raises:
-            ValueError: ``text`` is not an effect; the message says what is expected.
+            ValueError: ``text`` is not an effect (a resolved one); the message says why.
         """
         match = _PARSE.match(text)
         if match is None:
@@ -294,9 +298,12 @@ class Effect:
                 "'read(billing:invoice/*)', with kind one of " + ", ".join(EFFECT_KINDS)
             )
         kind, inner = match.group(1), match.group(2).strip()
-        if kind == "spend":
-            return cls("spend", *parse_spend(text, inner))
-        return cls(kind, inner)  # type: ignore[arg-type]  # kind matched the Literal's values
+        target, amount = parse_spend(text, inner) if kind == "spend" else (inner, None)
+        if not resolved:  # (kind matched the Literal's values)
+            return cls(kind, target, amount)  # type: ignore[arg-type]
+        if isinstance(amount, str) or not _RESOLVED.fullmatch(target):
+            raise ValueError(f"{text!r} is not a resolved effect: a placeholder or white space")
+        return _concrete_effect(kind, target, amount)  # type: ignore[arg-type]
 
 
 _NO_PLACEHOLDERS: Final[frozenset[str]] = frozenset()

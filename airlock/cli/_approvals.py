@@ -204,7 +204,9 @@ def approve(
     commit: Annotated[
         bool,
         typer.Option(
-            "--commit", help="Commit it now, once, through --registry's tools (with the receipt)."
+            "--commit",
+            help="Commit it now, once, through --registry's tools (with the receipt), if "
+            "--policy's grant and rules still allow it for the principal who asked.",
         ),
     ] = False,
     tools: Annotated[
@@ -214,13 +216,14 @@ def approve(
     policy: Annotated[
         Path | None,
         typer.Option(
-            help="The policy file; its self_approval lets a requester approve their own write.",
+            help="The policy file: its self_approval lets a requester approve their own write, "
+            "and with --commit its grants and rules judge the write (required then).",
             dir_okay=False,
         ),
     ] = None,
 ) -> None:
     """Approve a preview's fingerprint; the harness that asked then commits it once (or this
-    command does, with --commit)."""
+    command does, with --commit, unless the policy no longer allows it: then it is denied)."""
     if fingerprint is None:
         raise _fail(
             InvalidInputError(
@@ -229,9 +232,17 @@ def approve(
         )
     if commit and tools is None:
         raise _fail(InvalidInputError("--commit needs --registry MODULE:OBJECT: the tools"))
+    if commit and policy is None:
+        raise _fail(
+            InvalidInputError(
+                "--commit needs --policy FILE: the commit is judged by its grant and rules "
+                "for the principal who asked, as the session's would be"
+            )
+        )
     with usage_errors():
         registry = load_tool_registry(tools) if commit and tools is not None else None
-        self_approval = load_policy(policy).self_approval if policy is not None else False
+        rules = load_policy(policy) if policy is not None else None
+        self_approval = rules.self_approval if rules is not None else False
     store = _open(ledger, readonly=False)
     if preview_id.startswith(BATCH_PREFIX):  # a batch a program proposed: one fingerprint
         try:
@@ -243,6 +254,7 @@ def approve(
                 reason=reason,
                 self_approval=self_approval,
                 registry=registry,
+                policy=rules,
             )
         except ToolError as exc:
             raise _fail(exc) from None
@@ -255,6 +267,7 @@ def approve(
             store,
             self_approval=self_approval,
             registry=registry,
+            policy=rules,
         )
         done = anyio.run(
             partial(person.approve, preview_id, fingerprint=fingerprint, reason=reason)

@@ -35,7 +35,11 @@ def serve_approvals(
     ] = None,
     policy: Annotated[
         Path | None,
-        typer.Option(help="The policy file (its self_approval setting).", dir_okay=False),
+        typer.Option(
+            help="The policy file: its self_approval setting, and with --registry the grants "
+            "and rules each commit is judged by (required then).",
+            dir_okay=False,
+        ),
     ] = None,
     no_token: Annotated[
         bool,
@@ -46,16 +50,29 @@ def serve_approvals(
     amounts and requester, approve or deny by the fingerprint shown, and the receipts."""
     if approver is not None and not approver.strip():
         raise _fail(InvalidInputError("--as '' names nobody; give the approver's id"))
+    if tools is not None and policy is None:
+        raise _fail(
+            InvalidInputError(
+                "--registry needs --policy FILE: each commit is judged by its grant and rules "
+                "for the principal who asked, as the session's would be"
+            )
+        )
     with usage_errors():
         # Imported here: without the ``web`` extra this says which to install.
         from airlock.cli._approval_page import NO_TOKEN_WARNING, ApprovalPage, serve_page
 
         name = login_name() if approver is None else approver
         registry = load_tool_registry(tools) if tools is not None else None
-        self_approval = load_policy(policy).self_approval if policy is not None else False
+        rules = load_policy(policy) if policy is not None else None
     store = _open(ledger, readonly=False)
     try:
-        person = Approver.of_registry(name, store, self_approval=self_approval, registry=registry)
+        person = Approver.of_registry(
+            name,
+            store,
+            self_approval=rules.self_approval if rules is not None else False,
+            registry=registry,
+            policy=rules,
+        )
         token = None if no_token else secrets.token_urlsafe(24)
         page = ApprovalPage(person, ledger=str(ledger or default_ledger()), token=token)
         console = Console(soft_wrap=True, highlight=False)

@@ -7,24 +7,36 @@ ledger's claim, so a harness committing the same preview at the same time cannot
 one of them sends, the other gets the stored receipt (or ``conflict`` while it is in flight).
 A write holding ``Secret()`` values is sent by the process that prepared it, the only one
 that has them: the approver approves it and leaves the commit to the session that asked.
+
+An approver that commits judges each write first as a session that commits it would
+(:class:`~airlock.harness.CommitAuthority`), by the policy's grant and rules now for the
+principal who asked: a person's approval does not widen them. A write they no longer allow
+is denied (by ``airlock:grant``, with the reason) and nothing is sent.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from airlock.harness import CommitAuthority
+from airlock.policies import Policy, Principal, UsageError
 from airlock.tools import (
     Approval,
     BatchItem,
     ConflictError,
     DeniedError,
     LedgerStore,
+    Preview,
     Receipt,
     Registry,
+    ToolError,
     WritePath,
     approve_batch,
     approve_preview,
+    batch_items,
     deny_preview,
 )
 
@@ -49,6 +61,11 @@ class Approver:
         ledger: the ledger the previews are in.
         self_approval: the policy's setting: may a requester approve their own change.
         writes: the tools' write path on ``ledger``; given, an approval is committed at once.
+        policy: the policy whose grant and rules for the principal who asked each commit is
+            judged by; required with ``writes``.
+
+    Raises:
+        UsageError: ``writes`` without ``policy``.
     """
 
     def __init__(
@@ -58,20 +75,37 @@ class Approver:
         *,
         self_approval: bool = False,
         writes: WritePath | None = None,
+        policy: Policy | None = None,
     ) -> None:
+        if writes is not None and policy is None:
+            raise UsageError(
+                "an approver that commits judges each write by the policy's grant and rules "
+                "for the principal who asked: give the policy (--policy FILE)"
+            )
         self.name = name
         self.ledger = ledger
         self.self_approval = self_approval
         self.writes = writes
+        self.policy = policy
 
     @classmethod
     def of_registry(
-        cls, name: str, ledger: LedgerStore, *, self_approval: bool, registry: Registry | None
+        cls,
+        name: str,
+        ledger: LedgerStore,
+        *,
+        self_approval: bool,
+        registry: Registry | None,
+        policy: Policy | None = None,
     ) -> Approver:
         """An approver that commits through ``registry``'s tools when it is given (it
-        attaches a write path on ``ledger`` to it)."""
+        attaches a write path on ``ledger`` to it), judged by ``policy``.
+
+        Raises:
+            UsageError: ``registry`` without ``policy``.
+        """
         writes = WritePath(registry, ledger) if registry is not None else None
-        return cls(name, ledger, self_approval=self_approval, writes=writes)
+        return cls(name, ledger, self_approval=self_approval, writes=writes, policy=policy)
 
     @property
     def commits(self) -> bool:
@@ -112,8 +146,11 @@ class Approver:
         a write whose ``Secret()`` values only that session holds.
 
         Raises:
+            DeniedError: the policy's grant or rules no longer allow it: it is denied now,
+                and nothing was sent.
             ToolError: as :meth:`~airlock.tools.WritePath.commit`, except a commit in flight
-                elsewhere, which answers ``in_flight``.
+                elsewhere, which answers ``in_flight``; ``conflict`` when its effects cannot
+                be judged (it stays as it is).
         """
         assert self.writes is not None
         preview = self.ledger.preview(approval.preview_id)
@@ -125,6 +162,9 @@ class Approver:
             # Its Secret() values live only in the process that prepared it; a commit here
             # would fail the write that process can still send.
             return Approved(approval=approval)
+        [refused] = self._judge([preview], preview.principal)
+        if refused is not None:
+            raise refused
         try:
             receipt = await self.writes.commit(preview.id, approval.fingerprint, preview.principal)
         except ConflictError:
@@ -168,10 +208,13 @@ class Approver:
         """Commit every approved item of the batch once, for the principal whose program
         proposed it, and say where each item stands; ``None`` when it is left to the session
         that asked: this approver has no tools, or an item holds ``Secret()`` values that
-        only that session has (it commits them all).
+        only that session has (it commits them all). An item the policy's grant or rules no
+        longer allow is denied instead (one whose send got no definite answer is left to
+        reconcile), and nothing is sent for it.
 
         Raises:
-            ToolError: as :meth:`~airlock.tools.WritePath.commit_batch`.
+            ToolError: as :meth:`~airlock.tools.WritePath.commit_batch`; ``conflict`` when an
+                item's effects cannot be judged (then nothing is sent).
         """
         batch = self.ledger.batch(batch_id)
         if self.writes is None or batch is None:
@@ -180,7 +223,54 @@ class Approver:
         to_send = [p for p in previews if p.state in ("approved", "unknown")]
         if not all(map(self.writes.holds_secrets, to_send)):
             return None
-        return await self.writes.commit_batch(batch_id, batch.principal)
+        refused = self._judge(previews, batch.principal)
+        held = {p.id for p, why in zip(previews, refused, strict=True) if why is not None}
+        if not held:
+            return await self.writes.commit_batch(batch_id, batch.principal)
+        for preview in to_send:  # those judged again and still allowed, as commit_batch would
+            if preview.id not in held:
+                with contextlib.suppress(ToolError):  # its state says how it ended
+                    await self.writes.commit(preview.id, preview.fingerprint, batch.principal)
+        return batch_items(self.ledger, batch_id, now=time.time())
+
+    def _judge(self, previews: Sequence[Preview], principal: Principal) -> list[DeniedError | None]:
+        """Each preview judged by the policy's grant and rules for ``principal`` now, as a
+        session of it would judge it before a commit; one they no longer allow is denied
+        (or, ``unknown``, left to reconcile), and its error says why.
+
+        Raises:
+            ConflictError: a preview's effects do not read back (nothing is denied).
+        """
+        assert self.writes is not None
+        assert self.policy is not None  # (required with writes)
+        authority = CommitAuthority(
+            principal=principal,
+            grant=self.policy.grant_for(principal),
+            approvals=self.policy.approvals_for(principal),
+        )
+        out: list[DeniedError | None] = []
+        for preview in previews:
+            refusal = authority.refusal(self.writes, preview)
+            if refusal is None:
+                out.append(None)
+                continue
+            after = authority.refuse(self.writes, preview, refusal)
+            if after.state not in ("denied", "unknown"):
+                out.append(None)  # committed or in flight elsewhere: the commit says which
+                continue
+            out.append(
+                DeniedError(
+                    f"not committed: the policy no longer allows it ({refusal.text}); "
+                    + (
+                        "it is denied, and nothing was sent"
+                        if after.state == "denied"
+                        else "an earlier send may have acted, and it was not sent again: "
+                        "airlock reconcile settles it"
+                    ),
+                    reason=refusal.reason,
+                )
+            )
+        return out
 
     def deny(self, preview_id: str, *, reason: str) -> None:
         """Refuse the preview with ``reason``.

@@ -11,6 +11,7 @@ from rich.text import Text
 
 from airlock.cli._approver import Approver
 from airlock.cli._literal import json_text, literal, table
+from airlock.policies import Policy
 from airlock.tools import (
     BatchItem,
     LedgerStore,
@@ -32,11 +33,12 @@ def approve_batch_command(
     reason: str,
     self_approval: bool,
     registry: Registry | None,
+    policy: Policy | None = None,
 ) -> None:
     """Approve every waiting item of the batch with its fingerprint, commit them when
     ``registry`` is given and this process can send them (an item holding ``Secret()``
-    values is left, with the rest, to the session that asked), and print where each item
-    stands.
+    values is left, with the rest, to the session that asked), each judged by ``policy``
+    first (required with ``registry``), and print where each item stands.
 
     Raises:
         ToolError: the batch is unknown (``not_found``), the fingerprint is not the batch's
@@ -62,7 +64,7 @@ def approve_batch_command(
     )
     if registry is not None:
         person = Approver.of_registry(
-            approver, store, self_approval=self_approval, registry=registry
+            approver, store, self_approval=self_approval, registry=registry, policy=policy
         )
         committed = anyio.run(person.commit_batch, batch_id)
         if committed is None:

@@ -9,6 +9,7 @@ before its answer returns, and :class:`AuditSpans` exports it as OpenTelemetry s
 
 from airlock.harness._artifacts import ArtifactStore
 from airlock.harness._budget import Budget
+from airlock.harness._commit_authority import CommitAuthority
 from airlock.harness._database import (
     DATABASE_ENV,
     database_url,
@@ -32,6 +33,7 @@ __all__ = [
     "ArtifactStore",
     "AuditSpans",
     "Budget",
+    "CommitAuthority",
     "ExecuteCodeArgs",
     "Harness",
     "HarnessCode",

@@ -9,19 +9,24 @@ them: the principal's scope, the grant's scope, the grant's effects and spend li
 (:meth:`Grant.uncovered`), and the approval rules' ``deny``. A write they no longer allow is
 denied through the write path's deny path (its step says ``denied`` and why) and nothing is
 sent; one whose earlier send got no definite answer (``unknown``) cannot be denied and is
-not resent either: reconcile settles it.
+not resent either: reconcile settles it. Effects are read back as prepare resolved them
+(:meth:`Effect.parse` with ``resolved``); ones that do not read back (another version wrote
+them) are not judged, so the write is neither committed nor denied: it waits, the model is
+told it cannot be committed now, and the operator's log says which.
 """
 
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
+import logging
+from dataclasses import dataclass, field
 from typing import Final, Literal, NamedTuple
 
 from airlock.harness._model_tools import ModelResult
 from airlock.harness._results import failure
 from airlock.policies import ApprovalPolicy, Effect, Grant, Principal
 from airlock.tools import (
+    ConflictError,
     Preview,
     StepState,
     ToolError,
@@ -32,6 +37,7 @@ from airlock.tools import (
 
 __all__ = ["REFUSER", "CommitAuthority", "Refusal", "refused_answer"]
 
+_log = logging.getLogger("airlock.harness")
 REFUSER: Final = "airlock:grant"
 """Who the ledger says denied a write the session's authority no longer allows (the deny
 path takes an approver id; this one is no person's)."""
@@ -54,11 +60,18 @@ class CommitAuthority:
     principal: Principal
     grant: Grant
     approvals: ApprovalPolicy
+    _logged: set[str] = field(default_factory=set, init=False, repr=False, compare=False)
+    """Steps whose effects did not read back that the operator's log named already."""
 
     def refusal(self, writes: WritePath, preview: Preview) -> Refusal | None:
         """Why this session may not commit ``preview`` now; ``None`` when it may, or when
         the step is past judging (committed, in flight, settled) or its tool is not
-        registered here (the commit answers for those)."""
+        registered here (the commit answers for those).
+
+        Raises:
+            ConflictError: its effects do not read back, so nothing can judge them: the
+                step stays as it is, neither committed nor denied.
+        """
         spec = writes.registry.get(preview.tool)
         if spec is None or preview.state not in _JUDGED:
             return None
@@ -72,9 +85,11 @@ class CommitAuthority:
         if not self.grant.allows_scope(spec.scope):
             return Refusal("scope", f"the grant no longer has scope {spec.scope!r}")
         try:
-            effects = tuple(Effect.parse(text) for text in preview.effects)
-        except ValueError:  # not as this version writes them: refuse rather than guess
-            return Refusal("effect", "its effects no longer read back")
+            effects = tuple(Effect.parse(text, resolved=True) for text in preview.effects)
+        except ValueError as exc:
+            # Not as this version writes them: judging them would be a guess, and so would
+            # denying a write a person approved. It waits for the operator.
+            raise self._unjudged(preview, exc) from None
         refused = authority_refusal(spec, effects, self.grant, self.approvals)
         if refused is None:
             return None
@@ -85,6 +100,27 @@ class CommitAuthority:
         if refused.reason == "effect":
             return Refusal("effect", outside)
         return Refusal("policy", "an approval rule now denies it")
+
+    def _unjudged(self, preview: Preview, why: ValueError) -> ConflictError:
+        if preview.id not in self._logged:
+            self._logged.add(preview.id)
+            _log.warning(
+                "run %s: %s (%s, %s) is left as it is, neither committed nor denied: its "
+                "effects do not read back (%s); deny it (airlock approvals deny) or finish "
+                "it with the version that wrote it",
+                preview.run_id,
+                preview.id,
+                preview.tool,
+                preview.state,
+                str(why)[:300],
+            )
+        return ConflictError(
+            "this change cannot be committed now: its recorded effects cannot be checked "
+            "again by this version. It was neither committed nor denied and waits for the "
+            "operator. Do not retry it or call the tool again for it; tell the user",
+            outcome="unknown" if preview.state == "unknown" else "error",
+            detail=f"preview {preview.id}: effects do not read back: {why}",
+        )
 
     def refuse(self, writes: WritePath, preview: Preview, refusal: Refusal) -> Preview:
         """Deny ``preview`` (a step not sent yet) through the write path's deny path, so its

@@ -135,9 +135,10 @@ class Harness:
 
         ``principal`` comes from the application's authentication, never from the model.
         ``grant`` defaults to the policy's grant for the principal; the approval rules are
-        always the policy's. ``run_id`` defaults to a fresh one; one given is 1 to 128 ASCII
-        letters, digits and ``_ . : -`` (not starting with ``.`` or ``-``, no ``..``), as
-        it names the directories of its programs' artifacts. ``keep_state`` runs the
+        always the policy's. ``run_id`` defaults to a fresh one; one given (an id of the
+        application's own, a conversation's say) is any text of 1 to 256 characters without
+        a control character; its programs' artifact directories are named after it when it is
+        a plain name, else after a plain prefix and a hash of it. ``keep_state`` runs the
         session's programs in one kept container (``DockerBackend.keep``), so they build on
         earlier state; call :meth:`Session.close` when the conversation ends. ``inputs``
         (name -> host file or directory) are mounted read-only at ``/data/NAME`` for every
@@ -154,7 +155,7 @@ class Harness:
         Raises:
             UsageError: ``keep_state`` with a sandbox backend that cannot keep containers,
                 ``inputs`` under the restricted language mode, or a ``run_id`` that is no
-                run id (it could name a path outside the artifact store).
+                run id (empty, over 256 characters, or holding a control character).
             InputRefused: an input is outside the grant or cannot be mounted.
         """
         if run_id is not None:

@@ -145,6 +145,69 @@ def test_parse_refuses_malformed_text(text: str) -> None:
         Effect.parse(text)
 
 
+# (case, declared effect, a call's fields): what resolve() makes of them, as a preview keeps
+# it, reads back as the same effect, even where no declaration could be written so.
+RESOLVED = [
+    ("a resource over 256 characters", write("crm:org/{org}/contact/{contact}"),
+     {"org": "o" * 150, "contact": "c" * 150}),
+    ("a URL with a long path", network("{url}"),
+     {"url": "https://hooks.example.com/" + "segment/" * 40 + "end"}),
+    ("a URL with escapes, '~', ':' and '@' in its path", network("{url}"),
+     {"url": "https://Hooks.Example.com:443/~ops/a:b@c/%7e%20x+y"}),
+    ("a host read as a URL's host", network("https://{host}/v1"), {"host": "API.Example.com."}),
+    ("an e-mail domain read as a mail server reads it", disclose("email:{to}"),
+     {"to": "Bob+Tag@ACME.com."}),
+    ("a segment of unusual but valid characters", write("crm:contact/{id}"),
+     {"id": "a..b+c@d_-e"}),
+    ("a list placeholder", disclose("email:{to[]}"), {"to": ["a@acme.com", "b@acme.com"]}),
+    ("a spend in a currency a field names", spend("{amount}", currency="{currency}"),
+     {"amount": 10**30, "currency": "EUR"}),
+    ("no placeholder at all", read("billing:invoice/*"), {}),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("declared", "args"), [r[1:] for r in RESOLVED], ids=[r[0] for r in RESOLVED]
+)
+def test_parse_resolved_reads_what_a_call_resolved(
+    declared: Effect, args: dict[str, object]
+) -> None:
+    for effect in declared.resolve_all(args):
+        again = Effect.parse(str(effect), resolved=True)
+        assert again == effect
+        assert (again.placeholders, again.each, again.takes_url) == (frozenset(), None, False)
+
+
+def test_a_resolved_target_may_be_longer_than_a_declared_one() -> None:
+    [effect] = write("crm:org/{org}/contact/{contact}").resolve_all(
+        {"org": "o" * 150, "contact": "c" * 150}
+    )
+    assert len(effect.target) > 256
+    with pytest.raises(ValueError, match="1-256 characters"):
+        Effect.parse(str(effect))  # a declaration: refused
+    assert Effect.parse(str(effect), resolved=True) == effect
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "write(billing:refund/{invoice_id})",  # a placeholder: not resolved
+        "spend({amount} USD)",
+        "spend(500 {currency})",
+        "network({url})",
+        "read(billing:invoice/a b)",  # white space no call resolves to
+        "read(billing:invoice/\tx)",
+        "read(billing:invoice/\x7f)",
+        "read(billing:invoice/caf\u00e9)",  # non-ASCII
+        "read billing:x",  # not an effect at all
+        "spend(USD)",
+    ],
+)
+def test_parse_resolved_refuses_what_no_call_resolves_to(text: str) -> None:
+    with pytest.raises(ValueError, match=r"resolved effect|not an effect|spend"):
+        Effect.parse(text, resolved=True)
+
+
 @pytest.mark.parametrize(
     ("grant", "declared", "expected"),
     [

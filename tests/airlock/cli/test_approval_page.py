@@ -23,6 +23,7 @@ from airlock.cli import app
 from airlock.cli._approval_page import COOKIE, SESSION_TTL, ApprovalPage
 from airlock.cli._approver import Approver
 from airlock.tools import Batch, Preview
+from tests.airlock.cli import commit_policy
 from tests.airlock.cli.hostile_text import INVISIBLE, INVISIBLE_IDS, hidden
 from tests.tools.test_write_world import ASK, Clock, World
 
@@ -43,7 +44,8 @@ def waiting(world: World) -> Preview:
 
 
 def page(world: World, *, name: str = "carol", commits: bool = True, **kw: Any) -> ApprovalPage:
-    approver = Approver(name, world.ledger, writes=world.writes if commits else None, **kw)
+    writes, rules = (world.writes, commit_policy.policy()) if commits else (None, None)
+    approver = Approver(name, world.ledger, writes=writes, policy=rules, **kw)
     return ApprovalPage(approver, ledger="ledger.db", token=TOKEN, clock=world.clock)
 
 

@@ -19,7 +19,9 @@ import pytest
 from airlock.cli._approval_page import LOOPBACK, ApprovalPage
 from airlock.cli._approval_server import page_server
 from airlock.cli._approver import Approver
+from airlock.policies import load_policy
 from airlock.tools import CallContext, Credential, Preview, SQLiteLedgerStore, WritePath
+from examples.billing import DEMO_POLICY
 from examples.billing.server import BillingServer, serve_billing
 from examples.billing.tools import build_billing_registry
 from tests.examples.billing.caller import ALICE, ASK, GRANT
@@ -105,7 +107,8 @@ def test_approve_a_write_and_a_batch_in_chromium(tmp_path: Path, billing: Billin
     refused = writes.store_batch([_prepare(writes, i, "run_refused") for i in paid_twice[4:6]])
     before = billing.store.count("refunds")
 
-    page = ApprovalPage(Approver("carol", ledger, writes=writes), ledger="ledger.db", token=TOKEN)
+    person = Approver("carol", ledger, writes=writes, policy=load_policy(DEMO_POLICY))
+    page = ApprovalPage(person, ledger="ledger.db", token=TOKEN)
     try:
         with PageServer(page) as server, sync_playwright() as driver:
             browser = driver.chromium.launch(executable_path=chromium, headless=True)

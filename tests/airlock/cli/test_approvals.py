@@ -21,6 +21,7 @@ from airlock.tools import (
     Registry,
 )
 from airlock.tools.testing import SystemOfRecord, refund_tool
+from tests.airlock.cli.commit_policy import policy_file
 from tests.tools.test_write_world import ALICE, ASK, INVOICES, World
 
 runner = CliRunner()
@@ -216,6 +217,11 @@ def test_reconcile_needs_a_registry_that_runs_tools(world: World, ref: str, reas
     assert world.system.sends() == 0
 
 
+def _policy(world: World) -> list[str]:
+    """What ``--commit`` judges the write by: a policy that allows it, as the session's."""
+    return ["--policy", policy_file(world.root)]
+
+
 def _approve(world: World, preview: Preview, *extra: str) -> list[str]:
     return ["approve", preview.id, *_ledger(world), *extra]
 
@@ -267,7 +273,8 @@ def test_approve_commit_sends_once_and_the_harness_gets_the_same_receipt(
     tools = "tests.airlock.cli.test_approvals:registry"
     fp = ["--fingerprint", waiting.fingerprint, "--as", "carol"]
     result = runner.invoke(
-        approvals_app, _approve(world, waiting, *fp, "--commit", "--registry", tools)
+        approvals_app,
+        _approve(world, waiting, *fp, "--commit", "--registry", tools, *_policy(world)),
     )
     assert result.exit_code == 0, result.output
     assert "committed; receipt:" in result.output
@@ -280,7 +287,8 @@ def test_approve_commit_sends_once_and_the_harness_gets_the_same_receipt(
     assert receipt.replayed
     assert world.system.effects() == 1
     again = runner.invoke(
-        approvals_app, _approve(world, waiting, *fp, "--commit", "--registry", tools)
+        approvals_app,
+        _approve(world, waiting, *fp, "--commit", "--registry", tools, *_policy(world)),
     )
     assert again.exit_code == 1
     assert again.output.startswith("conflict: ")
@@ -327,6 +335,7 @@ def test_approve_commit_while_the_harness_commits_sends_once(
                 "--commit",
                 "--registry",
                 tools,
+                *_policy(world),
             ],
         )
         assert result.exit_code == 0, result.output

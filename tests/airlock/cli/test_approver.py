@@ -25,6 +25,7 @@ from airlock.tools import (
     WritePath,
     write_tool,
 )
+from tests.airlock.cli.commit_policy import PAYMENTS, policy, policy_file
 
 runner = CliRunner()
 SENT: list[tuple[str, str]] = []
@@ -100,7 +101,9 @@ def harness(tmp_path: Path) -> WritePath:
 def _approver(harness: WritePath, *, sealed: bool = True) -> Approver:
     # Another process: its own ledger connection and its own write path on the same file.
     ledger = SQLiteLedgerStore(harness.ledger.path)
-    return Approver.of_registry("bob", ledger, self_approval=False, registry=registry(sealed))
+    return Approver.of_registry(
+        "bob", ledger, self_approval=False, registry=registry(sealed), policy=policy(PAYMENTS)
+    )
 
 
 # (case, the approver's tool seals the passphrase, committed by the approver)
@@ -173,6 +176,7 @@ def test_approve_commit_of_a_sealed_batch_says_the_session_commits_it(
 ) -> None:
     batch_id, fingerprint = _batch(harness)
     tools = ["--commit", "--registry", "tests.airlock.cli.test_approver:registry"]
+    tools += ["--policy", policy_file(Path(harness.ledger.path).parent, PAYMENTS)]
     ledger = str(harness.ledger.path)
     args = ["approve", batch_id, "--ledger", ledger, "--fingerprint", fingerprint, "--as", "bob"]
     done = runner.invoke(approvals_app, [*args, *tools])

@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 from airlock.cli import approvals_app
 from airlock.tools import Batch, Registry, approve_batch, deny_preview
 from airlock.tools.testing import SystemOfRecord, refund_tool
+from tests.airlock.cli.commit_policy import policy_file
 from tests.tools.stores import run_sql
 from tests.tools.test_proposals import ProposalWorld
 from tests.tools.test_write_world import INVOICES
@@ -162,6 +163,7 @@ def test_approve_with_commit_commits_each_item_once(
     monkeypatch.setenv("AIRLOCK_TEST_SYSTEM", str(Path(world.ledger.path).with_name("system.db")))
     args = ["--fingerprint", batch.fingerprint, "--as", "bob", "--commit"]
     tools = ["--registry", "tests.airlock.cli.test_batch_approvals:proposal_registry"]
+    tools += ["--policy", policy_file(Path(world.ledger.path).parent)]
     done = runner.invoke(approvals_app, _approve(world, batch.id, *args, *tools))
     again = runner.invoke(approvals_app, _approve(world, batch.id, *args, *tools))
     assert done.exit_code == 0, done.output

@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from airlock.cli import app, approvals_app
 from airlock.tools import Batch
+from tests.airlock.cli.commit_policy import policy_file
 from tests.tools.stores import run_sql
 from tests.tools.test_proposals import ProposalWorld
 
@@ -52,6 +53,7 @@ def column(output: str, header: str) -> str:
 
 def _approve_and_commit(world: ProposalWorld, batch: Batch) -> str:
     tools = ["--registry", "tests.airlock.cli.test_batch_approvals:proposal_registry"]
+    tools += ["--policy", policy_file(Path(world.ledger.path).parent)]
     args = [batch.id, "--fingerprint", batch.fingerprint, "--as", "bob", "--commit", *tools]
     done = runner.invoke(approvals_app, ["approve", *args, "--ledger", str(world.ledger.path)])
     assert done.exit_code == 0, done.output

@@ -38,6 +38,7 @@ HARNESS_API = [
     "ArtifactStore",
     "AuditSpans",
     "Budget",
+    "CommitAuthority",
     "ExecuteCodeArgs",
     "Harness",
     "HarnessCode",
