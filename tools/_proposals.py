@@ -191,7 +191,7 @@ def _committed(
     if (owner.user_id, owner.tenant_id) != (ctx.principal.user_id, ctx.principal.tenant_id):
         return None
     try:
-        effects = tuple(Effect.parse(text) for text in preview.effects)
+        effects = tuple(Effect.parse(text, resolved=True) for text in preview.effects)
     except ValueError:  # not as this version writes them: judged after a fresh prepare
         return None
     return preview, effects

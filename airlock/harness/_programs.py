@@ -75,7 +75,7 @@ class SessionPrograms:
 
     Raises (when built):
         InputRefused: a session input is outside the grant (``grant``) or cannot be mounted.
-        UsageError: ``run_id`` could name a path outside the artifact store.
+        UsageError: ``run_id`` is empty, over 256 characters, or holds a control character.
     """
 
     registry: Registry

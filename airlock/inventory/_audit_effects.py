@@ -148,7 +148,7 @@ def _declared(entry: ToolEntry, concrete: str) -> bool:
 def _matches(declared: str, concrete: str) -> bool:
     """Whether the resolved effect ``concrete`` is one the declaration stands for."""
     try:
-        pattern, effect = Effect.parse(declared), Effect.parse(concrete)
+        pattern, effect = Effect.parse(declared), Effect.parse(concrete, resolved=True)
     except ValueError:
         return False
     if pattern.kind != effect.kind:
@@ -176,7 +176,7 @@ def _grant_of(subject: SubjectInventory) -> Grant:
 
 def _granted(grant: Grant, concrete: str) -> bool:
     try:
-        return grant.covers(Effect.parse(concrete))
+        return grant.covers(Effect.parse(concrete, resolved=True))
     except ValueError:
         return False
 
