@@ -58,7 +58,7 @@ def trim_frame(message: dict[str, Any]) -> dict[str, Any]:
     items = trimmed.get("items")
     if type(items) is list:
         for n, item in enumerate(items):
-            if type(item) is dict and holds_more(item, MAX_CALL_ELEMENTS):
+            if type(item) is dict and item and holds_more(item, MAX_CALL_ELEMENTS):
                 items[n] = ArgumentsOverBudget()
     return trimmed
 
@@ -69,7 +69,8 @@ def holds_more(args: dict[str, Any], limit: int) -> bool:
     count = 1 + 2 * len(args)
     if count > limit:
         return True
-    stack = [v for v in args.values() if type(v) is dict or type(v) is list]
+    # An empty container adds nothing to look at (it was counted as its parent's value).
+    stack = [v for v in args.values() if (type(v) is dict or type(v) is list) and v]
     while stack:
         value = stack.pop()
         children: Iterable[Any]
@@ -81,5 +82,5 @@ def holds_more(args: dict[str, Any], limit: int) -> bool:
             children = value
         if count > limit:
             return True
-        stack.extend(c for c in children if type(c) is dict or type(c) is list)
+        stack.extend(c for c in children if (type(c) is dict or type(c) is list) and c)
     return False

@@ -7,8 +7,9 @@ ASCII JSON (every other character as a ``\\u`` escape), which is also UTF-8.
 The host treats every byte from a guest as hostile, and what a frame may cost it is bounded
 before the frame is decoded, never by what the frame turns out to hold:
 
-- **bytes**: the length is checked before the body is read, and the body is read in pieces
-  into one buffer of exactly that size;
+- **bytes**: the length is checked before the body is read, and a large body grows as its
+  bytes arrive (here as in the server's :mod:`~airlock.bridge._inbox`): a header claims no
+  memory, what a frame holds is what the guest sent;
 - **elements**: a body may hold at most :data:`MAX_ELEMENTS` values and keys, counted outside
   strings with a few passes over its bytes, each over one slice (:func:`count_elements`);
   decoding is then bounded too (a 12 MB frame of empty objects would otherwise be millions of
@@ -18,8 +19,10 @@ before the frame is decoded, never by what the frame turns out to hold:
   (:mod:`~airlock.bridge._call_budget`: they are validated on the event loop); what is over
   it, and what such frames carry besides what the host reads, is dropped as the frame is
   decoded, before the collector ever walks it;
-- **time on the event loop**: a body over :data:`OFF_LOOP_BYTES` is counted and decoded in a
-  worker thread, whose Python-level hooks give the loop its turn every few milliseconds.
+- **time on the event loop**: a body over :data:`OFF_LOOP_BYTES`, or of more values and keys
+  than one call's arguments may hold (it may have to be trimmed, a walk that grows with them),
+  is counted and decoded in a worker thread (:func:`decoded_off_loop`), whose Python-level
+  hooks give the loop its turn every few milliseconds.
 
 Decoding also refuses non-ASCII bytes, duplicate keys, ``NaN`` and ``Infinity`` (also as an
 overflowing float) and integers longer than :data:`MAX_INT_DIGITS` digits. Each refusal is a
@@ -53,6 +56,7 @@ __all__ = [
     "FrameError",
     "count_elements",
     "decode_body",
+    "decoded_off_loop",
     "encode_frame",
     "encode_result",
     "read_frame",
@@ -169,7 +173,7 @@ async def read_sized_frame(
     if size > max_bytes:
         raise FrameError(f"frame of {size} bytes is over the {max_bytes}-byte limit")
     body = await _read_body(reader, size)
-    if size > OFF_LOOP_BYTES:
+    if decoded_off_loop(body):
         message = await asyncio.to_thread(decode_body, body, max_elements=max_elements)
     else:
         message = decode_body(body, max_elements=max_elements)
@@ -182,18 +186,15 @@ async def _read_body(reader: asyncio.StreamReader, size: int) -> bytes | bytearr
             return await reader.readexactly(size)
         except asyncio.IncompleteReadError:
             raise FrameError("the stream ended inside a frame body") from None
-    # Piece by piece into one buffer: readexactly would gather the whole body in the
-    # stream's buffer and then copy it twice.
-    body = bytearray(size)
-    view = memoryview(body)
-    got = 0
-    while got < size:
-        piece = await reader.read(min(size - got, _READ_BYTES))
+    # Piece by piece into a body that grows as they arrive: readexactly would gather the
+    # whole body in the stream's buffer and then copy it twice, and a buffer of the size the
+    # header claims would cost that much before a byte of the body came.
+    body = bytearray()
+    while len(body) < size:
+        piece = await reader.read(min(size - len(body), _READ_BYTES))
         if not piece:
             raise FrameError("the stream ended inside a frame body")
-        view[got : got + len(piece)] = piece
-        got += len(piece)
-    view.release()
+        body += piece
     return body
 
 
@@ -238,6 +239,21 @@ def _upper_bound(body: bytes | bytearray) -> int:
     return 1 + sum(
         _structural(bytes(body[start : start + _SLICE_BYTES]))
         for start in range(0, len(body), _SLICE_BYTES)
+    )
+
+
+def decoded_off_loop(body: bytes | bytearray) -> bool:
+    """Whether ``body`` is decoded in a worker thread: it is over :data:`OFF_LOOP_BYTES`, or
+    holds more values and keys than one call's arguments may (:func:`decode_body` may then
+    trim it, a walk of each call's arguments). Most frames are told by their size alone."""
+    return len(body) > OFF_LOOP_BYTES or _over_call_budget(body)
+
+
+def _over_call_budget(body: bytes | bytearray) -> bool:
+    return (
+        len(body) > MAX_CALL_ELEMENTS
+        and _upper_bound(body) > MAX_CALL_ELEMENTS
+        and count_elements(body, stop_after=MAX_CALL_ELEMENTS) > MAX_CALL_ELEMENTS
     )
 
 
@@ -362,12 +378,7 @@ def decode_body(body: bytes | bytearray, *, max_elements: int = MAX_ELEMENTS) ->
                 message, MAX_DEPTH
             ):
                 message, too_deep = None, True
-            elif (
-                len(body) > MAX_CALL_ELEMENTS
-                and type(message) is dict
-                and trims(message)
-                and count_elements(body, stop_after=MAX_CALL_ELEMENTS) > MAX_CALL_ELEMENTS
-            ):
+            elif type(message) is dict and trims(message) and _over_call_budget(body):
                 message = trim_frame(message)
     except FrameError:
         raise

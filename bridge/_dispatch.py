@@ -8,7 +8,8 @@ proposal of a write: it becomes :meth:`ToolSession.propose
 <airlock.bridge.ToolSession.propose>` (admitted and prepared on the host, never committed),
 answered like a call. Calls run at once, until they first wait (:class:`CallRunner`); at most
 ``max_concurrency`` run at a time, the others wait for their turn in order of arrival. A
-batch's items run in a few workers that share the event loop's turns (:class:`SharedTurns`).
+batch's items share the event loop's turns (:class:`SharedTurns`); they run in one worker
+until one of them waits, then in a few.
 
 Arguments over the call budget (:class:`ArgumentsOverBudget`, in place of a call's, a
 proposal's or a batch item's as the frame was decoded) are answered ``invalid_input`` without
@@ -27,7 +28,7 @@ from airlock.bridge._call_budget import MAX_CALL_ELEMENTS, ArgumentsOverBudget
 from airlock.bridge._program_errors import program_error
 from airlock.bridge._results import ResultWriter
 from airlock.bridge._run_stop import limit_stop, protocol_stop
-from airlock.bridge._runner import CallRunner, SharedTurns
+from airlock.bridge._runner import CallRunner, SharedTurns, carry_on
 from airlock.bridge._session import BridgeLimits, ToolSession
 from airlock.bridge.airlock_wire import MAX_TOOL_NAME_CHARS
 from airlock.tools import (
@@ -287,21 +288,44 @@ class CallDispatcher:
         outcomes: list[JSONObject] = [{} for _ in items]
         pending = iter(enumerate(items))
         turns = self._items
+        helpers: list[asyncio.Task[None]] = []
 
-        async def worker() -> None:
-            # A few workers share the items: concurrency for slow tools without a task
-            # (and its scheduling cost) per item for fast ones. Items that never wait would
+        async def worker(first: bool) -> None:
+            # Workers share the items, and the loop's turns: items that never wait would
             # otherwise run back to back in one step, whatever the time.
             for n, item in pending:
                 await turns.take()
                 if type(item) is ArgumentsOverBudget:
                     ok, value = False, self._too_large(f"{call_id}.{n}", tool)
                 else:
-                    ok, value = await self._admit(f"{call_id}.{n}", tool, item)
+                    admit = self._admit(f"{call_id}.{n}", tool, item)
+                    try:
+                        waiting = admit.send(None)
+                    except StopIteration as done:
+                        ok, value = done.value
+                    else:
+                        if first and not helpers:
+                            # Its items wait: a few more workers, for concurrency. Until
+                            # then one runs them all: workers that wait for a turn each
+                            # wake at every turn of the loop, most of them to find it spent.
+                            helpers.extend(
+                                asyncio.get_running_loop().create_task(worker(False))
+                                for _ in range(
+                                    min(self._limits.max_concurrency, len(items) - n) - 1
+                                )
+                            )
+                        ok, value = await carry_on(admit, waiting)
                 outcomes[n] = {"ok": True, "value": value} if ok else {"ok": False, "error": value}
 
-        workers = min(len(items), self._limits.max_concurrency)
-        await asyncio.gather(*(worker() for _ in range(workers)))
+        try:
+            await worker(True)
+            if helpers:
+                await asyncio.gather(*helpers)
+        finally:
+            if not all(helper.done() for helper in helpers):  # cancelled, or a bug's error
+                for helper in helpers:
+                    helper.cancel()
+                await asyncio.wait(helpers)
         self._results.send(call_id, True, outcomes, alone=self.in_flight <= 1)
 
     async def cancel_pending(self) -> None:

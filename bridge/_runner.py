@@ -19,9 +19,9 @@ import time
 import types
 from collections import deque
 from collections.abc import Callable, Coroutine, Generator
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
-__all__ = ["TURN_S", "CallRunner", "SharedTurns"]
+__all__ = ["TURN_S", "CallRunner", "SharedTurns", "carry_on"]
 
 _log = logging.getLogger(__name__)
 _CALLS_PER_TURN: Final = 64
@@ -33,6 +33,7 @@ that each cost the host much (arguments of many thousand names) gives way to oth
 after this, however few of them ran."""
 
 Call = Coroutine[Any, Any, None]
+_T = TypeVar("_T")
 
 
 _Handoff = tuple[contextvars.Context, Call, Any]
@@ -249,3 +250,26 @@ def _resume(
             waiting = context.run(call.send, sent)
         except StopIteration:
             return
+
+
+@types.coroutine
+def carry_on(call: Coroutine[Any, Any, _T], waiting: Any) -> Generator[Any, Any, _T]:
+    """Go on with ``call``, whose first step (``call.send(None)``, in the task that awaits
+    this) waits on ``waiting``: as if that task had awaited ``call`` from the start, except
+    that whoever ran the step knows it waits."""
+    while True:
+        try:
+            sent = yield waiting
+        except GeneratorExit:
+            call.close()
+            raise
+        except BaseException as exc:  # a cancellation, or what the loop throws in
+            try:
+                waiting = call.throw(exc)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+            continue
+        try:
+            waiting = call.send(sent)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]

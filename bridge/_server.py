@@ -21,8 +21,8 @@ loop), and each call
 runs at once, until it first waits (:class:`CallRunner`): a read of data at hand is answered in
 the turn of the loop that received it, with no task or extra turn of the loop per call. The
 results that finish together leave together, a few to a write. What the callbacks cannot do
-(decode a large frame off the loop, store an artifact, finish on ``done``, end the run) waits
-for the run's own task, and reading stops meanwhile.
+(decode off the loop a large frame, or one that may need trimming; store an artifact; finish
+on ``done``; end the run) waits for the run's own task, and reading stops meanwhile.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from typing import Any, Final
 from airlock.bridge import _codec
 from airlock.bridge import airlock_wire as wire
 from airlock.bridge._artifact_frames import artifact_bytes_in, store_artifact
-from airlock.bridge._codec import OFF_LOOP_BYTES, FrameError, encode_frame
+from airlock.bridge._codec import FrameError, encode_frame
 from airlock.bridge._dispatch import CallDispatcher
 from airlock.bridge._inbox import CHUNK_BYTES, FrameInbox
 from airlock.bridge._results import ResultWriter
@@ -200,7 +200,7 @@ class _RunServer:
                     return split
                 split = True
                 body, size = taken
-                if len(body) > OFF_LOOP_BYTES:  # decoded in a worker thread
+                if _codec.decoded_off_loop(body):  # (large, or perhaps to be trimmed)
                     self._slow = (body, size, False)
                     break
                 frame = _codec.decode_body(body)

@@ -10,6 +10,7 @@ refusal, and the run goes on. Arguments at the budget are admitted as before.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 import tracemalloc
 from collections.abc import Mapping
@@ -18,9 +19,10 @@ from typing import Annotated, Any
 import pytest
 from pydantic import BaseModel, Field
 
+import airlock.bridge._codec as codec
 from airlock.bridge import ToolSession, encode_frame, serve_run
 from airlock.bridge._call_budget import MAX_CALL_ELEMENTS, ArgumentsOverBudget
-from airlock.bridge._codec import decode_body
+from airlock.bridge._codec import OFF_LOOP_BYTES, decode_body
 from airlock.policies import read
 from airlock.tools import AuditLog, CallContext, MemoryAuditStore, Registry
 from tests.bridge.records import ALICE, GRANT
@@ -93,9 +95,11 @@ def _outcome(answer: dict[str, Any]) -> dict[str, Any]:
     return {"ok": False, "code": answer["error"]["code"]}
 
 
-async def _serve(frames: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], ToolSession, list]:
-    """Serve ``frames`` and a ``done`` frame; the answers, the session, and the arguments the
-    registry was asked to admit."""
+async def _serve(
+    frames: list[dict[str, Any]], *, answers: int | None = None
+) -> tuple[list[dict[str, Any]], ToolSession, list]:
+    """Serve ``frames`` and a ``done`` frame (after ``answers`` answers, one a frame unless
+    told); the answers, the session, and the arguments the registry was asked to admit."""
     registry = _registry()
     admitted: list[Mapping[str, Any]] = []
     call = registry.call
@@ -119,7 +123,7 @@ async def _serve(frames: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], To
         )
     )
     async with asyncio.timeout(20):  # as a program does: its answers, then its end
-        while len(_results(writer)) < len(frames):
+        while len(_results(writer)) < (len(frames) if answers is None else answers):
             await asyncio.sleep(0.01)
     reader.feed_data(encode_frame({"type": "done", "result": {}}))
     reader.feed_eof()
@@ -221,3 +225,38 @@ def test_what_a_frame_holds_over_the_budget_is_dropped_as_it_is_decoded(
 
 def _items_or_args(frame: dict[str, Any]) -> list[Any]:
     return frame.get("items", [frame.get("args")])
+
+
+# Where the server decodes a frame: on the event loop when it is small and holds few values,
+# else in a worker thread. A body of more values and keys than one call's arguments may hold
+# may have to be trimmed, a walk of its arguments that grows with them: it is not done on the
+# loop, however small the body (6 items of 5,000 empty lists, 58 KiB: 10 ms instead of 4).
+_TEN = [0] * 10  # an item of 13 values and keys in a batch frame
+WHERE = [
+    ("small_call", _call(1, {"values": [1, 2]}), "loop"),
+    ("call_within_the_budget", _call(1, {"values": [0] * 9000}), "loop"),
+    ("call_over_the_budget", _call(1, {"values": OVER_BUDGET}), "thread"),
+    ("proposal_over_the_budget", _call(1, {"values": OVER_BUDGET}, kind="propose"), "thread"),
+    ("batch_of_many_small_items", _batch(1, [{"values": _TEN}] * 1000), "thread"),
+    ("log_with_other_keys", {"type": "log", "message": "hi", "pad": [0] * 12000}, "thread"),
+    ("large_body", _call(1, {"values": [10**9] * (OFF_LOOP_BYTES // 10)}), "thread"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("case", "frame", "where"), WHERE, ids=[c[0] for c in WHERE])
+async def test_a_frame_that_may_need_trimming_is_decoded_off_the_event_loop(
+    monkeypatch: pytest.MonkeyPatch, case: str, frame: dict[str, Any], where: str
+) -> None:
+    body = _body(frame)
+    assert len(body) > OFF_LOOP_BYTES if case == "large_body" else len(body) <= OFF_LOOP_BYTES
+    threads: dict[int, str] = {}
+    decode = codec.decode_body
+
+    def recording(data: bytes | bytearray, **options: Any) -> dict[str, Any]:
+        threads[len(data)] = threading.current_thread().name
+        return decode(data, **options)
+
+    monkeypatch.setattr(codec, "decode_body", recording)
+    await _serve([frame], answers=0 if frame["type"] == "log" else 1)
+    loop_thread = threading.current_thread().name
+    assert (threads[len(body)] == loop_thread) == (where == "loop")

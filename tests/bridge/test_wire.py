@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import asyncio
 import struct
+import tracemalloc
 
 import pytest
 
@@ -182,3 +183,17 @@ async def test_a_large_frame_is_read_and_decoded_whole() -> None:
     assert await read_frame(reader, max_bytes=len(frame)) == message
     with pytest.raises(FrameError, match="body"):
         await read_frame(_reader(frame[:-1]), max_bytes=len(frame))
+
+
+@pytest.mark.anyio
+async def test_a_header_claims_no_memory_before_its_body_arrives() -> None:
+    # A header alone, claiming 256 MiB: the reader holds what came, not what was claimed.
+    claimed = 256 << 20
+    tracemalloc.start()
+    try:
+        with pytest.raises(FrameError, match="inside a frame body"):
+            await read_frame(_reader(struct.pack(">I", claimed) + b"{" * 1000), max_bytes=claimed)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20
