@@ -64,6 +64,7 @@ from airlock.tools._errors import (
     UnknownToolError,
     UpstreamError,
 )
+from airlock.tools._http_body import BodyOverCapError, UnreadableBodyError, read_body
 from airlock.tools._json import JSONObject, JSONValue
 from airlock.tools._ledger import LedgerStore, StepStateError
 from airlock.tools._memory_audit import MemoryAuditStore
@@ -107,6 +108,7 @@ __all__ = [
     "Batch",
     "BatchItem",
     "BatchItemState",
+    "BodyOverCapError",
     "CallContext",
     "CallOutcome",
     "Caller",
@@ -164,6 +166,7 @@ __all__ = [
     "ToolSpec",
     "ToolTimeoutError",
     "UnknownToolError",
+    "UnreadableBodyError",
     "UpstreamError",
     "WriteContract",
     "WritePath",
@@ -180,6 +183,7 @@ __all__ = [
     "format_amount",
     "parse_destination",
     "program_hash",
+    "read_body",
     "redact",
     "requires",
     "route_path",

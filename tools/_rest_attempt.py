@@ -157,7 +157,7 @@ async def _exchange(
             except UnreadableBodyError as exc:
                 raise UpstreamError(
                     outcome="error" if attempt.safe else "unknown",
-                    detail=f"{attempt.what}: {exc}",
+                    detail=f"{attempt.what}: {exc.message}",
                 ) from None
             return status, response.headers, data, ""
         finally:

@@ -21,6 +21,7 @@ from airlock.frontends._providers import handle_turn
 from airlock.frontends._replay import Transcript, content_problem
 from airlock.harness import ModelResult, ModelToolSurface
 from airlock.policies import AirlockError
+from airlock.tools import BodyOverCapError, UnreadableBodyError, read_body
 
 __all__ = [
     "ANTHROPIC_URL",
@@ -36,7 +37,8 @@ ANTHROPIC_VERSION: Final = "2023-06-01"
 DEFAULT_MODEL: Final = "claude-sonnet-4-5"
 MAX_ANSWER_BYTES: Final = 16 * 1024 * 1024
 """The most bytes of one answer read from the model API (a message of 4096 output tokens
-is a few tens of kilobytes); more is refused, unread."""
+is a few tens of kilobytes), counted after inflating its one ``gzip`` or ``deflate`` layer if
+any; more is refused, unread."""
 _ERROR_BYTES: Final = 4096  # of an answer that is an HTTP error: enough to quote its start
 
 
@@ -87,7 +89,8 @@ class AnthropicModel:
                 :data:`MAX_ANSWER_BYTES`, no JSON that can be read, no message, a message
                 nested too deep to be answered and sent back, one with a block that is no
                 object or a text block without a string ``text``, or one that stops for
-                ``tool_use`` with no tool_use block.
+                ``tool_use`` with no tool_use block, or whose ``Content-Encoding`` is
+                stacked, not ``gzip`` or ``deflate``, or not valid in it.
         """
         request: dict[str, Any] = {
             "model": self.model,
@@ -97,13 +100,18 @@ class AnthropicModel:
         }
         if self.system:
             request["system"] = self.system
-        headers = {"x-api-key": self._key, "anthropic-version": ANTHROPIC_VERSION}
+        headers = {
+            "x-api-key": self._key,
+            "anthropic-version": ANTHROPIC_VERSION,
+            # Compressed answers are inflated by read_body, one layer and within the cap.
+            "accept-encoding": "identity",
+        }
         try:
             async with self._client.stream(
                 "POST", ANTHROPIC_URL, json=request, headers=headers
             ) as response:
                 status = response.status_code
-                body = await _read(response, MAX_ANSWER_BYTES if status == 200 else _ERROR_BYTES)
+                body = await _read(response)
         except httpx.HTTPError as exc:
             raise ModelAPIError(
                 f"the model API did not answer ({type(exc).__name__}); try again",
@@ -116,13 +124,6 @@ class AnthropicModel:
                 f"the model API answered HTTP {status}: {quoted!r}",
                 status=status,
                 retryable=status == 429 or status >= 500,
-            )
-        if len(body) > MAX_ANSWER_BYTES:
-            raise ModelAPIError(
-                f"the model API answered more than {MAX_ANSWER_BYTES // (1024 * 1024)} MiB; "
-                "its message was not read",
-                status=status,
-                retryable=False,
             )
         message = _message(body, status)
         if message.get("stop_reason") == "tool_use" and not any(
@@ -141,17 +142,33 @@ class AnthropicModel:
         await self._client.aclose()
 
 
-async def _read(response: httpx.Response, limit: int) -> bytes:
-    """The body of ``response``, decoded, up to one chunk past ``limit`` bytes: what is
-    past that is never read (the connection is closed with the stream)."""
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in response.aiter_bytes():
-        chunks.append(chunk)
-        size += len(chunk)
-        if size > limit:
-            break
-    return b"".join(chunks)
+async def _read(response: httpx.Response) -> bytes:
+    """The body of ``response``: all of an answer, the start of an error.
+
+    Raises:
+        ModelAPIError: the answer is larger than :data:`MAX_ANSWER_BYTES` once inflated, or
+            in an encoding that is not read.
+    """
+    status = response.status_code
+    try:
+        if status != 200:
+            return (await read_body(response, _ERROR_BYTES, refuse=False))[0]
+        return (await read_body(response, MAX_ANSWER_BYTES, refuse=True))[0]
+    except UnreadableBodyError as exc:
+        if status != 200:  # the status is the error; its body is only quoted
+            return f"(not read: {exc.message})".encode()
+        raise ModelAPIError(
+            f"the model API answered a body that cannot be read: {exc.message}",
+            status=status,
+            retryable=False,
+        ) from None
+    except BodyOverCapError:
+        raise ModelAPIError(
+            f"the model API answered more than {MAX_ANSWER_BYTES // (1024 * 1024)} MiB; "
+            "its message was not read",
+            status=status,
+            retryable=False,
+        ) from None
 
 
 def _message(body: bytes, status: int) -> dict[str, Any]:

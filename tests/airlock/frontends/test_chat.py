@@ -4,9 +4,13 @@ the Anthropic Messages API, and ``--replay`` plays recorded turns."""
 from __future__ import annotations
 
 import asyncio
+import functools
+import gzip
 import json
 import re
 import time
+import tracemalloc
+import zlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -369,3 +373,129 @@ async def test_a_live_chat_tells_the_model_a_write_whose_outcome_stays_unknown_a
     assert transcript.messages[-1]["content"][0]["text"] == "Its outcome is unknown."
     assert len(seen) == 3
     assert sends == UNKNOWN_TRIES
+
+
+@functools.cache
+def _gzip_zeros(mib: int) -> bytes:
+    """``mib`` MiB of zeros gzipped: a few dozen KiB that inflate to the whole."""
+    stream = zlib.compressobj(1, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    block = b"\0" * (1 << 20)
+    return b"".join([*(stream.compress(block) for _ in range(mib)), stream.flush()])
+
+
+def _deflate(data: bytes, *, raw: bool = False) -> bytes:
+    stream = zlib.compressobj(1, zlib.DEFLATED, -zlib.MAX_WBITS if raw else zlib.MAX_WBITS)
+    return stream.compress(data) + stream.flush()
+
+
+_MESSAGE = b'{"content": [], "stop_reason": "end_turn"}'
+_AT_CAP = _MESSAGE + b" " * (MAX_ANSWER_BYTES - len(_MESSAGE))
+
+
+def _wire(case: str) -> tuple[str, bytes]:
+    """The Content-Encoding and the bytes on the wire of one case of ENCODED_ANSWERS."""
+    if case == "stacked gzip":
+        return "gzip, gzip", gzip.compress(_gzip_zeros(64), 1)
+    if case == "gzip bomb":
+        return "gzip", _gzip_zeros(64)
+    if case == "gzip error bomb":
+        return "gzip", _gzip_zeros(64)
+    if case == "stacked error":
+        return "gzip, gzip", gzip.compress(_gzip_zeros(64), 1)
+    if case in ("gzip", "x-gzip"):
+        return case, gzip.compress(_MESSAGE)
+    if case == "deflate":
+        return "deflate", _deflate(_MESSAGE)
+    if case == "raw deflate":
+        return "deflate", _deflate(_MESSAGE, raw=True)
+    if case == "gzip at the cap":
+        return "gzip", gzip.compress(_AT_CAP, 1)
+    if case == "gzip one byte over":
+        return "gzip", gzip.compress(_AT_CAP + b" ", 1)
+    if case == "identity at the cap":
+        return "identity", _AT_CAP
+    if case == "identity one byte over":
+        return "", _AT_CAP + b" "
+    if case == "truncated gzip":
+        return "gzip", gzip.compress(_MESSAGE)[:-8]
+    if case == "data after gzip":
+        return "gzip", gzip.compress(_MESSAGE) + b"junk"
+    if case == "invalid gzip":
+        return "gzip", b"not gzip at all"
+    return case, _MESSAGE  # an encoding that is not read: br, zstd, compress, an unknown one
+
+
+# case, status -> None (the message is read) or what the error says and whether to retry
+ENCODED_ANSWERS: list[tuple[str, int, tuple[str, bool] | None]] = [
+    ("stacked gzip", 200, ("content-encoding 'gzip, gzip'", False)),
+    ("gzip bomb", 200, ("answered more than 16 MiB", False)),
+    ("gzip error bomb", 500, ("answered HTTP 500", True)),
+    ("stacked error", 503, ('answered HTTP 503: "(not read: content-encoding', True)),
+    ("gzip", 200, None),
+    ("x-gzip", 200, None),
+    ("deflate", 200, None),
+    ("raw deflate", 200, None),
+    ("gzip at the cap", 200, None),
+    ("gzip one byte over", 200, ("answered more than 16 MiB", False)),
+    ("identity at the cap", 200, None),
+    ("identity one byte over", 200, ("answered more than 16 MiB", False)),
+    ("truncated gzip", 200, ("ends early", False)),
+    ("data after gzip", 200, ("data after the end", False)),
+    ("invalid gzip", 200, ("invalid data", False)),
+    ("br", 200, ("content-encoding 'br'", False)),
+    ("zstd", 200, ("content-encoding 'zstd'", False)),
+    ("bogus", 200, ("content-encoding 'bogus'", False)),
+    ("br", 429, ("answered HTTP 429: \"(not read: content-encoding 'br'", True)),
+]
+
+
+class _RawChunks(httpx.AsyncByteStream):
+    """The wire bytes in network-sized reads (httpcore reads up to 64 KiB at a time)."""
+
+    def __init__(self, data: bytes) -> None:
+        self._data = data
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for start in range(0, len(self._data), 65_536):
+            yield self._data[start : start + 65_536]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("case", "status", "error"), ENCODED_ANSWERS, ids=[f"{a[0]} {a[1]}" for a in ENCODED_ANSWERS]
+)
+async def test_an_encoded_answer_is_inflated_within_the_bound_or_refused(
+    case: str, status: int, error: tuple[str, bool] | None
+) -> None:
+    encoding, wire = _wire(case)
+    asked: list[str | None] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        asked.append(request.headers.get("accept-encoding"))
+        headers = {"content-encoding": encoding} if encoding else {}
+        return httpx.Response(status, headers=headers, stream=_RawChunks(wire))
+
+    model = AnthropicModel(
+        "test-key", client=httpx.AsyncClient(transport=httpx.MockTransport(handle))
+    )
+    tracemalloc.start()
+    try:
+        if error is None:
+            assert await model.respond([], []) == {"content": [], "stop_reason": "end_turn"}
+        else:
+            with pytest.raises(ModelAPIError, match=re.escape(error[0])) as raised:
+                await model.respond([], [])
+            assert (raised.value.code, raised.value.status, raised.value.retryable) == (
+                "model_api",
+                status,
+                error[1],
+            )
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    # The bound holds host memory: the answer kept (once as pieces, once joined) and one
+    # network read, never the tens of MiB a bomb inflates to.
+    assert peak < 2 * MAX_ANSWER_BYTES + (4 << 20)
+    if error is not None:
+        assert peak < MAX_ANSWER_BYTES + (4 << 20)
+    assert asked == ["identity"]
