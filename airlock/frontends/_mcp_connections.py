@@ -11,9 +11,10 @@ failed accept, many times a second. So here (as the approval page does for its o
   in);
 - a client that does not read its answer (writing to it waits ``head_timeout``) is cut off,
   so an answer it never reads is not held for ever;
-- beyond ``max_connections``, the connection idle longest (no request received whole that is
-  being answered) gives way to the new one; only when every connection is answering is the
-  new one closed at once;
+- beyond ``max_connections``, an open connection gives way to the new one: one that never
+  sent a request with the token first, then the one idle longest. A connection answering a
+  request that passed the token check (``AUTHORIZED``, which the gate sets) is never closed
+  for room; when every other one is, the new one is closed at once;
 - the soft limit of open files is raised to the hard one, and the connections (with those
   accepted in one turn of the loop, before the cap closes them) fit in half of what is left:
   a process short of files cannot accept, and asyncio then logs each failed accept many
@@ -35,6 +36,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 __all__ = [
     "ACCEPT_BACKLOG",
+    "AUTHORIZED",
     "HEAD_TIMEOUT",
     "MAX_CONNECTIONS",
     "fit_open_files",
@@ -50,6 +52,9 @@ MAX_CONNECTIONS: Final = 64
 ACCEPT_BACKLOG: Final = 128
 """Connections accepted in one turn of the event loop (and queued by the kernel) before the
 limit above closes the extra ones: what a burst can take at once."""
+AUTHORIZED: Final = "airlock.authorized"
+"""The key of a request's ``scope["state"]`` that the gate sets to True once the request's
+token is accepted: only such a request keeps its connection open when the cap is reached."""
 _ACCEPT_FAILED: Final = "socket.accept() out of system resource"
 _ACCEPT_LOG_EVERY_S: Final = 60.0
 _log = logging.getLogger("airlock.mcp")
@@ -64,6 +69,8 @@ class _LimitedProtocol(H11Protocol):
     """The request whose head the timer last started for (None: waiting for a head)."""
     _idle_since = 0.0
     """When the connection opened or last finished an answer: the oldest gives way first."""
+    _vouched = False
+    """A request of this connection passed the token check."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -74,18 +81,19 @@ class _LimitedProtocol(H11Protocol):
         self._arm()
 
     def _make_room(self) -> bool:
-        """Abort the idle connection idle longest; whether there was one."""
-        idle = [
+        """Abort a connection that may give way (one never vouched for first, then the one
+        idle longest); whether there was one."""
+        may_go = [
             c
             for c in self.connections
             if c is not self
             and isinstance(c, _LimitedProtocol)
-            and not c._answering()
             and not c.transport.is_closing()
+            and not (c._answering() and c._authorized())
         ]
-        if not idle:
+        if not may_go:
             return False
-        min(idle, key=lambda c: c._idle_since).transport.abort()
+        min(may_go, key=lambda c: (c._vouched or c._authorized(), c._idle_since)).transport.abort()
         return True
 
     def handle_events(self) -> None:
@@ -95,6 +103,7 @@ class _LimitedProtocol(H11Protocol):
             self._arm()  # the head is in: the body gets its own time
 
     def on_response_complete(self) -> None:
+        self._vouched = self._vouched or self._authorized()
         super().on_response_complete()
         self._idle_since = self.loop.time()
         self._arm()  # the next request on this connection gets the same time
@@ -117,6 +126,11 @@ class _LimitedProtocol(H11Protocol):
         """A request has been received whole, and its answer is not complete."""
         cycle = self.cycle
         return cycle is not None and not cycle.more_body and not cycle.response_complete
+
+    def _authorized(self) -> bool:
+        """The current request passed the token check."""
+        cycle = self.cycle
+        return cycle is not None and cycle.scope.get("state", {}).get(AUTHORIZED) is True
 
     def _cancel_stall(self) -> None:
         if self._stall is not None:

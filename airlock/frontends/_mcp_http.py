@@ -32,6 +32,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from airlock.frontends._mcp_connections import (
     ACCEPT_BACKLOG,
+    AUTHORIZED,
     HEAD_TIMEOUT,
     MAX_CONNECTIONS,
     fit_open_files,
@@ -55,6 +56,9 @@ MIN_TOKEN_CHARS: Final = 16
 """The shortest bearer token accepted (a generated one is 43 characters)."""
 _PROTOCOL_VERSION: Final = b"mcp-protocol-version"
 _SESSION_ID: Final = b"mcp-session-id"
+# A refused client gets one answer, then the connection is closed: requests it pipelined
+# behind are not answered one by one into a socket it may never read.
+_CLOSE: Final = (b"connection", b"close")
 
 
 def check_token(token: str) -> str:
@@ -74,7 +78,8 @@ def check_token(token: str) -> str:
 
 class BearerGate:
     """ASGI middleware: an HTTP request without ``Authorization: Bearer TOKEN`` is answered
-    401, and one of a protocol version without sessions 400; others go on to ``app``. One
+    401, and one of a protocol version without sessions 400, each closing the connection;
+    others go on to ``app``, marked :data:`AUTHORIZED` in ``scope["state"]``. One
     that would open an MCP session beyond the SDK's limit is answered 503 with ``full``.
 
     Raises:
@@ -100,9 +105,11 @@ class BearerGate:
                 types.INVALID_REQUEST,
                 "missing or wrong bearer token: send the header 'Authorization: Bearer TOKEN' "
                 "with the token airlock serve printed (or AIRLOCK_MCP_TOKEN's)",
-                extra=[(b"www-authenticate", b'Bearer realm="airlock"')],
+                extra=[(b"www-authenticate", b'Bearer realm="airlock"'), _CLOSE],
             )
             return
+        # The connection limits keep open only connections answering such a request.
+        scope.setdefault("state", {})[AUTHORIZED] = True
         version = next((v for k, v in headers if k == _PROTOCOL_VERSION), None)
         if version is not None and version.decode("latin-1") not in HANDSHAKE_PROTOCOL_VERSIONS:
             data = {
@@ -116,6 +123,7 @@ class BearerGate:
                 "this server keeps one conversation per MCP session: connect with the "
                 "initialize handshake",
                 data=data,
+                extra=[_CLOSE],
             )
             return
         if any(key == _SESSION_ID for key, _ in headers):

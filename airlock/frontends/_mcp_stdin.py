@@ -9,8 +9,10 @@ loop lets serving end at once.
 A regular file (``airlock serve --mcp < requests.jsonl``), which the loop cannot wait on, is
 read by a worker thread a buffer at a time, with the same checks and the same line limit. Its
 end is no client going away but the last request sent: the lines end only once every
-request read from it is answered (the SDK cancels the requests still running when its lines
-end), so a request that is never answered (a listen) keeps the server up until it is stopped.
+request read from it is answered, or cancelled by the client's ``notifications/cancelled``
+(which the SDK never answers); a duplicate id waits for an answer each. The SDK cancels the
+requests still running when its lines end, so a request that is never answered (a listen)
+keeps the server up until it is stopped.
 """
 
 from __future__ import annotations
@@ -18,11 +20,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections import Counter
 from types import TracebackType
 from typing import Final, Protocol
 
 import anyio
 import mcp_types as types
+from mcp.shared.dispatcher import as_request_id, coerce_request_id
 from mcp.shared.message import SessionMessage
 
 from airlock.frontends._mcp_lines import MAX_LINE_BYTES, PEEK_BYTES, checked, oversized
@@ -53,7 +57,9 @@ class StdinLines:
         self._answers: Answers | None = None
         self._attached = asyncio.Event()
         self._wait = wait_for_answers
-        self._unanswered: set[int | str] = set()
+        # Ids as the SDK correlates them ("7" is 7); a count each, as the SDK answers each
+        # request of a duplicate id.
+        self._unanswered: Counter[int | str] = Counter()
         self._all_answered = asyncio.Event()
 
     def answer_with(self, answers: Answers) -> None:
@@ -69,10 +75,21 @@ class StdinLines:
 
     def answered(self, message: types.JSONRPCMessage) -> None:
         """``message`` went to the client: the request it answers is no longer waited for."""
-        if isinstance(message, types.JSONRPCResponse | types.JSONRPCError):
-            self._unanswered.discard(message.id)
-            if not self._unanswered:
-                self._all_answered.set()
+        if (
+            isinstance(message, types.JSONRPCResponse | types.JSONRPCError)
+            and message.id is not None
+        ):
+            self._settle(message.id)
+
+    def _settle(self, request_id: int | str) -> None:
+        """One request of ``request_id`` is no longer waited for."""
+        key = coerce_request_id(request_id)
+        if self._unanswered[key] > 1:
+            self._unanswered[key] -= 1
+        else:
+            self._unanswered.pop(key, None)
+        if not self._unanswered:
+            self._all_answered.set()
 
     def __aiter__(self) -> StdinLines:
         return self
@@ -93,12 +110,24 @@ class StdinLines:
             text = line.decode("utf-8", errors="replace")
             found = checked(text)
             if not isinstance(found, list):
-                if self._wait and isinstance(found, types.JSONRPCRequest):
-                    self._unanswered.add(found.id)
-                    self._all_answered.clear()
+                if self._wait:
+                    self._expect(found)
                 return text
             for error in found:
                 await self._answer(error)
+
+    def _expect(self, message: types.JSONRPCMessage) -> None:
+        if isinstance(message, types.JSONRPCRequest):
+            self._unanswered[coerce_request_id(message.id)] += 1
+            self._all_answered.clear()
+        elif (
+            isinstance(message, types.JSONRPCNotification)
+            and message.method == "notifications/cancelled"
+            and (request_id := as_request_id((message.params or {}).get("requestId"))) is not None
+            and coerce_request_id(request_id) in self._unanswered
+        ):
+            # The SDK never answers a request its client cancelled.
+            self._settle(request_id)
 
     async def _end(self) -> None:
         if self._wait and self._unanswered:

@@ -103,6 +103,86 @@ async def test_beyond_the_cap_the_connection_idle_longest_gives_way() -> None:
                 s.close()
 
 
+GET = b"GET /mcp HTTP/1.1\r\nHost: 127.0.0.1:PORT\r\n"
+
+
+# A refused request gets one answer and its connection is closed: the requests pipelined
+# behind it are not answered one by one into a socket its client may never read.
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("head", "status"),
+    [
+        (GET + b"\r\n", b"401"),
+        (GET + f"Authorization: Bearer {TOKEN}x\r\n\r\n".encode(), b"401"),
+        (
+            GET
+            + f"Authorization: Bearer {TOKEN}\r\nMCP-Protocol-Version: 2026-07-28\r\n\r\n".encode(),
+            b"400",
+        ),
+    ],
+    ids=["no-token", "wrong-token", "sessionless-version"],
+)
+async def test_a_refused_request_is_answered_once_and_its_connection_closed(
+    head: bytes, status: bytes
+) -> None:
+    async with serving(build_mcp_server(EchoSurface())) as url:
+        port = httpx.URL(url).port or 0
+        with _stalled(port, head * 50) as s:
+            got = await anyio.to_thread.run_sync(_ends, s)
+        assert got.count(b"HTTP/1.1 ") == 1
+        assert got.startswith(b"HTTP/1.1 " + status)
+        assert b"connection: close" in got.lower()
+
+
+def _pipelined_unread(port: int) -> socket.socket:
+    """A token-less client that pipelines many requests and reads none of the answers."""
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.connect(("127.0.0.1", port))
+    s.settimeout(0.5)
+    with contextlib.suppress(OSError):  # closed by the server, as it should be
+        s.sendall((GET + b"\r\n").replace(b"PORT", str(port).encode()) * 20_000)
+    return s
+
+
+@pytest.mark.anyio
+async def test_pipelined_unread_refusals_do_not_lock_out_a_token_holder() -> None:
+    async with serving(build_mcp_server(EchoSurface()), max_connections=8) as url:
+        port = httpx.URL(url).port or 0
+        held = [await anyio.to_thread.run_sync(_pipelined_unread, port) for _ in range(12)]
+        try:
+            answered = 0
+            for _ in range(5):
+                async with httpx.AsyncClient(headers={**BEARER, **ACCEPT}, timeout=5) as http:
+                    with contextlib.suppress(httpx.TransportError):
+                        answered += (await http.post(url, json=HELLO)).status_code == 200
+            assert answered == 5
+        finally:
+            for s in held:
+                s.close()
+
+
+@pytest.mark.anyio
+async def test_beyond_the_cap_a_connection_without_the_token_gives_way_first() -> None:
+    async with serving(build_mcp_server(EchoSurface()), max_connections=4) as url:
+        port = httpx.URL(url).port or 0
+        async with httpx.AsyncClient(headers={**BEARER, **ACCEPT}, timeout=5) as http:
+            # The token holder's connection, kept alive: idle longest of all below.
+            assert (await http.post(url, json=HELLO)).status_code == 200
+            stalled = [_stalled(port, HEAD) for _ in range(3)]
+            try:
+                await anyio.sleep(0.3)  # read: each has sent its head's first lines
+                newer = _stalled(port, HEAD)
+                stalled[0].settimeout(2)
+                assert await anyio.to_thread.run_sync(_ends, stalled[0]) == b""
+                newer.close()
+                assert (await http.post(url, json=HELLO)).status_code == 200
+                assert http.is_closed is False
+            finally:
+                for s in stalled:
+                    s.close()
+
+
 SERVER = """
 import anyio, sys
 from airlock.frontends.mcp import build_mcp_server, serve_http

@@ -105,3 +105,51 @@ def test_stdin_from_a_regular_file_is_answered_line_by_line(tmp_path: Path) -> N
     [probe] = [a for a in answers if a["id"] == "probe"]
     assert [t["name"] for t in probe["result"]["tools"]] == [INVOICE_TOOL.name]
     assert "over 16 MiB" in json.dumps(answers)
+
+
+def _request(request_id: int | str) -> bytes:
+    return json.dumps({"jsonrpc": "2.0", "id": request_id, "method": "tools/list"}).encode()
+
+
+def _cancel(request_id: int | str) -> bytes:
+    notice = {"method": "notifications/cancelled", "params": {"requestId": request_id}}
+    return json.dumps({"jsonrpc": "2.0", **notice}).encode()
+
+
+# A file's lines, the ids then answered, and whether the lines then end.
+FILE_ENDS: list[tuple[str, list[bytes], list[int | str], bool]] = [
+    ("answered", [_request(5)], [5], True),
+    ("unanswered", [_request(5)], [], False),
+    ("cancelled by the client", [_request(5), _cancel(5)], [], True),
+    ("cancelled as a string", [_request(5), _cancel("5")], [], True),
+    ("another id cancelled", [_request(5), _cancel(6)], [], False),
+    ("cancelled before it was sent", [_cancel(5), _request(5)], [], False),
+    ("a duplicate id, answered once", [_request(5), _request(5)], [5], False),
+    ("a duplicate id, answered twice", [_request(5), _request(5)], [5, 5], True),
+    ("a duplicate id, one cancelled", [_request(5), _request(5), _cancel(5)], [5], True),
+]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("lines", "answered", "ends"), [row[1:] for row in FILE_ENDS], ids=[r[0] for r in FILE_ENDS]
+)
+async def test_a_files_lines_end_once_every_request_is_answered_or_cancelled(
+    lines: list[bytes], answered: list[int | str], ends: bool
+) -> None:
+    reader = asyncio.StreamReader()
+    reader.feed_data(b"".join(line + b"\n" for line in lines))
+    reader.feed_eof()
+    stdin = StdinLines(reader, wait_for_answers=True)
+    for _ in lines:
+        await anext(stdin)
+    for request_id in answered:
+        stdin.answered(types.JSONRPCResponse(jsonrpc="2.0", id=request_id, result={}))
+    end = asyncio.ensure_future(anext(stdin))
+    for _ in range(10):  # a few turns of the loop: the end waits on nothing else
+        await asyncio.sleep(0)
+    assert end.done() is ends
+    end.cancel()
+    if ends:
+        with pytest.raises(StopAsyncIteration):
+            end.result()
