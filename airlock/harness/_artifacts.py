@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Final
 
 from airlock.bridge import airlock_wire as wire
+from airlock.harness._run_ids import check_run_id, run_directories
 from airlock.policies import UsageError
 from airlock.sandbox import ARTIFACT_URI, ArtifactRef
 
@@ -42,7 +43,10 @@ class ArtifactStore:
         Raises:
             UsageError: ``run`` is not a run id.
         """
-        _check_directory(run)
+        check_run_id(run)
+        # A program's directory named as it is, or the run's, named as artifact_dir named
+        # them: any run id, and only that run's directories (ids alike once cleaned differ).
+        mine = run_directories(run)
         try:
             entries = list(os.scandir(self.root))
         except FileNotFoundError:
@@ -50,7 +54,7 @@ class ArtifactStore:
         found = [
             e
             for e in entries
-            if (e.name == run or e.name.startswith(run + "-"))
+            if (e.name == run or mine.fullmatch(e.name))
             and e.is_dir(follow_symlinks=False)
             and _DIRECTORY.fullmatch(e.name)
         ]

@@ -15,7 +15,15 @@ from typing import Final
 import anyio
 
 from airlock.harness._commit_authority import CommitAuthority, Refusal
-from airlock.tools import Batch, BatchItem, Preview, ToolError, WritePath, batch_items
+from airlock.tools import (
+    Batch,
+    BatchItem,
+    ConflictError,
+    Preview,
+    ToolError,
+    WritePath,
+    batch_items,
+)
 
 __all__ = ["COMMITS_AT_ONCE", "Committed", "commit_items"]
 
@@ -36,6 +44,9 @@ class Committed:
     (``unknown``: it may have acted), by preview id: not resent; reconcile settles them."""
     unsent: int = 0
     """Items whose send (or resend) did not start: the deadline came first."""
+    unjudged: dict[str, ConflictError] = field(default_factory=dict)
+    """The items whose recorded effects do not read back, so nothing can judge them, by
+    preview id: neither sent nor denied; they wait for the operator."""
 
 
 async def commit_items(
@@ -49,7 +60,9 @@ async def commit_items(
     """Commit every approved item of ``batch`` once (and resend each ``unknown`` one with
     its key, when ``resend``), at most :data:`COMMITS_AT_ONCE` at a time; where the items
     stand afterwards. No send starts after ``until`` (on the :func:`time.monotonic` clock):
-    those not started stay as they were, for a later call, and ``unsent`` counts them.
+    those not started stay as they were, for a later call, and ``unsent`` counts them. An
+    item whose effects do not read back is left as it is (``unjudged``); the others are
+    still committed.
 
     Raises:
         ToolError: the batch no longer matches what was proposed (``approval_mismatch``).
@@ -57,9 +70,16 @@ async def commit_items(
     """
     refused: dict[str, Refusal] = {}
     not_resent: dict[str, Refusal] = {}
+    unjudged: dict[str, ConflictError] = {}
     sends: list[Preview] = []
     for preview in _previews(writes, batch):
-        refusal = authority.refusal(writes, preview)
+        try:
+            refusal = authority.refusal(writes, preview)
+        except ConflictError as exc:
+            # One item nothing can judge must not hold back the items a person approved
+            # with it and this session may still make.
+            unjudged[preview.id] = exc
+            continue
         if refusal is not None:
             after = authority.refuse(writes, preview, refusal)
             if after.state == "denied":
@@ -70,7 +90,7 @@ async def commit_items(
             sends.append(preview)
     unsent = await _send(writes, sends, authority, until)
     items = batch_items(writes.ledger, batch.id, now=writes.clock())
-    return Committed(items, refused, not_resent, unsent)
+    return Committed(items, refused, not_resent, unsent, unjudged)
 
 
 def _previews(writes: WritePath, batch: Batch) -> list[Preview]:

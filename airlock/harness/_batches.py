@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Final
 
 from airlock.harness._batch_commits import Committed, commit_items
@@ -23,7 +24,7 @@ from airlock.harness._commit_authority import CommitAuthority
 from airlock.harness._model_tools import ModelResult
 from airlock.harness._paused import UNKNOWN_TRIES, PausedWrites
 from airlock.harness._proposal_notes import batch_note
-from airlock.harness._results import from_tool_error, success
+from airlock.harness._results import failure, from_tool_error, success
 from airlock.policies import Principal
 from airlock.tools import (
     Batch,
@@ -65,6 +66,9 @@ class PausedBatches:
         self._gave_up: dict[str, int] = {}
         """Batches whose ``unknown`` items settling no longer resends (reconcile settles
         them), with the settles that tried."""
+        self._unjudged_told: dict[str, object] = {}
+        """Batches whose items that cannot be judged (effects that do not read back) were
+        told, with the summary told: each settle finds them again, and says it once."""
         self.paused_writes: PausedWrites | None = None
         """The session's paused writes, where proposals that could not be held as a batch
         wait (:meth:`hold_each`)."""
@@ -107,6 +111,8 @@ class PausedBatches:
         batch = self._own(batch_id)
         done = await commit_items(self._ready(), batch, self._authority, resend=True, until=until)
         body = _summary(batch, done)
+        if done.unjudged:
+            return _unjudged_answer(batch, done, body)
         if body["status"] not in ("waiting", "undecided"):  # nothing more will change
             self._batches.pop(batch.id, None)
         return success(body, code="needs_approval" if body["status"] == "waiting" else None)
@@ -152,6 +158,15 @@ class PausedBatches:
             self._gave_up[batch_id] = tries
         self._unknown_tries.pop(batch_id, None)
         body = _summary(batch, done, gave_up=self._gave_up.get(batch_id, 0))
+        if done.unjudged:
+            # Those items stay approved, so every settle finds them: told once, and again
+            # only when the rest of the batch moved on.
+            told = (body["counts"], sorted(done.unjudged))
+            if self._unjudged_told.get(batch_id) == told:
+                return None
+            self._unjudged_told[batch_id] = told
+            return _unjudged_answer(batch, done, body, self._gave_up.get(batch_id, 0))
+        self._unjudged_told.pop(batch_id, None)
         if not {i.state for i in done.items} & _OPEN:
             # Each unknown item is given up on or not resent: nothing a later settle moves on.
             self._batches.pop(batch_id, None)
@@ -193,6 +208,23 @@ class PausedBatches:
             if same:
                 self._batches.setdefault(batch.id, batch)
         return self.waiting()
+
+
+def _unjudged_answer(
+    batch: Batch, done: Committed, body: dict[str, object], gave_up: int = 0
+) -> ModelResult:
+    """The conflict of the batch's items nothing can judge, naming the batch and them, with
+    ``body`` (where all its items stand) and what the other items' summary says."""
+    first = next(iter(done.unjudged.values()))
+    extra = {k: v for k, v in body.items() if k not in ("status", "message")}
+    extra["preview_id"] = next(iter(done.unjudged))
+    extra["unjudged"] = list(done.unjudged)
+    message = f"{len(done.unjudged)} item(s) of batch {batch.id}: {first.message}"
+    rest = tuple(i for i in done.items if i.preview_id not in done.unjudged)
+    if rest:
+        others = _summary(batch, replace(done, items=rest), gave_up=gave_up)["message"]
+        message = f"{message}. The other items: {others}"
+    return failure(first.code, message, retryable=first.retryable, extra=extra)
 
 
 def _summary(batch: Batch, done: Committed, *, gave_up: int = 0) -> dict[str, object]:

@@ -11,37 +11,71 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import re
+import unicodedata
 from pathlib import Path
 from typing import Final
 
 from airlock.policies import UsageError
 
-__all__ = ["MAX_RUN_ID", "artifact_dir", "check_run_id"]
+__all__ = ["MAX_RUN_ID", "artifact_dir", "check_run_id", "run_directories"]
 
 MAX_RUN_ID: Final = 256
 """Most characters of a run id."""
-_NOT_TEXT: Final = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
-"""C0 and C1 controls, DEL, and lone surrogates (no UTF-8 text: no ledger row can hold them)."""
 _PLAIN: Final = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}")
 """A name as it is: letters, digits, ``_ . -``; no leading ``.`` or ``-`` (a hidden file, an
 option), and at most 200 characters (a file name holds 255 bytes)."""
 _NOT_PLAIN: Final = re.compile(r"^-|[^A-Za-z0-9_-]")
 """What a hashed name's prefix has instead an ``_`` for (``.`` too: no ``..`` to read)."""
+_HASHED: Final = re.compile(r"-[0-9a-f]{16}$")
+"""How a hashed name ends: a plain run id that ends so is hashed too, so that no plain name
+is another run's hashed one."""
+_PROGRAM: Final = re.compile(r"m[0-9]+-[A-Za-z0-9]{1,32}")
+"""A program's part of its call id (``mN-NONCE``)."""
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def _run_name(run_id: str) -> str:
+    """What a run's directories are named after: the run id when plain, else a plain prefix
+    of it and a hash of the run id alone (so the run's own directories share it exactly)."""
+    if _PLAIN.fullmatch(run_id) and ".." not in run_id and not _HASHED.search(run_id):
+        return run_id
+    return f"{_NOT_PLAIN.sub('_', run_id[:64]) or '_'}-{_digest(run_id)}"
+
+
+def run_directories(run_id: str) -> re.Pattern[str]:
+    """The directory names of ``run_id``'s artifacts, exactly: its own (``airlock run``'s)
+    and one per program (``NAME-mN-NONCE``); never another run's, even one whose id reads
+    the same once cleaned."""
+    return re.compile(rf"{re.escape(_run_name(run_id))}(?:-{_PROGRAM.pattern})?")
+
+
+_NO_RUN_ID: Final = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs"})
+"""Unicode categories no run id holds: controls, format characters (bidi overrides, zero
+widths) and line or paragraph separators, which break or disguise a log line, and surrogates."""
 
 
 def check_run_id(run_id: str) -> str:
     """``run_id`` when it is a run id: text of 1 to :data:`MAX_RUN_ID` characters, none of
-    them a control character (C0, C1, DEL) or a lone surrogate. Logs print it on one line
-    and the ledger stores it; artifact directories are named by :func:`artifact_dir`.
+    them a control or format character, a line or paragraph separator or a surrogate. Logs
+    print it on one line and the ledger stores it; artifact directories are named by
+    :func:`artifact_dir`.
 
     Raises:
         UsageError: it is not text, is empty or longer than 256 characters, or holds such a
             character.
     """
-    if not isinstance(run_id, str) or not 0 < len(run_id) <= MAX_RUN_ID or _NOT_TEXT.search(run_id):
+    if (
+        not isinstance(run_id, str)
+        or not 0 < len(run_id) <= MAX_RUN_ID
+        or any(unicodedata.category(c) in _NO_RUN_ID for c in run_id)
+    ):
         raise UsageError(
             f"run_id {str(run_id)[:140]!r} is not a run id: use 1 to {MAX_RUN_ID} characters "
-            "without control characters (no line break, tab or NUL), such as 'conv_42'; or "
+            "without control or format characters (no line break or separator, tab, NUL or "
+            "bidi mark), such as 'conv_42'; or "
             "omit it for a fresh one"
         )
     return run_id
@@ -50,17 +84,20 @@ def check_run_id(run_id: str) -> str:
 def artifact_dir(root: Path, call_id: str) -> Path:
     """Where one program's artifacts go: a directory of its own under ``root``, named after
     its call id when that is a plain name (``RUN:m3-NONCE`` -> ``RUN-m3-NONCE``), else after a
-    plain prefix of it and a hash of all of it (``alice@acme.com-conv-42:m1-NONCE`` ->
-    ``alice_acme_com-conv-42-m1-NONCE-3f0c...``): a name no id makes a path of.
+    plain prefix of the run id and a hash of the run id alone, then the program's part
+    (``alice@acme.com-conv-42:m1-NONCE`` -> ``alice_acme_com-conv-42-3f0c...-m1-NONCE``): a
+    name no id makes a path of, and one :func:`run_directories` finds for that run only.
 
     Raises:
         UsageError: the directory would not be a child of ``root`` (a link at its place
             leads elsewhere).
     """
-    name = call_id.replace(":", "-")
-    if not _PLAIN.fullmatch(name) or ".." in name:
-        digest = hashlib.sha256(call_id.encode("utf-8", "surrogatepass")).hexdigest()[:16]
-        name = f"{_NOT_PLAIN.sub('_', name[:64]) or '_'}-{digest}"
+    run, _, program = call_id.rpartition(":")
+    if not run or not _PROGRAM.fullmatch(program):
+        run, program = call_id, ""
+    name = _run_name(run)
+    if program:
+        name = f"{name}-{program}"
     directory = root / name
     inside = True
     # A link at its place leads elsewhere; a store that cannot be resolved (a loop, no

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from airlock.harness import Harness
+from airlock.harness import ArtifactStore, Harness
 from airlock.harness._run_ids import artifact_dir
 from airlock.policies import Principal, UsageError, parse_policy
 from airlock.sandbox.testing import ScriptedBackend, ok_result
@@ -45,6 +45,12 @@ BAD = [
     ("c1_next_line", "conv\x851"),
     ("c1_csi", "conv\x9b1"),
     ("lone_surrogate", "conv\ud8001"),
+    ("line_separator", "conv\u20281"),
+    ("paragraph_separator", "conv\u20291"),
+    ("bidi_override", "conv\u202e1"),
+    ("bidi_isolate", "conv\u20661"),
+    ("zero_width_space", "conv\u200b1"),
+    ("byte_order_mark", "\ufeffconv"),
     ("too_long", "r" * 257),
 ]
 
@@ -63,12 +69,16 @@ def test_a_run_id_that_is_no_text_for_a_name_is_refused(tmp_path: Path, run_id: 
 
 
 # Run ids an application gives (its own conversation ids) whose programs' directories are
-# named after them, as before: letters, digits and _ . - (":" read as "-").
-PLAIN = ["run_fixed", "run_" + "0123456789abcdef" * 2, "conv-42", "acme.conv:7", "r" * 128]
+# named after them, as before: letters, digits and _ . -.
+PLAIN = ["run_fixed", "run_" + "0123456789abcdef" * 2, "conv-42", "acme.conv-7", "r" * 128]
 # Run ids that are no plain name, some of which could name a path outside the store: taken
 # as they are, their programs' directories get a plain prefix and a hash of the whole id.
 HASHED = [
     ("email", "alice@acme.com-conv-42"),
+    # ":" is hashed too: read as "-", "acme:7" and "acme-7" would share their directories.
+    ("colon", "acme.conv:7"),
+    # A plain id that ends as a hash does would read as another run's hashed name.
+    ("hash_ending", "conv-0123456789abcdef"),
     ("slack_thread", "slack:C024BE91L/1355517523.000005"),
     ("parent", "../../outside/conv"),
     ("absolute", "/tmp/outside/abs"),
@@ -104,7 +114,7 @@ async def test_a_program_of_a_plain_run_id_stores_its_files_under_its_name(
     tmp_path: Path, run_id: str
 ) -> None:
     directory = await _program_dir(tmp_path, run_id)
-    assert directory.name.startswith(run_id.replace(":", "-") + "-m1-")
+    assert directory.name.startswith(run_id + "-m1-")
 
 
 @pytest.mark.parametrize("run_id", [c[1] for c in HASHED], ids=[c[0] for c in HASHED])
@@ -113,7 +123,9 @@ async def test_a_program_of_any_other_run_id_stores_its_files_in_the_store_under
     tmp_path: Path, run_id: str
 ) -> None:
     directory = await _program_dir(tmp_path, run_id)
-    assert re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_-]{0,63}-[0-9a-f]{16}", directory.name)
+    assert re.fullmatch(
+        r"[A-Za-z0-9_][A-Za-z0-9_-]{0,63}-[0-9a-f]{16}-m1-[0-9a-f]+", directory.name
+    )
 
 
 @pytest.mark.anyio
@@ -157,7 +169,9 @@ def test_a_call_id_that_names_no_child_of_the_store_gets_a_hashed_name_in_it(
     root = tmp_path / "store"
     directory = artifact_dir(root, call_id)
     assert directory.parent == root
-    assert re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_-]{0,63}-[0-9a-f]{16}", directory.name)
+    assert re.fullmatch(
+        r"[A-Za-z0-9_][A-Za-z0-9_-]{0,63}-[0-9a-f]{16}(-m[0-9]+-[a-z]+)?", directory.name
+    )
     assert artifact_dir(root, call_id + "x") != directory  # the whole id is hashed
 
 
@@ -173,3 +187,43 @@ def test_a_link_at_a_program_directory_s_place_is_refused(tmp_path: Path) -> Non
     (root / "run_1-m3-abc").symlink_to(tmp_path / "elsewhere")
     with pytest.raises(UsageError, match="not be in the artifact store"):
         artifact_dir(root, "run_1:m3-abc")
+
+
+# (case, run ids stored, the run asked for, the files it has): ids that read the same once
+# cleaned keep apart, and a name only cleaning makes is no run's.
+ALIKE = [
+    ("at", ["alice@acme.com-conv-42", "alice+acme.com-conv-42"], "alice@acme.com-conv-42",
+     ["a.csv"]),
+    ("plus", ["alice@acme.com-conv-42", "alice+acme.com-conv-42"], "alice+acme.com-conv-42",
+     ["b.csv"]),
+    ("the cleaned name", ["alice@acme.com-conv-42", "alice+acme.com-conv-42"],
+     "alice_acme_com-conv-42", []),
+    ("slack", ["slack:C024BE91L/1355517523.000005", "slack_C024BE91L_1355517523_000005"],
+     "slack:C024BE91L/1355517523.000005", ["a.csv"]),
+    ("plain beside hashed", ["slack:C024BE91L/1355517523.000005",
+     "slack_C024BE91L_1355517523_000005"], "slack_C024BE91L_1355517523_000005", ["b.csv"]),
+    ("parent", ["../etc", "__etc"], "../etc", ["a.csv"]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("stored", "asked", "files"), [row[1:] for row in ALIKE], ids=[row[0] for row in ALIKE]
+)
+def test_a_runs_artifacts_are_its_own_whatever_its_id(
+    tmp_path: Path, stored: list[str], asked: str, files: list[str]
+) -> None:
+    root = tmp_path / "store"
+    root.mkdir()
+    for run_id, file in zip(stored, ["a.csv", "b.csv"], strict=True):
+        directory = artifact_dir(root, f"{run_id}:m1-abc123")
+        directory.mkdir()
+        (directory / file).write_text(run_id)
+        (directory / "report.csv").write_text(run_id)
+    store = ArtifactStore(root)
+    listed = store.list(asked)
+    assert sorted(ref.name for ref in listed) == sorted([*files, "report.csv"] if files else [])
+    if files:
+        assert Path(store.get(asked, "report.csv").path).read_text() == asked
+    for other in {"a.csv", "b.csv"} - set(files):
+        with pytest.raises(UsageError, match="has no artifact"):
+            store.get(asked, other)
