@@ -36,6 +36,7 @@ from tests.sandbox.guest_image import load_guest
 from tests.sandbox.runtimes import RUNTIMES, require_runtime
 
 DEADLINE_S = 4.0
+CLEARING_DEADLINE_S = 15.0
 MARGIN_S = 6.0
 """How long past its deadline a call or a close may take (judging, removing a container)."""
 
@@ -480,7 +481,11 @@ async def test_what_a_program_leaves_in_files_and_queues_is_gone_before_the_next
     runtime: ContainerRuntime, keeps: bool
 ) -> None:
     require_runtime(runtime)
-    profile = FULL.model_copy(update={"runtime": runtime})
+    # The next program's wait for the clearing counts against its deadline; gVisor's ptrace
+    # platform takes 2 to 4 s a 3000-deep tree on these machines, and a reused container
+    # clears two. What is asserted is that nothing is left, not how fast it goes.
+    deadline = CLEARING_DEADLINE_S if runtime == "runsc" else DEADLINE_S
+    profile = FULL.model_copy(update={"runtime": runtime, "timeout_s": deadline})
     backend = DockerBackend(image=IMAGE, profile=profile, pool_size=0, reuse=not keeps)
     await backend.start()
     try:
