@@ -49,6 +49,8 @@ with requires_extra("web", feature="the approval page (airlock approvals serve)"
     from starlette.responses import HTMLResponse, RedirectResponse, Response
     from starlette.routing import Route
 
+    from airlock._http_limits import AUTHORIZED
+
 __all__ = ["COOKIE", "LOOPBACK", "SESSION_TTL", "ApprovalPage", "serve_page"]
 
 LOOPBACK = "127.0.0.1"
@@ -125,13 +127,19 @@ class ApprovalPage:
     # -- who is asking -------------------------------------------------------------------
 
     def _session(self, request: Request) -> str | None:
-        """The browser session of ``request``: ``""`` when no token is needed."""
-        if self.token is None:
-            return ""
+        """The browser session of ``request``: ``""`` when no token is needed. A request
+        with one is marked allowed, so its connection is never closed to make room."""
         # Not request.cookies (the last value of a name wins): another service on 127.0.0.1
         # may set a cookie of the same name for Path=/, which the browser sends after the
         # page's own (RFC 6265 5.4), and that would log the person out for good.
-        return next((c for c in _cookie_values(request, COOKIE) if self._sessions.valid(c)), None)
+        session = (
+            ""
+            if self.token is None
+            else next((c for c in _cookie_values(request, COOKIE) if self._sessions.valid(c)), None)
+        )
+        if session is not None:
+            request.scope.setdefault("state", {})[AUTHORIZED] = True
+        return session
 
     def _login(self, request: Request) -> Response | None:
         given = request.query_params.get("token")

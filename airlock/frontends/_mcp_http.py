@@ -30,15 +30,8 @@ import uvicorn
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from airlock.frontends._mcp_connections import (
-    ACCEPT_BACKLOG,
-    AUTHORIZED,
-    HEAD_TIMEOUT,
-    MAX_CONNECTIONS,
-    fit_open_files,
-    limited_protocol,
-    quiet_accept_errors,
-)
+from airlock._http_limits import AUTHORIZED, HEAD_TIMEOUT, MAX_CONNECTIONS, limited_protocol
+from airlock.frontends._mcp_connections import ACCEPT_BACKLOG, fit_open_files, quiet_accept_errors
 from airlock.frontends._mcp_read_budget import SentAnswers
 from airlock.policies import UsageError
 
