@@ -91,19 +91,31 @@ def test_four_processes_one_database_one_refund_per_invoice_after_a_kill(
             _wait_for("the held refund", lambda: billing.faults.fired["delay"] >= 1, 120)
             held_at = time.monotonic()
             pids = {child.pid: child for child in children}
-            sending: list[Preview] = []
 
-            def a_sender_is_known() -> bool:
-                sending[:] = [
-                    p
-                    for p in writes.ledger.previews(states={"sending"}, limit=1000)
-                    if p.owner is not None and int(p.owner.rpartition(":")[2]) in pids
-                ]
-                return bool(sending)
+            # The held key is the one still in flight half a second later: the others are
+            # answered in milliseconds, and the held one waits HOLD_S with its key claimed.
+            def in_flight() -> set[str]:
+                with billing.store.transaction() as db:
+                    rows = db.execute("SELECT key FROM idempotency_keys WHERE state = 'in_flight'")
+                    return {row["key"] for row in rows}
 
-            _wait_for("the held refund's sender", a_sender_is_known, 5)
-            held = min(sending, key=lambda p: p.updated)  # the others are answered at once
-            victim = pids[int(held.owner.rpartition(":")[2])]  # type: ignore[union-attr]
+            held_keys: set[str] = set()
+
+            def the_held_key_is_known() -> bool:
+                before = in_flight()
+                time.sleep(0.5)
+                held_keys.clear()
+                held_keys.update(before & in_flight())
+                return len(held_keys) == 1
+
+            _wait_for("the held refund's key", the_held_key_is_known, HOLD_S - 1)
+            (held,) = [
+                p
+                for p in writes.ledger.previews(states={"sending"}, limit=1000)
+                if p.key in held_keys
+            ]
+            assert held.owner is not None
+            victim = pids[int(held.owner.rpartition(":")[2])]
             os.kill(victim.pid, signal.SIGKILL)  # type: ignore[arg-type]
             victim.join(timeout=30)
             assert victim.exitcode == -signal.SIGKILL
