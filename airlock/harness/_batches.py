@@ -23,7 +23,7 @@ from airlock.harness._batch_commits import Committed, commit_items
 from airlock.harness._commit_authority import CommitAuthority
 from airlock.harness._model_tools import ModelResult
 from airlock.harness._paused import UNKNOWN_TRIES, PausedWrites
-from airlock.harness._proposal_notes import batch_note
+from airlock.harness._proposal_notes import NOTHING_EARLIER, Proposed, batch_note
 from airlock.harness._results import failure, from_tool_error, success
 from airlock.policies import Principal
 from airlock.tools import (
@@ -74,13 +74,21 @@ class PausedBatches:
         wait (:meth:`hold_each`)."""
 
     def hold(
-        self, batch: Batch, previews: Sequence[Preview], *, committed: Sequence[Preview] = ()
+        self, batch: Batch, previews: Sequence[Preview], earlier: Proposed = NOTHING_EARLIER
     ) -> dict[str, object]:
         """Keep ``batch`` (of ``previews``) as pending; the note about it for the program's
-        result, which also names ``committed``, proposed again after they were committed in
-        the run (they are in no batch)."""
+        result, which also names ``earlier``'s changes, proposed again after they were
+        committed in the run or while they wait (they are in no new batch)."""
         self._batches[batch.id] = batch
-        return batch_note(batch, previews, committed)
+        return batch_note(batch, previews, earlier)
+
+    def holding(self) -> set[str]:
+        """The ids of the previews this session holds: items of its batches and its paused
+        writes. Proposed again, each stays where it waits, so it is committed and told once."""
+        held = {item for batch in self._batches.values() for item in batch.items}
+        if self.paused_writes is not None:
+            held.update(pending.preview_id for pending in self.paused_writes.waiting())
+        return held
 
     def hold_each(self, previews: Sequence[Preview]) -> bool:
         """Hold ``previews``, which the ledger could not hold as one batch, as the session's

@@ -38,7 +38,7 @@ from airlock.harness._budget import Budget
 from airlock.harness._execute_code import ExecuteCodeArgs, kept_notes, program_result
 from airlock.harness._model_tools import ModelResult
 from airlock.harness._program_endings import host_failure, unheld
-from airlock.harness._proposal_notes import committed_note, split_committed, unheld_note
+from airlock.harness._proposal_notes import nothing_new_note, split_proposed, unheld_note
 from airlock.harness._results import KeptNotes, failure, nothing_kept
 from airlock.harness._run_ids import artifact_dir, check_run_id
 from airlock.harness._session_audit import SessionAudit
@@ -317,15 +317,17 @@ class SessionPrograms:
 
     def _hold(self, tools: ToolSession, notes: dict[str, object]) -> LedgerError | None:
         """Hold what the program proposed as one batch, and say so in ``notes`` (under
-        ``proposals``); a change already committed in the run is named there, in no batch.
+        ``proposals``); a change already committed in the run, or one the session holds
+        already, is named there, in no new batch.
         The ledger's error when it could not take the batch: its previews are stored all
         the same, and wait as the session's paused writes, each on its own."""
         proposed = tools.proposed_previews()
         if not proposed or self.writes is None or self.batches is None:
             return None
-        fresh, committed = split_committed(proposed)
+        earlier = split_proposed(proposed, self.batches.holding())
+        fresh = earlier.fresh
         if not fresh:
-            notes["proposals"] = committed_note(committed)
+            notes["proposals"] = nothing_new_note(earlier)
             return None
         try:
             batch = self.writes.store_batch(fresh)
@@ -339,9 +341,9 @@ class SessionPrograms:
                 exc.code,
                 exc,
             )
-            notes["proposals"] = unheld_note(fresh, exc, held=held, committed=committed)
+            notes["proposals"] = unheld_note(fresh, exc, held=held, earlier=earlier)
             return exc
-        notes["proposals"] = self.batches.hold(batch, fresh, committed=committed)
+        notes["proposals"] = self.batches.hold(batch, fresh, earlier)
         return None
 
     def _artifact_dir(self, call_id: str) -> Path | None:

@@ -1,6 +1,7 @@
 """The one short note a program's result carries about what it proposed (under
 ``proposals``): the batch its new proposals wait in, the changes it proposed that were
-already committed in the run (told as such, in no batch and no total), or where its
+already committed in the run or already wait in the session (told as such, in no new batch
+and no total: each is committed once and told once, where it waits), or where its
 proposals wait when the ledger could not hold them as one batch. Never every preview: a
 batch note has ids, count and totals, and an answer too large for the model keeps the note
 without its ``preview_ids`` (:func:`~airlock.harness._execute_code.kept_notes`), so each list
@@ -9,29 +10,56 @@ here that is not ``preview_ids`` has a bounded length."""
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 from typing import Final
 
 from airlock.tools import Batch, LedgerError, Preview, spend_totals
 
-__all__ = ["batch_note", "committed_note", "split_committed", "unheld_note"]
+__all__ = [
+    "NOTHING_EARLIER",
+    "Proposed",
+    "batch_note",
+    "nothing_new_note",
+    "split_proposed",
+    "unheld_note",
+]
 
-COMMITTED_IDS: Final = 10
-"""Preview ids of already committed changes a note names (it counts them all)."""
+EARLIER_IDS: Final = 10
+"""Preview ids of changes proposed earlier that a note names (it counts them all)."""
 
 
-def split_committed(previews: Sequence[Preview]) -> tuple[list[Preview], list[Preview]]:
-    """The previews a batch should hold (new, in order), and those already committed in the
-    run (proposing the same intent again answers its committed preview: nothing to hold)."""
-    fresh = [p for p in previews if p.state != "committed"]
-    return fresh, [p for p in previews if p.state == "committed"]
+@dataclass(frozen=True, slots=True)
+class Proposed:
+    """What one program proposed, by where each change stands. Proposing an intent again
+    answers its live preview, so a change may be one the run committed, or one that waits
+    already (a paused write or an item of an earlier batch of the session)."""
+
+    fresh: Sequence[Preview] = ()
+    """New, in order: what a new batch holds."""
+    committed: Sequence[Preview] = ()
+    waiting: Sequence[Preview] = ()
+
+
+NOTHING_EARLIER: Final = Proposed()
+"""A program that proposed nothing proposed before."""
+
+
+def split_proposed(previews: Sequence[Preview], waiting_ids: Collection[str]) -> Proposed:
+    """``previews`` split by where each stands; ``waiting_ids``: the previews the session
+    holds already."""
+    return Proposed(
+        fresh=[p for p in previews if p.state != "committed" and p.id not in waiting_ids],
+        committed=[p for p in previews if p.state == "committed"],
+        waiting=[p for p in previews if p.state != "committed" and p.id in waiting_ids],
+    )
 
 
 def batch_note(
-    batch: Batch, previews: Sequence[Preview], committed: Sequence[Preview] = ()
+    batch: Batch, previews: Sequence[Preview], earlier: Proposed = NOTHING_EARLIER
 ) -> dict[str, object]:
-    """The note of ``previews`` held as ``batch``; ``committed``, proposed too, were
-    committed in the run before."""
+    """The note of ``previews`` held as ``batch``; ``earlier``'s committed and waiting
+    changes, proposed too, were proposed before."""
     count = len(batch.items)
     if all(p.state == "approved" for p in previews):  # an allow rule approved each
         note: dict[str, object] = {
@@ -56,20 +84,21 @@ def batch_note(
             "message": f"the program proposed {count} change(s); they wait for a person to "
             "approve them as one batch. Tell the user, and do not propose or call them again",
         }
-    return _with_committed(note, committed)
+    return _with_earlier(note, earlier)
 
 
-def committed_note(committed: Sequence[Preview]) -> dict[str, object]:
-    """The note of a program whose every proposal was committed in the run before: no batch
-    is made, and nothing waits."""
-    return _with_committed(
-        {
+def nothing_new_note(earlier: Proposed) -> dict[str, object]:
+    """The note of a program whose every proposal was committed in the run before or waits
+    already: no batch is made."""
+    if earlier.waiting:
+        note = {"status": "already_waiting", "message": "nothing new was proposed"}
+    else:
+        note = {
             "status": "already_committed",
             "message": "nothing new was proposed, no batch was made, and nothing waits for "
             "approval",
-        },
-        committed,
-    )
+        }
+    return _with_earlier(dict(note), earlier)
 
 
 def unheld_note(
@@ -77,7 +106,7 @@ def unheld_note(
     exc: LedgerError,
     *,
     held: bool,
-    committed: Sequence[Preview] = (),
+    earlier: Proposed = NOTHING_EARLIER,
 ) -> dict[str, object]:
     """The note of a program whose previews the ledger stored, but could not hold as one
     batch: ``held``, each waits as a paused write of the session (committed by its
@@ -108,19 +137,31 @@ def unheld_note(
         "preview_ids": [p.id for p in previews],
         "message": message,
     }
-    return _with_committed(note, committed)
+    return _with_earlier(note, earlier)
 
 
-def _with_committed(note: dict[str, object], committed: Sequence[Preview]) -> dict[str, object]:
-    if not committed:
-        return note
-    note["already_committed"] = len(committed)
-    note["already_committed_ids"] = [p.id for p in committed[:COMMITTED_IDS]]
-    listed = "" if len(committed) <= COMMITTED_IDS else f" (the first {COMMITTED_IDS})"
-    note["message"] = (
-        f"{note['message']}. {len(committed)} proposed change(s) were already committed in "
-        f"this run, so they were not sent again and are in no batch nor total; "
-        f"already_committed_ids names them{listed}, and resuming one (write_status) answers "
-        "its receipt. Do not propose them again"
-    )
+def _with_earlier(note: dict[str, object], earlier: Proposed) -> dict[str, object]:
+    if earlier.committed:
+        note["message"] = (
+            f"{note['message']}. {_named(note, 'already_committed', earlier.committed)} were "
+            "already committed in this run, so they were not sent again and are in no batch "
+            "nor total; resuming one (write_status) answers its receipt. Do not propose them "
+            "again"
+        )
+    if earlier.waiting:
+        note["message"] = (
+            f"{note['message']}. {_named(note, 'already_waiting', earlier.waiting)} already "
+            "wait in this session, proposed before as a paused write or in an earlier batch, "
+            "so they are in no new batch nor total: each is committed once approved, and told "
+            "once where it waits. Do not propose them again"
+        )
     return note
+
+
+def _named(note: dict[str, object], key: str, previews: Sequence[Preview]) -> str:
+    """Count ``previews`` under ``key`` and name the first of them under ``key``_ids; how
+    the message says so."""
+    note[key] = len(previews)
+    note[f"{key}_ids"] = [p.id for p in previews[:EARLIER_IDS]]
+    listed = "" if len(previews) <= EARLIER_IDS else f" (the first {EARLIER_IDS})"
+    return f"{len(previews)} proposed change(s), named by {key}_ids{listed},"

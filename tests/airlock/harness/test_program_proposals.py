@@ -34,8 +34,13 @@ def world(tmp_path: Path) -> Iterator[ProposalWorld]:
     w.close()
 
 
-def _session(world: ProposalWorld, root: Path, invoices: tuple[str, ...]) -> Session:
-    backend = EndingBackend(lambda artifacts: ok_result("done"), invoices=invoices)
+def _session(
+    world: ProposalWorld,
+    root: Path,
+    invoices: tuple[str, ...],
+    backend: EndingBackend | None = None,
+) -> Session:
+    backend = backend or EndingBackend(lambda artifacts: ok_result("done"), invoices=invoices)
     harness = Harness(
         world.registry, policy(), backend, writes=world.writes, artifacts=root / "store"
     )
@@ -141,3 +146,62 @@ async def test_proposals_that_cannot_be_held_at_all_are_told_as_stored_for_the_o
     assert session.pending() == []
     states = [world.ledger.preview(p) for p in note["preview_ids"]]
     assert [p.state for p in states if p is not None] == ["prepared", "prepared"]
+
+
+async def _pause_directly(session: Session, invoice: str) -> str:
+    """A refund the model asked for directly, paused for approval; its preview id."""
+    paused = body(await session.call(REFUND, {"invoice_id": invoice, "reason": "duplicate"}))
+    return str(paused["preview_id"])
+
+
+# (case, how inv_1 already waits, what the next program proposes)
+WAITING = [
+    ("a paused write proposed alone", "paused", ("inv_1",)),
+    ("a paused write proposed with a new one", "paused", ("inv_1", "inv_2")),
+    ("a batch item proposed alone", "batch", ("inv_1",)),
+    ("a batch item proposed with a new one", "batch", ("inv_2", "inv_1")),
+]
+
+
+@pytest.mark.parametrize(("case", "how", "invoices"), WAITING, ids=[row[0] for row in WAITING])
+async def test_a_change_that_already_waits_is_held_where_it_waits_and_told_once(
+    tmp_path: Path, world: ProposalWorld, case: str, how: str, invoices: tuple[str, ...]
+) -> None:
+    backend = EndingBackend(lambda artifacts: ok_result("done"), invoices=("inv_1",))
+    session = _session(world, tmp_path, invoices, backend)
+    if how == "paused":
+        waiting = await _pause_directly(session, "inv_1")
+        held_before: list[str] = []
+    else:  # a program proposed it before
+        first = body(await session.call("execute_code", {"code": "..."}))["proposals"]
+        [waiting] = first["preview_ids"]
+        held_before = [first["batch_id"]]
+    backend.invoices = invoices
+
+    answer = await session.call("execute_code", {"code": "..."})
+
+    note = body(answer)["proposals"]
+    assert (note["already_waiting"], note["already_waiting_ids"]) == (1, [waiting])
+    assert "already wait" in note["message"]
+    new_batches = [b for b in session.pending_batches() if b not in held_before]
+    for batch_id in new_batches:
+        items = [i.preview_id for i in batch_items(world.ledger, batch_id, now=time.time())]
+        assert waiting not in items
+    if len(invoices) == 1:
+        assert note["status"] == "already_waiting"
+        assert new_batches == []
+    else:
+        assert note["status"] == "needs_approval"
+        assert [note["batch_id"]] == new_batches
+
+    # Approved, it is committed once and told once.
+    approve_preview(world.ledger, waiting, approver="bob", now=time.time())
+    told = [
+        t
+        for _ in range(2)
+        for t in body(await session.call(*PEEK)).get("settled_writes") or []
+        if t.get("preview_id") == waiting
+        or any(waiting in ids for ids in t.get("preview_ids", {}).values())
+    ]
+    assert world.system.effects() == 1
+    assert len(told) == 1, told
