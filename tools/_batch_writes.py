@@ -81,12 +81,18 @@ class BatchWrites:
         return await self.propose(admission, ctx)
 
     def store_batch(self, previews: Sequence[Preview]) -> Batch:
-        """Store the previews one program proposed, in order, as one batch.
+        """Store the previews one program proposed, in order, as one batch; a preview given
+        twice (the same intent proposed twice is one preview) is held once, where it came
+        first.
 
         Raises:
             ValueError: no previews, or previews of several runs or principals.
         """
-        batch = new_batch(previews, now=self.clock())
+        # Two items of one preview would be committed at once, and one reported ``sending``.
+        once: dict[str, Preview] = {}
+        for preview in previews:
+            once.setdefault(preview.id, preview)
+        batch = new_batch(list(once.values()), now=self.clock())
         self.ledger.add_batch(batch)
         return batch
 

@@ -2,13 +2,17 @@
 
 A step needs resolving when the system of record may have acted and the ledger holds no
 receipt: ``unknown`` (a send timed out or failed without a definite answer), or ``sending``
-whose sender is gone — its lease ran out, or it was a process on this host that no longer
-exists (killed between send and receipt). An approved read left so changed nothing: it ends
-``failed``. A step whose ledger row does not read back is reported ``unresolved`` and left
-for a person; one whose row another process holds locked, or whose answer cannot be kept, is
-reported ``unresolved`` for a later pass; the others are resolved all the same. A store that
-fails as a whole (unreachable, read-only, not a database, replaced, its disk failed, or an
-audit store refusing appends) stops the pass with its error: every step would fail alike.
+whose sender is gone: a process on this host that no longer exists (killed between send and
+receipt), or, when this host cannot see it run (another host, another PID namespace), one
+whose lease ran out. A live sender on this host is left alone even past its lease (a wall
+clock that jumped must not take over a send still waiting for its answer); one of this
+process only while its send runs here (:mod:`airlock.tools._in_flight`). An approved read
+left so changed nothing: it ends ``failed``. A step whose ledger row does not read back is
+reported ``unresolved`` and left for a person; one whose row another process holds locked,
+or whose answer cannot be kept, is reported ``unresolved`` for a later pass; the others are
+resolved all the same. A store that fails as a whole (unreachable, read-only, not a
+database, replaced, its disk failed, or an audit store refusing appends) stops the pass with
+its error: every step would fail alike.
 A query, like a send, runs under the tool's timeout: one that gets no answer leaves its step
 ``unknown``, and reconcile goes on.
 An answer that is not a receipt of the step's approved effect is never stored as its receipt
@@ -38,12 +42,14 @@ from airlock.tools._errors import (
     LedgerUnavailableError,
     ToolError,
 )
+from airlock.tools._in_flight import sending_here
 from airlock.tools._ledger import LedgerStore, StepRef, StepStateError
 from airlock.tools._preview import Preview, Receipt, StepState
+from airlock.tools._process import ProcessMark
 from airlock.tools._registry import Registry
 from airlock.tools._sender import Sender
 from airlock.tools._step_effect import effect_of
-from airlock.tools._step_owner import owner_alive
+from airlock.tools._step_owner import owner_alive, owner_token
 from airlock.tools._step_text import storable
 
 __all__ = [
@@ -96,10 +102,29 @@ def needs_resolving(preview: Preview, now: float) -> bool:
         return True
     if preview.state != "sending":
         return False
-    if preview.lease_until is None or now > preview.lease_until:
-        return True
+    lease_out = preview.lease_until is None or now > preview.lease_until
+    if preview.owner is not None and preview.owner == owner_token():
+        # This process: a send of it that still runs ends under the tool's timeout and
+        # settles the step itself; one that ended and could not record how is found by the
+        # lease, like any sender that cannot be seen.
+        return not sending_here(preview.id) and lease_out
     alive = owner_alive(preview.owner)
-    return alive is False
+    if alive is False:
+        return True
+    if alive and _known_start(preview.owner):
+        # A live sender on this host is left alone past its lease: the lease is another
+        # process's wall clock, and a clock that jumped (or this one) must not take over a
+        # send that is still waiting for its answer. A mark with its start cannot be
+        # mistaken for a later process with the same pid.
+        return False
+    return lease_out
+
+
+def _known_start(owner: str | None) -> bool:
+    """Whether ``owner`` names its process with its start, not by a pid alone (which a later
+    process may hold, and keep the step from reconcile for as long as it runs)."""
+    mark = None if owner is None else ProcessMark.parse(owner)
+    return mark is not None and (mark.created is not None or mark.start is not None)
 
 
 async def resolve_all(

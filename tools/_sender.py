@@ -13,7 +13,6 @@ lets it. What the ledger and the audit log record of an ending never holds the v
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from collections.abc import Callable, Collection
@@ -30,7 +29,8 @@ from airlock.tools._errors import (
     ToolError,
     UpstreamError,
 )
-from airlock.tools._ledger import LedgerStore, StepStateError, own_receipt
+from airlock.tools._in_flight import in_flight_here
+from airlock.tools._ledger import LedgerStore, StepStateError
 from airlock.tools._preview import (
     Preview,
     Receipt,
@@ -44,6 +44,7 @@ from airlock.tools._step_effect import contract_of, effect_of
 from airlock.tools._step_events import approver_of, step_event
 from airlock.tools._step_owner import owner_token
 from airlock.tools._step_text import secret_values, storable, without_secrets
+from airlock.tools._takeover import settle_taken_over
 from airlock.tools._write_contract import WriteContract
 
 __all__ = ["Sender"]
@@ -102,6 +103,12 @@ class Sender:
             ToolError: the system refused the first send (outcome ``error``); the step is
                 now ``failed``.
         """
+        with in_flight_here(claimed.id):  # reconcile in this process leaves it alone meanwhile
+            return await self._send(spec, claimed, resolved_by=resolved_by, actor=actor)
+
+    async def _send(
+        self, spec: ToolSpec, claimed: Preview, *, resolved_by: ResolvedBy, actor: str
+    ) -> Receipt:
         contract = contract_of(spec)
         secrets = secret_values(contract, claimed.effect)
         try:
@@ -208,8 +215,11 @@ class Sender:
                 receipt=receipt,
             )
         except StepStateError as exc:
-            # Our lease ran out and a reconciler resolved it meanwhile: theirs stands.
-            return self.taken_over(claimed, exc)
+            # Another process took the step over meanwhile (our lease ran out, as its clock
+            # saw it): its receipt stands, else ours, checked, is stored now.
+            taken = self.taken_over(claimed, exc, receipt)
+            if taken.replayed:
+                return taken
         except Exception as exc:
             # The system acted and the ledger did not record it (locked, unreachable, ...):
             # never "nothing was written". Commit again or reconcile, with the same key.
@@ -226,25 +236,29 @@ class Sender:
         )
         return receipt
 
-    def taken_over(self, claimed: Preview, exc: StepStateError) -> Receipt:
-        """The receipt another process stored for ``claimed`` after taking it over, replayed.
+    def taken_over(self, claimed: Preview, exc: StepStateError, receipt: Receipt) -> Receipt:
+        """Settle ``claimed``, taken over by another process while this one was sending, with
+        ``receipt``, checked against its approved effect (:func:`settle_taken_over`): the
+        other process's receipt (replayed), else this one, stored now.
 
         Raises:
-            ConflictError: it stored none (the step was taken over and is not committed).
-            AmbiguousWriteError: the ledger could not be read.
+            ConflictError: the step ended otherwise and holds no receipt.
+            AmbiguousWriteError: the ledger could not be read or written.
         """
         try:
-            stored = own_receipt(self.ledger, claimed)
+            settled = settle_taken_over(
+                self.ledger, claimed, exc.preview, receipt, actor=owner_token()
+            )
         except Exception as error:
-            why = f"the receipt could not be read: {type(error).__name__}: {error}"
+            why = f"the receipt could not be stored: {type(error).__name__}: {error}"
             raise self.ambiguous(claimed, why) from error
-        if stored is None:
+        if settled is None:
             raise ConflictError(
                 f"preview {claimed.id!r} was taken over while sending; reconcile it",
                 outcome="unknown",
                 detail=str(exc),
-            ) from None
-        return dataclasses.replace(stored, replayed=True)
+            )
+        return settled
 
     def refuse_undeclared(
         self, claimed: Preview, check: CallCheck, cause: BaseException | None
