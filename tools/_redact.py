@@ -6,7 +6,8 @@ body (which may echo the request's headers back, ``Authorization`` included), an
 message, a tool name or a log line a sandboxed program sent. Two rules apply to all of it:
 
 - :func:`redact` replaces every credential value this process has handed out
-  (:func:`remember_secret`, which :meth:`Credential.reveal` calls), the value of every
+  (:func:`remember_secret`, which :meth:`Credential.reveal` calls), also as an encoder
+  escapes it (``\\/``, ``\\u002f``, ``\\u002B``, ``%2F``, escaped twice), the value of every
   credential-carrying header or field (:data:`SECRET_HEADERS`, also under a vendor's prefix
   such as ``X-Goog-Api-Key``, in ``Name: value``, ``"name": "value"`` and ``name=value``
   forms), a ``key=`` query parameter, every ``Bearer`` token and every PEM private key with
@@ -28,6 +29,7 @@ import os
 import re
 import threading
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Final
 
 __all__ = ["REDACTED", "SECRET_HEADERS", "escape_controls", "redact", "remember_secret"]
@@ -80,7 +82,12 @@ _HEADER_VALUE: Final = re.compile(
     r"(?:(?P<quote>[\"'])(?:[^\"'\\\r\n]|\\.|(?!(?P=quote))[\"'])*"
     r"|(?:[^\"'\r\n}\]&\\<>]|\\[\"'])+)"
 )
-_BEARER: Final = re.compile(r"(?i)\bbearer\s+[A-Za-z0-9._~+/=-]{4,}")
+# A token's characters, also as a JSON encoder may escape them: PHP writes `/` as `\/`, .NET
+# `+` as `\u002B`, and a body encoded twice doubles the backslashes. The backslashes are taken
+# possessively, so an escape that is not one of these (`\"`) ends the token in linear time.
+_BEARER: Final = re.compile(
+    r"(?i)\bbearer\s+(?:[A-Za-z0-9._~+/=-]|\\++(?:/|u00(?:2[bdef]|3d|5f|7e))){4,}"
+)
 # A PEM private key, wherever it appears: its body has no `-`, so it ends at the END line.
 _PEM_KEY: Final = re.compile(
     r"-----BEGIN [A-Z ]{0,40}PRIVATE KEY-----[^-]*(?:-----END [A-Z ]{0,40}PRIVATE KEY-----)?"
@@ -97,7 +104,7 @@ _UNSEEN: Final = re.compile(
     "\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0000-\U000e0fff]"
 )
 
-_secrets: OrderedDict[str, None] = OrderedDict()
+_secrets: OrderedDict[str, _EscapedForm | None] = OrderedDict()
 _secrets_lock = threading.Lock()
 
 
@@ -111,14 +118,64 @@ def _reset_in_child() -> None:
 os.register_at_fork(after_in_child=_reset_in_child)
 
 
+@dataclass(frozen=True)
+class _EscapedForm:
+    """A remembered value as an encoder may write it: each character but an ASCII letter or
+    digit also as a backslash escape (``\\/``), a ``\\uXXXX`` escape in either case
+    (``\\u002f``, ``\\u002B``), either of those escaped again (``\\\\/``), or ``%XX``."""
+
+    pattern: re.Pattern[str]
+    anchor: str
+    """The value's longest run of letters and digits, which every form holds as it is: text
+    without it is not searched."""
+
+    @classmethod
+    def of(cls, value: str) -> _EscapedForm | None:
+        """``None`` for a value of letters and digits only: it has no other form."""
+        if value.isascii() and value.isalnum():
+            return None
+        pattern = "".join(_char_forms(c) for c in value)
+        anchor = max(re.split(r"[^A-Za-z0-9]+", value), key=len)
+        return cls(re.compile(pattern), anchor)
+
+    def sub(self, text: str) -> str:
+        return self.pattern.sub(REDACTED, text) if self.anchor in text else text
+
+
+def _char_forms(char: str) -> str:
+    """A pattern for ``char`` in each of its forms (see :class:`_EscapedForm`)."""
+    if char.isascii() and char.isalnum():
+        return char
+    code = ord(char)
+    hexa = _hex_any_case(code, 4)
+    # The backslashes are taken possessively: a long run of them is one pass, not one a start.
+    if char == "\\":  # escaped, it is only more backslashes
+        forms = [rf"\\++(?:u{hexa})?"]
+    else:
+        forms = [re.escape(char), rf"\\++(?:{re.escape(char)}|u{hexa})"]
+    if code < 0x80:
+        forms.append(f"%{_hex_any_case(code, 2)}")
+    return f"(?:{'|'.join(forms)})"
+
+
+def _hex_any_case(code: int, digits: int) -> str:
+    return "".join(f"[{d}{d.upper()}]" if d.isalpha() else d for d in f"{code:0{digits}x}")
+
+
 def remember_secret(value: str) -> None:
-    """Remember a credential value so that :func:`redact` replaces it wherever it appears
-    (the most recent :data:`_REMEMBERED` values are kept; values under
-    :data:`_MIN_SECRET_CHARS` characters are left to the header rules)."""
+    """Remember a credential value so that :func:`redact` replaces it wherever it appears,
+    also as a JSON encoder or a URL may escape it (the most recent :data:`_REMEMBERED` values
+    are kept; values under :data:`_MIN_SECRET_CHARS` characters are left to the header
+    rules)."""
     if len(value) < _MIN_SECRET_CHARS:
         return
     with _secrets_lock:
-        _secrets[value] = None
+        if value in _secrets:
+            _secrets.move_to_end(value)
+            return
+    form = _EscapedForm.of(value)  # (compiled once per value, outside the lock)
+    with _secrets_lock:
+        _secrets[value] = form
         _secrets.move_to_end(value)
         while len(_secrets) > _REMEMBERED:
             _secrets.popitem(last=False)
@@ -126,17 +183,24 @@ def remember_secret(value: str) -> None:
 
 def redact(text: str) -> str:
     """``text`` with every credential header's or field's value, every ``Bearer`` token and
-    every remembered credential value replaced by :data:`REDACTED`."""
+    every remembered credential value, also escaped (``\\/``, ``\\u002f``, ``%2F``),
+    replaced by :data:`REDACTED`."""
     if not text:
         return text
-    text = _HEADER_VALUE.sub(lambda m: f"{m['name']}{m['sep']}{m['quote'] or ''}{REDACTED}", text)
-    text = _BEARER.sub(f"Bearer {REDACTED}", text)
-    text = _PEM_KEY.sub(REDACTED, text)
     with _secrets_lock:
         secrets = [s for s in _secrets if s in text]
+        # An escaped copy needs a backslash or a percent sign; most text has neither.
+        escapable = "\\" in text or "%" in text
+        forms = [(s, f) for s, f in _secrets.items() if f is not None] if escapable else []
+    # Remembered values first, each whole: a rule below that stops inside one (a Bearer
+    # token at a `%2F`) would leave the rest in a form no longer recognizable as it.
     for secret in sorted(secrets, key=len, reverse=True):
         text = text.replace(secret, REDACTED)
-    return text
+    for _, form in sorted(forms, key=lambda pair: len(pair[0]), reverse=True):
+        text = form.sub(text)
+    text = _HEADER_VALUE.sub(lambda m: f"{m['name']}{m['sep']}{m['quote'] or ''}{REDACTED}", text)
+    text = _BEARER.sub(f"Bearer {REDACTED}", text)
+    return _PEM_KEY.sub(REDACTED, text)
 
 
 def escape_controls(text: str, *, keep: frozenset[str] = frozenset()) -> str:

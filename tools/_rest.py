@@ -15,7 +15,8 @@ model, made once, here.
 - **How much**: the body is read as a stream and refused past ``max_response_bytes``
   (``result_too_large``), counted after at most one ``gzip``/``deflate`` layer is inflated
   (``_rest_body``; stacked or other encodings are ``upstream``); lists follow
-  ``next_cursor`` for at most ``max_pages`` pages and ``max_list_bytes`` bytes in all.
+  ``next_cursor`` for at most ``max_pages`` pages and ``max_list_bytes`` bytes in all; a
+  cursor over :data:`MAX_CURSOR_CHARS` or not valid text is a malformed page (``upstream``).
 - **How long**: each attempt gets min(``timeout``, time left before ``deadline``).
   A GET that runs out is ``timeout``; a write is ``ambiguous_write`` (it may have acted).
 - **Retries**: 429 (after ``Retry-After``) and 502/503/504, and connection failures
@@ -45,6 +46,7 @@ import re
 import ssl
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Final
 
 import anyio
 import certifi
@@ -63,11 +65,15 @@ from airlock.tools._json import JSONObject, JSONValue
 from airlock.tools._rest_attempt import RETRY_STATUSES, Attempt, send_once
 from airlock.tools._rest_body import ACCEPT_ENCODING, decode_object
 from airlock.tools._rest_errors import SAFE_METHODS
-from airlock.tools._rest_paths import origin_of, query_of, route_path
+from airlock.tools._rest_paths import encodable, origin_of, query_of, route_path
 
-__all__ = ["RETRY_STATUSES", "RestAdapter"]
+__all__ = ["MAX_CURSOR_CHARS", "RETRY_STATUSES", "RestAdapter"]
 
 Params = Mapping[str, str | int | None]
+MAX_CURSOR_CHARS: Final = 4_096
+"""The longest ``next_cursor`` :meth:`RestAdapter.paginate` sends back; a longer one (or one
+that is not valid text) is a malformed page. Cursors are ids or short opaque tokens, and the
+request line must still fit a server's limit (often 8 KiB)."""
 
 
 class RestAdapter:
@@ -202,7 +208,8 @@ class RestAdapter:
             LimitExceededError: more than ``max_pages`` pages (the adapter's by default).
             ResultTooLargeError: a page over ``max_response_bytes``, or the pages over
                 ``max_list_bytes`` in all.
-            ToolError: as :meth:`get`, or ``upstream`` for a malformed page.
+            ToolError: as :meth:`get`, or ``upstream`` for a malformed page (its cursor over
+                :data:`MAX_CURSOR_CHARS` characters or not valid text included).
         """
         limit = self.max_pages if max_pages is None else max_pages
         collected: list[JSONValue] = []
@@ -232,6 +239,13 @@ class RestAdapter:
             found, cursor = page.get(items), page.get(next_field)
             if not isinstance(found, list) or not isinstance(cursor, str | None):
                 raise UpstreamError(detail=f"malformed page from GET {route_path(*route)}")
+            if cursor and (len(cursor) > MAX_CURSOR_CHARS or not encodable(cursor)):
+                # The upstream's fault, not the model's: sent back, it would be refused as a
+                # query value (invalid_input) or a URL the HTTP library cannot build.
+                raise UpstreamError(
+                    detail=f"malformed page from GET {route_path(*route)}: its cursor is over "
+                    f"{MAX_CURSOR_CHARS} characters or not valid text ({len(cursor)} characters)"
+                )
             collected.extend(found)
             if not cursor:
                 return collected

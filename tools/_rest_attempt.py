@@ -2,8 +2,10 @@
 the same request again, or a tool error.
 
 Every exception an attempt can meet is mapped here, where it is known what was sent: a header
-the HTTP library refuses and a refused connection sent nothing; a lost answer or a timeout of a
-write may have acted (``ambiguous_write``); a status goes through :func:`error_for_status`.
+the HTTP library refuses, a URL it refuses and a refused connection sent nothing; a lost answer
+or a timeout of a write may have acted (``ambiguous_write``); a status goes through
+:func:`error_for_status`, but one outside 100-599 is ``upstream`` (outcome ``unknown`` for a
+write).
 """
 
 from __future__ import annotations
@@ -104,6 +106,16 @@ async def send_once(
         if violated():  # the runtime check refused it: so would it again
             raise failure from exc
         return Retry(failure, backoff)
+    except httpx.InvalidURL as exc:
+        # Refused while the request was built (a query past the library's length limit):
+        # nothing was sent, and the same URL would be refused again.
+        raise UpstreamError(
+            "this tool could not build its request; do not retry it",
+            outcome="error",
+            detail=redact(f"{what}: the URL was refused before sending (InvalidURL: {exc})")[
+                :_KEPT_CHARS
+            ],
+        ) from None
     except (httpx.TimeoutException, TimeoutError) as exc:
         timed_out = f"{what}: no answer in {attempt.budget:.3g} s"
         if safe:
@@ -124,6 +136,14 @@ async def send_once(
     _log.debug("%s -> %s", what, status)
     if 200 <= status <= 299:
         return data
+    if not 100 <= status <= 599:
+        # HTTP/1.1 lets any three digits through; none of these says what happened, so a
+        # write answered with one may have acted, like a write whose answer was lost.
+        raise UpstreamError(
+            outcome="error" if safe else "unknown",
+            detail=redact(status_detail(what, status, request.url, headers, kept))
+            + "; not an HTTP status",
+        )
     retry_after = parse_retry_after(headers.get("retry-after"))
     failure = error_for_status(
         status,

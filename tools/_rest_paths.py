@@ -12,6 +12,7 @@ __all__ = [
     "CONTROL_CHARACTERS",
     "DOT_SEGMENTS",
     "MAX_SEGMENT",
+    "encodable",
     "origin_of",
     "query_of",
     "route_path",
@@ -43,7 +44,7 @@ def route_path(*segments: str) -> str:
             not segment
             or len(segment) > MAX_SEGMENT
             or segment in DOT_SEGMENTS
-            or not _encodable(segment)
+            or not encodable(segment)
             or urllib.parse.unquote(segment) in DOT_SEGMENTS
             or not CONTROL_CHARACTERS.isdisjoint(segment)
         ):
@@ -90,7 +91,7 @@ def query_of(params: Mapping[str, str | int | None] | None) -> dict[str, str]:
     """
     query = {k: str(v) for k, v in (params or {}).items() if v is not None}
     for name, value in query.items():
-        if not (_encodable(name) and _encodable(value)):
+        if not (encodable(name) and encodable(value)):
             raise InvalidInputError(
                 "a value of this call is not valid text (a lone surrogate); send another",
                 detail=f"refused query parameter {name[:80]!r}: not encodable as UTF-8",
@@ -98,7 +99,8 @@ def query_of(params: Mapping[str, str | int | None] | None) -> dict[str, str]:
     return query
 
 
-def _encodable(text: str) -> bool:
+def encodable(text: str) -> bool:
+    """Whether UTF-8 can encode ``text`` (a lone surrogate, which JSON can carry, it cannot)."""
     try:
         text.encode()
     except UnicodeEncodeError:

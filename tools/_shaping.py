@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
-from pydantic_core import SchemaSerializer
+from pydantic_core import PydanticSerializationError, SchemaSerializer
 
 from airlock.tools._arguments import ModelValidator
 from airlock.tools._errors import ResultTooLargeError, UpstreamError
@@ -18,8 +18,9 @@ def shape_result(model: type[BaseModel], result: Any, *, max_bytes: int) -> JSON
     """Keep only the fields ``model`` allows, as JSON values, if they fit in ``max_bytes``.
 
     Raises:
-        UpstreamError: the handler returned something that does not fit ``model``; the
-            handler ran, so the outcome is ``unknown``.
+        UpstreamError: the handler returned something that does not fit ``model``, or that
+            cannot be written as JSON (nested deeper than the serializer goes, text holding
+            a lone surrogate); the handler ran, so the outcome is ``unknown``.
         ResultTooLargeError: the projected result is over ``max_bytes``; never truncated.
     """
     return shape_with(
@@ -66,7 +67,15 @@ def _projected(
             outcome="unknown",
             detail=f"result does not fit {model.__name__}: {exc}",
         ) from None
-    size = len(serializer.to_json(shaped))
+    try:
+        size = len(serializer.to_json(shaped))
+    except (PydanticSerializationError, ValueError, RecursionError) as exc:
+        # The same answer fails the same way every time: retrying it is no use.
+        raise UpstreamError(
+            "the service's answer could not be read; do not retry this call",
+            outcome="unknown",
+            detail=f"result of {model.__name__} cannot be written as JSON: {exc}"[:500],
+        ) from None
     if size > max_bytes:
         raise ResultTooLargeError(size_bytes=size, limit_bytes=max_bytes)
     return shaped

@@ -10,6 +10,10 @@ another tenant answers 404, exactly like a missing one)::
                                                asks whether a key committed)
     POST /_admin/faults, DELETE /_admin/faults arm or clear fault switches (admin token)
 
+A request body over :data:`MAX_BODY_BYTES` (64 KiB) is **413** ``body_too_large``, refused by
+its ``Content-Length`` before it is read; one that is not JSON, or is nested too deep to parse,
+is **400** ``invalid_json``.
+
 Like a real API it answers more than a tool should pass on: card brand and last digits,
 billing addresses, e-mail and internal notes. The tools' output models drop them.
 
@@ -33,7 +37,7 @@ import hashlib
 import hmac
 import json
 import re
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import anyio
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -49,8 +53,11 @@ with requires_extra("demo", feature="the billing example's service"):
     from starlette.routing import Route
     from starlette.types import ASGIApp, Receive, Scope, Send
 
-__all__ = ["RefundRequest", "billing_app"]
+__all__ = ["MAX_BODY_BYTES", "RefundRequest", "billing_app"]
 
+MAX_BODY_BYTES: Final = 65_536
+"""The largest request body read; a larger one is 413 ``body_too_large``, refused by its
+``Content-Length`` before it is read, or as soon as the stream passes it."""
 _INVOICE_ID = re.compile(r"^inv_[a-z0-9]{1,32}$")
 _MAX_KEY = 255
 _MAX_PAGE = 100
@@ -72,6 +79,31 @@ def _error(status: int, kind: str, message: str, **headers: str) -> JSONResponse
     return JSONResponse(
         {"error": {"type": kind, "message": message}}, status_code=status, headers=headers
     )
+
+
+class _BodyTooLarge(Exception):
+    """The request's body is over :data:`MAX_BODY_BYTES`."""
+
+
+async def _body(request: Request) -> bytes:
+    """The request's body, read no further than :data:`MAX_BODY_BYTES`.
+
+    Raises:
+        _BodyTooLarge: its ``Content-Length`` or what was read passes the cap.
+    """
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise _BodyTooLarge
+    data = bytearray()
+    async for chunk in request.stream():
+        data += chunk
+        if len(data) > MAX_BODY_BYTES:  # a body without a length, or longer than it said
+            raise _BodyTooLarge
+    return bytes(data)
+
+
+def _too_large() -> JSONResponse:
+    return _error(413, "body_too_large", f"the body must be at most {MAX_BODY_BYTES} bytes")
 
 
 def billing_app(store: BillingStore, faults: Faults, *, admin_token: str) -> Starlette:
@@ -137,8 +169,10 @@ def billing_app(store: BillingStore, faults: Faults, *, admin_token: str) -> Sta
         if key is not None and not 1 <= len(key) <= _MAX_KEY:
             return _error(400, "invalid_idempotency_key", f"a key is 1-{_MAX_KEY} characters")
         try:
-            raw = json.loads(await request.body())
-        except ValueError:
+            raw = json.loads(await _body(request))
+        except _BodyTooLarge:
+            return _too_large()
+        except (ValueError, RecursionError):  # nested too deep is not worth a 500
             return _error(400, "invalid_json", "the body must be a JSON object")
         try:
             refund = RefundRequest.model_validate(raw)
@@ -188,7 +222,9 @@ def billing_app(store: BillingStore, faults: Faults, *, admin_token: str) -> Sta
             faults.clear()
             return JSONResponse({"cleared": True})
         try:
-            spec = faults.arm(FaultSpec.model_validate_json(await request.body()))
+            spec = faults.arm(FaultSpec.model_validate_json(await _body(request)))
+        except _BodyTooLarge:
+            return _too_large()
         except ValidationError as exc:
             return _error(422, "invalid_fault", str(exc.errors(include_url=False))[:500])
         return JSONResponse(spec.model_dump())
