@@ -26,6 +26,7 @@ from airlock.tools._arguments import raw_args_hash
 from airlock.tools._audit import AdmissionDecision, CallOutcome, Stage, call_event
 from airlock.tools._audit_log import AuditLog
 from airlock.tools._context import CallContext
+from airlock.tools._declared_cover import covers_declared
 from airlock.tools._errors import (
     ConflictError,
     DeniedError,
@@ -34,6 +35,7 @@ from airlock.tools._errors import (
     UnknownToolError,
 )
 from airlock.tools._spec import Precondition, ToolSpec
+from airlock.tools._step_text import argument_secrets, failure_detail, without_secrets
 
 if TYPE_CHECKING:
     from airlock.tools._registration import CompiledTool
@@ -126,38 +128,6 @@ def _authorize(
     return Authorization(verdict.verdict, verdict.rule_id, None, verdict.reason)
 
 
-# Per tool name, the last few (grant, spec) pairs judged and whether the grant covers the
-# spec's declared effects whole. Found by identity (both are frozen; the objects are kept),
-# with no id(): that raises an audit event, which the runtime checks would then look at.
-_DECLARED_COVERED: dict[str, list[tuple[Grant, ToolSpec, bool]]] = {}
-_DECLARED_COVERED_PER_TOOL = 8
-_DECLARED_COVERED_TOOLS = 4096
-
-
-def covers_declared(grant: Grant, spec: ToolSpec) -> bool:
-    """Whether ``grant`` covers every effect a call of ``spec`` can resolve to, judged once
-    per grant and spec from the declared patterns: a placeholder's value is always one
-    segment, which the ``*`` of a pattern stands for, and :meth:`Grant.covers` of a pattern is
-    conservative (it may say no to a contained pattern, never yes to one that is not). For
-    reads only (a write's effects come from its ``prepare``); an amount (``spend``) is judged
-    on every call, and so is everything when this says no."""
-    known = _DECLARED_COVERED.get(spec.name)
-    if known is not None:
-        for judged_grant, judged_spec, covered in known:
-            if judged_grant is grant and judged_spec is spec:
-                return covered
-    covered = not any(e.kind == "spend" for e in spec.effects) and all(
-        grant.covers(e) for e in spec.effects
-    )
-    if known is None:
-        if len(_DECLARED_COVERED) >= _DECLARED_COVERED_TOOLS:
-            _DECLARED_COVERED.clear()
-        known = _DECLARED_COVERED.setdefault(spec.name, [])
-    known.insert(0, (grant, spec, covered))
-    del known[_DECLARED_COVERED_PER_TOOL:]
-    return covered
-
-
 class CallTrail:
     """Where one call stands in the admission order; :meth:`record` writes its one final
     audit event (exactly once, whatever happens)."""
@@ -238,10 +208,16 @@ class CallTrail:
     def failed(self, exc: BaseException) -> None:
         """Record how the call failed: a tool error with its outcome and code; anything else
         (a bug, a cancellation) as ``unknown``, never as success."""
+        # The arguments as sent: an exception's text (a validator's, a handler's) may echo
+        # their Secret() values, which the record must not keep.
+        secrets = argument_secrets(self._args, self.secret_fields) if self.secret_fields else ()
         if isinstance(exc, ToolError):
-            self.record(exc.outcome, code=exc.code, detail=exc.detail)
+            detail = exc.detail
+            if detail and secrets:
+                detail = without_secrets(detail, secrets)
+            self.record(exc.outcome, code=exc.code, detail=detail)
         else:
-            self.record("unknown", detail=f"{type(exc).__name__}: {exc}"[:500])
+            self.record("unknown", detail=failure_detail(exc, secrets))
 
 
 _new_object = object.__new__

@@ -12,9 +12,9 @@ from __future__ import annotations
 import json
 import math
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Final, TypeVar
 
 from airlock.tools._audit import AuditEvent
 from airlock.tools._audit_chain import AuditStoreError, canonical
@@ -31,6 +31,8 @@ __all__ = [
     "refuse_old_schema",
     "row_of",
 ]
+
+_T = TypeVar("_T")
 
 _VERSION = 2
 SCHEMA = f"""
@@ -207,9 +209,14 @@ def _text(value: str) -> str:
 
 
 def event_of_row(row: Sequence[Any]) -> AuditEvent:
-    """The event of a row of :data:`COLUMNS`."""
+    """The event of a row of :data:`COLUMNS`.
+
+    Raises:
+        AuditStoreError: a column holds what no writer stores (a row edited behind the
+            store's back); the message names the record by run and call.
+    """
     return AuditEvent(
-        ts=float(row[0]),
+        ts=_decoded(row, 0, float),
         run_id=str(row[1]),
         call_id=str(row[2]),
         caller=row[3],
@@ -222,12 +229,47 @@ def event_of_row(row: Sequence[Any]) -> AuditEvent:
         rule=str(row[10]),
         outcome=row[11],
         code=None if row[12] is None else str(row[12]),
-        duration_s=float(row[13]),
-        effects=tuple(str(e) for e in json.loads(str(row[14]))),
+        duration_s=_decoded(row, 13, float),
+        effects=_decoded(row, 14, _effects_of),
         detail=None if row[15] is None else str(row[15]),
         final=bool(row[16]),
         approver=None if row[17] is None else str(row[17]),
     )
+
+
+_NAMES: Final = tuple(name.strip() for name in COLUMNS.split(","))
+
+
+def _decoded(row: Sequence[Any], index: int, decode: Callable[[Any], _T]) -> _T:
+    """``decode(row[index])``: a column the reader must parse, which someone with write
+    access to the database may have filled with anything.
+
+    Raises:
+        AuditStoreError: it does not decode; one record must not end a listing with a
+            traceback, and the operator needs to know which one to look at.
+    """
+    try:
+        return decode(row[index])
+    except (TypeError, ValueError) as exc:  # (json's JSONDecodeError is a ValueError)
+        # The texts quoted are the forger's: repr() escapes what could drive a terminal.
+        raise AuditStoreError(
+            f"the audit record of run {_quoted(row[1])}, call {_quoted(row[2])} cannot be "
+            f"read: its {_NAMES[index]} {_quoted(row[index])} is not what airlock writes "
+            f"({type(exc).__name__}); it was changed behind the store's back. Run `airlock "
+            "audit verify` to find the first changed record, and restore the log from a backup"
+        ) from None
+
+
+def _effects_of(stored: Any) -> tuple[str, ...]:
+    effects = json.loads(str(stored))
+    if not isinstance(effects, list):
+        raise TypeError(f"effects are a JSON list, not {type(effects).__name__}")
+    return tuple(str(e) for e in effects)
+
+
+def _quoted(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:57]}..."
 
 
 def refuse_old_schema(path: Path, *, timeout: float = 5.0) -> None:

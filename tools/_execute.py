@@ -31,6 +31,7 @@ from airlock.tools._egress_hook import CURRENT
 from airlock.tools._errors import NotFoundError, ToolError, ToolTimeoutError, UpstreamError
 from airlock.tools._registration import CompiledTool
 from airlock.tools._spec import ToolSpec
+from airlock.tools._step_text import argument_secrets, failure_detail, failure_trace
 
 if TYPE_CHECKING:
     from airlock.tools._admission import CallTrail
@@ -130,11 +131,15 @@ async def execute(
         raise
     except Exception as exc:
         _refuse_undeclared(check, trail, exc)
-        _log.warning("tool %s raised %s", spec.name, type(exc).__name__, exc_info=exc)
+        # Its text may echo the call's Secret() arguments: logged and kept without them.
+        secrets = argument_secrets(values, spec.secret_fields)
+        _log.warning(
+            "tool %s raised %s:\n%s", spec.name, type(exc).__name__, failure_trace(exc, secrets)
+        )
         raise UpstreamError(
             "the tool failed and may have acted; do not assume it did or did not",
             outcome="unknown",
-            detail=f"{type(exc).__name__}: {exc}"[:500],
+            detail=failure_detail(exc, secrets),
         ) from exc
     finally:
         check.closed = True  # (_egress.leave(), spelled out)

@@ -9,10 +9,12 @@ from pydantic import BaseModel, ValidationError
 
 from airlock.policies import Principal
 from airlock.tools._admission import Admission
+from airlock.tools._arguments import secret_fields_of
 from airlock.tools._egress import checked_invoke, reach_of
 from airlock.tools._errors import ToolError, ToolTimeoutError, UpstreamError
 from airlock.tools._preview import Preview, canonical_json
 from airlock.tools._step_effect import contract_of
+from airlock.tools._step_text import argument_secrets, failure_detail, failure_trace, kept_text
 
 __all__ = ["model_message", "run_prepare"]
 
@@ -57,10 +59,17 @@ async def run_prepare(admission: Admission, principal: Principal, *, budget: flo
         denial = check.denial(admission.trail)
         if denial is not None:
             raise denial from exc
-        _log.warning("prepare raised %s", type(exc).__name__, exc_info=exc)
+        # Its text may echo the call's Secret() arguments: logged and kept without them.
+        secrets = argument_secrets(admission.values, spec.secret_fields)
+        _log.warning(
+            "prepare of %s raised %s:\n%s",
+            spec.name,
+            type(exc).__name__,
+            failure_trace(exc, secrets),
+        )
         raise UpstreamError(
             "preparing the change failed; nothing was changed",
-            detail=f"{type(exc).__name__}: {exc}"[:500],
+            detail=failure_detail(exc, secrets),
         ) from exc
     denial = check.denial(admission.trail)
     if denial is not None:  # prepare caught the refusal itself: the call fails all the same
@@ -69,10 +78,14 @@ async def run_prepare(admission: Admission, principal: Principal, *, budget: flo
     if not isinstance(effect, model):
         try:
             effect = model.model_validate(effect, from_attributes=True)
-        except ValidationError as exc:
+        except ValidationError as exc:  # (its text, so kept, names no value it was given)
             raise UpstreamError(
                 "preparing the change failed; nothing was changed",
-                detail=f"prepare returned something that is not a {model.__name__}: {exc}"[:500],
+                detail=kept_text(
+                    f"prepare returned something that is not a {model.__name__}: "
+                    f"{failure_detail(exc, ())}",
+                    (),
+                ),
             ) from None
     _check_stored_form(model, effect)
     return effect
@@ -89,14 +102,14 @@ def _check_stored_form(model: type[BaseModel], effect: BaseModel) -> None:
     try:
         rebuilt = model.model_validate_json(canonical_json(effect.model_dump(mode="json")))
     except (TypeError, ValueError) as exc:  # ValidationError is a ValueError
-        why = f"{type(exc).__name__}: {exc}"
+        why = failure_detail(exc, argument_secrets(effect, secret_fields_of(model)))
     else:
         if rebuilt == effect:
             return
         why = "it rebuilds a different effect"
     raise UpstreamError(
         "preparing the change failed; nothing was changed",
-        detail=f"the {model.__name__} prepared cannot be stored as JSON: {why}"[:500],
+        detail=kept_text(f"the {model.__name__} prepared cannot be stored as JSON: {why}", ()),
     )
 
 

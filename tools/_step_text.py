@@ -1,13 +1,18 @@
-"""What a write step records about how a send ended, without the values it must not keep.
+"""What a failed call or write step records about how it ended, without the values it must
+not keep.
 
-An exception raised by a tool's ``commit`` often echoes the request it was sending
-(``Transfer(account='acc_1', password='...')``), and the ledger keeps that text (a step's
-error, how it moved) as the audit log does. The clear value of every effect field marked
-``Secret()`` is known only to the sender holding it (the ledger has its seal), so the sender
-replaces it with :data:`~airlock.tools._redact.REDACTED` before the text reaches either.
-Credentials (credential headers and fields, ``Bearer`` tokens, every revealed credential's
-value) are redacted where the text is stored, with the audit log's own
-:func:`~airlock.tools._redact.redact`: by the ledger
+An exception raised by a tool's code often echoes what it was given: ``int(pin)`` says
+``invalid literal for int() with base 10: '...'``, a ``commit`` says
+``Transfer(account='acc_1', password='...')``. The audit log keeps that text, and the ledger
+keeps a step's (its error, how it moved). The clear values of the fields marked ``Secret()``
+(a call's arguments, a step's effect) are known only to whoever holds the call or the step
+(the ledger has a step's seal), so that code replaces them with
+:data:`~airlock.tools._redact.REDACTED` before the text is kept: :func:`failure_detail` for
+an exception a handler, a ``prepare`` or an admission step raised,
+:func:`without_secrets` for a send's ending. Credentials (credential headers and fields,
+``Bearer`` tokens, every revealed credential's value) are redacted with the audit log's own
+:func:`~airlock.tools._redact.redact`: by :func:`failure_detail` and :func:`failure_trace`
+before they cut or log anything, and where a step's text is stored, by the ledger
 (:func:`~airlock.tools._ledger_rows.ledger_text`) and by the audit log
 (:func:`~airlock.tools.audit_event`).
 """
@@ -15,13 +20,32 @@ value) are redacted where the text is stored, with the audit log's own
 from __future__ import annotations
 
 import json
+import traceback
 from collections.abc import Collection, Mapping
+from typing import Final
+
+from pydantic import BaseModel, ValidationError
 
 from airlock.tools._arguments import secret_fields_of
-from airlock.tools._redact import REDACTED
+from airlock.tools._redact import REDACTED, redact
 from airlock.tools._write_contract import WriteContract
 
-__all__ = ["secret_values", "storable", "without_secrets"]
+__all__ = [
+    "DETAIL_CHARS",
+    "argument_secrets",
+    "failure_detail",
+    "failure_trace",
+    "kept_text",
+    "secret_values",
+    "storable",
+    "without_secrets",
+]
+
+DETAIL_CHARS: Final = 500
+"""The most of an exception's text the audit log keeps."""
+_MOST_VALUES: Final = 10_000
+"""How many values :func:`argument_secrets` looks at, at most (arguments a caller built may
+hold themselves)."""
 
 
 def secret_values(contract: WriteContract, effect: Mapping[str, object]) -> tuple[str, ...]:
@@ -51,3 +75,92 @@ def storable(text: str) -> str:
     text may hold one (echoing what a system answered), and neither SQLite nor PostgreSQL
     takes text that is not valid UTF-8, so the record of a send's ending would be lost."""
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def argument_secrets(arguments: object, fields: Collection[str]) -> tuple[str, ...]:
+    """The values of ``arguments``' fields named in ``fields`` (a tool's ``Secret()`` ones),
+    as text, every string and number inside them included: ``arguments`` is the validated
+    model, the arguments by name (validated, or as sent), or anything else a caller sent
+    (then there are none)."""
+    if not fields:
+        return ()
+    if isinstance(arguments, BaseModel):
+        found: list[object] = [getattr(arguments, name, None) for name in sorted(fields)]
+    elif isinstance(arguments, Mapping):
+        found = [arguments.get(name) for name in sorted(fields) if name in arguments]
+    else:
+        return ()
+    texts: list[str] = []
+    seen = 0
+    while found and seen < _MOST_VALUES:
+        value = found.pop()
+        seen += 1
+        reveal = getattr(value, "get_secret_value", None)  # pydantic's SecretStr, SecretBytes
+        if callable(reveal):
+            value = reveal()
+        if isinstance(value, str):
+            texts.append(value)
+        elif isinstance(value, bytes):
+            texts.append(value.decode("utf-8", "replace"))
+        elif isinstance(value, int | float) and not isinstance(value, bool):
+            texts.append(str(value))
+        elif isinstance(value, Mapping):
+            found.extend(value.values())
+        elif isinstance(value, list | tuple | set | frozenset):
+            found.extend(value)
+    return tuple(text for text in texts if text)
+
+
+def failure_detail(exc: BaseException, secrets: Collection[str]) -> str:
+    """What the audit log keeps of ``exc``, an exception a tool's code raised (not a
+    :class:`~airlock.tools.ToolError`, whose detail its author wrote): its type and text,
+    as :func:`kept_text` keeps them."""
+    return kept_text(f"{type(exc).__name__}: {_text_of(exc)}", secrets)
+
+
+def kept_text(text: str, secrets: Collection[str]) -> str:
+    """``text`` without ``secrets`` (the call's ``Secret()`` values, :func:`argument_secrets`),
+    its credentials redacted, then cut to :data:`DETAIL_CHARS` characters. In that order:
+    text cut first could keep the start of a credential that the cut leaves unrecognizable."""
+    return redact(without_secrets(text, secrets))[:DETAIL_CHARS]
+
+
+def failure_trace(exc: BaseException, secrets: Collection[str]) -> str:
+    """``exc``'s traceback for the operator log, with the exceptions it chained, without
+    ``secrets`` and with credentials redacted. Its frames show file names and source lines,
+    never values; the text of each exception (and its notes) may echo the call's arguments,
+    so the whole is cleaned, and a validation error's text is written without its inputs
+    (pydantic shortens a long one, which would hide it from the cleaning)."""
+    chain: list[BaseException] = []
+    link: BaseException | None = exc
+    while link is not None and len(chain) < _MOST_CHAINED:
+        chain.append(link)
+        link = link.__cause__ or (None if link.__suppress_context__ else link.__context__)
+    parts: list[str] = []
+    for later, link in zip([None, *chain], chain, strict=False):
+        if later is not None:
+            parts.append(_CAUSED if later.__cause__ is link else _DURING)
+        frames = "".join(traceback.format_tb(link.__traceback__))
+        notes = getattr(link, "__notes__", None)
+        told = "".join(f"\n{note}" for note in notes) if isinstance(notes, list) else ""
+        head = "Traceback (most recent call last):\n" if frames else ""
+        parts.append(f"{head}{frames}{type(link).__name__}: {_text_of(link)}{told}")
+    return redact(without_secrets("\n".join(reversed(parts)), secrets))
+
+
+_MOST_CHAINED: Final = 8
+_CAUSED: Final = "\nThe above exception was the direct cause of the following exception:\n"
+_DURING: Final = "\nDuring handling of the above exception, another exception occurred:\n"
+
+
+def _text_of(exc: BaseException) -> str:
+    """``str(exc)``, but a validation error's without the values it was given, and a text
+    even when ``__str__`` fails (the record of the failure must not be lost)."""
+    if isinstance(exc, ValidationError):
+        issues = exc.errors(include_url=False, include_input=False, include_context=False)
+        said = "; ".join(f"{'.'.join(map(str, i['loc'])) or '-'}: {i['msg']}" for i in issues)
+        return f"{exc.error_count()} validation error(s) for {exc.title}: {said}"
+    try:
+        return str(exc)
+    except Exception:
+        return "<its text could not be made>"
