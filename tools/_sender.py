@@ -43,7 +43,7 @@ from airlock.tools._spec import ToolSpec
 from airlock.tools._step_effect import contract_of, effect_of
 from airlock.tools._step_events import approver_of, step_event
 from airlock.tools._step_owner import owner_token
-from airlock.tools._step_text import secret_values, storable, without_secrets
+from airlock.tools._step_text import kept_text, secret_values, storable, without_secrets
 from airlock.tools._takeover import settle_taken_over
 from airlock.tools._write_contract import WriteContract
 
@@ -305,9 +305,10 @@ class Sender:
         """Mark the step ``unknown`` if the ledger lets us, and build the error that says
         so (it must reach the caller even when the ledger fails: the system may have acted).
         ``why`` (an exception's text, often) is recorded without ``secrets``, the values of
-        the step's ``Secret()`` fields, and credentials are redacted where it is stored.
+        the step's ``Secret()`` fields, and with credentials redacted, before it is cut (a cut
+        credential would no longer be recognized where the text is stored).
         """
-        why = storable(without_secrets(why, secrets))[:300]
+        why = storable(kept_text(why, secrets))[:300]
         self.mark_unknown(claimed, how=f"no definite answer: {why}", error=why[:200])
         self.audit(claimed, "execute", "allow", claimed.rule, "unknown", "ambiguous_write", why)
         return AmbiguousWriteError(
