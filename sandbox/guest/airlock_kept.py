@@ -16,26 +16,26 @@ child, no patched module. What is kept is explicit:
     literals: their source is kept (annotations left out) and defined again, in the next
     program's own namespace and language mode, so they see its ``tools`` and globals;
   * modules, and what ``from MODULE import NAME`` binds (a function, a class): imported
-    again, through the next program's import rules.
+    again, through the next program's import rules, when its process has the module loaded
+    already (the runner loads the default allowed imports, and an image's packages, before
+    any program); another must be imported again by the program.
 
 Anything else (a DataFrame, an instance of a program's class, a class, a lambda, an open
 file) is not kept: the next program starts without that name, and the program that left it
 is told so on its stderr. Keep such values as files under ``/tmp``.
 
 Reading the file back never runs code a program wrote: the data is unpickled with no class
-but the plain ones above (in the next program's own time, name by name), and a kept function
-is defined (not called) from a source that must parse to one such ``def``. The file itself is
-read before the next program is known, in one pass and within bounds, whatever stands there
-(``airlock_kept_file``).
+but the plain ones above, building no more than its bytes hold (``airlock_kept_data``; in the
+next program's own time, name by name), a kept function is defined (not called) from the
+source :func:`definition` keeps, when the file's is exactly that (:func:`restorable`), and no
+module is imported that is not loaded already. An entry refused is left out, and the next
+program told so on its stderr. The file itself is read before the next program is known, in
+one pass and within bounds, whatever stands there (``airlock_kept_file``).
 """
 
 from __future__ import annotations
 
 import ast
-import collections
-import datetime
-import decimal
-import io
 import os
 import pickle
 import types
@@ -43,6 +43,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from airlock.sandbox.guest.airlock_kept_data import is_plain, loads_data
     from airlock.sandbox.guest.airlock_kept_file import (
         NotARegularFile,
         decode_names,
@@ -50,8 +51,9 @@ if TYPE_CHECKING:
         read_regular,
         temporary_file,
     )
-    from airlock.sandbox.guest.airlock_kept_modules import entry, imported
+    from airlock.sandbox.guest.airlock_kept_modules import entry, imported, loaded
 else:
+    from airlock_kept_data import is_plain, loads_data
     from airlock_kept_file import (
         NotARegularFile,
         decode_names,
@@ -59,98 +61,18 @@ else:
         read_regular,
         temporary_file,
     )
-    from airlock_kept_modules import entry, imported
+    from airlock_kept_modules import entry, imported, loaded
 
 GLOBALS_FILE = "/tmp/.airlock-globals"
 """Where a kept session's top-level names wait for the next program."""
 MAX_KEPT_BYTES = 64 * 1024 * 1024
 """The most the kept names may take in their file: data beyond it is not kept, and a larger
 file is not read."""
-_MAX_ELEMENTS = 5_000_000
-"""Values and keys a kept name may hold; a larger one is not kept (walking it costs time)."""
 _NOTE_CHARS = 600
 RUN_OWN_BUILTINS = frozenset({"result"})
 """What the runner adds to a program's builtins (``airlock_language``): like the names it
 puts in a program's globals (``tools``, the guards), the run's own, never kept nor restored
 (a kept ``def result`` would otherwise answer, and call tools, for every later program)."""
-
-_PLAIN = frozenset(
-    {
-        type(None), bool, int, float, complex, str, bytes, bytearray, list, tuple, dict, set,
-        frozenset, collections.OrderedDict, collections.Counter, collections.defaultdict,
-        collections.deque, datetime.date, datetime.datetime, datetime.time,
-        datetime.timedelta, datetime.timezone, decimal.Decimal,
-    }
-)  # fmt: skip
-_BUILTIN_FACTORIES = (list, dict, set, int, float, str, tuple, frozenset, bytes)
-_ALLOWED_GLOBALS = frozenset(
-    {("builtins", t.__name__) for t in (*_BUILTIN_FACTORIES, complex, bool, bytearray)}
-    | {
-        ("collections", "OrderedDict"),
-        ("collections", "Counter"),
-        ("collections", "defaultdict"),
-        ("collections", "deque"),
-        ("datetime", "date"),
-        ("datetime", "datetime"),
-        ("datetime", "time"),
-        ("datetime", "timedelta"),
-        ("datetime", "timezone"),
-        ("decimal", "Decimal"),
-        ("_codecs", "encode"),  # bytearray's reduction at protocol < 5
-    }
-)
-
-
-class _DataOnly(pickle.Unpickler):
-    """Unpickles plain data: any other class or function is refused."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        if (module, name) not in _ALLOWED_GLOBALS:
-            raise pickle.UnpicklingError(f"{module}.{name} is not plain data")
-        return super().find_class(module, name)
-
-
-def loads_data(data: bytes) -> Any:
-    """Unpickle ``data`` holding plain data only.
-
-    Raises:
-        pickle.UnpicklingError: it names another class or function.
-    """
-    return _DataOnly(io.BytesIO(data)).load()
-
-
-def is_plain(value: object) -> bool:
-    """Whether ``value`` is plain data (see the module's docstring), walked without calling
-    any of its methods."""
-    seen: set[int] = set()
-    stack: list[Any] = [value]
-    count = 0
-    while stack:
-        item = stack.pop()
-        count += 1
-        if count > _MAX_ELEMENTS:
-            return False
-        kind = type(item)
-        if kind not in _PLAIN:
-            return False
-        if kind is collections.defaultdict:
-            factory = item.default_factory
-            if factory is not None and factory not in _BUILTIN_FACTORIES:
-                return False
-        elif kind is datetime.datetime or kind is datetime.time:
-            zone = item.tzinfo
-            if zone is not None and type(zone) is not datetime.timezone:
-                return False
-        if id(item) in seen:
-            continue
-        if kind in (list, tuple, set, frozenset, collections.deque):
-            seen.add(id(item))
-            stack.extend(item)
-        elif isinstance(item, dict):
-            seen.add(id(item))
-            stack.extend(item.keys())
-            stack.extend(item.values())
-    return True
 
 
 def _literal(node: ast.expr | None) -> bool:
@@ -163,8 +85,11 @@ def _literal(node: ast.expr | None) -> bool:
 
 def definition(node: ast.stmt) -> str | None:
     """The source to keep for a top-level ``def`` (annotations left out), or ``None`` when
-    defining it again could run code: decorators, or a default that is not a literal."""
+    defining it again could run code: decorators, type parameters, or a default that is not
+    a literal. Reading the source back checks it with this function too (:func:`restorable`)."""
     if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or node.decorator_list:
+        return None
+    if getattr(node, "type_params", None):  # (Python 3.12's ``def f[T: bound]()``)
         return None
     arguments = node.args
     if not all(_literal(d) for d in [*arguments.defaults, *arguments.kw_defaults]):
@@ -189,6 +114,21 @@ def _without_annotations(node: ast.FunctionDef | ast.AsyncFunctionDef) -> ast.st
             argument.annotation = None
     copy.type_comment = None
     return copy
+
+
+def restorable(name: str, source: str) -> str | None:
+    """The source to define ``name`` again from, when ``source`` (read back from the file of
+    names, which a program may have written) is a ``def`` of that name exactly as
+    :func:`definition` keeps it; else ``None``. Whatever :func:`definition` leaves out or
+    refuses would run in the next program's namespace, ``tools`` and all, when the ``def``
+    runs: an annotation, a decorator, a default."""
+    tree = ast.parse(source)
+    if len(tree.body) != 1 or getattr(tree.body[0], "name", None) != name:
+        return None
+    kept = definition(tree.body[0])
+    if kept is None or ast.dump(ast.parse(kept).body[0]) != ast.dump(tree.body[0]):
+        return None
+    return kept
 
 
 def top_level_definitions(source: str) -> dict[str, tuple[int, str]]:
@@ -265,9 +205,11 @@ class KeptGlobals:
         if isinstance(builtins, dict) and callable(builtins.get("__import__")):
             importer = builtins["__import__"]
         for name, where in self.modules.items():
+            refused: str | None = "not loaded ahead of the program (importing it would run it)"
             try:
-                value = imported(where, importer, namespace)
-                refused = guard(value) if guard else None
+                if loaded(where):
+                    value = imported(where, importer, namespace)
+                    refused = guard(value) if guard else None
             except Exception:
                 refused = "not importable here"
             if refused:
@@ -275,22 +217,23 @@ class KeptGlobals:
                 continue
             namespace[name] = value
             self.restored[name] = value
-        for name, source in self.functions.items():
+        for name, source in list(self.functions.items()):
             try:
-                tree = ast.parse(source)
-                if len(tree.body) != 1 or definition(tree.body[0]) is None:
-                    continue
-                if getattr(tree.body[0], "name", None) != name:
-                    continue
-                exec(compile_definition(source), namespace)
-            except Exception:
+                # Only the checked text is compiled, never the file's own.
+                checked = restorable(name, source)
+                if checked is None:
+                    raise ValueError(f"{name} is not a def as it is kept")
+                exec(compile_definition(checked), namespace)
+            except Exception:  # whatever a program wrote (a source too deeply nested to parse)
                 self.notes.append(f"{name} (its definition is refused here)")
                 continue
+            self.functions[name] = checked
             self.restored[name] = namespace.get(name)
         for name, blob in self.data.items():
             try:
                 value = loads_data(blob)
             except Exception:
+                self.notes.append(f"{name} (its data is refused here)")
                 continue
             namespace[name] = value
             self.restored[name] = value
@@ -387,5 +330,6 @@ __all__ = [
     "definition",
     "is_plain",
     "loads_data",
+    "restorable",
     "top_level_definitions",
 ]

@@ -3,10 +3,11 @@
 Standard library only. A program's top-level name bound to a module, or to a class or function
 of one (``from MODULE import NAME``), is kept as an entry, ``MODULE`` or ``MODULE:QUALNAME``
 (:func:`entry`), and the next program imports it again through its own import rules
-(:func:`imported`). Every process of a kept container runs as the same user, so the file of
-names may be a program's own work: reading an entry back accepts only what :func:`entry`
-writes, never a path through another module (``csv:re.enum.sys`` is the real ``sys``) nor a
-private name (``statistics:random._os``).
+(:func:`imported`), when its process has that module loaded already (:func:`loaded`). Every
+process of a kept container runs as the same user, so the file of names may be a program's
+own work: reading an entry back accepts only what :func:`entry` writes, never a path through
+another module (``csv:re.enum.sys`` is the real ``sys``) nor a private name
+(``statistics:random._os``).
 """
 
 from __future__ import annotations
@@ -42,6 +43,14 @@ def entry(value: object) -> str | None:
     return f"{module}:{qualname}" if found is value else None
 
 
+def loaded(where: str) -> bool:
+    """Whether the module of the entry ``where`` is loaded in this process already, so that
+    importing it again runs nothing. The next program's process is forked from one that
+    imported what programs import most; a module it has not loaded would run its own code
+    there when imported (``this`` prints the Zen on the next program's stdout)."""
+    return where.partition(":")[0] in sys.modules
+
+
 def imported(where: str, importer: Callable[..., Any], namespace: dict[str, Any]) -> object:
     """What the entry ``where`` names, imported through ``importer`` (the next program's
     ``__import__``, with ``namespace`` as its globals).
@@ -68,4 +77,4 @@ def imported(where: str, importer: Callable[..., Any], namespace: dict[str, Any]
     return value
 
 
-__all__ = ["entry", "imported"]
+__all__ = ["entry", "imported", "loaded"]
