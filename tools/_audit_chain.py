@@ -10,7 +10,8 @@ included. One ``audit_head`` row holds the last number and chain, under a MAC of
                (a field edited, or records reordered: the number is hashed in)
     missing    a number is absent (a record deleted)
     truncated  the head counts more records than there are (the last ones deleted)
-    head       the head is missing or its MAC is wrong
+    head       the head is missing or its MAC is wrong (a store is made with a head counting
+               no record, so one without a head had it deleted, with every record)
     program    a stored program's text does not match its hash
     index      the effect index (what ``airlock audit find`` searches) disagrees with the
                effects of the record it points to
@@ -39,6 +40,7 @@ from airlock.tools._sql_rows import SQLConnection
 
 __all__ = [
     "GENESIS",
+    "MISSING_HEAD",
     "AuditStoreError",
     "ChainProblem",
     "ChainReport",
@@ -138,21 +140,29 @@ def load_key(key_file: Path, *, create: bool) -> bytes:
     """The chain key in ``key_file``, made first (atomically, mode 0600) when ``create``.
 
     Raises:
-        AuditStoreError: no key and not ``create``, or the file does not hold one.
+        AuditStoreError: no key and not ``create``; the file cannot be read or made (a
+            folder, a link to nowhere, no permission); or it does not hold a key.
     """
     try:
-        text = key_file.read_text(encoding="ascii").strip()
+        try:
+            data = key_file.read_bytes()
+        except FileNotFoundError:
+            if key_file.is_symlink() or not create:
+                raise
+            _write_key(key_file)
+            data = key_file.read_bytes()
     except FileNotFoundError:
-        if not create:
-            raise AuditStoreError(
-                f"the audit store's key {str(key_file)!r} is missing; restore it from a backup "
-                "(without it the chain cannot be checked or extended), or pass its path"
-            ) from None
-        _write_key(key_file)
-        text = key_file.read_text(encoding="ascii").strip()
+        if key_file.is_symlink():
+            raise _unusable(key_file, "it is a link to a file that does not exist") from None
+        raise AuditStoreError(
+            f"the audit store's key {str(key_file)!r} is missing; restore it from a backup "
+            "(without it the chain cannot be checked or extended), or pass its path"
+        ) from None
+    except OSError as exc:
+        raise _unusable(key_file, exc.strerror or type(exc).__name__) from None
     try:
-        key = bytes.fromhex(text)
-    except ValueError:
+        key = bytes.fromhex(data.decode("ascii").strip())
+    except ValueError:  # (UnicodeDecodeError included)
         key = b""
     if len(key) != _KEY_BYTES:
         raise AuditStoreError(
@@ -160,6 +170,13 @@ def load_key(key_file: Path, *, create: bool) -> bytes:
             "restore the right file"
         )
     return key
+
+
+def _unusable(key_file: Path, why: str) -> AuditStoreError:
+    return AuditStoreError(
+        f"the audit store's key {str(key_file)!r} cannot be read or made ({why}); it must be "
+        "a file the harness's user may read: fix or restore it, or pass its path"
+    )
 
 
 def _write_key(key_file: Path) -> None:
@@ -248,9 +265,8 @@ def verify_chain(conn: SQLConnection, key: bytes, columns: str) -> ChainReport:
         checked = number
     head = conn.execute("SELECT records, chain, mac FROM audit_head").fetchone()
     if head is None:
-        if checked:
-            return _bad(conn, checked, previous, "head", checked, "the head row is missing")
-        head = (0, GENESIS, head_mac(key, 0, GENESIS))  # a store that never held a record
+        # Every store is made with a head (for no record): without one, it was deleted.
+        return _bad(conn, checked, previous, "head", checked or 1, MISSING_HEAD)
     records, chain, mac = int(head[0]), bytes(head[1]), bytes(head[2])
     if not hmac.compare_digest(head_mac(key, records, chain), mac):
         return _bad(conn, checked, previous, "head", checked, "the head row's MAC is wrong")
@@ -284,6 +300,13 @@ def verify_chain(conn: SQLConnection, key: bytes, columns: str) -> ChainReport:
     report = ChainReport(records=checked, programs=0, head=records, last_chain=previous.hex())
     return _programs(conn, report)
 
+
+# Why a store without its head row is refused: every store is made with one.
+MISSING_HEAD = (
+    "the head row is missing: it and the records it counted were deleted (or, with no record, "
+    "the store was made by an airlock that wrote its head only with the first record; if it "
+    "never held one, move it aside and a new one starts)"
+)
 
 VERIFY_PAGE = 1000
 """Rows :func:`verify_chain` reads of a table at a time."""

@@ -24,10 +24,11 @@ from typing import Any, Final, NamedTuple
 
 from airlock.policies import EFFECT_KINDS, UsageError, covers, glob_regex, may_share_text
 from airlock.tools._audit import CallOutcome
+from airlock.tools._audit_sql import first_record
 from airlock.tools._context import Caller
 from airlock.tools._sql_rows import SearchableAuditStore, SQLConnection
 
-__all__ = ["FoundCall", "find_calls"]
+__all__ = ["FoundCall", "FoundCalls", "find_calls"]
 
 _PATTERN: Final = re.compile(r"^[A-Za-z0-9_.@+*/:-]{1,256}$")
 _CALL = (
@@ -71,7 +72,8 @@ def find_calls(
     since: float | None = None,
     until: float | None = None,
     attempted: bool = False,
-) -> list[FoundCall]:
+    runs: int | None = None,
+) -> FoundCalls:
     """Calls whose effects match, oldest first.
 
     Args:
@@ -82,6 +84,11 @@ def find_calls(
         since, until: only events that ended in ``[since, until)`` (epoch seconds).
         attempted: also calls that did not run (refused, previews): by default only what
             was exercised (:attr:`AuditEvent.exercised <airlock.tools.AuditEvent.exercised>`).
+        runs: only the calls of the ``runs`` runs whose last matching call is newest (what
+            ``airlock audit find --limit`` shows); the counts of every match are
+            :attr:`FoundCalls.calls_found` and :attr:`FoundCalls.runs_found`. What is held
+            in memory meanwhile is those runs' calls, and for a ``resource`` the number of
+            each matching call and the id of each matching run.
 
     Raises:
         UsageError: ``resource`` is not a pattern, or a kind is not an effect kind.
@@ -106,9 +113,11 @@ def find_calls(
             params.append(value)
     if not attempted:
         where.append("e.exercised = 1")
-    first = 0 if since is None else _first_record(store, since)
+    first = 0 if since is None else store.read(lambda conn: first_record(conn, since))
+    if runs is not None:
+        return _newest_runs(store, resource, kinds, where, [*params, first], runs)
     if resource is None and not kinds:
-        return _by_time(store, where, [*params, first])
+        return FoundCalls(_by_time(store, where, [*params, first]))
     effects, values = _effect_rows(resource, kinds, first)
     # Two reads, each through a covering index or in record order: the matching effects,
     # then their calls, fetched by ascending record number (far faster than a join that
@@ -129,18 +138,27 @@ def find_calls(
     by_call: dict[int, list[Any]] = {}
     for row in rows:
         by_call.setdefault(row[0], []).append(row)
-    return _matched(calls, by_call, _Matcher(resource))
+    return FoundCalls(_matched(calls, by_call, _Matcher(resource)))
 
 
-def _first_record(store: SearchableAuditStore, since: float) -> int:
-    """The lowest record number whose event ended at or after ``since`` (0 when none)."""
-    row = store.read(
-        lambda conn: conn.execute(
-            "SELECT MIN(id) FROM audit_events INDEXED BY audit_events_ts WHERE ts >= ?",
-            (since,),
-        ).fetchone()
-    )
-    return 0 if row is None or row[0] is None else int(row[0])
+class FoundCalls(list[FoundCall]):
+    """The calls :func:`find_calls` found, oldest first, and how many matched in all (more
+    than these when it was asked for the newest ``runs`` only)."""
+
+    __slots__ = ("calls_found", "runs_found")
+
+    def __init__(
+        self,
+        calls: list[FoundCall],
+        *,
+        calls_found: int | None = None,
+        runs_found: int | None = None,
+    ) -> None:
+        super().__init__(calls)
+        self.calls_found = len(calls) if calls_found is None else calls_found
+        """Calls that matched."""
+        self.runs_found = len({c.run_id for c in calls}) if runs_found is None else runs_found
+        """Runs with a call that matched."""
 
 
 def _effect_rows(resource: str | None, kinds: Collection[str], first: int) -> tuple[str, list[Any]]:
@@ -225,3 +243,138 @@ def _by_time(store: SearchableAuditStore, where: list[str], params: list[Any]) -
         FoundCall._make((*row[:_CALL_WIDTH], tuple(json.loads(row[-1])), True))
         for row in store.read(rows)
     ]
+
+
+_CHUNK = 500
+"""Record numbers or run ids one statement names at most (SQLite takes 250,000 variables)."""
+
+
+def _chunks(values: list[Any]) -> list[list[Any]]:
+    return [values[i : i + _CHUNK] for i in range(0, len(values), _CHUNK)]
+
+
+def _newest_runs(
+    store: SearchableAuditStore,
+    resource: str | None,
+    kinds: Collection[str],
+    where: list[str],
+    params: list[Any],
+    runs: int,
+) -> FoundCalls:
+    """:func:`find_calls` for the newest ``runs`` runs: the matching calls are walked from the
+    newest, a page of record numbers at a time, and only the chosen runs' calls are built.
+    ``params`` ends with the first record of the period."""
+    clause = " AND ".join([*where, "e.id >= ?"])
+    first, inside = params[-1], _Matcher(resource)
+    effects, values = (
+        ("", []) if resource is None and not kinds else _effect_rows(resource, kinds, first)
+    )
+    chosen: dict[str, None] = {}
+    ids: list[int] = []
+    if resource is None:
+        # Every call the query finds matches: SQL counts them, and pages them newest first.
+        if effects:
+            clause += f" AND e.id IN (SELECT event_id FROM ({effects}) AS m)"
+            params = [*params, *values]
+        counted = store.read(
+            lambda conn: conn.execute(
+                f"SELECT COUNT(*), COUNT(DISTINCT e.run_id) FROM audit_events e WHERE {clause}",
+                params,
+            ).fetchone()
+        )
+        calls_found, runs_found = int(counted[0]), int(counted[1])
+        before = 2**62
+        while len(chosen) < runs and before > first:
+            page = _fetch(
+                store,
+                f"SELECT e.id, e.run_id FROM audit_events e WHERE {clause} AND e.id < ? "
+                "ORDER BY e.id DESC LIMIT 1000",
+                [*params, before],
+            )
+            for _, run in page:
+                if run in chosen or len(chosen) < runs:
+                    chosen.setdefault(run)
+            before = int(page[-1][0]) if len(page) == 1000 else first
+        for part in _chunks(list(chosen)):
+            marks = ", ".join("?" * len(part))
+            sql = f"SELECT e.id FROM audit_events e WHERE {clause} AND e.run_id IN ({marks})"
+            ids += [int(r[0]) for r in _fetch(store, sql, [*params, *part])]
+    else:
+        hits = store.read(lambda conn: _hits(conn, effects, values, inside))
+        seen: set[str] = set()
+        calls_found = 0
+        for part in _chunks(hits):
+            marks = ", ".join("?" * len(part))
+            sql = (
+                f"SELECT e.id, e.run_id FROM audit_events e WHERE {clause} "
+                f"AND e.id IN ({marks}) ORDER BY e.id DESC"
+            )
+            for number, run in _fetch(store, sql, [*params, *part]):
+                calls_found += 1
+                seen.add(run)
+                if run in chosen or len(chosen) < runs:
+                    chosen.setdefault(run)
+                    ids.append(int(number))
+        runs_found = len(seen)
+    found = [
+        call
+        for part in _chunks(sorted(ids))
+        for call in _calls(store, part, resource, kinds, inside)
+    ]
+    return FoundCalls(found, calls_found=calls_found, runs_found=runs_found)
+
+
+def _fetch(store: SearchableAuditStore, sql: str, args: list[Any]) -> list[Any]:
+    return store.read(lambda conn: conn.execute(sql, args).fetchall())
+
+
+def _hits(conn: SQLConnection, effects: str, values: list[Any], inside: _Matcher) -> list[int]:
+    """The numbers of the records with an effect inside the resource, newest first."""
+    hit: set[int] = set()
+    for number, kind, target, concrete in conn.execute(effects, values):
+        if number not in hit and (
+            inside(kind, target, bool(concrete)) or (not concrete and inside.overlaps(kind, target))
+        ):
+            hit.add(int(number))
+    return sorted(hit, reverse=True)
+
+
+def _calls(
+    store: SearchableAuditStore,
+    ids: list[int],
+    resource: str | None,
+    kinds: Collection[str],
+    inside: _Matcher,
+) -> list[FoundCall]:
+    """The calls of records ``ids`` (ascending), with their matching effects in the order
+    the search of every record gives them."""
+    marks = ", ".join("?" * len(ids))
+    if resource is None and not kinds:
+        return _by_time(store, [f"e.id IN ({marks})"], [*ids, 0])
+    kind = f" AND kind IN ({', '.join('?' * len(kinds))})" if kinds else ""
+
+    def read(conn: SQLConnection) -> tuple[list[Any], list[Any]]:
+        return (
+            conn.execute(
+                "SELECT event_id, kind, target, prefix IS NULL FROM audit_effects "
+                f"WHERE event_id IN ({marks}){kind}",
+                [*ids, *sorted(kinds)],
+            ).fetchall(),
+            conn.execute(
+                f"SELECT {_CALL} FROM audit_events e WHERE e.id IN ({marks}) ORDER BY e.id", ids
+            ).fetchall(),
+        )
+
+    rows, calls = store.read(read)
+    by_call: dict[int, list[Any]] = {}
+    # For a resource, in the order its search of every record reads them through the
+    # effect index: concrete targets (by target), then recorded patterns (by prefix).
+    for row in rows if resource is None else sorted(rows, key=_index_order):
+        by_call.setdefault(row[0], []).append(row)
+    return _matched(calls, by_call, inside)
+
+
+def _index_order(row: Any) -> tuple[Any, ...]:
+    if row[3]:
+        return (0, row[2], row[1])
+    return (1, row[2].split("*", 1)[0], row[1], row[2])

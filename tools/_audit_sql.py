@@ -15,7 +15,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from airlock.tools._audit import AuditEvent
-from airlock.tools._audit_chain import GENESIS, AuditStoreError, Linker, head_mac, split_effect
+from airlock.tools._audit_chain import (
+    GENESIS,
+    MISSING_HEAD,
+    AuditStoreError,
+    Linker,
+    head_mac,
+    split_effect,
+)
 from airlock.tools._audit_schema import encoded_row
 from airlock.tools._sql_rows import SQLConnection
 
@@ -24,6 +31,7 @@ __all__ = [
     "chain_rows",
     "encode_events",
     "filters",
+    "first_record",
     "page",
     "program_text",
     "vouched_tail",
@@ -59,8 +67,9 @@ def encode_events(events: Sequence[AuditEvent]) -> Encoded:
 
 def vouched_tail(conn: SQLConnection, key: bytes) -> tuple[int, bytes] | None:
     """The number and chain of the last stored record, as the head's MAC vouches for them
-    (``None``: no record was ever written): where the next append continues. Called under
-    the lock that serializes appenders, before anything is written.
+    (``None``: no record was written yet, as the head made with the store says): where the
+    next append continues. Called under the lock that serializes appenders, before anything
+    is written.
 
     Someone who can write the database but not read the key can delete the newest records;
     ``verify`` then reports the log truncated. Were the next append to chain on from what
@@ -68,15 +77,16 @@ def vouched_tail(conn: SQLConnection, key: bytes) -> tuple[int, bytes] | None:
     log would verify as whole. So the last record must be the one the head names.
 
     Raises:
-        AuditStoreError: the head is missing, its MAC is wrong, or the last record is not
-            the one it names; nothing may be written until someone looks.
+        AuditStoreError: the head is missing (every store is made with one, for no record:
+            without it, the records and the head were deleted), its MAC is wrong, or the last
+            record is not the one it names; nothing may be written until someone looks.
     """
     head = conn.execute("SELECT records, chain, mac FROM audit_head").fetchone()
     last = conn.execute("SELECT id, chain FROM audit_events ORDER BY id DESC LIMIT 1").fetchone()
     if head is None:
-        if last is None:
-            return None
-        raise _broken("the head row is missing, yet records are stored")
+        # Every store is made with a head (for no record): a wiped log must not restart at 1.
+        kept = "the head row is missing, yet records are stored"
+        raise _broken(MISSING_HEAD if last is None else kept)
     try:
         records, chain, mac = int(head[0]), bytes(head[1]), bytes(head[2])
         stored = None if last is None else (int(last[0]), bytes(last[1]))
@@ -130,6 +140,19 @@ def chain_rows(
             for kind, target, prefix in split:
                 indexed.append((number, kind, target, prefix))
     return number, chain, chained, indexed
+
+
+def first_record(conn: SQLConnection, since: float) -> int:
+    """The lowest record number whose event ended at or after ``since`` (one past the last
+    record when none did), found through the time index: records are numbered in the order
+    they were written, so a period's records are read from there on by number."""
+    row = conn.execute(
+        "SELECT MIN(id) FROM audit_events INDEXED BY audit_events_ts WHERE ts >= ?", (since,)
+    ).fetchone()
+    if row is not None and row[0] is not None:
+        return int(row[0])
+    last = conn.execute("SELECT MAX(id) FROM audit_events").fetchone()
+    return 1 + (0 if last is None or last[0] is None else int(last[0]))
 
 
 def page(sql: str, params: list[Any], conn: SQLConnection) -> list[Any]:

@@ -13,7 +13,9 @@ sent with ``COPY``, one statement per table.
 Every process that writes must hold the same chain key (a file, as for SQLite; give each host
 a copy, as a secret). The database keeps a MAC of a fixed text under the key that first wrote
 to it, so a process started with another key is refused at once instead of writing records
-that ``verify`` would later call changed; the MAC tells nothing about the key.
+that ``verify`` would later call changed; the MAC tells nothing about the key. The first
+writer stores it together with the head for no record, so a database whose head is gone
+had it deleted (with every record) and is refused, not started again at record 1.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import psycopg
 
 from airlock.tools._audit import AuditEvent, RunSummary
 from airlock.tools._audit_chain import (
+    GENESIS,
     AuditStoreError,
     ChainReport,
     Linker,
@@ -42,6 +45,7 @@ from airlock.tools._audit_sql import (
     chain_rows,
     encode_events,
     filters,
+    first_record,
     page,
     program_text,
     vouched_tail,
@@ -65,6 +69,10 @@ _SET_HEAD = (
     b"INSERT INTO audit_head (one, records, chain, mac) VALUES (1, %s, %s, %s) "
     b"ON CONFLICT (one) DO UPDATE SET records = EXCLUDED.records, chain = EXCLUDED.chain, "
     b"mac = EXCLUDED.mac"
+)
+_FIRST_HEAD = (
+    b"INSERT INTO audit_head (one, records, chain, mac) VALUES (1, %s, %s, %s) "
+    b"ON CONFLICT (one) DO NOTHING"
 )
 _KEY_CHECK_TEXT = b"airlock audit key check"
 _INDEXED_BY = re.compile(r"\s+INDEXED BY \w+")
@@ -139,9 +147,17 @@ class PostgresAuditStore:
     def _check_key(self, key: bytes) -> None:
         mac = hmac.digest(key, _KEY_CHECK_TEXT, "sha256")
         with self._db.transaction() as conn:
-            conn.execute(
-                "INSERT INTO audit_key (one, mac) VALUES (1, %s) ON CONFLICT DO NOTHING", (mac,)
-            )
+            first = conn.execute(
+                "INSERT INTO audit_key (one, mac) VALUES (1, %s) ON CONFLICT DO NOTHING "
+                "RETURNING one",
+                (mac,),
+            ).fetchone()
+            if first is not None:
+                # The first writer's key check and the head for no record commit together:
+                # a database with a key check and no head had its head deleted, with every
+                # record (vouched_tail, verify_chain).
+                empty = (0, GENESIS, head_mac(key, 0, GENESIS))
+                conn.execute(_FIRST_HEAD, empty)
             row = conn.execute("SELECT mac FROM audit_key").fetchone()
         if row is None or not hmac.compare_digest(bytes(row[0]), mac):
             raise AuditStoreError(
@@ -217,7 +233,8 @@ class PostgresAuditStore:
             f"SELECT id, {COLUMNS}, chain FROM audit_events{where}"
             f"{' AND' if where else ' WHERE'} id > ? ORDER BY id LIMIT 1000"
         )
-        after = 0
+        # (A period is read from its first record on: see first_record.)
+        after = 0 if since is None else self.read(lambda c: first_record(c, since)) - 1
         while True:
             rows = self.read(functools.partial(page, sql, [*params, after]))
             if not rows:

@@ -22,6 +22,7 @@ from typing import Any, Literal, TypeVar
 
 from airlock.tools._audit import AuditEvent, RunSummary
 from airlock.tools._audit_chain import (
+    GENESIS,
     ChainReport,
     Linker,
     head_mac,
@@ -43,6 +44,7 @@ from airlock.tools._audit_sql import (
     chain_rows,
     encode_events,
     filters,
+    first_record,
     page,
     program_text,
     vouched_tail,
@@ -86,21 +88,26 @@ class SQLiteAuditStore:
         self.path = Path(path)
         memory = str(path) == ":memory:"
         self.key_file = Path(key_file) if key_file is not None else Path(f"{self.path}.key")
-        if not memory:
-            refuse_old_schema(self.path, timeout=busy_timeout)
-        self._db = SQLiteConnection(
+        opening = functools.partial(
+            SQLiteConnection,
             self.path,
-            SCHEMA,
             label="the audit store",
             marker="audit_events",
             synchronous=synchronous,
             busy_timeout=busy_timeout,
-            readonly=readonly,
         )
         self._key: bytes | None = None
         if memory:
             self._key = bytes(32)
-        elif not readonly:
+        else:
+            refuse_old_schema(self.path, timeout=busy_timeout)
+            if not readonly and _unmade(self.path):
+                self._key = _make(opening("", readonly=False), self.key_file)
+        self._db = opening(SCHEMA, readonly=readonly)
+        if memory:
+            with self._db.transaction() as conn:
+                conn.execute(SET_HEAD, (0, GENESIS, head_mac(bytes(32), 0, GENESIS)))
+        elif not readonly and self._key is None:
             has_records = self._db.read(
                 lambda conn: conn.execute("SELECT 1 FROM audit_events LIMIT 1").fetchone()
             )
@@ -162,12 +169,14 @@ class SQLiteAuditStore:
         """Every stored event as (record number, event, chain in hex), in order, read in
         pages so that exporting a large log holds one page in memory."""
         where, params = filters(run_id=run_id, since=since, until=until)
-        hint = _index_for(run_id=run_id, since=since)
+        # A period starts at its first record, and pages are read by record number from
+        # there: through the time index, each page would sort the rest of the period again.
+        hint = " INDEXED BY audit_events_run" if run_id is not None else " NOT INDEXED"
         sql = (
             f"SELECT id, {COLUMNS}, chain FROM audit_events{hint}{where}"
             f"{' AND' if where else ' WHERE'} id > ? ORDER BY id LIMIT 1000"
         )
-        after = 0
+        after = 0 if since is None else self._db.read(lambda c: first_record(c, since)) - 1
         while True:
             rows = self._db.read(functools.partial(page, sql, [*params, after]))
             if not rows:
@@ -185,19 +194,23 @@ class SQLiteAuditStore:
                 chosen.setdefault(run)
                 if len(chosen) >= limit:
                     break
-            if not chosen:
-                return []
-            marks = ", ".join("?" * len(chosen))
-            return conn.execute(
-                f"""SELECT run_id, MIN(ts - duration_s), MAX(ts),
+            # A few hundred runs a statement: SQLite takes at most 250,000 variables.
+            runs = list(chosen)
+            found: list[Any] = []
+            size = min(_RUNS_PER_QUERY, conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER))
+            for start in range(0, len(runs), size):
+                part = runs[start : start + size]
+                found += conn.execute(
+                    f"""SELECT run_id, MIN(ts - duration_s), MAX(ts),
                        SUM(final), SUM(final AND outcome = 'ok'),
                        SUM(final AND outcome = 'error'), SUM(final AND outcome = 'unknown'),
                        GROUP_CONCAT(DISTINCT user_id), SUM(final AND outcome = 'preview'),
                        MAX(id)
-                FROM audit_events WHERE run_id IN ({marks})
-                GROUP BY run_id ORDER BY MAX(id) DESC""",
-                list(chosen),
-            ).fetchall()
+                    FROM audit_events WHERE run_id IN ({", ".join("?" * len(part))})
+                    GROUP BY run_id""",
+                    part,
+                ).fetchall()
+            return sorted(found, key=lambda r: int(r[9]), reverse=True)
 
         return [
             RunSummary(
@@ -236,6 +249,59 @@ class SQLiteAuditStore:
     def close(self) -> None:
         self._db.close()
 
+
+def _unmade(path: Path) -> bool:
+    """Whether ``path`` holds no audit store yet (no file, an empty one, or a database
+    without its tables), so a writer makes one; when it cannot tell, the store's connection
+    says what is wrong with the file."""
+    try:
+        if not path.exists() or (path.is_file() and path.stat().st_size == 0):
+            return True
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            return conn.execute(_MADE).fetchone() is None
+        finally:
+            conn.close()
+    except (OSError, sqlite3.Error):
+        return False
+
+
+_MADE = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'audit_events'"
+
+
+def _make(maker: SQLiteConnection, key_file: Path) -> bytes:
+    """Make the store's tables and its head for no record, under the key's MAC, in one
+    transaction (closing ``maker``, a connection that made nothing on opening), and return
+    the key. A store with tables and no head is then one whose head was deleted, with every
+    record (:func:`~airlock.tools._audit_sql.vouched_tail`); a process that stops half-way
+    leaves no tables. Another process that made the store meanwhile left it as it is."""
+    try:
+        key = load_key(key_file, create=True)
+        with maker.transaction() as conn:
+            made = conn.execute(_MADE).fetchone()
+            for statement in _statements(SCHEMA):
+                conn.execute(statement)
+            if made is None:
+                conn.execute(SET_HEAD, (0, GENESIS, head_mac(key, 0, GENESIS)))
+    finally:
+        maker.close()
+    return key
+
+
+@functools.cache
+def _statements(script: str) -> tuple[str, ...]:
+    """The statements of ``script``, one by one: ``executescript`` would commit first."""
+    statements: list[str] = []
+    part = ""
+    for line in script.splitlines(keepends=True):
+        part += line
+        if sqlite3.complete_statement(part):
+            statements.append(part.strip())
+            part = ""
+    return tuple(statements)
+
+
+_RUNS_PER_QUERY = 500
 
 MOST_ROWS_PER_INSERT = 8
 """Rows one ``INSERT`` statement of :func:`insert_rows` writes at most. More would save a

@@ -172,21 +172,22 @@ def find(
                 tool=tool,
                 since=cutoff,
                 attempted=attempted,
+                runs=limit,  # (only the runs shown are built; the counts come from the store)
             )
         finally:
             store.close()
-    runs = _by_run(found)
-    shown = runs[:limit]
+    shown = _by_run(found)
     if json_output:
         print_json(
             {
-                "runs_found": len(runs),
-                "calls_found": len(found),
+                "runs_found": found.runs_found,
+                "calls_found": found.calls_found,
                 "runs": [_run_json(run_id, calls) for run_id, calls in shown],
             }
         )
         return
-    table = Table(title=f"{len(runs)} run(s), {len(found)} call(s) matched (newest first)")
+    title = f"{found.runs_found} run(s), {found.calls_found} call(s) matched (newest first)"
+    table = Table(title=title)
     for column in ("run", "last (UTC)", "users", "calls", "tools", "matched effects"):
         table.add_column(column, justify="right" if column == "calls" else "left")
     for run_id, calls in shown:
@@ -202,9 +203,9 @@ def find(
             literal("\n".join(map(visible, matched[:5])) + more, lines=True),
         )
     console = Console(width=200, highlight=False)
-    console.print(table if runs else "no run matched")
-    if len(runs) > limit:
-        console.print(f"{len(runs) - limit} older run(s) not shown; raise --limit or use --json")
+    console.print(table if shown else "no run matched")
+    if found.runs_found > limit:
+        console.print(f"{found.runs_found - limit} older run(s) not shown; raise --limit or --json")
 
 
 def _by_run(found: list[FoundCall]) -> list[tuple[str, list[FoundCall]]]:

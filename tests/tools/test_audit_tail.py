@@ -99,7 +99,7 @@ def test_appends_extend_a_new_log_a_reopened_one_and_one_with_only_programs(
     backend: Backend,
 ) -> None:
     store = backend.audit()
-    store.append([], {program_hash("a()\n"): "a()\n"})  # no record, so no head yet
+    store.append([], {program_hash("a()\n"): "a()\n"})  # no record: the head still counts none
     store.append([_call_event(1)])
     store.append([_call_event(i) for i in range(2, 6)])
     store.close()
