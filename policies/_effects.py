@@ -25,7 +25,9 @@ placeholders naming a field of the tool's validated input, and the wildcards of
                   matched against grant patterns part by part (:mod:`._network`), and its
                   declared pattern is ``**`` (any URL the grant allows). ``{urls[]}`` too.
                   A placeholder in a ``network`` host is read as a URL's host is
-                  (``https://{host}/x``: lower case, no final dot, no IPv4 in another form).
+                  (``https://{host}/x``: lower case, no final dot, no IPv4 in another form),
+                  and a value fills only its part of the URL (a port digits, a host no ``@``:
+                  :mod:`._placeholders`).
 """
 
 from __future__ import annotations
@@ -33,11 +35,13 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Final, Literal, get_args
 
 from airlock.policies._mail import mail_target
-from airlock.policies._network import host_target, placed_host, split_network, url_target
+from airlock.policies._network import host_target, url_target
+from airlock.policies._placeholders import PLACEHOLDER as _PLACEHOLDER
+from airlock.policies._placeholders import PlacedValueError, check_network_value, placed_network
+from airlock.policies._placeholders import target_parts as _parts
 from airlock.policies._spend import SpendValueError, check_spend, parse_spend, spent
 
 __all__ = [
@@ -59,7 +63,6 @@ SIDE_EFFECT_KINDS: Final[frozenset[EffectKind]] = frozenset({"write", "spend", "
 """Kinds that change the world or let data out: never callable from code, approvable."""
 
 # "\Z", not "$": "$" also matches before a final newline ("inv_1\n" is not one segment).
-_PLACEHOLDER = re.compile(r"\{([a-z_][a-z0-9_]*)(\[\])?\}")
 _TARGET_CHARS = re.compile(r"^[A-Za-z0-9_.@+*/:~%-]+\Z")
 _RESOURCE = re.compile(r"^[a-z][a-z0-9_]*:[^:]")
 _SAFE_VALUE = re.compile(r"^[A-Za-z0-9_@+-][A-Za-z0-9_.@+-]{0,199}\Z")
@@ -155,7 +158,8 @@ class Effect:
             except SpendValueError as exc:
                 raise EffectArgumentError(exc.field, exc.reason) from None
         # A loop, not a generator, and one safe segment taken as it is: this runs for every
-        # admitted call. Anything else (a number, a URL, a refusal) is :meth:`_value`'s.
+        # admitted call. Anything else (a number, a URL, a refusal, any network value: it
+        # must fit its part of the URL) is :meth:`_value`'s.
         pieces = []
         for literal, name in _parts(self.target):
             if name is None:
@@ -164,7 +168,7 @@ class Effect:
             value = args.get(name, _MISSING)
             if (
                 type(value) is str
-                and not self.takes_url
+                and self.kind != "network"
                 and _SAFE_VALUE.match(value) is not None
                 and value.count("@") <= 1
             ):
@@ -244,7 +248,13 @@ class Effect:
         if value is _MISSING:
             raise EffectArgumentError(name, "is required by the tool's declared effects")
         if not self.takes_url:
-            return _segment(name, value)
+            segment = _segment(name, value)
+            if self.kind == "network":
+                try:
+                    check_network_value(self.target, name, segment)
+                except ValueError as exc:
+                    raise EffectArgumentError(name, str(exc)) from None
+            return segment
         if type(value) is not str:  # (a number would be a host such as 2130706433)
             raise EffectArgumentError(
                 name, "must be a URL scheme://host[:port][/path], or one host name"
@@ -256,8 +266,8 @@ class Effect:
 
     def _concrete(self, target: str) -> Effect:
         """The effect on ``target``, this template filled (a value holds no "/", so their
-        segments align): no segment with two "@", a placeholder's host read as a URL's host
-        is, an ``email:`` domain as a mail server reads it."""
+        segments align): no segment with two "@", a network target as
+        :func:`placed_network` reads it, an ``email:`` domain as a mail server reads it."""
         kind, template = self.kind, self.target
         if target.count("@") > 1 and not self.takes_url:
             for mine, filled in zip(template.split("/"), target.split("/"), strict=False):
@@ -267,12 +277,12 @@ class Effect:
         try:
             if kind == "disclose":
                 target = mail_target(target)
-            elif kind == "network" and not self.takes_url and "{" in split_network(template).host:
-                target = placed_host(target)
-        except ValueError as exc:
-            host = template if kind == "disclose" else split_network(template).host
-            names = _PLACEHOLDER.findall(host)  # the domain ends a target; a host its part
-            raise EffectArgumentError(names[-1 if kind == "disclose" else 0][0], str(exc)) from None
+            elif kind == "network" and not self.takes_url:
+                target = placed_network(template, target)
+        except PlacedValueError as exc:
+            raise EffectArgumentError(exc.field, exc.reason) from None
+        except ValueError as exc:  # (the domain ends a target: its last placeholder)
+            raise EffectArgumentError(_PLACEHOLDER.findall(template)[-1][0], str(exc)) from None
         # Built without __post_init__: the template was checked once, every value just now.
         return _concrete_effect(kind, target, None)
 
@@ -345,19 +355,6 @@ def _check_target(kind: EffectKind, target: str) -> None:
 
 
 _MISSING: Final = object()
-
-
-@lru_cache(maxsize=1024)
-def _parts(target: str) -> tuple[tuple[str, str | None], ...]:
-    """``a:b/{x}/c`` -> (("a:b/", None), ("", "x"), ("/c", None)); ``{x[]}`` names ``x``."""
-    out: list[tuple[str, str | None]] = []
-    position = 0
-    for match in _PLACEHOLDER.finditer(target):
-        out.append((target[position : match.start()], None))
-        out.append(("", match.group(1)))
-        position = match.end()
-    out.append((target[position:], None))
-    return tuple(out)
 
 
 def _segment(name: str, value: object) -> str:
