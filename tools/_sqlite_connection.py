@@ -45,6 +45,8 @@ __all__ = ["SQLiteConnection", "store_error"]
 
 T = TypeVar("T")
 E = TypeVar("E", bound=LedgerError)
+_FOLDER_MODE = 0o700
+_FILE_MODE = 0o600
 _log = logging.getLogger("airlock.ledger")
 
 
@@ -52,7 +54,8 @@ class SQLiteConnection:
     """The connection of one store to the SQLite file at ``path`` (or ``":memory:"``).
 
     Args:
-        path: the file; its folder is created unless ``readonly``.
+        path: the file; unless ``readonly``, its folder and it are created when missing
+            (mode 0700 and 0600: what exists keeps its mode).
         schema: SQL run on each new writable connection (``CREATE TABLE IF NOT EXISTS ...``).
         label: what the store is called in errors, e.g. ``"the ledger"``.
         marker: the table every file of this store holds; an SQLite file with tables but
@@ -157,13 +160,16 @@ class SQLiteConnection:
             if self._readonly:
                 raise self._error(LedgerUnavailableError, "does not exist; check the path")
             try:
-                path.parent.mkdir(parents=True, exist_ok=True)
+                # The folder this makes (the last; those above it are ordinary) and the file
+                # are the user's alone: a store holds programs' text and write arguments.
+                path.parent.mkdir(mode=_FOLDER_MODE, parents=True, exist_ok=True)
             except OSError as exc:
                 raise self._error(
                     LedgerUnavailableError,
                     f"cannot be created: its folder cannot be made ({exc.strerror})",
                 ) from exc
             self._check_folder(path)
+            self._create(path)
             return
         if not os.access(path, os.R_OK):
             raise self._error(
@@ -198,6 +204,19 @@ class SQLiteConnection:
                 "(chmod u+w) or use a copy you may write",
             )
         self._check_folder(path)
+
+    def _create(self, path: Path) -> None:
+        # SQLite would create it with the umask's mode (0644 as a rule), and its -wal and
+        # -shm take the file's mode: made 0600 here first, all three are the user's alone.
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, _FILE_MODE)
+        except FileExistsError:
+            return  # another process made it meanwhile (or a link is there): SQLite decides
+        except OSError as exc:
+            raise self._error(
+                LedgerUnavailableError, f"cannot be created ({exc.strerror}); check its folder"
+            ) from exc
+        os.close(fd)
 
     def _check_folder(self, path: Path) -> None:
         folder = path.parent

@@ -120,6 +120,8 @@ async def open_harness(
         RegistryRefError, PolicyFileError, UsageError: the registry, policy or principal is
             not usable, or an option widens the policy's sandbox profile; ``InputRefused``
             for an input outside the grant or not mountable.
+        LedgerError: the ledger or the audit store cannot be used or made (a folder on its
+            path is a file, say); the subclass says why, the message names the file.
         SandboxError: the Docker engine or the sandbox image is unavailable.
     """
     options = options or SandboxOptions()
@@ -135,10 +137,8 @@ async def open_harness(
     if url is not None and ledger is None:
         store = open_ledger(url, busy_timeout=settings.busy_timeout)
     else:
-        if ledger is None:
-            ledger = default_ledger()
-        ledger.parent.mkdir(parents=True, exist_ok=True)
-        store = SQLiteLedgerStore(ledger, busy_timeout=settings.busy_timeout)
+        # The store makes its folder (mode 0700), or says in one line why it cannot.
+        store = SQLiteLedgerStore(ledger or default_ledger(), busy_timeout=settings.busy_timeout)
     audit: AuditStore | None = None
     try:
         if catalog.audit.provisional and url is not None:

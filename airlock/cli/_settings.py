@@ -22,8 +22,9 @@ class Settings(BaseModel):
     home: Path = Field(
         default_factory=airlock_home,
         description="Directory for the audit log (audit.db and its chain key audit.db.key), "
-        "the ledger and run sockets: AIRLOCK_HOME, else XDG_STATE_HOME/airlock, else "
-        "~/.local/state/airlock.",
+        "the ledger and programs' artifacts (run sockets are in $TMPDIR/airlock-*): "
+        "AIRLOCK_HOME, else XDG_STATE_HOME/airlock, else ~/.local/state/airlock; made mode "
+        "0700 when airlock makes it.",
     )
     image: str = Field(
         default="airlock-sandbox:latest",

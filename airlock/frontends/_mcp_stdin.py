@@ -7,8 +7,9 @@ SIGTERM would leave the server hanging until the client closed stdin; reading th
 loop lets serving end at once.
 
 A regular file (``airlock serve --mcp < requests.jsonl``), which the loop cannot wait on, is
-read by a worker thread a buffer at a time, with the same checks and the same line limit. Its
-end is no client going away but the last request sent: the lines end only once every
+read by a worker thread a buffer at a time, with the same checks and the same line limit; so
+is a device the loop cannot wait on either (``/dev/null``, which ends at once). Its end is no
+client going away but the last request sent: the lines end only once every
 request read from it is answered, or cancelled by the client's ``notifications/cancelled``
 (which the SDK never answers); a duplicate id waits for an answer each. The SDK cancels the
 requests still running when its lines end, so a request that is never answered (a listen)
@@ -20,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import selectors
 from collections import Counter
 from types import TracebackType
 from typing import Final, Protocol
@@ -205,7 +207,8 @@ class _Noting:
 
 async def stdin_lines(*, limit: int = MAX_LINE_BYTES) -> StdinLines | None:
     """stdin as lines read on the loop (a pipe, a socket, a terminal) or by a worker thread a
-    buffer at a time (a regular file); None when there is no stdin to read (a closed fd)."""
+    buffer at a time (a regular file, a device the loop cannot wait on such as ``/dev/null``);
+    None when there is no stdin to read (a closed fd)."""
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader(limit=limit)
     try:
@@ -213,12 +216,27 @@ async def stdin_lines(*, limit: int = MAX_LINE_BYTES) -> StdinLines | None:
     except OSError:
         return None
     try:
+        if not _pollable(0):
+            raise ValueError("the loop cannot wait on stdin")
         pipe = open(0, "rb", buffering=0, closefd=False)  # noqa: SIM115  # the loop owns it
         await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), pipe)
     except (OSError, ValueError):  # no pipe: epoll cannot wait on a regular file
         _FileFeed(reader).start()
         return StdinLines(reader, wait_for_answers=True)
     return StdinLines(reader)
+
+
+def _pollable(fd: int) -> bool:
+    """Whether the loop's selector can wait on ``fd``. ``connect_read_pipe`` takes any
+    character device, but epoll refuses some (``/dev/null``: EPERM), and it finds out only
+    in a callback of the loop, after the reader was handed over: the reader then waits for
+    ever. Asked first, such an input goes to the worker thread, which reads its end."""
+    try:
+        with selectors.DefaultSelector() as selector:
+            selector.register(fd, selectors.EVENT_READ)
+    except (OSError, ValueError):
+        return False
+    return True
 
 
 class _FileFeed(asyncio.ReadTransport):

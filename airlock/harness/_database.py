@@ -12,13 +12,14 @@ The URL comes from ``--database`` or ``AIRLOCK_DATABASE_URL``:
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from airlock._extras import requires_extra
-from airlock.harness._home import airlock_home
+from airlock.harness._home import airlock_home, make_home
 from airlock.harness._otel import spans_from_environment
 from airlock.policies import UsageError
 from airlock.tools import (
@@ -79,16 +80,17 @@ def open_ledger(url: str | None, *, busy_timeout: float = 30.0) -> LedgerStore:
 
     Raises:
         MissingExtraError: a PostgreSQL URL and the ``postgres`` extra is not installed.
-        LedgerUnavailableError: the PostgreSQL server cannot be reached.
+        LedgerUnavailableError: the PostgreSQL server cannot be reached, or the SQLite file
+            or its folder cannot be made.
+        LedgerError: the SQLite file is not usable as the ledger; the subclass says why.
     """
     if is_postgres(url):
         assert url is not None
         with requires_extra("postgres", feature=_FEATURE):
             from airlock.tools.postgres import PostgresLedgerStore
         return PostgresLedgerStore(url)
-    folder = _folder(url)
-    folder.mkdir(parents=True, exist_ok=True)
-    return SQLiteLedgerStore(folder / "ledger.db", busy_timeout=busy_timeout)
+    # The store makes its folder (mode 0700), or raises LedgerUnavailableError saying why not.
+    return SQLiteLedgerStore(_folder(url) / "ledger.db", busy_timeout=busy_timeout)
 
 
 def open_audit_store(
@@ -110,6 +112,10 @@ def open_audit_store(
         with requires_extra("postgres", feature=_FEATURE):
             from airlock.tools.postgres import PostgresAuditStore
         key = key_file or Path(os.environ.get(_KEY_ENV) or airlock_home() / "audit.key")
+        if key_file is None and not os.environ.get(_KEY_ENV) and not readonly:
+            # The key's folder is the state's: the user's alone when this process makes it.
+            with contextlib.suppress(OSError):  # the key's loader says why in one line
+                make_home(key.parent)
         return PostgresAuditStore(url, key_file=key, readonly=readonly)
     return SQLiteAuditStore(
         _folder(url) / "audit.db", key_file=key_file, readonly=readonly, busy_timeout=busy_timeout

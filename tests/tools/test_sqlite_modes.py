@@ -1,0 +1,90 @@
+"""What a SQLite store creates is its user's alone, whatever the umask lets others read: a new
+folder 0700, a new database file 0600 (its journals, -wal and -shm, take the file's mode);
+what was there before keeps the mode its owner gave it."""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from airlock.tools import LedgerUnavailableError, SQLiteAuditStore, SQLiteLedgerStore
+
+Opener = Callable[[Path], SQLiteLedgerStore | SQLiteAuditStore]
+STORES: dict[str, Opener] = {
+    "ledger": lambda path: SQLiteLedgerStore(path),
+    "audit store": lambda path: SQLiteAuditStore(path),
+}
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+@pytest.fixture(params=[0o022, 0o002, 0o000])
+def umask(request: pytest.FixtureRequest) -> Iterator[int]:
+    old = os.umask(request.param)
+    yield request.param
+    os.umask(old)
+
+
+# (what is there before the store opens, the modes expected after: path -> mode)
+Before = Callable[[Path], None]
+
+
+def _nothing(base: Path) -> None:
+    pass
+
+
+def _open_folder(base: Path) -> None:
+    (base / "state").mkdir(mode=0o755)
+    (base / "state").chmod(0o755)
+
+
+def _open_file(base: Path) -> None:
+    _open_folder(base)
+    (base / "state" / "store.db").touch()
+    (base / "state" / "store.db").chmod(0o644)
+
+
+SETUPS: dict[str, tuple[Before, dict[str, int]]] = {
+    "nothing": (_nothing, {"state": 0o700, "state/store.db": 0o600}),
+    "the folder (0755)": (_open_folder, {"state": 0o755, "state/store.db": 0o600}),
+    "an empty file (0644)": (_open_file, {"state": 0o755, "state/store.db": 0o644}),
+}
+
+
+@pytest.mark.usefixtures("umask")
+@pytest.mark.parametrize("store", sorted(STORES))
+@pytest.mark.parametrize("before", sorted(SETUPS))
+def test_what_a_store_creates_is_its_users_alone(store: str, before: str, tmp_path: Path) -> None:
+    make, expected = SETUPS[before]
+    make(tmp_path)
+    path = tmp_path / "state" / "store.db"
+    opened = STORES[store](path)
+    try:
+        journals = {f"state/store.db{s}": expected["state/store.db"] for s in ("-wal", "-shm")}
+        assert {p: _mode(tmp_path / p) for p in [*expected, *journals]} == {
+            **expected,
+            **journals,
+        }
+    finally:
+        opened.close()
+
+
+def test_only_the_stores_own_folder_is_closed_to_others(umask: int, tmp_path: Path) -> None:
+    SQLiteLedgerStore(tmp_path / "a" / "b" / "ledger.db").close()
+    assert _mode(tmp_path / "a" / "b") == 0o700
+    assert _mode(tmp_path / "a") == 0o777 & ~umask
+
+
+@pytest.mark.parametrize("store", sorted(STORES))
+def test_a_link_to_where_no_file_can_be_is_the_typed_error(store: str, tmp_path: Path) -> None:
+    folder = tmp_path / "state"
+    folder.mkdir()
+    (folder / "store.db").symlink_to(tmp_path / "nowhere" / "x.db")
+    with pytest.raises(LedgerUnavailableError, match=r"store\.db"):
+        STORES[store](folder / "store.db")
