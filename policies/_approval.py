@@ -23,11 +23,12 @@ Precedence, in this order (the reason is recorded with every decision):
    ``ask``: "allow fetches from these hosts" decides the fetches of those hosts, and "ask for
    any other host" (a rule without targets, or with wider ones) the rest.
 3. **Rules without ``targets`` judge the rest of the call**: the effects no target rule named.
-   Their ``effect``, ``currency`` and ``min_amount`` conditions look at those effects only;
-   a rule with none of them applies while any such effect is left, or when the call has no
-   effects.
-4. **Default**: when no rule applied to that rest, an effect of kind ``write``, ``spend`` or
-   ``disclose`` in it is asked about, and ``read``/``network`` ones are allowed.
+   Their ``effect``, ``currency`` and ``min_amount`` conditions look at those effects only.
+   A rule with an ``effect`` decides the effects of that kind only ("reads are fine" does not
+   wave through the write of a call that also reads); one without applies to all of them
+   while any is left, or when the call has no effects.
+4. **Default**: an effect of kind ``write``, ``spend`` or ``disclose`` that no rule decided
+   is asked about, and ``read``/``network`` ones are allowed.
 
 The call's verdict is the strictest of 2-4 (``deny`` > ``ask`` > ``allow``); among equally
 strict ones the first rule listed, so the order of rules never loosens a policy. A call of
@@ -53,6 +54,7 @@ from pydantic import (
     model_validator,
 )
 
+from airlock.policies._approval_amount import spends_enough
 from airlock.policies._effects import SIDE_EFFECT_KINDS, Effect, EffectKind
 from airlock.policies._mail import may_reach_mailbox
 from airlock.policies._network import may_overlap, rule_target, split_network, target_covers
@@ -81,7 +83,11 @@ class ApprovalRule(BaseModel):
         default=("*",), min_length=1, description="Tool names or globs the rule applies to."
     )
     effect: EffectKind | None = Field(
-        default=None, description="Applies only to calls with an effect of this kind."
+        default=None,
+        description=(
+            "Decides the call's effects of this kind only: its other effects need a rule of "
+            "their own, or get the default (a side effect is asked about)."
+        ),
     )
     targets: tuple[_Target, ...] | None = Field(
         default=None,
@@ -217,30 +223,11 @@ class ApprovalRule(BaseModel):
         if self.effect is not None and not any(e.kind == self.effect for e in effects):
             return False
         if self.min_amount is not None or self.currency is not None:
-            return self._spends_enough(effects)
+            codes = self.targets if self.effect == "spend" else None
+            return spends_enough(
+                effects, currency=self.currency, min_amount=self.min_amount, codes=codes
+            )
         return self.effect is not None or bool(effects) or none_left
-
-    def _spends_enough(self, effects: Sequence[Effect]) -> bool:
-        """The currency and amount conditions: ``effects`` spend in :attr:`currency` (in
-        any currency without one) and, with :attr:`min_amount`, at least that much in one
-        currency, all of the call's spends in it added up (a limit "per call" that two
-        spends could each stay under is no limit). A rule on spends with :attr:`targets`
-        counts the spends in those currencies only."""
-        spent = False
-        totals: dict[str, int] = {}
-        codes = self.targets if self.effect == "spend" else None
-        for effect in effects:
-            if effect.kind != "spend" or self.currency not in (None, effect.target):
-                continue
-            if codes is not None and effect.target not in codes:
-                continue
-            spent = True
-            if isinstance(effect.amount, int):  # (a declared "{field}" amount is unknown)
-                totals[effect.target] = totals.get(effect.target, 0) + effect.amount
-        if self.min_amount is None:
-            return spent
-        threshold = self.min_amount
-        return any(total >= threshold for total in totals.values())
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,19 +267,20 @@ class ApprovalPolicy:
         """
         if self._targeted:
             return self._decide_by_targets(tool, effects, reversible=reversible)
-        # On every call: without targets, every rule judges the whole call (steps 1 and 3).
+        # On every call: without targets, every rule judges the whole call (steps 1, 3, 4).
         best: ApprovalRule | None = None
+        decided: set[EffectKind | None] = set()
         for rule in self.rules:
-            if rule.matches(tool, effects, reversible=reversible) and (
-                best is None or _STRICTNESS[rule.action] > _STRICTNESS[best.action]
-            ):
-                best = rule
-        if best is not None:
-            return Decision(best.action, best, f"rule {best.id!r} ({best.action})")
-        for effect in effects:  # (a loop and shared answers: this runs on every call)
-            if effect.kind in SIDE_EFFECT_KINDS:
-                return _ASK_SIDE_EFFECTS
-        return _ALLOW_READ_ONLY
+            if rule.matches(tool, effects, reversible=reversible):
+                decided.add(rule.effect)
+                if best is None or _STRICTNESS[rule.action] > _STRICTNESS[best.action]:
+                    best = rule
+        default = _left_to_default(effects, decided, ruled=best is not None)
+        if best is None:
+            return default or _ALLOW_READ_ONLY
+        if default is not None and best.action == "allow":
+            return default
+        return Decision(best.action, best, f"rule {best.id!r} ({best.action})")
 
     def _decide_by_targets(
         self, tool: str, effects: Sequence[Effect], *, reversible: bool
@@ -322,28 +310,40 @@ class ApprovalPolicy:
                 continue
             strictest = max(naming, key=lambda r: (_STRICTNESS[r.action], -rules.index(r)))
             found = _stricter(found, strictest, f" for {effect}", rules)
-        # 3. rules without targets judge the rest
-        judged = False
+        # 3. rules without targets judge the rest (a rule with an effect kind: that kind)
+        decided: set[EffectKind | None] = set()
         if rest or not effects:
             for rule in rules:
                 if rule.targets is None and rule._judges(rest, none_left=not effects):
-                    judged = True
+                    decided.add(rule.effect)
                     about = next((f" for {e}" for e in rest if e.kind == rule.effect), "")
                     found = _stricter(found, rule, about, rules)
-        # 4. the default for what no rule judged
-        default: Decision | None = None
-        if not judged and (rest or not effects):
-            if any(e.kind in SIDE_EFFECT_KINDS for e in rest):
-                default = _ASK_SIDE_EFFECTS
-            elif found is None:
-                default = _ALLOW_READ_ONLY
+        # 4. the default for what no rule decided
+        default = _left_to_default(rest, decided, ruled=found is not None)
         if found is None:
-            assert default is not None
-            return default
+            return default or _ALLOW_READ_ONLY
         rule, about = found
         if default is not None and _STRICTNESS[default.verdict] > _STRICTNESS[rule.action]:
             return default
         return Decision(rule.action, rule, f"rule {rule.id!r} ({rule.action}){about}")
+
+
+def _left_to_default(
+    effects: Sequence[Effect], decided: set[EffectKind | None], *, ruled: bool
+) -> Decision | None:
+    """The default's ``ask`` when a side effect in ``effects`` is of no kind in ``decided``
+    (the kinds of the rules that applied; ``None``: a rule on every kind); ``ruled``: some
+    rule applied to the call, so the reason names the effect it left."""
+    if None in decided:
+        return None
+    for effect in effects:  # (a loop and shared answers: this runs on every call)
+        if effect.kind in SIDE_EFFECT_KINDS and effect.kind not in decided:
+            if not ruled:
+                return _ASK_SIDE_EFFECTS
+            return Decision(
+                "ask", None, f"no rule decided {effect}, a side effect: a person is asked"
+            )
+    return None
 
 
 def _most_specific(effect: Effect, naming: list[ApprovalRule]) -> list[ApprovalRule]:

@@ -267,6 +267,14 @@ def parse_policy(text: str, *, source: str = "<policy>") -> Policy:
         match = re.search(r"line (\d+)", str(exc))
         line = int(match.group(1)) if match else None
         raise PolicyFileError(f"not valid TOML: {exc}", path=source, line=line) from exc
+    except RecursionError:
+        # tomllib reads nested arrays and inline tables by recursion: a few hundred levels
+        # exhaust the stack, which no policy needs.
+        raise PolicyFileError(
+            "not valid TOML: a value is nested too deeply (arrays or inline tables inside "
+            "each other hundreds of levels deep); a policy needs two or three",
+            path=source,
+        ) from None
 
     def fail(reason: str, key: KeyPath) -> PolicyFileError:
         return PolicyFileError(reason, path=source, key=_dotted(key), line=_find_line(text, key))
@@ -355,7 +363,9 @@ def _dotted(key: KeyPath) -> str:
     return out
 
 
-_HEADER = re.compile(r"^\s*(\[\[?)\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
+# Each part can match in one way only (the key before the first "]", its spaces stripped
+# later): a lazy key between two runs of spaces took quadratic time on a long line of them.
+_HEADER = re.compile(r"^\s*(\[\[?)([^\]]*)\]\]?\s*(?:#.*)?$")
 _KEY = re.compile(r'^\s*([A-Za-z0-9_-]+|"[^"]*"|\'[^\']*\')\s*=')
 
 

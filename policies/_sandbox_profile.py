@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -20,8 +21,13 @@ SandboxImage = Literal["base", "data"]
 hardened base with numpy, pandas, pyarrow and matplotlib (``make image-data``)."""
 
 _MIB = 1024 * 1024
+_TIB = 1024 * 1024 * _MIB
+"""The most memory or `/tmp` a profile may name: more is no engine's setting (the Docker engine
+refused 10**30 bytes at every run, a retryable failure that could never succeed)."""
 DISTINCT_USER: Final = "distinct"
 """The profile's ``user`` for a uid and gid of each container's own (the default)."""
+_USER: Final = re.compile(r"([0-9]+):([0-9]+)")
+_MAX_ID: Final = 2**32 - 2
 GVISOR_PIDS_OVERHEAD = 128
 """Host threads gVisor's own processes may use on top of the program's ``pids_limit``."""
 
@@ -75,6 +81,7 @@ class SandboxProfile(BaseModel):
     memory_bytes: int = Field(
         default=256 * _MIB,
         ge=32 * _MIB,
+        le=_TIB,
         description="Memory limit; memory+swap is set to the same value, so there is no swap.",
     )
     cpus: float = Field(
@@ -89,6 +96,7 @@ class SandboxProfile(BaseModel):
     tmpfs_bytes: int = Field(
         default=16 * _MIB,
         ge=_MIB,
+        le=_TIB,
         description="Size of the writable `/tmp` (tmpfs, noexec,nosuid,nodev).",
     )
     output_limit_bytes: int = Field(
@@ -171,11 +179,20 @@ class SandboxProfile(BaseModel):
     def _not_root(cls, value: str) -> str:
         if value == DISTINCT_USER:
             return value
-        uid, _, gid = value.partition(":")
-        if not (uid.isdigit() and gid.isdigit()):
+        # ASCII digits only: str.isdigit() holds for other scripts' digits too, which the
+        # engine refuses at every start (a failure a retry cannot mend).
+        found = _USER.fullmatch(value)
+        if found is None:
             raise ValueError(f"user must be {DISTINCT_USER!r} or numeric 'uid:gid', got {value!r}")
-        if int(uid) == 0 or int(gid) == 0:
+        # (past ten digits an id is out of range; int() of thousands of digits is refused)
+        ids = [int(i) if len(i.lstrip("0")) <= 10 else _MAX_ID + 1 for i in found.groups()]
+        if 0 in ids:
             raise ValueError(f"the sandbox never runs as root (uid or gid 0), got {value!r}")
+        if max(ids) > _MAX_ID:
+            raise ValueError(
+                f"a uid or gid is at most {_MAX_ID} (the kernel's ids are 32 bits, and "
+                f"{_MAX_ID + 1} means none), got {value!r}"
+            )
         return value
 
     @model_validator(mode="after")

@@ -196,7 +196,9 @@ RULES = ApprovalPolicy(
 
 # effects of the call, expected (decision, rule, denial reason or None)
 AUTHORIZE_CASES: dict[str, tuple[tuple[Effect, ...], tuple[str, str, str | None]]] = {
-    "read inside the grant": ((read("billing:invoice/inv_1"),), ("allow", "reads", None)),
+    # A write tool's call that resolved only a read is judged with the writes it declares: the
+    # rule on reads decides its read, and its write is left to the default (ask).
+    "read inside the grant": ((read("billing:invoice/inv_1"),), ("ask", "default", None)),
     "read outside the grant": ((read("crm:customer/c_1"),), ("deny", "grant", "effect")),
     "write, small refund": (
         (write("billing:refund/inv_1"), spend(900, currency="USD")),
