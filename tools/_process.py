@@ -3,8 +3,9 @@ still runs: the one liveness check, safe against pid reuse.
 
 A :class:`ProcessMark` names a process by host, pid and start. A process is judged ``dead``
 only when it ran on this host and no process with that pid *and that start* exists now (it
-exited, is a zombie, its pid was reused, or the machine rebooted since); whatever cannot be
-judged (another host, another PID namespace, a process it may not inspect) is ``unknown``.
+exited, is a zombie, its pid was reused, or it started before this machine's boot); whatever
+cannot be judged (another host, another PID namespace, another kernel on a machine of the same
+hostname, a process it may not inspect) is ``unknown``.
 
 A process's wall-clock start is derived from the boot time, which moves when the clock is
 stepped, so two processes can compute different values for the same process: the boot id
@@ -29,6 +30,7 @@ ProcessState = Literal["alive", "dead", "unknown"]
 
 _PROC: Final = Path("/proc")
 _BOOT_ID: Final = _PROC / "sys" / "kernel" / "random" / "boot_id"
+_STAT: Final = _PROC / "stat"
 # Wall-clock start times of one process computed in two processes differ by up to a second
 # (the boot time is whole seconds); a pid reused within this window is not told apart.
 _WALL_CLOCK_SLACK_S: Final = 2.0
@@ -96,7 +98,7 @@ class ProcessMark:
         if len(mark) == 3 and mark[2].isdigit() and here is not None:
             boot, namespace, ticks_text = mark
             if boot != here[0]:
-                return "dead"  # every process of an earlier boot is gone
+                return _other_boot_state(self.created)
             if namespace != here[1]:
                 return "unknown"  # its pid names another process here, or none
             try:
@@ -106,6 +108,28 @@ class ProcessMark:
             if ticks is not None:
                 return "alive" if ticks == int(ticks_text) else "dead"
         return _wall_clock_state(self.pid, self.created)
+
+
+def _other_boot_state(created: float | None) -> ProcessState:
+    """A process of another kernel on a host of this name: ``dead`` when it started before
+    this boot (every process of an earlier boot is gone), else ``unknown``: another machine
+    that bears this hostname (a cloned VM, replicas sharing one ledger) runs its own."""
+    booted = _boot_time()
+    if created is None or booted is None:
+        return "unknown"
+    return "dead" if created < booted - _WALL_CLOCK_SLACK_S else "unknown"
+
+
+def _boot_time() -> float | None:
+    """When this kernel booted, epoch seconds; None where /proc does not say."""
+    try:
+        with _STAT.open("rb") as stat:
+            for line in stat:
+                if line.startswith(b"btime "):
+                    return float(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
 
 
 def _wall_clock_state(pid: int, created: float | None) -> ProcessState:

@@ -4,9 +4,11 @@ A step needs resolving when the system of record may have acted and the ledger h
 receipt: ``unknown`` (a send timed out or failed without a definite answer), or ``sending``
 whose sender is gone: a process on this host that no longer exists (killed between send and
 receipt), or, when this host cannot see it run (another host, another PID namespace), one
-whose lease ran out. A live sender on this host is left alone even past its lease (a wall
-clock that jumped must not take over a send still waiting for its answer); one of this
-process only while its send runs here (:mod:`airlock.tools._in_flight`). An approved read
+whose lease ran out. A live sender on this host is left alone past its lease too, for as
+long again as the lease and at least five minutes (a wall clock that jumped must not take over
+a send still waiting for its answer), then taken over (its send ended under the tool's timeout,
+and it could not record how); one of this process only while its send runs here
+(:mod:`airlock.tools._in_flight`). An approved read
 left so changed nothing: it ends ``failed``. A step whose ledger row does not read back is
 reported ``unresolved`` and left for a person; one whose row another process holds locked,
 or whose answer cannot be kept, is reported ``unresolved`` for a later pass; the others are
@@ -112,12 +114,28 @@ def needs_resolving(preview: Preview, now: float) -> bool:
     if alive is False:
         return True
     if alive and _known_start(preview.owner):
-        # A live sender on this host is left alone past its lease: the lease is another
-        # process's wall clock, and a clock that jumped (or this one) must not take over a
-        # send that is still waiting for its answer. A mark with its start cannot be
-        # mistaken for a later process with the same pid.
-        return False
+        # A live sender on this host is left alone past its lease for a while: the lease is
+        # another process's wall clock, and a clock that jumped (or this one) must not take
+        # over a send still waiting for its answer. Only for a while: its send ends under the
+        # tool's timeout, so one still ``sending`` long after is a sender that could not
+        # record how it ended (a long-lived `airlock serve` whose ledger refused the mark),
+        # and nobody else would ever settle it. A mark with its start cannot be mistaken for
+        # a later process with the same pid.
+        lease = preview.lease_until
+        return lease is None or now > _live_sender_bound(lease, claimed=preview.updated)
     return lease_out
+
+
+_LIVE_SENDER_GRACE_S = 300.0
+"""How long past its lease a live sender on this host is left alone, at least: far beyond
+the clock steps NTP makes or a suspended machine wakes to, and short next to a step left
+undecided for good."""
+
+
+def _live_sender_bound(lease_until: float, *, claimed: float) -> float:
+    """Until when a live sender on this host is left alone: its lease, then as long again
+    (at least :data:`_LIVE_SENDER_GRACE_S`), so a tool with a long timeout keeps its margin."""
+    return lease_until + max(lease_until - claimed, _LIVE_SENDER_GRACE_S)
 
 
 def _known_start(owner: str | None) -> bool:

@@ -335,8 +335,9 @@ class Sender:
         )
 
     def mark_unknown(self, claimed: Preview, *, how: str, error: str) -> None:
-        """Mark the step ``unknown`` if the ledger lets us. If it does not, the step stays
-        ``sending`` and its lease lets reconcile find it; what the caller is told stands."""
+        """Mark the step ``unknown`` if the ledger lets us. If not, it stays ``sending`` until
+        reconcile takes it over: past its lease, or while this process runs, minutes past it
+        (:func:`~airlock.tools._reconcile.needs_resolving`); what the caller is told stands."""
         try:
             self.mark(claimed, "unknown", how=how, error=error)
         except Exception:

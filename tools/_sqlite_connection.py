@@ -210,11 +210,35 @@ class SQLiteConnection:
         # -shm take the file's mode: made 0600 here first, all three are the user's alone.
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, _FILE_MODE)
-        except FileExistsError:
-            return  # another process made it meanwhile (or a link is there): SQLite decides
+        except FileExistsError:  # another process made it meanwhile, or a link is there
+            if path.is_symlink():
+                self._create_link_target(path)
+            return
         except OSError as exc:
             raise self._error(
                 LedgerUnavailableError, f"cannot be created ({exc.strerror}); check its folder"
+            ) from exc
+        os.close(fd)
+
+    def _create_link_target(self, path: Path) -> None:
+        # A link to nothing: SQLite would follow it and create the file it names with the
+        # umask's mode. Whoever placed the link chose where the store lives (another disk, say),
+        # so the file is made there, 0600 like any new store (refusing would break that setup).
+        try:
+            target = path.resolve()
+        except (OSError, RuntimeError) as exc:  # a loop of links (RuntimeError before 3.13)
+            raise self._error(
+                LedgerUnavailableError, f"is a link that cannot be followed ({exc}); fix the link"
+            ) from exc
+        try:
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, _FILE_MODE)
+        except FileExistsError:
+            return  # another process made it meanwhile: what is there keeps its mode
+        except OSError as exc:
+            raise self._error(
+                LedgerUnavailableError,
+                f"cannot be created: it is a link to {str(target)!r}, which cannot be made "
+                f"({exc.strerror}); fix the link or make the folder it points into",
             ) from exc
         os.close(fd)
 

@@ -33,6 +33,9 @@ def _reused(mark: ProcessMark) -> ProcessMark:
     )
 
 
+_BEFORE_BOOT = 1.0  # 1970: before any boot of this machine
+
+
 CASES: dict[str, tuple[Callable[[], ProcessMark], str]] = {
     "this process": (ProcessMark.of, "alive"),
     "an exited process": (_exited_child, "dead"),
@@ -42,8 +45,18 @@ CASES: dict[str, tuple[Callable[[], ProcessMark], str]] = {
         "dead",
     ),
     "an earlier boot": (
-        lambda: dataclasses.replace(ProcessMark.of(), start="another-boot:1:1"),
+        lambda: dataclasses.replace(
+            ProcessMark.of(), created=_BEFORE_BOOT, start="another-boot:1:1"
+        ),
         "dead",
+    ),
+    "another machine of this hostname, started since this boot": (
+        lambda: dataclasses.replace(ProcessMark.of(), start="another-boot:1:1"),
+        "unknown",
+    ),
+    "another boot, no wall-clock start": (
+        lambda: dataclasses.replace(ProcessMark.of(), created=None, start="another-boot:1:1"),
+        "unknown",
     ),
     "another PID namespace": (
         lambda: dataclasses.replace(

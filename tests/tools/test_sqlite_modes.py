@@ -81,10 +81,66 @@ def test_only_the_stores_own_folder_is_closed_to_others(umask: int, tmp_path: Pa
     assert _mode(tmp_path / "a") == 0o777 & ~umask
 
 
+def _link_to_nothing(base: Path) -> None:
+    (base / "elsewhere").mkdir(mode=0o755)
+    (base / "elsewhere").chmod(0o755)
+    _open_folder(base)
+    (base / "state" / "store.db").symlink_to(base / "elsewhere" / "store.db")
+
+
+def _link_to_a_file(base: Path) -> None:
+    _link_to_nothing(base)
+    (base / "elsewhere" / "store.db").touch()
+    (base / "elsewhere" / "store.db").chmod(0o644)
+
+
+# what is at the store's path -> the mode of the file the link names, once the store opened
+LINKS: dict[str, tuple[Before, int]] = {
+    "a link to nothing": (_link_to_nothing, 0o600),
+    "a link to an empty file (0644)": (_link_to_a_file, 0o644),
+}
+
+
+@pytest.mark.usefixtures("umask")
 @pytest.mark.parametrize("store", sorted(STORES))
-def test_a_link_to_where_no_file_can_be_is_the_typed_error(store: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("link", sorted(LINKS))
+def test_a_store_behind_a_link_is_made_its_users_alone(
+    store: str, link: str, tmp_path: Path
+) -> None:
+    make, expected = LINKS[link]
+    make(tmp_path)
+    opened = STORES[store](tmp_path / "state" / "store.db")
+    try:
+        target = tmp_path / "elsewhere" / "store.db"
+        files = [target, *(target.with_name(f"store.db{s}") for s in ("-wal", "-shm"))]
+        assert {f.name: _mode(f) for f in files if f.exists()} == {f.name: expected for f in files}
+        assert (tmp_path / "state" / "store.db").is_symlink()
+    finally:
+        opened.close()
+
+
+def _link_into_nowhere(folder: Path) -> None:
+    (folder / "store.db").symlink_to(folder.parent / "nowhere" / "x.db")
+
+
+def _link_loop(folder: Path) -> None:
+    (folder / "store.db").symlink_to(folder / "other.db")
+    (folder / "other.db").symlink_to(folder / "store.db")
+
+
+BAD_LINKS: dict[str, Callable[[Path], None]] = {
+    "a link into a missing folder": _link_into_nowhere,
+    "a loop of links": _link_loop,
+}
+
+
+@pytest.mark.parametrize("store", sorted(STORES))
+@pytest.mark.parametrize("link", sorted(BAD_LINKS))
+def test_a_link_to_where_no_file_can_be_is_the_typed_error(
+    store: str, link: str, tmp_path: Path
+) -> None:
     folder = tmp_path / "state"
     folder.mkdir()
-    (folder / "store.db").symlink_to(tmp_path / "nowhere" / "x.db")
+    BAD_LINKS[link](folder)
     with pytest.raises(LedgerUnavailableError, match=r"store\.db"):
         STORES[store](folder / "store.db")

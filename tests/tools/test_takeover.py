@@ -58,15 +58,32 @@ def _reused() -> str:
     ).token()
 
 
-# owner -> (needs resolving while its lease runs, once its lease ran out)
-OWNERS: dict[str, tuple[Callable[[str], str | None], bool, bool]] = {
-    "a live process on this host": (lambda live: live, False, False),
-    "this process, no send running": (lambda _: owner_token(), False, True),
-    "an exited process": (lambda _: _exited(), True, True),
-    "a reused pid": (lambda _: _reused(), True, True),
-    "a process on another host": (lambda _: f"elsewhere.example@1.000@:{os.getpid()}", False, True),
-    "a bare pid, no start": (lambda _: f"{socket.gethostname()}:{os.getpid()}", False, True),
-    "no owner": (lambda _: None, False, True),
+LATER = 3600.0  # a reconcile this long after the claim: a live sender that long is stuck
+
+
+def _other_kernel() -> str:
+    """A sender of a cloned machine that bears this hostname: another boot id, started since
+    this machine booted."""
+    mark = ProcessMark.of()
+    _, namespace, ticks = (mark.start or "b:n:0").split(":")
+    return dataclasses.replace(mark, start=f"another-boot:{namespace}:{ticks}", pid=4242).token()
+
+
+# owner -> (needs resolving while its lease runs, once its lease ran out, long after)
+OWNERS: dict[str, tuple[Callable[[str], str | None], bool, bool, bool]] = {
+    "a live process on this host": (lambda live: live, False, False, True),
+    "this process, no send running": (lambda _: owner_token(), False, True, True),
+    "an exited process": (lambda _: _exited(), True, True, True),
+    "a reused pid": (lambda _: _reused(), True, True, True),
+    "a process on another host": (
+        lambda _: f"elsewhere.example@1.000@:{os.getpid()}",
+        False,
+        True,
+        True,
+    ),
+    "a process of this hostname on another machine": (lambda _: _other_kernel(), False, True, True),
+    "a bare pid, no start": (lambda _: f"{socket.gethostname()}:{os.getpid()}", False, True, True),
+    "no owner": (lambda _: None, False, True, True),
 }
 
 
@@ -80,13 +97,42 @@ async def test_a_sending_step_is_resolved_only_once_its_sender_is_gone(
         preview = await world.prepare("inv_35")
     finally:
         world.close()
-    make, while_leased, after_lease = OWNERS[owner]
+    make, while_leased, after_lease, long_after = OWNERS[owner]
     now = world.clock()
     sending = dataclasses.replace(
-        preview, state="sending", owner=make(live_process), lease_until=now + 35
+        preview, state="sending", owner=make(live_process), updated=now, lease_until=now + 35
     )
     assert needs_resolving(sending, now) is while_leased
     assert needs_resolving(sending, now + JUMP) is after_lease
+    assert needs_resolving(sending, now + LATER) is long_after
+
+
+# lease length (s) -> (a reconcile this long after the claim, whether it takes a live sender)
+LIVE_SENDER_BOUNDS: dict[str, tuple[float, float, bool]] = {
+    "a short lease, a clock 100 s ahead": (35, 35 + JUMP, False),
+    "a short lease, just within five minutes past it": (35, 35 + 299, False),
+    "a short lease, five minutes past it": (35, 35 + 301, True),
+    "a two-hour lease, an hour past it": (7200, 7200 + 3600, False),
+    "a two-hour lease, as long again past it": (7200, 7200 * 2 + 1, True),
+}
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("case", list(LIVE_SENDER_BOUNDS), ids=list(LIVE_SENDER_BOUNDS))
+async def test_a_live_sender_is_left_alone_past_its_lease_only_for_a_while(
+    tmp_path: Path, case: str, live_process: str
+) -> None:
+    world = World(tmp_path)
+    try:
+        preview = await world.prepare("inv_39")
+    finally:
+        world.close()
+    lease, after, taken = LIVE_SENDER_BOUNDS[case]
+    now = world.clock()
+    sending = dataclasses.replace(
+        preview, state="sending", owner=live_process, updated=now, lease_until=now + lease
+    )
+    assert needs_resolving(sending, now + after) is taken
 
 
 @pytest.mark.anyio
@@ -254,4 +300,43 @@ async def test_a_sender_taken_over_keeps_its_checked_receipt(tmp_path: Path, tak
         assert world.system.effects() == 1
     finally:
         intruder.close()
+        world.close()
+
+
+# a reconcile this long after a live sender's claim -> (its outcome, the step afterwards)
+STUCK: dict[str, tuple[float, str, str]] = {
+    "a clock 100 s ahead": (JUMP, "in_flight", "sending"),
+    "an hour later": (LATER, "committed", "committed"),
+}
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("case", list(STUCK), ids=list(STUCK))
+async def test_a_step_a_live_sender_left_sending_is_taken_over_in_the_end(
+    tmp_path: Path, case: str, live_process: str
+) -> None:
+    """A long-lived sender (`airlock serve`) whose mark of ``unknown`` the ledger refused
+    leaves the step ``sending`` while it runs on; a later reconcile settles it."""
+    after, outcome, state = STUCK[case]
+    world = World(tmp_path, with_lookup=False)
+    later = World(tmp_path, with_lookup=False, clock=Clock(world.clock() + after))
+    try:
+        preview = await world.prepare("inv_34")
+        now = world.clock()
+        world.ledger.transition(
+            preview.id,
+            expect={preview.state},
+            to="sending",
+            at=now,
+            actor=live_process,
+            how="claimed by commit",
+            owner=live_process,
+            lease_until=now + 35,
+        )
+        [resolution] = await later.writes.reconcile()
+        assert (resolution.outcome, resolution.after) == (outcome, state)
+        assert world.ledger.preview(preview.id).state == state  # type: ignore[union-attr]
+        assert world.system.sends() == (state == "committed")
+    finally:
+        later.close()
         world.close()
