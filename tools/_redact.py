@@ -32,7 +32,14 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Final
 
-__all__ = ["REDACTED", "SECRET_HEADERS", "escape_controls", "redact", "remember_secret"]
+__all__ = [
+    "REDACTED",
+    "SECRET_HEADERS",
+    "escape_controls",
+    "redact",
+    "redaction_reach",
+    "remember_secret",
+]
 
 REDACTED: Final = "[redacted]"
 SECRET_HEADERS: Final = (
@@ -67,6 +74,12 @@ _MIN_SECRET_CHARS: Final = 6
 """Shorter values are not replaced wherever they occur (they would hit ordinary text); the
 header rules still cover them."""
 _REMEMBERED: Final = 1024
+_LONGEST_ESCAPE: Final = 8
+"""The most characters an escaped form spells one character with (``\\\\u002f``, a
+``\\u`` escape encoded twice; ``\\U0001f600``'s five digits)."""
+_RULE_REACH: Final = 64
+"""How far before a cut a credential rule's match may start and still be recognized only
+whole (a ``Bearer`` with spaces and the first three characters of its token)."""
 
 _HEADER_NAMES = "|".join(re.escape(h).replace("\\-", "[-_]?") for h in SECRET_HEADERS)
 # `Name: value`, `"name": "value"`, `'name': 'value'`, `name=value`. A name is one of
@@ -74,19 +87,25 @@ _HEADER_NAMES = "|".join(re.escape(h).replace("\\-", "[-_]?") for h in SECRET_HE
 # `githubToken`; not `token_count`), or `key` as a query parameter (`?key=`; elsewhere `key`
 # names too much: `monkey=3`, sort keys). A quoted value runs to its closing quote, escaped
 # quotes included (`"hun\"ter2"`); a bare one to the end of its line (also an escaped one),
-# a quote, or the end of its object or query field. When in doubt, more is redacted rather
-# than less. Linear time: no repetition here can split the same text in two ways.
+# a quote, or the end of its object or query field, and across the marker of a remembered
+# value already replaced in it (its `]` ends nothing: `Cookie: sid=[redacted]; refresh=...`).
+# When in doubt, more is redacted rather than less. Linear time: no repetition here can
+# split the same text in two ways.
 _HEADER_VALUE: Final = re.compile(
     rf"(?i)(?P<name>(?<=[?&])key|{_HEADER_NAMES})"
     r"(?P<sep>[\"']?\s*[:=]\s*)"
     r"(?:(?P<quote>[\"'])(?:[^\"'\\\r\n]|\\.|(?!(?P=quote))[\"'])*"
-    r"|(?:[^\"'\r\n}\]&\\<>]|\\[\"'])+)"
+    rf"|(?:[^\"'\r\n}}\]&\\<>]|\\[\"']|(?<={re.escape(REDACTED[:-1])})\])+)"
 )
 # A token's characters, also as a JSON encoder may escape them: PHP writes `/` as `\/`, .NET
 # `+` as `\u002B`, and a body encoded twice doubles the backslashes. The backslashes are taken
 # possessively, so an escape that is not one of these (`\"`) ends the token in linear time.
+# A remembered value replaced inside a token leaves its marker there, and the token runs
+# across it (the marker's brackets are no token character: each text still splits one way).
+_TOKEN_CHAR = r"(?:[A-Za-z0-9._~+/=-]|\\++(?:/|u00(?:2[bdef]|3d|5f|7e)))"
+_MARKER = re.escape(REDACTED)
 _BEARER: Final = re.compile(
-    r"(?i)\bbearer\s+(?:[A-Za-z0-9._~+/=-]|\\++(?:/|u00(?:2[bdef]|3d|5f|7e))){4,}"
+    rf"(?i)\bbearer\s+(?:{_TOKEN_CHAR}{{4}}|{_MARKER})(?:{_TOKEN_CHAR}|{_MARKER})*"
 )
 # A PEM private key, wherever it appears: its body has no `-`, so it ends at the END line.
 _PEM_KEY: Final = re.compile(
@@ -128,6 +147,8 @@ class _EscapedForm:
     anchor: str
     """The value's longest run of letters and digits, which every form holds as it is: text
     without it is not searched."""
+    reach: int
+    """The most characters one of its forms spans (see :func:`redaction_reach`)."""
 
     @classmethod
     def of(cls, value: str) -> _EscapedForm | None:
@@ -136,7 +157,8 @@ class _EscapedForm:
             return None
         pattern = "".join(_char_forms(c) for c in value)
         anchor = max(re.split(r"[^A-Za-z0-9]+", value), key=len)
-        return cls(re.compile(pattern), anchor)
+        reach = sum(1 if c.isascii() and c.isalnum() else _LONGEST_ESCAPE for c in value)
+        return cls(re.compile(pattern), anchor, reach)
 
     def sub(self, text: str) -> str:
         return self.pattern.sub(REDACTED, text) if self.anchor in text else text
@@ -179,6 +201,19 @@ def remember_secret(value: str) -> None:
         _secrets.move_to_end(value)
         while len(_secrets) > _REMEMBERED:
             _secrets.popitem(last=False)
+
+
+def redaction_reach() -> int:
+    """How many characters a credential :func:`redact` replaces spans, at most: a remembered
+    value in any of its forms (but one escaped with more backslashes than a value encoded
+    twice has), or the start of a rule's match. Text cut that far past the end of what is
+    kept holds no piece of one there that cleaning the text whole would have replaced."""
+    with _secrets_lock:
+        longest = max(
+            (len(value) if form is None else form.reach for value, form in _secrets.items()),
+            default=0,
+        )
+    return max(longest, _RULE_REACH)
 
 
 def redact(text: str) -> str:

@@ -27,7 +27,7 @@ from typing import Final
 from pydantic import BaseModel, ValidationError
 
 from airlock.tools._arguments import secret_fields_of
-from airlock.tools._redact import REDACTED, redact
+from airlock.tools._redact import REDACTED, redact, redaction_reach
 from airlock.tools._write_contract import WriteContract
 
 __all__ = [
@@ -59,13 +59,23 @@ def without_secrets(text: str, secrets: Collection[str]) -> str:
     """``text`` with each of ``secrets`` replaced by :data:`REDACTED`, as written and as a
     ``repr`` or JSON string would spell it. Every value is replaced, however short: its
     tool's author marked it secret, and a garbled diagnostic costs less than a leaked one."""
+    return _without(text, _forms(secrets))
+
+
+def _forms(secrets: Collection[str]) -> list[str]:
+    """Each of ``secrets`` as written, as a ``repr`` and as a JSON string spell it, longest
+    first: a value inside another is replaced after it."""
     forms = {
         form
         for value in secrets
         for form in (value, repr(value)[1:-1], json.dumps(value)[1:-1])
         if form
     }
-    for form in sorted(forms, key=len, reverse=True):  # longest first: a value inside another
+    return sorted(forms, key=len, reverse=True)
+
+
+def _without(text: str, forms: list[str]) -> str:
+    for form in forms:
         text = text.replace(form, REDACTED)
     return text
 
@@ -122,32 +132,63 @@ def kept_text(text: str, secrets: Collection[str]) -> str:
     """``text`` without ``secrets`` (the call's ``Secret()`` values, :func:`argument_secrets`),
     its credentials redacted, then cut to :data:`DETAIL_CHARS` characters. In that order:
     text cut first could keep the start of a credential that the cut leaves unrecognizable."""
-    return redact(without_secrets(text, secrets))[:DETAIL_CHARS]
+    return _cleaned_head(text, _forms(secrets), DETAIL_CHARS)[0]
+
+
+def _cleaned_head(text: str, forms: list[str], keep: int) -> tuple[str, bool]:
+    """The first ``keep`` characters of ``text`` without ``forms`` and redacted, as cleaning
+    the whole text would leave them, and whether more of it followed; but only as much of
+    the text is cleaned as they need (an exception may quote a megabyte argument, and the
+    event loop waits while its text is cleaned).
+
+    A piece of a secret that the first cut leaves unrecognizable lies in the last ``reach``
+    characters cleaned. Cleaning makes each character at most ``len(REDACTED) + 1`` (a
+    quoted field's opening quote becomes itself and the marker), so once the cleaned text
+    is that many times ``reach`` past ``keep``, no such piece is among what is kept.
+    Otherwise (what was cleaned shrank: long secrets, a header running to the end of a long
+    line), twice as much is cleaned."""
+    reach = (len(forms[0]) if forms else 0) + redaction_reach()
+    enough = keep + (len(REDACTED) + 1) * reach
+    end = enough + reach
+    while True:
+        cleaned = redact(_without(text[:end], forms))
+        if end >= len(text) or len(cleaned) >= enough:
+            return cleaned[:keep], len(cleaned) > keep or end < len(text)
+        end *= 2
 
 
 def failure_trace(exc: BaseException, secrets: Collection[str]) -> str:
     """``exc``'s traceback for the operator log, with the exceptions it chained, without
     ``secrets`` and with credentials redacted. Its frames show file names and source lines,
     never values; the text of each exception (and its notes) may echo the call's arguments,
-    so the whole is cleaned, and a validation error's text is written without its inputs
-    (pydantic shortens a long one, which would hide it from the cleaning)."""
+    so all of it is cleaned, each exception's text cut to its first :data:`_TRACE_CHARS`
+    characters as :func:`kept_text` cuts (marked ``[cut]``), and a validation error's text
+    is written without its inputs (pydantic shortens a long one, which would hide it from
+    the cleaning)."""
     chain: list[BaseException] = []
     link: BaseException | None = exc
     while link is not None and len(chain) < _MOST_CHAINED:
         chain.append(link)
         link = link.__cause__ or (None if link.__suppress_context__ else link.__context__)
+    forms = _forms(secrets)
     parts: list[str] = []
     for later, link in zip([None, *chain], chain, strict=False):
         if later is not None:
             parts.append(_CAUSED if later.__cause__ is link else _DURING)
-        frames = "".join(traceback.format_tb(link.__traceback__))
+        frames = redact(_without("".join(traceback.format_tb(link.__traceback__)), forms))
         notes = getattr(link, "__notes__", None)
         told = "".join(f"\n{note}" for note in notes) if isinstance(notes, list) else ""
+        said, more = _cleaned_head(
+            f"{type(link).__name__}: {_text_of(link)}{told}", forms, _TRACE_CHARS
+        )
         head = "Traceback (most recent call last):\n" if frames else ""
-        parts.append(f"{head}{frames}{type(link).__name__}: {_text_of(link)}{told}")
-    return redact(without_secrets("\n".join(reversed(parts)), secrets))
+        parts.append(f"{head}{frames}{said}{_CUT if more else ''}")
+    return "\n".join(reversed(parts))
 
 
+_TRACE_CHARS: Final = 16 * 1024
+"""The most of each exception's text (and notes) the operator log keeps."""
+_CUT: Final = " ... [cut]"
 _MOST_CHAINED: Final = 8
 _CAUSED: Final = "\nThe above exception was the direct cause of the following exception:\n"
 _DURING: Final = "\nDuring handling of the above exception, another exception occurred:\n"

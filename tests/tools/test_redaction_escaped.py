@@ -106,6 +106,8 @@ ADVERSARIAL = {
     "a bearer token of backslashes": "Bearer ab" + "\\" * 1_000_000,
     "bearer escapes cut short": "Bearer " + "\\u00" * 200_000,
     "percent signs": "AbCd1234" + "%" * 1_000_000,
+    "a bearer token of markers": "Bearer ab" + REDACTED * 100_000,
+    "a header value of markers cut short": "password=" + REDACTED[:-1] * 100_000,
 }
 
 
