@@ -262,12 +262,14 @@ def placed_host(target: str) -> str:
     case, one trailing dot dropped; a host holding a wildcard is left as it is.
 
     Raises:
-        ValueError: the host spells an IPv4 address other than as four decimal numbers.
+        ValueError: the host is not a host name (an empty label: ``internal..`` is a name no
+            rule spells, that a resolver reads as ``internal``), or spells an IPv4 address
+            other than as four decimal numbers.
     """
     head, host, tail = _host_of(target)
     if "*" in host:
         return target
-    return head + _ipv4_checked(host.lower().removesuffix(".")) + tail
+    return head + _host_name(host) + tail
 
 
 def _host_of(target: str) -> tuple[str, str, str]:

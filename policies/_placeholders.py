@@ -106,12 +106,16 @@ def check_network_value(template: str, name: str, value: str) -> None:
 
 def placed_network(template: str, target: str) -> str:
     """``target``, the network ``template`` filled with values :func:`check_network_value`
-    passed: its host read as a URL's host is (:func:`placed_host`) and its port 1-65535,
-    where a placeholder fills them.
+    passed, written as a client reads it where a placeholder fills the host or the port: the
+    host as :func:`placed_host` reads it, the port as a number 1-65535 without leading zeros
+    (rules compare ports as text: ``08443`` is the port 8443 a client connects to, and a
+    rule naming ``:8443`` must see it so). The port stays where the template put it, the
+    scheme's default too: a rule leaving the port out reads it as that default.
 
     Raises:
-        PlacedValueError: the host spells an IPv4 address other than as four decimal
-            numbers, or the port is out of range.
+        PlacedValueError: the host is not a host name (an empty label: one trailing dot at
+            most) or spells an IPv4 address other than as four decimal numbers, or the port
+            is out of range.
     """
     first: dict[str, str] = {}
     for field, part in _places(template):
@@ -121,8 +125,20 @@ def placed_network(template: str, target: str) -> str:
             target = placed_host(target)
         except ValueError as exc:
             raise PlacedValueError(first["host"], str(exc)) from None
-    port = split_network(target).port if "port" in first else None
-    digits = _ALLOWED["port"][0].fullmatch
-    if port and "*" not in port and not (digits(port) and 0 < int(port) < 65536):
-        raise PlacedValueError(first["port"], f"makes the port {port!r}, not 1-65535")
+    if "port" in first:
+        target = _canonical_port(target, first["port"])
     return target
+
+
+def _canonical_port(target: str, field: str) -> str:
+    """``target`` with its port written as :func:`placed_network` says."""
+    scheme, sep, rest = target.partition("://")
+    authority, slash, path = rest.partition("/") if sep else target.partition("/")
+    user, at, host_port = authority.rpartition("@")
+    host, colon, port = host_port.rpartition(":")
+    if not colon or "*" in port:
+        return target
+    if not (_ALLOWED["port"][0].fullmatch(port) and 0 < int(port) < 65536):
+        raise PlacedValueError(field, f"makes the port {port!r}, not 1-65535")
+    head = f"{scheme}{sep}" if sep else ""
+    return f"{head}{user}{at}{host}{colon}{int(port)}{slash}{path}"

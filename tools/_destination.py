@@ -214,7 +214,9 @@ def _host(host: str, refuse: _Refuse) -> str:
         except ValueError:
             raise refuse(f"has {host!r}, which is not an IPv6 address") from None
         return host.lower()
-    host = host.lower().rstrip(".")
+    # One trailing dot at most, as a resolved target's host (policies' placed_host): an
+    # empty label names no host a rule could spell.
+    host = host.lower().removesuffix(".")
     labels = host.split(".")
     if len(host) > 253 or not all(_LABEL.match(label) for label in labels) or "**" in host:
         raise refuse(
