@@ -26,16 +26,20 @@ is told so on its stderr. Keep such values as files under ``/tmp``.
 
 Reading the file back never runs code a program wrote: the data is unpickled with no class
 but the plain ones above, building no more than its bytes hold (``airlock_kept_data``; in the
-next program's own time, name by name), a kept function is defined (not called) from the
-source :func:`definition` keeps, when the file's is exactly that (:func:`restorable`), and no
-module is imported that is not loaded already. An entry refused is left out, and the next
-program told so on its stderr. The file itself is read before the next program is known, in
-one pass and within bounds, whatever stands there (``airlock_kept_file``).
+next program's own time, name by name), a kept function is defined (not called) from a source
+of at most :data:`MAX_DEFINITION_CHARS` whose ``def`` is as :func:`definition` keeps it
+(:func:`restorable`), and no module is imported that is not loaded already, nor any attribute
+looked up but where it is stored (``airlock_kept_modules``). What restoring costs is bounded
+too: every entry is restored first in a throwaway child, within a second and a share of the
+memory, and only what it finished is restored for the program (``airlock_kept_trial``). An
+entry refused is left out, and the next program told so on its stderr. The file itself is read
+before the next program is known, in one pass and within bounds, whatever stands there
+(``airlock_kept_file``).
 """
 
 from __future__ import annotations
 
-import ast
+import functools
 import os
 import pickle
 import types
@@ -44,6 +48,14 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from airlock.sandbox.guest.airlock_kept_data import is_plain, loads_data
+    from airlock.sandbox.guest.airlock_kept_definitions import (
+        MAX_DEFINITION_CHARS,
+        MAX_DEFINITIONS_CHARS,
+        compiled,
+        definition,
+        restorable,
+        top_level_definitions,
+    )
     from airlock.sandbox.guest.airlock_kept_file import (
         NotARegularFile,
         decode_names,
@@ -52,8 +64,17 @@ if TYPE_CHECKING:
         temporary_file,
     )
     from airlock.sandbox.guest.airlock_kept_modules import entry, imported, loaded
+    from airlock.sandbox.guest.airlock_kept_trial import COSTLY, TRIAL_SECONDS, UNCHECKED, tried
 else:
     from airlock_kept_data import is_plain, loads_data
+    from airlock_kept_definitions import (
+        MAX_DEFINITION_CHARS,
+        MAX_DEFINITIONS_CHARS,
+        compiled,
+        definition,
+        restorable,
+        top_level_definitions,
+    )
     from airlock_kept_file import (
         NotARegularFile,
         decode_names,
@@ -62,6 +83,7 @@ else:
         temporary_file,
     )
     from airlock_kept_modules import entry, imported, loaded
+    from airlock_kept_trial import COSTLY, TRIAL_SECONDS, UNCHECKED, tried
 
 GLOBALS_FILE = "/tmp/.airlock-globals"
 """Where a kept session's top-level names wait for the next program."""
@@ -73,79 +95,6 @@ RUN_OWN_BUILTINS = frozenset({"result"})
 """What the runner adds to a program's builtins (``airlock_language``): like the names it
 puts in a program's globals (``tools``, the guards), the run's own, never kept nor restored
 (a kept ``def result`` would otherwise answer, and call tools, for every later program)."""
-
-
-def _literal(node: ast.expr | None) -> bool:
-    if node is None or isinstance(node, ast.Constant):
-        return True
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
-        return isinstance(node.operand, ast.Constant)
-    return False
-
-
-def definition(node: ast.stmt) -> str | None:
-    """The source to keep for a top-level ``def`` (annotations left out), or ``None`` when
-    defining it again could run code: decorators, type parameters, or a default that is not
-    a literal. Reading the source back checks it with this function too (:func:`restorable`)."""
-    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or node.decorator_list:
-        return None
-    if getattr(node, "type_params", None):  # (Python 3.12's ``def f[T: bound]()``)
-        return None
-    arguments = node.args
-    if not all(_literal(d) for d in [*arguments.defaults, *arguments.kw_defaults]):
-        return None
-    node = _without_annotations(node)
-    return ast.unparse(node)
-
-
-def _without_annotations(node: ast.FunctionDef | ast.AsyncFunctionDef) -> ast.stmt:
-    copy = ast.parse(ast.unparse(node)).body[0]
-    assert isinstance(copy, (ast.FunctionDef, ast.AsyncFunctionDef))
-    copy.returns = None
-    arguments = copy.args
-    for argument in [
-        *arguments.posonlyargs,
-        *arguments.args,
-        *arguments.kwonlyargs,
-        arguments.vararg,
-        arguments.kwarg,
-    ]:
-        if argument is not None:
-            argument.annotation = None
-    copy.type_comment = None
-    return copy
-
-
-def restorable(name: str, source: str) -> str | None:
-    """The source to define ``name`` again from, when ``source`` (read back from the file of
-    names, which a program may have written) is a ``def`` of that name exactly as
-    :func:`definition` keeps it; else ``None``. Whatever :func:`definition` leaves out or
-    refuses would run in the next program's namespace, ``tools`` and all, when the ``def``
-    runs: an annotation, a decorator, a default."""
-    tree = ast.parse(source)
-    if len(tree.body) != 1 or getattr(tree.body[0], "name", None) != name:
-        return None
-    kept = definition(tree.body[0])
-    if kept is None or ast.dump(ast.parse(kept).body[0]) != ast.dump(tree.body[0]):
-        return None
-    return kept
-
-
-def top_level_definitions(source: str) -> dict[str, tuple[int, str]]:
-    """The keepable top-level ``def`` statements of a program: name -> (line, source)."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return {}
-    found: dict[str, tuple[int, str]] = {}
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            kept = definition(node)
-            if kept is None:
-                found.pop(node.name, None)
-            else:
-                found[node.name] = (node.lineno, kept)
-    return found
 
 
 class KeptGlobals:
@@ -160,9 +109,12 @@ class KeptGlobals:
         """Names defined again from the file -> the object given to the program."""
         self.notes: list[str] = []
 
-    def read(self) -> None:
+    def read(self, *, seconds: float = TRIAL_SECONDS, memory: int | None = None) -> None:
         """Read what the previous program left; a damaged file leaves nothing kept, and so
-        does whatever else a program put in its place (see ``airlock_kept_file``)."""
+        does whatever else a program put in its place (see ``airlock_kept_file``). Unless
+        nothing is kept, every name is then restored in a child first, within ``seconds``
+        and ``memory`` bytes (by default, a share of the container's): a name it did not
+        restore within them is left out (see ``airlock_kept_trial``)."""
         try:
             names = decode_names(read_regular(self.path, MAX_KEPT_BYTES))
         except FileNotFoundError:
@@ -174,6 +126,39 @@ class KeptGlobals:
             self.notes.append(f"the kept names could not be read ({type(exc).__name__})")
             return
         self.data, self.functions, self.modules = names
+        total = 0
+        for name, source in list(self.functions.items()):
+            total += len(source)
+            if total > MAX_DEFINITIONS_CHARS:
+                del self.functions[name]
+                over = f"over {MAX_DEFINITIONS_CHARS:,} characters in all"
+                self.notes.append(f"{name} (its definition is refused here: {over})")
+        self._try_ahead(seconds, memory)
+
+    def _try_ahead(self, seconds: float, memory: int | None) -> None:
+        """Restore every name in a child first (see :meth:`read`), in :meth:`restore`'s
+        order; leave out what it did not restore within the bounds."""
+        entries: list[tuple[dict[str, Any], str, Callable[[], object]]] = []
+        for name, where in self.modules.items():
+            entries.append((self.modules, name, functools.partial(_module, where)))
+        for name, source in self.functions.items():
+            entries.append((self.functions, name, functools.partial(compiled, name, source)))
+        for name, blob in self.data.items():
+            entries.append((self.data, name, functools.partial(loads_data, blob)))
+        if not entries:  # (no child to make: the runs of a session that keeps nothing)
+            return
+        outcomes = tried([step for _, _, step in entries], seconds=seconds, memory=memory)
+        costly = False
+        for (kind, name, _), outcome in zip(entries, outcomes, strict=True):
+            if outcome == UNCHECKED:
+                self.notes.append(f"{name} (not restored: the kept names could not be checked)")
+            elif outcome == COSTLY:
+                after = "left out after a name too costly to restore"
+                self.notes.append(f"{name} ({after if costly else 'too costly to restore here'})")
+                costly = True
+            else:
+                continue
+            del kind[name]
 
     def restore(
         self,
@@ -219,7 +204,6 @@ class KeptGlobals:
             self.restored[name] = value
         for name, source in list(self.functions.items()):
             try:
-                # Only the checked text is compiled, never the file's own.
                 checked = restorable(name, source)
                 if checked is None:
                     raise ValueError(f"{name} is not a def as it is kept")
@@ -252,6 +236,7 @@ class KeptGlobals:
         functions: dict[str, str] = {}
         modules: dict[str, str] = {}
         dropped: list[str] = []
+        sources = 0
         for name, value in namespace.items():
             if not isinstance(name, str):  # (``globals()[1] = ...``)
                 dropped.append(f"{name!r} (not a name)")
@@ -268,6 +253,13 @@ class KeptGlobals:
                 source = self._function_source(name, value, defined, program_file)
                 if source is None:
                     dropped.append(f"{name} (a function defined otherwise than by a plain def)")
+                elif len(source) > MAX_DEFINITION_CHARS:
+                    dropped.append(
+                        f"{name} (a definition over {MAX_DEFINITION_CHARS:,} characters)"
+                    )
+                elif (sources := sources + len(source)) > MAX_DEFINITIONS_CHARS:
+                    over = f"with the other definitions, over {MAX_DEFINITIONS_CHARS:,} characters"
+                    dropped.append(f"{name} ({over})")
                 else:
                     functions[name] = source
             elif is_plain(value):
@@ -322,8 +314,15 @@ class KeptGlobals:
         )
 
 
+def _module(where: str) -> object:
+    """What restoring the module entry ``where`` does, with the plain ``__import__``."""
+    return imported(where, __import__, {}) if loaded(where) else None
+
+
 __all__ = [
     "GLOBALS_FILE",
+    "MAX_DEFINITIONS_CHARS",
+    "MAX_DEFINITION_CHARS",
     "MAX_KEPT_BYTES",
     "RUN_OWN_BUILTINS",
     "KeptGlobals",

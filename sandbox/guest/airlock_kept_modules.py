@@ -7,11 +7,14 @@ of one (``from MODULE import NAME``), is kept as an entry, ``MODULE`` or ``MODUL
 process of a kept container runs as the same user, so the file of names may be a program's
 own work: reading an entry back accepts only what :func:`entry` writes, never a path through
 another module (``csv:re.enum.sys`` is the real ``sys``) nor a private name
-(``statistics:random._os``).
+(``statistics:random._os``), and looks each attribute up where it is stored (:func:`stored`):
+no ``__getattr__`` runs (``concurrent.futures``'s imports ``multiprocessing`` for
+``ProcessPoolExecutor``).
 """
 
 from __future__ import annotations
 
+import inspect
 import sys
 import types
 
@@ -39,8 +42,23 @@ def entry(value: object) -> str | None:
         return None
     found: object = sys.modules.get(module)
     for part in qualname.split("."):
-        found = getattr(found, part, None)
+        try:
+            found = stored(found, part)
+        except AttributeError:
+            return None
     return f"{module}:{qualname}" if found is value else None
+
+
+def stored(value: object, name: str) -> object:
+    """The attribute ``name`` of ``value`` as its dictionary holds it (a module's, a class's or
+    one of its bases'), running none of its code: no ``__getattr__`` (a module's may import,
+    and so run, another module), no property. A static method is its function.
+
+    Raises:
+        AttributeError: it holds no such attribute.
+    """
+    found = inspect.getattr_static(value, name)
+    return found.__func__ if isinstance(found, staticmethod) else found
 
 
 def loaded(where: str) -> bool:
@@ -68,7 +86,12 @@ def imported(where: str, importer: Callable[..., Any], namespace: dict[str, Any]
     if not isinstance(value, types.ModuleType):
         raise ImportError(f"{module!r} is not a module")
     for step, part in enumerate(parts):
-        value = getattr(value, part)
+        try:
+            value = stored(value, part)
+        except AttributeError:
+            raise ImportError(
+                f"{where!r}: {part!r} is not an attribute where it is stored"
+            ) from None
         # A qualified name leads through classes only, never through another module.
         if step < len(parts) - 1 and not isinstance(value, type):
             raise ImportError(f"{where!r} leads through a {type(value).__name__}")
@@ -77,4 +100,4 @@ def imported(where: str, importer: Callable[..., Any], namespace: dict[str, Any]
     return value
 
 
-__all__ = ["entry", "imported", "loaded"]
+__all__ = ["entry", "imported", "loaded", "stored"]

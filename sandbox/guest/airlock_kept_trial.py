@@ -1,0 +1,203 @@
+"""A kept session's names, restored first in a throwaway child, within bounds.
+
+Standard library only. The file of names may be a program's own work (see ``airlock_kept``):
+reading it back runs nothing a program chose, but what reading it costs is its writer's to
+choose. 316 bytes of pickle make the unpickler hash 2**45 leaves of nested tuples, in one call
+of C that no signal interrupts; integer keys that all hash alike take time that grows with the
+square of their number; a memo reference repeated builds 13 times its bytes. Rather than bound
+each such cost on its own (the next one found would be missed), the next program's process
+first restores every entry in a child forked for that (:func:`tried`): with no descriptor of
+its parent's (it never reaches the bridge, nor the program's output), within
+:data:`TRIAL_SECONDS` of wall time, and within a share of the container's memory
+(:func:`memory_budget`). The process then restores only what the child finished within those
+bounds: what it restores costs it no more than the child spent.
+
+The child is forked while the process waits for its program, before its program's seccomp
+layer (restricted mode's refuses ``fork``), after its output's reader threads started: the
+child runs none of their code, and takes no lock of theirs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import resource
+import select
+import signal
+import time
+import warnings
+
+TYPE_CHECKING = False  # typing's, which the guest does not import (see airlock.sandbox.guest)
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+TRIAL_SECONDS = 1.0
+"""Wall time the child has to restore every entry. The program's deadline is not known yet
+when its process reads the names (ahead of its program), so it is a fixed part of any: a
+forged file costs the next program at most this in the child, and as much again restoring what
+the child finished."""
+MEMORY_SHARE = 4
+"""The child may take ``1 / MEMORY_SHARE`` of the container's memory (see
+:func:`memory_budget`): what restoring the names takes, the program no longer has, and the
+child's memory and then the process's own add up (gVisor gives freed memory back to the
+machine late), besides the file's bytes, read, and the zygote's."""
+UNKNOWN_MEMORY = 128 * 1024 * 1024
+"""The child's memory where the container's limit cannot be read."""
+
+DONE = "done"
+"""Restored by the child within the bounds: restore it."""
+REFUSED = "refused"
+"""Raised in the child within the bounds: restoring it refuses it again, as cheaply."""
+COSTLY = "costly"
+"""Not restored by the child within the bounds (or not reached): do not restore it."""
+UNCHECKED = "unchecked"
+"""No child could be made: do not restore it."""
+_MARKS = {b"+": DONE, b"-": REFUSED}
+
+
+def tried(
+    steps: Sequence[Callable[[], object]],
+    *,
+    seconds: float = TRIAL_SECONDS,
+    memory: int | None = None,
+) -> list[str]:
+    """Run ``steps`` in order in a child of this process that holds what each returns,
+    within ``seconds`` and ``memory`` bytes more than this process maps (by default,
+    :func:`memory_budget`); what became of each: :data:`DONE`, :data:`REFUSED` (it raised),
+    :data:`COSTLY` (the bounds were reached first, or it failed for memory) or
+    :data:`UNCHECKED` (no child could be made)."""
+    if not steps:
+        return []
+    budget = memory_budget() if memory is None else memory
+    read_end, write_end = os.pipe()
+    try:
+        with warnings.catch_warnings():  # (3.12 warns of a fork with threads: see the module)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            child = os.fork()
+    except OSError:
+        os.close(read_end)
+        os.close(write_end)
+        return [UNCHECKED] * len(steps)
+    if child == 0:
+        try:
+            _run_child(steps, write_end, budget)
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    try:
+        marks = _marks(read_end, len(steps), time.monotonic() + seconds)
+    finally:
+        os.close(read_end)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, signal.SIGKILL)
+        os.waitpid(child, 0)
+    outcomes = [_MARKS.get(marks[i : i + 1], COSTLY) for i in range(len(marks))]
+    return outcomes + [COSTLY] * (len(steps) - len(outcomes))
+
+
+def _marks(read_end: int, count: int, deadline: float) -> bytes:
+    """What the child wrote on ``read_end`` (a mark a step) until it wrote ``count`` marks,
+    ended, or ``deadline`` passed."""
+    waiting = select.poll()  # poll, not select: gVisor refuses select() to the runner
+    waiting.register(read_end, select.POLLIN)
+    marks = b""
+    while len(marks) < count:
+        left = deadline - time.monotonic()
+        if left <= 0 or not waiting.poll(max(1, int(left * 1000))):
+            break
+        chunk = os.read(read_end, count)
+        if not chunk:
+            break
+        marks += chunk
+    return marks
+
+
+def _run_child(steps: Sequence[Callable[[], object]], write_end: int, budget: int) -> None:
+    """The child: let go of every descriptor but ``write_end``, bound its memory, run the
+    steps holding what each returns, and write a mark for each."""
+    for fd in [int(fd) for fd in os.listdir("/proc/self/fd")]:
+        if fd != write_end:
+            with contextlib.suppress(OSError):  # (the listing's own, closed already)
+                os.close(fd)
+    mapped = _mapped_bytes()
+    for limit in (resource.RLIMIT_AS, resource.RLIMIT_DATA):
+        # Both: gVisor and Linux differ in which they hold mappings to. A child that could not
+        # be bounded writes nothing: each step is then taken for costly.
+        hard = resource.getrlimit(limit)[1]
+        soft = mapped + budget
+        resource.setrlimit(
+            limit, (soft if hard == resource.RLIM_INFINITY else min(soft, hard), hard)
+        )
+    held: list[object] = []
+    for step in steps:
+        try:
+            held.append(step())
+            mark = b"+"
+        except MemoryError:
+            return
+        except Exception:
+            mark = b"-"
+        os.write(write_end, mark)
+
+
+def _mapped_bytes() -> int:
+    """This process's mapped memory (its size: what ``RLIMIT_AS`` counts)."""
+    with open("/proc/self/statm", "rb") as statm:
+        pages = int(statm.read().split()[0])
+    return pages * os.sysconf("SC_PAGE_SIZE")
+
+
+def memory_budget() -> int:
+    """The memory the child may take: :data:`MEMORY_SHARE`'s part of the container's limit
+    (its cgroup's, v2 or v1; gVisor's is its memory's total), and no more than half of what
+    the container has left, so that the child, not the container, fails for it."""
+    limit = None
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        found = _number(path)
+        if found is not None:
+            limit = found if limit is None else min(limit, found)
+    total, available = _meminfo()
+    if total is not None:
+        limit = total if limit is None else min(limit, total)
+    if limit is None:
+        return UNKNOWN_MEMORY
+    budget = limit // MEMORY_SHARE
+    if available is not None:
+        budget = min(budget, available // 2)
+    return budget
+
+
+def _number(path: str) -> int | None:
+    try:
+        with open(path, "rb") as file:
+            return int(file.read().strip())
+    except (OSError, ValueError):  # absent, or "max"
+        return None
+
+
+def _meminfo() -> tuple[int | None, int | None]:
+    """``/proc/meminfo``'s total and available memory in bytes (the container's own under
+    gVisor, the machine's under runc)."""
+    found: dict[bytes, int] = {}
+    try:
+        with open("/proc/meminfo", "rb") as meminfo:
+            for line in meminfo:
+                key, _, rest = line.partition(b":")
+                if key in (b"MemTotal", b"MemAvailable"):
+                    found[key] = int(rest.split()[0]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return found.get(b"MemTotal"), found.get(b"MemAvailable")
+
+
+__all__ = [
+    "COSTLY",
+    "DONE",
+    "MEMORY_SHARE",
+    "REFUSED",
+    "TRIAL_SECONDS",
+    "UNCHECKED",
+    "UNKNOWN_MEMORY",
+    "memory_budget",
+    "tried",
+]
