@@ -126,7 +126,13 @@ def test_a_start_mark_of_another_process_is_a_dead_owner(
     boot, namespace, ticks = labels[START_LABEL].split(":")
     # The same pid, started later: the owner died and its pid was reused.
     reused = {**labels, START_LABEL: f"{boot}:{namespace}:{int(ticks) + 1}"}
-    rebooted = {**labels, START_LABEL: f"00000000-0000-0000-0000-000000000000:{namespace}:{ticks}"}
+    # Started in an earlier boot, before this one began: the machine rebooted since. (Another
+    # boot id alone could be another machine of this host name, whose owner may live.)
+    host, pid, _, nonce = labels[OWNER_LABEL].split("/")
+    rebooted = {
+        OWNER_LABEL: f"{host}/{pid}/1.000/{nonce}",
+        START_LABEL: f"00000000-0000-0000-0000-000000000000:{namespace}:{ticks}",
+    }
     cids = [_labelled(docker_client, reused), _labelled(docker_client, rebooted)]
     try:
         reap_orphans(docker_client)
