@@ -219,8 +219,16 @@ class CallDispatcher:
         """A failed call's error for the wire."""
         if isinstance(exc, ToolError):
             return program_error(exc)
-        # The registry audits it; the guest learns only the class.
-        _log.error("tool %r failed unexpectedly in run %s", tool, self.run_id, exc_info=exc)
+        # The registry audits it; the guest learns only the class. Its text and traceback
+        # may quote the call's Secret() arguments, which only the registry can clean (and
+        # does, for what a tool's code raised): here, its class alone.
+        _log.error(
+            "tool %r failed unexpectedly in run %s: %s (its text is not logged: it may quote "
+            "the call's secret arguments)",
+            escape_controls(tool),
+            self.run_id,
+            type(exc).__name__,
+        )
         return {
             "code": "upstream",
             "message": f"the tool failed ({type(exc).__name__})",

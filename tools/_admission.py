@@ -13,6 +13,7 @@ event: where it stopped, what decided, and how it ended.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -30,12 +31,20 @@ from airlock.tools._declared_cover import covers_declared
 from airlock.tools._errors import (
     ConflictError,
     DeniedError,
+    InvalidInputError,
     NeedsApprovalError,
     ToolError,
     UnknownToolError,
+    UpstreamError,
 )
+from airlock.tools._redact import redact
 from airlock.tools._spec import Precondition, ToolSpec
-from airlock.tools._step_text import argument_secrets, failure_detail, without_secrets
+from airlock.tools._step_text import (
+    argument_secrets,
+    failure_detail,
+    failure_trace,
+    without_secrets,
+)
 
 if TYPE_CHECKING:
     from airlock.tools._registration import CompiledTool
@@ -53,6 +62,8 @@ __all__ = [
     "new_trail",
     "read_waits",
 ]
+
+_log = logging.getLogger("airlock.tools")
 
 
 class Authorization(NamedTuple):
@@ -208,16 +219,29 @@ class CallTrail:
     def failed(self, exc: BaseException) -> None:
         """Record how the call failed: a tool error with its outcome and code; anything else
         (a bug, a cancellation) as ``unknown``, never as success."""
-        # The arguments as sent: an exception's text (a validator's, a handler's) may echo
-        # their Secret() values, which the record must not keep.
+        # As sent: what a validator or handler raised may echo their Secret() values.
         secrets = argument_secrets(self._args, self.secret_fields) if self.secret_fields else ()
         if isinstance(exc, ToolError):
-            detail = exc.detail
-            if detail and secrets:
-                detail = without_secrets(detail, secrets)
-            self.record(exc.outcome, code=exc.code, detail=detail)
+            if exc.detail:  # kept on the error too: every later log of it says what this keeps
+                exc.detail = redact(without_secrets(exc.detail, secrets))
+            self.record(exc.outcome, code=exc.code, detail=exc.detail)
         else:
             self.record("unknown", detail=failure_detail(exc, secrets))
+
+    def refused(self, exc: BaseException) -> None:
+        """Record how admission failed, for the caller to raise ``exc`` again; but a bug of
+        code it runs (a validator, an approval policy) raises ``invalid_input`` (validating)
+        or ``upstream`` instead, its traceback logged without the call's Secret() values."""
+        if isinstance(exc, ToolError) or not isinstance(exc, Exception):
+            return self.failed(exc)
+        secrets = argument_secrets(self._args, self.secret_fields) if self.secret_fields else ()
+        kind = type(exc).__name__
+        _log.warning("admission of %r raised %s:\n%s", self.tool, kind, failure_trace(exc, secrets))
+        typed = InvalidInputError if self.stage == "validate" else UpstreamError
+        said = f"checking this call failed ({kind}) before the tool ran; nothing was done"
+        error = typed(said, detail=failure_detail(exc, secrets))
+        self.failed(error)
+        raise error from None
 
 
 _new_object = object.__new__

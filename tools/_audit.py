@@ -326,4 +326,6 @@ class AuditSink(Protocol):
 
     def close(self) -> None:
         """Send anything buffered: the log closes, or the process exits, after its last
-        batch was stored."""
+        batch was stored. It runs on a thread of its own, and the log waits for it at most
+        10 s (at exit, what is left of 10 s once the logs are flushed): then the log goes
+        on, and the process may end, without it."""

@@ -36,7 +36,13 @@ import anyio.to_thread
 
 from airlock.policies import UsageError
 from airlock.tools._audit import AuditEvent, AuditSink, AuditStore, RunSummary, program_hash
-from airlock.tools._audit_process import LoopWaiter, forget, register
+from airlock.tools._audit_process import (
+    EXIT_FLUSH_S,
+    LoopWaiter,
+    close_sinks,
+    forget,
+    register,
+)
 from airlock.tools._audit_writer import RETRY_S, AuditWriter, QueuedProgram
 from airlock.tools._memory_audit import MemoryAuditStore
 
@@ -290,7 +296,8 @@ class AuditLog(AuditWriter):
             self.flush()
 
     def close(self) -> None:
-        """Flush, stop the writer and close the store.
+        """Flush, stop the writer, close the sinks (waiting for them at most
+        :data:`~airlock.tools._audit_process.EXIT_FLUSH_S`) and close the store.
 
         Raises:
             Exception: as :meth:`flush`; the store is closed all the same.
@@ -305,17 +312,14 @@ class AuditLog(AuditWriter):
             if writer is not None and writer is not threading.current_thread():
                 writer.join(5.0)
             forget(self)
-            self._close_sinks()
+            self._close_sinks(EXIT_FLUSH_S)
             self._store.close()
 
-    def _close_sinks(self) -> None:
+    def _close_sinks(self, timeout: float) -> None:
         with self._cond:
             sinks, self._sinks = self._sinks, []
-        for sink in sinks:
-            try:
-                sink.close()
-            except Exception:
-                _log.exception("audit sink %r failed to close", sink)
+        if sinks:
+            close_sinks(sinks, timeout)
 
     def _after_fork(self) -> None:
         # A forked child has no writer thread and may have inherited a held lock; what the

@@ -3,7 +3,9 @@ writer threads are daemons) and reset in a forked child; and waking a coroutine 
 event loop from a writer thread.
 
 The flush at exit is bounded (:data:`EXIT_FLUSH_S`): a store that no longer answers must not
-keep the process from ending; what it did not take is logged as lost. A child that
+keep the process from ending; what it did not take is logged as lost. The sinks then close
+in what is left of it (:func:`close_sinks`): a collector that takes the connection and never
+answers holds the exit no longer. A child that
 ``multiprocessing`` started ends with ``os._exit``, which runs no ``atexit`` function, so
 there the flush is also a multiprocessing finalizer (:func:`arm_exit`). A process killed by a
 signal runs neither: ``Pool.terminate()`` (what leaving ``with Pool(...)`` does) kills its
@@ -17,15 +19,30 @@ import atexit
 import logging
 import os
 import sys
+import threading
 import time
 import weakref
-from typing import NamedTuple, Protocol
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
-__all__ = ["EXIT_FLUSH_S", "LoopWaiter", "OpenLog", "arm_exit", "forget", "register", "release"]
+if TYPE_CHECKING:
+    from airlock.tools._audit import AuditSink
+
+__all__ = [
+    "EXIT_FLUSH_S",
+    "LoopWaiter",
+    "OpenLog",
+    "arm_exit",
+    "close_sinks",
+    "forget",
+    "register",
+    "release",
+]
 
 _log = logging.getLogger("airlock.audit")
 EXIT_FLUSH_S = 10.0
-"""How long a process's exit waits, in all, for its audit logs to store what they hold."""
+"""How long a process's exit waits, in all, for its audit logs to store what they hold and
+their sinks to send it; how long closing one log waits for its sinks."""
 
 
 class OpenLog(Protocol):
@@ -34,7 +51,7 @@ class OpenLog(Protocol):
     def flush(self, *, timeout: float | None = None) -> None: ...
     @property
     def pending(self) -> int: ...
-    def _close_sinks(self) -> None: ...
+    def _close_sinks(self, timeout: float) -> None: ...
     def _after_fork(self) -> None: ...
 
 
@@ -108,7 +125,35 @@ def _flush_at_exit() -> None:
             )
         except Exception:
             _log.exception("%d audit events could not be stored at exit", log.pending)
-        log._close_sinks()
+        log._close_sinks(max(0.0, deadline - time.monotonic()))
+
+
+def close_sinks(sinks: Sequence[AuditSink], timeout: float) -> None:
+    """Close ``sinks`` (each once, in order), waiting at most ``timeout`` seconds: they close
+    on a daemon thread, left to finish without the caller (or to end with the process)
+    once the time is up. A sink's close may wait for a collector, and the SDK's own bounds
+    (30 s to join its exporting thread, a request's timeout) are not the caller's."""
+    closer = threading.Thread(
+        target=_close_each, args=(sinks,), name="airlock-audit-sinks", daemon=True
+    )
+    try:
+        closer.start()
+    except RuntimeError:  # the interpreter is ending and starts no thread (3.12.0, 3.12.1)
+        _close_each(sinks)
+        return
+    closer.join(timeout)
+    if closer.is_alive():
+        _log.error(
+            "audit sinks did not close in %.1f s: what they had not sent may be lost", timeout
+        )
+
+
+def _close_each(sinks: Sequence[AuditSink]) -> None:
+    for sink in sinks:
+        try:
+            sink.close()
+        except Exception:
+            _log.exception("audit sink %r failed to close", sink)
 
 
 _armed = 0

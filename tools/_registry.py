@@ -287,7 +287,7 @@ class Registry:
                     trail.rule = verdict.rule
             trail.stage = "execute"
         except BaseException as exc:
-            trail.failed(exc)
+            trail.refused(exc)  # (or raises a typed error for it)
             raise
         return tool, instance, values, trail, waits
 

@@ -27,7 +27,7 @@ from typing import Final
 from pydantic import BaseModel, ValidationError
 
 from airlock.tools._arguments import secret_fields_of
-from airlock.tools._redact import REDACTED, redact, redaction_reach
+from airlock.tools._redact import REDACTED, escape_controls, redact, redaction_reach
 from airlock.tools._write_contract import WriteContract
 
 __all__ = [
@@ -162,9 +162,10 @@ def failure_trace(exc: BaseException, secrets: Collection[str]) -> str:
     ``secrets`` and with credentials redacted. Its frames show file names and source lines,
     never values; the text of each exception (and its notes) may echo the call's arguments,
     so all of it is cleaned, each exception's text cut to its first :data:`_TRACE_CHARS`
-    characters as :func:`kept_text` cuts (marked ``[cut]``), and a validation error's text
-    is written without its inputs (pydantic shortens a long one, which would hide it from
-    the cleaning)."""
+    characters as :func:`kept_text` cuts (marked ``[cut]``) and written on one line (its
+    line breaks and control characters escaped), and a validation error's text is written
+    without its inputs (pydantic shortens a long one, which would hide it from the
+    cleaning)."""
     chain: list[BaseException] = []
     link: BaseException | None = exc
     while link is not None and len(chain) < _MOST_CHAINED:
@@ -182,13 +183,17 @@ def failure_trace(exc: BaseException, secrets: Collection[str]) -> str:
             f"{type(link).__name__}: {_text_of(link)}{told}", forms, _TRACE_CHARS
         )
         head = "Traceback (most recent call last):\n" if frames else ""
-        parts.append(f"{head}{frames}{said}{_CUT if more else ''}")
+        # Escaped once cleaned (a secret is matched as it was written): the text and notes
+        # on one line, which nothing they say can break into a forged log line.
+        frames = escape_controls(frames, keep=_LINES)
+        parts.append(f"{head}{frames}{escape_controls(said)}{_CUT if more else ''}")
     return "\n".join(reversed(parts))
 
 
 _TRACE_CHARS: Final = 16 * 1024
 """The most of each exception's text (and notes) the operator log keeps."""
 _CUT: Final = " ... [cut]"
+_LINES: Final = frozenset("\n")
 _MOST_CHAINED: Final = 8
 _CAUSED: Final = "\nThe above exception was the direct cause of the following exception:\n"
 _DURING: Final = "\nDuring handling of the above exception, another exception occurred:\n"

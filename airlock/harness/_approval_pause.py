@@ -23,7 +23,7 @@ from airlock.harness._model_tools import ModelResult
 from airlock.harness._paused import PausedWrites, PendingWrite
 from airlock.harness._results import failure, from_ledger_error, from_tool_error
 from airlock.harness._session_audit import SessionAudit
-from airlock.tools import BATCH_PREFIX, LedgerError, ToolError, WritePath
+from airlock.tools import BATCH_PREFIX, LedgerError, ToolError, WritePath, escape_controls
 
 __all__ = ["ApprovalPause"]
 
@@ -86,6 +86,7 @@ class ApprovalPause:
                     )
                 )
             preview_id = waiting[0].preview_id
+        shown = escape_controls(preview_id[:64])  # the model's text, on one line in the log
         try:
             if preview_id.startswith(BATCH_PREFIX):
                 result = await self._batches.finish(preview_id, until=until)
@@ -95,9 +96,9 @@ class ApprovalPause:
             result = from_tool_error(exc)
         except LedgerError as exc:
             # The message names a host path: the operator's log gets it, the model does not.
-            _log.error("run %s resume %s: %s (%s)", self.run_id, preview_id[:64], exc.code, exc)
+            _log.error("run %s resume %s: %s (%s)", self.run_id, shown, exc.code, exc)
             result = from_ledger_error(exc)
-        withheld = await self._calls.withheld(f"resume {preview_id[:64]}")
+        withheld = await self._calls.withheld(f"resume {shown}")
         return self._calls.account(result if withheld is None else withheld)
 
     async def write_status(self, preview_id: str) -> ModelResult:

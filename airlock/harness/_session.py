@@ -56,10 +56,7 @@ from airlock.harness._batches import PausedBatches
 from airlock.harness._budget import Budget
 from airlock.harness._call_budget import CallBudget
 from airlock.harness._commit_authority import CommitAuthority
-from airlock.harness._execute_code import (
-    EXECUTE_CODE,
-    describe_execute_code,
-)
+from airlock.harness._execute_code import EXECUTE_CODE, describe_execute_code
 from airlock.harness._model_tools import ModelResult, ModelTool
 from airlock.harness._paused import PausedWrites
 from airlock.harness._programs import SessionPrograms
@@ -93,6 +90,7 @@ from airlock.tools import (
     ToolSpec,
     UnknownToolError,
     WritePath,
+    escape_controls,
 )
 
 __all__ = ["Session"]
@@ -318,8 +316,9 @@ class Session(ApprovalPause):
                 self._audit.unknown_tool(self._context(call_id), str(name))
                 raise UnknownToolError(name=str(name), detail="not in this session's tool list")
         except ToolError as exc:
-            if exc.detail:
-                _log.info("run %s call %s: %s (%s)", self.run_id, call_id, exc.code, exc.detail)
+            if exc.detail:  # (on one line: what a tool's error says cannot forge another)
+                detail = escape_controls(exc.detail)
+                _log.info("run %s call %s: %s (%s)", self.run_id, call_id, exc.code, detail)
             result = from_tool_error(exc)
         except LedgerError as exc:
             # The message names a host path: the operator's log gets it, the model does not.
