@@ -2,11 +2,12 @@
 
 Standard library only, plus RestrictedPython (shipped in the image) for the ``restricted``
 mode: its guards, an import allow-list and coroutines, so programs can fan out reads. On top
-of RestrictedPython's guards (no ``_`` names, no frame or code attributes), the attribute and
-import guards hand out no module the program could not import itself (``typing.sys`` would
-reach ``sys.modules``), no frame, code or traceback object, and none of the standard
-library's functions that evaluate strings as unguarded code (:func:`evaluators`). The
-``full`` mode is plain Python. Either way the container is the boundary; this is defence in
+of RestrictedPython's guards (no ``_`` names, no frame or code attributes), the attribute,
+item, iteration and import guards hand out nothing ``airlock_language_guard`` refuses: no
+module the program could not import itself (``typing.sys`` would reach ``sys.modules``), no
+frame, code or traceback object, no module's globals, and none of the standard library's
+callables that get around the guards (:func:`evaluators` among them). The ``full`` mode is
+plain Python. Either way the container is the boundary; this is defence in
 depth and clearer errors.
 """
 
@@ -14,7 +15,6 @@ from __future__ import annotations
 
 import _ast
 import operator
-import types
 
 TYPE_CHECKING = False  # typing's, which the guest does not import (see airlock.sandbox.guest)
 if TYPE_CHECKING:
@@ -24,8 +24,24 @@ if TYPE_CHECKING:
 
     from airlock.sandbox.guest.airlock_asyncio import import_asyncio
     from airlock.sandbox.guest.airlock_bridge import Tools
+    from airlock.sandbox.guest.airlock_language_guard import (
+        evaluators,
+        item_guard,
+        iteration_guard,
+        module_allowed,
+        refusal,
+        substitute,
+    )
 else:  # in the image, the guest's modules sit side by side on the runner's path
     from airlock_asyncio import import_asyncio
+    from airlock_language_guard import (
+        evaluators,
+        item_guard,
+        iteration_guard,
+        module_allowed,
+        refusal,
+        substitute,
+    )
 
 PROGRAM_FILENAME = "<program>"
 PROGRAM_MODULE = "airlock_program"
@@ -64,7 +80,7 @@ def _import_checker(allowed: frozenset[str]) -> Any:
             else:
                 continue
             for name in names:
-                if name.partition(".")[0] not in allowed:
+                if not module_allowed(name, allowed):
                     raise ProgramRejected(
                         f"import of {name!r} is not allowed in restricted mode; "
                         f"allowed modules: {', '.join(sorted(allowed))}",
@@ -128,44 +144,6 @@ def _inplace(op: str, x: Any, y: Any) -> Any:
     return _INPLACE_OPERATORS[op](x, y)
 
 
-def evaluators() -> tuple[object, ...]:
-    """Standard library callables that evaluate strings as Python outside the guards."""
-    import functools
-    import typing
-
-    return (
-        typing.get_type_hints,  # evaluates string annotations with the real builtins
-        typing.ForwardRef,
-        functools.singledispatch,  # register() calls get_type_hints on a function
-        functools.singledispatchmethod,
-    )
-
-
-_evaluator_ids: frozenset[int] = frozenset()
-""":func:`evaluators` by id (their modules hold them: the ids stay theirs), once asked."""
-_HIDDEN_TYPES = (types.FrameType, types.CodeType, types.TracebackType)
-
-
-def refusal(value: object, allowed_imports: frozenset[str]) -> str | None:
-    """Why a restricted program may not hold ``value``, or ``None`` when it may."""
-    if isinstance(value, types.ModuleType):
-        name = str(getattr(value, "__name__", "?"))
-        if name.partition(".")[0] not in allowed_imports:
-            return f"the module {name!r}, which restricted mode does not import"
-    elif isinstance(value, _HIDDEN_TYPES):
-        return f"a {type(value).__name__} object, which shows the runner's internals"
-    elif _is_evaluator(value):
-        name = str(getattr(value, "__qualname__", value))
-        return f"{name}, which evaluates strings outside restricted mode's guards"
-    return None
-
-
-def _is_evaluator(value: object) -> bool:
-    global _evaluator_ids
-    _evaluator_ids = _evaluator_ids or frozenset(map(id, evaluators()))
-    return id(value) in _evaluator_ids
-
-
 def restricted_globals(
     allowed_imports: frozenset[str], result: Callable[[Any], None], tools: Tools
 ) -> dict[str, Any]:
@@ -186,21 +164,33 @@ def restricted_globals(
     def guarded_import(
         name: str, globals: Any = None, locals: Any = None, fromlist: Any = (), level: int = 0
     ) -> Any:
-        if level or name.partition(".")[0] not in allowed_imports:
+        if level or not module_allowed(name, allowed_imports):
             raise ImportError(f"import of {name!r} is not allowed in restricted mode")
         if name.partition(".")[0] == "asyncio":
             import_asyncio()
         module = __import__(name, globals, locals, fromlist, level)
+        members: dict[str, Any] = {}
         for member in fromlist or ():
             # ``from typing import sys`` reads the attribute without the attribute guard.
-            refused = refusal(getattr(module, member, None), allowed_imports)
+            value = getattr(module, member, None)
+            refused = refusal(value, allowed_imports)
             if refused:
                 raise ImportError(
                     f"cannot import {member!r} from {name!r} in restricted mode: it is {refused}"
                 )
+            members[member] = substitute(value)
+        if any(members[m] is not getattr(module, m, None) for m in members):
+            # The from-import reads its names from what this returns: a stand-in module.
+            stand_in = type(module)(module.__name__)
+            vars(stand_in).update(members)
+            return stand_in
         return module
 
     def guarded_getattr(ob: Any, name: str, *default: Any) -> Any:
+        # An object a guard missed (an argument to a callback, say) yields nothing either.
+        refused = refusal(ob, allowed_imports)
+        if refused:
+            raise AttributeError(f"cannot read {name!r} of {refused}")
         # safer_getattr answers None for a missing attribute unless told to raise: then
         # ``tools.not_given(...)`` failed as "'NoneType' object is not callable" and a typo
         # read as None. Attribute access and getattr() without a default raise as in Python.
@@ -211,7 +201,7 @@ def restricted_globals(
                 f"{name!r} is {refused}; use only the modules you import "
                 f"({', '.join(sorted(allowed_imports))}) and what they return"
             )
-        return value
+        return substitute(value)
 
     def write_guard(ob: Any) -> Any:
         # Objects of classes the program defined itself may have attributes set; anything
@@ -254,8 +244,8 @@ def restricted_globals(
         "__metaclass__": type,
         "tools": tools,
         "_getattr_": guarded_getattr,
-        "_getitem_": operator.getitem,
-        "_getiter_": iter,
+        "_getitem_": item_guard(allowed_imports),
+        "_getiter_": iteration_guard(allowed_imports),
         "_iter_unpack_sequence_": guarded_iter_unpack_sequence,
         "_unpack_sequence_": guarded_unpack_sequence,
         "_write_": write_guard,

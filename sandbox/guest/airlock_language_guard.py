@@ -1,0 +1,259 @@
+"""What a ``restricted`` program may not hold, and the guards that check every value it reads.
+
+The attribute, item, iteration and import guards of ``airlock_language`` ask :func:`refusal`
+of each value they hand over (and of the object an attribute is read from). Refused: a module
+the program could not import itself (allowed modules' submodules only as
+:data:`SUBMODULES` lists them: ``asyncio.format_helpers`` leads to ``traceback`` and
+``linecache``), a frame, code or traceback object, a module's namespace (its globals, whose
+``__builtins__`` are the real ones), and the standard library's callables that get around the
+guards (:data:`_REFUSED`): string evaluators, functions that read attributes by names the
+caller chooses (``functools.update_wrapper``), ``str.format`` on a program's text, the
+frames of a task, and ``traceback``/``linecache``, which read any file. A few callables come
+as a checked substitute instead (:func:`substitute`).
+
+Standard library only. Nothing here imports a module: a refused object is looked up only in
+the modules already loaded, so the table follows ``sys.modules`` (it is built again when that
+grows), and a runner pays for no module its programs do not use.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+
+TYPE_CHECKING = False  # typing's, which the guest does not import (see airlock.sandbox.guest)
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+    from typing import Any
+
+SUBMODULES = frozenset({"collections.abc", "json.decoder", "json.encoder", "json.scanner"})
+"""Submodules a program may hold when it may import their top-level module. Any other module
+only when the profile's ``allowed_imports`` names it (``xml.etree`` as well as ``xml``)."""
+
+_EVALUATES = "evaluates strings outside restricted mode's guards"
+_NAMES = "reads or writes attributes by names the program chooses, past the attribute guard"
+_FORMATS = "formats the program's text by reading attributes past the attribute guard"
+_FRAMES = "hands out the runner's frames"
+_FILES = "reads any file and the runner's frames"
+_PROCESSES = "starts processes, which restricted mode does not"
+
+_REFUSED: tuple[tuple[str, str, str], ...] = (
+    # (module, attribute path, why): looked up only once the module is loaded.
+    ("typing", "get_type_hints", _EVALUATES),  # string annotations, with the real builtins
+    ("typing", "ForwardRef", _EVALUATES),
+    ("functools", "singledispatch", _EVALUATES),  # register() calls get_type_hints
+    ("functools", "singledispatchmethod", _EVALUATES),
+    ("functools", "update_wrapper", _NAMES),  # updated=('__globals__',) copies a module's
+    ("functools", "wraps", _NAMES),
+    ("operator", "attrgetter", _NAMES),
+    ("operator", "methodcaller", _NAMES),
+    ("builtins", "getattr", _NAMES),  # the real ones; a program's own are guarded
+    ("builtins", "setattr", _NAMES),
+    ("builtins", "delattr", _NAMES),
+    ("builtins", "vars", _NAMES),
+    ("builtins", "eval", _EVALUATES),
+    ("builtins", "exec", _EVALUATES),
+    ("builtins", "compile", _EVALUATES),
+    ("builtins", "__import__", _EVALUATES),
+    ("builtins", "open", _FILES),
+    ("builtins", "str.format", _FORMATS),
+    ("builtins", "str.format_map", _FORMATS),
+    ("collections", "UserString.format", _FORMATS),
+    ("collections", "UserString.format_map", _FORMATS),
+    ("string", "Formatter", _FORMATS),
+    ("asyncio", "create_subprocess_exec", _PROCESSES),  # the second seccomp layer refuses
+    ("asyncio", "create_subprocess_shell", _PROCESSES),  # fork too; this says so first
+    ("asyncio", "BaseEventLoop.subprocess_exec", _PROCESSES),
+    ("asyncio", "BaseEventLoop.subprocess_shell", _PROCESSES),
+    ("asyncio", "Task.get_stack", _FRAMES),
+    ("asyncio", "Task.print_stack", _FRAMES),
+    ("traceback", "StackSummary", _FILES),
+    ("traceback", "FrameSummary", _FILES),
+    ("traceback", "TracebackException", _FILES),
+    ("traceback", "extract_stack", _FILES),
+    ("traceback", "extract_tb", _FILES),
+    ("traceback", "format_stack", _FILES),
+    ("traceback", "print_stack", _FILES),
+    ("traceback", "walk_stack", _FILES),
+    ("traceback", "walk_tb", _FILES),
+    ("linecache", "getline", _FILES),
+    ("linecache", "getlines", _FILES),
+    ("linecache", "updatecache", _FILES),
+    ("linecache", "lazycache", _FILES),
+    ("linecache", "checkcache", _FILES),
+)
+_REFUSED_INSTANCES = (("traceback", "StackSummary"), ("traceback", "FrameSummary"))
+_HIDDEN_TYPES = (types.FrameType, types.CodeType, types.TracebackType)
+_PLAIN = frozenset({str, int, float, bool, complex, bytes, list, tuple, set, type(None)})
+"""Types whose values need no look-up (what a container holds is checked when read)."""
+
+
+class _Table:
+    """:data:`_REFUSED` by id, for the modules loaded when it was built."""
+
+    def __init__(self) -> None:
+        self.built_for = len(sys.modules)
+        self.why: dict[int, str] = {}
+        self.held: list[object] = []  # keeps the ids theirs
+        for module_name, path, reason in _REFUSED:
+            value: object = sys.modules.get(module_name)
+            for part in path.split(".") if value is not None else ():
+                value = getattr(value, part, None)
+            if value is not None:
+                self.why[id(value)] = reason
+                self.held.append(value)
+        self.instances = tuple(
+            cls
+            for module_name, name in _REFUSED_INSTANCES
+            if isinstance(cls := getattr(sys.modules.get(module_name), name, None), type)
+        )
+        self.make_dataclass = getattr(sys.modules.get("dataclasses"), "make_dataclass", None)
+
+
+_current: _Table | None = None
+
+
+def _table() -> _Table:
+    global _current
+    if _current is None or _current.built_for != len(sys.modules):
+        _current = _Table()
+    return _current
+
+
+def module_allowed(name: str, allowed_imports: frozenset[str]) -> bool:
+    """Whether a restricted program may import or hold the module called ``name``."""
+    return name in allowed_imports or (
+        name in SUBMODULES and name.partition(".")[0] in allowed_imports
+    )
+
+
+def _unbound(value: object) -> object:
+    """The function behind a bound method, which the table holds."""
+    if type(value) is types.MethodType:
+        return value.__func__
+    if type(value) is types.BuiltinMethodType:
+        owner = value.__self__
+        if owner is not None and not isinstance(owner, types.ModuleType):
+            return getattr(type(owner), value.__name__, value)
+    return value
+
+
+def _is_namespace(value: dict[Any, Any]) -> bool:
+    if "__builtins__" in value:
+        return True
+    name = value.get("__name__")
+    module = sys.modules.get(name) if type(name) is str else None
+    return module is not None and getattr(module, "__dict__", None) is value
+
+
+def refusal(value: object, allowed_imports: frozenset[str]) -> str | None:
+    """Why a restricted program may not hold ``value``, or ``None`` when it may."""
+    kind = type(value)
+    if kind in _PLAIN:
+        return None
+    if kind is dict:
+        if _is_namespace(value):  # type: ignore[arg-type]  # kind is dict
+            return "a module's namespace (its globals), which holds the real builtins"
+        return None
+    if isinstance(value, types.ModuleType):
+        name = str(getattr(value, "__name__", "?"))
+        if not module_allowed(name, allowed_imports):
+            return f"the module {name!r}, which restricted mode does not import"
+        return None
+    if isinstance(value, _HIDDEN_TYPES):
+        return f"a {kind.__name__} object, which shows the runner's internals"
+    table = _table()
+    why = table.why.get(id(_unbound(value)))
+    if why is not None:
+        return f"{getattr(value, '__qualname__', kind.__name__)}, which {why}"
+    if table.instances and isinstance(value, table.instances):
+        return f"a {kind.__name__} object, which {_FILES}"
+    return None
+
+
+def substitute(value: object) -> object:
+    """What a program gets in place of ``value``: itself, or a checked stand-in."""
+    if value is not None and value is _table().make_dataclass:
+        return make_dataclass
+    return value
+
+
+def make_dataclass(cls_name: str, fields: Any, **options: Any) -> Any:
+    """``dataclasses.make_dataclass`` with no field or namespace name that starts with ``_``
+    (a program could not write one, and an object with ``__globals__`` of its choosing
+    stands in for a function where the standard library reads one)."""
+    import dataclasses
+
+    checked = [field if isinstance(field, str) else tuple(field) for field in fields]
+    namespace = dict(options.get("namespace") or {})
+    names = [field if isinstance(field, str) else field[0] for field in checked]
+    for name in [*names, *namespace]:
+        if not isinstance(name, str) or name.startswith("_"):
+            raise ValueError(
+                f"the field or namespace name {name!r} starts with '_' (or is not a string), "
+                "which restricted mode does not allow: name it without a leading underscore"
+            )
+    if "namespace" in options:
+        options["namespace"] = namespace
+    return dataclasses.make_dataclass(cls_name, checked, **options)
+
+
+def item_guard(allowed_imports: frozenset[str]) -> Callable[[Any, Any], Any]:
+    """RestrictedPython's ``_getitem_``: ``ob[index]``, unless :func:`refusal` refuses it."""
+
+    def guarded_getitem(ob: Any, index: Any) -> Any:
+        value = ob[index]
+        if type(value) not in _PLAIN:
+            _refuse_item(value, ob, allowed_imports)
+        return value
+
+    return guarded_getitem
+
+
+def iteration_guard(allowed_imports: frozenset[str]) -> Callable[[Any], Iterator[Any]]:
+    """RestrictedPython's ``_getiter_`` (``for``, comprehensions, unpacking): ``iter(ob)``,
+    each item past :func:`refusal`."""
+
+    def checked(ob: Any, iterator: Iterator[Any]) -> Iterator[Any]:
+        for item in iterator:
+            if type(item) not in _PLAIN:
+                _refuse_item(item, ob, allowed_imports)
+            yield item
+
+    def guarded_iter(ob: Any) -> Iterator[Any]:
+        return checked(ob, iter(ob))  # iter() now: a non-iterable fails where it stands
+
+    return guarded_iter
+
+
+def _refuse_item(value: object, ob: object, allowed_imports: frozenset[str]) -> None:
+    refused = refusal(value, allowed_imports)
+    if refused:
+        raise LookupError(
+            f"an item of a {type(ob).__name__} is {refused}; restricted mode does not hand it out"
+        )
+
+
+def evaluators() -> tuple[object, ...]:
+    """Standard library callables that evaluate strings as Python outside the guards."""
+    import functools
+    import typing
+
+    return (
+        typing.get_type_hints,
+        typing.ForwardRef,
+        functools.singledispatch,
+        functools.singledispatchmethod,
+    )
+
+
+__all__ = [
+    "SUBMODULES",
+    "evaluators",
+    "item_guard",
+    "iteration_guard",
+    "make_dataclass",
+    "module_allowed",
+    "refusal",
+    "substitute",
+]
