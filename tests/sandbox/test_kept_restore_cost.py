@@ -164,7 +164,9 @@ def test_a_costly_entry_is_refused_and_the_other_names_come_back(
     path = tmp_path / "names"
     _forged_file(path, _entries(kind, expression))
 
-    fresh = multiprocessing.get_context("forkserver")
+    # Spawned, not from a fork server: one left running would change what later tests of a
+    # tool's own multiprocessing see first.
+    fresh = multiprocessing.get_context("spawn")
     reading, telling = fresh.Pipe(duplex=False)
     apart = fresh.Process(target=_restored_apart, args=(path, mode, telling))
     apart.start()
