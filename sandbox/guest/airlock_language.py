@@ -148,6 +148,7 @@ def restricted_globals(
     allowed_imports: frozenset[str], result: Callable[[Any], None], tools: Tools
 ) -> dict[str, Any]:
     """The globals of a ``restricted`` program: guarded builtins, ``result`` and ``tools``."""
+    from types import ModuleType
     from typing import Any, cast  # cast(Any, ...) evaluates Any
 
     from RestrictedPython.Guards import (
@@ -186,9 +187,15 @@ def restricted_globals(
             return stand_in
         return module
 
+    # The modules RestrictedPython's utility builtins hand a program (random, string, math)
+    # are read from like its imports.
+    readable = allowed_imports | {
+        m.__name__ for m in utility_builtins.values() if isinstance(m, ModuleType)
+    }
+
     def guarded_getattr(ob: Any, name: str, *default: Any) -> Any:
         # An object a guard missed (an argument to a callback, say) yields nothing either.
-        refused = refusal(ob, allowed_imports)
+        refused = refusal(ob, readable)
         if refused:
             raise AttributeError(f"cannot read {name!r} of {refused}")
         # safer_getattr answers None for a missing attribute unless told to raise: then

@@ -187,11 +187,18 @@ def make_dataclass(cls_name: str, fields: Any, **options: Any) -> Any:
     checked = [field if isinstance(field, str) else tuple(field) for field in fields]
     namespace = dict(options.get("namespace") or {})
     names = [field if isinstance(field, str) else field[0] for field in checked]
-    for name in [*names, *namespace]:
-        if not isinstance(name, str) or name.startswith("_"):
+    for name in [cls_name, *names, *namespace]:
+        # Exactly str: a subclass of the program's answers startswith as it likes, and
+        # dataclasses formats a field's name into the source it runs with the real builtins.
+        if type(name) is not str:
             raise ValueError(
-                f"the field or namespace name {name!r} starts with '_' (or is not a string), "
-                "which restricted mode does not allow: name it without a leading underscore"
+                f"the class, field or namespace name {name!r} is not a plain string, which "
+                "restricted mode requires: give each name as a str literal"
+            )
+        if name.startswith("_"):
+            raise ValueError(
+                f"the field or namespace name {name!r} starts with '_', which restricted "
+                "mode does not allow: name it without a leading underscore"
             )
     if "namespace" in options:
         options["namespace"] = namespace

@@ -78,6 +78,21 @@ BYPASSES: list[tuple[str, str, str, str]] = [
     ("make_dataclass_dunder_namespace", "import dataclasses\n"
      "dataclasses.make_dataclass('W', ['x'], namespace={'__getattr__': len})\n",
      "ValueError", "starts with '_'"),
+    # A str subclass whose startswith says no: a dunder method of the program's choosing,
+    # whose value dataclasses' generated source formats, run with the real builtins.
+    ("make_dataclass_str_subclass_namespace", "import dataclasses\n"
+     "class K(str):\n    def startswith(self, *a):\n        return False\n"
+     "def fmt(self, spec):\n    return \"__import__('os').getpid()\"\n"
+     "S = dataclasses.make_dataclass('S', [], bases=(str,), "
+     "namespace={K('__format__'): fmt, K('__doc__'): 'd'}, init=False, eq=False, repr=False)\n",
+     "ValueError", "not a plain string"),
+    ("make_dataclass_str_subclass_field", "import dataclasses\n"
+     "class K(str):\n    def startswith(self, *a):\n        return False\n"
+     "dataclasses.make_dataclass('W', [K('__globals__')])\n", "ValueError", "not a plain string"),
+    ("make_dataclass_str_subclass_typed_field", "import dataclasses\n"
+     "class K(str):\n    def startswith(self, *a):\n        return False\n"
+     "dataclasses.make_dataclass('W', [(K('__dict__'), dict, dataclasses.field(default=1))])\n",
+     "ValueError", "not a plain string"),
     ("namespace_dict_item", "[{'__builtins__': {}}][0]\n", "LookupError", "namespace"),
     ("namespace_dict_iterated", "[d for d in [{'__builtins__': {}}]]\n", "LookupError",
      "namespace"),
@@ -157,6 +172,7 @@ def test_a_known_route_out_of_restricted_mode_is_refused(
         "P(1).s() + P(1).y\n",
         "import collections\nP = collections.namedtuple('P', 'a b')\nP(1, 2).b\n",
         "import collections\ncollections.UserString('ab').upper().data\n",
+        "random.seed(1)\n[random.randint(1, 1), string.ascii_lowercase[:2], math.floor(1.5)]\n",
         "import functools\nfunctools.partial(max, 1)(2) + functools.reduce(max, [1, 3])\n",
         'import json\nd = json.loads(\'{"a": [{"b": 1}]}\')\n'
         "[v for k, v in d['a'][0].items()] + [k for k in d]\n",
@@ -177,6 +193,7 @@ def test_a_known_route_out_of_restricted_mode_is_refused(
         "make_dataclass_fields",
         "namedtuple",
         "user_string",
+        "utility_builtins",
         "functools",
         "json_items",
         "asyncio_fan_out",
@@ -209,6 +226,7 @@ IMAGE_ROUTES = [
     "task_frame_locals",
     "userstring_format",
     "namespace_dict_item",
+    "make_dataclass_str_subclass_namespace",
 ]
 
 
