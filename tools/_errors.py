@@ -10,6 +10,7 @@
         │   └── CommitInFlightError   conflict          another commit is sending it  retryable
         ├── RateLimitedError          rate_limited      .retry_after seconds        retryable
         ├── UpstreamError             upstream          the system behind the tool   retryable
+        │   └── PermanentUpstreamError upstream         fails the same way every time
         ├── ToolTimeoutError          timeout           .seconds                    retryable
         ├── AmbiguousWriteError       ambiguous_write   .idempotency_key            retryable
         ├── ResultTooLargeError       result_too_large  .size_bytes, .limit_bytes
@@ -28,9 +29,11 @@
         └── LedgerReplacedError       ledger_replaced      deleted or replaced while open
 
 ``code`` and ``retryable`` (the same request may succeed later unchanged) are class facts;
-one code has two classes: :class:`CommitInFlightError` is the one ``conflict`` that is
+two codes have two classes each, told apart by the wire form's ``retryable`` in
+:meth:`ToolError.from_wire`: :class:`CommitInFlightError` is the one ``conflict`` that is
 retryable (the same commit, repeated, returns the receipt once the send in flight ends), and
-:meth:`ToolError.from_wire` tells the two apart by the wire form's ``retryable``.
+:class:`PermanentUpstreamError` the one ``upstream`` that is not (a request the tool cannot
+build, an answer it cannot read: the same call fails the same way again).
 ``outcome`` is per instance: ``"error"`` means known and nothing committed, ``"unknown"`` means
 the tool may have acted (it raised something unexpected or ran out of time), so the caller
 must not assume either way. The wire form carries only what the model may see: code,
@@ -78,6 +81,7 @@ __all__ = [
     "NeedsApprovalError",
     "NotFoundError",
     "Outcome",
+    "PermanentUpstreamError",
     "PreviewExpiredError",
     "ProtocolError",
     "RateLimitedError",
@@ -160,8 +164,7 @@ class ToolError(AirlockError):
         outcome = data.get("outcome", "error")
         if target is None or not isinstance(message, str) or outcome not in ("error", "unknown"):
             return ProtocolError(reason="malformed error frame")
-        if target is ConflictError and data.get("retryable") is True:
-            target = CommitInFlightError
+        target = _BY_RETRYABLE.get((target, data.get("retryable")), target)
         try:
             kwargs = {
                 name: target._field_from_wire(name, data.get(name)) for name in target._fields
@@ -351,6 +354,14 @@ class UpstreamError(ToolError):
     default_message = "the service behind this tool failed; try again later"
 
 
+class PermanentUpstreamError(UpstreamError):
+    """The system behind the tool fails this call the same way every time (a request the
+    tool cannot build, an answer it cannot read): retrying it unchanged is no use."""
+
+    retryable = False
+    default_message = "the service behind this tool cannot serve this call; do not retry it"
+
+
 class ToolTimeoutError(ToolError):
     """The call ran past its deadline; it may have acted, so its outcome is unknown."""
 
@@ -518,6 +529,11 @@ _BY_CODE: dict[str, type[ToolError]] = {
         LimitExceededError,
         ProtocolError,
     )
+}
+# The wire's ``retryable`` picks the subclass of the codes that have two (see the docstring).
+_BY_RETRYABLE: dict[tuple[type[ToolError], object], type[ToolError]] = {
+    (ConflictError, True): CommitInFlightError,
+    (UpstreamError, False): PermanentUpstreamError,
 }
 
 

@@ -20,6 +20,7 @@ import httpx
 from airlock.tools._egress import violated
 from airlock.tools._errors import (
     AmbiguousWriteError,
+    PermanentUpstreamError,
     ResultTooLargeError,
     ToolError,
     ToolTimeoutError,
@@ -96,7 +97,7 @@ async def send_once(
     except (httpx.LocalProtocolError, UnicodeEncodeError) as exc:
         # The HTTP library refused a header before sending a byte; its message quotes the
         # header's value, so only its type is kept.
-        raise UpstreamError(
+        raise PermanentUpstreamError(
             "this tool could not build its request; do not retry it",
             outcome="error",
             detail=f"{what}: a request header was refused before sending ({type(exc).__name__})",
@@ -109,7 +110,7 @@ async def send_once(
     except httpx.InvalidURL as exc:
         # Refused while the request was built (a query past the library's length limit):
         # nothing was sent, and the same URL would be refused again.
-        raise UpstreamError(
+        raise PermanentUpstreamError(
             "this tool could not build its request; do not retry it",
             outcome="error",
             detail=redact(f"{what}: the URL was refused before sending (InvalidURL: {exc})")[

@@ -8,7 +8,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticSerializationError, SchemaSerializer
 
 from airlock.tools._arguments import ModelValidator
-from airlock.tools._errors import ResultTooLargeError, UpstreamError
+from airlock.tools._errors import PermanentUpstreamError, ResultTooLargeError, UpstreamError
 from airlock.tools._json import JSONObject
 
 __all__ = ["shape_plain", "shape_result", "shape_with"]
@@ -71,7 +71,7 @@ def _projected(
         size = len(serializer.to_json(shaped))
     except (PydanticSerializationError, ValueError, RecursionError) as exc:
         # The same answer fails the same way every time: retrying it is no use.
-        raise UpstreamError(
+        raise PermanentUpstreamError(
             "the service's answer could not be read; do not retry this call",
             outcome="unknown",
             detail=f"result of {model.__name__} cannot be written as JSON: {exc}"[:500],

@@ -66,6 +66,24 @@ def test_the_error_tree_is_drawn_in_the_module_docstring(error: ToolError) -> No
     assert any(type(error).__name__ in words and error.code in words for words in lines)
 
 
+@pytest.mark.parametrize(
+    ("error", "retryable"),
+    [
+        (ConflictError(), False),
+        (_errors.CommitInFlightError(), True),
+        (UpstreamError(), True),
+        (tools.PermanentUpstreamError(), False),
+    ],
+    ids=lambda e: type(e).__name__ if isinstance(e, ToolError) else str(e),
+)
+def test_the_codes_with_two_classes_are_told_apart_by_retryable(
+    error: ToolError, retryable: bool
+) -> None:
+    wire = error.to_wire()
+    assert wire["retryable"] is retryable
+    assert type(ToolError.from_wire(wire)) is type(error)
+
+
 def test_detail_never_crosses_the_wire() -> None:
     error = UpstreamError(detail="GET https://internal/route?token=abc failed")
     assert "internal" not in str(error.to_wire())

@@ -57,6 +57,7 @@ PUBLIC_API = [
     "NotFoundError",
     "Observations",
     "Outcome",
+    "PermanentUpstreamError",
     "Precondition",
     "Preview",
     "PreviewExpiredError",

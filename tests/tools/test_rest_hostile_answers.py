@@ -17,6 +17,7 @@ from airlock.tools import (
     AuditLog,
     CallContext,
     MemoryAuditStore,
+    PermanentUpstreamError,
     Registry,
     RestAdapter,
     ToolError,
@@ -56,6 +57,7 @@ def test_a_result_that_cannot_be_serialized_is_a_typed_upstream_error(value: Any
         shape_result(Loose, {"a": value}, max_bytes=1_000_000)
     assert caught.value.outcome == "unknown"  # the handler ran
     assert "do not retry" in caught.value.message  # the same answer fails the same way
+    assert caught.value.retryable is False  # and the wire says so too
     assert "Loose" in (caught.value.detail or "")
 
 
@@ -82,8 +84,9 @@ async def test_a_deeply_nested_upstream_answer_is_upstream_through_the_registry(
 
     with pytest.raises(ToolError) as caught:
         await registry.call("billing_raw_get", {}, context(caller=caller))
-    assert type(caught.value) is UpstreamError
+    assert type(caught.value) is PermanentUpstreamError
     assert "do not retry" in caught.value.message
+    assert caught.value.to_wire()["retryable"] is False
 
 
 # -- statuses outside 100-599 ----------------------------------------------------------------
@@ -171,7 +174,7 @@ async def test_a_url_the_http_library_refuses_is_upstream_and_nothing_is_sent() 
     async with httpx.AsyncClient(transport=_pages("", seen)) as client:
         with pytest.raises(ToolError) as caught:
             await send_once(client, attempt, backoff=0.0)
-    assert type(caught.value) is UpstreamError
+    assert type(caught.value) is PermanentUpstreamError  # the same URL is refused again
     assert caught.value.outcome == "error"  # a write that was never sent did not act
     assert "InvalidURL" in (caught.value.detail or "")
     assert seen == []
