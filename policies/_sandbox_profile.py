@@ -84,8 +84,9 @@ class SandboxProfile(BaseModel):
         le=_TIB,
         description="Memory limit; memory+swap is set to the same value, so there is no swap.",
     )
+    # (the engine's least quota: a smaller one rounds to 0 nanocpus, which it reads as none)
     cpus: float = Field(
-        default=1.0, gt=0, le=64, description="CPU quota in cores (CFS quota / period)."
+        default=1.0, ge=0.01, le=64, description="CPU quota in cores (CFS quota / period)."
     )
     pids_limit: int = Field(
         default=64, ge=8, le=4096, description="Most processes and threads alive at once."
@@ -184,8 +185,10 @@ class SandboxProfile(BaseModel):
         found = _USER.fullmatch(value)
         if found is None:
             raise ValueError(f"user must be {DISTINCT_USER!r} or numeric 'uid:gid', got {value!r}")
-        # (past ten digits an id is out of range; int() of thousands of digits is refused)
-        ids = [int(i) if len(i.lstrip("0")) <= 10 else _MAX_ID + 1 for i in found.groups()]
+        # (the engine reads leading zeros as nothing; past ten digits an id is out of range,
+        # and int() of thousands of digits is refused with a message about the interpreter)
+        digits = [i.lstrip("0") or "0" for i in found.groups()]
+        ids = [int(i) if len(i) <= 10 else _MAX_ID + 1 for i in digits]
         if 0 in ids:
             raise ValueError(f"the sandbox never runs as root (uid or gid 0), got {value!r}")
         if max(ids) > _MAX_ID:

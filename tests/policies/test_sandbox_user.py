@@ -20,6 +20,7 @@ ACCEPTED = [
     "65534:65534",
     "4294967294:4294967294",
     "00000000000000001000:1000",  # the engine reads it as 1000
+    "0" * 5000 + "1000:1000",  # (int() of the whole text would be refused)
 ]
 
 # (value, a fragment of the message)
