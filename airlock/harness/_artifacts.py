@@ -41,7 +41,8 @@ class ArtifactStore:
         session (``RUN-mN-NONCE``), oldest first.
 
         Raises:
-            UsageError: ``run`` is not a run id.
+            UsageError: ``run`` is not a run id, or it names both one program's directory
+                and another run (whose directories the message names).
         """
         check_run_id(run)
         # A program's directory named as it is, or the run's, named as artifact_dir named
@@ -59,7 +60,17 @@ class ArtifactStore:
             and _DIRECTORY.fullmatch(e.name)
         ]
         found.sort(key=lambda e: (e.stat(follow_symlinks=False).st_mtime, e.name))
-        return [e.name for e in found]
+        names = [e.name for e in found]
+        # A directory named ``run`` that is not the run's own is another run's program's
+        # (stored before such run ids were hashed): one of the two is not the caller's.
+        if run in names and not mine.fullmatch(run) and len(names) > 1:
+            others = ", ".join(n for n in names if n != run)
+            raise UsageError(
+                f"{run!r} names both a program's directory ({run}) and run {run!r}, whose "
+                f"artifacts are in {others}: name one of the run's directories instead, or "
+                "the run that program belongs to"
+            )
+        return names
 
     def list(self, run: str) -> list[ArtifactRef]:
         """Every artifact of ``run``, by directory then name, with size, media type and
@@ -86,7 +97,8 @@ class ArtifactStore:
 
         Raises:
             UsageError: no such artifact (or it is in several programs' directories: name
-                the program's directory), or a name that is not an artifact's.
+                the program's directory), a name that is not an artifact's, or ``run``
+                names both a program's directory and another run: neither is preferred.
         """
         _check_name(name)
         holders = [d for d in self.directories(run) if self._is_file(d, name)]

@@ -4,7 +4,9 @@ and each of its programs stores its files in a directory of its own under the ar
 A run id is any text of 1 to 256 characters without a control character, checked where the
 harness takes it; it names nothing on the host by itself. A program's directory is named
 after its call id when that is a plain name (``RUN-m3-NONCE``), otherwise after a plain
-prefix and a hash of the whole id, and it is a child of the store whatever the id."""
+prefix and a hash of the whole id, and it is a child of the store whatever the id. A run id
+that reads as a program's directory (``conv-m1-abc123``) is hashed too, so no run's
+directories are named as another run's program's are."""
 
 from __future__ import annotations
 
@@ -31,6 +33,12 @@ _HASHED: Final = re.compile(r"-[0-9a-f]{16}$")
 is another run's hashed one."""
 _PROGRAM: Final = re.compile(r"m[0-9]+-[A-Za-z0-9]{1,32}")
 """A program's part of its call id (``mN-NONCE``)."""
+_PROGRAM_DIR: Final = re.compile(rf".+-{_PROGRAM.pattern}")
+"""How a program's directory is named (``NAME-mN-NONCE``): a plain run id so named is hashed
+too, so that no run's name is another run's program's directory."""
+_ENDS_AS_PROGRAM: Final = re.compile(r"-(m[0-9]+)$")
+"""A hashed name's prefix that ends so would make ``PREFIX-HASH`` read as a program's
+directory of the run ``PREFIX``: its ``-`` becomes ``_``."""
 
 
 def _digest(text: str) -> str:
@@ -39,10 +47,17 @@ def _digest(text: str) -> str:
 
 def _run_name(run_id: str) -> str:
     """What a run's directories are named after: the run id when plain, else a plain prefix
-    of it and a hash of the run id alone (so the run's own directories share it exactly)."""
-    if _PLAIN.fullmatch(run_id) and ".." not in run_id and not _HASHED.search(run_id):
+    of it and a hash of the run id alone (so the run's own directories share it exactly).
+    Never a name another run's program's directory has (``NAME-mN-NONCE``)."""
+    if (
+        _PLAIN.fullmatch(run_id)
+        and ".." not in run_id
+        and not _HASHED.search(run_id)
+        and not _PROGRAM_DIR.fullmatch(run_id)
+    ):
         return run_id
-    return f"{_NOT_PLAIN.sub('_', run_id[:64]) or '_'}-{_digest(run_id)}"
+    prefix = _ENDS_AS_PROGRAM.sub(r"_\1", _NOT_PLAIN.sub("_", run_id[:64]))
+    return f"{prefix or '_'}-{_digest(run_id)}"
 
 
 def run_directories(run_id: str) -> re.Pattern[str]:

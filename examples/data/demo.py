@@ -5,9 +5,11 @@ on the host. Run it from the repository's root::
 
     .venv/bin/python -m examples.data.demo [--size-mb 50]
 
-It writes the export under ``$AIRLOCK_HOME/demo/data/RUN/`` and the program's artifacts
-under ``$AIRLOCK_HOME/artifacts/``. Exit codes: 0 done; 1 a check failed; 3 the sandbox
-(the Docker engine or the data image) is unavailable.
+``--size-mb`` is at least 0.001 and at most 1000 (below the data image's 1 GiB input
+limit). It writes the export under ``$AIRLOCK_HOME/demo/data/RUN/`` and the program's
+artifacts under ``$AIRLOCK_HOME/artifacts/``. Exit codes: 0 done; 1 a check failed; 2 a
+size out of range, or the session was refused (its code is printed); 3 the sandbox (the
+Docker engine or the data image) is unavailable.
 """
 
 from __future__ import annotations
@@ -19,17 +21,18 @@ import json
 import time
 import uuid
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Final
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.panel import Panel
 from rich.syntax import Syntax
 from rich.table import Table
 
 from airlock.cli import Settings
 from airlock.harness import Harness
-from airlock.policies import Principal, load_policy
+from airlock.policies import Principal, UsageError, load_policy
 from airlock.sandbox import DockerBackend, InputRefused, SandboxError
 from airlock.tools import Registry, SQLiteAuditStore
 from examples.data import DEMO_POLICY, PROGRAM, RegionTotal, host_totals, write_sales
@@ -38,6 +41,10 @@ __all__ = ["DemoFailed", "demo", "main"]
 
 ANALYST = Principal(user_id="analyst", tenant_id="acme")
 GUEST = Principal(user_id="guest", tenant_id="acme")
+MIN_SIZE_MB: Final = 0.001
+"""Smallest export: a smaller one would hold the header and no order."""
+MAX_SIZE_MB: Final = 1000.0
+"""Largest export: it stays below the data image's 1 GiB input limit with its last rows."""
 
 
 class DemoFailed(Exception):
@@ -168,19 +175,37 @@ async def run_demo(console: Console, *, size_bytes: int) -> dict[str, Any]:
 
 
 def demo(
-    size_mb: Annotated[float, typer.Option(help="Size of the generated export, in MB.")] = 50.0,
+    size_mb: Annotated[
+        float,
+        typer.Option(
+            help=f"Size of the generated export, in MB ({MIN_SIZE_MB:g} to {MAX_SIZE_MB:g})."
+        ),
+    ] = 50.0,
 ) -> None:
     """Per-region totals of a generated sales export, in the data image, checked on the
     host; a chart and a table come back as artifacts."""
     console = Console()
+    errors = Console(stderr=True, soft_wrap=True)
+    # Written as a range so that nan, which compares false with anything, is refused too.
+    if not MIN_SIZE_MB <= size_mb <= MAX_SIZE_MB:
+        errors.print(
+            f"[red]--size-mb {size_mb:g} is no size of an export:[/] give {MIN_SIZE_MB:g} to "
+            f"{MAX_SIZE_MB:g} MB"
+        )
+        raise typer.Exit(2)
     began = time.perf_counter()
     try:
         asyncio.run(run_demo(console, size_bytes=int(size_mb * 1e6)))
     except SandboxError as exc:
-        Console(stderr=True).print(f"[red]sandbox unavailable ({exc.code}):[/] {exc}")
+        errors.print(f"[red]sandbox unavailable ({exc.code}):[/] {escape(str(exc))}")
         raise typer.Exit(3) from None
+    except UsageError as exc:
+        # InputRefused among them (a session not given its input): a use to change, not a
+        # check that failed.
+        errors.print(f"[red]the data demo was refused ({exc.code}):[/] {escape(str(exc))}")
+        raise typer.Exit(2) from None
     except DemoFailed as exc:
-        Console(stderr=True).print(f"[red]the data demo went wrong:[/] {exc}")
+        errors.print(f"[red]the data demo went wrong:[/] {escape(str(exc))}")
         raise typer.Exit(1) from None
     console.print(f"[green]data demo done in {time.perf_counter() - began:.1f} s[/]")
 

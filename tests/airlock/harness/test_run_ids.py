@@ -227,3 +227,94 @@ def test_a_runs_artifacts_are_its_own_whatever_its_id(
     for other in {"a.csv", "b.csv"} - set(files):
         with pytest.raises(UsageError, match="has no artifact"):
             store.get(asked, other)
+
+
+# What a program's directory is named: NAME-mN-NONCE.
+PROGRAM_DIR = re.compile(r".+-m[0-9]+-[A-Za-z0-9]{1,32}")
+
+# (case, run id): ids whose own directory (``airlock run``'s), named as they are or after a
+# plain prefix, would read as another run's program's directory; each is hashed so that it
+# does not.
+PROGRAM_SHAPED = [
+    ("a_program_s_directory", "conv-m1-abc123"),
+    ("many_digits", "conv-m12-X9"),
+    ("dotted", "acme.conv-m3-z"),
+    ("two_program_parts", "conv-m1-abc123-m1-zzz"),
+    ("cleaned_prefix", "a..-m1"),
+    ("truncated_prefix", "x" * 61 + "-m5/zzz"),
+]
+
+
+@pytest.mark.parametrize(
+    "run_id", [c[1] for c in PROGRAM_SHAPED], ids=[c[0] for c in PROGRAM_SHAPED]
+)
+def test_a_run_s_directory_is_never_named_as_a_program_s(tmp_path: Path, run_id: str) -> None:
+    root = tmp_path / "store"
+    own = artifact_dir(root, run_id).name
+    assert not PROGRAM_DIR.fullmatch(own), own
+    assert re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_-]{0,63}-[0-9a-f]{16}", own), own
+    assert artifact_dir(root, f"{run_id}:m1-zzz").name == f"{own}-m1-zzz"
+
+
+# (call id, its directory's name): names stores already hold stay as they were, so their
+# runs' artifacts are still found.
+KEPT = [
+    ("conv-42:m1-abc123", "conv-42-m1-abc123"),
+    ("run_fixed", "run_fixed"),
+    ("acme.conv-7:m2-x", "acme.conv-7-m2-x"),
+    ("alice@acme.com-conv-42:m1-abc123", "alice_acme_com-conv-42-afe5646f4ea6c2bd-m1-abc123"),
+    ("slack:C024BE91L/1355517523.000005", "slack_C024BE91L_1355517523_000005-c35792091acf452d"),
+    ("conv-0123456789abcdef:m2-x", "conv-0123456789abcdef-3662606f33311fb1-m2-x"),
+]
+
+
+@pytest.mark.parametrize(("call_id", "name"), KEPT)
+def test_an_ordinary_run_id_names_its_directories_as_before(
+    tmp_path: Path, call_id: str, name: str
+) -> None:
+    assert artifact_dir(tmp_path, call_id).name == name
+
+
+# (case, call ids stored, the run or directory asked for, the directories found, or None
+# when refused because the name is both a program's directory and another run's id).
+SHAPED_STORES = [
+    ("both: refused", ["conv:m1-abc123", "conv-m1-abc123:m1-zzz"], "conv-m1-abc123", None),
+    ("the program's run", ["conv:m1-abc123", "conv-m1-abc123:m1-zzz"], "conv",
+     ["conv-m1-abc123"]),
+    ("the directory alone", ["conv:m1-abc123"], "conv-m1-abc123", ["conv-m1-abc123"]),
+    ("the run alone", ["conv-m1-abc123:m1-zzz"], "conv-m1-abc123",
+     ["conv-m1-abc123-5b5552152d45bf00-m1-zzz"]),
+    ("the other run's directory", ["conv:m1-abc123", "conv-m1-abc123:m1-zzz"],
+     "conv-m1-abc123-5b5552152d45bf00-m1-zzz", ["conv-m1-abc123-5b5552152d45bf00-m1-zzz"]),
+    ("a plain run's own and its programs'", ["conv", "conv:m1-abc123"], "conv",
+     ["conv", "conv-m1-abc123"]),
+    ("a cleaned prefix", ["a__:m1-abc123", "a..-m1"], "a__", ["a__-m1-abc123"]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("stored", "asked", "found"),
+    [row[1:] for row in SHAPED_STORES],
+    ids=[row[0] for row in SHAPED_STORES],
+)
+def test_a_name_of_a_program_s_directory_and_of_another_run_is_never_mixed(
+    tmp_path: Path, stored: list[str], asked: str, found: list[str] | None
+) -> None:
+    root = tmp_path / "store"
+    root.mkdir()
+    for call_id in stored:
+        directory = artifact_dir(root, call_id)
+        directory.mkdir()
+        (directory / "report.csv").write_text(call_id)
+    store = ArtifactStore(root)
+    if found is None:
+        for ask in (lambda: store.list(asked), lambda: store.get(asked, "report.csv")):
+            with pytest.raises(UsageError) as refused:
+                ask()
+            assert refused.value.code == "usage_error"
+            assert all(artifact_dir(root, c).name in str(refused.value) for c in stored)
+        return
+    assert sorted(ref.uri.split("/")[-2] for ref in store.list(asked)) == sorted(found)
+    if len(found) == 1:
+        ref = store.get(asked, "report.csv")
+        assert Path(ref.path).parent.name == found[0]
