@@ -36,6 +36,7 @@ from airlock.sandbox._errors import (
     SandboxClosed,
     SandboxError,
     SandboxFailure,
+    SandboxRefused,
     SocketPathTooLong,
 )
 from airlock.sandbox._images import (
@@ -101,6 +102,7 @@ __all__ = [
     "SandboxClosed",
     "SandboxError",
     "SandboxFailure",
+    "SandboxRefused",
     "SkippedArtifact",
     "SocketPathTooLong",
     "check_engine",

@@ -8,7 +8,9 @@
         ├── SandboxClosed          the backend was closed; a new one must be started
         ├── SocketPathTooLong      the host's temporary directory is too deep for a socket
         └── SandboxFailure         a container failed to start or died outside the program
-                                   (retryable)
+            │                      (retryable)
+            └── SandboxRefused     the engine refused the container's settings as invalid
+                                   (every start would be refused the same)
 
 A program that fails or hits a limit is not an error here: that is a :class:`RunResult`.
 """
@@ -30,6 +32,7 @@ __all__ = [
     "SandboxClosed",
     "SandboxError",
     "SandboxFailure",
+    "SandboxRefused",
     "SocketPathTooLong",
     "map_docker_errors",
 ]
@@ -91,6 +94,15 @@ class SandboxFailure(SandboxError):
     retryable = True
 
 
+class SandboxRefused(SandboxFailure):
+    """The engine answered 400 (an invalid parameter): a setting of the profile this engine
+    cannot honour, such as more ``cpus`` than the machine has. Starting again fails the same
+    way until the profile or the machine changes, so it is not retryable."""
+
+    code = "sandbox_refused"
+    retryable = False
+
+
 @contextmanager
 def map_docker_errors() -> Iterator[None]:
     """Translate the Docker SDK's and its HTTP stack's errors into :class:`SandboxError`.
@@ -105,6 +117,7 @@ def map_docker_errors() -> Iterator[None]:
     ``ImageNotFound``                            ImageMissing       the image is not built
     ``ConnectionError``, ``Timeout``,            EngineUnavailable  no answer came; a retry
     ``ChunkedEncodingError``, ``RetryError``                        may reach the engine
+    ``APIError`` with status 400                 SandboxRefused     an invalid setting
     ``APIError`` (``NotFound``, ...)             SandboxFailure     the engine refused
     other ``DockerException``, ``InvalidURL``,   EngineUnavailable  no engine is configured
     ``MissingSchema``, ``InvalidSchema``,                           or reachable where it
@@ -128,6 +141,10 @@ def map_docker_errors() -> Iterator[None]:
     ) as exc:
         raise EngineUnavailable(f"the Docker engine did not answer: {exc}") from exc
     except docker.errors.APIError as exc:
+        if exc.status_code == 400:
+            raise SandboxRefused(
+                f"the Docker engine refused the container's settings: {exc.explanation or exc}"
+            ) from exc
         raise SandboxFailure(f"the Docker engine refused: {exc.explanation or exc}") from exc
     except (
         docker.errors.DockerException,

@@ -15,7 +15,13 @@ import pytest
 import requests.exceptions
 
 import airlock.sandbox
-from airlock.sandbox import EngineUnavailable, ImageMissing, SandboxError, SandboxFailure
+from airlock.sandbox import (
+    EngineUnavailable,
+    ImageMissing,
+    SandboxError,
+    SandboxFailure,
+    SandboxRefused,
+)
 from airlock.sandbox._errors import map_docker_errors
 
 # class name -> what it becomes; None: a warning category, issued and never raised
@@ -71,6 +77,7 @@ CODES = {
     EngineUnavailable: ("sandbox_unavailable", True),
     ImageMissing: ("sandbox_image_missing", False),
     SandboxFailure: ("sandbox_failure", True),
+    SandboxRefused: ("sandbox_refused", False),
 }
 
 
@@ -137,3 +144,34 @@ def test_each_foreign_error_becomes_one_sandbox_error(
 def test_the_map_is_private_to_the_sandbox_package() -> None:
     assert "map_docker_errors" not in airlock.sandbox.__all__
     assert not hasattr(airlock.sandbox, "map_docker_errors")
+
+
+def _api_error(status: int, explanation: str) -> docker.errors.APIError:
+    response = requests.models.Response()
+    response.status_code = status
+    return docker.errors.APIError("engine said no", response=response, explanation=explanation)
+
+
+@pytest.mark.parametrize(
+    ("status", "explanation", "expected"),
+    [
+        # An invalid setting: the same start is refused every time (the pool stops on it).
+        (
+            400,
+            "Range of CPUs is from 0.01 to 2.00, as there are only 2 CPUs available",
+            SandboxRefused,
+        ),
+        (400, "Minimum memoryswap limit should be larger than memory limit", SandboxRefused),
+        (404, "No such container: abc", SandboxFailure),
+        (409, "Conflict. The container name is already in use", SandboxFailure),
+        (500, "failed to create shim task", SandboxFailure),
+    ],
+)
+def test_an_engine_answer_is_retryable_unless_it_refused_the_settings(
+    status: int, explanation: str, expected: type[SandboxError]
+) -> None:
+    with pytest.raises(SandboxError) as caught, map_docker_errors():
+        raise _api_error(status, explanation)
+    assert type(caught.value) is expected
+    assert (caught.value.code, caught.value.retryable) == CODES[expected]
+    assert explanation in str(caught.value)

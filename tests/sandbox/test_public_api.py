@@ -40,6 +40,7 @@ PUBLIC_API = [
     "SandboxClosed",
     "SandboxError",
     "SandboxFailure",
+    "SandboxRefused",
     "SkippedArtifact",
     "SocketPathTooLong",
     "check_engine",
