@@ -29,7 +29,6 @@ from airlock.tools._audit_log import AuditLog
 from airlock.tools._context import CallContext
 from airlock.tools._declared_cover import covers_declared
 from airlock.tools._errors import (
-    ConflictError,
     DeniedError,
     InvalidInputError,
     NeedsApprovalError,
@@ -37,8 +36,9 @@ from airlock.tools._errors import (
     UnknownToolError,
     UpstreamError,
 )
+from airlock.tools._preconditions import check_preconditions
 from airlock.tools._redact import redact
-from airlock.tools._spec import Precondition, ToolSpec
+from airlock.tools._spec import ToolSpec
 from airlock.tools._step_text import (
     argument_secrets,
     failure_detail,
@@ -226,7 +226,14 @@ class CallTrail:
                 exc.detail = redact(without_secrets(exc.detail, secrets))
             self.record(exc.outcome, code=exc.code, detail=exc.detail)
         else:
-            self.record("unknown", detail=failure_detail(exc, secrets))
+            self.record("unknown", detail=failure_detail(exc, secrets, withheld=self._withheld))
+
+    @property
+    def _withheld(self) -> bool:
+        """Whether an exception's text is left out: one raised while validating may quote a
+        Secret() value as validation changed it (stripped, lower-cased), which no value
+        sent spells, so no cleaning would find it."""
+        return self.stage == "validate" and bool(self.secret_fields)
 
     def refused(self, exc: BaseException) -> None:
         """Record how admission failed, for the caller to raise ``exc`` again; but a bug of
@@ -235,11 +242,12 @@ class CallTrail:
         if isinstance(exc, ToolError) or not isinstance(exc, Exception):
             return self.failed(exc)
         secrets = argument_secrets(self._args, self.secret_fields) if self.secret_fields else ()
-        kind = type(exc).__name__
-        _log.warning("admission of %r raised %s:\n%s", self.tool, kind, failure_trace(exc, secrets))
+        kind, withheld = type(exc).__name__, self._withheld
+        trace = failure_trace(exc, secrets, withheld=withheld)
+        _log.warning("admission of %r raised %s:\n%s", self.tool, kind, trace)
         typed = InvalidInputError if self.stage == "validate" else UpstreamError
         said = f"checking this call failed ({kind}) before the tool ran; nothing was done"
-        error = typed(said, detail=failure_detail(exc, secrets))
+        error = typed(said, detail=failure_detail(exc, secrets, withheld=withheld))
         self.failed(error)
         raise error from None
 
@@ -349,25 +357,6 @@ def read_waits(name: str, ctx: CallContext, rule: str, reason: str) -> ToolError
         reason="policy",
         detail=f"{reason}; no write path attached (WritePath(registry, ledger))",
     )
-
-
-def check_preconditions(
-    conditions: tuple[Precondition, ...], values: Mapping[str, Any], ctx: CallContext
-) -> None:
-    """Step 4: the evidence each precondition asks for, from earlier calls in the run.
-
-    Raises:
-        ConflictError: the first precondition without its evidence.
-    """
-    for condition in conditions:
-        match = {theirs: values[ours] for ours, theirs in condition.fields.items()}
-        if ctx.observations is None or not ctx.observations.has(condition.tool, match):
-            fields = ", ".join(sorted(condition.fields))
-            raise ConflictError(
-                f"call {condition.tool!r} with the same {fields} first; "
-                "this tool needs that evidence",
-                requires=condition.tool,
-            )
 
 
 def look_up(

@@ -7,11 +7,11 @@ message, a tool name or a log line a sandboxed program sent. Two rules apply to 
 
 - :func:`redact` replaces every credential value this process has handed out
   (:func:`remember_secret`, which :meth:`Credential.reveal` calls), also as an encoder
-  escapes it (``\\/``, ``\\u002f``, ``\\u002B``, ``%2F``, escaped twice), the value of every
-  credential-carrying header or field (:data:`SECRET_HEADERS`, also under a vendor's prefix
-  such as ``X-Goog-Api-Key``, in ``Name: value``, ``"name": "value"`` and ``name=value``
-  forms), a ``key=`` query parameter, every ``Bearer`` token and every PEM private key with
-  :data:`REDACTED`;
+  escapes it (``\\/``, ``\\u002f``, ``\\u002B``, ``%2F``, escaped twice) and in base64,
+  the value of every credential-carrying header or field (:data:`SECRET_HEADERS`, also
+  under a vendor's prefix such as ``X-Goog-Api-Key``, in ``Name: value``, ``"name":
+  "value"`` and ``name=value`` forms), a ``key=`` query parameter, every ``Bearer`` token
+  and every PEM private key with :data:`REDACTED`;
 - :func:`escape_controls` writes every character that is not printable (newlines, carriage
   returns, tabs, ``ESC`` and the other C0/C1 controls, Unicode line and paragraph separators,
   bidirectional overrides) or that a reader cannot see (Unicode's default-ignorable
@@ -28,6 +28,7 @@ from __future__ import annotations
 import os
 import re
 import threading
+from binascii import b2a_base64
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Final
@@ -74,6 +75,9 @@ _MIN_SECRET_CHARS: Final = 6
 """Shorter values are not replaced wherever they occur (they would hit ordinary text); the
 header rules still cover them."""
 _REMEMBERED: Final = 1024
+_FORMS_EACH: Final = 3
+"""What a remembered value is kept as: itself and its base64 forms (see :func:`_base64_of`)."""
+_URL_SAFE: Final = str.maketrans("+/", "-_")
 _LONGEST_ESCAPE: Final = 8
 """The most characters an escaped form spells one character with (``\\\\u002f``, a
 ``\\u`` escape encoded twice; ``\\U0001f600``'s five digits)."""
@@ -87,15 +91,16 @@ _HEADER_NAMES = "|".join(re.escape(h).replace("\\-", "[-_]?") for h in SECRET_HE
 # `githubToken`; not `token_count`), or `key` as a query parameter (`?key=`; elsewhere `key`
 # names too much: `monkey=3`, sort keys). A quoted value runs to its closing quote, escaped
 # quotes included (`"hun\"ter2"`); a bare one to the end of its line (also an escaped one),
-# a quote, or the end of its object or query field, and across the marker of a remembered
-# value already replaced in it (its `]` ends nothing: `Cookie: sid=[redacted]; refresh=...`).
+# a quote, or the end of its object or query field, across any other escape (`\x32`, `\\`,
+# `\"`) and across the marker of a remembered value already replaced in it (its `]` ends
+# nothing: `Cookie: sid=[redacted]; refresh=...`).
 # When in doubt, more is redacted rather than less. Linear time: no repetition here can
 # split the same text in two ways.
 _HEADER_VALUE: Final = re.compile(
     rf"(?i)(?P<name>(?<=[?&])key|{_HEADER_NAMES})"
     r"(?P<sep>[\"']?\s*[:=]\s*)"
     r"(?:(?P<quote>[\"'])(?:[^\"'\\\r\n]|\\.|(?!(?P=quote))[\"'])*"
-    rf"|(?:[^\"'\r\n}}\]&\\<>]|\\[\"']|(?<={re.escape(REDACTED[:-1])})\])+)"
+    rf"|(?:[^\"'\r\n}}\]&\\<>]|\\[^nr\r\n]|(?<={re.escape(REDACTED[:-1])})\])+)"
 )
 # A token's characters, also as a JSON encoder may escape them: PHP writes `/` as `\/`, .NET
 # `+` as `\u002B`, and a body encoded twice doubles the backslashes. The backslashes are taken
@@ -141,7 +146,8 @@ os.register_at_fork(after_in_child=_reset_in_child)
 class _EscapedForm:
     """A remembered value as an encoder may write it: each character but an ASCII letter or
     digit also as a backslash escape (``\\/``), a ``\\uXXXX`` escape in either case
-    (``\\u002f``, ``\\u002B``), either of those escaped again (``\\\\/``), or ``%XX``."""
+    (``\\u002f``, ``\\u002B``), either of those escaped again (``\\\\/``), or ``%XX`` (also
+    encoded twice: ``%252F``)."""
 
     pattern: re.Pattern[str]
     anchor: str
@@ -175,8 +181,8 @@ def _char_forms(char: str) -> str:
         forms = [rf"\\++(?:u{hexa})?"]
     else:
         forms = [re.escape(char), rf"\\++(?:{re.escape(char)}|u{hexa})"]
-    if code < 0x80:
-        forms.append(f"%{_hex_any_case(code, 2)}")
+    if code < 0x80:  # `%2F`, and `%252F` (a URL in a URL: encoded twice)
+        forms.append(f"%(?:25)?{_hex_any_case(code, 2)}")
     return f"(?:{'|'.join(forms)})"
 
 
@@ -186,11 +192,25 @@ def _hex_any_case(code: int, digits: int) -> str:
 
 def remember_secret(value: str) -> None:
     """Remember a credential value so that :func:`redact` replaces it wherever it appears,
-    also as a JSON encoder or a URL may escape it (the most recent :data:`_REMEMBERED` values
-    are kept; values under :data:`_MIN_SECRET_CHARS` characters are left to the header
-    rules)."""
+    also as a JSON encoder or a URL may escape it, and in base64 (the most recent
+    :data:`_REMEMBERED` values are kept; values under :data:`_MIN_SECRET_CHARS` characters
+    are left to the header rules)."""
     if len(value) < _MIN_SECRET_CHARS:
         return
+    for form in (value, *_base64_of(value)):
+        _remember(form)
+
+
+def _base64_of(value: str) -> set[str]:
+    """``value`` in base64, standard and URL-safe, without its padding (a token format may
+    drop it, and what is left after the marker, ``==``, says nothing). Inside a larger blob
+    (``user:password`` in a ``Basic`` header) it is spelled otherwise, and not matched."""
+    encoded = b2a_base64(value.encode("utf-8", "surrogatepass"), newline=False)
+    standard = encoded.decode("ascii").rstrip("=")
+    return {standard, standard.translate(_URL_SAFE)}
+
+
+def _remember(value: str) -> None:
     with _secrets_lock:
         if value in _secrets:
             _secrets.move_to_end(value)
@@ -199,7 +219,7 @@ def remember_secret(value: str) -> None:
     with _secrets_lock:
         _secrets[value] = form
         _secrets.move_to_end(value)
-        while len(_secrets) > _REMEMBERED:
+        while len(_secrets) > _REMEMBERED * _FORMS_EACH:
             _secrets.popitem(last=False)
 
 

@@ -23,27 +23,23 @@ import anyio
 from airlock.tools._audit import AdmissionDecision, CallOutcome, Stage
 from airlock.tools._audit_log import AuditLog
 from airlock.tools._egress import CallCheck, checked_invoke, reach_of
-from airlock.tools._errors import (
-    AmbiguousWriteError,
-    ConflictError,
-    ToolError,
-    UpstreamError,
-)
+from airlock.tools._errors import AmbiguousWriteError, ConflictError, ToolError, UpstreamError
 from airlock.tools._in_flight import in_flight_here
 from airlock.tools._ledger import LedgerStore, StepStateError
-from airlock.tools._preview import (
-    Preview,
-    Receipt,
-    ResolvedBy,
-    StepState,
-)
+from airlock.tools._preview import Preview, Receipt, ResolvedBy, StepState
 from airlock.tools._receipt_check import receipt_mismatch
 from airlock.tools._shaping import shape_result
 from airlock.tools._spec import ToolSpec
 from airlock.tools._step_effect import contract_of, effect_of
 from airlock.tools._step_events import approver_of, step_event
 from airlock.tools._step_owner import owner_token
-from airlock.tools._step_text import kept_text, secret_values, storable, without_secrets
+from airlock.tools._step_text import (
+    failure_detail,
+    kept_text,
+    secret_values,
+    storable,
+    without_secrets,
+)
 from airlock.tools._takeover import settle_taken_over
 from airlock.tools._write_contract import WriteContract
 
@@ -290,8 +286,10 @@ class Sender:
             return self.ambiguous(claimed, why)
         self.mark(claimed, "failed", how=f"not sent: {why}", error="upstream")
         self.audit(claimed, "execute", "allow", claimed.rule, "error", "upstream", why)
+        # Without the effect's Secret() values: a validation error's text quotes its inputs.
+        said = failure_detail(exc, secret_values(contract, claimed.effect))
         return UpstreamError(
-            "the change could not be sent; nothing was changed", detail=f"{why}: {exc}"[:500]
+            "the change could not be sent; nothing was changed", detail=f"{why}: {said}"[:500]
         )
 
     def ambiguous(

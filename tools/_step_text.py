@@ -19,19 +19,21 @@ before they cut or log anything, and where a step's text is stored, by the ledge
 
 from __future__ import annotations
 
-import json
 import traceback
 from collections.abc import Collection, Mapping
 from typing import Final
 
+import pydantic_core
 from pydantic import BaseModel, ValidationError
 
 from airlock.tools._arguments import secret_fields_of
 from airlock.tools._redact import REDACTED, escape_controls, redact, redaction_reach
+from airlock.tools._secret_forms import secret_forms, without_forms
 from airlock.tools._write_contract import WriteContract
 
 __all__ = [
     "DETAIL_CHARS",
+    "WITHHELD",
     "argument_secrets",
     "failure_detail",
     "failure_trace",
@@ -56,28 +58,11 @@ def secret_values(contract: WriteContract, effect: Mapping[str, object]) -> tupl
 
 
 def without_secrets(text: str, secrets: Collection[str]) -> str:
-    """``text`` with each of ``secrets`` replaced by :data:`REDACTED`, as written and as a
-    ``repr`` or JSON string would spell it. Every value is replaced, however short: its
-    tool's author marked it secret, and a garbled diagnostic costs less than a leaked one."""
-    return _without(text, _forms(secrets))
-
-
-def _forms(secrets: Collection[str]) -> list[str]:
-    """Each of ``secrets`` as written, as a ``repr`` and as a JSON string spell it, longest
-    first: a value inside another is replaced after it."""
-    forms = {
-        form
-        for value in secrets
-        for form in (value, repr(value)[1:-1], json.dumps(value)[1:-1])
-        if form
-    }
-    return sorted(forms, key=len, reverse=True)
-
-
-def _without(text: str, forms: list[str]) -> str:
-    for form in forms:
-        text = text.replace(form, REDACTED)
-    return text
+    """``text`` with each of ``secrets`` replaced by :data:`REDACTED`, as written and as an
+    encoder would spell it (:func:`~airlock.tools._secret_forms.secret_forms`: ``repr``,
+    JSON, URL-quoted, base64...). Every value is replaced, however short: its tool's author
+    marked it secret, and a garbled diagnostic costs less than a leaked one."""
+    return without_forms(text, secret_forms(secrets))
 
 
 def storable(text: str) -> str:
@@ -111,28 +96,50 @@ def argument_secrets(arguments: object, fields: Collection[str]) -> tuple[str, .
         if isinstance(value, str):
             texts.append(value)
         elif isinstance(value, bytes):
-            texts.append(value.decode("utf-8", "replace"))
-        elif isinstance(value, int | float) and not isinstance(value, bool):
+            texts += (value.decode("utf-8", "replace"), repr(value)[2:-1])
+        elif value is None or isinstance(value, bool):
+            continue  # (`True` would be replaced in every text)
+        elif isinstance(value, int | float):
             texts.append(str(value))
         elif isinstance(value, Mapping):
             found.extend(value.values())
         elif isinstance(value, list | tuple | set | frozenset):
             found.extend(value)
+        elif isinstance(value, BaseModel):  # its fields as they are (a SecretStr revealed)
+            found += (*value.__dict__.values(), *(value.__pydantic_extra__ or {}).values())
+        else:  # a UUID, a Decimal, a date, an address, an enum...: as it spells itself
+            texts += _spellings(value, found)
     return tuple(text for text in texts if text)
 
 
-def failure_detail(exc: BaseException, secrets: Collection[str]) -> str:
+def _spellings(value: object, found: list[object]) -> list[str]:
+    """``value`` as ``str()``, ``repr()`` and its JSON form spell it (a container's JSON
+    form is put in ``found``, to be looked at in turn)."""
+    spelled: list[str] = []
+    for spell in (str, repr, pydantic_core.to_jsonable_python):
+        try:
+            said = spell(value)
+        except Exception:  # (a value that cannot say itself there cannot be quoted there)
+            continue
+        if isinstance(said, str):
+            spelled.append(said)
+        elif isinstance(said, dict | list):
+            found.append(said)
+    return spelled
+
+
+def failure_detail(exc: BaseException, secrets: Collection[str], *, withheld: bool = False) -> str:
     """What the audit log keeps of ``exc``, an exception a tool's code raised (not a
     :class:`~airlock.tools.ToolError`, whose detail its author wrote): its type and text,
-    as :func:`kept_text` keeps them."""
-    return kept_text(f"{type(exc).__name__}: {_text_of(exc)}", secrets)
+    as :func:`kept_text` keeps them; ``withheld``, its type alone (see :data:`WITHHELD`)."""
+    return kept_text(f"{type(exc).__name__}: {_text_of(exc, withheld)}", secrets)
 
 
 def kept_text(text: str, secrets: Collection[str]) -> str:
     """``text`` without ``secrets`` (the call's ``Secret()`` values, :func:`argument_secrets`),
     its credentials redacted, then cut to :data:`DETAIL_CHARS` characters. In that order:
     text cut first could keep the start of a credential that the cut leaves unrecognizable."""
-    return _cleaned_head(text, _forms(secrets), DETAIL_CHARS)[0]
+    return _cleaned_head(text, secret_forms(secrets), DETAIL_CHARS)[0]
 
 
 def _cleaned_head(text: str, forms: list[str], keep: int) -> tuple[str, bool]:
@@ -151,13 +158,13 @@ def _cleaned_head(text: str, forms: list[str], keep: int) -> tuple[str, bool]:
     enough = keep + (len(REDACTED) + 1) * reach
     end = enough + reach
     while True:
-        cleaned = redact(_without(text[:end], forms))
+        cleaned = redact(without_forms(text[:end], forms))
         if end >= len(text) or len(cleaned) >= enough:
             return cleaned[:keep], len(cleaned) > keep or end < len(text)
         end *= 2
 
 
-def failure_trace(exc: BaseException, secrets: Collection[str]) -> str:
+def failure_trace(exc: BaseException, secrets: Collection[str], *, withheld: bool = False) -> str:
     """``exc``'s traceback for the operator log, with the exceptions it chained, without
     ``secrets`` and with credentials redacted. Its frames show file names and source lines,
     never values; the text of each exception (and its notes) may echo the call's arguments,
@@ -165,22 +172,23 @@ def failure_trace(exc: BaseException, secrets: Collection[str]) -> str:
     characters as :func:`kept_text` cuts (marked ``[cut]``) and written on one line (its
     line breaks and control characters escaped), and a validation error's text is written
     without its inputs (pydantic shortens a long one, which would hide it from the
-    cleaning)."""
+    cleaning); ``withheld``, each exception's text and notes are left out (its frames
+    are kept)."""
     chain: list[BaseException] = []
     link: BaseException | None = exc
     while link is not None and len(chain) < _MOST_CHAINED:
         chain.append(link)
         link = link.__cause__ or (None if link.__suppress_context__ else link.__context__)
-    forms = _forms(secrets)
+    forms = secret_forms(secrets)
     parts: list[str] = []
     for later, link in zip([None, *chain], chain, strict=False):
         if later is not None:
             parts.append(_CAUSED if later.__cause__ is link else _DURING)
-        frames = redact(_without("".join(traceback.format_tb(link.__traceback__)), forms))
-        notes = getattr(link, "__notes__", None)
+        frames = redact(without_forms("".join(traceback.format_tb(link.__traceback__)), forms))
+        notes = None if withheld else getattr(link, "__notes__", None)
         told = "".join(f"\n{note}" for note in notes) if isinstance(notes, list) else ""
         said, more = _cleaned_head(
-            f"{type(link).__name__}: {_text_of(link)}{told}", forms, _TRACE_CHARS
+            f"{type(link).__name__}: {_text_of(link, withheld)}{told}", forms, _TRACE_CHARS
         )
         head = "Traceback (most recent call last):\n" if frames else ""
         # Escaped once cleaned (a secret is matched as it was written): the text and notes
@@ -199,9 +207,18 @@ _CAUSED: Final = "\nThe above exception was the direct cause of the following ex
 _DURING: Final = "\nDuring handling of the above exception, another exception occurred:\n"
 
 
-def _text_of(exc: BaseException) -> str:
+WITHHELD: Final = "[text withheld: this tool has secret fields]"
+"""An exception's text, where it may quote a ``Secret()`` value in a form its call's
+values do not spell: one a validator raised after validation changed the value (stripped
+it, lower-cased it) is kept as its type alone."""
+
+
+def _text_of(exc: BaseException, withheld: bool = False) -> str:
     """``str(exc)``, but a validation error's without the values it was given, and a text
-    even when ``__str__`` fails (the record of the failure must not be lost)."""
+    even when ``__str__`` fails (the record of the failure must not be lost);
+    :data:`WITHHELD` if ``withheld``."""
+    if withheld:
+        return WITHHELD
     if isinstance(exc, ValidationError):
         issues = exc.errors(include_url=False, include_input=False, include_context=False)
         said = "; ".join(f"{'.'.join(map(str, i['loc'])) or '-'}: {i['msg']}" for i in issues)
