@@ -27,7 +27,8 @@ placeholders naming a field of the tool's validated input, and the wildcards of
                   A placeholder in a ``network`` host is read as a URL's host is
                   (``https://{host}/x``: lower case, no final dot, no IPv4 in another form),
                   and a value fills only its part of the URL (a port digits, a host no ``@``:
-                  :mod:`._placeholders`).
+                  :mod:`._placeholders`). A declared host and port are kept as a connection
+                  reads them (``host.:0443`` is ``host:443``: :mod:`._target_checks`).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from airlock.policies._placeholders import PLACEHOLDER as _PLACEHOLDER
 from airlock.policies._placeholders import PlacedValueError, check_network_value, placed_network
 from airlock.policies._placeholders import target_parts as _parts
 from airlock.policies._spend import SpendValueError, check_spend, parse_spend, spent
+from airlock.policies._target_checks import checked_target
 
 __all__ = [
     "EFFECT_KINDS",
@@ -63,8 +65,6 @@ SIDE_EFFECT_KINDS: Final[frozenset[EffectKind]] = frozenset({"write", "spend", "
 """Kinds that change the world or let data out: never callable from code, approvable."""
 
 # "\Z", not "$": "$" also matches before a final newline ("inv_1\n" is not one segment).
-_TARGET_CHARS = re.compile(r"^[A-Za-z0-9_.@+*/:~%-]+\Z")
-_RESOURCE = re.compile(r"^[a-z][a-z0-9_]*:[^:]")
 _SAFE_VALUE = re.compile(r"^[A-Za-z0-9_@+-][A-Za-z0-9_.@+-]{0,199}\Z")
 _PARSE = re.compile(r"^\s*(read|write|network|spend|disclose)\((.+)\)\s*\Z")
 _RESOLVED = re.compile(r"[!-z|~]+")  # printable ASCII but { and }: no placeholder
@@ -122,7 +122,7 @@ class Effect:
         else:
             if self.amount is not None:
                 raise ValueError(f"only spend effects carry an amount, not {self.kind!r}")
-            _check_target(self.kind, self.target)
+            object.__setattr__(self, "target", checked_target(self.kind, self.target))
         object.__setattr__(self, "placeholders", frozenset(names))
         object.__setattr__(self, "each", lists[0] if lists else None)
         whole = self.kind == "network" and _PLACEHOLDER.fullmatch(self.target) is not None
@@ -336,22 +336,6 @@ def _concrete_effect(kind: EffectKind, target: str, amount: int | str | None) ->
     _SET_EACH(made, None)
     _SET_TAKES_URL(made, False)
     return made
-
-
-def _check_target(kind: EffectKind, target: str) -> None:
-    bare = _PLACEHOLDER.sub("x", target)
-    if not target or len(target) > 256 or not _TARGET_CHARS.match(bare):
-        raise ValueError(
-            f"{kind} target {target!r} must be 1-256 characters of letters, digits and "
-            "_ . @ + * / : ~ % - with {field} or {field[]} placeholders"
-        )
-    if "***" in bare:
-        raise ValueError(f"{kind} target {target!r}: use '*' or '**', not '***'")
-    if kind in ("read", "write") and not _RESOURCE.match(bare):
-        raise ValueError(
-            f"{kind} target {target!r} must be a resource 'service:object/...', "
-            "for example 'billing:invoice/{invoice_id}'"
-        )
 
 
 _MISSING: Final = object()

@@ -29,7 +29,8 @@ same way, and :func:`placed_host` the host a placeholder filled in a declared ta
 
 :func:`target_covers` reads an ``email:`` pattern's domain as :mod:`airlock.policies._mail`
 reads a resolved address's, and :func:`rule_target` reads a rule's patterns once as resolved
-targets are (a deny on ``metadata.google.internal.`` names the host a URL reaches).
+targets are (a deny on ``metadata.google.internal.`` names the host a URL reaches);
+:func:`canonical_network` writes a declared target's host and port so too (``:0443`` is 443).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from airlock.policies._patterns import covers, may_share_text
 __all__ = [
     "DEFAULT_PORTS",
     "NetworkTarget",
+    "canonical_network",
     "host_target",
     "may_overlap",
     "network_covers",
@@ -71,6 +73,7 @@ _URL: Final = re.compile(r"([A-Za-z][A-Za-z0-9+.-]{0,15})://([^/?#]*)([^?#]*)(\?
 _LABEL: Final = re.compile(r"[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?")
 _HOST_VALUE: Final = re.compile(r"[A-Za-z0-9._-]{1,254}")
 _PORT: Final = re.compile(r"[0-9]{1,5}")
+_PORT_DIGITS: Final = re.compile(r":[0-9]+")
 _PATH: Final = re.compile(r"(?:/[A-Za-z0-9._~@+:%-]*)*")
 _BAD_ESCAPE: Final = re.compile(r"%(?:2[eEfF]|5[cC]|00)")
 _ESCAPE: Final = re.compile(r"%(?![0-9A-Fa-f]{2})")
@@ -173,7 +176,7 @@ def _network_may_overlap(one: str, two: str) -> bool:
         _parts_may_overlap(mine.scheme, theirs.scheme)
         and may_share_text(mine.host, theirs.host)
         and _parts_may_overlap(_port(mine), _port(theirs))
-        and _parts_may_overlap(mine.path, theirs.path)
+        and _paths_may_overlap(mine.path, theirs.path)
     )
 
 
@@ -185,6 +188,20 @@ def _port(target: NetworkTarget) -> str | None:
 
 def _parts_may_overlap(one: str | None, two: str | None) -> bool:
     return one is None or two is None or may_share_text(one, two)
+
+
+def _paths_may_overlap(one: str | None, two: str | None) -> bool:
+    """As :func:`_parts_may_overlap`, with each path ending in ``/**`` also standing for the
+    paths :func:`_path_covers` lets it allow (``/docs/**`` and ``/docs/`` share ``/docs/``)."""
+    if one is None or two is None:
+        return True
+    return any(may_share_text(a, b) for a in _path_forms(one) for b in _path_forms(two))
+
+
+def _path_forms(pattern: str) -> tuple[str, ...]:
+    if pattern.endswith("/**"):
+        return (pattern, pattern[:-3] or "/", pattern[:-2])
+    return (pattern,)
 
 
 def _path_covers(pattern: str, path: str) -> bool:
@@ -288,13 +305,29 @@ def _host_of(target: str) -> tuple[str, str, str]:
 def rule_target(kind: str, target: str) -> str:
     """A rule's target pattern read as a resolved target of ``kind`` is: an e-mail domain
     as :func:`mail_target` reads it, a network host as :func:`url_target` does (lower case,
-    one trailing dot dropped: ``metadata.google.internal.`` is the host a URL reaches)."""
+    one trailing dot dropped: ``metadata.google.internal.`` is the host a URL reaches) and
+    its port as :func:`canonical_network` does."""
     if kind == "disclose":
         return mail_domain(target)
     if kind != "network":
         return target
+    head, host, tail = _host_of(canonical_network(target))
+    return head + host.lower() + tail
+
+
+def canonical_network(target: str) -> str:
+    """``target`` (declared, granted or a rule's, placeholders and wildcards kept) with its
+    host and port written as a connection reads them: one trailing dot of the host dropped
+    (``metadata.google.internal.``), a port of digits as a number without leading zeros
+    (``:0443`` is 443). The runtime check reads a declared destination so; a grant or a rule,
+    which compares text, must see what it sees."""
     head, host, tail = _host_of(target)
-    return head + host.lower().removesuffix(".") + tail
+    if len(host) > 1:
+        host = host.removesuffix(".")
+    port, slash, path = tail.partition("/")
+    if _PORT_DIGITS.fullmatch(port):
+        port = f":{int(port[1:])}"
+    return f"{head}{host}{port}{slash}{path}"
 
 
 def _host_name(host: str) -> str:

@@ -52,7 +52,10 @@ _FORMS: Final = (
     "('unix:///run/app.sock')"
 )
 _Refuse = Callable[[str], ValueError]
-DEFAULT_PORTS: Final = {"http": 80, "https": 443, "ws": 80, "wss": 443}
+# The same table as the one grants and the inventory read (airlock.policies._network's, which
+# policies does not export; a test pins the two equal): a scheme one of them read as one port
+# and the other as any let a grant on ftp://host:21 admit a tool that connected anywhere.
+DEFAULT_PORTS: Final = {"http": 80, "https": 443, "ws": 80, "wss": 443, "ftp": 21}
 """The port a destination with one of these schemes and no port of its own reaches; any other
 scheme without a port (``postgres://db.internal``) leaves the port open."""
 

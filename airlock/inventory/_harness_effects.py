@@ -25,6 +25,8 @@ __all__ = ["DEFAULT_DOCKER_HOST", "harness_connections"]
 
 DEFAULT_DOCKER_HOST: Final = "unix:///var/run/docker.sock"
 """Where the Docker client connects when ``DOCKER_HOST`` is not set."""
+# Engines reached over the network: locked where they are, as a database server is.
+_NETWORK_ENGINES: Final = frozenset({"tcp", "http", "https", "ssh"})
 
 
 def harness_connections(
@@ -97,7 +99,7 @@ def harness_connections(
             direction="local" if engine.startswith("unix://") else "outbound",
             kind="unix socket" if engine.startswith("unix://") else "docker api",
             target=engine,
-            locked_as=f"DOCKER_HOST, default {DEFAULT_DOCKER_HOST}",
+            locked_as=_engine_locked(engine),
             credential=None,
             used_by="every command that runs programs (run, serve, chat, doctor)",
             note=(
@@ -260,6 +262,18 @@ def _approval_page(host: str, port: int) -> HarnessConnection:
         note="whoever holds the link it prints (its token; --no-token: anyone on this "
         "machine) approves or denies writes; loopback only",
     )
+
+
+def _engine_locked(engine: str) -> str:
+    """What the lock holds for the engine at ``engine``: one over the network (``tcp://``,
+    ``http(s)://``, ``ssh://``) by its scheme, host and port, as a database server is (moving
+    it to another machine is growth), never its user; a local socket by the variable that
+    names it, which reads the same on every machine."""
+    scheme, sep, rest = engine.partition("://")
+    if not sep or scheme.lower() not in _NETWORK_ENGINES:
+        return f"DOCKER_HOST, default {DEFAULT_DOCKER_HOST}"
+    where = rest.split("/", 1)[0].split("?", 1)[0].split("#", 1)[0]
+    return f"{scheme.lower()}://{where.rpartition('@')[2].lower()}"
 
 
 def _engine_url(engine: str, environ: Mapping[str, str]) -> str:
