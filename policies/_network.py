@@ -256,6 +256,11 @@ def url_target(value: str) -> str:
     path = _ANY_ESCAPE.sub(_unescape, path)  # adds no '.', '/' or '%': the checks hold
     if any(segment in (".", "..") for segment in path.split("/")):
         raise ValueError("has a '.' or '..' segment in its path; write the path it stands for")
+    if "//" in path:  # (many servers read it as one '/': a deny on /admin/** must name it)
+        raise ValueError(
+            "has an empty segment ('//') in its path, which many servers read as one '/'; "
+            "write the path it stands for"
+        )
     return f"{scheme}://{host}{':' + port if port else ''}{path}"
 
 

@@ -16,9 +16,10 @@ grant or rule could judge it as it is reached:
   ``:0*`` a grant judged;
 - a password in its user information (``https://user:secret@host``): the inventory and the
   lock file would print it; the secret belongs to the tool as a credential;
-- a ``.`` or ``..`` path segment, or a percent-encoded ``.``, ``/``, ``\\`` or NUL in the
-  path: a client or a server reads ``/v1/../admin`` as ``/admin``, which a grant on
-  ``/v1/**`` would judge as inside it and a ``deny`` on ``/admin/**`` would not name.
+- a ``.`` or ``..`` path segment, an empty one (``//``), or a percent-encoded ``.``, ``/``,
+  ``\\`` or NUL in the path: a client or a server reads ``/v1/../admin`` as ``/admin`` (and
+  many servers ``//admin`` too), which a grant on ``/v1/**`` would judge as inside it and a
+  ``deny`` on ``/admin/**`` would not name.
 """
 
 from __future__ import annotations
@@ -97,6 +98,11 @@ def _check_network(target: str) -> None:
         raise EffectTargetError(
             f"network target {target!r} has a '.' or '..' segment in its path; write the "
             "path it stands for"
+        )
+    if "//" in f"/{path}":
+        raise EffectTargetError(
+            f"network target {target!r} has an empty segment ('//') in its path, which many "
+            "servers read as one '/'; write the path it stands for"
         )
     if _BAD_ESCAPE.search(path):
         raise EffectTargetError(

@@ -157,6 +157,8 @@ REFUSED = [
     ("https://api.example.com/v1/%2fadmin", "escape"),
     ("https://api.example.com/v1/%5c../admin", "escape"),
     ("https://api.example.com/{p}/../admin", "segment"),
+    ("https://api.example.com//admin", "empty segment"),
+    ("https://api.example.com/v1//{p}", "empty segment"),
 ]  # fmt: skip
 
 
