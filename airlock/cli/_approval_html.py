@@ -11,13 +11,14 @@ escapes (:func:`airlock.cli._literal.visible`), so ``to al\\u200bice`` is not ``
 
 from __future__ import annotations
 
-import datetime as dt
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from html import escape
 
 from airlock.cli._literal import visible
+from airlock.cli._utc import utc_time
 from airlock.tools import Batch, BatchItem, Preview, Receipt
 
 __all__ = ["BatchView", "PageView", "render_page", "render_refusal"]
@@ -70,11 +71,21 @@ class PageView:
     warning: str | None = None
     notice: str | None = None
     error: str | None = None
+    skipped: Sequence[str] = ()
+    """Previews and batches left out because their rows do not read back."""
     now: float
 
 
 def _time(ts: float) -> str:
-    return dt.datetime.fromtimestamp(ts, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return utc_time(ts, zone=True)
+
+
+def _in_minutes(seconds: float) -> str:
+    if math.isnan(seconds):
+        return "?"
+    if seconds > 10 * 366 * 86400:  # a ttl of "never" would print a number of 300 digits
+        return "more than 10 years"
+    return f"{max(0, round(seconds / 60))} min"
 
 
 def _amounts(effects: Sequence[str]) -> str:
@@ -93,19 +104,27 @@ def _csrf(view: PageView) -> str:
 def _facts(view: PageView, p: Preview, *, first: Sequence[tuple[str, str]]) -> str:
     """What approving ``p`` would send: the rows ``first``, then its effects, amounts, rule,
     expiry and fingerprint, and the full effect as the tool computed it."""
-    minutes = max(0, round((p.expires - view.now) / 60))
     rows = [
         *first,
         ("effects", _shown(", ".join(p.effects))),
         ("amounts (minor units)", _shown(_amounts(p.effects))),
         ("rule", escape(p.rule)),
-        ("expires", f"{escape(_time(p.expires))} (in {minutes} min)"),
+        ("expires", f"{escape(_time(p.expires))} (in {_in_minutes(p.expires - view.now)})"),
         ("fingerprint", f'<span class="mono fingerprint">{escape(p.fingerprint)}</span>'),
     ]
     table = "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in rows)
     effect = escape(json.dumps(p.effect, indent=2, sort_keys=True))
     return f"""<table>{table}</table>
   <details><summary>effect as the tool computed it</summary><pre>{effect}</pre></details>"""
+
+
+def _approve_form(view: PageView, p: Preview, label: str, *, kind: str = "approve") -> str:
+    return f"""<form method="post" action="{escape(view.base)}approve">
+    {_csrf(view)}
+    <input type="hidden" name="preview_id" value="{escape(p.id)}">
+    <input type="hidden" name="fingerprint" value="{escape(p.fingerprint)}">
+    <button type="submit" class="{kind}">{label} {escape(p.fingerprint[:12])}…</button>
+  </form>"""
 
 
 def _deny_form(view: PageView, route: str, name: str, value: str, label: str) -> str:
@@ -143,12 +162,7 @@ def _preview_card(view: PageView, p: Preview) -> str:
   <h3 class=mono>{pid}</h3>
   {facts}
   {note}
-  <form method="post" action="{escape(view.base)}approve">
-    {_csrf(view)}
-    <input type="hidden" name="preview_id" value="{pid}">
-    <input type="hidden" name="fingerprint" value="{escape(p.fingerprint)}">
-    <button type="submit" class="approve">Approve fingerprint {escape(p.fingerprint[:12])}…</button>
-  </form>
+  {_approve_form(view, p, "Approve fingerprint")}
   {_deny_form(view, "deny", "preview_id", p.id, "Deny")}
 </div>"""
 
@@ -159,8 +173,10 @@ def _batch_item(view: PageView, item: BatchItem, p: Preview | None) -> str:
         return f'<div class="item" data-item="{pid}"><p class=mono>{pid}: not found</p></div>'
     rows = [("tool", _shown(item.tool)), ("summary", _shown(item.summary))]
     rows.append(("state", escape(item.state)))
-    deny = (
-        _deny_form(view, "deny", "preview_id", item.preview_id, "Deny this item")
+    # Approving one item approves its own fingerprint: the batch's others still wait.
+    decide = (
+        _approve_form(view, p, "Approve this item, fingerprint", kind="approve-item")
+        + _deny_form(view, "deny", "preview_id", item.preview_id, "Deny this item")
         if item.state == "waiting"
         else ""
     )
@@ -168,7 +184,7 @@ def _batch_item(view: PageView, item: BatchItem, p: Preview | None) -> str:
   <div class="item" data-item="{pid}">
   <h4 class=mono>{pid}</h4>
   {_facts(view, p, first=rows)}
-  {deny}
+  {decide}
   </div>"""
 
 
@@ -230,6 +246,13 @@ def render_page(view: PageView) -> str:
         )
         if text
     )
+    if view.skipped:
+        shown = ", ".join(view.skipped)
+        banners += (
+            f'<p class="error" id="skipped">{len(view.skipped)} record(s) of the ledger do not '
+            "read back (changed by hand, or a bad restore) and are not shown: "
+            f"{escape(shown)}; `airlock approvals show ID` says what is wrong.</p>"
+        )
     how = (
         "An approval here commits the write at once, once, and shows its receipt."
         if view.commits

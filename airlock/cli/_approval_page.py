@@ -17,6 +17,8 @@ and no build step. Who may use it and as whom::
     other hosts    a Host header other than 127.0.0.1 or localhost (DNS rebinding): 400
     slow clients   a form's body must arrive within 10 seconds (408), and the request's head
                    too (:mod:`airlock.cli._approval_server`)
+    ledger fails   a post says the error's code on the page, the page itself is a 503 naming
+                   it; a row that does not read back hides only itself (and is named)
 
 Approving records the person's approval of the fingerprint shown; with the tools
 (``--registry``) the page commits it at once through the write path's claim, so a harness
@@ -29,17 +31,18 @@ from __future__ import annotations
 import hmac
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from urllib.parse import parse_qs
 
 import anyio
 
 from airlock._extras import requires_extra
-from airlock.cli._approval_html import BatchView, PageView, render_page, render_refusal
+from airlock.cli._approval_html import PageView, render_page, render_refusal
 from airlock.cli._approval_server import page_server
+from airlock.cli._approval_view import read_ledger
 from airlock.cli._approver import Approver
 from airlock.cli._page_sessions import SESSION_TTL, PageSessions
-from airlock.tools import ConflictError, ToolError, batch_items, spend_totals
+from airlock.tools import ConflictError, LedgerError, ToolError, batch_items
 
 with requires_extra("web", feature="the approval page (airlock approvals serve)"):
     from starlette.applications import Starlette
@@ -199,36 +202,30 @@ class ApprovalPage:
         session = self._session(request)
         if session is None:
             return _page(401, "not allowed", "open the link `airlock approvals serve` printed")
-        flash = self._sessions.told(session)
-        view = self._view(self._sessions.issue_csrf(session), flash)
-        return HTMLResponse(render_page(view), headers=_HEADERS)
-
-    def _view(self, csrf: str, flash: tuple[str, str] | None) -> PageView:
-        store = self.approver.ledger
         now = self.clock()
-        batches = _open_batches(self.approver, now)
-        in_batches = {item.preview_id for b in batches for item, _ in b.items}
-        waiting = [
-            p
-            for p in store.previews(states={"prepared"}, limit=200)
-            if not p.expired(now) and p.id not in in_batches
-        ]
-        return PageView(
+        try:
+            read = read_ledger(self.approver, now=now)
+        except LedgerError as exc:  # the message after a post waits for the next page
+            return _page(503, "the ledger cannot be read", _failed(exc))
+        flash = self._sessions.told(session)
+        view = PageView(
             base=self.base,
             approver=self.approver.name,
             ledger=self.ledger,
             commits=self.approver.commits,
-            csrf=csrf,
-            waiting=waiting,
-            approved=store.previews(states={"approved", "sending", "unknown"}, limit=200),
-            receipts=store.receipts(limit=50),
-            batches=batches,
+            csrf=self._sessions.issue_csrf(session),
+            waiting=read.waiting,
+            approved=read.approved,
+            receipts=read.receipts,
+            batches=read.batches,
+            skipped=read.skipped,
             self_approval=self.approver.self_approval,
             warning=None if self.token else NO_TOKEN_WARNING.format(name=self.approver.name),
             notice=flash[1] if flash and flash[0] == "notice" else None,
             error=flash[1] if flash and flash[0] == "error" else None,
             now=now,
         )
+        return HTMLResponse(render_page(view), headers=_HEADERS)
 
     async def _approve(self, request: Request) -> Response:
         form = await self._form(request)
@@ -236,10 +233,12 @@ class ApprovalPage:
             return form
         session, fields = form
         preview_id, fingerprint = fields.get("preview_id", ""), fields.get("fingerprint", "")
+        before: list[str] = []
         try:
+            before = self._undecided([preview_id])
             done = await self.approver.approve(preview_id, fingerprint=fingerprint)
-        except ToolError as exc:
-            return self._back(session, "error", f"{exc.code}: {exc.message}")
+        except (ToolError, LedgerError) as exc:
+            return self._back(session, "error", self._failed_after(exc, before))
         text = f"approved {preview_id} as {self.approver.name}"
         if done.receipt is not None:
             text += f"; committed once, receipt {done.receipt.data}"
@@ -255,14 +254,21 @@ class ApprovalPage:
             return form
         session, fields = form
         batch_id, fingerprint = fields.get("batch_id", ""), fields.get("fingerprint", "")
+        before: list[str] = []
         try:
+            batch = self.approver.ledger.batch(batch_id)
+            before = self._undecided(batch.items if batch is not None else [])
             items = await self.approver.approve_batch(batch_id, fingerprint=fingerprint)
-        except ToolError as exc:
-            return self._back(session, "error", f"{exc.code}: {exc.message}")
+        except (ToolError, LedgerError) as exc:
+            return self._back(session, "error", self._failed_after(exc, before))
         states: dict[str, int] = {}
         for item in items:
             states[item.state] = states.get(item.state, 0) + 1
         counts = ", ".join(f"{n} {state}" for state, n in sorted(states.items()))
+        if self._approved_now(before) == []:  # every item expired or was decided meanwhile
+            return self._back(
+                session, "error", f"nothing of batch {batch_id} was approved: {counts}"
+            )
         text = f"approved batch {batch_id} as {self.approver.name}: {counts}"
         if "approved" in states:  # not committed here: no tools, or an item's Secret() values
             text += "; the session that asked commits it"
@@ -276,8 +282,8 @@ class ApprovalPage:
         preview_id, reason = fields.get("preview_id", ""), fields.get("reason", "")
         try:
             self.approver.deny(preview_id, reason=reason)
-        except ToolError as exc:
-            return self._back(session, "error", f"{exc.code}: {exc.message}")
+        except (ToolError, LedgerError) as exc:
+            return self._back(session, "error", _failed(exc))
         return self._back(session, "notice", f"denied {preview_id}: {reason[:200]}")
 
     async def _deny_batch(self, request: Request) -> Response:
@@ -297,11 +303,47 @@ class ApprovalPage:
                 except ConflictError:
                     continue  # approved or expired since it was read: stays as it is
                 denied += 1
-        except ToolError as exc:
-            text = f"{exc.code}: {exc.message}" + (f" ({denied} denied before)" if denied else "")
+        except (ToolError, LedgerError) as exc:
+            text = _failed(exc) + (f" ({denied} denied before)" if denied else "")
             return self._back(session, "error", text)
         note = f"denied {denied} waiting item(s) of batch {batch_id}: {reason[:200]}"
         return self._back(session, "notice", note)
+
+    # -- what an approval that failed left behind ------------------------------------------
+
+    def _undecided(self, preview_ids: Sequence[str]) -> list[str]:
+        """Those of ``preview_ids`` without an approval yet, read before approving them."""
+        store = self.approver.ledger
+        return [pid for pid in preview_ids if store.approval(pid) is None]
+
+    def _approved_now(self, undecided: Sequence[str]) -> list[str] | None:
+        """Those of ``undecided`` that this approver's approval stands on now (approved,
+        committed, or its commit in flight or undecided): what the post did, whatever failed
+        after; ``None`` when the ledger cannot say."""
+        store = self.approver.ledger
+        found = []
+        try:
+            for pid in undecided:
+                approval, preview = store.approval(pid), store.preview(pid)
+                if (
+                    approval is not None
+                    and approval.approver == self.approver.name
+                    and preview is not None
+                    and preview.state in ("approved", "sending", "unknown", "committed")
+                ):
+                    found.append(pid)
+        except LedgerError:
+            return None
+        return found
+
+    def _failed_after(self, exc: ToolError | LedgerError, undecided: Sequence[str]) -> str:
+        """``exc`` as the page says it, and which approvals stand all the same."""
+        text = _failed(exc)
+        stands = self._approved_now(undecided)
+        if stands:
+            which = ", ".join(stands) if len(stands) <= 3 else f"{len(stands)} items"
+            text += f"; your approval of {which} stands: the page shows where each is now"
+        return text
 
     def _back(self, session: str, kind: str, text: str) -> Response:
         self._sessions.tell(session, kind, text)
@@ -335,24 +377,14 @@ def _not_from_the_page(request: Request) -> str | None:
     return None
 
 
-def _open_batches(approver: Approver, now: float) -> list[BatchView]:
-    """Batches with an item still waiting, newest first, each item with its preview."""
-    found = []
-    for batch in approver.ledger.batches(limit=50):
-        try:
-            items = batch_items(approver.ledger, batch.id, now=now)
-        except ToolError:
-            continue  # changed behind the write path's back: `approvals show` says so
-        if not any(item.state == "waiting" for item in items):
-            continue
-        shown = [(item, approver.ledger.preview(item.preview_id)) for item in items]
-        waiting = [p for item, p in shown if p is not None and item.state == "waiting"]
-        found.append(BatchView(batch=batch, items=shown, waiting_spend=spend_totals(waiting)))
-    return found
-
-
 async def _elsewhere(request: Request) -> Response:
     return _page(404, "not here", "open the link `airlock approvals serve` printed")
+
+
+def _failed(exc: ToolError | LedgerError) -> str:
+    """An error as the page says it: its code and message, and whether to try again."""
+    again = " (try again in a moment)" if isinstance(exc, LedgerError) and exc.retryable else ""
+    return f"{exc.code}: {exc.message}{again}"
 
 
 def _page(status: int, title: str, message: str, *, close: bool = False) -> Response:

@@ -3,7 +3,6 @@ approves writes, and the operator who resolves writes a crash left undecided."""
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import time
 from functools import partial
@@ -15,20 +14,20 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
+from airlock.cli._approval_ledger import LedgerOption, default_ledger
+from airlock.cli._approval_ledger import open_approval_ledger as _open
 from airlock.cli._approver import Approver
 from airlock.cli._batches import approve_batch_command, show_batch
 from airlock.cli._inventory import usage_errors
 from airlock.cli._literal import json_text, literal, table
-from airlock.cli._settings import Settings, login_name
-from airlock.harness import database_url, open_ledger
+from airlock.cli._settings import login_name
+from airlock.cli._utc import utc_time
 from airlock.inventory import load_tool_registry
 from airlock.policies import load_policy
 from airlock.tools import (
     BATCH_PREFIX,
     InvalidInputError,
-    LedgerStore,
     Preview,
-    SQLiteLedgerStore,
     ToolError,
     WritePath,
     deny_preview,
@@ -47,30 +46,6 @@ receipts_app = typer.Typer(
     no_args_is_help=True,
 )
 
-LedgerOption = Annotated[
-    Path | None,
-    typer.Option("--ledger", help="Ledger database (default: ledger.db in AIRLOCK_HOME)."),
-]
-
-
-def default_ledger() -> Path:
-    """``ledger.db`` in the airlock home directory."""
-    return Settings.from_env().home / "ledger.db"
-
-
-def _open(ledger: Path | None, *, readonly: bool) -> LedgerStore:
-    url = database_url()  # AIRLOCK_DATABASE_URL: the ledger every harness process shares
-    if ledger is None and url is not None:
-        with usage_errors():
-            return open_ledger(url)
-    path = ledger if ledger is not None else default_ledger()
-    if not path.exists():
-        Console(stderr=True).print(
-            f"no ledger at {path}; nothing was prepared yet, or pass --ledger"
-        )
-        raise typer.Exit(code=1)
-    return SQLiteLedgerStore(path, readonly=readonly, busy_timeout=Settings.from_env().busy_timeout)
-
 
 def _fail(exc: ToolError) -> typer.Exit:
     # The message can quote what the model or the ledger holds: never markup.
@@ -81,7 +56,7 @@ def _fail(exc: ToolError) -> typer.Exit:
 
 
 def _time(ts: float) -> str:
-    return dt.datetime.fromtimestamp(ts, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+    return utc_time(ts)
 
 
 def _age(seconds: float) -> str:

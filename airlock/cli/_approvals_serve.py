@@ -3,6 +3,7 @@ the command line."""
 
 from __future__ import annotations
 
+import re
 import secrets
 from pathlib import Path
 from typing import Annotated
@@ -10,7 +11,8 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from airlock.cli._approvals import LedgerOption, _fail, _open, default_ledger
+from airlock.cli._approval_ledger import LedgerOption, ledger_label, open_approval_ledger
+from airlock.cli._approvals import _fail
 from airlock.cli._approver import Approver
 from airlock.cli._inventory import usage_errors
 from airlock.cli._settings import login_name
@@ -19,6 +21,21 @@ from airlock.policies import load_policy
 from airlock.tools import InvalidInputError
 
 __all__ = ["serve_approvals"]
+
+# The ids :func:`airlock.tools.approve_preview` takes (``policy:`` ones are the rules'), whose
+# check is private to tools: a page serving as another id would refuse every decision.
+# test_approvals_cli_failures.py holds the two to the same answers.
+_APPROVER = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@:-]{0,127}")
+
+
+def _check_approver(name: str, *, given: bool) -> None:
+    if not _APPROVER.fullmatch(name) or name.startswith("policy:"):
+        where = "--as" if given else "your login name"
+        raise InvalidInputError(
+            f"{where} {name[:64]!r} is not an approver id: a person's id is letters, digits "
+            "and _ . @ : - (not starting with 'policy:'); "
+            + ("give the approver's id" if given else "pass --as YOUR_ID")
+        )
 
 
 def serve_approvals(
@@ -62,9 +79,11 @@ def serve_approvals(
         from airlock.cli._approval_page import NO_TOKEN_WARNING, ApprovalPage, serve_page
 
         name = login_name() if approver is None else approver
+    _check_approver(name, given=approver is not None)  # (its error prints as one line)
+    with usage_errors():
         registry = load_tool_registry(tools) if tools is not None else None
         rules = load_policy(policy) if policy is not None else None
-    store = _open(ledger, readonly=False)
+    store = open_approval_ledger(ledger, readonly=False)
     try:
         person = Approver.of_registry(
             name,
@@ -74,7 +93,7 @@ def serve_approvals(
             policy=rules,
         )
         token = None if no_token else secrets.token_urlsafe(24)
-        page = ApprovalPage(person, ledger=str(ledger or default_ledger()), token=token)
+        page = ApprovalPage(person, ledger=ledger_label(ledger), token=token)
         console = Console(soft_wrap=True, highlight=False)
         if token is None:
             Console(stderr=True).print(
