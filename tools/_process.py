@@ -3,9 +3,15 @@ still runs: the one liveness check, safe against pid reuse.
 
 A :class:`ProcessMark` names a process by host, pid and start. A process is judged ``dead``
 only when it ran on this host and no process with that pid *and that start* exists now (it
-exited, is a zombie, its pid was reused, or it started before this machine's boot); whatever
-cannot be judged (another host, another PID namespace, another kernel on a machine of the same
-hostname, a process it may not inspect) is ``unknown``.
+exited, is a zombie, or its pid was reused); whatever cannot be judged (another host, another
+PID namespace, another kernel on a machine of the same hostname, a process it may not inspect)
+is ``unknown``. Two judgements lie between (:meth:`ProcessMark.judge`): ``other_boot``, a
+process of another kernel that started before this one booted (this machine before a reboot,
+or a machine of this hostname that has been up longer), and ``unseen``, no such process here
+where only its pid and wall-clock start are to go on (it may run in a PID namespace, or on a
+machine of this hostname, that this host cannot see). What machines share (a ledger) must
+take them as ``unknown``; :meth:`ProcessMark.state` reads them as ``dead``, for what only this
+machine holds (a container on its engine).
 
 A process's wall-clock start is derived from the boot time, which moves when the clock is
 stepped, so two processes can compute different values for the same process: the boot id
@@ -23,10 +29,14 @@ from typing import Final, Literal
 
 import psutil
 
-__all__ = ["ProcessMark", "ProcessState"]
+__all__ = ["Judgement", "ProcessMark", "ProcessState"]
 
 ProcessState = Literal["alive", "dead", "unknown"]
 """Only ``dead`` lets another process take over what the marked process held."""
+
+Judgement = Literal["alive", "dead", "other_boot", "unseen", "unknown"]
+"""A :data:`ProcessState` that keeps apart the two ``dead`` verdicts another machine of this
+hostname could be behind: ``other_boot`` and ``unseen``."""
 
 _PROC: Final = Path("/proc")
 _BOOT_ID: Final = _PROC / "sys" / "kernel" / "random" / "boot_id"
@@ -90,7 +100,16 @@ class ProcessMark:
         return cls(host=host, pid=int(pid_text), created=created, start=start or None)
 
     def state(self) -> ProcessState:
-        """Whether the marked process still runs, judged on this host."""
+        """Whether the marked process still runs, judged on this host for what only this
+        machine holds: ``other_boot`` and ``unseen`` read as ``dead`` (:meth:`judge`)."""
+        judged = self.judge()
+        if judged == "other_boot" or judged == "unseen":
+            return "dead"
+        return judged
+
+    def judge(self) -> Judgement:
+        """Whether the marked process still runs, judged on this host, keeping apart what
+        another machine of this hostname could be behind (see the module's docstring)."""
         if self.host != socket.gethostname():
             return "unknown"
         mark = (self.start or "").split(":")
@@ -107,17 +126,21 @@ class ProcessMark:
                 return "dead"
             if ticks is not None:
                 return "alive" if ticks == int(ticks_text) else "dead"
-        return _wall_clock_state(self.pid, self.created)
+            return _wall_clock_state(self.pid, self.created)  # of this PID namespace
+        # Its PID namespace and kernel unknown, its pid may name another process here or none.
+        state = _wall_clock_state(self.pid, self.created)
+        return "unseen" if state == "dead" else state
 
 
-def _other_boot_state(created: float | None) -> ProcessState:
-    """A process of another kernel on a host of this name: ``dead`` when it started before
-    this boot (every process of an earlier boot is gone), else ``unknown``: another machine
-    that bears this hostname (a cloned VM, replicas sharing one ledger) runs its own."""
+def _other_boot_state(created: float | None) -> Judgement:
+    """A process of another kernel on a host of this name: ``other_boot`` when it started
+    before this boot (every process of an earlier boot of this machine is gone, but another
+    machine that bears this hostname may have been up longer), else ``unknown``: another
+    machine that bears this hostname (a cloned VM, replicas sharing one ledger) runs its own."""
     booted = _boot_time()
     if created is None or booted is None:
         return "unknown"
-    return "dead" if created < booted - _WALL_CLOCK_SLACK_S else "unknown"
+    return "other_boot" if created < booted - _WALL_CLOCK_SLACK_S else "unknown"
 
 
 def _boot_time() -> float | None:

@@ -3,8 +3,9 @@
 A step needs resolving when the system of record may have acted and the ledger holds no
 receipt: ``unknown`` (a send timed out or failed without a definite answer), or ``sending``
 whose sender is gone: a process on this host that no longer exists (killed between send and
-receipt), or, when this host cannot see it run (another host, another PID namespace), one
-whose lease ran out. A live sender on this host is left alone past its lease too, for as
+receipt), or, when this host cannot see it run (another host, another PID namespace, another
+kernel: this machine before a reboot cannot be told from another machine of this hostname),
+one whose lease ran out. A live sender on this host is left alone past its lease too, for as
 long again as the lease and at least five minutes (a wall clock that jumped must not take over
 a send still waiting for its answer), then taken over (its send ended under the tool's timeout,
 and it could not record how); one of this process only while its send runs here
@@ -51,7 +52,7 @@ from airlock.tools._process import ProcessMark
 from airlock.tools._registry import Registry
 from airlock.tools._sender import Sender
 from airlock.tools._step_effect import effect_of
-from airlock.tools._step_owner import owner_alive, owner_token
+from airlock.tools._step_owner import owner_token
 from airlock.tools._step_text import storable
 
 __all__ = [
@@ -110,10 +111,14 @@ def needs_resolving(preview: Preview, now: float) -> bool:
         # settles the step itself; one that ended and could not record how is found by the
         # lease, like any sender that cannot be seen.
         return not sending_here(preview.id) and lease_out
-    alive = owner_alive(preview.owner)
-    if alive is False:
+    mark = None if preview.owner is None else ProcessMark.parse(preview.owner)
+    judged = "unknown" if mark is None else mark.judge()
+    # Only a sender this host sees gone is taken over at once: one of another boot or not
+    # seen here may run on another machine of this hostname (replicas sharing the ledger),
+    # and waits for its lease like any sender this host cannot see.
+    if judged == "dead":
         return True
-    if alive and _known_start(preview.owner):
+    if judged == "alive" and _known_start(mark):
         # A live sender on this host is left alone past its lease for a while: the lease is
         # another process's wall clock, and a clock that jumped (or this one) must not take
         # over a send still waiting for its answer. Only for a while: its send ends under the
@@ -138,10 +143,9 @@ def _live_sender_bound(lease_until: float, *, claimed: float) -> float:
     return lease_until + max(lease_until - claimed, _LIVE_SENDER_GRACE_S)
 
 
-def _known_start(owner: str | None) -> bool:
-    """Whether ``owner`` names its process with its start, not by a pid alone (which a later
+def _known_start(mark: ProcessMark | None) -> bool:
+    """Whether ``mark`` names its process with its start, not by a pid alone (which a later
     process may hold, and keep the step from reconcile for as long as it runs)."""
-    mark = None if owner is None else ProcessMark.parse(owner)
     return mark is not None and (mark.created is not None or mark.start is not None)
 
 

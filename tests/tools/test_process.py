@@ -77,6 +77,34 @@ def test_a_mark_tells_its_process_apart(case: str) -> None:
     assert make().state() == expected
 
 
+# mark -> its judgement: what `state` reads as dead, told apart where another machine of this
+# hostname could be behind it (the write path waits for the lease on those)
+JUDGEMENTS: dict[str, tuple[Callable[[], ProcessMark], str]] = {
+    "this process": (ProcessMark.of, "alive"),
+    "an exited process": (_exited_child, "dead"),
+    "a reused pid": (lambda: _reused(ProcessMark.of()), "dead"),
+    "another kernel, started before this boot": (CASES["an earlier boot"][0], "other_boot"),
+    "another kernel, started since this boot": (
+        CASES["another machine of this hostname, started since this boot"][0],
+        "unknown",
+    ),
+    "a reused pid, wall clock only": (CASES["a reused pid, wall clock only"][0], "unseen"),
+    "an exited process, wall clock only": (
+        lambda: dataclasses.replace(_exited_child(), start=None),
+        "unseen",
+    ),
+    "another host": (CASES["another host"][0], "unknown"),
+}
+
+
+@pytest.mark.parametrize("case", list(JUDGEMENTS), ids=list(JUDGEMENTS))
+def test_a_judgement_keeps_apart_what_another_machine_could_be(case: str) -> None:
+    make, expected = JUDGEMENTS[case]
+    mark = make()
+    assert mark.judge() == expected
+    assert mark.state() == ("dead" if expected in ("other_boot", "unseen") else expected)
+
+
 def test_a_token_reads_back_as_the_same_mark() -> None:
     mark = ProcessMark.of()
     assert ProcessMark.parse(mark.token()) == mark

@@ -69,6 +69,25 @@ def _other_kernel() -> str:
     return dataclasses.replace(mark, start=f"another-boot:{namespace}:{ticks}", pid=4242).token()
 
 
+def _earlier_boot() -> str:
+    """A sender of another kernel that started before this machine booted: this machine
+    before a reboot, or a machine of this hostname whose serve has run longer than this one
+    has been up. Nothing here tells them apart."""
+    mark = ProcessMark.of()
+    _, namespace, ticks = (mark.start or "b:n:0").split(":")
+    return dataclasses.replace(
+        mark, created=1.0, start=f"another-boot:{namespace}:{ticks}", pid=4242
+    ).token()
+
+
+def _no_start_elsewhere() -> str:
+    """A sender of this hostname that could not mark its start (its /proc hidden, or another
+    PID namespace), whose pid no process here has: only the wall clock to go on."""
+    mark = ProcessMark.parse(_exited())
+    assert mark is not None
+    return dataclasses.replace(mark, start=None).token()
+
+
 # owner -> (needs resolving while its lease runs, once its lease ran out, long after)
 OWNERS: dict[str, tuple[Callable[[str], str | None], bool, bool, bool]] = {
     "a live process on this host": (lambda live: live, False, False, True),
@@ -82,6 +101,18 @@ OWNERS: dict[str, tuple[Callable[[str], str | None], bool, bool, bool]] = {
         True,
     ),
     "a process of this hostname on another machine": (lambda _: _other_kernel(), False, True, True),
+    "a process of another kernel, started before this boot": (
+        lambda _: _earlier_boot(),
+        False,
+        True,
+        True,
+    ),
+    "a process of this hostname with no start, its pid not here": (
+        lambda _: _no_start_elsewhere(),
+        False,
+        True,
+        True,
+    ),
     "a bare pid, no start": (lambda _: f"{socket.gethostname()}:{os.getpid()}", False, True, True),
     "no owner": (lambda _: None, False, True, True),
 }
@@ -337,6 +368,54 @@ async def test_a_step_a_live_sender_left_sending_is_taken_over_in_the_end(
         assert (resolution.outcome, resolution.after) == (outcome, state)
         assert world.ledger.preview(preview.id).state == state  # type: ignore[union-attr]
         assert world.system.sends() == (state == "committed")
+    finally:
+        later.close()
+        world.close()
+
+
+# the sender's claim -> (the outcomes of a reconcile while its lease runs, then of one once
+# it ran out), and the sends to the system of record in the end
+CLAIMS: dict[str, tuple[Callable[[str], str], list[str], list[str], int]] = {
+    "a live sender of this boot": (lambda live: live, ["in_flight"], ["in_flight"], 0),
+    "a sender of another boot, started before this boot": (
+        lambda _: _earlier_boot(),
+        ["in_flight"],
+        ["committed"],
+        1,
+    ),
+    "a killed sender of this boot": (lambda _: _exited(), ["committed"], [], 1),
+}
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("claim", list(CLAIMS), ids=list(CLAIMS))
+async def test_a_sender_of_another_boot_is_taken_over_only_once_its_lease_ran_out(
+    tmp_path: Path, claim: str, live_process: str
+) -> None:
+    """Another boot id with a start before this boot is this machine before a reboot, or a
+    machine of this hostname that has been up longer (replicas sharing one ledger): the lease
+    tells, as for any sender this host cannot see. A rebooted machine's lease ran out long
+    since, so its steps are taken over all the same."""
+    owner, while_leased, after_lease, sends = CLAIMS[claim]
+    world = World(tmp_path, with_lookup=False)
+    later = World(tmp_path, with_lookup=False, clock=Clock(world.clock() + JUMP))
+    try:
+        preview = await world.prepare("inv_33")
+        now = world.clock()
+        token = owner(live_process)
+        world.ledger.transition(
+            preview.id,
+            expect={preview.state},
+            to="sending",
+            at=now,
+            actor=token,
+            how="claimed by commit",
+            owner=token,
+            lease_until=now + 35,
+        )
+        assert [r.outcome for r in await world.writes.reconcile()] == while_leased
+        assert [r.outcome for r in await later.writes.reconcile()] == after_lease
+        assert world.system.sends() == sends
     finally:
         later.close()
         world.close()
