@@ -23,7 +23,12 @@ from airlock.harness._batch_commits import Committed, commit_items
 from airlock.harness._commit_authority import CommitAuthority
 from airlock.harness._model_tools import ModelResult
 from airlock.harness._paused import UNKNOWN_TRIES, PausedWrites
-from airlock.harness._proposal_notes import NOTHING_EARLIER, Proposed, batch_note
+from airlock.harness._proposal_notes import (
+    NOTHING_EARLIER,
+    Proposed,
+    batch_item_note,
+    batch_note,
+)
 from airlock.harness._results import failure, from_tool_error, success
 from airlock.policies import Principal
 from airlock.tools import (
@@ -89,6 +94,19 @@ class PausedBatches:
         if self.paused_writes is not None:
             held.update(pending.preview_id for pending in self.paused_writes.waiting())
         return held
+
+    def held_item(self, preview: Preview) -> ModelResult | None:
+        """The answer to a direct call whose ``preview`` waits as an item of a batch held
+        here (not as a paused write too): it stays in its batch, committed and told once
+        with it. ``None`` for a preview no batch holds."""
+        pausing = self.paused_writes.waiting() if self.paused_writes is not None else ()
+        if any(pending.preview_id == preview.id for pending in pausing):
+            return None  # a paused write already: it answers as one
+        for batch in self._batches.values():
+            if preview.id in batch.items:
+                code = "needs_approval" if preview.state == "prepared" else None
+                return success(batch_item_note(batch.id, preview), code=code)
+        return None
 
     def hold_each(self, previews: Sequence[Preview]) -> bool:
         """Hold ``previews``, which the ledger could not hold as one batch, as the session's

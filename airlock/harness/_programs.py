@@ -38,7 +38,12 @@ from airlock.harness._budget import Budget
 from airlock.harness._execute_code import ExecuteCodeArgs, kept_notes, program_result
 from airlock.harness._model_tools import ModelResult
 from airlock.harness._program_endings import host_failure, unheld
-from airlock.harness._proposal_notes import nothing_new_note, split_proposed, unheld_note
+from airlock.harness._proposal_notes import (
+    as_now,
+    nothing_new_note,
+    split_proposed,
+    unheld_note,
+)
 from airlock.harness._results import KeptNotes, failure, nothing_kept
 from airlock.harness._run_ids import artifact_dir, check_run_id
 from airlock.harness._session_audit import SessionAudit
@@ -317,14 +322,16 @@ class SessionPrograms:
 
     def _hold(self, tools: ToolSession, notes: dict[str, object]) -> LedgerError | None:
         """Hold what the program proposed as one batch, and say so in ``notes`` (under
-        ``proposals``); a change already committed in the run, or one the session holds
-        already, is named there, in no new batch.
+        ``proposals``); a change already committed in the run, one the session holds already,
+        or one that ended (denied...) while the program ran, is named there, in no new batch.
         The ledger's error when it could not take the batch: its previews are stored all
         the same, and wait as the session's paused writes, each on its own."""
         proposed = tools.proposed_previews()
         if not proposed or self.writes is None or self.batches is None:
             return None
-        earlier = split_proposed(proposed, self.batches.holding())
+        # The previews as proposed: a paused write of the same intent may have been committed
+        # or denied since (the session's settling runs while the program does).
+        earlier = split_proposed(as_now(self.writes.ledger, proposed), self.batches.holding())
         fresh = earlier.fresh
         if not fresh:
             notes["proposals"] = nothing_new_note(earlier)

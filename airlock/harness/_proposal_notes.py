@@ -1,7 +1,8 @@
 """The one short note a program's result carries about what it proposed (under
 ``proposals``): the batch its new proposals wait in, the changes it proposed that were
 already committed in the run or already wait in the session (told as such, in no new batch
-and no total: each is committed once and told once, where it waits), or where its
+and no total: each is committed once and told once, where it waits), the ones that ended
+(denied, expired, failed) while the program ran, or where its
 proposals wait when the ledger could not hold them as one batch. Never every preview: a
 batch note has ids, count and totals, and an answer too large for the model keeps the note
 without its ``preview_ids`` (:func:`~airlock.harness._execute_code.kept_notes`), so each list
@@ -14,11 +15,13 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from airlock.tools import Batch, LedgerError, Preview, spend_totals
+from airlock.tools import Batch, LedgerError, LedgerStore, Preview, spend_totals
 
 __all__ = [
     "NOTHING_EARLIER",
     "Proposed",
+    "as_now",
+    "batch_item_note",
     "batch_note",
     "nothing_new_note",
     "split_proposed",
@@ -33,25 +36,45 @@ EARLIER_IDS: Final = 10
 class Proposed:
     """What one program proposed, by where each change stands. Proposing an intent again
     answers its live preview, so a change may be one the run committed, or one that waits
-    already (a paused write or an item of an earlier batch of the session)."""
+    already (a paused write or an item of an earlier batch of the session); and one that
+    waited when proposed may have been committed or ended meanwhile."""
 
     fresh: Sequence[Preview] = ()
     """New, in order: what a new batch holds."""
     committed: Sequence[Preview] = ()
     waiting: Sequence[Preview] = ()
+    ended: Sequence[Preview] = ()
+    """Denied, expired or failed: a person or the session judged them while the program ran
+    (proposing one again makes a new preview, for a person to judge again)."""
 
 
 NOTHING_EARLIER: Final = Proposed()
 """A program that proposed nothing proposed before."""
 
 
+def as_now(ledger: LedgerStore, previews: Sequence[Preview]) -> list[Preview]:
+    """``previews`` as ``ledger`` has them now; as given where it cannot say (storing their
+    batch fails then too, and says so)."""
+    try:
+        return [ledger.preview(p.id) or p for p in previews]
+    except LedgerError:
+        return list(previews)
+
+
+_ENDED: Final = frozenset({"denied", "expired", "failed"})
+
+
 def split_proposed(previews: Sequence[Preview], waiting_ids: Collection[str]) -> Proposed:
-    """``previews`` split by where each stands; ``waiting_ids``: the previews the session
-    holds already."""
+    """``previews`` (as the ledger has them now) split by where each stands;
+    ``waiting_ids``: the previews the session holds already."""
+    # One that ended while the session still holds it is told where it waits, once.
+    held = [p for p in previews if p.state != "committed" and p.id in waiting_ids]
+    rest = [p for p in previews if p.state != "committed" and p.id not in waiting_ids]
     return Proposed(
-        fresh=[p for p in previews if p.state != "committed" and p.id not in waiting_ids],
+        fresh=[p for p in rest if p.state not in _ENDED],
         committed=[p for p in previews if p.state == "committed"],
-        waiting=[p for p in previews if p.state != "committed" and p.id in waiting_ids],
+        waiting=held,
+        ended=[p for p in rest if p.state in _ENDED],
     )
 
 
@@ -87,14 +110,33 @@ def batch_note(
     return _with_earlier(note, earlier)
 
 
+def batch_item_note(batch_id: str, preview: Preview) -> dict[str, object]:
+    """What a direct call is answered with when its preview waits as an item of the
+    session's batch ``batch_id``: it stays there, committed once and told once, with it."""
+    if preview.state == "approved":
+        when = "approved by policy, it is committed once the session resumes the batch"
+    else:
+        when = "it is committed once a person approves the batch"
+    return {
+        "status": "already_waiting",
+        "batch_id": batch_id,
+        "preview_id": preview.id,
+        "tool": preview.tool,
+        "summary": preview.summary,
+        "message": f"this change already waits in this session as an item of batch {batch_id}, "
+        f"proposed before by a program, so it is in no new pause: {when}, and told once where "
+        "it waits. Do not propose or call it again",
+    }
+
+
 def nothing_new_note(earlier: Proposed) -> dict[str, object]:
-    """The note of a program whose every proposal was committed in the run before or waits
-    already: no batch is made."""
+    """The note of a program whose every proposal was committed in the run before, waits
+    already or ended meanwhile: no batch is made."""
     if earlier.waiting:
         note = {"status": "already_waiting", "message": "nothing new was proposed"}
     else:
         note = {
-            "status": "already_committed",
+            "status": "already_committed" if earlier.committed else "already_ended",
             "message": "nothing new was proposed, no batch was made, and nothing waits for "
             "approval",
         }
@@ -154,6 +196,13 @@ def _with_earlier(note: dict[str, object], earlier: Proposed) -> dict[str, objec
             "wait in this session, proposed before as a paused write or in an earlier batch, "
             "so they are in no new batch nor total: each is committed once approved, and told "
             "once where it waits. Do not propose them again"
+        )
+    if earlier.ended:
+        note["message"] = (
+            f"{note['message']}. {_named(note, 'already_ended', earlier.ended)} were denied, "
+            "expired or failed while the program ran, so they are in no batch nor total and "
+            "nothing was sent for them. Tell the user, and do not propose them again without "
+            "being asked"
         )
     return note
 

@@ -56,6 +56,7 @@ from airlock.harness._batches import PausedBatches
 from airlock.harness._budget import Budget
 from airlock.harness._call_budget import CallBudget
 from airlock.harness._commit_authority import CommitAuthority
+from airlock.harness._direct_tools import direct_tools, reaches_network
 from airlock.harness._execute_code import EXECUTE_CODE, describe_execute_code
 from airlock.harness._model_tools import ModelResult, ModelTool
 from airlock.harness._paused import PausedWrites
@@ -87,7 +88,6 @@ from airlock.tools import (
     Registry,
     RunAuthority,
     ToolError,
-    ToolSpec,
     UnknownToolError,
     WritePath,
     escape_controls,
@@ -226,7 +226,7 @@ class Session(ApprovalPause):
                 calls=self.budget.program_calls,
                 kept_idle_s=self._idle_timeout if self._keep_state else None,
                 reaches_network=any(
-                    _reaches_network(spec)
+                    reaches_network(spec)
                     for spec in map(self._registry.get, self._code)
                     if spec is not None
                 ),
@@ -234,25 +234,7 @@ class Session(ApprovalPause):
                 proposes=bool(self._proposable),
             )
         ]
-        for definition in self._registry.visible(self.principal, "direct"):
-            spec = self._registry.get(definition.name)
-            if spec is None or definition.name not in self._direct:
-                continue
-            changes = any(e.is_side_effect for e in spec.effects)
-            network = _reaches_network(spec)
-            listed.append(
-                ModelTool(
-                    name=definition.name,
-                    description=definition.description,
-                    input_schema=dict(definition.parameters),
-                    read_only=not changes and not network,
-                    destructive=changes and not spec.reversible,
-                    # A write's idempotency key (run, tool, intent) makes a repeated call of
-                    # the same intent in this session answer with the same preview.
-                    idempotent=not changes or spec.write is not None,
-                    open_world=network,
-                )
-            )
+        listed.extend(direct_tools(self._registry, self.principal, names=self._direct))
         return listed
 
     def tools(self) -> list[ModelTool]:
@@ -360,6 +342,9 @@ class Session(ApprovalPause):
         preview = outcome
         if preview.state == "committed":  # asked again: say so, send nothing
             return self._paused.already(preview)
+        in_batch = self._batches.held_item(preview)
+        if in_batch is not None:  # it waits in a batch: held, committed and told there once
+            return in_batch
         self._paused.hold(preview)
         if preview.state == "prepared":
             return self._paused.paused(preview)
@@ -392,8 +377,3 @@ class SessionSource(Protocol):
         grant: Grant | None = None,
         budget: Budget | None = None,
     ) -> Session: ...
-
-
-def _reaches_network(spec: ToolSpec) -> bool:
-    """Whether a call of ``spec`` reaches a network destination as one of its effects."""
-    return any(e.kind == "network" for e in spec.effects)

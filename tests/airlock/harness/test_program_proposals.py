@@ -8,12 +8,20 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from airlock import Harness, Session
+from airlock.sandbox import RunResult
 from airlock.sandbox.testing import ok_result
-from airlock.tools import LEDGER_ERRORS, approve_preview, batch_items, spend_totals
+from airlock.tools import (
+    LEDGER_ERRORS,
+    approve_preview,
+    batch_items,
+    deny_preview,
+    spend_totals,
+)
 from tests.airlock.harness.batch_world import PEEK, REFUND, body
 from tests.airlock.harness.test_program_endings import EndingBackend
 from tests.airlock.session_world import ALICE, policy
@@ -205,3 +213,79 @@ async def test_a_change_that_already_waits_is_held_where_it_waits_and_told_once(
     ]
     assert world.system.effects() == 1
     assert len(told) == 1, told
+
+
+class SettlingBackend(EndingBackend):
+    """Proposes as :class:`EndingBackend`, then ``decide`` judges the paused write and the
+    session settles it before the program ends, as the watcher of `serve` and `chat` does."""
+
+    session: Session | None = None
+    paused = ""
+    decide: str = "approve"
+
+    async def run(self, program: str, **kwargs: Any) -> RunResult:
+        result = await super().run(program, **kwargs)
+        assert self.session is not None
+        ledger = self.session._writes.ledger  # type: ignore[union-attr]
+        if self.decide == "approve":
+            approve_preview(ledger, self.paused, approver="bob", now=time.time())
+        else:
+            deny_preview(ledger, self.paused, approver="bob", reason="no", now=time.time())
+        await self.session.settle_writes()
+        return result
+
+
+# (case, how the paused inv_1 is judged while a program proposes it, what the program
+# proposes, the note's status, the key naming inv_1 in the note, the state of inv_1 after)
+SETTLED_MEANWHILE = [
+    ("committed, proposed alone", "approve", ("inv_1",), "already_committed", "committed"),
+    (
+        "committed, proposed with a new one",
+        "approve",
+        ("inv_1", "inv_2"),
+        "needs_approval",
+        "committed",
+    ),
+    ("denied, proposed alone", "deny", ("inv_1",), "already_ended", "denied"),
+    ("denied, proposed with a new one", "deny", ("inv_2", "inv_1"), "needs_approval", "denied"),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "decide", "invoices", "status", "state"),
+    SETTLED_MEANWHILE,
+    ids=[row[0] for row in SETTLED_MEANWHILE],
+)
+async def test_a_change_settled_while_the_program_ran_is_told_as_it_ended_in_no_batch(
+    tmp_path: Path,
+    world: ProposalWorld,
+    case: str,
+    decide: str,
+    invoices: tuple[str, ...],
+    status: str,
+    state: str,
+) -> None:
+    backend = SettlingBackend(lambda artifacts: ok_result("done"), invoices=invoices)
+    session = _session(world, tmp_path, invoices, backend)
+    paused = await _pause_directly(session, "inv_1")
+    backend.session, backend.paused, backend.decide = session, paused, decide
+
+    answer = await session.call("execute_code", {"code": "..."})
+
+    note = body(answer)["proposals"]
+    key = "already_committed" if state == "committed" else "already_ended"
+    assert (note["status"], note[key], note[f"{key}_ids"]) == (status, 1, [paused])
+    for batch_id in session.pending_batches():
+        items = [i.preview_id for i in batch_items(world.ledger, batch_id, now=time.time())]
+        assert paused not in items
+    assert answer.code == ("needs_approval" if len(invoices) > 1 else None)
+    assert world.ledger.preview(paused).state == state  # type: ignore[union-attr]
+    told = [
+        t
+        for _ in range(2)
+        for t in body(await session.call(*PEEK)).get("settled_writes") or []
+        if t.get("preview_id") == paused
+        or any(paused in ids for ids in t.get("preview_ids", {}).values())
+    ]
+    assert told == []  # told once, with the program's answer
+    assert world.system.effects() == (state == "committed")
