@@ -26,7 +26,7 @@ from typing import Any, Final
 
 from airlock.bridge._call_budget import MAX_CALL_ELEMENTS, ArgumentsOverBudget
 from airlock.bridge._program_errors import program_error
-from airlock.bridge._results import ResultWriter
+from airlock.bridge._results import BatchAnswer, ResultWriter
 from airlock.bridge._run_stop import limit_stop, protocol_stop
 from airlock.bridge._runner import CallRunner, SharedTurns, carry_on
 from airlock.bridge._session import BridgeLimits, ToolSession
@@ -293,9 +293,13 @@ class CallDispatcher:
         return program_error(error)
 
     async def _answer_batch(self, call_id: int, tool: str, items: list[dict[str, Any]]) -> None:
-        outcomes: list[JSONObject] = [{} for _ in items]
+        # Each item's outcome is encoded and counted against max_bytes_out as it finishes
+        # (BatchAnswer): held whole, the outcomes of a batch of large results came to many
+        # times the limit before it was checked.
+        answer = BatchAnswer(self._results, len(items))
         pending = iter(enumerate(items))
         turns = self._items
+        results = self._results
         helpers: list[asyncio.Task[None]] = []
 
         async def worker(first: bool) -> None:
@@ -303,6 +307,8 @@ class CallDispatcher:
             # otherwise run back to back in one step, whatever the time.
             for n, item in pending:
                 await turns.take()
+                if results.ended is not None:
+                    return  # (the run's end cancels the items still running)
                 if type(item) is ArgumentsOverBudget:
                     ok, value = False, self._too_large(f"{call_id}.{n}", tool)
                 else:
@@ -323,18 +329,20 @@ class CallDispatcher:
                                 )
                             )
                         ok, value = await carry_on(admit, waiting)
-                outcomes[n] = {"ok": True, "value": value} if ok else {"ok": False, "error": value}
+                if not answer.put(n, ok, value):
+                    return
 
         try:
             await worker(True)
             if helpers:
                 await asyncio.gather(*helpers)
+            answer.send(call_id, alone=self.in_flight <= 1)
         finally:
             if not all(helper.done() for helper in helpers):  # cancelled, or a bug's error
                 for helper in helpers:
                     helper.cancel()
                 await asyncio.wait(helpers)
-        self._results.send(call_id, True, outcomes, alone=self.in_flight <= 1)
+            answer.drop()
 
     async def cancel_pending(self) -> None:
         """Drop the calls not started yet and cancel the running ones, waiting for them

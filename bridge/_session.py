@@ -93,7 +93,10 @@ class BridgeLimits:
     max_bytes_in: int = 64 * 1024 * 1024
     """Bytes of frames the guest may send in one run (the final result included)."""
     max_bytes_out: int = 64 * 1024 * 1024
-    """Bytes of results the host may send back in one run."""
+    """Bytes of results the host may send back in one run. Results count as soon as the host
+    holds them: a batch's items as each finishes, so a guest that does not read its answers
+    costs the host about this much, plus the results of the calls running at that moment
+    (``max_concurrency``)."""
     max_call_frame_bytes: int = 1024 * 1024
     """Largest ``call``, ``batch`` or ``log`` frame."""
     max_batch_items: int = 1000
