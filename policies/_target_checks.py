@@ -14,6 +14,9 @@ grant or rule could judge it as it is reached:
 - a port holding a placeholder and anything else (``:0{port}``, ``:{port}443``): a filled
   port is read as a number, so ``0`` and ``8443`` reached port 8443, outside the declared
   ``:0*`` a grant judged;
+- a literal port outside 1-65535 (``:0`` reads as no port) or a literal host a resolver
+  reads as an IPv4 address written other than as four decimal numbers (``0x7f000001``,
+  ``2130706433``, ``127.1``): a rule on ``127.0.0.1`` would not name it;
 - a password in its user information (``https://user:secret@host``): the inventory and the
   lock file would print it; the secret belongs to the tool as a credential;
 - a ``.`` or ``..`` path segment, an empty one (``//``), or a percent-encoded ``.``, ``/``,
@@ -29,7 +32,7 @@ from functools import lru_cache
 from typing import Final
 
 from airlock.policies._errors import UsageError
-from airlock.policies._network import canonical_network
+from airlock.policies._network import _host_of, _ipv4_checked, canonical_network
 from airlock.policies._placeholders import PLACEHOLDER
 
 __all__ = ["EffectTargetError", "checked_target"]
@@ -87,7 +90,18 @@ def _check_network(target: str) -> None:
             "name the user only ('deploy@host') and give the secret to the tool as a "
             "credential"
         )
+    host = _host_of(target)[1]
+    if host and "*" not in host and "{" not in host:
+        try:  # (a resolver reads 0x7f000001 and 127.1 as 127.0.0.1, which a rule names)
+            _ipv4_checked(host.lower().removesuffix("."))
+        except ValueError as exc:
+            raise EffectTargetError(f"network target {target!r} {exc}") from None
     _, colon, port = host_port.rpartition(":")
+    if colon and port.isdigit() and not (len(port) <= 5 and 0 < int(port) < 65536):
+        raise EffectTargetError(
+            f"network target {target!r} has a port {port!r} that is not 1-65535 (a "
+            "connection reads port 0 as none: the scheme's default, or any)"
+        )
     if colon and "{" in port and not PLACEHOLDER.fullmatch(port):
         raise EffectTargetError(
             f"network target {target!r} has the port {port!r}: a port that holds a "

@@ -253,7 +253,10 @@ def destination_of(target: str) -> Destination | None:
     if ":" in host:
         host = f"[{host}]"
     try:
-        found = parse_destination(f"{parts.scheme}://{host}" + (f":{port}" if port else ""))
+        # (port 0 stays: read as no port, it would mean the scheme's default, or any port)
+        found = parse_destination(
+            f"{parts.scheme}://{host}" + (f":{port}" if port is not None else "")
+        )
     except ValueError:
         return None
     return found

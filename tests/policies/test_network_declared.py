@@ -158,6 +158,16 @@ REFUSED = [
     ("https://api.example.com/v1/%5c../admin", "escape"),
     ("https://api.example.com/{p}/../admin", "segment"),
     ("https://api.example.com//admin", "empty segment"),
+    ("http://localhost:0/{p}", "1-65535"),
+    ("https://metadata.google.internal:0/computeMetadata/v1/{p}", "1-65535"),
+    ("postgres://db.internal:0/{p}", "1-65535"),
+    ("http://h.example.com:99999/x", "1-65535"),
+    ("http://0x7f000001:3000/{p}", "IPv4"),
+    ("http://2130706433/x", "IPv4"),
+    ("http://127.1:80/x", "IPv4"),
+    ("http://2852039166/latest/{p}", "IPv4"),
+    ("0x7f000001", "IPv4"),
+    ("169.254.43518:80", "IPv4"),
     ("https://api.example.com/v1//{p}", "empty segment"),
 ]  # fmt: skip
 
@@ -179,6 +189,9 @@ def test_a_target_a_grant_cannot_judge_as_it_is_reached_is_refused_when_declared
 
 # declared targets that stay accepted, as written
 ACCEPTED = [
+    "http://127.0.0.1:8080/{p}",
+    "10.0.0.1",
+    "http://10.0.0.*/x",
     "https://api.example.com:{p}/v1",
     "{h}:{p}",
     "api.example.com:{p}",

@@ -36,7 +36,7 @@ from airlock.tools import (
     RestAdapter,
     parse_destination,
 )
-from airlock.tools._destination import DEFAULT_PORTS
+from airlock.tools._destination import DEFAULT_PORTS, destination_of
 
 pytestmark = pytest.mark.anyio
 
@@ -131,6 +131,17 @@ def test_a_left_out_port_is_the_default_a_grant_reads(
     declared: str, port: int, allowed: bool
 ) -> None:
     assert parse_destination(declared).allows_port(port) is allowed
+
+
+@pytest.mark.parametrize(
+    ("target", "port"),
+    [("https://metadata.google.internal:0/computeMetadata/v1/x", 443),
+     ("postgres://db.internal:0/x", 5432), ("http://localhost:0/x", 80)],
+)  # fmt: skip
+def test_a_resolved_target_on_port_0_connects_nowhere(target: str, port: int) -> None:
+    # (read as no port, it meant the scheme's default, or any port for a scheme with none)
+    found = destination_of(target)
+    assert found is None or not found.allows_port(port)
 
 
 @pytest.fixture
