@@ -33,8 +33,10 @@ if TYPE_CHECKING:
     from typing import Any
 
     from airlock.bridge import airlock_wire as wire
+    from airlock.sandbox.guest.airlock_output import is_full
 else:  # in the image, the guest's modules sit side by side on the runner's path
     import airlock_wire as wire
+    from airlock_output import is_full
 
 _UNSAFE = r"[^A-Za-z0-9._-]"
 _MAX_DEPTH = 8
@@ -293,15 +295,11 @@ def _reopen(top: int, artifact: Artifact) -> int | str:
         if fd != top:
             os.close(fd)
     opened = os.fstat(file)
-    if not stat.S_ISREG(opened.st_mode) or (opened.st_dev, opened.st_ino) != (
-        artifact.device,
-        artifact.inode,
-    ):
-        os.close(file)
-        if stat.S_ISREG(opened.st_mode):
-            return "replaced after it was listed"
-        return _kind(opened.st_mode)
-    return file
+    same = (opened.st_dev, opened.st_ino) == (artifact.device, artifact.inode)
+    if stat.S_ISREG(opened.st_mode) and same:
+        return file
+    os.close(file)
+    return "replaced after it was listed" if stat.S_ISREG(opened.st_mode) else _kind(opened.st_mode)
 
 
 def send(
@@ -365,8 +363,8 @@ def deliver(
     emit: Callable[[dict[str, Any]], None], request: dict[str, Any], result: dict[str, Any]
 ) -> None:
     """After a program: send the files it left (when the ``run`` frame asks for them) before
-    its ``done``; over either limit, send none and turn ``result`` into ``limit_exceeded``.
-    A kept container's zygote empties the directory before the next program."""
+    its ``done``; over either limit, or with ``/out`` full, send none and turn ``result``
+    into ``limit_exceeded``. A kept container's zygote empties it before the next program."""
     wanted = request.get("artifacts")
     if not isinstance(wanted, dict) or result.get("status") not in ("ok", "error"):
         return
@@ -377,8 +375,11 @@ def deliver(
     refused = refusal(
         found, max_files=max_files, max_bytes=int(wanted.get("bytes", 0)), files=walk.files
     )
-    if refused is not None:
-        result.update(status="limit_exceeded", exit_status=137, limit="artifacts", error=refused)
+    if refused is not None or is_full(directory):
+        # Full, /out may hold a file cut short by an ENOSPC the program caught: the verdict of
+        # one it did not catch (the host names the limit), and none of its files.
+        result.update(status="limit_exceeded", exit_status=137, limit="artifacts")
+        result["error"] = refused or result.get("error")
         result["has_value"], result["value"] = False, None
     else:
         result["artifacts"] = send(directory, found, emit, skipped)

@@ -8,8 +8,10 @@ the program could not import itself (allowed modules' submodules only as
 ``__builtins__`` are the real ones), and the standard library's callables that get around the
 guards (:data:`_REFUSED`): string evaluators, functions that read attributes by names the
 caller chooses (``functools.update_wrapper``), ``str.format`` on a program's text, the
-frames of a task, and ``traceback``/``linecache``, which read any file. A few callables come
-as a checked substitute instead (:func:`substitute`).
+frames of a task, ``traceback``/``linecache``, which read any file, and the event loop's
+methods that take a descriptor or socket (the bridge's among them). Refused too: a metaclass,
+which called makes a class of any namespace. ``dataclasses.dataclass`` and ``make_dataclass``
+come as checked substitutes instead (:func:`substitute`, ``airlock_language_dataclasses``).
 
 Standard library only. Nothing here imports a module: a refused object is looked up only in
 the modules already loaded, so the table follows ``sys.modules`` (it is built again when that
@@ -26,6 +28,10 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
     from typing import Any
 
+    from airlock.sandbox.guest.airlock_language_dataclasses import dataclass, make_dataclass
+else:  # in the image, the guest's modules sit side by side on the runner's path
+    from airlock_language_dataclasses import dataclass, make_dataclass
+
 SUBMODULES = frozenset({"collections.abc", "json.decoder", "json.encoder", "json.scanner"})
 """Submodules a program may hold when it may import their top-level module. Any other module
 only when the profile's ``allowed_imports`` names it (``xml.etree`` as well as ``xml``)."""
@@ -36,6 +42,18 @@ _FORMATS = "formats the program's text by reading attributes past the attribute 
 _FRAMES = "hands out the runner's frames"
 _FILES = "reads any file and the runner's frames"
 _PROCESSES = "starts processes, which restricted mode does not"
+_DESCRIPTORS = "uses descriptors, sockets or signals the program names (the runner's bridge)"
+_LOOP_METHODS = (
+    # Each takes a descriptor, a socket or an object with fileno(): the bridge's is 3. A
+    # container has no network, so the ones that open connections lose nothing either.
+    *("connect_read_pipe", "connect_write_pipe", "connect_accepted_socket", "sendfile"),
+    *("add_reader", "add_writer", "remove_reader", "remove_writer"),
+    *("create_connection", "create_server", "create_datagram_endpoint", "start_tls"),
+    *("create_unix_connection", "create_unix_server", "add_signal_handler"),
+    *("remove_signal_handler", "sock_recv", "sock_recv_into", "sock_recvfrom"),
+    *("sock_recvfrom_into", "sock_sendall", "sock_sendto", "sock_connect", "sock_accept"),
+    "sock_sendfile",
+)
 
 _REFUSED: tuple[tuple[str, str, str], ...] = (
     # (module, attribute path, why): looked up only once the module is loaded.
@@ -81,6 +99,17 @@ _REFUSED: tuple[tuple[str, str, str], ...] = (
     ("linecache", "updatecache", _FILES),
     ("linecache", "lazycache", _FILES),
     ("linecache", "checkcache", _FILES),
+    ("asyncio", "open_connection", _DESCRIPTORS),  # call the loop's methods with sock=
+    ("asyncio", "start_server", _DESCRIPTORS),
+    ("asyncio", "open_unix_connection", _DESCRIPTORS),
+    ("asyncio", "start_unix_server", _DESCRIPTORS),
+    # The running loop is a SelectorEventLoop; a method is the function of the class that
+    # defines it, which one of these two names.
+    *(
+        ("asyncio", f"{loop}.{method}", _DESCRIPTORS)
+        for loop in ("BaseEventLoop", "SelectorEventLoop")
+        for method in _LOOP_METHODS
+    ),
 )
 _REFUSED_INSTANCES = (("traceback", "StackSummary"), ("traceback", "FrameSummary"))
 _HIDDEN_TYPES = (types.FrameType, types.CodeType, types.TracebackType)
@@ -107,7 +136,13 @@ class _Table:
             for module_name, name in _REFUSED_INSTANCES
             if isinstance(cls := getattr(sys.modules.get(module_name), name, None), type)
         )
-        self.make_dataclass = getattr(sys.modules.get("dataclasses"), "make_dataclass", None)
+        dataclasses = sys.modules.get("dataclasses")
+        self.stand_ins: dict[int, object] = {}
+        for name, stand_in in (("dataclass", dataclass), ("make_dataclass", make_dataclass)):
+            original = getattr(dataclasses, name, None)
+            if original is not None:
+                self.stand_ins[id(original)] = stand_in
+                self.held.append(original)
 
 
 _current: _Table | None = None
@@ -162,6 +197,10 @@ def refusal(value: object, allowed_imports: frozenset[str]) -> str | None:
         return None
     if isinstance(value, _HIDDEN_TYPES):
         return f"a {kind.__name__} object, which shows the runner's internals"
+    if isinstance(value, type) and issubclass(value, type):
+        # Called, a metaclass makes a class of any namespace: dunders and names no class
+        # statement could hold, which the standard library reads.
+        return f"the metaclass {value.__name__!r}, which makes classes of any namespace"
     table = _table()
     why = table.why.get(id(_unbound(value)))
     if why is not None:
@@ -173,36 +212,7 @@ def refusal(value: object, allowed_imports: frozenset[str]) -> str | None:
 
 def substitute(value: object) -> object:
     """What a program gets in place of ``value``: itself, or a checked stand-in."""
-    if value is not None and value is _table().make_dataclass:
-        return make_dataclass
-    return value
-
-
-def make_dataclass(cls_name: str, fields: Any, **options: Any) -> Any:
-    """``dataclasses.make_dataclass`` with no field or namespace name that starts with ``_``
-    (a program could not write one, and an object with ``__globals__`` of its choosing
-    stands in for a function where the standard library reads one)."""
-    import dataclasses
-
-    checked = [field if isinstance(field, str) else tuple(field) for field in fields]
-    namespace = dict(options.get("namespace") or {})
-    names = [field if isinstance(field, str) else field[0] for field in checked]
-    for name in [cls_name, *names, *namespace]:
-        # Exactly str: a subclass of the program's answers startswith as it likes, and
-        # dataclasses formats a field's name into the source it runs with the real builtins.
-        if type(name) is not str:
-            raise ValueError(
-                f"the class, field or namespace name {name!r} is not a plain string, which "
-                "restricted mode requires: give each name as a str literal"
-            )
-        if name.startswith("_"):
-            raise ValueError(
-                f"the field or namespace name {name!r} starts with '_', which restricted "
-                "mode does not allow: name it without a leading underscore"
-            )
-    if "namespace" in options:
-        options["namespace"] = namespace
-    return dataclasses.make_dataclass(cls_name, checked, **options)
+    return _table().stand_ins.get(id(value), value)
 
 
 def item_guard(allowed_imports: frozenset[str]) -> Callable[[Any, Any], Any]:
@@ -256,6 +266,7 @@ def evaluators() -> tuple[object, ...]:
 
 __all__ = [
     "SUBMODULES",
+    "dataclass",
     "evaluators",
     "item_guard",
     "iteration_guard",

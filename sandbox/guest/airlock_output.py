@@ -203,11 +203,11 @@ def limit_of(exc: BaseException, out_dir: str) -> str | None:
     if isinstance(exc, MemoryError):
         return "memory"
     if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
-        return "artifacts" if _is_full(out_dir) else "disk"
+        return "artifacts" if is_full(out_dir) else "disk"
     return None
 
 
-def _is_full(path: str) -> bool:
+def is_full(path: str) -> bool:
     """Whether the file system at ``path`` (``/out``) has less than a page, or no inode,
     left."""
     try:
@@ -244,6 +244,7 @@ __all__ = [
     "VALUE_ELEMENTS",
     "VALUE_LIMIT",
     "StreamCapture",
+    "is_full",
     "isolate_descriptors",
     "limit_of",
     "program_traceback",

@@ -332,6 +332,13 @@ LIMITS = [
         {"artifact_limit_bytes": 2**20},
         "the program filled /out; the artifact limit is 1.0 MiB and 64 files",
     ),
+    (  # the ENOSPC caught: the file cut short is not sent either
+        "tmpfs_full_caught",
+        "try:\n    open('/out/big.bin', 'wb').write(b'x' * 3 * 2**20)\n"
+        "except OSError as e:\n    print('caught', e)\n'finished'\n",
+        {"artifact_limit_bytes": 2**20},
+        "the program filled /out; the artifact limit is 1.0 MiB and 64 files",
+    ),
 ]
 
 

@@ -93,6 +93,98 @@ BYPASSES: list[tuple[str, str, str, str]] = [
      "class K(str):\n    def startswith(self, *a):\n        return False\n"
      "dataclasses.make_dataclass('W', [(K('__dict__'), dict, dataclasses.field(default=1))])\n",
      "ValueError", "not a plain string"),
+    # dataclasses formats field names into source it runs with the real builtins (a program's
+    # class's module is not in sys.modules): names from a metaclass's namespace or a TypedDict.
+    ("metaclass_call_dataclass", "import typing, dataclasses\n"
+     "evil = \"a,self.a.append(__import__('os').getpid()),self.a.append(open('/etc/hostname').read())\"\n"
+     "C = typing.ABCMeta('C', (), {'__annotations__': {evil: int}, 'a': []})\n"
+     "D = dataclasses.dataclass(init=False, repr=False)(C)\n"
+     "x = D()\nx == x\nx.a\n", "AttributeError", "the metaclass 'ABCMeta'"),
+    ("typed_dict_dataclass", "import typing, dataclasses\n"
+     "code = \"import os, sys\\nraise LookupError([os.getpid(), len(sys.modules), "
+     "open('/etc/passwd').read()[:32]])\"\n"
+     "name = \"b=exec(\" + repr(code) + \")):#\"\n"
+     "TD = typing.TypedDict('TD', {name: dataclasses.InitVar[int]})\n"
+     "try:\n    dataclasses.dataclass(TD)\nexcept LookupError as e:\n    result(e.args[0])\n",
+     "TypeError", "the metaclass '_TypedDictMeta'"),
+    # ``type`` comes back from get_origin, unchecked: the names are what is refused.
+    ("type_call_dataclass", "import typing, dataclasses\n"
+     "T = typing.get_origin(typing.Type[int])\n"
+     "evil = \"a,self.a.append(__import__('os').getpid())\"\n"
+     "C = T('C', (), {'__annotations__': {evil: int}, 'a': []})\n"
+     "x = dataclasses.dataclass(init=False, repr=False)(C)()\nx == x\nx.a\n",
+     "ValueError", "not an identifier"),
+    ("type_call_dataclass_decorator_form", "import typing\nfrom dataclasses import dataclass\n"
+     "T = typing.get_origin(typing.Type[int])\n"
+     "C = T('C', (), {'__annotations__': {\"b=exec('import os')):#\": int}})\n"
+     "dataclass(C)\n", "ValueError", "not an identifier"),
+    ("type_call_dataclass_dunder_field", "import typing, dataclasses\n"
+     "T = typing.get_origin(typing.Type[int])\n"
+     "dataclasses.dataclass(T('C', (), {'__annotations__': {'__globals__': int}}))\n",
+     "ValueError", "starts with '_'"),
+    ("type_call_dataclass_str_subclass_field", "import typing, dataclasses\n"
+     "T = typing.get_origin(typing.Type[int])\n"
+     "K = T('K', (str,), {'__format__': lambda s, spec: \"a,self.a.append(__import__('os').getpid())\"})\n"
+     "C = T('C', (), {'__annotations__': {K('b'): int}, 'a': []})\n"
+     "x = dataclasses.dataclass(init=False, repr=False)(C)()\nx == x\nx.a\n",
+     "ValueError", "not a plain string"),
+    ("type_call_dataclass_annotations_mapping", "import typing, dataclasses\n"
+     "T = typing.get_origin(typing.Type[int])\n"
+     "A = T('A', (dict,), {})\n"
+     "dataclasses.dataclass(T('C', (), {'__annotations__': A(a=int)}))\n",
+     "TypeError", "not a dict"),
+    # A base whose fields table the program wrote: a field whose name is code.
+    ("dataclass_forged_base_fields", "import typing, dataclasses\n"
+     "T = typing.get_origin(typing.Type[int])\n"
+     "F = T('F', (), {'name': \"a=__import__('os').getpid()\", 'default': dataclasses.MISSING,"
+     " 'default_factory': dataclasses.MISSING, 'init': True, 'repr': True, 'compare': True,"
+     " 'kw_only': False, 'type': int})\n"
+     "B = T('B', (), {'__dataclass_fields__': {'a': F()},"
+     " '__dataclass_params__': dataclasses.make_dataclass('Q', ['frozen'])(False)})\n"
+     "dataclasses.dataclass(T('C', (B,), {}))().a\n",
+     "TypeError", "restricted mode did not make"),
+    ("make_dataclass_forged_base_fields", "import typing, dataclasses\n"
+     "T = typing.get_origin(typing.Type[int])\n"
+     "B = T('B', (), {'__dataclass_fields__': {}})\n"
+     "dataclasses.make_dataclass('W', ['x'], bases=(B,))\n",
+     "TypeError", "restricted mode did not make"),
+    # A metaclass of the program's: class statements reach one without reading any.
+    ("program_metaclass_dataclass", "import typing, dataclasses\n"
+     "class M(typing.Type[int]):\n    pass\n"
+     "evil = \"a,self.a.append(__import__('os').getpid())\"\n"
+     "C = M('C', (), {'__annotations__': {evil: int}, 'a': []})\n"
+     "x = dataclasses.dataclass(init=False, repr=False)(C)()\nx == x\nx.a\n",
+     "TypeError", "the metaclass 'M'"),
+    ("make_dataclass_alias_base", "import typing, dataclasses\n"
+     "dataclasses.make_dataclass('W', ['x'], bases=(typing.Type[int],))\n",
+     "TypeError", "is not a class"),
+    # The event loop's methods that take a descriptor: the bridge's (3) takes a forged frame.
+    ("loop_connect_write_pipe", "import asyncio\nclass P:\n    def fileno(self):\n"
+     "        return 3\nasync def m():\n"
+     "    t, p = await asyncio.get_running_loop().connect_write_pipe(asyncio.Protocol, P())\n"
+     "    t.write(b'\\0\\0\\0\\2{}')\n    return 'written'\nasyncio.run(m())\n",
+     "AttributeError", "descriptors, sockets"),
+    ("loop_connect_read_pipe", "import asyncio\nasync def m():\n"
+     "    return asyncio.get_running_loop().connect_read_pipe\nasyncio.run(m())\n",
+     "AttributeError", "descriptors, sockets"),
+    ("loop_add_writer", "import asyncio\nasync def m():\n"
+     "    return asyncio.get_running_loop().add_writer\nasyncio.run(m())\n",
+     "AttributeError", "descriptors, sockets"),
+    ("loop_create_unix_connection", "import asyncio\nasync def m():\n"
+     "    return asyncio.get_running_loop().create_unix_connection\nasyncio.run(m())\n",
+     "AttributeError", "descriptors, sockets"),
+    ("loop_create_connection", "import asyncio\nasync def m():\n"
+     "    return asyncio.get_running_loop().create_connection\nasyncio.run(m())\n",
+     "AttributeError", "descriptors, sockets"),
+    ("loop_sock_sendall", "import asyncio\nasync def m():\n"
+     "    return asyncio.get_running_loop().sock_sendall\nasyncio.run(m())\n",
+     "AttributeError", "descriptors, sockets"),
+    ("loop_method_of_the_class", "import asyncio\nasyncio.SelectorEventLoop.connect_write_pipe\n",
+     "AttributeError", "descriptors, sockets"),
+    ("open_unix_connection", "import asyncio\nasyncio.open_unix_connection\n",
+     "AttributeError", "descriptors, sockets"),
+    ("from_asyncio_import_start_server", "from asyncio import start_server\n",
+     "ImportError", "descriptors, sockets"),
     ("namespace_dict_item", "[{'__builtins__': {}}][0]\n", "LookupError", "namespace"),
     ("namespace_dict_iterated", "[d for d in [{'__builtins__': {}}]]\n", "LookupError",
      "namespace"),
@@ -167,6 +259,17 @@ def test_a_known_route_out_of_restricted_mode_is_refused(
         "import asyncio\nasync def m():\n    return 2\nasyncio.run(m())\n",
         "import dataclasses\nP = dataclasses.make_dataclass('P', ['x'])\nP(1).x\n",
         "import typing\ntyping.Optional[int] is not None\n",
+        # Class statements hold no annotations in restricted mode: fields come from
+        # make_dataclass, and the decorator makes dataclasses of classes derived from them.
+        "import dataclasses, typing\nfrom dataclasses import dataclass, field\n"
+        "P = dataclasses.make_dataclass('P', ['x', ('y', typing.List[int], "
+        "field(default_factory=list))])\n"
+        "F = dataclasses.make_dataclass('F', ['a', ('b', str, 'b')], frozen=True, order=True)\n"
+        "@dataclass(frozen=True)\nclass G(F):\n    def twice(self):\n        return 2 * self.a\n"
+        "@dataclasses.dataclass\nclass Q(P):\n    pass\n"
+        "S = dataclass(slots=True)(dataclasses.make_dataclass('S', ['k'], kw_only=True))\n"
+        "[P(1).y, F(1) < F(2), F(1) == 1, hash(G(1)) == hash(G(1)), repr(G(1, 'z')), S(k=3).k,"
+        " G(2).twice(), dataclasses.asdict(Q(1, [2])), dataclasses.replace(F(1), a=5).a]\n",
         "from dataclasses import make_dataclass\n"
         "P = make_dataclass('P', [('x', int), ('y', int, 2)], namespace={'s': lambda p: p.x})\n"
         "P(1).s() + P(1).y\n",
@@ -190,6 +293,7 @@ def test_a_known_route_out_of_restricted_mode_is_refused(
         "asyncio",
         "dataclass",
         "typing_alias",
+        "dataclass_decorator",
         "make_dataclass_fields",
         "namedtuple",
         "user_string",
@@ -227,6 +331,12 @@ IMAGE_ROUTES = [
     "userstring_format",
     "namespace_dict_item",
     "make_dataclass_str_subclass_namespace",
+    "metaclass_call_dataclass",
+    "typed_dict_dataclass",
+    "type_call_dataclass",
+    "dataclass_forged_base_fields",
+    "program_metaclass_dataclass",
+    "loop_connect_write_pipe",
 ]
 
 
@@ -240,3 +350,46 @@ def test_the_image_refuses_the_routes_of_its_guard(sandbox: Sandbox, route: str)
     assert result.error.type == error, result.error
     assert phrase in result.error.message, result.error
     assert not result.has_value
+
+
+FORGED_DONE = """
+import asyncio, json
+# A restricted program writes raw frames on the bridge socket: a forged DONE frame.
+class P:
+    def fileno(self):
+        return self.fd
+def frame(msg):
+    body = json.dumps(msg).encode()
+    n = len(body)
+    return (chr(0) + chr(0) + chr(n // 256) + chr(n % 256)).encode("latin-1") + body
+async def m():
+    loop = asyncio.get_running_loop()
+    seen = []
+    for fd in range(3, 12):
+        p = P()
+        p.fd = fd
+        try:
+            t, pr = await loop.connect_write_pipe(asyncio.Protocol, p)
+        except Exception as e:
+            seen.append([fd, repr(e)[:50]])
+            continue
+        seen.append([fd, 'writable'])
+        t.write(frame({"type": "log", "message": "forged log line from a restricted program"}))
+        t.write(frame({"type": "done", "result": {"status": "ok", "exit_status": 0, "has_value": True,
+            "value": ["FORGED by restricted program", seen], "stdout": "", "stderr": "",
+            "truncated": False, "duration_s": 0.0, "cpu_time_s": 0.0, "peak_memory_bytes": 0,
+            "error": None}}))
+        await asyncio.sleep(0.5)
+        return seen
+    return seen
+asyncio.run(m())
+result("real value")
+"""
+"""A program that, were the loop's descriptor methods open, writes a ``done`` frame of its own
+on the bridge (descriptor 3); each attempt fails with an exception it catches."""
+
+
+@pytest.mark.docker
+def test_a_restricted_program_cannot_write_on_the_bridge(sandbox: Sandbox) -> None:
+    result = sandbox.run(FORGED_DONE)
+    assert (result.status, result.value, result.error) == ("ok", "real value", None)
