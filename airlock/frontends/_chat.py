@@ -16,7 +16,7 @@ import anyio
 import httpx
 
 from airlock.frontends._call_arguments import MAX_ARGUMENT_DEPTH, too_deep
-from airlock.frontends._provider_wire import anthropic_tools
+from airlock.frontends._provider_wire import MalformedBlockError, anthropic_tools
 from airlock.frontends._providers import handle_turn
 from airlock.frontends._replay import Transcript, content_problem
 from airlock.harness import ModelResult, ModelToolSurface
@@ -26,6 +26,7 @@ from airlock.tools import BodyOverCapError, UnreadableBodyError, read_body
 __all__ = [
     "ANTHROPIC_URL",
     "DEFAULT_MODEL",
+    "RESPOND_DEADLINE_S",
     "AnthropicModel",
     "ModelAPIError",
     "PausedWrites",
@@ -39,6 +40,10 @@ MAX_ANSWER_BYTES: Final = 16 * 1024 * 1024
 """The most bytes of one answer read from the model API (a message of 4096 output tokens
 is a few tens of kilobytes), counted after inflating its one ``gzip`` or ``deflate`` layer if
 any; more is refused, unread."""
+RESPOND_DEADLINE_S: Final = 300.0
+"""The most seconds one answer of the model API is waited for, from sending the request to
+its body's last byte. The client's timeout bounds each read only: an answer sent a byte at a
+time would never end."""
 _ERROR_BYTES: Final = 4096  # of an answer that is an HTTP error: enough to quote its start
 
 
@@ -62,6 +67,8 @@ class AnthropicModel:
         model: the model name.
         client: the HTTP client (tests pass one with a mock transport).
         max_tokens: the most tokens one answer may have.
+        deadline: the most seconds one answer is waited for, whole
+            (:data:`RESPOND_DEADLINE_S`).
     """
 
     def __init__(
@@ -72,8 +79,10 @@ class AnthropicModel:
         client: httpx.AsyncClient | None = None,
         max_tokens: int = 4096,
         system: str = "",
+        deadline: float = RESPOND_DEADLINE_S,
     ) -> None:
         self.model = model
+        self.deadline = deadline
         self.max_tokens = max_tokens
         self.system = system
         self._key = api_key
@@ -85,7 +94,8 @@ class AnthropicModel:
         """The model's next message.
 
         Raises:
-            ModelAPIError: the request failed, or the answer is larger than
+            ModelAPIError: the request failed or its answer did not end within
+                :attr:`deadline` seconds (both retryable), or the answer is larger than
                 :data:`MAX_ANSWER_BYTES`, no JSON that can be read, no message, a message
                 nested too deep to be answered and sent back, one with a block that is no
                 object or a text block without a string ``text``, or one that stops for
@@ -107,11 +117,18 @@ class AnthropicModel:
             "accept-encoding": "identity",
         }
         try:
-            async with self._client.stream(
-                "POST", ANTHROPIC_URL, json=request, headers=headers
-            ) as response:
-                status = response.status_code
-                body = await _read(response)
+            with anyio.fail_after(self.deadline):
+                async with self._client.stream(
+                    "POST", ANTHROPIC_URL, json=request, headers=headers
+                ) as response:
+                    status = response.status_code
+                    body = await _read(response)
+        except TimeoutError:
+            raise ModelAPIError(
+                f"the model API did not finish its answer within {self.deadline:g} s; try again",
+                status=None,
+                retryable=True,
+            ) from None
         except httpx.HTTPError as exc:
             raise ModelAPIError(
                 f"the model API did not answer ({type(exc).__name__}); try again",
@@ -251,8 +268,9 @@ async def chat_loop(
     outcomes in the next user message.
 
     Raises:
-        ModelAPIError: a request to the model failed.
-        MalformedBlockError: the model sent a tool call without an id.
+        ModelAPIError: a request to the model failed, or its answer holds a malformed tool
+            call (one without an id, two of one id, a block of no known type: see
+            :func:`~airlock.handle_turn`); none of that turn's calls ran.
     """
     transcript = Transcript(messages=[{"role": "user", "content": prompt}])
     tools = anthropic_tools(surface.tools())
@@ -263,7 +281,7 @@ async def chat_loop(
         if on_message is not None:
             await on_message(said)
         if reply.get("stop_reason") == "tool_use":
-            content: list[dict[str, Any]] = await handle_turn(surface, reply["content"])
+            content: list[dict[str, Any]] = await _answered(surface, reply["content"])
         elif writes is not None and (settled := await _settled(writes, poll)):
             text = "Writes settled since your last turn: " + json.dumps(
                 [json.loads(result.content) for result in settled], separators=(",", ":")
@@ -276,6 +294,20 @@ async def chat_loop(
         if on_message is not None:
             await on_message(answered)
     return transcript
+
+
+async def _answered(surface: ModelToolSurface, blocks: list[Any]) -> list[dict[str, Any]]:
+    """:func:`handle_turn`, with a malformed call being the model API's failure: the
+    user's command and files are not at fault (a replay's bad call is its file's, and stays
+    a :class:`MalformedBlockError`)."""
+    try:
+        return await handle_turn(surface, blocks)
+    except MalformedBlockError as exc:
+        raise ModelAPIError(
+            f"the model API answered a malformed tool call: {exc.reason}"[:500],
+            status=200,
+            retryable=False,
+        ) from None
 
 
 async def _settled(writes: PausedWrites, poll: float) -> list[ModelResult]:

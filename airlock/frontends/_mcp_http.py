@@ -11,6 +11,11 @@ The server keeps one conversation per MCP session (``Mcp-Session-Id``, issued at
 2026-07-28``) has no session, so it is answered ``unsupported protocol version`` naming the
 handshake versions; the SDK's client then falls back to the handshake by itself.
 
+Each POST body that passes the gate is read and checked as a line over stdio is
+(``_mcp_http_bodies``): a request the SDK would take for a notification and never answer (an
+id that is null, a decimal number or an object), a batch or params that are no object get the
+JSON-RPC error stdio answers with, as HTTP 400; a body over 16 MiB, 413.
+
 Connections are limited whoever makes them (``_mcp_connections``): a deadline for each
 request's head and body, a cap on open connections that closes the one idle longest, and a
 client that does not read its answers cut off; the soft limit of open files is raised to the
@@ -32,6 +37,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from airlock._http_limits import AUTHORIZED, HEAD_TIMEOUT, MAX_CONNECTIONS, limited_protocol
 from airlock.frontends._mcp_connections import ACCEPT_BACKLOG, fit_open_files, quiet_accept_errors
+from airlock.frontends._mcp_http_bodies import CheckedBodies
 from airlock.frontends._mcp_read_budget import SentAnswers
 from airlock.policies import UsageError
 
@@ -199,9 +205,11 @@ async def serve_asgi(
     """Serve ``app`` (a server's streamable-HTTP app) on ``127.0.0.1:port`` (or on
     ``listener``, from :func:`listen_loopback`) behind :class:`BearerGate` until cancelled;
     ``limits`` (the SDK's session limit and idle timeout) go into the message a client
-    beyond the limit gets. At most ``max_connections`` are open at once (at least four per
-    MCP session of ``limits``), each request's head and then its body must arrive within
-    ``head_timeout`` seconds, and a client that reads no answer for as long is cut off.
+    beyond the limit gets; each POST body is checked before ``app`` reads it
+    (:class:`~airlock.frontends._mcp_http_bodies.CheckedBodies`). At most
+    ``max_connections`` are open at once (at least four per MCP session of ``limits``), each
+    request's head and then its body must arrive within ``head_timeout`` seconds, and a
+    client that reads no answer for as long is cut off.
 
     Raises:
         UsageError: the token is refused (see :class:`BearerGate`), or the port cannot be
@@ -216,7 +224,7 @@ async def serve_asgi(
         )
         # Each MCP session may hold a stream of notifications and a request or two.
         max_connections = max(max_connections, 4 * limits[0])
-    gate = BearerGate(SentAnswers(app), token=token, full=full)
+    gate = BearerGate(CheckedBodies(SentAnswers(app)), token=token, full=full)
     backlog, max_connections = fit_open_files(max_connections)
     config = uvicorn.Config(
         gate,

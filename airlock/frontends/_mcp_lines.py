@@ -1,4 +1,5 @@
-"""The answer to each line of an MCP client on stdin that the SDK cannot read.
+"""The answer to each line of an MCP client on stdin (and each POST body over HTTP:
+``_mcp_http_bodies``) that the SDK cannot read.
 
 The SDK's stdio transport turns each line into a JSON-RPC message with one validator
 (``jsonrpc_message_adapter``); a line that fails it is logged at debug level and answered
@@ -56,7 +57,7 @@ def checked(text: str) -> types.JSONRPCMessage | list[types.JSONRPCError]:
     if text.lstrip(_BLANK).startswith("["):
         # One answer for the line, before any parse: a batch of many small requests would
         # cost a parse of each (and once, an answer and a log line each).
-        reason = "batches are not supported: send one JSON-RPC message per line"
+        reason = "batches are not supported: send one JSON-RPC message at a time"
         return [_error(None, types.INVALID_REQUEST, reason)]
     try:
         message = types.jsonrpc_message_adapter.validate_json(text, by_name=False)

@@ -1,11 +1,14 @@
 """``airlock chat`` with what a model or a replay file may hold: a malformed replay is a usage
-error (exit 2, its reason named, no traceback), and printing a message never fails on its
-shape."""
+error (exit 2, its reason named, no traceback), a live model's malformed answer is the model
+API's failure (exit 4), and printing a message never fails on its shape."""
 
 from __future__ import annotations
 
 import io
 import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +16,7 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
+import airlock.frontends._chat as chat_module
 from airlock.cli import app
 from airlock.cli._chat import print_message
 
@@ -83,3 +87,77 @@ def test_print_message_prints_any_shape_without_raising(
     out = io.StringIO()
     print_message(Console(file=out, width=200, highlight=False), message)
     assert shown in out.getvalue()
+
+
+class _MalformedAPI(BaseHTTPRequestHandler):
+    """A model API whose every answer asks for a tool call without an id."""
+
+    answer = json.dumps(
+        {
+            "type": "message",
+            "role": "assistant",
+            "content": [{"type": "tool_use", "name": "billing_invoice_get", "input": {}}],
+            "stop_reason": "tool_use",
+        }
+    ).encode()
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["content-length"]))
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(self.answer)))
+        self.end_headers()
+        self.wfile.write(self.answer)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def malformed_api(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _MalformedAPI)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{server.server_port}/v1/messages"
+    monkeypatch.setattr(chat_module, "ANTHROPIC_URL", url)
+    try:
+        yield
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+# (where the malformed tool call comes from) -> the exit code, what the error line says
+MALFORMED_SOURCES: list[tuple[str, bool, int, str]] = [
+    ("a live model: its API failed", True, 4, "model API (model_api):"),
+    ("a replay file: the user's file", False, 2, "error (malformed_block):"),
+]
+
+
+@pytest.mark.usefixtures("malformed_api")
+@pytest.mark.parametrize(
+    ("live", "code", "said"),
+    [m[1:] for m in MALFORMED_SOURCES],
+    ids=[m[0] for m in MALFORMED_SOURCES],
+)
+def test_a_tool_call_without_an_id_exits_by_whose_it_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, live: bool, code: int, said: str
+) -> None:
+    monkeypatch.setenv("AIRLOCK_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("AIRLOCK_POOL_SIZE", "0")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
+    if live:
+        args = ["chat", "hi"]
+    else:
+        replay = tmp_path / "replay.json"
+        turn = {"content": json.loads(_MalformedAPI.answer)["content"]}
+        replay.write_text(json.dumps({"prompt": "hi", "turns": [turn]}))
+        args = ["chat", "--replay", str(replay)]
+
+    result = CliRunner().invoke(app, [*args, *SESSION_ARGS])
+
+    assert result.exit_code == code, result.output
+    assert said in result.output
+    assert "needs a non-empty string 'id', got None" in result.output
+    assert "Traceback" not in result.output
