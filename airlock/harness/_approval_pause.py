@@ -23,6 +23,7 @@ from airlock.harness._model_tools import ModelResult
 from airlock.harness._paused import PausedWrites, PendingWrite
 from airlock.harness._results import failure, from_ledger_error, from_tool_error
 from airlock.harness._session_audit import SessionAudit
+from airlock.harness._write_notes import WRITE_KEPT, write_notes
 from airlock.tools import BATCH_PREFIX, LedgerError, ToolError, WritePath, escape_controls
 
 __all__ = ["ApprovalPause"]
@@ -69,8 +70,10 @@ class ApprovalPause:
         cannot record is withheld, the commit stands).
 
         The answer counts against the byte budget, the call not against the calls budget:
-        an application may poll while a person decides. A model asks with
-        :meth:`write_status`.
+        an application may poll while a person decides. Once the bytes are used up, the
+        answer is ``limit_exceeded`` (limit ``bytes``), counted as nothing, that still names
+        the write, its status and, once committed, its receipt's identifiers. A model asks
+        with :meth:`write_status`.
         """
         return await self._resume(preview_id, until=None)
 
@@ -99,7 +102,9 @@ class ApprovalPause:
             _log.error("run %s resume %s: %s (%s)", self.run_id, shown, exc.code, exc)
             result = from_ledger_error(exc)
         withheld = await self._calls.withheld(f"resume {shown}")
-        return self._calls.account(result if withheld is None else withheld)
+        if withheld is not None:
+            return self._calls.account(withheld)
+        return self._calls.account(result, keep=write_notes(result), says=WRITE_KEPT)
 
     async def write_status(self, preview_id: str) -> ModelResult:
         """:meth:`resume` as a tool the model calls (MCP's ``write_status``): a call counted

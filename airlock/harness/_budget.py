@@ -132,6 +132,16 @@ class BudgetMeter:
             )
         return f"the session's {used}; finish with what you have"
 
+    def too_little_left_message(self, size: int) -> str:
+        """Why a result of ``size`` bytes is refused when what is left of the byte budget,
+        not the per-result cap, cannot hold it."""
+        left = max(0, self.budget.bytes - self.bytes)
+        return (
+            f"the session's budget of {self.budget.bytes} bytes of results has {left} bytes "
+            f"left, too few for this result of {size} bytes; finish with what you have, or "
+            "ask for much less"
+        )
+
     def result_cap(self) -> int:
         """Largest result that may be returned now: the per-result cap or what is left."""
         return max(0, min(self.budget.result_bytes, self.budget.bytes - self.bytes))

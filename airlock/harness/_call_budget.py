@@ -9,15 +9,18 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable
+from typing import Final
 
 from airlock.harness._budget import Budget, BudgetMeter
 from airlock.harness._model_tools import ModelResult
 from airlock.harness._results import (
+    PROGRAM_KEPT,
     KeptNotes,
     byte_size,
     failure,
     from_tool_error,
     nothing_kept,
+    refusal,
     sized,
 )
 from airlock.harness._session_audit import SessionAudit
@@ -26,6 +29,9 @@ from airlock.tools import CallContext, LedgerError, LimitExceededError
 __all__ = ["CallBudget"]
 
 _log = logging.getLogger("airlock.harness")
+_SHORT: Final = 768
+"""Largest answer, notes included, given once the byte budget is used up (when the notes
+allow: the last of a program's notes is under a kilobyte, a write's under 400 bytes)."""
 
 
 class CallBudget:
@@ -93,9 +99,38 @@ class CallBudget:
         """Largest answer that may be given now."""
         return self.meter.result_cap()
 
-    def account(self, result: ModelResult, *, keep: KeptNotes = nothing_kept) -> ModelResult:
-        """``result`` within the cap (``result_too_large`` otherwise, with the notes of
-        ``keep``: see :func:`sized`), counted against the byte budget."""
-        result = sized(result, self.cap(), keep=keep)
-        self.meter.bytes += byte_size(result.content)
-        return result
+    def account(
+        self, result: ModelResult, *, keep: KeptNotes = nothing_kept, says: str = PROGRAM_KEPT
+    ) -> ModelResult:
+        """``result`` as the model may be given it, counted against the byte budget.
+
+        Over the per-result cap: ``result_too_large`` (see :func:`sized`). What is left of
+        the session's bytes cannot hold it (or its refusal): ``limit_exceeded`` (limit
+        ``bytes``), which may take the count past the budget by itself, once. Once the
+        bytes are used up: a short ``limit_exceeded``, counted as nothing (an application
+        may poll :meth:`~airlock.Session.resume`: its answers must not grow the count).
+        Each refusal keeps the notes of ``keep`` (``says`` tells what they are): the first
+        that fits, else the last, which the caller keeps small and bounded; used up, the
+        first within :data:`_SHORT` bytes, else the last."""
+        meter = self.meter
+        left = meter.budget.bytes - meter.bytes
+        if left <= 0:
+            return self._used_up(result, keep, says)
+        answer = sized(result, meter.budget.result_bytes, keep=keep, says=says)
+        if byte_size(answer.content) > left:
+            size = byte_size(result.content)
+            said = meter.too_little_left_message(size)
+            fields = {"limit": "bytes", "size_bytes": size, "limit_bytes": left}
+            plain = failure("limit_exceeded", said, extra=fields)
+            answer = refusal(plain, keep, f"{said}; {says}", fields=fields, cap=left)
+            answer = answer.model_copy(update={"artifacts": result.artifacts})
+        meter.bytes += byte_size(answer.content)
+        return answer
+
+    def _used_up(self, result: ModelResult, keep: KeptNotes, says: str) -> ModelResult:
+        """The answer once the byte budget is used up: not counted, so short and bounded."""
+        said = self.meter.used_up_message("bytes")
+        fields = {"limit": "bytes"}
+        plain = failure("limit_exceeded", said, extra=fields)
+        answer = refusal(plain, keep, f"{said}; {says}", fields=fields, cap=_SHORT)
+        return answer.model_copy(update={"artifacts": result.artifacts})

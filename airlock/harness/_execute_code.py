@@ -246,11 +246,17 @@ def _cut(text: str, cap: int) -> tuple[str, bool]:
 
 
 def program_result(
-    run: RunResult, *, stdout_bytes: int, notes: Mapping[str, object] | None = None
+    run: RunResult,
+    *,
+    stdout_bytes: int,
+    notes: Mapping[str, object] | None = None,
+    session_seconds: float | None = None,
 ) -> ModelResult:
     """The model's view of a run: the final value and capped stdout, or an error with a
     stable code and what to do next; ``notes`` are added as they are. The size cap is
-    applied by the caller."""
+    applied by the caller. ``session_seconds`` is the session's time budget when what was
+    left of it, not the profile, set the program's deadline: a run stopped by that deadline
+    answers the session's limit (``time``), not its own ``timeout``."""
     stdout, cut = _cut(run.stdout, stdout_bytes)
     extra: dict[str, object] = dict(notes or {})
     extra.update(artifact_notes(run))
@@ -299,7 +305,15 @@ def program_result(
             )
         case "limit_exceeded":
             said = run.error.message if run.error and run.error.message else None
-            if run.limit is None:
+            limit: str = run.limit or "unknown"
+            if run.limit == "timeout" and session_seconds is not None:
+                # "Do less per program" would be wrong advice: no program has time left.
+                limit = "time"
+                message = (
+                    f"the session's time budget of {session_seconds:g} s ran out while the "
+                    "program ran, and it was stopped; finish with what you have"
+                )
+            elif run.limit is None:
                 message = (said or "the program was stopped by a limit") + "; do less per program"
             else:
                 said = said or f"the program hit its {run.limit} limit"
@@ -307,9 +321,7 @@ def program_result(
             amounts: dict[str, object] = {}
             if run.error is not None and run.error.size_bytes is not None:
                 amounts = {"size_bytes": run.error.size_bytes, "limit_bytes": run.error.limit_bytes}
-            return failure(
-                "limit_exceeded", message, limit=run.limit or "unknown", extra=amounts | extra
-            )
+            return failure("limit_exceeded", message, limit=limit, extra=amounts | extra)
         case "protocol_error":
             return failure(
                 "protocol_error",

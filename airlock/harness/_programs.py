@@ -242,8 +242,10 @@ class SessionPrograms:
     ) -> tuple[ModelResult, KeptNotes]:
         """One program, in its turn (see :meth:`run`)."""
         profile = self.profile
-        if remaining < profile.timeout_s:
-            # The program may not outlive the session; the pool ignores the deadline.
+        session_s = self.budget.seconds if remaining < profile.timeout_s else None
+        if session_s is not None:
+            # The program may not outlive the session (and says so if that stops it); the
+            # pool ignores the deadline.
             profile = profile.model_copy(update={"timeout_s": max(remaining, 0.5)})
         tools = ToolSession(
             registry=self.registry,
@@ -296,7 +298,9 @@ class SessionPrograms:
                 run.tool_calls,
                 f", stderr: {run.stderr[-500:]!r}" if run.stderr else "",
             )
-            result = program_result(run, stdout_bytes=self.budget.stdout_bytes, notes=notes)
+            result = program_result(
+                run, stdout_bytes=self.budget.stdout_bytes, notes=notes, session_seconds=session_s
+            )
             ended = (
                 f"program {run.status}, {run.tool_calls} tool calls"
                 + (f", limit {run.limit}" if run.limit else "")

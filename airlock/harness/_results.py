@@ -19,6 +19,7 @@ from airlock.tools import LedgerError, ResultTooLargeError, ToolError
 
 __all__ = [
     "HARNESS_CODES",
+    "PROGRAM_KEPT",
     "HarnessCode",
     "KeptNotes",
     "byte_size",
@@ -27,6 +28,7 @@ __all__ = [
     "from_ledger_error",
     "from_tool_error",
     "nothing_kept",
+    "refusal",
     "sized",
     "success",
 ]
@@ -108,27 +110,55 @@ def nothing_kept() -> Sequence[Mapping[str, object]]:
     return ()
 
 
-def sized(result: ModelResult, cap: int, *, keep: KeptNotes = nothing_kept) -> ModelResult:
+PROGRAM_KEPT: Final = (
+    "what the program proposed or left in /out is listed here all the same: do not run it "
+    "again for that"
+)
+"""What a refusal that keeps a program's notes says of them."""
+
+
+def sized(
+    result: ModelResult,
+    cap: int,
+    *,
+    keep: KeptNotes = nothing_kept,
+    says: str = PROGRAM_KEPT,
+) -> ModelResult:
     """``result`` when its content fits ``cap`` bytes; otherwise ``result_too_large`` with
     the size (never a silently cut result), which keeps ``result.artifacts``.
 
     ``keep()`` are notes the refusal carries all the same (what a program proposed and the
-    files it left exist whatever its value was), most complete first: the first that fits
-    ``cap``, else the last, which the caller keeps small and bounded."""
+    files it left exist whatever its value was; a write's preview waits whatever its answer
+    was), most complete first: the first that fits ``cap``, else the last, which the caller
+    keeps small and bounded. ``says`` is what the refusal's message says of them."""
     size = byte_size(result.content)
     if size <= cap:
         return result
     error = ResultTooLargeError(size_bytes=size, limit_bytes=cap)
     refused = from_tool_error(error)
+    fields = {"size_bytes": size, "limit_bytes": cap}
+    refused = refusal(refused, keep, f"{error.message}; {says}", fields=fields, cap=cap)
+    return refused.model_copy(update={"artifacts": result.artifacts})
+
+
+def refusal(
+    plain: ModelResult,
+    keep: KeptNotes,
+    message: str,
+    *,
+    fields: Mapping[str, object],
+    cap: int,
+) -> ModelResult:
+    """``plain`` (an error answer), or the same error with the first of ``keep()``'s notes
+    whose answer fits ``cap`` bytes (else the last), its message then ``message``."""
+    refused = plain
     for notes in keep():
         refused = failure(
-            error.code,
-            f"{error.message}; what the program proposed or left in /out is listed here all "
-            "the same: do not run it again for that",
-            size_bytes=size,
-            limit_bytes=cap,
-            extra=notes,
+            plain.code or "",
+            message,
+            retryable=plain.retryable,
+            extra={**fields, **notes},
         )
         if byte_size(refused.content) <= cap:
             break
-    return refused.model_copy(update={"artifacts": result.artifacts})
+    return refused

@@ -62,6 +62,7 @@ from airlock.harness._model_tools import ModelResult, ModelTool
 from airlock.harness._paused import PausedWrites
 from airlock.harness._programs import SessionPrograms
 from airlock.harness._results import (
+    PROGRAM_KEPT,
     KeptNotes,
     failure,
     from_ledger_error,
@@ -71,6 +72,7 @@ from airlock.harness._results import (
 )
 from airlock.harness._session_audit import SessionAudit
 from airlock.harness._usable import needs_ledger, usable
+from airlock.harness._write_notes import WRITE_KEPT, write_notes
 from airlock.policies import ApprovalPolicy, Grant, Principal, SandboxProfile
 from airlock.sandbox import (
     Inputs,
@@ -147,7 +149,7 @@ class Session(ApprovalPause):
         )
         judge = CommitAuthority(principal=principal, grant=grant, approvals=approvals)
         self._paused = PausedWrites(
-            writes, principal, self.run_id, authority=judge, context=self._context
+            writes, principal, self.run_id, authority=judge, context=self._approved_read_context
         )
         self._batches = PausedBatches(writes, principal, self.run_id, authority=judge)
         self._keep_state = keep_state
@@ -247,10 +249,11 @@ class Session(ApprovalPause):
         """Run one model tool call to its model-facing result; never raises for tool errors,
         nor for an audit log that cannot store the call (``ledger_*``: the answer is withheld).
 
-        Every result, error or not, is at most the budget's ``result_bytes`` (or what is
-        left of its ``bytes``): a larger one is ``result_too_large`` with its size; a
-        program's keeps what it proposed and the files it left, shortened to fit (at last
-        only counts: under a kilobyte whatever the cap).
+        Every result, error or not, is at most the budget's ``result_bytes``: a larger one
+        is ``result_too_large`` with its size. One that what is left of its ``bytes`` cannot
+        hold is ``limit_exceeded`` (limit ``bytes``), with its size. Either keeps what a
+        program proposed and the files it left, shortened to fit (at last only counts: under
+        a kilobyte whatever the cap), and a write's preview (or batch) id and status.
         """
         return await self._call(name, arguments)
 
@@ -279,6 +282,7 @@ class Session(ApprovalPause):
         if isinstance(call_id, ModelResult):
             return call_id  # the budget is used up
         keep: KeptNotes = nothing_kept
+        says = PROGRAM_KEPT
         try:
             if self._paused.waiting() or self._batches.waiting():
                 await self._settle(until=self._meter.deadline)  # no send past the budget
@@ -293,7 +297,8 @@ class Session(ApprovalPause):
                     ctx=self._context(call_id),
                 )
             elif isinstance(name, str) and name in self._direct:
-                result = await self._call_direct(name, arguments, call_id)
+                result, keep = await self._call_direct(name, arguments, call_id)
+                says = WRITE_KEPT
             else:
                 self._audit.unknown_tool(self._context(call_id), str(name))
                 raise UnknownToolError(name=str(name), detail="not in this session's tool list")
@@ -321,7 +326,7 @@ class Session(ApprovalPause):
         if withheld is not None:
             return self._calls.account(withheld)
         told = self._paused.with_settled(result, cap=self._calls.cap())
-        return self._calls.account(told, keep=keep)
+        return self._calls.account(told, keep=keep, says=says)
 
     async def close(self) -> None:
         """Release what the session holds (its kept container, in session mode)."""
@@ -330,26 +335,35 @@ class Session(ApprovalPause):
     def _context(self, call_id: str) -> CallContext:
         return self._authority.context("direct", call_id, deadline=self._meter.deadline)
 
+    def _approved_read_context(self, call_id: str) -> CallContext:
+        # An approved read runs as an approved write commits: under the tool's own timeout,
+        # not the session's deadline. A person may approve it after the session's time is
+        # up, and the read would fail at once, its approval spent (settling within a call
+        # starts no read past the call's deadline).
+        return self._authority.context("direct", call_id)
+
     async def _call_direct(
         self, name: str, arguments: Mapping[str, Any], call_id: str
-    ) -> ModelResult:
+    ) -> tuple[ModelResult, KeptNotes]:
+        """A direct call's answer, and what it keeps if it is refused (a write's preview)."""
         ctx = self._context(call_id)
         if self._writes is None:
-            return success(await self._registry.call(name, arguments, ctx))
+            return success(await self._registry.call(name, arguments, ctx)), nothing_kept
         outcome = await self._writes.call(name, arguments, ctx)
         if not isinstance(outcome, Preview):
-            return success(outcome)  # a read that needed no approval
+            return success(outcome), nothing_kept  # a read that needed no approval
         preview = outcome
         if preview.state == "committed":  # asked again: say so, send nothing
-            return self._paused.already(preview)
-        in_batch = self._batches.held_item(preview)
-        if in_batch is not None:  # it waits in a batch: held, committed and told there once
-            return in_batch
-        self._paused.hold(preview)
-        if preview.state == "prepared":
-            return self._paused.paused(preview)
-        # Approved by a policy rule (or the same intent was prepared before): finish it now.
-        return await self._paused.finish(preview.id)
+            answer = self._paused.already(preview)
+        elif (in_batch := self._batches.held_item(preview)) is not None:
+            answer = in_batch  # it waits in a batch: held, committed and told there once
+        else:
+            self._paused.hold(preview)
+            if preview.state == "prepared":
+                answer = self._paused.paused(preview)
+            else:  # approved by a policy rule (or the same intent was prepared before)
+                answer = await self._paused.finish(preview.id)
+        return answer, write_notes(answer)
 
     @classmethod
     def restore(

@@ -420,8 +420,10 @@ async def test_byte_budget_is_enforced(tmp_path: Path) -> None:
     finally:
         world.close()
 
-    # ~600 bytes fit; a second ~600 would pass the 1024 total: refused with its size
-    assert (first.code, second.code) == (None, "result_too_large")
+    # ~600 bytes fit; a second ~600 would pass the 1024 total: refused by the session's
+    # bytes (not as too large: it is under the per-result cap), with its size
+    assert (first.code, second.code) == (None, "limit_exceeded")
+    assert body(second)["limit"] == "bytes"
     assert body(second)["size_bytes"] == len(first.content.encode())
     assert later[0].code is None  # small results still fit
     assert later[-1].code == "limit_exceeded"
