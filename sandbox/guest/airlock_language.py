@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
     from airlock.sandbox.guest.airlock_asyncio import import_asyncio
     from airlock.sandbox.guest.airlock_bridge import Tools
+    from airlock.sandbox.guest.airlock_language_classes import build_class, write_guards
     from airlock.sandbox.guest.airlock_language_guard import (
         evaluators,
         item_guard,
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     )
 else:  # in the image, the guest's modules sit side by side on the runner's path
     from airlock_asyncio import import_asyncio
+    from airlock_language_classes import build_class, write_guards
     from airlock_language_guard import (
         evaluators,
         item_guard,
@@ -152,7 +154,6 @@ def restricted_globals(
     from typing import Any, cast  # cast(Any, ...) evaluates Any
 
     from RestrictedPython.Guards import (
-        full_write_guard,
         guarded_iter_unpack_sequence,
         guarded_unpack_sequence,
         raise_,
@@ -210,13 +211,7 @@ def restricted_globals(
             )
         return substitute(value)
 
-    def write_guard(ob: Any) -> Any:
-        # Objects of classes the program defined itself may have attributes set; anything
-        # else goes through RestrictedPython's guard.
-        if getattr(type(ob), "__module__", None) == PROGRAM_MODULE:
-            return ob
-        return full_write_guard(ob)
-
+    write_guard, guarded_setattr, guarded_delattr = write_guards(PROGRAM_MODULE)
     builtins: dict[str, Any] = {}
     builtins.update(safe_builtins)
     builtins.update(limited_builtins)
@@ -224,6 +219,10 @@ def restricted_globals(
     builtins.update(
         {
             "__import__": guarded_import,
+            # RestrictedPython's trust an object's ``_guarded_writes`` and check no name.
+            "setattr": guarded_setattr,
+            "delattr": guarded_delattr,
+            "__build_class__": build_class,
             "all": all,
             "any": any,
             "dict": dict,

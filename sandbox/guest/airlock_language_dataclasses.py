@@ -20,25 +20,18 @@ Standard library only; shipped in the image next to the runner.
 
 from __future__ import annotations
 
-import sys
-
 TYPE_CHECKING = False  # typing's, which the guest does not import (see airlock.sandbox.guest)
 if TYPE_CHECKING:
     from typing import Any
+
+    from airlock.sandbox.guest.airlock_language_classes import check_base, trusted_metaclasses
+else:  # in the image, the guest's modules sit side by side on the runner's path
+    from airlock_language_classes import check_base, trusted_metaclasses
 
 _FIELDS = "__dataclass_fields__"
 _made: dict[int, object] = {}
 """The fields tables of the dataclasses made here, by id (holding them keeps the ids theirs).
 The program holds none of them: it cannot read ``__dataclass_fields__``."""
-
-
-def _trusted_metaclasses() -> tuple[type, ...]:
-    found: list[type] = [type]
-    for module_name, name in (("abc", "ABCMeta"), ("typing", "_ProtocolMeta")):
-        meta = getattr(sys.modules.get(module_name), name, None)
-        if isinstance(meta, type):
-            found.append(meta)
-    return tuple(found)
 
 
 def _check_name(name: object, what: str) -> None:
@@ -70,11 +63,12 @@ def _check_class(cls: object, what: str) -> None:
         raise TypeError(
             f"{what} {cls!r} is not a class: restricted mode makes dataclasses of classes only"
         )
-    if type(cls) not in _trusted_metaclasses():
+    if type(cls) not in trusted_metaclasses():
         raise TypeError(
             f"{what} {cls.__name__!r} has the metaclass {type(cls).__name__!r}, which "
             "restricted mode does not make dataclasses of: use dataclasses.make_dataclass"
         )
+    check_base(cls, what)  # and not a metaclass itself
     for klass in cls.__mro__:
         fields = type.__getattribute__(klass, "__dict__").get(_FIELDS)
         if fields is None:
@@ -130,11 +124,15 @@ def make_dataclass(cls_name: str, fields: Any, **options: Any) -> Any:
     """``dataclasses.make_dataclass`` with no field or namespace name that starts with ``_``
     (a program could not write one, and an object with ``__globals__`` of its choosing
     stands in for a function where the standard library reads one), and bases as
-    :func:`dataclass` takes them."""
-    import dataclasses
+    :func:`dataclass` takes them.
+
+    The class is made here and decorated as :func:`dataclass` decorates one, which checks its
+    annotations as dataclasses reads them: a base's ``__init_subclass__`` runs while the class
+    is made, after the names given here were checked."""
+    import types
 
     checked = [field if isinstance(field, str) else tuple(field) for field in fields]
-    namespace = dict(options.get("namespace") or {})
+    namespace = dict(options.pop("namespace", None) or {})
     names = [field if isinstance(field, str) else field[0] for field in checked]
     for name in [cls_name, *names, *namespace]:
         # Exactly str: a subclass of the program's answers startswith as it likes, and
@@ -149,15 +147,31 @@ def make_dataclass(cls_name: str, fields: Any, **options: Any) -> Any:
                 f"the field or namespace name {name!r} starts with '_', which restricted "
                 "mode does not allow: name it without a leading underscore"
             )
-    bases = tuple(options.get("bases") or ())
+    bases = tuple(options.pop("bases", None) or ())
     for base in bases:
         # A class each (not an alias whose __mro_entries__ picks one), read as dataclass reads.
         _check_class(base, "the base")
-    if "bases" in options:
-        options["bases"] = bases
-    if "namespace" in options:
-        options["namespace"] = namespace
-    return _remember(dataclasses.make_dataclass(cls_name, checked, **options))
+    annotations: dict[str, Any] = {}
+    defaults: dict[str, Any] = {}
+    for field in checked:  # as dataclasses.make_dataclass reads them
+        if isinstance(field, str):
+            name, kind = field, "typing.Any"
+        elif len(field) in (2, 3):
+            name, kind = field[:2]
+            if len(field) == 3:
+                defaults[name] = field[2]
+        else:
+            raise TypeError(f"Invalid field: {field!r}")
+        if name in annotations:
+            raise TypeError(f"Field name duplicated: {name!r}")
+        annotations[name] = kind
+
+    def body(ns: dict[str, Any]) -> None:
+        ns.update(namespace)
+        ns.update(defaults)
+        ns["__annotations__"] = annotations
+
+    return _decorate(types.new_class(cls_name, bases, {}, body), options)
 
 
 __all__ = ["dataclass", "make_dataclass"]

@@ -10,12 +10,14 @@ guards (:data:`_REFUSED`): string evaluators, functions that read attributes by 
 caller chooses (``functools.update_wrapper``), ``str.format`` on a program's text, the
 frames of a task, ``traceback``/``linecache``, which read any file, and the event loop's
 methods that take a descriptor or socket (the bridge's among them). Refused too: a metaclass,
-which called makes a class of any namespace. ``dataclasses.dataclass`` and ``make_dataclass``
-come as checked substitutes instead (:func:`substitute`, ``airlock_language_dataclasses``).
+which called makes a class of any namespace. ``dataclasses.dataclass``, ``make_dataclass``,
+``typing.get_origin`` and ``get_args`` come as checked substitutes instead (:func:`substitute`,
+``airlock_language_dataclasses``, ``airlock_language_classes``).
 
 Standard library only. Nothing here imports a module: a refused object is looked up only in
 the modules already loaded, so the table follows ``sys.modules`` (it is built again when that
-grows), and a runner pays for no module its programs do not use.
+loads or replaces one of the modules it reads), and a runner pays for no module its programs
+do not use.
 """
 
 from __future__ import annotations
@@ -28,8 +30,10 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
     from typing import Any
 
+    from airlock.sandbox.guest.airlock_language_classes import get_args, get_origin
     from airlock.sandbox.guest.airlock_language_dataclasses import dataclass, make_dataclass
 else:  # in the image, the guest's modules sit side by side on the runner's path
+    from airlock_language_classes import get_args, get_origin
     from airlock_language_dataclasses import dataclass, make_dataclass
 
 SUBMODULES = frozenset({"collections.abc", "json.decoder", "json.encoder", "json.scanner"})
@@ -117,11 +121,25 @@ _PLAIN = frozenset({str, int, float, bool, complex, bytes, list, tuple, set, typ
 """Types whose values need no look-up (what a container holds is checked when read)."""
 
 
+_STAND_INS = (
+    ("dataclasses", "dataclass", dataclass),
+    ("dataclasses", "make_dataclass", make_dataclass),
+    ("typing", "get_origin", get_origin),
+    ("typing", "get_args", get_args),
+)
+_MODULES = tuple(sorted({name for name, _, _ in (*_REFUSED, *_STAND_INS)}))
+"""The modules the table is read from: it is built again when any of them is another."""
+
+
+def _loaded() -> tuple[object, ...]:
+    return tuple(map(sys.modules.get, _MODULES))
+
+
 class _Table:
     """:data:`_REFUSED` by id, for the modules loaded when it was built."""
 
     def __init__(self) -> None:
-        self.built_for = len(sys.modules)
+        self.built_for = _loaded()
         self.why: dict[int, str] = {}
         self.held: list[object] = []  # keeps the ids theirs
         for module_name, path, reason in _REFUSED:
@@ -136,10 +154,9 @@ class _Table:
             for module_name, name in _REFUSED_INSTANCES
             if isinstance(cls := getattr(sys.modules.get(module_name), name, None), type)
         )
-        dataclasses = sys.modules.get("dataclasses")
         self.stand_ins: dict[int, object] = {}
-        for name, stand_in in (("dataclass", dataclass), ("make_dataclass", make_dataclass)):
-            original = getattr(dataclasses, name, None)
+        for module_name, name, stand_in in _STAND_INS:
+            original = getattr(sys.modules.get(module_name), name, None)
             if original is not None:
                 self.stand_ins[id(original)] = stand_in
                 self.held.append(original)
@@ -150,7 +167,11 @@ _current: _Table | None = None
 
 def _table() -> _Table:
     global _current
-    if _current is None or _current.built_for != len(sys.modules):
+    # By identity: a module removed and another loaded leaves len(sys.modules) as it was.
+    loaded = _loaded()
+    if _current is None or any(
+        now is not then for now, then in zip(loaded, _current.built_for, strict=True)
+    ):
         _current = _Table()
     return _current
 

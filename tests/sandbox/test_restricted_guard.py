@@ -14,6 +14,7 @@ import pytest
 
 from tests.conftest import Sandbox
 from tests.sandbox.guest_image import load_guest
+from tests.sandbox.restricted_escapes import PROGRAMS
 from tests.sandbox.test_guest_runner import run_in_process
 
 language = load_guest("airlock_language")
@@ -107,32 +108,33 @@ BYPASSES: list[tuple[str, str, str, str]] = [
      "TD = typing.TypedDict('TD', {name: dataclasses.InitVar[int]})\n"
      "try:\n    dataclasses.dataclass(TD)\nexcept LookupError as e:\n    result(e.args[0])\n",
      "TypeError", "the metaclass '_TypedDictMeta'"),
-    # ``type`` comes back from get_origin, unchecked: the names are what is refused.
+    # ``type`` came back from get_origin: the stand-in refuses it now. What the dataclasses
+    # stand-in refuses were it reached: test_restricted_classes.DEPTH.
     ("type_call_dataclass", "import typing, dataclasses\n"
      "T = typing.get_origin(typing.Type[int])\n"
      "evil = \"a,self.a.append(__import__('os').getpid())\"\n"
      "C = T('C', (), {'__annotations__': {evil: int}, 'a': []})\n"
      "x = dataclasses.dataclass(init=False, repr=False)(C)()\nx == x\nx.a\n",
-     "ValueError", "not an identifier"),
+     "TypeError", "the metaclass 'type'"),
     ("type_call_dataclass_decorator_form", "import typing\nfrom dataclasses import dataclass\n"
      "T = typing.get_origin(typing.Type[int])\n"
      "C = T('C', (), {'__annotations__': {\"b=exec('import os')):#\": int}})\n"
-     "dataclass(C)\n", "ValueError", "not an identifier"),
+     "dataclass(C)\n", "TypeError", "the metaclass 'type'"),
     ("type_call_dataclass_dunder_field", "import typing, dataclasses\n"
      "T = typing.get_origin(typing.Type[int])\n"
      "dataclasses.dataclass(T('C', (), {'__annotations__': {'__globals__': int}}))\n",
-     "ValueError", "starts with '_'"),
+     "TypeError", "the metaclass 'type'"),
     ("type_call_dataclass_str_subclass_field", "import typing, dataclasses\n"
      "T = typing.get_origin(typing.Type[int])\n"
      "K = T('K', (str,), {'__format__': lambda s, spec: \"a,self.a.append(__import__('os').getpid())\"})\n"
      "C = T('C', (), {'__annotations__': {K('b'): int}, 'a': []})\n"
      "x = dataclasses.dataclass(init=False, repr=False)(C)()\nx == x\nx.a\n",
-     "ValueError", "not a plain string"),
+     "TypeError", "the metaclass 'type'"),
     ("type_call_dataclass_annotations_mapping", "import typing, dataclasses\n"
      "T = typing.get_origin(typing.Type[int])\n"
      "A = T('A', (dict,), {})\n"
      "dataclasses.dataclass(T('C', (), {'__annotations__': A(a=int)}))\n",
-     "TypeError", "not a dict"),
+     "TypeError", "the metaclass 'type'"),
     # A base whose fields table the program wrote: a field whose name is code.
     ("dataclass_forged_base_fields", "import typing, dataclasses\n"
      "T = typing.get_origin(typing.Type[int])\n"
@@ -142,19 +144,42 @@ BYPASSES: list[tuple[str, str, str, str]] = [
      "B = T('B', (), {'__dataclass_fields__': {'a': F()},"
      " '__dataclass_params__': dataclasses.make_dataclass('Q', ['frozen'])(False)})\n"
      "dataclasses.dataclass(T('C', (B,), {}))().a\n",
-     "TypeError", "restricted mode did not make"),
+     "TypeError", "the metaclass 'type'"),
     ("make_dataclass_forged_base_fields", "import typing, dataclasses\n"
      "T = typing.get_origin(typing.Type[int])\n"
      "B = T('B', (), {'__dataclass_fields__': {}})\n"
      "dataclasses.make_dataclass('W', ['x'], bases=(B,))\n",
-     "TypeError", "restricted mode did not make"),
-    # A metaclass of the program's: class statements reach one without reading any.
+     "TypeError", "the metaclass 'type'"),
+    # A metaclass of the program's: a class statement whose base resolves to ``type``.
     ("program_metaclass_dataclass", "import typing, dataclasses\n"
      "class M(typing.Type[int]):\n    pass\n"
      "evil = \"a,self.a.append(__import__('os').getpid())\"\n"
      "C = M('C', (), {'__annotations__': {evil: int}, 'a': []})\n"
      "x = dataclasses.dataclass(init=False, repr=False)(C)()\nx == x\nx.a\n",
-     "TypeError", "the metaclass 'M'"),
+     "TypeError", "the base 'type' is a metaclass"),
+    ("class_statement_metaclass_base", "import typing\n"
+     "class M(typing.Type[int]):\n    pass\n"
+     "M('E', (), {'__reduce_ex__': len})\n", "TypeError", "the base 'type' is a metaclass"),
+    ("class_statement_typed_dict_base", "import typing\n"
+     "class C(typing.TypedDict):\n    pass\n", "TypeError", "the metaclass '_TypedDictMeta'"),
+    # ``type`` from typing's helpers: called, it makes a class of any namespace (a
+    # ``__reduce_ex__`` that copy calls and whose state it writes onto a module).
+    ("get_origin_type", "import typing\ntyping.get_origin(typing.Type[int])\n",
+     "TypeError", "the metaclass 'type'"),
+    ("get_origin_special_alias", "from typing import get_origin, Type\nget_origin(Type)\n",
+     "TypeError", "the metaclass 'type'"),
+    ("get_origin_in_a_thread", "import typing, asyncio\nasync def m():\n"
+     "    return await asyncio.to_thread(typing.get_origin, typing.Type[int])\n"
+     "asyncio.run(m())\n", "TypeError", "the metaclass 'type'"),
+    *((name, PROGRAMS[name], "TypeError", "the metaclass 'type'") for name in PROGRAMS),
+    # RestrictedPython's setattr/delattr check no name.
+    ("setattr_dunder", "class A:\n    pass\nsetattr(A(), '__class__', A)\n",
+     "AttributeError", "starts with '_'"),
+    ("setattr_init_subclass", "class A:\n    pass\n"
+     "setattr(A, '__init_subclass__', lambda *a: 1)\n", "AttributeError", "starts with '_'"),
+    ("delattr_dunder", "class A:\n    pass\ndelattr(A(), '__dict__')\n",
+     "AttributeError", "starts with '_'"),
+    ("setattr_module", "import json\nsetattr(json, 'loads', len)\n", "TypeError", "attribute-less"),
     ("make_dataclass_alias_base", "import typing, dataclasses\n"
      "dataclasses.make_dataclass('W', ['x'], bases=(typing.Type[int],))\n",
      "TypeError", "is not a class"),
@@ -235,13 +260,29 @@ BYPASSES: list[tuple[str, str, str, str]] = [
 ]  # fmt: skip
 
 
+def _module_attributes() -> dict[str, dict[str, int]]:
+    """The ids of the attributes of the modules an escape wrote onto."""
+    import collections
+    import copy
+    import dataclasses
+    import json
+    import typing
+
+    return {
+        module.__name__: {name: id(value) for name, value in vars(module).items()}
+        for module in (collections, copy, dataclasses, json, typing)
+    }
+
+
 @pytest.mark.parametrize(
     ("route", "program", "error", "phrase"), BYPASSES, ids=[row[0] for row in BYPASSES]
 )
 def test_a_known_route_out_of_restricted_mode_is_refused(
     route: str, program: str, error: str, phrase: str
 ) -> None:
+    before = _module_attributes()
     result = run_in_process(program, mode="restricted")
+    assert _module_attributes() == before, route  # nothing written onto a module
     if error == "invalid_program":
         assert result["status"] == "invalid_program", (route, result)
     else:
@@ -286,6 +327,19 @@ def test_a_known_route_out_of_restricted_mode_is_refused(
         "    rest = await asyncio.gather(*[one(s, n) for n in range(1, 4)])\n"
         "    return [await asyncio.wait_for(t, 1)] + rest\n"
         "asyncio.run(m())\n",
+        # Class statements: plain methods, the dunders RestrictedPython allows, a docstring,
+        # inheritance, a generic base, an abstract one, a subclass of UserDict (copied too).
+        "import typing, collections, collections.abc\nT = typing.TypeVar('T')\n"
+        "class A:\n    'doc'\n    k = 1\n    def __init__(self, v):\n        self.v = v\n"
+        "    def __eq__(self, other):\n        return self.v == other.v\n"
+        "    def twice(self):\n        return 2 * self.v\n"
+        "class B(A):\n    def twice(self):\n        return 3 * self.v\n"
+        "class G(typing.Generic[T]):\n    def get(self):\n        return 1\n"
+        "class S(collections.abc.Container):\n    def __contains__(self, x):\n        return x == 4\n"
+        "class U(collections.UserDict):\n    def total(self):\n        return sum(self.values())\n"
+        "u = U(a=1)\nu['b'] = 2\nw = u.copy()\nsetattr(u, 'note', 'n')\n"
+        "[A(2).twice(), B(2).twice(), A(1) == A(1), G().get(), u.total(), w.total(),"
+        " isinstance(w, U), u.note, B.k, 4 in S()]\n",
     ],
     ids=[
         "submodule_of_an_import",
@@ -301,6 +355,7 @@ def test_a_known_route_out_of_restricted_mode_is_refused(
         "functools",
         "json_items",
         "asyncio_fan_out",
+        "class_statements",
     ],
 )
 def test_what_a_program_imports_stays_usable(program: str) -> None:
@@ -337,6 +392,13 @@ IMAGE_ROUTES = [
     "dataclass_forged_base_fields",
     "program_metaclass_dataclass",
     "loop_connect_write_pipe",
+    "class_statement_metaclass_base",
+    "get_origin_type",
+    "deepcopy_reduce_module_write",
+    "deepcopy_create_fn_escape",
+    "userdict_copy_module_write",
+    "init_subclass_annotations_escape",
+    "setattr_dunder",
 ]
 
 
