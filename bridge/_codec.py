@@ -46,7 +46,7 @@ from typing import Any, Final
 from pydantic_core import to_json
 
 from airlock.bridge._call_budget import MAX_CALL_ELEMENTS, trim_frame, trims
-from airlock.bridge.airlock_wire import HEADER_FORMAT, RESULT
+from airlock.bridge.airlock_wire import HEADER_FORMAT, MAX_DEPTH, MAX_INT_DIGITS, RESULT
 
 __all__ = [
     "MAX_DEPTH",
@@ -63,8 +63,6 @@ __all__ = [
     "read_sized_frame",
 ]
 
-MAX_DEPTH: Final = 64
-MAX_INT_DIGITS: Final = 30
 MAX_ELEMENTS: Final = 200_000
 """Values and keys one frame may hold (as :func:`count_elements` counts them): about 20 MiB of
 Python objects at worst. A program's final value is checked against it in the guest first

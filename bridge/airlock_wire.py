@@ -22,19 +22,27 @@ given (the guest refuses it on the spot; the host records the attempt);
 in :data:`OUT_DIR` (``data`` is base64 of at most :data:`ARTIFACT_CHUNK_BYTES`; every piece
 but a file's last holds exactly that many); :data:`DONE` ``{result}``. Host to guest:
 :data:`RUN` ``{program, mode, allowed_imports, output_limit, value_limit, value_elements,
-tools, artifacts, keep?}`` (a stub in ``tools`` with ``"proposal": true`` is a write the
-program may propose, under ``tools.propose``); :data:`RESULT` ``{id, ok, value | error}``;
-:data:`ABORT` ``{code, message}``. A result's ``error`` is ``{code, message, retryable}``
-plus the typed fields :data:`ERRORS` names for its code.
+max_call_frame_bytes, deadline_s, tools, artifacts, keep?}`` (a stub in ``tools`` with
+``"proposal": true`` is a write the program may propose, under ``tools.propose``);
+:data:`RESULT` ``{id, ok, value | error}``; :data:`ABORT` ``{code, message}``. A result's
+``error`` is ``{code, message, retryable}`` plus the typed fields :data:`ERRORS` names for
+its code.
 ``value_limit`` (bytes of compact JSON) and ``value_elements`` (values and keys) bound the
 program's final value: the host refuses a frame over its budget, so the guest refuses such a
-value first, as ``result_too_large``. ``artifacts`` is ``{dir, files, bytes}`` when the host
-collects the files a program leaves (at most ``files`` of them, ``bytes`` in all), or
-``null``; the guest names each file by :data:`ARTIFACT_NAME` and the host refuses any other
-name. ``keep`` (``true``, or ``"clean"`` for a container reused with nothing kept) comes with
-a one-time ``token``: the runner then runs each program in a process of its own, on a new
-connection whose first frame is :data:`HELLO` ``{version, pid, token}``, and the host serves
-the program on that connection only.
+value first, as ``result_too_large``. The host also refuses a frame that nests deeper than
+:data:`MAX_DEPTH` or holds an integer of more than :data:`MAX_INT_DIGITS` digits, and a
+``call``, ``batch`` or ``propose`` frame over ``max_call_frame_bytes``: the guest refuses such a
+call in the program as ``invalid_input`` (nothing is sent) and such a final value as
+``InvalidResult``. ``deadline_s`` is the guest's own backstop to the host's deadline: seconds
+after the ``run`` frame when the guest ends the program whatever the host does (it is the
+program's ``timeout_s`` plus a margin past the host's own handling of its deadline).
+``artifacts`` is ``{dir, files, bytes}`` when the host collects the files a program
+leaves (at most ``files`` of them, ``bytes`` in all), or ``null``; the guest names each file
+by :data:`ARTIFACT_NAME` and the host refuses any other name. ``keep`` (``true``, or
+``"clean"`` for a container reused with nothing kept) comes with a one-time ``token``: the
+runner then runs each program in a process of its own, on a new connection whose first frame
+is :data:`HELLO` ``{version, pid, token}``, and the host serves the program on that
+connection only.
 
 Host code that cannot import this module keeps its own copy of two values, pinned to these by
 tests: the default sandbox profile's allowed imports (:data:`WARM_UP_IMPORTS`) and the typed
@@ -70,6 +78,14 @@ MAX_HOST_FRAME_BYTES: Final = 64 * 1024 * 1024
 """The largest frame body the guest reads from the host; a bigger one ends its connection."""
 MAX_LOG_CHARS: Final = 2000
 """Characters of one ``log`` message the guest sends and the host records."""
+MAX_DEPTH: Final = 64
+"""Levels a frame may nest (the frame's own object is the first): the host refuses a deeper
+frame."""
+MAX_INT_DIGITS: Final = 30
+"""Digits of the largest integer a frame may hold (a sign aside); larger ones travel as text."""
+MAX_CALL_FRAME_BYTES: Final = 1024 * 1024
+"""The largest ``call``, ``batch`` or ``propose`` frame body the guest sends when its ``run``
+frame does not say (``max_call_frame_bytes``: the host's limit for the run)."""
 MAX_TOOL_NAME_CHARS: Final = 128
 """Characters of a tool name in a frame; a longer one is cut (``refused``) or refused."""
 

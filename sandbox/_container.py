@@ -37,6 +37,7 @@ import docker
 from airlock.bridge import (
     MAX_ELEMENTS,
     ArtifactRefused,
+    BridgeLimits,
     RunEnd,
     ToolSession,
     encode_frame,
@@ -64,6 +65,10 @@ _VALUE_ELEMENTS: Final = MAX_ELEMENTS - 1000
 _RESULT_OVERHEAD_BYTES: Final = 256 * 1024
 _GRACE_S: Final = 5.0
 """After a run's deadline: time for the bridge to wind down before the run is ended anyway."""
+_GUEST_MARGIN_S: Final = _GRACE_S + 10.0
+"""How long after a run's deadline the guest ends the program itself (the ``run`` frame's
+``deadline_s``): a backstop for a host killed or stuck mid-run, well past the grace above and
+the time to judge the result, so a run's outcome stays the host's."""
 _PROGRAM_HELLO_S: Final = 10.0
 """How long a kept runner may take to open a program's connection (ending the previous
 program's processes first)."""
@@ -167,6 +172,7 @@ class SandboxContainer:
             if artifacts is not None
             else None
         )
+        limits = tools.limits if tools else BridgeLimits()
         frame = encode_frame(
             {
                 "type": wire.RUN,
@@ -176,6 +182,8 @@ class SandboxContainer:
                 "output_limit": profile.output_limit_bytes,
                 "value_limit": MAX_VALUE_BYTES,
                 "value_elements": _VALUE_ELEMENTS,
+                "max_call_frame_bytes": limits.max_call_frame_bytes,
+                "deadline_s": profile.timeout_s + _GUEST_MARGIN_S,
                 "tools": [stub.to_wire() for stub in tools.stubs()] if tools else [],
                 "artifacts": {
                     "dir": wire.OUT_DIR,

@@ -75,8 +75,7 @@ class Connection:
         return self._sock.fileno()
 
     def close(self) -> None:
-        """Close this end of the bridge (a kept runner's program process closes the
-        connection it does not own)."""
+        """Close this end of the bridge (a kept program's process closes the zygote's)."""
         self._sock.close()
 
     def wait_closed(self, timeout_s: float) -> None:
@@ -146,8 +145,8 @@ class Connection:
                     raise self._aborted
                 call_id = next(self._ids)
             message["id"] = call_id
-            # (a value JSON cannot hold raises here, to the program)
-            frame = frames.encode(message)
+            # (a value JSON or the host cannot hold raises here, to the program)
+            frame = frames.encode_call(message)
             try:
                 self._send_frame(frame)
                 while True:
@@ -176,10 +175,11 @@ class Connection:
         from concurrent.futures import Future
 
         future: Future[Any] = Future()
+        call_id = next(self._ids)  # (atomic) before the frame: a refused one is never pending
+        frame = frames.encode_call({**message, "id": call_id})
         with self._state_lock:
             if self._aborted is not None:
                 raise self._aborted
-            call_id = next(self._ids)
             self._pending[call_id] = future
             if awaited:
                 self._awaited.add(call_id)
@@ -188,7 +188,7 @@ class Connection:
                     import threading  # loaded already: asyncio imports it
 
                     threading.Thread(target=self._read_for_loop, daemon=True).start()
-        self.send({**message, "id": call_id})
+        self._send_frame(frame)
         return future
 
     def submit_on_loop(
@@ -198,8 +198,6 @@ class Connection:
         future holds its result. ``None`` when another running loop watches the socket (the
         caller then uses :meth:`submit` with ``awaited=True``)."""
         with self._state_lock:
-            if self._aborted is not None:
-                raise self._aborted
             watcher = self._watcher
             if watcher is not loop:
                 if watcher is not None and not watcher.is_closed() and watcher.is_running():
@@ -207,12 +205,14 @@ class Connection:
                 # The last watcher stopped: its unanswered calls' results are read here now.
                 self._watcher = loop
                 loop.add_reader(self._sock.fileno(), self._on_readable, loop)
-            call_id = next(self._ids)
+        message["id"] = call_id = next(self._ids)
+        frame = frames.encode_call(message)  # (refused: nothing is pending)
+        with self._state_lock:
+            if self._aborted is not None:
+                raise self._aborted
             future: asyncio.Future[Any] = loop.create_future()
             self._pending[call_id] = future
             self._watched += 1
-        message["id"] = call_id
-        frame = frames.encode(message)
         with self._send_lock:
             self._outbox.append(frame)
             # Once per turn of this loop (a flush left pending on a loop that has since

@@ -3,6 +3,12 @@ of JSON holding one object (the contract is ``airlock_wire``).
 
 Standard library only; shipped in the image next to the runner. :func:`encode` makes one
 frame; :func:`split_frame` takes the next whole frame off the bytes received so far.
+
+The host refuses a frame that JSON can hold but its rules do not (``airlock_wire``: an integer
+of more than ``MAX_INT_DIGITS`` digits, more than ``MAX_DEPTH`` levels, a call's frame over its
+byte limit), and ends the run that sent it as a protocol error. So a program's call is checked
+here first (:func:`encode_call`): one that breaks them is refused in the program as
+``InvalidInput``, and nothing is sent; :func:`unfit` says where a value breaks them.
 """
 
 from __future__ import annotations
@@ -11,14 +17,22 @@ import struct
 
 TYPE_CHECKING = False  # typing's, which the guest does not import (see airlock.sandbox.guest)
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable
     from typing import Any
 
     from airlock.bridge import airlock_wire as wire
+    from airlock.sandbox.guest import airlock_errors as errors
 else:  # in the image, the guest's modules sit side by side on the runner's path
+    import airlock_errors as errors
     import airlock_wire as wire
 
 HEADER = struct.Struct(wire.HEADER_FORMAT)
+_INT_BOUND = 10**wire.MAX_INT_DIGITS
+_DIGITS = bytes(1 if 0x30 <= byte <= 0x39 else 0 for byte in range(256))
+"""A ``bytes.translate`` table: digits to 1, every other byte to 0."""
+_LONG_NUMBER = b"\x01" * (wire.MAX_INT_DIGITS + 1)
+_call_bytes = wire.MAX_CALL_FRAME_BYTES
+"""The largest call frame body this process's program may send (its ``run`` frame's)."""
 _CONSTANTS = {"-Infinity": float("-inf"), "Infinity": float("inf"), "NaN": float("nan")}
 
 
@@ -103,6 +117,86 @@ def encode(message: dict[str, Any]) -> bytes:
     return HEADER.pack(len(body)) + body
 
 
+def limit_calls(max_bytes: object) -> None:
+    """Hold this process's program to call frames of at most ``max_bytes`` (its ``run``
+    frame's ``max_call_frame_bytes``; the contract's default when that is not a size)."""
+    global _call_bytes
+    fits = isinstance(max_bytes, int) and not isinstance(max_bytes, bool) and max_bytes > 0
+    _call_bytes = max_bytes if fits else wire.MAX_CALL_FRAME_BYTES  # type: ignore[assignment]
+
+
+def encode_call(message: dict[str, Any]) -> bytes:
+    """One ``call``, ``propose`` or ``batch`` frame holding ``message``, as :func:`encode`.
+
+    Raises:
+        InvalidInput: the frame breaks a rule of the host's (see the module's docstring);
+            ``issues`` names the argument (a batch's: ``INDEX.NAME``).
+        ValueError: as :func:`encode`.
+        TypeError: as :func:`encode`.
+    """
+    frame = encode(message)
+    size = len(frame) - HEADER.size
+    tool = message.get("tool")
+    if size > _call_bytes:
+        reason = (
+            f"the call's frame is {size} bytes of JSON, over the bridge's limit of "
+            f"{_call_bytes}: send less per call (a batch in parts, a long text in pieces)"
+        )
+        raise errors.InvalidInput(
+            f"{tool}: {reason}; nothing was sent", issues=[{"field": "", "reason": reason}]
+        )
+    if suspect(frame):
+        found = unfit(message.get("items" if message.get("type") == wire.BATCH else "args"), 1)
+        if found is not None:
+            field, reason = found
+            raise errors.InvalidInput(
+                f"{tool}: the argument {field!r} {reason}; nothing was sent",
+                issues=[{"field": field, "reason": reason}],
+            )
+    return frame
+
+
+def suspect(body: bytes) -> bool:
+    """Whether the JSON ``body`` may break the host's nesting or integer rule (``False``: it
+    does not): two passes at C speed spare most frames the walk of :func:`unfit`."""
+    return body.count(b"[") + body.count(b"{") > wire.MAX_DEPTH or _LONG_NUMBER in body.translate(
+        _DIGITS
+    )
+
+
+def unfit(value: Any, level: int = 0) -> tuple[str, str] | None:
+    """Where in ``value`` (a dotted path; ``""``: the value itself) the host's nesting or
+    integer rule is broken, and how; ``None`` when it is not. ``level``: the levels of the
+    frame around ``value``."""
+    stack: list[tuple[Any, int, str]] = [(value, level, "")]
+    while stack:
+        item, depth, path = stack.pop()
+        kind = type(item)
+        if issubclass(kind, int) and kind is not bool:
+            if int.__abs__(item) >= _INT_BOUND:
+                return path, (
+                    f"holds an integer of more than {wire.MAX_INT_DIGITS} digits, which the "
+                    "bridge does not carry: pass it as a string"
+                )
+            continue
+        children: Iterable[tuple[Any, Any]]
+        if issubclass(kind, dict):
+            children = dict.items(item)
+        elif issubclass(kind, (list, tuple)):
+            children = enumerate(item)
+        else:
+            continue
+        if depth + 1 > wire.MAX_DEPTH:
+            return path, (
+                f"nests deeper than the bridge carries ({wire.MAX_DEPTH} levels, the "
+                "frame's own included): flatten it"
+            )
+        stack.extend(
+            (child, depth + 1, f"{path}.{key}" if path else str(key)) for key, child in children
+        )
+    return None
+
+
 def split_frame(received: bytearray) -> dict[str, Any] | None:
     """The next whole frame at the start of ``received`` (taken off it), or ``None`` until
     more bytes arrive.
@@ -130,4 +224,13 @@ def split_frame(received: bytearray) -> dict[str, Any] | None:
     return message
 
 
-__all__ = ["HEADER", "encode", "split_frame", "to_json"]
+__all__ = [
+    "HEADER",
+    "encode",
+    "encode_call",
+    "limit_calls",
+    "split_frame",
+    "suspect",
+    "to_json",
+    "unfit",
+]

@@ -10,7 +10,9 @@ Standard library only; shipped in the image next to the runner.
   and capped.
 - :func:`too_large`: a final value over the ``run`` frame's ``value_limit`` (bytes of compact
   JSON) or ``value_elements`` (values and keys, as the host counts them in a frame) is refused
-  as ``result_too_large`` with its size, so the ``done`` frame stays within the host's budget.
+  as ``result_too_large`` with its size, so the ``done`` frame stays within the host's budget;
+  one the host's frame rules refuse (an integer of more than ``MAX_INT_DIGITS`` digits, too
+  deep a nesting: ``airlock_frames.unfit``) as ``InvalidResult``, saying where.
 - :func:`program_traceback`: a failed program's traceback, its own lines only, capped.
 """
 
@@ -25,6 +27,10 @@ import select
 TYPE_CHECKING = False  # typing's, which the guest does not import (see airlock.sandbox.guest)
 if TYPE_CHECKING:
     from typing import Any
+
+    from airlock.sandbox.guest import airlock_frames as frames
+else:  # in the image, the guest's modules sit side by side on the runner's path
+    import airlock_frames as frames
 
 TRACEBACK_LIMIT = 8 * 1024
 VALUE_LIMIT = 4 * 1024 * 1024
@@ -156,7 +162,8 @@ def too_large(
     value: Any, text: str, limit_bytes: int, limit_elements: int
 ) -> dict[str, Any] | None:
     """The ``ResultTooLarge`` error (wire form) of a final ``value`` whose compact JSON is
-    ``text``, when it is over either limit; ``None`` when it fits."""
+    ``text``, when it is over either limit, or the ``InvalidResult`` error of one the host's
+    frame rules refuse; ``None`` when it fits."""
     advice = "return a summary (counts, totals, the few records that matter) instead"
     if len(text) > limit_bytes:
         return {
@@ -176,6 +183,11 @@ def too_large(
             f"{advice}",
             "size_bytes": len(text),
         }
+    # The done frame holds the value two levels down: {"type": "done", "result": {"value"}}.
+    found = frames.unfit(value, 2) if frames.suspect(text.encode()) else None
+    if found is not None:
+        where = f" at {found[0]!r}" if found[0] else ""
+        return {"type": "InvalidResult", "message": f"the final value{where} {found[1]}"}
     return None
 
 

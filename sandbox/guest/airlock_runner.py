@@ -18,22 +18,21 @@ Life of a runner (one per container, one program per runner):
    started for a run already waiting, ``airlock_wire.RUN_WAITING``: no idle time to hide it);
 3. send ``hello`` (protocol version, pid) and wait for one ``run`` frame;
 4. run the program with stdout/stderr captured at the file-descriptor level and capped (a
-   program with top-level ``await`` runs on an event loop of its own);
+   program with top-level ``await`` runs on an event loop of its own), and end it (exit) if
+   the host hangs up or the ``run`` frame's ``deadline_s`` passes (``airlock_deadline``);
 5. send the files it left in ``/out`` as ``artifact`` frames when the ``run`` frame asks for
    them (``airlock_artifacts``), then ``done`` with the structured result, and exit; the
    host destroys the container. A run that failed with no limit named waits first (at most
    ``_EVIDENCE_WAIT_S``) for the host to hang up: the cgroup counters by which the host
    tells a limit from an error (fork's ``EAGAIN``) end with this process. A final value
-   over the ``run`` frame's ``value_limit`` bytes (compact JSON) or ``value_elements``
-   values and keys is refused as ``result_too_large`` with its size, so the ``done`` frame
-   stays within the host's frame budget.
+   the host would refuse (``airlock_output.too_large``) is refused here, so the ``done``
+   frame stays within the host's frame budget and rules.
 
 A ``run`` frame with ``"keep"`` (and a one-time ``token`` instead of a program) makes the
 runner a zygote (``airlock_zygote``): each program of the conversation runs in a process
 forked for it ahead of its program, which then comes over a connection of its own
-(``airlock_kept_program``); what it leaves the next is explicit (``airlock_kept``).
-
-Frames and their types are the shared contract in ``airlock_wire``.
+(``airlock_kept_program``); what it leaves the next is explicit (``airlock_kept``). Frames
+and their types are the shared contract in ``airlock_wire``.
 """
 
 from __future__ import annotations
@@ -55,6 +54,7 @@ if TYPE_CHECKING:
     # Kept conversations' modules (noqa) load where used, never in a one-program runner.
     from airlock.bridge import airlock_wire as wire
     from airlock.sandbox.guest import airlock_artifacts as artifacts
+    from airlock.sandbox.guest import airlock_deadline as deadline
     from airlock.sandbox.guest import airlock_image as image
     from airlock.sandbox.guest import airlock_kept_program as kept_program  # noqa: F401
     from airlock.sandbox.guest import airlock_zygote as zygote  # noqa: F401
@@ -62,7 +62,7 @@ if TYPE_CHECKING:
     from airlock.sandbox.guest.airlock_bridge import Connection, Tools
     from airlock.sandbox.guest.airlock_confine import confine
     from airlock.sandbox.guest.airlock_errors import ERRORS, RunAborted, ToolError
-    from airlock.sandbox.guest.airlock_frames import to_json
+    from airlock.sandbox.guest.airlock_frames import limit_calls, to_json
     from airlock.sandbox.guest.airlock_kept import (  # noqa: F401
         KeptGlobals,
         top_level_definitions,
@@ -92,13 +92,14 @@ else:
     # library. The guest's modules (airlock_wire among them) and packages sit beside us.
     sys.path[:0] = [_GUEST_DIR, os.path.join(_GUEST_DIR, "lib")]
     import airlock_artifacts as artifacts
+    import airlock_deadline as deadline
     import airlock_image as image
     import airlock_wire as wire
     from airlock_asyncio import import_asyncio
     from airlock_bridge import Connection, Tools
     from airlock_confine import confine
     from airlock_errors import ERRORS, RunAborted, ToolError
-    from airlock_frames import to_json
+    from airlock_frames import limit_calls, to_json
     from airlock_language import (
         PROGRAM_FILENAME,
         ProgramRejected,
@@ -127,17 +128,16 @@ _EVIDENCE_WAIT_S = 2.0
 
 
 class _FinalValue:
-    """Holds the value a program sets with ``result(value)``, and the limits it must fit."""
+    """Holds the value a program sets with ``result(value)``, and the limits it must fit (the
+    ``run`` frame's, or the defaults)."""
 
     __slots__ = ("is_set", "limit_bytes", "limit_elements", "value")
 
-    def __init__(
-        self, limit_bytes: int = VALUE_LIMIT, limit_elements: int = VALUE_ELEMENTS
-    ) -> None:
+    def __init__(self, request: dict[str, Any] | None = None) -> None:
         self.is_set = False
         self.value: Any = None
-        self.limit_bytes = limit_bytes
-        self.limit_elements = limit_elements
+        self.limit_bytes = int((request or {}).get("value_limit", VALUE_LIMIT))
+        self.limit_elements = int((request or {}).get("value_elements", VALUE_ELEMENTS))
 
     def set(self, value: Any) -> None:
         """Set the program's final value: the one thing that goes back to the model."""
@@ -159,6 +159,8 @@ def execute(
     ``captures`` are stdout's and stderr's captures started ahead (else started here).
     """
     tools = tools if tools is not None else Tools(None, [])
+    deadline.end_by(request.get("deadline_s"))  # a backstop: the host ends it sooner
+    limit_calls(request.get("max_call_frame_bytes"))
     source = request["program"]
     mode = request.get("mode", "restricted")
     allowed = frozenset(request.get("allowed_imports", ()))
@@ -166,10 +168,7 @@ def execute(
     cpu_before, _ = usage()
     started_at = time.time()
     clock = time.perf_counter()
-    final = _FinalValue(
-        int(request.get("value_limit", VALUE_LIMIT)),
-        int(request.get("value_elements", VALUE_ELEMENTS)),
-    )
+    final = _FinalValue(request)
     result: dict[str, Any] = {
         "status": "ok",
         "exit_status": 0,
@@ -379,6 +378,7 @@ def main(argv: list[str]) -> int:
         if not warmed:
             warm_up(wire.WARM_UP_IMPORTS, image_imports)
         return zygote.serve(connection, socket_path, request, _run_kept, kept_program.prepare)
+    deadline.end_with_host(connection.fileno())  # (a kept runner's zygote ends its programs)
     # The second seccomp layer, before any of the program's code runs; no layer, no run.
     confine(request.get("mode"), refuse=finish)
     result = execute(request, finish, tools)

@@ -3,7 +3,9 @@
 
 Standard library only; shipped in the image next to the runner. Each function has the tool's
 real signature and docstring (from the stub the host sent); arguments are bound to it here, so
-a call that cannot bind fails in the program as ``InvalidInput`` and nothing is sent.
+a call that cannot bind fails in the program as ``InvalidInput`` and nothing is sent, as does
+one whose frame the host would refuse (``airlock_frames.encode_call``: too many bytes, an
+integer too long, too deep a value).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ TYPE_CHECKING = False  # typing's, which the guest does not import (see airlock.
 if TYPE_CHECKING:
     import asyncio
     import inspect  # imported where a signature is built
+    from concurrent.futures import Future
     from typing import Any
 
     from airlock.bridge import airlock_wire as wire
@@ -165,12 +168,17 @@ class ProposalFunction(ToolFunction):
         arguments = [self._arguments((), dict(item)) for item in items]
         results: list[Any] = []
         for start in range(0, len(arguments), _PROPOSALS_AT_ONCE):
-            futures = [
-                self._connection.submit({"type": wire.PROPOSE, "tool": self._tool, "args": args})
-                for args in arguments[start : start + _PROPOSALS_AT_ONCE]
-            ]
+            futures: list[Future[Any] | errors.ToolError] = []
+            for args in arguments[start : start + _PROPOSALS_AT_ONCE]:
+                message = {"type": wire.PROPOSE, "tool": self._tool, "args": args}
+                try:
+                    futures.append(self._connection.submit(message))
+                except errors.InvalidInput as refused:  # nothing sent: its answer, in its place
+                    futures.append(refused)
             for future in futures:
                 try:
+                    if isinstance(future, errors.ToolError):
+                        raise future
                     results.append(self._connection.wait(future))
                 except errors.ToolError as error:
                     if not return_errors:
