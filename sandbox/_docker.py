@@ -22,14 +22,12 @@ in a fresh process with an empty ``/tmp`` (:mod:`airlock.sandbox._reuse`); it go
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import shutil
-import tempfile
 import time
 import weakref
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Final, Self
@@ -39,24 +37,25 @@ import docker.errors
 
 from airlock.bridge import ToolSession
 from airlock.policies import Principal, SandboxProfile
+from airlock.sandbox._closing import Starts, settle, sweep
 from airlock.sandbox._container import SandboxContainer
-from airlock.sandbox._errors import ImageMissing, SandboxClosed, SandboxError, map_docker_errors
+from airlock.sandbox._errors import (
+    ImageMissing,
+    SandboxClosed,
+    SandboxError,
+    SandboxFailure,
+    map_docker_errors,
+)
 from airlock.sandbox._hardening import container_settings
 from airlock.sandbox._inputs import RunInput, resolve_inputs
 from airlock.sandbox._kept import KeptSandbox
 from airlock.sandbox._launch import launch
-from airlock.sandbox._owner import (
-    LABEL,
-    OWNER_LABEL,
-    labelled_containers,
-    owner_labels,
-    reap_orphans,
-    remove_container,
-)
+from airlock.sandbox._owner import LABEL, OWNER_LABEL, owner_labels, reap_orphans, retire
 from airlock.sandbox._pool import WarmPool
 from airlock.sandbox._pool_fit import PoolFit
 from airlock.sandbox._result import ProgramError, RunResult
 from airlock.sandbox._reuse import PrincipalContainers
+from airlock.sandbox._socket_root import make_socket_root, reap_socket_roots
 
 __all__ = ["DEFAULT_DATA_IMAGE", "DEFAULT_IMAGE", "MAX_PROGRAM_BYTES", "DockerBackend", "Inputs"]
 
@@ -66,7 +65,7 @@ MAX_PROGRAM_BYTES: Final = 1024 * 1024
 Inputs = Mapping[str, str | os.PathLike[str]]
 """A run's inputs: name (``/data/NAME``) -> host file or directory."""
 _CLOSE_WAIT_S: Final = 5.0
-"""How long :meth:`DockerBackend.close` waits for removals in progress before its last sweep."""
+"""How long :meth:`DockerBackend.close` waits for what it ends, and then for its last sweep."""
 _log = logging.getLogger(__name__)
 
 
@@ -117,6 +116,7 @@ class DockerBackend:
         self._cleanup: set[asyncio.Task[None]] = set()
         self._active: set[SandboxContainer] = set()
         """Containers running a program now (kept ones aside)."""
+        self._starts = Starts()
         self._started = False
         self._closed = False
         self._kept: weakref.WeakSet[KeptSandbox] = weakref.WeakSet()
@@ -158,6 +158,7 @@ class DockerBackend:
         removed = await asyncio.to_thread(reap_orphans, client)
         if removed:
             _log.info("removed %d orphaned sandbox containers", len(removed))
+        await asyncio.to_thread(reap_socket_roots)
         self._started = True
         self.pool.fill()
 
@@ -196,21 +197,21 @@ class DockerBackend:
         self._refuse_if_closed()
         pooled = inputs is None
         if inputs is None:  # the backend's own inputs, checked again
-            inputs = await asyncio.to_thread(
-                resolve_inputs,
-                self._pool_inputs_given,
-                limit_bytes=self.profile.input_limit_bytes,
-            )
+            given, limit = self._pool_inputs_given, self.profile.input_limit_bytes
+            inputs = await asyncio.to_thread(resolve_inputs, given, limit_bytes=limit)
         chosen = profile or self.profile
         await self._check_image(chosen)
-        launched = await launch(
-            self.client,
-            image=self.image_for(chosen),
-            profile=chosen,
-            labels={LABEL: "1", **self._owner_labels},
-            socket_root=self._sockets(),
-            inputs=inputs,
-            run_waiting=not pooled,
+        self._refuse_if_closed()  # closed while it waited: the socket root may be gone
+        launched = await self._starts.run(
+            launch(
+                self.client,
+                image=self.image_for(chosen),
+                profile=chosen,
+                labels={LABEL: "1", **self._owner_labels},
+                socket_root=self._sockets(),
+                inputs=inputs,
+                run_waiting=not pooled,
+            )
         )
         container = SandboxContainer(self.client, launched, profile=chosen, inputs=inputs)
         if self._closed:  # closed while it started: nobody will run or remove it
@@ -363,36 +364,36 @@ class DockerBackend:
             _log.warning("could not destroy sandbox container %s: %s", container.id, exc)
 
     def _sockets(self) -> Path:
-        """The directory of this backend's containers' socket directories."""
+        """The directory of this backend's containers' socket directories.
+
+        Raises:
+            SandboxFailure: it could not be made.
+        """
         if self._socket_root is None:
-            self._socket_root = Path(tempfile.mkdtemp(prefix="airlock-"))
-            self._socket_root.chmod(0o755)
+            try:
+                self._socket_root = make_socket_root(self._owner_labels)
+            except OSError as exc:
+                raise SandboxFailure(f"no directory for the sandbox sockets: {exc!r}") from exc
         return self._socket_root
 
     async def close(self) -> None:
         """Destroy every container this backend started: programs in flight, whatever their
-        bridge is doing (their runs then return), kept sandboxes, the pool and its starts in
-        progress; later runs are refused. Two waits of at most :data:`_CLOSE_WAIT_S` each
-        (kept sandboxes and the pool in parallel, then removals in progress) and a last
-        sweep: about a second with a responsive engine, ten seconds and the sweep at worst."""
+        bridge is doing (their runs return), runs still starting a container (they raise
+        :class:`SandboxClosed`), kept sandboxes, the pool and its starts in progress; later
+        runs are refused. Returns within about two waits of :data:`_CLOSE_WAIT_S` (ten
+        seconds) even when the engine stalls: one for all of that at once, one for a last
+        sweep of whatever is still labelled as this backend's; about a second with a
+        responsive engine. A removal still unanswered then goes on in the background, and
+        the next backend to start (in this process too) removes what the engine left."""
         self._closed = True
-        work = [kept.close() for kept in list(self._kept)]
-        work.append(self._reused.close())
-        work.append(self.pool.close())
+        retire(self._owner)
+        work: list[Awaitable[object]] = [kept.close() for kept in list(self._kept)]
+        work += [self._reused.close(), self.pool.close(), *self._starts.cancel(), *self._cleanup]
         work.extend(self._destroy(container) for container in list(self._active))
-        for outcome in await asyncio.gather(*work, return_exceptions=True):
-            if isinstance(outcome, BaseException):
-                _log.warning("closing the sandbox backend: %s", outcome)
-        if self._cleanup:
-            await asyncio.wait(list(self._cleanup), timeout=_CLOSE_WAIT_S)
+        await settle(work, timeout=_CLOSE_WAIT_S, what="closing the sandbox backend")
         if self._client is not None:
-            # Anything still labelled as ours (a start interrupted mid-way) goes too; only
-            # ours, by this backend's own owner label.
-            with contextlib.suppress(SandboxError):
-                leftovers = await asyncio.to_thread(
-                    labelled_containers, self._client, owner=self._owner
-                )
-                for entry in leftovers:
-                    await asyncio.to_thread(remove_container, self._client, str(entry["Id"]))
+            # Anything still labelled as ours (a start interrupted mid-way); only ours, by
+            # this backend's own owner label.
+            await sweep(self._client, self._owner, timeout=_CLOSE_WAIT_S)
         if self._socket_root is not None:
             shutil.rmtree(self._socket_root, ignore_errors=True)

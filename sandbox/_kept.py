@@ -80,6 +80,7 @@ class KeptSandbox:
         self._lock = asyncio.Lock()
         self._timer: asyncio.TimerHandle | None = None
         self._expiring: set[asyncio.Task[None]] = set()
+        self._removals: set[asyncio.Future[None]] = set()
         self._closed = False
 
     @property
@@ -153,7 +154,7 @@ class KeptSandbox:
                 )
             container = self._container
             if container is not None and not container.alive:
-                await self._drop()
+                self._drop_later()
                 container = None
             if container is None:
                 container = await self._start(self.profile)
@@ -177,13 +178,15 @@ class KeptSandbox:
                     artifacts=artifacts,
                 )
             except BaseException:
-                await self._drop()
+                self._drop_later()
                 raise
             died = result.error is not None and result.error.type == "RunnerDied"
-            # Closed meanwhile: close() may have given up waiting for this program, and an
-            # idle timer would keep the container for idle_timeout after the conversation.
-            if self._closed or result.status in _DROP_AFTER or died or not container.alive:
+            if self._closed:
+                # close() may have given up waiting for this program (and its removal may
+                # have failed): the conversation is over, no idle timer may keep it.
                 await self._drop()
+            elif result.status in _DROP_AFTER or died or not container.alive:
+                self._drop_later()  # the result does not wait for the engine's removal
             else:
                 self._timer = asyncio.get_running_loop().call_later(self.idle_timeout, self._expire)
             return result.model_copy(update={"duration_s": time.perf_counter() - began})
@@ -207,32 +210,49 @@ class KeptSandbox:
             if timer is not None and self._timer is timer:
                 self._timer = None
                 _log.info("kept sandbox of %s idle: container removed", self.owner.user_id)
-                await self._drop()
+                self._drop_later()
 
     async def _drop(self) -> None:
         container, self._container = self._container, None
         if container is not None:
             await _destroy(container)
 
+    def _drop_later(self) -> None:
+        """Forget the container now and remove it in the background (:meth:`close` waits)."""
+        container, self._container = self._container, None
+        if container is not None:
+            self._remove_later(container)
+
+    def _remove_later(self, container: SandboxContainer) -> None:
+        task = asyncio.ensure_future(_destroy(container))
+        self._removals.add(task)
+        task.add_done_callback(self._removals.discard)
+
     async def close(self) -> None:
         """Remove the container, even under a program in flight (which then returns within
         a bounded time, its runner gone); later programs are refused. A container still
         starting is removed by its run once the start ends (the run then raises
-        :class:`UsageError`)."""
+        :class:`UsageError`). Returns within :data:`_CLOSE_WAIT_S`, a removal the engine
+        has not answered by then going on in the background."""
         self._closed = True
         self._cancel_timer()
-        container = self._container
-        if container is not None:
-            await _destroy(container)
+        deadline = asyncio.get_running_loop().time() + _CLOSE_WAIT_S
+        if self._container is not None:
+            self._remove_later(self._container)  # aborts its links: the program returns
         try:
-            async with asyncio.timeout(_CLOSE_WAIT_S), self._lock:
-                await self._drop()
+            async with asyncio.timeout_at(deadline), self._lock:
+                self._drop_later()
         except TimeoutError:
             _log.warning("a program of the kept sandbox of %s did not end", self.owner.user_id)
         for task in list(self._expiring):
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, SandboxFailure):
                 await task
+        if self._removals:
+            left = deadline - asyncio.get_running_loop().time()
+            _, stuck = await asyncio.wait(list(self._removals), timeout=max(left, 0.0))
+            if stuck:
+                _log.warning("the kept container of %s is still being removed", self.owner.user_id)
 
 
 async def _destroy(container: SandboxContainer) -> None:

@@ -77,10 +77,11 @@ async def launch(
         SandboxFailure: the container did not start or its runner did not connect.
         SandboxError: the engine or the image is missing.
     """
-    socket_dir = Path(tempfile.mkdtemp(prefix="run-", dir=socket_root))
+    socket_dir: Path | None = None
     container: Container | None = None
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
+        socket_dir = Path(tempfile.mkdtemp(prefix="run-", dir=socket_root))
         # The runner is not root and not the host's user: it needs to traverse the
         # directory and connect to the socket. Who connects is checked by accept_runner.
         socket_dir.chmod(0o755)
@@ -105,10 +106,10 @@ async def launch(
         try:
             container = await asyncio.shield(create)
         except asyncio.CancelledError:
-            # The engine goes on creating it (a pool closing cancels its starts): wait for
-            # its answer, so that the container is removed below and never left running.
-            with contextlib.suppress(Exception):
-                container = await create
+            # The engine goes on creating and starting it (a pool closing cancels its
+            # starts; nested timeouts cancel twice): wait for its answer, whatever cancels
+            # again meanwhile, so that the container is removed below, never left running.
+            container = await _answer(create)
             raise
         connection, runner_pid, runtime = await accept_runner(
             listener, container, timeout=STARTUP_TIMEOUT_S
@@ -126,13 +127,27 @@ async def launch(
             raise SandboxFailure(f"the runner's hello was not understood: {hello!r}")
     except BaseException as exc:
         listener.close()
-        if container is not None:
-            await remove(client, str(container.id))
-        shutil.rmtree(socket_dir, ignore_errors=True)
+        try:
+            if container is not None:
+                await remove(client, str(container.id))
+        finally:
+            if socket_dir is not None:
+                shutil.rmtree(socket_dir, ignore_errors=True)
         if isinstance(exc, (TimeoutError, FrameError, OSError)):
             raise SandboxFailure(f"the sandbox runner did not start: {exc!r}") from exc
         raise
     return Launched(container, socket_dir, reader, writer, listener, runner_pid, runtime)
+
+
+async def _answer(create: asyncio.Future[Container]) -> Container | None:
+    """The container ``create`` made, once the engine answered, or ``None``; waits for that
+    answer however often it is cancelled meanwhile."""
+    while not create.done():
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.shield(create)
+    if create.cancelled() or create.exception() is not None:
+        return None
+    return create.result()
 
 
 async def remove(client: docker.DockerClient, container_id: str) -> None:

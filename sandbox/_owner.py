@@ -10,8 +10,10 @@ Several airlock processes may share one engine (two test runs, tests and a bench
 and a CLI). At start-up each removes the containers of owners that are gone, and nothing else:
 a container is an orphan only when its owner ran on this host and no process with that pid
 and that start exists now (it exited, is a zombie, or its pid was reused, or the machine has
-rebooted since). Whatever cannot be judged (another host, another PID namespace, a label this
-version cannot read, a process it may not inspect) is left alone.
+rebooted since), or it is a closed backend's of this very process (:func:`retire`: a removal
+its close() gave up waiting for, on an engine slow to answer). Whatever cannot be judged
+(another host, another PID namespace, a label this version cannot read, a process it may not
+inspect) is left alone.
 
 Whether an owner still runs is judged by :class:`airlock.tools.ProcessMark`, the one
 liveness check (the write path's leases use it too): the labels are a mark written out.
@@ -41,6 +43,7 @@ __all__ = [
     "owner_state",
     "reap_orphans",
     "remove_container",
+    "retire",
 ]
 
 LABEL: Final = "io.airlock.sandbox"
@@ -51,6 +54,8 @@ OwnerState = ProcessState
 """``dead`` is the only state whose containers are removed."""
 
 _log = logging.getLogger(__name__)
+_retired: set[str] = set()
+"""Owner labels of this process's closed backends: nothing runs in their containers."""
 
 
 def owner_labels(pid: int | None = None) -> dict[str, str]:
@@ -90,6 +95,12 @@ def owner_state(labels: Mapping[str, str]) -> OwnerState:
     return ProcessMark(host=host, pid=int(pid_text), created=created, start=start).state()
 
 
+def retire(owner: str) -> None:
+    """Mark ``owner`` (an ``OWNER_LABEL`` value of this process) closed: the next reaper removes
+    whatever of its containers is still on the engine, although this process lives on."""
+    _retired.add(owner)
+
+
 def labelled_containers(
     client: docker.DockerClient, *, owner: str | None = None
 ) -> list[dict[str, Any]]:
@@ -127,7 +138,8 @@ def remove_container(client: docker.DockerClient, container_id: str) -> bool:
 
 
 def reap_orphans(client: docker.DockerClient) -> list[str]:
-    """Remove sandbox containers whose owning process on this host no longer exists.
+    """Remove sandbox containers whose owning process on this host no longer exists, and
+    those of this process's closed backends (:func:`retire`).
 
     Containers of live processes, of other hosts sharing the engine and of owners that cannot
     be judged are left alone. A container that another process removes first is not an error.
@@ -139,7 +151,7 @@ def reap_orphans(client: docker.DockerClient) -> list[str]:
     removed = []
     for entry in labelled_containers(client):
         labels = entry.get("Labels") or {}
-        if owner_state(labels) != "dead":
+        if owner_state(labels) != "dead" and labels.get(OWNER_LABEL) not in _retired:
             continue
         container_id = str(entry["Id"])
         try:

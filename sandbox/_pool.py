@@ -28,7 +28,7 @@ _log = logging.getLogger(__name__)
 _PARALLEL_STARTS: Final = 2
 _RETRY_DELAY_S: Final = 1.0
 _CLOSE_WAIT_S: Final = 5.0
-"""How long :meth:`WarmPool.close` waits for cancelled starts to remove their containers."""
+"""How long :meth:`WarmPool.close` waits for its removals and cancelled starts."""
 
 
 class WarmPool:
@@ -127,7 +127,8 @@ class WarmPool:
 
     async def close(self) -> None:
         """Stop refilling, cancel the starts in progress and destroy every pooled container,
-        in a bounded time.
+        all at once and for at most :data:`_CLOSE_WAIT_S`: a removal the engine has not
+        answered by then goes on in the background.
 
         Raises:
             SandboxError: the engine did not remove a pooled container.
@@ -136,13 +137,17 @@ class WarmPool:
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
-        if tasks:
-            _, stuck = await asyncio.wait(tasks, timeout=_CLOSE_WAIT_S)
-            if stuck:
-                _log.warning("%d warm pool starts did not end in time", len(stuck))
         ready = list(self._ready)
         self._ready.clear()
-        outcomes = await asyncio.gather(*(c.destroy() for c in ready), return_exceptions=True)
-        for outcome in outcomes:
-            if isinstance(outcome, BaseException):
-                raise outcome
+        removals = [asyncio.ensure_future(container.destroy()) for container in ready]
+        for removal in removals:  # held until they end, should close give up on them
+            self._tasks.add(removal)
+            removal.add_done_callback(self._tasks.discard)
+        if tasks or removals:
+            _, stuck = await asyncio.wait([*tasks, *removals], timeout=_CLOSE_WAIT_S)
+            if stuck:
+                _log.warning("%d warm pool starts and removals did not end in time", len(stuck))
+        for removal in removals:
+            failure = removal.exception() if removal.done() and not removal.cancelled() else None
+            if failure is not None:
+                raise failure

@@ -1,0 +1,96 @@
+"""Bounded waits for :meth:`DockerBackend.close`: an engine slow or stalled must not hold it.
+
+Each wait gives up after its timeout and says what it left: a removal still in flight goes on
+in the background (the engine finishes it later), and a container the engine never removes is
+its closed owner's (:func:`~airlock.sandbox._owner.retire`), so the next backend to start, in
+this process or another, reaps it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Coroutine, Iterable
+from typing import Any, TypeVar
+
+import docker
+
+from airlock.sandbox._errors import SandboxClosed, SandboxError
+from airlock.sandbox._owner import labelled_containers, remove_container
+
+__all__ = ["Starts", "settle", "sweep"]
+
+T = TypeVar("T")
+
+_log = logging.getLogger(__name__)
+_lingering: set[asyncio.Future[Any]] = set()
+"""Work a wait gave up on, held until it ends (the loop keeps only weak references)."""
+
+
+class Starts:
+    """Container starts in progress, each in a task of its own so that :meth:`cancel` can end
+    it (a start removes what it made when cancelled) and its caller learns that the backend
+    closed, not of a cancellation it did not ask for."""
+
+    def __init__(self) -> None:
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    async def run(self, start: Coroutine[Any, Any, T]) -> T:
+        """What ``start`` returns.
+
+        Raises:
+            SandboxClosed: :meth:`cancel` ended it.
+        """
+        task = asyncio.ensure_future(start)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        try:
+            return await task
+        except asyncio.CancelledError:
+            caller = asyncio.current_task()
+            if task.cancelled() and not (caller and caller.cancelling()):
+                raise SandboxClosed() from None
+            raise
+
+    def cancel(self) -> list[asyncio.Task[Any]]:
+        """Cancel every start in progress; returns them, to wait for."""
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        return tasks
+
+
+async def settle(work: Iterable[Awaitable[Any]], *, timeout: float, what: str) -> int:
+    """Run ``work`` concurrently for at most ``timeout`` seconds; log what failed and what
+    did not end. Returns how many did not end (they go on)."""
+    tasks = [asyncio.ensure_future(item) for item in work]
+    if not tasks:
+        return 0
+    done, pending = await asyncio.wait(tasks, timeout=timeout)
+    for task in done:
+        if not task.cancelled() and task.exception() is not None:
+            _log.warning("%s: %s", what, task.exception())
+    for task in pending:
+        _lingering.add(task)
+        task.add_done_callback(_lingering.discard)
+    if pending:
+        _log.warning("%s: %d did not end within %.1f s; they go on", what, len(pending), timeout)
+    return len(pending)
+
+
+async def sweep(client: docker.DockerClient, owner: str, *, timeout: float) -> None:
+    """Remove every container still labelled as ``owner``'s, all at once, within ``timeout``
+    seconds in all (listing included)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    try:
+        async with asyncio.timeout_at(deadline):
+            leftovers = await asyncio.to_thread(labelled_containers, client, owner=owner)
+    except (TimeoutError, SandboxError) as exc:
+        _log.warning("the engine did not list the sandbox containers left: %r", exc)
+        return
+    await settle(
+        (asyncio.to_thread(remove_container, client, str(entry["Id"])) for entry in leftovers),
+        timeout=max(deadline - loop.time(), 0.0),
+        what="removing the sandbox containers left",
+    )
