@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Final
+from typing import Final, Literal, assert_never
 
 from airlock.harness._batch_commits import Committed, commit_items
 from airlock.harness._commit_authority import CommitAuthority
@@ -27,6 +27,7 @@ from airlock.harness._proposal_notes import (
     NOTHING_EARLIER,
     Proposed,
     batch_item_note,
+    batch_item_unknown,
     batch_note,
 )
 from airlock.harness._results import failure, from_tool_error, success
@@ -35,6 +36,7 @@ from airlock.tools import (
     Batch,
     BatchItemState,
     DeniedError,
+    LedgerError,
     NotFoundError,
     Preview,
     ToolError,
@@ -97,16 +99,39 @@ class PausedBatches:
 
     def held_item(self, preview: Preview) -> ModelResult | None:
         """The answer to a direct call whose ``preview`` waits as an item of a batch held
-        here (not as a paused write too): it stays in its batch, committed and told once
-        with it. ``None`` for a preview no batch holds."""
+        here (not as a paused write too), as it stands there: it stays in its batch,
+        committed and told once with it. ``None`` for a preview no batch holds, or one that
+        ended (the caller answers a committed one with its receipt, as any)."""
         pausing = self.paused_writes.waiting() if self.paused_writes is not None else ()
         if any(pending.preview_id == preview.id for pending in pausing):
             return None  # a paused write already: it answers as one
-        for batch in self._batches.values():
-            if preview.id in batch.items:
-                code = "needs_approval" if preview.state == "prepared" else None
-                return success(batch_item_note(batch.id, preview), code=code)
-        return None
+        batch_id = next((b.id for b in self._batches.values() if preview.id in b.items), None)
+        if batch_id is None:
+            return None
+        match preview.state:
+            case "prepared":
+                return success(batch_item_note(batch_id, preview), code="needs_approval")
+            case "approved":
+                note = batch_item_note(batch_id, preview, approved_by=self._approver(preview))
+                return success(note)
+            case "sending":
+                return success(batch_item_note(batch_id, preview))
+            case "unknown":
+                fields = batch_item_unknown(batch_id, preview)
+                message = str(fields.pop("message"))
+                return failure("ambiguous_write", message, extra=fields)
+            case "committed" | "denied" | "failed":
+                return None
+            case _:
+                assert_never(preview.state)
+
+    def _approver(self, preview: Preview) -> Literal["policy", "person"] | None:
+        """Who approved ``preview``, as the ledger says (``None`` when it cannot say)."""
+        try:
+            approval = self._ready().ledger.approval(preview.id)
+        except (LedgerError, ToolError):
+            return None
+        return approval.kind if approval is not None else None
 
     def hold_each(self, previews: Sequence[Preview]) -> bool:
         """Hold ``previews``, which the ledger could not hold as one batch, as the session's

@@ -38,12 +38,7 @@ from airlock.harness._budget import Budget
 from airlock.harness._execute_code import ExecuteCodeArgs, kept_notes, program_result
 from airlock.harness._model_tools import ModelResult
 from airlock.harness._program_endings import host_failure, unheld
-from airlock.harness._proposal_notes import (
-    as_now,
-    nothing_new_note,
-    split_proposed,
-    unheld_note,
-)
+from airlock.harness._proposal_notes import as_now, nothing_new_note, split_proposed, unheld_note
 from airlock.harness._results import KeptNotes, failure, nothing_kept
 from airlock.harness._run_ids import artifact_dir, check_run_id
 from airlock.harness._session_audit import SessionAudit
@@ -264,6 +259,7 @@ class SessionPrograms:
         )
         began = time.perf_counter()
         notes: dict[str, object] = {}
+        held_before = self.batches.holding() if self.batches is not None else set()
         artifacts = self._artifact_dir(call_id)
         run: RunResult | None = None
         try:
@@ -286,7 +282,7 @@ class SessionPrograms:
             # Logged where it happened, with the host path; the model learns it is the host's.
             host, ended = exc, "program ran; the artifact store could not take its files"
         # However the program ended: what it proposed waits, and the model must know.
-        held = self._hold(tools, notes)
+        held = self._hold(tools, notes, held_before)
         if run is None:
             result = host_failure(host, notes)
         else:
@@ -324,7 +320,9 @@ class SessionPrograms:
         notes_kept = functools.partial(kept_notes, notes, run)  # made only if too large
         return result.model_copy(update={"artifacts": stored}), notes_kept
 
-    def _hold(self, tools: ToolSession, notes: dict[str, object]) -> LedgerError | None:
+    def _hold(
+        self, tools: ToolSession, notes: dict[str, object], before: set[str]
+    ) -> LedgerError | None:
         """Hold what the program proposed as one batch, and say so in ``notes`` (under
         ``proposals``); a change already committed in the run, one the session holds already,
         or one that ended (denied...) while the program ran, is named there, in no new batch.
@@ -333,9 +331,10 @@ class SessionPrograms:
         proposed = tools.proposed_previews()
         if not proposed or self.writes is None or self.batches is None:
             return None
-        # The previews as proposed: a paused write of the same intent may have been committed
-        # or denied since (the session's settling runs while the program does).
-        earlier = split_proposed(as_now(self.writes.ledger, proposed), self.batches.holding())
+        # What the session held ``before`` the program may have been committed or denied
+        # since (its settling runs while the program does): only those are read again.
+        now = self.batches.holding()
+        earlier = split_proposed(as_now(self.writes.ledger, proposed, before | now), now)
         fresh = earlier.fresh
         if not fresh:
             notes["proposals"] = nothing_new_note(earlier)

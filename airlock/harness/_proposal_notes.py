@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Literal
 
 from airlock.tools import Batch, LedgerError, LedgerStore, Preview, spend_totals
 
@@ -22,6 +22,7 @@ __all__ = [
     "Proposed",
     "as_now",
     "batch_item_note",
+    "batch_item_unknown",
     "batch_note",
     "nothing_new_note",
     "split_proposed",
@@ -52,13 +53,20 @@ NOTHING_EARLIER: Final = Proposed()
 """A program that proposed nothing proposed before."""
 
 
-def as_now(ledger: LedgerStore, previews: Sequence[Preview]) -> list[Preview]:
-    """``previews`` as ``ledger`` has them now; as given where it cannot say (storing their
-    batch fails then too, and says so)."""
+def as_now(
+    ledger: LedgerStore, previews: Sequence[Preview], held: Collection[str]
+) -> list[Preview]:
+    """``previews`` as ``ledger`` has them now, each of ``held`` read again once (as given
+    where it cannot say: storing their batch fails then too, and says so). Only a change the
+    session held may have moved since it was proposed: its settling runs while the program
+    does; a preview the program made is in no batch nor pause yet (one query per proposal
+    would block the event loop at every program's end)."""
+    again = {p.id for p in previews if p.id in held}
     try:
-        return [ledger.preview(p.id) or p for p in previews]
+        now = {pid: found for pid in again if (found := ledger.preview(pid)) is not None}
     except LedgerError:
         return list(previews)
+    return [now.get(p.id, p) for p in previews]
 
 
 _ENDED: Final = frozenset({"denied", "expired", "failed"})
@@ -110,15 +118,24 @@ def batch_note(
     return _with_earlier(note, earlier)
 
 
-def batch_item_note(batch_id: str, preview: Preview) -> dict[str, object]:
+def batch_item_note(
+    batch_id: str, preview: Preview, *, approved_by: Literal["policy", "person"] | None = None
+) -> dict[str, object]:
     """What a direct call is answered with when its preview waits as an item of the
-    session's batch ``batch_id``: it stays there, committed once and told once, with it."""
-    if preview.state == "approved":
-        when = "approved by policy, it is committed once the session resumes the batch"
-    else:
+    session's batch ``batch_id`` (``prepared``, ``approved``, by ``approved_by`` when the
+    ledger says, or ``sending``): it stays there, committed once and told once, with it.
+    An ``unknown`` item is answered by :func:`batch_item_unknown`."""
+    status = "already_waiting"
+    if preview.state == "prepared":
         when = "it is committed once a person approves the batch"
+    elif preview.state == "approved":
+        by = f" by {'policy' if approved_by == 'policy' else 'a person'}" if approved_by else ""
+        when = f"approved{by}, it is committed once the session settles or resumes the batch"
+    else:
+        status = "sending"
+        when = "it is being sent now (by this session or another process)"
     return {
-        "status": "already_waiting",
+        "status": status,
         "batch_id": batch_id,
         "preview_id": preview.id,
         "tool": preview.tool,
@@ -126,6 +143,24 @@ def batch_item_note(batch_id: str, preview: Preview) -> dict[str, object]:
         "message": f"this change already waits in this session as an item of batch {batch_id}, "
         f"proposed before by a program, so it is in no new pause: {when}, and told once where "
         "it waits. Do not propose or call it again",
+    }
+
+
+def batch_item_unknown(batch_id: str, preview: Preview) -> dict[str, object]:
+    """The fields of the ``ambiguous_write`` answer to a direct call whose preview is an
+    ``unknown`` item of the session's batch ``batch_id``: a send of it may have acted."""
+    return {
+        "message": "this change may or may not have happened: a send of it got no definite "
+        f"answer. It waits as an item of batch {batch_id}, proposed before by a program: the "
+        "session sends it again with the same key (never twice) when it settles or resumes "
+        "the batch, a few times at most, then the operator's reconcile checks the system of "
+        "record and settles it. Do not propose or call it again; tell the user its outcome "
+        "is unknown",
+        "batch_id": batch_id,
+        "preview_id": preview.id,
+        "tool": preview.tool,
+        "summary": preview.summary,
+        "outcome": "unknown",
     }
 
 

@@ -289,3 +289,49 @@ async def test_a_change_settled_while_the_program_ran_is_told_as_it_ended_in_no_
     ]
     assert told == []  # told once, with the program's answer
     assert world.system.effects() == (state == "committed")
+
+
+class CountingBackend(EndingBackend):
+    """Proposes as :class:`EndingBackend`, then counts each preview the ledger is asked for
+    after the program ended (what the session re-reads to tell where each proposal stands)."""
+
+    reread: list[str]
+
+    async def run(self, program: str, **kwargs: Any) -> RunResult:
+        result = await super().run(program, **kwargs)
+        tools = kwargs["tools"]
+        ledger = tools.writes.ledger
+        self.reread = []
+        read = ledger.preview
+
+        def counted(preview_id: str) -> Any:
+            self.reread.append(preview_id)
+            return read(preview_id)
+
+        ledger.preview = counted  # the instance's own: gone with the world
+        return result
+
+
+async def test_fresh_proposals_are_not_read_again_when_the_program_ends(
+    tmp_path: Path, world: ProposalWorld
+) -> None:
+    """Only a change the session held before the program may have moved meanwhile (its
+    settling runs while the program does): one query per proposal would block the event
+    loop once per proposal, at every program's end."""
+    invoices = tuple(f"inv_{n}" for n in range(1, 21))
+    backend = CountingBackend(lambda artifacts: ok_result("done"), invoices=("inv_1",))
+    session = _session(world, tmp_path, invoices, backend)
+    paused = await _pause_directly(session, "inv_1")
+    backend.invoices = invoices
+
+    answer = await session.call("execute_code", {"code": "..."})
+
+    note = body(answer)["proposals"]
+    assert (note["status"], note["count"], note["already_waiting_ids"]) == (
+        "needs_approval",
+        19,
+        [paused],
+    )
+    assert backend.reread.count(paused) == 1
+    fresh = set(note["preview_ids"])
+    assert [p for p in backend.reread if p in fresh] == []
