@@ -37,13 +37,14 @@ from airlock.tools._errors import (
     UpstreamError,
 )
 from airlock.tools._preconditions import check_preconditions
-from airlock.tools._redact import redact
 from airlock.tools._spec import ToolSpec
 from airlock.tools._step_text import (
+    SecretForms,
     argument_secrets,
+    error_detail,
     failure_detail,
     failure_trace,
-    without_secrets,
+    secret_forms,
 )
 
 if TYPE_CHECKING:
@@ -147,6 +148,7 @@ class CallTrail:
         "_args",
         "_audit",
         "_ctx",
+        "_forms",
         "_recorded",
         "args_hash",
         "decision",
@@ -170,6 +172,7 @@ class CallTrail:
         self._audit = audit
         self._args = args
         self._ctx = ctx
+        self._forms: SecretForms | None = None
         self._recorded = False
 
     def record(
@@ -216,17 +219,24 @@ class CallTrail:
         if exc is not None:
             self.failed(exc)
 
+    def secret_forms(self, also: tuple[str, ...] = ()) -> SecretForms:
+        """The forms of the call's ``Secret()`` values as sent and of ``also`` (as validated,
+        which a handler got), made once: the first to ask names ``also``."""
+        if self._forms is None:
+            sent = argument_secrets(self._args, self.secret_fields) if self.secret_fields else ()
+            self._forms = secret_forms((*sent, *also))
+        return self._forms
+
     def failed(self, exc: BaseException) -> None:
         """Record how the call failed: a tool error with its outcome and code; anything else
         (a bug, a cancellation) as ``unknown``, never as success."""
-        # As sent: what a validator or handler raised may echo their Secret() values.
-        secrets = argument_secrets(self._args, self.secret_fields) if self.secret_fields else ()
+        forms, withheld = self.secret_forms(), self._withheld  # (as sent: see secret_forms)
         if isinstance(exc, ToolError):
             if exc.detail:  # kept on the error too: every later log of it says what this keeps
-                exc.detail = redact(without_secrets(exc.detail, secrets))
+                exc.detail = error_detail(exc.detail, forms, cause=exc.__cause__, withheld=withheld)
             self.record(exc.outcome, code=exc.code, detail=exc.detail)
         else:
-            self.record("unknown", detail=failure_detail(exc, secrets, withheld=self._withheld))
+            self.record("unknown", detail=failure_detail(exc, forms, withheld=withheld))
 
     @property
     def _withheld(self) -> bool:
@@ -241,14 +251,14 @@ class CallTrail:
         or ``upstream`` instead, its traceback logged without the call's Secret() values."""
         if isinstance(exc, ToolError) or not isinstance(exc, Exception):
             return self.failed(exc)
-        secrets = argument_secrets(self._args, self.secret_fields) if self.secret_fields else ()
+        forms = self.secret_forms()
         kind, withheld = type(exc).__name__, self._withheld
-        trace = failure_trace(exc, secrets, withheld=withheld)
+        trace = failure_trace(exc, forms, withheld=withheld)
         _log.warning("admission of %r raised %s:\n%s", self.tool, kind, trace)
         typed = InvalidInputError if self.stage == "validate" else UpstreamError
         said = f"checking this call failed ({kind}) before the tool ran; nothing was done"
-        error = typed(said, detail=failure_detail(exc, secrets, withheld=withheld))
-        self.failed(error)
+        error = typed(said, detail=failure_detail(exc, forms, withheld=withheld))
+        self.record(error.outcome, code=error.code, detail=error.detail)  # (cleaned: kept)
         raise error from None
 
 
@@ -270,6 +280,7 @@ def new_trail(audit: AuditLog, name: object, args: object, ctx: CallContext) -> 
     trail._audit = audit
     trail._args = args
     trail._ctx = ctx
+    trail._forms = None
     trail._recorded = False
     return trail
 

@@ -31,7 +31,7 @@ from airlock.tools._egress_hook import CURRENT
 from airlock.tools._errors import NotFoundError, ToolError, ToolTimeoutError, UpstreamError
 from airlock.tools._registration import CompiledTool
 from airlock.tools._spec import ToolSpec
-from airlock.tools._step_text import argument_secrets, failure_detail, failure_trace
+from airlock.tools._step_text import failure_detail, failure_forms, failure_trace
 
 if TYPE_CHECKING:
     from airlock.tools._admission import CallTrail
@@ -132,14 +132,15 @@ async def execute(
     except Exception as exc:
         _refuse_undeclared(check, trail, exc)
         # Its text may echo the call's Secret() arguments: logged and kept without them.
-        secrets = argument_secrets(values, spec.secret_fields)
+        # (Their forms made once, for every text of this failure: the trail's too.)
+        forms = failure_forms(values, spec.secret_fields, trail)
         _log.warning(
-            "tool %s raised %s:\n%s", spec.name, type(exc).__name__, failure_trace(exc, secrets)
+            "tool %s raised %s:\n%s", spec.name, type(exc).__name__, failure_trace(exc, forms)
         )
         raise UpstreamError(
             "the tool failed and may have acted; do not assume it did or did not",
             outcome="unknown",
-            detail=failure_detail(exc, secrets),
+            detail=failure_detail(exc, forms),
         ) from exc
     finally:
         check.closed = True  # (_egress.leave(), spelled out)

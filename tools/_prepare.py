@@ -14,7 +14,13 @@ from airlock.tools._egress import checked_invoke, reach_of
 from airlock.tools._errors import ToolError, ToolTimeoutError, UpstreamError
 from airlock.tools._preview import Preview, canonical_json
 from airlock.tools._step_effect import contract_of
-from airlock.tools._step_text import argument_secrets, failure_detail, failure_trace, kept_text
+from airlock.tools._step_text import (
+    argument_secrets,
+    failure_detail,
+    failure_forms,
+    failure_trace,
+    kept_text,
+)
 
 __all__ = ["model_message", "run_prepare"]
 
@@ -60,16 +66,16 @@ async def run_prepare(admission: Admission, principal: Principal, *, budget: flo
         if denial is not None:
             raise denial from exc
         # Its text may echo the call's Secret() arguments: logged and kept without them.
-        secrets = argument_secrets(admission.values, spec.secret_fields)
+        forms = failure_forms(admission.values, spec.secret_fields, admission.trail)
         _log.warning(
             "prepare of %s raised %s:\n%s",
             spec.name,
             type(exc).__name__,
-            failure_trace(exc, secrets),
+            failure_trace(exc, forms),
         )
         raise UpstreamError(
             "preparing the change failed; nothing was changed",
-            detail=failure_detail(exc, secrets),
+            detail=failure_detail(exc, forms),
         ) from exc
     denial = check.denial(admission.trail)
     if denial is not None:  # prepare caught the refusal itself: the call fails all the same

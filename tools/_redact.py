@@ -161,7 +161,10 @@ class _EscapedForm:
         """``None`` for a value of letters and digits only: it has no other form."""
         if value.isascii() and value.isalnum():
             return None
-        pattern = "".join(_char_forms(c) for c in value)
+        # Its first character starts no match inside a run of backslashes: where the run
+        # starts, its backslashes are taken whole, and a start at each of the rest would
+        # take them again (a text of backslashes would cost their number squared).
+        pattern = _char_forms(value[0], first=True) + "".join(map(_char_forms, value[1:]))
         anchor = max(re.split(r"[^A-Za-z0-9]+", value), key=len)
         reach = sum(1 if c.isascii() and c.isalnum() else _LONGEST_ESCAPE for c in value)
         return cls(re.compile(pattern), anchor, reach)
@@ -170,17 +173,19 @@ class _EscapedForm:
         return self.pattern.sub(REDACTED, text) if self.anchor in text else text
 
 
-def _char_forms(char: str) -> str:
-    """A pattern for ``char`` in each of its forms (see :class:`_EscapedForm`)."""
+def _char_forms(char: str, *, first: bool = False) -> str:
+    """A pattern for ``char`` in each of its forms (see :class:`_EscapedForm`); ``first``,
+    its escapes only where a run of backslashes starts."""
     if char.isascii() and char.isalnum():
         return char
     code = ord(char)
     hexa = _hex_any_case(code, 4)
     # The backslashes are taken possessively: a long run of them is one pass, not one a start.
+    run = r"(?<!\\)\\++" if first else r"\\++"
     if char == "\\":  # escaped, it is only more backslashes
-        forms = [rf"\\++(?:u{hexa})?"]
+        forms = [rf"{run}(?:u{hexa})?"]
     else:
-        forms = [re.escape(char), rf"\\++(?:{re.escape(char)}|u{hexa})"]
+        forms = [re.escape(char), rf"{run}(?:{re.escape(char)}|u{hexa})"]
     if code < 0x80:  # `%2F`, and `%252F` (a URL in a URL: encoded twice)
         forms.append(f"%(?:25)?{_hex_any_case(code, 2)}")
     return f"(?:{'|'.join(forms)})"

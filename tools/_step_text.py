@@ -21,23 +21,29 @@ from __future__ import annotations
 
 import traceback
 from collections.abc import Collection, Mapping
-from typing import Final
+from typing import Final, Protocol
 
 import pydantic_core
 from pydantic import BaseModel, ValidationError
 
 from airlock.tools._arguments import secret_fields_of
 from airlock.tools._redact import REDACTED, escape_controls, redact, redaction_reach
-from airlock.tools._secret_forms import secret_forms, without_forms
+from airlock.tools._secret_forms import MOST_SECRET_CHARS, SecretForms, secret_forms, without_forms
 from airlock.tools._write_contract import WriteContract
 
 __all__ = [
     "DETAIL_CHARS",
+    "TOO_MANY",
     "WITHHELD",
+    "SecretForms",
+    "Secrets",
     "argument_secrets",
+    "error_detail",
     "failure_detail",
+    "failure_forms",
     "failure_trace",
     "kept_text",
+    "secret_forms",
     "secret_values",
     "storable",
     "without_secrets",
@@ -57,12 +63,48 @@ def secret_values(contract: WriteContract, effect: Mapping[str, object]) -> tupl
     return tuple(value for value in values if isinstance(value, str) and value)
 
 
-def without_secrets(text: str, secrets: Collection[str]) -> str:
+Secrets = Collection[str] | SecretForms
+"""A call's ``Secret()`` values, or the forms :func:`secret_forms` made of them (made once,
+for every text of one failure)."""
+
+
+def _forms_of(secrets: Secrets) -> SecretForms:
+    return secrets if isinstance(secrets, SecretForms) else secret_forms(secrets)
+
+
+def without_secrets(text: str, secrets: Secrets) -> str:
     """``text`` with each of ``secrets`` replaced by :data:`REDACTED`, as written and as an
     encoder would spell it (:func:`~airlock.tools._secret_forms.secret_forms`: ``repr``,
-    JSON, URL-quoted, base64...). Every value is replaced, however short: its tool's author
-    marked it secret, and a garbled diagnostic costs less than a leaked one."""
-    return without_forms(text, secret_forms(secrets))
+    JSON, URL-quoted, base64...); :data:`TOO_MANY` if they are too many to look for (or
+    the text too long for as many as they spell, see :data:`_LONG_TEXT`). Every
+    value is replaced, however short: its tool's author marked it secret, and a garbled
+    diagnostic costs less than a leaked one."""
+    forms = _forms_of(secrets)
+    if forms.withheld or (len(forms.forms) > _FEW_FORMS and len(text) > _LONG_TEXT):
+        return TOO_MANY
+    cleaned = without_forms(text, forms.forms)
+    return TOO_MANY if cleaned is None else cleaned
+
+
+_FEW_FORMS: Final = 64
+_LONG_TEXT: Final = 64 * 1024
+"""A text :func:`without_secrets` cleans whole of more forms than :data:`_FEW_FORMS`, at
+most: every form found in it is a pass over all of it (a megabyte and 9,999 values of
+three letters, each found there: 22 s)."""
+
+
+class _Trail(Protocol):
+    def secret_forms(self, also: tuple[str, ...] = ()) -> SecretForms: ...
+
+
+def failure_forms(
+    values: Mapping[str, object], fields: Collection[str], trail: _Trail | None
+) -> SecretForms:
+    """The forms of the ``Secret()`` values among ``values`` (a call's validated arguments,
+    ``fields`` marked so), with those ``trail`` (its audit trail) holds as sent: made once
+    per failure, the trail keeping them for what it records."""
+    secrets = argument_secrets(values, fields)
+    return secret_forms(secrets) if trail is None else trail.secret_forms(secrets)
 
 
 def storable(text: str) -> str:
@@ -100,7 +142,10 @@ def argument_secrets(arguments: object, fields: Collection[str]) -> tuple[str, .
         elif value is None or isinstance(value, bool):
             continue  # (`True` would be replaced in every text)
         elif isinstance(value, int | float):
-            texts.append(str(value))
+            try:
+                texts.append(str(value))
+            except ValueError:  # an int of more digits than Python writes (4,300)
+                texts.append(_UNSPELLABLE)
         elif isinstance(value, Mapping):
             found.extend(value.values())
         elif isinstance(value, list | tuple | set | frozenset):
@@ -128,18 +173,51 @@ def _spellings(value: object, found: list[object]) -> list[str]:
     return spelled
 
 
-def failure_detail(exc: BaseException, secrets: Collection[str], *, withheld: bool = False) -> str:
+_UNSPELLABLE: Final = "\0" * (MOST_SECRET_CHARS + 1)
+"""Stands for a value with no text of its own (an int Python will not write in decimal):
+more than the forms of a call's values may spell, so a text that may quote it is withheld
+(:data:`TOO_MANY`)."""
+
+
+def failure_detail(exc: BaseException, secrets: Secrets, *, withheld: bool = False) -> str:
     """What the audit log keeps of ``exc``, an exception a tool's code raised (not a
     :class:`~airlock.tools.ToolError`, whose detail its author wrote): its type and text,
-    as :func:`kept_text` keeps them; ``withheld``, its type alone (see :data:`WITHHELD`)."""
-    return kept_text(f"{type(exc).__name__}: {_text_of(exc, withheld)}", secrets)
+    as :func:`kept_text` keeps them; ``withheld``, its type alone (see :data:`WITHHELD`),
+    and so too when ``secrets`` are too many to look for (:data:`TOO_MANY`)."""
+    forms, kind = _forms_of(secrets), type(exc).__name__
+    said = f"{kind}: {_text_of(exc, withheld, forms)}"
+    kept = said if forms.withheld else kept_text(said, forms)
+    return f"{kind}: {TOO_MANY}" if kept == TOO_MANY else kept
 
 
-def kept_text(text: str, secrets: Collection[str]) -> str:
+def kept_text(text: str, secrets: Secrets) -> str:
     """``text`` without ``secrets`` (the call's ``Secret()`` values, :func:`argument_secrets`),
-    its credentials redacted, then cut to :data:`DETAIL_CHARS` characters. In that order:
-    text cut first could keep the start of a credential that the cut leaves unrecognizable."""
-    return _cleaned_head(text, secret_forms(secrets), DETAIL_CHARS)[0]
+    its credentials redacted, then cut to :data:`DETAIL_CHARS` characters; :data:`TOO_MANY`
+    if the values are too many to look for. In that order: text cut first could keep the
+    start of a credential that the cut leaves unrecognizable."""
+    forms = _forms_of(secrets)
+    return TOO_MANY if forms.withheld else _cleaned_head(text, forms.forms, DETAIL_CHARS)[0]
+
+
+def error_detail(
+    detail: str, secrets: Secrets, *, cause: BaseException | None = None, withheld: bool = False
+) -> str:
+    """A :class:`~airlock.tools.ToolError`'s detail (its author wrote it, and it may quote
+    the call's arguments) as the audit log keeps it: as :func:`kept_text` keeps a text, but
+    cut to its first :data:`_TRACE_CHARS` characters (marked ``[cut]``), and whole when there
+    is no value to look for; ``withheld``, :data:`WITHHELD`. Where ``secrets`` are too many to
+    look for, :data:`TOO_MANY`; but the detail :func:`failure_detail` made then of the
+    error's ``cause`` (its type, and that mark) is kept as it is."""
+    forms = _forms_of(secrets)
+    if forms.withheld:
+        made = None if cause is None else f"{type(cause).__name__}: {TOO_MANY}"
+        return detail if detail == made else TOO_MANY
+    if withheld:
+        return WITHHELD
+    if not forms.forms:
+        return redact(detail)
+    kept, more = _cleaned_head(detail, forms.forms, _TRACE_CHARS)
+    return f"{kept}{_CUT}" if more else kept
 
 
 def _cleaned_head(text: str, forms: list[str], keep: int) -> tuple[str, bool]:
@@ -158,13 +236,16 @@ def _cleaned_head(text: str, forms: list[str], keep: int) -> tuple[str, bool]:
     enough = keep + (len(REDACTED) + 1) * reach
     end = enough + reach
     while True:
-        cleaned = redact(without_forms(text[:end], forms))
+        found = without_forms(text[:end], forms)
+        if found is None:  # (too long a read: the text is withheld, see TOO_MANY)
+            return TOO_MANY, False
+        cleaned = redact(found)
         if end >= len(text) or len(cleaned) >= enough:
             return cleaned[:keep], len(cleaned) > keep or end < len(text)
         end *= 2
 
 
-def failure_trace(exc: BaseException, secrets: Collection[str], *, withheld: bool = False) -> str:
+def failure_trace(exc: BaseException, secrets: Secrets, *, withheld: bool = False) -> str:
     """``exc``'s traceback for the operator log, with the exceptions it chained, without
     ``secrets`` and with credentials redacted. Its frames show file names and source lines,
     never values; the text of each exception (and its notes) may echo the call's arguments,
@@ -173,23 +254,29 @@ def failure_trace(exc: BaseException, secrets: Collection[str], *, withheld: boo
     line breaks and control characters escaped), and a validation error's text is written
     without its inputs (pydantic shortens a long one, which would hide it from the
     cleaning); ``withheld``, each exception's text and notes are left out (its frames
-    are kept)."""
+    are kept), and so too when ``secrets`` are too many to look for."""
     chain: list[BaseException] = []
     link: BaseException | None = exc
     while link is not None and len(chain) < _MOST_CHAINED:
         chain.append(link)
         link = link.__cause__ or (None if link.__suppress_context__ else link.__context__)
-    forms = secret_forms(secrets)
+    cleaning = _forms_of(secrets)
+    withheld = withheld or cleaning.withheld
+    forms = cleaning.forms
     parts: list[str] = []
     for later, link in zip([None, *chain], chain, strict=False):
         if later is not None:
             parts.append(_CAUSED if later.__cause__ is link else _DURING)
-        frames = redact(without_forms("".join(traceback.format_tb(link.__traceback__)), forms))
+        listed = "".join(traceback.format_tb(link.__traceback__))
+        frames = redact(without_forms(listed, forms) or "")  # (source lines: never values)
         notes = None if withheld else getattr(link, "__notes__", None)
         told = "".join(f"\n{note}" for note in notes) if isinstance(notes, list) else ""
         said, more = _cleaned_head(
-            f"{type(link).__name__}: {_text_of(link, withheld)}{told}", forms, _TRACE_CHARS
+            f"{type(link).__name__}: {_text_of(link, withheld, cleaning)}{told}",
+            forms,
+            _TRACE_CHARS,
         )
+        said = f"{type(link).__name__}: {TOO_MANY}" if said == TOO_MANY else said
         head = "Traceback (most recent call last):\n" if frames else ""
         # Escaped once cleaned (a secret is matched as it was written): the text and notes
         # on one line, which nothing they say can break into a forged log line.
@@ -211,12 +298,18 @@ WITHHELD: Final = "[text withheld: this tool has secret fields]"
 """An exception's text, where it may quote a ``Secret()`` value in a form its call's
 values do not spell: one a validator raised after validation changed the value (stripped
 it, lower-cased it) is kept as its type alone."""
+TOO_MANY: Final = "[text withheld: too many secret values to look for]"
+"""A text that may quote a call's ``Secret()`` values when they spell more than
+:data:`~airlock.tools._secret_forms.MOST_SECRET_CHARS` characters, or a long text when
+they spell many forms: not cleaned (the event loop would wait seconds) but left out whole."""
 
 
-def _text_of(exc: BaseException, withheld: bool = False) -> str:
+def _text_of(exc: BaseException, withheld: bool = False, forms: SecretForms | None = None) -> str:
     """``str(exc)``, but a validation error's without the values it was given, and a text
     even when ``__str__`` fails (the record of the failure must not be lost);
-    :data:`WITHHELD` if ``withheld``."""
+    :data:`WITHHELD` if ``withheld``, :data:`TOO_MANY` if ``forms`` are."""
+    if forms is not None and forms.withheld:
+        return TOO_MANY
     if withheld:
         return WITHHELD
     if isinstance(exc, ValidationError):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+import time
 from collections.abc import Callable
 from urllib.parse import quote
 
@@ -85,3 +86,27 @@ def test_a_bare_credential_value_still_ends_at_an_escaped_line_break(
     text: str, cleaned: str
 ) -> None:
     assert redact(text) == cleaned
+
+
+# name: (a remembered value whose first character is not a letter or digit; filler text)
+SLOW: dict[str, tuple[str, str]] = {
+    "slash first, a run of backslashes": ("/s3cr3t-value/", "\\"),
+    "backslash first, a run of backslashes": ("\\s3cr3t-value2", "\\"),
+    "plus first, backslash pairs": ("+s3cr3t-value3", "\\\\"),
+}
+
+
+@pytest.mark.parametrize("case", SLOW)
+def test_a_remembered_credential_is_looked_for_in_one_pass_of_a_run_of_backslashes(
+    case: str,
+) -> None:
+    value, filler = SLOW[case]
+    remember_secret(value)
+    text = "s3cr3t " + filler * (200_000 // len(filler))
+    started = time.perf_counter()
+    assert redact(text) == text
+    # Each place in the run used to start a match that took the rest of it: 7 s for these
+    # 200,000 backslashes, minutes for a megabyte.
+    assert time.perf_counter() - started < 0.5
+    escaped = "\\" * 3 + value.replace("-", "\\u002d")  # escaped: still found whole
+    assert redact(f"a {escaped} b") == f"a {REDACTED} b"

@@ -12,6 +12,7 @@ import decimal
 import ipaddress
 import json
 import logging
+import re
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -36,11 +37,18 @@ from airlock.tools import (
     RunAuthority,
     Secret,
     ToolError,
+    UpstreamError,
     WritePath,
     write_tool,
 )
 from airlock.tools._audit_log import AuditLog
-from airlock.tools._step_text import argument_secrets, failure_detail, failure_trace
+from airlock.tools._step_text import (
+    TOO_MANY,
+    WITHHELD,
+    argument_secrets,
+    failure_detail,
+    failure_trace,
+)
 from tests.tools.stores import open_ledger
 
 pytestmark = pytest.mark.anyio
@@ -162,12 +170,22 @@ def _kept_nowhere(
 PINS = {
     "ascii with symbols": 'Zq9-hunter2 pass/word+"x"\\end',
     "not ascii": "pässwört-Ω-77 ünd/mehr",
+    "not ascii with symbols": 'pä"ss-Wörd\\42/x',
 }
 
 
 def _b64_core(blob: str) -> str:
     """The middle of a base64 text: what holds no bit of the bytes around the value."""
     return blob[4:-4]
+
+
+def _php(value: object) -> str:
+    """JSON as PHP writes it: ``/`` as ``\\/``."""
+    return json.dumps(value).replace("/", "\\/")
+
+
+def _lower_hex(text: str) -> str:
+    return re.sub("%[0-9A-F]{2}", lambda m: m[0].lower(), text)
 
 
 def _b64(data: str) -> str:
@@ -192,6 +210,32 @@ FORMS: dict[str, tuple[Callable[[str], str], Callable[[str], str]]] = {
     "json twice": (
         lambda v: json.dumps(json.dumps({"pin": v})),
         lambda v: json.dumps(json.dumps(v))[3:-3],
+    ),
+    "json twice, the inner layer not ascii": (
+        lambda v: json.dumps(json.dumps({"pin": v}, ensure_ascii=False)),
+        lambda v: json.dumps(json.dumps(v, ensure_ascii=False))[3:-3],
+    ),
+    "json twice, the outer layer not ascii": (
+        lambda v: json.dumps(json.dumps({"pin": v}), ensure_ascii=False),
+        lambda v: json.dumps(json.dumps(v), ensure_ascii=False)[3:-3],
+    ),
+    "json twice, neither layer ascii": (
+        lambda v: json.dumps(json.dumps({"pin": v}, ensure_ascii=False), ensure_ascii=False),
+        lambda v: json.dumps(json.dumps(v, ensure_ascii=False), ensure_ascii=False)[3:-3],
+    ),
+    "json, slash escaped (PHP)": (lambda v: _php({"pin": v}), lambda v: _php(v)[1:-1]),
+    "json twice, slash escaped": (
+        lambda v: _php(_php({"pin": v})),
+        lambda v: _php(_php(v))[3:-3],
+    ),
+    "url-quoted, lower-case hex": (
+        lambda v: f"?pin={_lower_hex(quote(v, safe=''))}",
+        lambda v: _lower_hex(quote(v, safe="")),
+    ),
+    "url path, lower-case hex": (lambda v: _lower_hex(quote(v)), lambda v: _lower_hex(quote(v))),
+    "form-encoded, slash kept": (
+        lambda v: f"pin={quote_plus(v, safe='/')}&x=1",
+        lambda v: quote_plus(v, safe="/"),
     ),
     "unicode_escape": (
         lambda v: f"got {v.encode('unicode_escape').decode()}",
@@ -284,6 +328,20 @@ async def test_a_secret_that_is_not_a_string_is_kept_nowhere(
     _kept_nowhere(hidden, error, world, caplog)
 
 
+@pytest.mark.parametrize("value", [7 * 10**5000 + 123456789, -(10**4300)], ids=["long", "negative"])
+async def test_an_int_longer_than_python_writes_is_withheld_not_raised(
+    value: int, make_world: Callable[[Any, Callable[[Any], str]], World]
+) -> None:
+    world = make_world(Annotated[int, Secret()], str)
+    error = await world.call("read", value)  # (it raised ValueError, not a tool error)
+    assert error.code == "invalid_input"
+    try:
+        raise RuntimeError(f"account ending {value % 10**9} refused")
+    except RuntimeError as exc:
+        detail = failure_detail(exc, argument_secrets({"pin": value}, {"pin"}))
+    assert detail == f"RuntimeError: {TOO_MANY}"
+
+
 @pytest.mark.parametrize(
     ("value", "found"),
     [
@@ -335,6 +393,37 @@ async def test_a_secret_a_validator_changed_then_echoed_is_kept_nowhere(
     assert error.code == "invalid_input"
     _kept_nowhere(hidden, error, world, caplog)
     assert "RuntimeError: [text withheld" in world.recorded()
+
+
+def _refused(pin: str) -> str:
+    raise UpstreamError("the pin service refused", detail=f"pin service rejected {pin}")
+
+
+# name: (what the validator raises, given the value as validation changed it; the code)
+VALIDATOR_RAISES: dict[str, tuple[Callable[[str], str], str]] = {
+    "an exception": (_rejected, "invalid_input"),
+    "a tool error with a detail": (_refused, "upstream"),
+}
+
+
+@pytest.mark.parametrize("case", VALIDATOR_RAISES)
+async def test_what_a_validator_raises_of_a_changed_secret_is_withheld(
+    case: str,
+    make_world: Callable[[Any, Callable[[Any], str]], World],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    check, code = VALIDATOR_RAISES[case]
+    change = StringConstraints(to_lower=True)
+    annotation = Annotated[str, Secret(), change, Field(max_length=64), AfterValidator(check)]
+    world = make_world(annotation, str)
+    with caplog.at_level(logging.DEBUG, logger="airlock"):
+        error = await world.call("read", "Hunter2-Secret")
+    assert error.code == code
+    hidden = "hunter2-secret"
+    assert hidden not in (error.detail or "")
+    assert hidden not in world.recorded()
+    assert hidden not in caplog.text
+    assert (error.detail or "").endswith(WITHHELD)
 
 
 def test_the_withheld_text_keeps_the_type_and_the_frames() -> None:
