@@ -30,8 +30,9 @@ next program's own time, name by name), a kept function is defined (not called) 
 of at most :data:`MAX_DEFINITION_CHARS` whose ``def`` is as :func:`definition` keeps it
 (:func:`restorable`), and no module is imported that is not loaded already, nor any attribute
 looked up but where it is stored (``airlock_kept_modules``). What restoring costs is bounded
-too: every entry is restored first in a throwaway child, within a second and a share of the
-memory, and only what it finished is restored for the program (``airlock_kept_trial``). An
+too: every entry is restored first in a throwaway child, within a share of the memory, and
+only what it finished is restored for the program, as long as the trial and restoring again
+take a second in all (``airlock_kept_trial``). An
 entry refused is left out, and the next program told so on its stderr. The file itself is read
 before the next program is known, in one pass and within bounds, whatever stands there
 (``airlock_kept_file``).
@@ -39,6 +40,7 @@ before the next program is known, in one pass and within bounds, whatever stands
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import pickle
@@ -112,9 +114,10 @@ class KeptGlobals:
     def read(self, *, seconds: float = TRIAL_SECONDS, memory: int | None = None) -> None:
         """Read what the previous program left; a damaged file leaves nothing kept, and so
         does whatever else a program put in its place (see ``airlock_kept_file``). Unless
-        nothing is kept, every name is then restored in a child first, within ``seconds``
-        and ``memory`` bytes (by default, a share of the container's): a name it did not
-        restore within them is left out (see ``airlock_kept_trial``)."""
+        nothing is kept, every name is then restored in a child first, within ``memory``
+        bytes (by default, a share of the container's): a name it did not restore, or whose
+        restoring again would take the trial and :meth:`restore` together over ``seconds``,
+        is left out (see ``airlock_kept_trial``)."""
         try:
             names = decode_names(read_regular(self.path, MAX_KEPT_BYTES))
         except FileNotFoundError:
@@ -274,12 +277,30 @@ class KeptGlobals:
             over = f"with the other data, over {MAX_KEPT_BYTES:,} bytes"
             dropped.extend(f"{name} ({over})" for name in data)
             payload = encode_names({}, functions, modules)
-        temporary = temporary_file(self.path)
-        with open(temporary, "wb") as file:
-            file.write(payload)
-        os.replace(temporary, self.path)
+        self._write(payload)
         if dropped:
             self.notes.append(", ".join(sorted(dropped)))
+
+    def _write(self, payload: bytes) -> None:
+        """Put ``payload`` where the names wait, or nothing at all (raising ``OSError``).
+
+        The previous names go first: ``/tmp``, a small tmpfs, need not hold them and these at
+        once (names of half its size could never be written again), and names not written
+        leave nothing kept, never an older program's. ``payload`` is written aside and moved
+        in whole, so a process ended midway leaves no file cut short where the names wait (the
+        zygote removes the one aside: ``airlock_kept_file.clear_way``)."""
+        temporary = temporary_file(self.path)
+        try:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path)
+            with open(temporary, "wb") as file:
+                file.write(payload)
+            os.replace(temporary, self.path)
+        except OSError:
+            for leftover in (temporary, self.path):
+                with contextlib.suppress(OSError):  # (a directory stays for the zygote)
+                    os.unlink(leftover)
+            raise
 
     def _function_source(
         self,

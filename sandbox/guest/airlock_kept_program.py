@@ -2,11 +2,12 @@
 
 Standard library only. The zygote (``airlock_zygote``) forks this process as soon as the
 container is clear after the previous program, with a connection of its own to the host.
-While it waits, it loads the seccomp layer all modes share, starts capturing its stdout and
-stderr and reads what the earlier programs kept (``airlock_kept``). Once the zygote has said
-``hello`` for it, it waits a moment for its program, then warms up (a fresh process pays for
-its first touch of each page it shares with the zygote: here, rather than in the run), and
-receives its ``run`` frame on its connection, adds its mode's layer and runs it.
+While it waits, it opens ``/dev/null`` afresh for its standard streams (nothing a program
+sets on them reaches the next), loads the seccomp layer all modes share, starts capturing its
+stdout and stderr and reads what the earlier programs kept (``airlock_kept``). Once the
+zygote has said ``hello`` for it, it waits a moment for its program, then warms up (a fresh
+process pays for its first touch of each page it shares with the zygote: here, rather than in
+the run), and receives its ``run`` frame on its connection, adds its mode's layer and runs it.
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ def run(
     """Get ready while the program is not known yet (``ahead``: the host's ``keep`` and the
     ``mode`` it expects), then, once the zygote has said ``hello`` for this process
     (``started``), receive the program on ``connection`` and run it with ``execute``."""
+    _own_null()
     # A failure to load the shared layer is met again, and reported, by confine() below.
     confine_ahead()
     captures = (StreamCapture(1, _OUTPUT_LIMIT, None), StreamCapture(2, _OUTPUT_LIMIT, None))
@@ -105,6 +107,19 @@ def run(
     result = execute(request, finish, tools, kept, captures)
     artifacts.deliver(connection.send, request, result)
     finish(result)
+
+
+def _own_null() -> None:
+    """Point stdin, stdout and stderr at a ``/dev/null`` of this process's own (the captures'
+    copies are made from them later). Forked as they are, they are the zygote's open file
+    description, shared with every program's process: flags set there (``F_SETFL``'s
+    ``O_NONBLOCK``, ``F_SETSIG``'s signal) would reach the next program, even a clean one."""
+    null = os.open(os.devnull, os.O_RDWR)
+    try:
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+    finally:
+        os.close(null)
 
 
 def _readable(connection: Connection, wait_ms: int) -> bool:

@@ -7,10 +7,12 @@ of C that no signal interrupts; integer keys that all hash alike take time that 
 square of their number; a memo reference repeated builds 13 times its bytes. Rather than bound
 each such cost on its own (the next one found would be missed), the next program's process
 first restores every entry in a child forked for that (:func:`tried`): with no descriptor of
-its parent's (it never reaches the bridge, nor the program's output), within
-:data:`TRIAL_SECONDS` of wall time, and within a share of the container's memory
-(:func:`memory_budget`). The process then restores only what the child finished within those
-bounds: what it restores costs it no more than the child spent.
+its parent's (it never reaches the bridge, nor the program's output), and within a share of the
+container's memory (:func:`memory_budget`). The child says how long each entry took it, and
+the process then restores only the entries the child finished, in order, while the time it
+waited for the child and the time they took the child add up to :data:`TRIAL_SECONDS` at most:
+restoring them again costs it about what they cost the child, so trying and restoring together
+cost the next program about that second, never the child's second and as much again.
 
 The child is forked while the process waits for its program, before its program's seccomp
 layer (restricted mode's refuses ``fork``), after its output's reader threads started: the
@@ -32,10 +34,10 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
 TRIAL_SECONDS = 1.0
-"""Wall time the child has to restore every entry. The program's deadline is not known yet
-when its process reads the names (ahead of its program), so it is a fixed part of any: a
-forged file costs the next program at most this in the child, and as much again restoring what
-the child finished."""
+"""Wall time that trying the entries in the child and restoring again those it finished take
+together, at most (see the module). The program's deadline is not known yet when its process
+reads the names (ahead of its program), so it is a fixed part of any: a forged file costs the
+next program about this."""
 MEMORY_SHARE = 4
 """The child may take ``1 / MEMORY_SHARE`` of the container's memory (see
 :func:`memory_budget`): what restoring the names takes, the program no longer has, and the
@@ -53,6 +55,8 @@ COSTLY = "costly"
 UNCHECKED = "unchecked"
 """No child could be made: do not restore it."""
 _MARKS = {b"+": DONE, b"-": REFUSED}
+_RECORD = 9
+"""Bytes the child writes for a step: its mark, then the microseconds it took."""
 
 
 def tried(
@@ -62,12 +66,14 @@ def tried(
     memory: int | None = None,
 ) -> list[str]:
     """Run ``steps`` in order in a child of this process that holds what each returns,
-    within ``seconds`` and ``memory`` bytes more than this process maps (by default,
-    :func:`memory_budget`); what became of each: :data:`DONE`, :data:`REFUSED` (it raised),
-    :data:`COSTLY` (the bounds were reached first, or it failed for memory) or
-    :data:`UNCHECKED` (no child could be made)."""
+    within ``memory`` bytes more than this process maps (by default, :func:`memory_budget`);
+    what became of each: :data:`DONE`, :data:`REFUSED` (it raised), :data:`COSTLY` (it was not
+    finished, or failed for memory, while the wait for the child and the time the steps
+    finished took the child added up to ``seconds``) or :data:`UNCHECKED` (no child could be
+    made). Taking the steps not costly again then takes about ``seconds`` with the trial."""
     if not steps:
         return []
+    started = time.monotonic()
     budget = memory_budget() if memory is None else memory
     read_end, write_end = os.pipe()
     try:
@@ -85,36 +91,45 @@ def tried(
             os._exit(0)
     os.close(write_end)
     try:
-        marks = _marks(read_end, len(steps), time.monotonic() + seconds)
+        outcomes = _outcomes(read_end, len(steps), started + seconds)
     finally:
         os.close(read_end)
         with contextlib.suppress(ProcessLookupError):
             os.kill(child, signal.SIGKILL)
         os.waitpid(child, 0)
-    outcomes = [_MARKS.get(marks[i : i + 1], COSTLY) for i in range(len(marks))]
     return outcomes + [COSTLY] * (len(steps) - len(outcomes))
 
 
-def _marks(read_end: int, count: int, deadline: float) -> bytes:
-    """What the child wrote on ``read_end`` (a mark a step) until it wrote ``count`` marks,
-    ended, or ``deadline`` passed."""
+def _outcomes(read_end: int, count: int, end: float) -> list[str]:
+    """What the child said on ``read_end`` of the first steps (a record a step: its mark and
+    the microseconds it took), until it said ``count``, ended, or restoring again what it
+    finished would no longer be over by ``end``: a step that would not fit is not taken."""
     waiting = select.poll()  # poll, not select: gVisor refuses select() to the runner
     waiting.register(read_end, select.POLLIN)
-    marks = b""
-    while len(marks) < count:
-        left = deadline - time.monotonic()
+    outcomes: list[str] = []
+    pending = b""
+    spent = 0.0  # what restoring again the steps taken will cost, as the child measured it
+    while len(outcomes) < count:
+        left = end - spent - time.monotonic()
         if left <= 0 or not waiting.poll(max(1, int(left * 1000))):
             break
-        chunk = os.read(read_end, count)
+        chunk = os.read(read_end, _RECORD * (count - len(outcomes)))
         if not chunk:
             break
-        marks += chunk
-    return marks
+        pending += chunk
+        while len(pending) >= _RECORD and len(outcomes) < count:
+            record, pending = pending[:_RECORD], pending[_RECORD:]
+            took = int.from_bytes(record[1:], "big") / 1_000_000
+            if time.monotonic() + spent + took > end:
+                return outcomes
+            spent += took
+            outcomes.append(_MARKS.get(record[:1], COSTLY))
+    return outcomes
 
 
 def _run_child(steps: Sequence[Callable[[], object]], write_end: int, budget: int) -> None:
     """The child: let go of every descriptor but ``write_end``, bound its memory, run the
-    steps holding what each returns, and write a mark for each."""
+    steps holding what each returns, and write a record for each (see :func:`_outcomes`)."""
     for fd in [int(fd) for fd in os.listdir("/proc/self/fd")]:
         if fd != write_end:
             with contextlib.suppress(OSError):  # (the listing's own, closed already)
@@ -130,6 +145,7 @@ def _run_child(steps: Sequence[Callable[[], object]], write_end: int, budget: in
         )
     held: list[object] = []
     for step in steps:
+        began = time.perf_counter()
         try:
             held.append(step())
             mark = b"+"
@@ -137,7 +153,8 @@ def _run_child(steps: Sequence[Callable[[], object]], write_end: int, budget: in
             return
         except Exception:
             mark = b"-"
-        os.write(write_end, mark)
+        took = max(0, round((time.perf_counter() - began) * 1_000_000))
+        os.write(write_end, mark + took.to_bytes(_RECORD - 1, "big"))
 
 
 def _mapped_bytes() -> int:

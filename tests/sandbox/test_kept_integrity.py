@@ -141,8 +141,9 @@ SECOND = textwrap.dedent("""
 """)
 
 _NAMES = load_guest("airlock_kept").GLOBALS_FILE
+# The program's own names would be written over what it left: it patches its process's keep.
 _OWN_NAMES_BLOCKED = (
-    f"import os\nos.mkdir({load_guest('airlock_kept_file').temporary_file(_NAMES)!r})\n"
+    "import os, sys\nsys.modules['airlock_kept'].KeptGlobals.keep = lambda *args, **kwargs: None\n"
 )
 # A pickle of a dictionary of 60,000 integers that all hash alike, made without building it:
 # loading it would take minutes (tests/sandbox/test_kept_globals.py's colliding_integers).
@@ -161,8 +162,8 @@ NAMES_IN_THE_WAY = {
     + _COLLIDING
     + f"open({_NAMES!r}, 'wb').write(b''.join(parts) + b'u.')\n'first'",
 }
-"""First programs that leave something else where the kept names wait, with a directory where
-their own names would be written first, so that nothing writes over it."""
+"""First programs that leave something else where the kept names wait, and keep their own
+names from being written over it."""
 
 FULL = SandboxProfile(language_mode="full", timeout_s=DEADLINE_S)
 NEXT_THREADS = 3

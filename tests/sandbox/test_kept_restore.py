@@ -269,15 +269,15 @@ SECOND = textwrap.dedent("""
 
 
 def _forger(entries: dict[str, Any]) -> str:
-    """A first program that writes the good names and ``entries`` where the names wait, with
-    a directory in the way of its own names, so that nothing writes over them."""
+    """A first program that writes the good names and ``entries`` where the names wait, and
+    patches its process's ``keep`` so that its own names are not written over them."""
     blob = kept_file.encode_names(
         {**GOOD_DATA, **entries.get("data", {})},
         {**GOOD_FUNCTIONS, **entries.get("functions", {})},
         {**GOOD_MODULES, **entries.get("modules", {})},
     )
     return (
-        f"import os\nos.mkdir({kept_file.temporary_file(_NAMES)!r})\n"
+        "import sys\nsys.modules['airlock_kept'].KeptGlobals.keep = lambda *args, **kwargs: None\n"
         f"open({_NAMES!r}, 'wb').write({blob!r})\n'first'"
     )
 

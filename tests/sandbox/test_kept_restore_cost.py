@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import pickle
 import sys
 import textwrap
 import time
@@ -194,6 +195,45 @@ def test_names_that_cost_little_all_come_back_checked(tmp_path: Path) -> None:
     assert (namespace["n"], namespace["add"]([1, 2]), namespace["json"].dumps(1)) == (7, 3, "1")
 
 
+SLOW_ENTRY_S = 0.15
+SLOW_ENTRIES = 8
+MARGIN_S = 0.3
+"""What forking the child and reading the file may add to the second (a loaded machine)."""
+
+
+def test_a_forged_file_costs_the_next_process_a_second_at_most_in_all(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Entries that each take SLOW_ENTRY_S to restore: the child finishes some of them; the
+    # process restores again only as many as fit in what is left of the second.
+    path = tmp_path / "names"
+    data = {f"v{i}": pickle.dumps(i, protocol=5) for i in range(SLOW_ENTRIES)}
+    path.write_bytes(kept_file.encode_names(data, {}, {}))
+    loads_data = kept.loads_data
+
+    def slow(blob: bytes) -> object:
+        time.sleep(SLOW_ENTRY_S)
+        return loads_data(blob)
+
+    monkeypatch.setattr(kept, "loads_data", slow)
+    namespace: dict[str, Any] = {}
+    started = time.monotonic()
+    reader = kept.KeptGlobals(str(path))
+    reader.read(memory=64 * MiB)
+    reader.restore(namespace, lambda text: compile(text, "<kept>", "exec"))
+    took = time.monotonic() - started
+
+    restored = sorted(
+        (name for name in namespace if name.startswith("v")), key=lambda n: int(n[1:])
+    )
+    assert took < kept.TRIAL_SECONDS + MARGIN_S, took
+    assert 1 <= len(restored) < SLOW_ENTRIES, restored
+    assert restored == [f"v{i}" for i in range(len(restored))]
+    assert [namespace[name] for name in restored] == list(range(len(restored)))
+    left_out = [note.split(" ")[0] for note in reader.notes]
+    assert left_out == [f"v{i}" for i in range(len(restored), SLOW_ENTRIES)], reader.notes
+
+
 def test_an_empty_file_of_names_forks_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -289,9 +329,17 @@ SECOND = textwrap.dedent("""
 """)
 
 
+OWN_NAMES_UNWRITTEN = (
+    "import sys\nsys.modules['airlock_kept'].KeptGlobals.keep = lambda *args, **kwargs: None\n"
+)
+"""What a full-mode program does so that its own names are not written over a file it left
+where the names wait: it patches its process's ``keep`` (its process, and the patch, end
+with it)."""
+
+
 def _forger(entries: dict[str, dict[str, str]]) -> str:
     """A first program that writes the file of names holding ``entries`` where the names
-    wait, with a directory in the way of its own names, so that nothing writes over them."""
+    wait, and keeps its own names from being written over them."""
     encoder = textwrap.dedent(f"""
         def encode_names(data, functions, modules):
             def field(b):
@@ -304,8 +352,7 @@ def _forger(entries: dict[str, dict[str, str]]) -> str:
             return b"".join(parts)
     """)
     return (
-        f"import os\n{encoder}\n{_blob_code(entries)}\n"
-        f"os.mkdir({kept_file.temporary_file(_NAMES)!r})\n"
+        f"{OWN_NAMES_UNWRITTEN}{encoder}\n{_blob_code(entries)}\n"
         f"open({_NAMES!r}, 'wb').write(blob)\n'first'"
     )
 
@@ -361,3 +408,30 @@ async def test_the_next_program_answers_in_time_whatever_the_file_costs(
         assert note in second.stderr, second.stderr
     assert (third.status, third.value) == ("ok", [7, 3, False]), third
     assert kept_sandbox.starts == 1
+
+
+FORGED_SLOW = 8
+BUDGET_DEADLINE_S = 1.5
+"""A deadline that a trivial program meets unless restoring the names costs it more than its
+second (a forged file once cost it the child's second and as much again)."""
+
+
+@pytest.mark.docker
+@pytest.mark.anyio
+async def test_a_forged_file_costs_the_next_program_a_second_at_most(
+    backend: DockerBackend,
+) -> None:
+    entries = _entries(None, None)
+    # Entries of about 0.2 s each (6,000 integer keys that hash alike): more than a second's.
+    entries["data"].update({f"v{i}": "colliding_keys(6_000)" for i in range(FORGED_SLOW)})
+    short = backend.profile.model_copy(update={"timeout_s": BUDGET_DEADLINE_S})
+    kept_sandbox = backend.keep(ALICE, idle_timeout=60)
+    try:
+        first = await kept_sandbox.run(_forger(entries))
+        second = await kept_sandbox.run("[n, add([1, 2]), 1 + 1]", profile=short)
+    finally:
+        await kept_sandbox.close()
+
+    assert first.status == "ok", first
+    assert (second.status, second.value) == ("ok", [7, 3, 2]), second
+    assert "too costly to restore here" in second.stderr, second.stderr
