@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from airlock.sandbox.guest.airlock_kept_file import clear_way
     from airlock.sandbox.guest.airlock_language import compile_program
     from airlock.sandbox.guest.airlock_output import StreamCapture
+    from airlock.sandbox.guest.airlock_spare import ProgramStart
 else:
     import airlock_artifacts as artifacts
     import airlock_clearing as clearing
@@ -63,11 +64,12 @@ def prepare(ahead: dict[str, Any]) -> None:
 
 
 def run(
-    connection: Connection, ahead: dict[str, Any], started: Callable[[], bool], execute: Execute
+    connection: Connection, ahead: dict[str, Any], start: ProgramStart, execute: Execute
 ) -> None:
     """Get ready while the program is not known yet (``ahead``: the host's ``keep`` and the
     ``mode`` it expects), then, once the zygote has said ``hello`` for this process
-    (``started``), receive the program on ``connection`` and run it with ``execute``."""
+    (``start``), receive the program on ``connection`` and run it with ``execute``; the
+    zygote ends it by the ``run`` frame's ``deadline_s`` (no watchdog of its own)."""
     _own_null()
     # A failure to load the shared layer is met again, and reported, by confine() below.
     confine_ahead()
@@ -75,7 +77,7 @@ def run(
     kept = None if ahead.get("keep") == "clean" else KeptGlobals()
     if kept is not None:
         kept.read()
-    if not started():
+    if not start.wait():
         return
     # Not at once: a program that follows its predecessor at once is on its way now (and
     # waits less for this process than for its warm-up), and the predecessor's result may
@@ -97,6 +99,7 @@ def run(
         return  # the host let this process go unused
     if request.get("type") != wire.RUN:
         return
+    start.begin(request.get("deadline_s"))
 
     def finish(result: dict[str, Any]) -> None:
         connection.send({"type": wire.DONE, "result": result})

@@ -18,8 +18,8 @@ Life of a runner (one per container, one program per runner):
    started for a run already waiting, ``airlock_wire.RUN_WAITING``: no idle time to hide it);
 3. send ``hello`` (protocol version, pid) and wait for one ``run`` frame;
 4. run the program with stdout/stderr captured at the file-descriptor level and capped (a
-   program with top-level ``await`` runs on an event loop of its own), and end it (exit) if
-   the host hangs up or the ``run`` frame's ``deadline_s`` passes (``airlock_deadline``);
+   program with top-level ``await`` runs on an event loop of its own), ended (exit) if the
+   host hangs up or the ``run`` frame's ``deadline_s`` passes (``airlock_deadline``);
 5. send the files it left in ``/out`` as ``artifact`` frames when the ``run`` frame asks for
    them (``airlock_artifacts``), then ``done`` with the structured result, and exit; the
    host destroys the container. A run that failed with no limit named waits first (at most
@@ -48,7 +48,6 @@ _GUEST_DIR = os.path.dirname(os.path.abspath(__file__))
 manifest are there."""
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
     from typing import Any
 
     # Kept conversations' modules (noqa) load where used, never in a one-program runner.
@@ -87,6 +86,7 @@ if TYPE_CHECKING:
         too_large,
         usage,
     )
+    from airlock.sandbox.guest.airlock_spare import ProgramStart
 else:
     # The interpreter runs isolated (-I -S): nothing is on the path but the standard
     # library. The guest's modules (airlock_wire among them) and packages sit beside us.
@@ -128,8 +128,7 @@ _EVIDENCE_WAIT_S = 2.0
 
 
 class _FinalValue:
-    """Holds the value a program sets with ``result(value)``, and the limits it must fit (the
-    ``run`` frame's, or the defaults)."""
+    """The value a program sets with ``result(value)``, and the limits it must fit (run frame's)."""
 
     __slots__ = ("is_set", "limit_bytes", "limit_elements", "value")
 
@@ -159,7 +158,6 @@ def execute(
     ``captures`` are stdout's and stderr's captures started ahead (else started here).
     """
     tools = tools if tools is not None else Tools(None, [])
-    deadline.end_by(request.get("deadline_s"))  # a backstop: the host ends it sooner
     limit_calls(request.get("max_call_frame_bytes"))
     source = request["program"]
     mode = request.get("mode", "restricted")
@@ -352,6 +350,7 @@ def main(argv: list[str]) -> int:
     os.environ.clear()
     connection = Connection(socket_path)
     isolate_descriptors(connection.fileno())
+    backstops = deadline.Backstops(connection.fileno())  # the host's end watched from now on
     image_imports = image.prepare(image.read_manifest(_GUEST_DIR, wire.IMAGE_MANIFEST))
     # An image's packages are imported here whatever comes: they read the environment,
     # which is emptied before any program runs.
@@ -375,25 +374,26 @@ def main(argv: list[str]) -> int:
         if not TYPE_CHECKING:  # for a kept conversation only: its programs fork from here
             import airlock_kept_program as kept_program
             import airlock_zygote as zygote
+        backstops.drop()  # the zygote ends its programs and itself
         if not warmed:
             warm_up(wire.WARM_UP_IMPORTS, image_imports)
         return zygote.serve(connection, socket_path, request, _run_kept, kept_program.prepare)
-    deadline.end_with_host(connection.fileno())  # (a kept runner's zygote ends its programs)
     # The second seccomp layer, before any of the program's code runs; no layer, no run.
     confine(request.get("mode"), refuse=finish)
+    backstops.end_by(request.get("deadline_s"))  # a backstop: the host ends it sooner
     result = execute(request, finish, tools)
     artifacts.deliver(connection.send, request, result)
     finish(result)
     return 0
 
 
-def _run_kept(connection: Connection, ahead: dict[str, Any], started: Callable[[], bool]) -> None:
+def _run_kept(connection: Connection, ahead: dict[str, Any], start: ProgramStart) -> None:
     """One kept program, in the process forked for it (``airlock_kept_program``)."""
     global _RUNNER_PID
     _RUNNER_PID = os.getpid()  # a child the program forks must never report for it
     if not TYPE_CHECKING:
         import airlock_kept_program as kept_program
-    kept_program.run(connection, ahead, started, execute)
+    kept_program.run(connection, ahead, start, execute)
 
 
 if __name__ == "__main__":

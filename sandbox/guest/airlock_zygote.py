@@ -27,8 +27,10 @@ how the next result is sent. So the runner, once warm, becomes a *zygote*:
    seccomp layer all modes share, runs a small program of the runner's own through the real
    path (a fresh process pays for its first touch of each page it shares with the zygote),
    and starts capturing its output; then it receives its ``run`` frame (the program) on its
-   own connection, adds its mode's layer and runs the program; the host closes the
-   connection after ``done``.
+   own connection, tells the zygote that its program came and by when it must end (the
+   ``run`` frame's ``deadline_s``, ``airlock_deadline``), adds its mode's layer and runs the
+   program; the host closes the connection after ``done``. A program still running by then
+   (its host killed or stuck) is ended with whatever it started, as one that exited.
 
 The zygote is the container's init (pid 1): no program can signal it away, and every orphan
 becomes its child, to be reaped. It is not dumpable, so no other process of the same user
@@ -51,9 +53,11 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from airlock.bridge import airlock_wire as wire
     from airlock.sandbox.guest.airlock_bridge import Connection
+    from airlock.sandbox.guest.airlock_spare import RunProgram, Spare, fork_spare
 else:
     import airlock_wire as wire
     from airlock_bridge import Connection
+    from airlock_spare import RunProgram, Spare, fork_spare
 
 _CLEAR_TIMEOUT_S = 3.0
 """How long the zygote tries to end a program's leftovers before it gives up (and exits, so
@@ -189,81 +193,6 @@ def _not_dumpable() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
 
 
-RunProgram = Callable[[Connection, dict[str, Any], Callable[[], bool]], None]
-"""What runs in a program's process: ``run_program(connection, ahead, started)``, where
-``started()`` waits until the zygote has said ``hello`` for the process (``False``: it never
-will), and which must not return."""
-
-
-class _Spare:
-    """The next program's process, forked when its token came, once the container was
-    cleared after the previous one, with a bridge connection open on which nothing was said
-    yet, and a pipe on which the zygote tells it when it did."""
-
-    def __init__(
-        self, pid: int, connection: Connection, started: int, ahead: dict[str, Any]
-    ) -> None:
-        self.pid = pid
-        self.connection = connection
-        self.started = started
-        self.ahead = ahead
-
-    def start(self, token: str) -> None:
-        """Say ``hello`` with ``token`` on the process's connection (it then receives its
-        program there), tell the process, and let go of both."""
-        hello = {"type": wire.HELLO, "version": wire.PROTOCOL_VERSION, "pid": os.getpid()}
-        try:
-            self.connection.send({**hello, "token": token})
-            os.write(self.started, b"1")
-        except OSError:
-            pass  # the host judges a program whose connection never came
-        finally:
-            self.discard()
-
-    def discard(self) -> None:
-        """Let go of the process's connection and pipe (the process goes with the next
-        clearing); the zygote never reads a program's connection."""
-        self.connection.close()
-        with contextlib.suppress(OSError):
-            os.close(self.started)
-
-
-def _fork_spare(
-    socket_path: str,
-    control: Connection,
-    wake: tuple[int, int],
-    ahead: dict[str, Any],
-    run_program: RunProgram,
-) -> _Spare:
-    """Open the next program's connection and fork the process that will run the program on
-    it, once the zygote has said ``hello`` there."""
-    connection = Connection(socket_path)
-    read_end, write_end = os.pipe()
-    child = os.fork()
-    if child == 0:  # the program's process
-        try:
-            signal.set_wakeup_fd(-1)
-            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-            for fd in (*wake, write_end):
-                os.close(fd)
-            control.close()
-            run_program(connection, ahead, lambda: _started(read_end))
-        finally:
-            os._exit(70)
-    os.close(read_end)
-    return _Spare(child, connection, write_end, ahead)
-
-
-def _started(pipe: int) -> bool:
-    try:
-        started = os.read(pipe, 1) == b"1"
-    except OSError:
-        started = False
-    os.close(pipe)
-    return started
-
-
 def serve(
     control: Connection,
     socket_path: str,
@@ -303,13 +232,13 @@ def serve(
     def cleared() -> bool:
         return clear_processes(wake=wake[0], threads=threads, bridge=bridge)
 
-    def spare_after(ahead: dict[str, Any]) -> _Spare | None:
+    def spare_after(ahead: dict[str, Any]) -> Spare | None:
         if not cleared():
             return None
         before_program(ahead)
-        return _fork_spare(socket_path, control, wake, ahead, run_program)
+        return fork_spare(socket_path, control, wake, ahead, run_program)
 
-    spare: _Spare | None = None
+    spare: Spare | None = None
     request: dict[str, Any] | None = first
     while request is not None:
         token = request.get("token")
@@ -329,7 +258,7 @@ def serve(
             spare = spare_after(ahead)
             if spare is None:
                 return 5
-        running: int | None = spare.pid
+        running: Spare | None = spare
         spare.start(token)
         spare = None
         while True:
@@ -337,26 +266,37 @@ def serve(
             if not isinstance(event, str):
                 request = event
                 break
-            # The program's process exited: end whatever it left now. The next process is
-            # forked when its token comes: the host sends it once it has handed on this
-            # program's result, which a fork would compete with for a processor.
-            running = None
+            # The program's process exited, or its deadline passed (a host killed or stuck
+            # ends nothing): end whatever it left now. The next process is forked when its
+            # token comes: the host sends it once it has handed on this program's result,
+            # which a fork would compete with for a processor.
+            if running is not None:
+                running.countdown.close()
+                running = None
             if not cleared():
                 return 5
+        if running is not None:
+            running.countdown.close()  # a descriptor no later program's process may get
     if spare is not None:
         spare.discard()
     cleared()
     return 0
 
 
-def _next_event(control: Connection, wake: int, child: int | None) -> dict[str, Any] | str | None:
-    """What happens next: the process ``child`` exited (``"exited"``, once), or the next
-    ``run`` frame came (the frame); ``None`` when the host closed ``control`` or sent
-    anything else. Children are reaped meanwhile."""
+def _next_event(
+    control: Connection, wake: int, running: Spare | None
+) -> dict[str, Any] | str | None:
+    """What happens next: the process of the program ``running`` exited (``"exited"``) or
+    its program's deadline passed (``"overdue"``), or the next ``run`` frame came (the
+    frame); ``None`` when the host closed ``control`` or sent anything else. Children are
+    reaped meanwhile, and the program's report of its deadline is read as it comes."""
     # poll, not select: gVisor refuses select() to this process.
     waiting = select.poll()
     waiting.register(control.fileno(), select.POLLIN)
     waiting.register(wake, select.POLLIN)
+    countdown = running.countdown if running is not None else None
+    if countdown is not None and countdown.pipe is not None:
+        waiting.register(countdown.pipe, select.POLLIN)
     while True:
         try:
             # A frame that came with the previous one is read already: no poll would see it.
@@ -365,10 +305,16 @@ def _next_event(control: Connection, wake: int, child: int | None) -> dict[str, 
             return None
         ready = {control.fileno()} if buffered is not None else set()
         if not ready:
-            ready = {fd for fd, _ in waiting.poll()}
+            ready = {fd for fd, _ in waiting.poll(countdown.wait_ms() if countdown else -1)}
+        if countdown is not None:
+            if countdown.pipe is not None and countdown.pipe in ready:
+                waiting.unregister(countdown.pipe)
+                countdown.read()
+            if countdown.passed:
+                return "overdue"
         if wake in ready:
             _drain(wake)
-            if child is not None and _exited(child):
+            if running is not None and _exited(running.pid):
                 return "exited"
             _reap()
         if control.fileno() in ready:

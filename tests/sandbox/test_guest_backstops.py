@@ -10,6 +10,7 @@ in a long call into C that holds the interpreter lock. The container tests are i
 from __future__ import annotations
 
 import json
+import os
 import socket
 import struct
 import subprocess
@@ -23,6 +24,7 @@ from typing import Any
 import pytest
 
 from airlock.bridge.airlock_wire import WARM_UP_IMPORTS
+from airlock.sandbox.guest import airlock_deadline as deadline
 from tests.sandbox.guest_image import RUNNER
 
 SPIN = "x = 0\nwhile True:\n    x += 1\n"
@@ -125,3 +127,52 @@ def test_a_program_that_ends_in_time_is_not_ended(host: _Host, mode: str) -> Non
     done = host.recv()
     assert done["type"] == "done"
     assert (done["result"]["status"], done["result"]["value"]) == ("ok", "fine")
+
+
+# (case, the deadline_s a kept program's process reports, whether the zygote then has one)
+REPORTS = [
+    ("seconds", 1.5, True),
+    ("whole_seconds", 2, True),
+    ("none", None, False),
+    ("bool", True, False),
+    ("zero", 0, False),
+    ("negative", -1.0, False),
+    ("nan", float("nan"), False),
+    ("infinite", float("inf"), False),
+    ("too_long", 1e9, False),
+    ("text", "5", False),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "deadline_s", "counted"), REPORTS, ids=[row[0] for row in REPORTS]
+)
+def test_the_zygote_counts_a_kept_programs_reported_deadline(
+    case: str, deadline_s: object, counted: bool
+) -> None:
+    read_end, write_end = os.pipe()
+    countdown = deadline.Countdown(read_end)
+    before = time.monotonic()
+    deadline.report(write_end, deadline_s)
+    # The program's process holds no end left to write more on.
+    with pytest.raises(OSError, match="Bad file descriptor"):
+        os.write(write_end, b"x" * 8)
+    countdown.read()
+    assert countdown.pipe is None
+    if not counted:
+        assert (countdown.ends_at, countdown.wait_ms(), countdown.passed) == (None, -1, False)
+        return
+    assert isinstance(deadline_s, (int, float))
+    assert countdown.ends_at is not None
+    assert before + deadline_s <= countdown.ends_at <= time.monotonic() + deadline_s
+    assert 0 < countdown.wait_ms() <= deadline_s * 1000 + 1
+    assert not countdown.passed
+
+
+def test_a_kept_programs_deadline_passes() -> None:
+    read_end, write_end = os.pipe()
+    countdown = deadline.Countdown(read_end)
+    deadline.report(write_end, 0.05)
+    countdown.read()
+    time.sleep(0.06)
+    assert (countdown.passed, countdown.wait_ms()) == (True, 0)

@@ -2,7 +2,9 @@
 
 The host enforces a run's deadline by destroying the container; a host killed mid-run cannot.
 The runner then exits as the bridge closes (a kept container's zygote likewise), and a host
-that stays connected but does nothing is outlived by the run frame's ``deadline_s``. No other
+that stays connected but does nothing is outlived by the run frame's ``deadline_s``: a
+one-program runner exits then, a kept container's zygote ends the program's processes (the
+container, with the zygote alone, waits on for its host). No other
 backend starts meanwhile, and none could remove the container: its owner labels name this
 test's process, alive throughout, so no other process's reaper of orphans touches it.
 """
@@ -28,6 +30,8 @@ pytestmark = pytest.mark.docker
 TIMEOUT_S = 3.0
 SPIN = "x = 0\nwhile True:\n    x += 1\n"
 SLEEP = "import time\ntime.sleep(120)\n"
+BACKTRACK = "import re\nre.match('(a*)*b', 'a' * 40)\n"
+"""One call into C, holding the interpreter lock for hours: no Python thread runs meanwhile."""
 
 # The host: a backend whose containers carry this test process's owner labels, which prints
 # the owner label, then "go" as it hands the program over.
@@ -56,35 +60,52 @@ _HOST = textwrap.dedent("""
     asyncio.run(main())
 """).format(timeout=TIMEOUT_S, image=IMAGE)
 
-# (case, program, mode, kept, what happens to the host, the latest the container may still
-#  run after that (s))
+STOPPED_S = TIMEOUT_S + _GUEST_MARGIN_S + 10
+"""A stopped host's program ends by its guest deadline: the latest it may run after the stop."""
+
+# (case, program, mode, kept, what happens to the host, what must end: the container or (a
+#  kept one's zygote waits on) the program's processes, the latest it may still run after that
+#  (s))
 CRASHES = [
-    ("spin_host_killed", SPIN, "restricted", False, signal.SIGKILL, TIMEOUT_S + 5),
-    ("sleep_host_killed", SLEEP, "full", False, signal.SIGKILL, TIMEOUT_S + 5),
-    ("kept_spin_host_killed", SPIN, "restricted", True, signal.SIGKILL, TIMEOUT_S + 5),
-    (
-        "spin_host_stopped",
-        SPIN,
-        "restricted",
-        False,
-        signal.SIGSTOP,
-        TIMEOUT_S + _GUEST_MARGIN_S + 10,
-    ),
+    ("spin_host_killed", SPIN, "restricted", False, signal.SIGKILL, "container", TIMEOUT_S + 5),
+    ("sleep_host_killed", SLEEP, "full", False, signal.SIGKILL, "container", TIMEOUT_S + 5),
+    ("kept_spin_host_killed", SPIN, "restricted", True, signal.SIGKILL, "container", TIMEOUT_S + 5),
+    ("spin_host_stopped", SPIN, "restricted", False, signal.SIGSTOP, "container", STOPPED_S),
+    ("kept_spin_host_stopped", SPIN, "restricted", True, signal.SIGSTOP, "program", STOPPED_S),
+    ("kept_c_call_host_stopped", BACKTRACK, "full", True, signal.SIGSTOP, "program", STOPPED_S),
 ]
 
 
-def _running(client: docker.DockerClient, owner: str) -> list[str]:
+def _running(client: docker.DockerClient, owner: str, ends: str = "container") -> list[str]:
+    """The owner's running containers; for ``ends="program"``, those running more than one
+    process (a kept container's zygote alone is no program)."""
     entries = client.api.containers(filters={"label": [f"{OWNER_LABEL}={owner}"]})
-    return [str(entry["Id"])[:12] for entry in entries]
+    ids = [str(entry["Id"]) for entry in entries]
+    if ends == "program":
+        ids = [cid for cid in ids if len(_processes(client, cid)) > 1]
+    return [cid[:12] for cid in ids]
+
+
+def _processes(client: docker.DockerClient, container_id: str) -> list[object]:
+    try:
+        return list(client.api.top(container_id).get("Processes") or [])
+    except docker.errors.APIError:  # it stopped meanwhile
+        return []
 
 
 @pytest.mark.parametrize(
-    ("case", "program", "mode", "kept", "happens", "within_s"),
+    ("case", "program", "mode", "kept", "happens", "ends", "within_s"),
     CRASHES,
     ids=[row[0] for row in CRASHES],
 )
 def test_the_program_ends_with_its_host(
-    case: str, program: str, mode: str, kept: bool, happens: signal.Signals, within_s: float
+    case: str,
+    program: str,
+    mode: str,
+    kept: bool,
+    happens: signal.Signals,
+    ends: str,
+    within_s: float,
 ) -> None:
     require_docker()
     client = docker.from_env()
@@ -99,12 +120,12 @@ def test_the_program_ends_with_its_host(
         owner = host.stdout.readline().strip()
         assert host.stdout.readline().strip() == "go", f"{case}: the host did not start"
         time.sleep(1.5)  # the program runs
-        assert _running(client, owner), f"{case}: no container runs the program"
+        assert _running(client, owner, ends), f"{case}: no container runs the program"
         host.send_signal(happens)
         began = time.monotonic()
-        while _running(client, owner) and time.monotonic() - began < within_s:
+        while _running(client, owner, ends) and time.monotonic() - began < within_s:
             time.sleep(0.5)
-        left = _running(client, owner)
+        left = _running(client, owner, ends)
         assert not left, f"{case}: {left} still run {within_s} s after the host got {happens!r}"
     finally:
         host.kill()
