@@ -9,8 +9,8 @@ Under ``CI=true`` a missing runtime or image fails its tests, it never skips the
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any, get_args
 
 import docker
@@ -20,7 +20,14 @@ from airlock.policies import ContainerRuntime, SandboxProfile
 from airlock.sandbox import DockerBackend, RunResult
 from tests.conftest import DATA_IMAGE, IMAGE, LoopThread, Sandbox, require_docker
 
-__all__ = ["IMAGES", "RUNTIMES", "RuntimeSandbox", "require_runtime", "runtime_sandbox"]
+__all__ = [
+    "IMAGES",
+    "RUNTIMES",
+    "RuntimeSandbox",
+    "require_runtime",
+    "runtime_sandbox",
+    "started_backend",
+]
 
 RUNTIMES: tuple[ContainerRuntime, ...] = get_args(ContainerRuntime)
 IMAGES: tuple[str, ...] = get_args(SandboxProfile.model_fields["image"].annotation)
@@ -63,3 +70,19 @@ def runtime_sandbox(runtime: ContainerRuntime, image: str = "base") -> Iterator[
     finally:
         loop.call(backend.close())
         loop.stop()
+
+
+@asynccontextmanager
+async def started_backend(
+    runtime: ContainerRuntime, **profile: Any
+) -> AsyncIterator[DockerBackend]:
+    """A started backend with no pool whose containers run under ``runtime``, in ``full``
+    mode with ``profile``'s other fields: the kept-session suites' own."""
+    require_runtime(runtime)
+    chosen = SandboxProfile.model_validate({"language_mode": "full", "runtime": runtime, **profile})
+    backend = DockerBackend(image=IMAGE, profile=chosen, pool_size=0)
+    await backend.start()
+    try:
+        yield backend
+    finally:
+        await backend.close()

@@ -26,13 +26,11 @@ from typing import Any
 import pytest
 
 from airlock.bridge import ToolSession
-from airlock.policies import ContainerRuntime, SandboxProfile
 from airlock.sandbox import DockerBackend
 from airlock.tools import AuditLog, MemoryAuditStore
 from tests.bridge.records import ALICE, GRANT, build_registry
-from tests.conftest import IMAGE
 from tests.sandbox.guest_image import load_guest
-from tests.sandbox.runtimes import RUNTIMES, require_runtime
+from tests.sandbox.runtimes import RUNTIMES, started_backend
 
 kept = load_guest("airlock_kept")
 kept_data = load_guest("airlock_kept_data")
@@ -289,15 +287,8 @@ def anyio_backend() -> str:
 
 @pytest.fixture(params=RUNTIMES)
 async def backend(request: pytest.FixtureRequest) -> AsyncIterator[DockerBackend]:
-    runtime: ContainerRuntime = request.param
-    require_runtime(runtime)
-    profile = SandboxProfile(language_mode="full", timeout_s=8.0, runtime=runtime)
-    backend = DockerBackend(image=IMAGE, profile=profile, pool_size=0)
-    await backend.start()
-    try:
-        yield backend
-    finally:
-        await backend.close()
+    async with started_backend(request.param, timeout_s=8.0) as started:
+        yield started
 
 
 @pytest.mark.docker

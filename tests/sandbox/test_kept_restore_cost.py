@@ -28,12 +28,10 @@ from typing import Any
 
 import pytest
 
-from airlock.policies import ContainerRuntime, SandboxProfile
 from airlock.sandbox import DockerBackend
 from tests.bridge.records import ALICE
-from tests.conftest import IMAGE
 from tests.sandbox.guest_image import load_guest
-from tests.sandbox.runtimes import RUNTIMES, require_runtime
+from tests.sandbox.runtimes import RUNTIMES, started_backend
 
 kept = load_guest("airlock_kept")
 kept_file = load_guest("airlock_kept_file")
@@ -364,17 +362,10 @@ def anyio_backend() -> str:
 
 @pytest.fixture(params=RUNTIMES)
 async def backend(request: pytest.FixtureRequest) -> AsyncIterator[DockerBackend]:
-    runtime: ContainerRuntime = request.param
-    require_runtime(runtime)
-    profile = SandboxProfile(
-        language_mode="full", timeout_s=DEADLINE_S, memory_bytes=256 * MiB, runtime=runtime
-    )
-    backend = DockerBackend(image=IMAGE, profile=profile, pool_size=0)
-    await backend.start()
-    try:
-        yield backend
-    finally:
-        await backend.close()
+    async with started_backend(
+        request.param, timeout_s=DEADLINE_S, memory_bytes=256 * MiB
+    ) as started:
+        yield started
 
 
 @pytest.mark.docker
