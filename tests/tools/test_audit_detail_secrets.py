@@ -21,12 +21,12 @@ from airlock.tools import (
     Secret,
     ToolError,
     WritePath,
-    write_tool,
 )
 from airlock.tools._audit_log import AuditLog
 from airlock.tools._redact import remember_secret
 from airlock.tools._step_text import argument_secrets, failure_detail, failure_trace
 from tests.tools.stores import open_ledger
+from tests.tools.vault import Item, Unlocked, register_unlock
 
 pytestmark = pytest.mark.anyio
 
@@ -77,19 +77,11 @@ def _known(pin: str) -> str:
 CheckedPin = Annotated[str, Secret(), AfterValidator(_known), Field(max_length=64)]
 
 
-class Item(BaseModel):
-    name: str
-
-
 class Unlock(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
     name: Annotated[str, Field(max_length=32)]
     pin: Annotated[str, Secret(), Field(max_length=64)]
-
-
-class Unlocked(BaseModel):
-    name: str
 
 
 class World:
@@ -121,23 +113,7 @@ class World:
         def prepare(args: Unlock, principal: Principal) -> Unlocked:
             raise RuntimeError(message(args.pin))
 
-        self.registry.register(
-            write_tool(
-                name="vault_item_unlock",
-                description=(
-                    "Unlock one vault item with the user's PIN. Use it when the user asks to "
-                    "share a note. It does not show the note."
-                ),
-                input_model=Unlock,
-                effect_model=Unlocked,
-                receipt_model=Item,
-                prepare=prepare,
-                commit=lambda effect, key: {"name": effect.name},
-                lookup=None,
-                effects=[write("vault:item/{name}")],
-                scope="vault.write",
-            )
-        )
+        register_unlock(self.registry, Unlock, prepare)
 
     async def call(self, kind: Kind) -> None:
         ctx = RunAuthority(principal=ALICE, grant=GRANT, run_id="r1", approvals=ALLOW).context(

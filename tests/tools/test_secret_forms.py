@@ -50,6 +50,7 @@ from airlock.tools._step_text import (
     failure_trace,
 )
 from tests.tools.stores import open_ledger
+from tests.tools.vault import Item, Unlocked, register_unlock
 
 pytestmark = pytest.mark.anyio
 
@@ -63,14 +64,6 @@ GRANT = Grant(
 ALLOW = ApprovalPolicy((ApprovalRule(id="all", action="allow", tools=("vault_*",)),))
 NAME = Annotated[str, Field(max_length=32)]
 Kind = Literal["read", "write-prepare"]
-
-
-class Item(BaseModel):
-    name: str
-
-
-class Unlocked(BaseModel):
-    name: str
 
 
 class World:
@@ -100,23 +93,7 @@ class World:
         def prepare(args: Any, principal: Principal) -> Unlocked:
             raise RuntimeError(message(args.pin))
 
-        self.registry.register(
-            write_tool(
-                name="vault_item_unlock",
-                description=(
-                    "Unlock one vault item with the user's PIN. Use it when the user asks to "
-                    "share a note. It does not show the note."
-                ),
-                input_model=unlock,
-                effect_model=Unlocked,
-                receipt_model=Item,
-                prepare=prepare,
-                commit=lambda effect, key: {"name": effect.name},
-                lookup=None,
-                effects=[write("vault:item/{name}")],
-                scope="vault.write",
-            )
-        )
+        register_unlock(self.registry, unlock, prepare)
 
     async def call(self, kind: Kind, pin: object) -> ToolError:
         ctx = RunAuthority(principal=ALICE, grant=GRANT, run_id="r1", approvals=ALLOW).context(
