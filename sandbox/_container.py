@@ -206,7 +206,7 @@ class SandboxContainer:
                         outcome = await self._links.serve(
                             frame,
                             lambda r, w: self._serve_kept(r, w, tools, deadline, profile, receiver),
-                            deadline=min(deadline, time.monotonic() + _PROGRAM_HELLO_S),
+                            deadline=deadline,
                             keep="clean" if clean else True,
                             mode=profile.language_mode,
                             tools=tools,

@@ -267,19 +267,26 @@ class ProgramLinks:
         tools: ToolSession | None,
     ) -> _Outcome:
         """Send one program's ``run`` frame on its own connection (the next program's, taken
-        by ``deadline`` at most), serve it there with ``serve(reader, writer)``, then end
-        that connection, and :meth:`prepare` the next program's in the loop's next turn
-        (unless a run comes first and does).
+        by the run's ``deadline`` and within the runner's hello time), serve it there with
+        ``serve(reader, writer)``, then end that connection, and :meth:`prepare` the next
+        program's in the loop's next turn (unless a run comes first and does).
 
         Raises:
             SandboxFailure: the runner exited before the program's connection came.
         """
         self._cancel_soon()  # this run prepares its process itself, now
         self.prepare(keep=keep, mode=mode)  # the container's first program
-        link = await self.take(deadline)
+        link = await self.take(min(deadline, time.monotonic() + self._hello_s))
         if link is None:
-            end = RunEnd(
-                "protocol_error", None, "the kept runner did not open the program's connection"
+            # A deadline shorter than the runner's time to ready a process (or used up
+            # waiting for the previous program) is the program's timeout, not the runner's
+            # fault.
+            end = (
+                RunEnd("timeout", "timeout", "the run's deadline passed before it started")
+                if time.monotonic() >= deadline
+                else RunEnd(
+                    "protocol_error", None, "the kept runner did not open the program's connection"
+                )
             )
             if tools is not None:
                 tools.record_end(end)

@@ -412,6 +412,24 @@ async def test_a_program_that_stops_reading_holds_up_neither_the_next_nor_close(
 
 @pytest.mark.docker
 @pytest.mark.anyio
+@pytest.mark.parametrize("deadline_s", [0.001, 0.02])
+async def test_a_deadline_over_before_the_program_starts_is_a_timeout(
+    backend: DockerBackend, deadline_s: float
+) -> None:
+    # A program that waited out most of its deadline behind the one before it starts with
+    # what is left: too little for the runner to ready its process is the program's limit,
+    # not a broken runner.
+    kept = backend.keep(ALICE, idle_timeout=60)
+    try:
+        short = kept.profile.model_copy(update={"timeout_s": deadline_s})
+        result = await kept.run("1 + 1", profile=short)
+    finally:
+        await kept.close()
+    assert (result.status, result.limit) == ("limit_exceeded", "timeout"), result
+
+
+@pytest.mark.docker
+@pytest.mark.anyio
 async def test_reuse_keeps_one_container_per_principal_and_nothing_between_runs() -> None:
     require_runtime("runc")
     backend = DockerBackend(image=IMAGE, profile=FULL, pool_size=0, reuse=True, reuse_max=2)
