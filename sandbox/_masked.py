@@ -10,9 +10,14 @@ container's id (Docker keeps the host's cgroup namespace on cgroup v1); and
 lists these under "Known open". gVisor shows its own ``/proc`` (its own boot time and uptime,
 no cgroup, no host path).
 
-docker-py's ``containers.run`` has no setting for masked paths, so :func:`run_masked` creates
-the container through the engine's API with ``HostConfig.MaskedPaths`` (which replaces
-Docker's list: it repeats it).
+``/sys/fs/cgroup`` is made read-only as well: ``crun`` on cgroup v1 mounts it as a tmpfs every
+user may write (``runc`` does not), where files a program leaves would reach the next program
+of a reused container, and where the runner looks for its cgroup v2 limits.
+
+docker-py's ``containers.run`` has no setting for masked or read-only paths, so
+:func:`run_masked` creates the container through the engine's API with
+``HostConfig.MaskedPaths`` and ``HostConfig.ReadonlyPaths`` (each replaces Docker's list: they
+repeat it).
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import docker
 from docker.models import containers
 from docker.models.containers import Container
 
-__all__ = ["MASKED_PATHS", "run_masked"]
+__all__ = ["MASKED_PATHS", "READONLY_PATHS", "run_masked"]
 
 # The split of run()'s keyword arguments into create and host-config ones that run() itself
 # uses (docker-py keeps it private), so that every other setting means what it means there.
@@ -47,6 +52,17 @@ MASKED_PATHS: Final[tuple[str, ...]] = (
     "/proc/sys/kernel/random/boot_id",
 )
 
+READONLY_PATHS: Final[tuple[str, ...]] = (
+    # Docker's defaults (moby oci/defaults.go)
+    "/proc/bus",
+    "/proc/fs",
+    "/proc/irq",
+    "/proc/sys",
+    "/proc/sysrq-trigger",
+    # a program's scratch under crun otherwise (above)
+    "/sys/fs/cgroup",
+)
+
 
 def run_masked(client: docker.DockerClient, config: dict[str, Any]) -> Container:
     """Create and start a container from ``containers.run`` keyword arguments plus
@@ -60,6 +76,7 @@ def run_masked(client: docker.DockerClient, config: dict[str, Any]) -> Container
     options["version"] = client.api.api_version
     arguments = _create_args(options)
     arguments["host_config"]["MaskedPaths"] = list(config.get("masked_paths", MASKED_PATHS))
+    arguments["host_config"]["ReadonlyPaths"] = list(READONLY_PATHS)
     created = client.api.create_container(**arguments)
     client.api.start(created["Id"])
     # A model of the id alone, not an inspection: one call less on every start (the engine's

@@ -262,6 +262,36 @@ def test_environment_is_empty_of_host_values(
     assert "s3cr3t-host-value" not in str(value)
 
 
+WRITABLE = {"/tmp", "/out"}
+"""The only directories a program may leave a file in (``/dev/mqueue``, a queue namespace of
+the container's own that the kept runner empties, aside)."""
+
+
+def test_a_program_can_write_only_under_tmp_and_out(sandbox: Sandbox) -> None:
+    value = run_full(
+        sandbox,
+        """
+        import os
+        pruned = ("/proc", "/sys/kernel", "/sys/devices", "/sys/bus", "/sys/class",
+                  "/sys/module", "/usr", "/opt", "/lib")
+        writable = []
+        for root, dirs, _ in os.walk("/"):
+            if root.startswith(pruned):
+                dirs[:] = []
+            probe = os.path.join(root, ".airlock-probe")
+            try:
+                os.close(os.open(probe, os.O_CREAT | os.O_WRONLY | os.O_EXCL, 0o600))
+            except OSError:
+                continue
+            os.unlink(probe)
+            writable.append(root)
+        {"writable": writable}
+    """,
+    )
+    tops = {"/" + path.split("/")[1] for path in value["writable"] if path != "/dev/mqueue"}
+    assert tops == WRITABLE, value
+
+
 def test_file_system_is_read_only_and_tmp_noexec(sandbox: Sandbox) -> None:
     value = run_full(
         sandbox,
