@@ -10,6 +10,7 @@ from __future__ import annotations
 import atexit
 import importlib
 import importlib.util
+import os
 import shutil
 import sys
 import tempfile
@@ -38,9 +39,18 @@ def image_sources() -> list[Path]:
     return sources
 
 
+_INHERITED = "AIRLOCK_TEST_GUEST_DIR"
+"""Where the test process laid the guest out: processes it spawns (which import this module
+afresh, and may end without running ``atexit``) use its copy and leave nothing behind."""
+
+
 def _assemble() -> Path:
+    inherited = os.environ.get(_INHERITED)
+    if inherited and Path(inherited).is_dir():
+        return Path(inherited)
     home = Path(tempfile.mkdtemp(prefix="airlock-guest-"))
     atexit.register(shutil.rmtree, home, ignore_errors=True)
+    os.environ[_INHERITED] = str(home)
     for source in image_sources():
         shutil.copy(source, home / source.name)
     return home
