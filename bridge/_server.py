@@ -228,11 +228,13 @@ class _RunServer:
             # frame's, against this one.
             self._count_bytes_in(artifact_bytes_in(frame, size))
             return False
+        if kind == wire.DONE:
+            # Bounded by its own budget (``max_done_bytes``, checked as it arrived): the
+            # output caps, JSON-escaped up to six times over, may well be past bytes_in.
+            return False
         self._count_bytes_in(size)
         if kind == wire.CALL and size <= self._limits.max_call_frame_bytes:
             self._calls.call(frame)  # (most frames: the rest of :meth:`_handle` is skipped)
-        elif kind == wire.DONE:
-            return False
         else:
             self._handle(frame, size)
         return True

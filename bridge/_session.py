@@ -91,7 +91,9 @@ class BridgeLimits:
     max_concurrency: int = 32
     """Calls the host executes at once; the rest wait their turn (not an error)."""
     max_bytes_in: int = 64 * 1024 * 1024
-    """Bytes of frames the guest may send in one run (the final result included)."""
+    """Bytes of frames the guest may send in one run, but for the ``done`` frame, which has a
+    budget of its own (``serve_run``'s ``max_done_bytes``: the output caps, JSON-escaped, and
+    the final value's limit)."""
     max_bytes_out: int = 64 * 1024 * 1024
     """Bytes of results the host may send back in one run. Results count as soon as the host
     holds them: a batch's items as each finishes, so a guest that does not read its answers

@@ -35,7 +35,6 @@ from typing import Any, Final
 import docker
 
 from airlock.bridge import (
-    MAX_ELEMENTS,
     ArtifactRefused,
     BridgeLimits,
     RunEnd,
@@ -47,6 +46,7 @@ from airlock.bridge import airlock_wire as wire
 from airlock.policies import SandboxProfile
 from airlock.sandbox._artifacts import ArtifactReceiver, ArtifactRef
 from airlock.sandbox._cgroup import RunMark, mark_run, read_evidence
+from airlock.sandbox._final_value import MAX_VALUE_BYTES, VALUE_ELEMENTS
 from airlock.sandbox._inputs import RunInput
 from airlock.sandbox._launch import Launched, remove
 from airlock.sandbox._outcome import judge_outcome
@@ -55,11 +55,6 @@ from airlock.sandbox._result import RunResult
 
 __all__ = ["MAX_VALUE_BYTES", "SandboxContainer"]
 
-MAX_VALUE_BYTES: Final = 4 * 1024 * 1024
-"""The largest final value a program may return, as compact JSON; a larger one is refused
-in the guest as ``result_too_large`` with its size and this limit."""
-_VALUE_ELEMENTS: Final = MAX_ELEMENTS - 1000
-"""Values and keys a final value may hold: the done frame's other fields fit in the rest."""
 # A done frame holds two capped streams (JSON escaping can grow text up to 6x), an error
 # with a traceback and a final value.
 _RESULT_OVERHEAD_BYTES: Final = 256 * 1024
@@ -181,7 +176,7 @@ class SandboxContainer:
                 "allowed_imports": sorted(profile.allowed_imports),
                 "output_limit": profile.output_limit_bytes,
                 "value_limit": MAX_VALUE_BYTES,
-                "value_elements": _VALUE_ELEMENTS,
+                "value_elements": VALUE_ELEMENTS,
                 "max_call_frame_bytes": limits.max_call_frame_bytes,
                 "deadline_s": profile.timeout_s + _GUEST_MARGIN_S,
                 "tools": [stub.to_wire() for stub in tools.stubs()] if tools else [],

@@ -9,7 +9,9 @@ exception or as silence. In a kept container they are read since the run's mark
 
 A ``done`` frame has passed the bridge's decoder (bytes, elements and nesting within budget,
 strict JSON), so its ``value`` is JSON by construction and is not validated again: walking
-200,000 elements through a validator would hold the event loop for a tenth of a second.
+200,000 elements through a validator would hold the event loop for a tenth of a second. Its
+size is checked again (:func:`~airlock.sandbox._final_value.oversized`): the done frame's
+budget holds far more than a final value may be.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from airlock.bridge import RunEnd
 from airlock.bridge import airlock_wire as wire
 from airlock.policies import SandboxProfile
 from airlock.sandbox._cgroup import CgroupEvidence, RunMark, read_evidence
+from airlock.sandbox._final_value import oversized
 from airlock.sandbox._hardening import tmpfs_files
 from airlock.sandbox._result import (
     LimitName,
@@ -181,6 +184,12 @@ async def judge_outcome(
         guest = _GuestResult.model_validate(outcome.get("result"))
     except ValidationError as exc:
         return _protocol_error(began, f"malformed result: {exc.error_count()} errors", pooled)
+    refusal = await oversized(guest.value)
+    if refusal is not None:
+        # What the guest reports for such a value (airlock_output.too_large): a forged done
+        # frame gets no more through than an honest one.
+        refused = {"status": "error", "exit_status": 1, "has_value": False, "value": None}
+        guest = guest.model_copy(update=refused | {"error": refusal})
     return _checked(evidence, guest, began, profile, pooled)
 
 

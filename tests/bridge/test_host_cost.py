@@ -265,3 +265,45 @@ async def test_no_frame_is_handled_once_the_run_has_ended() -> None:
     assert session.calls == calls
     assert len(session.registry.audit.events(run_id=session.run_id)) == events
     writer.close()
+
+
+_BYTES_IN = 64 * 1024
+_DONE_BYTES = 2 << 20  # over max_call_frame_bytes: the done frame's budget decides
+_CALLS_WITHIN = b"".join(_call(n) for n in range(1, 400))  # about half of max_bytes_in
+_CALLS_OVER = b"".join(_call(n) for n in range(1, 1000))  # past max_bytes_in
+
+
+def _done_with_stdout(chars: int) -> bytes:
+    return encode_frame({"type": "done", "result": {"stdout": "\0" * chars}})
+
+
+# The done frame has a budget of its own (max_done_bytes: the profile's output caps, escaped,
+# and the value's limit), checked as it arrives: bytes_in bounds only the frames before it.
+BYTES_IN_CASES = [
+    ("done_over_bytes_in", _done_with_stdout(4 * _BYTES_IN), "done"),
+    ("calls_then_done_over_bytes_in", _CALLS_WITHIN + _done_with_stdout(4 * _BYTES_IN), "done"),
+    ("done_at_its_own_budget", _done_with_stdout(_DONE_BYTES // 6 - 100), "done"),
+    ("calls_over_bytes_in", _CALLS_OVER + _done_with_stdout(10), "bytes"),
+    ("done_over_its_own_budget", _done_with_stdout(_DONE_BYTES // 6 + 1), "protocol_error"),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "ends"), BYTES_IN_CASES, ids=[c[0] for c in BYTES_IN_CASES]
+)
+async def test_the_done_frame_has_its_own_budget_not_bytes_in(
+    name: str, data: bytes, ends: str
+) -> None:
+    session = _limited(BridgeLimits(max_bytes_in=_BYTES_IN))
+    outcome, _ = await _serve(data, session, max_done_bytes=_DONE_BYTES)
+    if ends == "done":
+        assert isinstance(outcome, dict), outcome
+        assert outcome["type"] == "done"
+        assert len(outcome["result"]["stdout"]) >= 4 * _BYTES_IN
+    elif ends == "bytes":
+        assert isinstance(outcome, RunEnd)
+        assert (outcome.code, outcome.limit) == ("limit_exceeded", "bytes")
+        assert f"the limit is {_BYTES_IN} bytes" in outcome.message
+    else:
+        assert isinstance(outcome, RunEnd)
+        assert outcome.code == "protocol_error", outcome

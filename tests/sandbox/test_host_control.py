@@ -25,7 +25,7 @@ import docker
 import psutil
 import pytest
 
-from airlock.bridge import MAX_ELEMENTS, ToolSession, count_elements
+from airlock.bridge import MAX_ELEMENTS, BridgeLimits, ToolSession, count_elements
 from airlock.harness._execute_code import program_result
 from airlock.policies import SandboxProfile
 from airlock.sandbox import DockerBackend, KeptSandbox, RunResult
@@ -302,6 +302,34 @@ async def test_the_largest_legitimate_done_frame_is_accepted(backend: DockerBack
     assert (len(result.stdout), len(result.stderr)) == (cap, cap)
     assert isinstance(result.value, str)
     assert len(result.value) == MAX_VALUE_BYTES - 2
+
+
+SMALL_BYTES_IN = 1 << 20
+# (case, program, status and limit) under a bridge whose bytes_in is 1 MiB: the done frame has
+# a budget of its own (the output caps, JSON-escaped, and the value's limit), the frames before
+# it count.
+NUL_OUTPUT = f'import os\nos.write(1, b"\\0" * {FULL.output_limit_bytes})\n"fine"\n'
+BYTES_IN_RUNS = [
+    ("escaped_output_past_bytes_in", NUL_OUTPUT, ("ok", None)),
+    ("log_lines_past_bytes_in", 'for _ in range(1000):\n    tools.log("x" * 1500)\n',
+     ("limit_exceeded", "bytes")),
+]  # fmt: skip
+
+
+@pytest.mark.docker
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("case", "program", "ends"), BYTES_IN_RUNS, ids=[c[0] for c in BYTES_IN_RUNS]
+)
+async def test_output_within_its_cap_is_not_the_bridges_bytes(
+    backend: DockerBackend, case: str, program: str, ends: tuple[str, str | None]
+) -> None:
+    session = _session()
+    session.limits = BridgeLimits(max_bytes_in=SMALL_BYTES_IN)
+    result = await backend.run(program, tools=session)
+    assert (result.status, result.limit) == ends, result.reason()
+    if result.ok:
+        assert (len(result.stdout), result.value) == (FULL.output_limit_bytes, "fine")
 
 
 # -- no output path around the cap ------------------------------------------------------------

@@ -1,0 +1,104 @@
+"""A program's final value, re-checked on the host against the limits the guest enforces.
+
+The guest refuses a final value over :data:`MAX_VALUE_BYTES` of compact JSON or
+:data:`VALUE_ELEMENTS` values and keys (``airlock_output.too_large``); a program that forges
+its ``done`` frame skips that, so the host measures the value again, the way the guest does,
+and answers what the guest answers for it (:func:`oversized`). Measuring means encoding: a
+bound read from at most :data:`_LOOKED_AT` values skips that for the values that surely fit
+(numbers, short texts, small records: most), and a value that may not is measured on a worker
+thread (a forged one can be hundreds of megabytes: the done frame's budget is the output
+caps', JSON-escaped).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any, Final
+
+from airlock.bridge import MAX_ELEMENTS, count_elements
+from airlock.sandbox._result import ProgramError
+
+__all__ = ["MAX_VALUE_BYTES", "VALUE_ELEMENTS", "oversized"]
+
+MAX_VALUE_BYTES: Final = 4 * 1024 * 1024
+"""The largest final value a program may return, as compact JSON; a larger one is refused
+in the guest as ``result_too_large`` with its size and this limit."""
+VALUE_ELEMENTS: Final = MAX_ELEMENTS - 1000
+"""Values and keys a final value may hold: the done frame's other fields fit in the rest."""
+
+_LOOKED_AT: Final = 1000
+"""Values and keys read for a bound before the value is measured instead: far fewer than
+:data:`VALUE_ELEMENTS`, so a value that fits this walk holds few enough."""
+_SCALAR_BYTES: Final = 32
+"""At most, a number (the decoder refuses integers of more than ``MAX_INT_DIGITS`` digits; a
+float's ``repr`` is 24 characters at most), ``true``, ``false`` or ``null``, and a comma."""
+_CHAR_BYTES: Final = 12
+"""At most, one character of a string: an astral one is two ``\\uXXXX`` escapes."""
+_ADVICE: Final = "return a summary (counts, totals, the few records that matter) instead"
+
+# The guest's encoding (``airlock_frames.to_json``): compact, ASCII, no NaN.
+_encode: Final = json.JSONEncoder(
+    separators=(",", ":"), allow_nan=False, check_circular=False
+).encode
+
+
+async def oversized(value: Any) -> ProgramError | None:
+    """The ``ResultTooLarge`` error the guest reports for a final ``value`` (a JSON value, as
+    the bridge's decoder made it) over :data:`MAX_VALUE_BYTES` or :data:`VALUE_ELEMENTS`, with
+    the same fields and message; ``None`` when it fits."""
+    if value is None or _surely_fits(value):
+        return None
+    return await asyncio.to_thread(_measured, value)
+
+
+def _surely_fits(value: Any, limit: int = MAX_VALUE_BYTES) -> bool:
+    """Whether an upper bound of ``value``'s encoded size, read from at most
+    :data:`_LOOKED_AT` values and keys, is within ``limit``."""
+    bound, looked_at = 0, 0
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        looked_at += 1 + (len(item) if isinstance(item, (list, dict)) else 0)
+        if looked_at > _LOOKED_AT:
+            return False
+        if isinstance(item, str):
+            bound += _CHAR_BYTES * len(item) + 3  # quotes, comma
+        elif isinstance(item, list):
+            bound += 3  # brackets, comma
+            stack.extend(item)
+        elif isinstance(item, dict):
+            bound += 3 + sum(_CHAR_BYTES * len(key) + 3 for key in item)  # quotes, colon
+            stack.extend(item.values())
+        elif isinstance(item, int) and not isinstance(item, bool) and item.bit_length() > 100:
+            return False  # (not from the decoder: measured)
+        else:
+            bound += _SCALAR_BYTES
+        if bound > limit:
+            return False
+    return True
+
+
+def _measured(value: Any) -> ProgramError | None:
+    text = _encode(value)
+    if len(text) > MAX_VALUE_BYTES:
+        return ProgramError(
+            type="ResultTooLarge",
+            code="result_too_large",
+            message=f"the final value is {len(text)} bytes of JSON; the limit is "
+            f"{MAX_VALUE_BYTES}: {_ADVICE}",
+            size_bytes=len(text),
+            limit_bytes=MAX_VALUE_BYTES,
+        )
+    # Each value and key takes a byte at least: a short text cannot hold too many.
+    if (
+        len(text) > VALUE_ELEMENTS
+        and count_elements(text.encode(), stop_after=VALUE_ELEMENTS) > VALUE_ELEMENTS
+    ):
+        return ProgramError(
+            type="ResultTooLarge",
+            code="result_too_large",
+            message=f"the final value holds more than {VALUE_ELEMENTS} values and keys: {_ADVICE}",
+            size_bytes=len(text),
+        )
+    return None
