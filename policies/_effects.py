@@ -18,6 +18,8 @@ placeholders naming a field of the tool's validated input, and the wildcards of
                   ``*``) or leaves two ``@`` in its segment (``eve@evil.example`` in
                   ``email:{local}@acme.com``) is refused, so no argument can widen a target.
                   An ``email:`` domain is read as a mail server reads it (:mod:`._network`).
+                  A str or an int of at most 200 characters fills it, or an enum member
+                  holding one (its value).
 ``{field[]}``     a list field: one effect per element, each element one segment as above
                   (``disclose("email:{recipients[]}")``); at most one per effect.
 ``network({url})`` a placeholder that is a ``network`` effect's whole target takes a full
@@ -36,6 +38,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Final, Literal, get_args
 
 from airlock.policies._mail import mail_target
@@ -247,6 +250,8 @@ class Effect:
     def _value(self, name: str, value: object) -> str:
         if value is _MISSING:
             raise EffectArgumentError(name, "is required by the tool's declared effects")
+        if isinstance(value, Enum):  # a field typed as an enum arrives as its member
+            value = value.value
         if not self.takes_url:
             segment = _segment(name, value)
             if self.kind == "network":
@@ -341,13 +346,20 @@ def _concrete_effect(kind: EffectKind, target: str, amount: int | str | None) ->
 _MISSING: Final = object()
 
 
+# The ints whose text fits a segment (200 characters, a "-" too), compared before any is
+# converted: Python refuses to write one of over 4,300 digits (a ValueError), and writing a
+# long one takes time that grows with its square.
+_INT_LOW: Final = -(10**199)
+_INT_HIGH: Final = 10**200
+
+
 def _segment(name: str, value: object) -> str:
-    if type(value) is int:
+    if type(value) is int and _INT_LOW < value < _INT_HIGH:
         return str(value)
     if type(value) is not str or not _SAFE_VALUE.match(value) or value.count("@") > 1:
         raise EffectArgumentError(
             name,
-            "must be one id segment: letters, digits and _ . @ + - (no '/', no '*', "
+            "must be one id segment: 1-200 letters, digits and _ . @ + - (no '/', no '*', "
             "at most one '@')",
         )
     return value

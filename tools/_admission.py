@@ -46,6 +46,7 @@ from airlock.tools._step_text import (
     failure_trace,
     secret_forms,
 )
+from airlock.tools._write_grant import outside_grant
 
 if TYPE_CHECKING:
     from airlock.tools._registration import CompiledTool
@@ -109,15 +110,8 @@ def _authorize(
     if spec.write is not None or not covers_declared(grant, spec):
         outside = grant.uncovered(effects)
         if outside is not None:
-            spent = outside.kind == "spend"
-            return Authorization(
-                decision="deny",
-                rule="spend" if spent else "grant",
-                refusal=DeniedError(
-                    f"{outside} is outside this run's grant; do not retry it",
-                    reason="spend" if spent else "effect",
-                ),
-            )
+            rule = "spend" if outside.kind == "spend" else "grant"
+            return Authorization(decision="deny", rule=rule, refusal=outside_grant(outside))
     judged = effects
     if spec.write is not None and not any(e.is_side_effect for e in effects):
         # A write whose prepare resolved no side effect (write("crm:contact/{ids[]}") with

@@ -14,6 +14,7 @@ from pydantic_core import SchemaSerializer, SchemaValidator
 
 from airlock.policies import Effect, EffectArgumentError
 from airlock.tools._errors import FieldIssue, InvalidInputError
+from airlock.tools._placeholder_fields import placeholder_problems
 from airlock.tools._secret import Secret
 
 if TYPE_CHECKING:
@@ -205,38 +206,11 @@ def secret_fields_of(model: type[BaseModel]) -> frozenset[str]:
 
 
 def effect_field_problems(effects: Iterable[Effect], model: type[BaseModel]) -> list[str]:
-    """What is wrong with the placeholders of ``effects`` against the fields of ``model``:
-    a ``{field[]}`` must name a list, a ``{field}`` one value, and no placeholder may name a
-    field marked :class:`~airlock.tools.Secret` (effects are recorded in clear)."""
-    problems: list[str] = []
-    properties = model.model_json_schema().get("properties", {})
-    secret = secret_fields_of(model)
-    for effect in effects:
-        for name in sorted(effect.placeholders & set(model.model_fields)):
-            if name in secret:
-                problems.append(
-                    f"effect {effect} names the secret field {name!r}; effects are recorded "
-                    "in clear, so declare them from fields that are not secret"
-                )
-                continue
-            is_list = _is_list(properties.get(name))
-            if name == effect.each and not is_list:
-                problems.append(f"effect {effect} expands {name!r}, which is not a list field")
-            elif name != effect.each and is_list and effect.amount != f"{{{name}}}":
-                problems.append(
-                    f"effect {effect} names the list field {name!r} as one value; write "
-                    f"{{{name}[]}} for one effect per element"
-                )
-    return problems
-
-
-def _is_list(schema: object) -> bool:
-    if not isinstance(schema, dict):
-        return False
-    if schema.get("type") == "array":
-        return True
-    options = schema.get("anyOf")
-    return isinstance(options, list) and any(_is_list(o) for o in options)
+    """What is wrong with the placeholders of ``effects`` against the fields of ``model``
+    (:func:`~airlock.tools._placeholder_fields.placeholder_problems`): a ``{field[]}`` must
+    name a list, a ``{field}`` one value, each a str or an int that cannot be ``None``, and
+    no placeholder may name a field marked :class:`~airlock.tools.Secret`."""
+    return placeholder_problems(effects, model, secret=secret_fields_of(model))
 
 
 def validated_args_hash(instance: BaseModel, *, secret_fields: frozenset[str]) -> str:

@@ -11,7 +11,7 @@ from airlock.policies import Principal
 from airlock.tools._admission import Admission
 from airlock.tools._arguments import secret_fields_of
 from airlock.tools._egress import checked_invoke, reach_of
-from airlock.tools._errors import ToolError, ToolTimeoutError, UpstreamError
+from airlock.tools._errors import NotFoundError, ToolError, ToolTimeoutError, UpstreamError
 from airlock.tools._preview import Preview, canonical_json
 from airlock.tools._step_effect import contract_of
 from airlock.tools._step_text import (
@@ -33,10 +33,11 @@ async def run_prepare(admission: Admission, principal: Principal, *, budget: flo
     may reach the tool's destinations, and write no file).
 
     Raises:
-        ToolError: prepare's own error (``not_found``...); ``timeout``; ``upstream`` for
-            anything unexpected or an effect that does not fit the effect model; ``denied``
-            when it reached what the tool does not declare (the call's trail says what). The
-            outcome is always ``error``: prepare changes nothing.
+        ToolError: prepare's own error (``not_found`` always with the one standard
+            message, ...); ``timeout``; ``upstream`` for anything unexpected or an effect
+            that does not fit the effect model; ``denied`` when it reached what the tool
+            does not declare (the call's trail says what). The outcome is always ``error``:
+            prepare changes nothing.
     """
     spec = admission.spec
     contract = contract_of(spec)
@@ -54,6 +55,10 @@ async def run_prepare(admission: Admission, principal: Principal, *, budget: flo
         denial = check.denial(admission.trail)
         if denial is not None:  # what it tried and was refused is why it failed
             raise denial from exc
+        if isinstance(exc, NotFoundError):  # as a read handler's (tools/_execute.py):
+            # one canonical answer, so another tenant's record reads exactly like a missing
+            # one; what prepare said goes to the operator's detail.
+            raise NotFoundError(detail=exc.detail or exc.message) from None
         raise
     except TimeoutError as exc:
         denial = check.denial(admission.trail)

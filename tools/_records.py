@@ -27,6 +27,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from airlock.policies import Effect, EffectArgumentError, Grant, UsageError
+from airlock.tools._errors import PermanentUpstreamError
 
 __all__ = ["RecordsRead", "record_effects", "records_problem", "refuse_bad_records"]
 
@@ -72,7 +73,28 @@ def record_effects(
 ) -> tuple[Effect, ...] | None:
     """The call's effects with each declared read that covers ``records.effect`` replaced by
     one read per record of ``result`` (a shaped result), or ``None`` when the result does
-    not name them all (the declared pattern then stands)."""
+    not name them all (the declared pattern then stands): a value that cannot fill the
+    effect (a path, a float, an int of over 200 digits) leaves the pattern standing.
+
+    Raises:
+        PermanentUpstreamError: naming the records failed otherwise (a bug): the call fails
+            as a result that cannot be shaped does, never with an exception of its own.
+    """
+    try:
+        return _named(records, result, declared)
+    except Exception as exc:
+        raise PermanentUpstreamError(
+            "the service's answer could not be read; do not retry this call",
+            outcome="unknown",
+            detail=f"naming the records in {records.field!r} failed: {type(exc).__name__}: {exc}"[
+                :500
+            ],
+        ) from exc
+
+
+def _named(
+    records: RecordsRead, result: Any, declared: tuple[Effect, ...]
+) -> tuple[Effect, ...] | None:
     items = result.get(records.field) if isinstance(result, dict) else None
     if not isinstance(items, list) or len(items) > _MAX_RECORDS:
         return None

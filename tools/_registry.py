@@ -14,9 +14,9 @@
 6. shaping      projection onto the output allow-list, byte cap: ``result_too_large``
 
 Whatever happens, exactly one final :class:`AuditEvent` is recorded for the call. A write
-tool's call runs steps 1–4 here, then the write path (:mod:`airlock.tools._writes`) prepares
-its effect, authorizes it with the same :func:`~airlock.tools._admission.authorize`, and
-stores its preview: the call's normal outcome, audited as ``preview``.
+tool's call runs steps 1–4 here (step 3 on its declared effects: :mod:`._write_grant`), then
+the write path prepares its effect, authorizes it with the same
+:func:`~airlock.tools._admission.authorize`, and stores its preview, audited as ``preview``.
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ from airlock.tools._schema import ToolDefinition
 from airlock.tools._shaping import shape_plain, shape_with
 from airlock.tools._spec import Precondition, ToolSpec
 from airlock.tools._write_contract import WriteRunner
+from airlock.tools._write_grant import judge_write_first
 
 __all__ = ["Registry"]
 
@@ -195,10 +196,10 @@ class Registry:
         approvable: bool = False,
         proposal: bool = False,
     ) -> Admission:
-        """Steps 1–4 of the admission order: look-up, validation, authorization (scope;
-        then, for a read, its resolved effects against the grant and the approval rules),
-        preconditions. The caller runs what was admitted and records how it ended on
-        :attr:`Admission.trail`; a refusal is recorded here.
+        """Steps 1–4 of the admission order: look-up, validation, authorization (scope; a
+        read's resolved effects against grant and approval rules, a write's declared ones
+        against the grant), preconditions. The caller runs what was admitted and records how
+        it ended on :attr:`Admission.trail`; a refusal is recorded here.
 
         ``ctx`` carries the principal and grant; nothing in ``args`` can change them. A read
         the approval rules ask about raises ``needs_approval``, unless ``approvable`` (the
@@ -278,8 +279,8 @@ class Registry:
                     if not approvable:
                         raise read_waits(spec.name, ctx, verdict.rule, verdict.reason)
                     waits = True
-            else:
-                trail.decision, trail.rule = "allow", "prepare"
+            else:  # before prepare reads anything: what the grant cannot cover is refused
+                judge_write_first(spec, values, grant, trail)
             if spec.preconditions:
                 trail.stage, trail.rule = "precondition", "precondition"
                 check_preconditions(spec.preconditions, values, ctx)
@@ -359,13 +360,13 @@ class Registry:
                 result,
                 spec.max_result_bytes,
             )
+            if spec.records is not None:  # the records it returned, one effect each
+                named = record_effects(spec.records, shaped, trail.effects)
+                trail.effects = trail.effects if named is None else named
         except BaseException as exc:
             trail.failed(exc)
             raise
         trail.stage = "done"
-        if spec.records is not None:  # the records it returned, one effect each
-            named = record_effects(spec.records, shaped, trail.effects)
-            trail.effects = trail.effects if named is None else named
         trail.record("ok")
         if spec.name in self._evidence and ctx.observations is not None:
             ctx.observations.record(spec.name, values)
