@@ -294,7 +294,16 @@ class AuditStore(Protocol):
         self, events: Sequence[AuditEvent], programs: Mapping[str, str] | None = None
     ) -> None:
         """Store ``events`` and ``programs`` (text by :func:`program_hash`) durably, all or
-        none; a program already stored is kept once."""
+        none; a program already stored is kept once.
+
+        Raises:
+            LedgerError: the store cannot take them; its subclass says why (a full disk:
+                :class:`~airlock.tools.LedgerIOError`, retryable). Raise one of these: the
+                log hands it to its waiters as it is, so a session answers its code. Any
+                other ``OSError`` reaches them as ``ledger_io``, any other exception as
+                ``ledger_unavailable`` (retryable); the log keeps the events and retries.
+            AuditStoreError: the log's last records are not the ones its head names.
+        """
 
     def query(
         self,

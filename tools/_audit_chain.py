@@ -10,8 +10,9 @@ included. One ``audit_head`` row holds the last number and chain, under a MAC of
                (a field edited, or records reordered: the number is hashed in)
     missing    a number is absent (a record deleted)
     truncated  the head counts more records than there are (the last ones deleted)
-    head       the head is missing or its MAC is wrong (a store is made with a head counting
-               no record, so one without a head had it deleted, with every record)
+    head       the head is missing, does not read back or its MAC is wrong (a store is made
+               with a head counting no record, so one without a head had it deleted, with
+               every record)
     program    a stored program's text does not match its hash
     index      the effect index (what ``airlock audit find`` searches) disagrees with the
                effects of the record it points to
@@ -212,93 +213,88 @@ def verify_chain(conn: SQLConnection, key: bytes, columns: str) -> ChainReport:
     after ``id`` and before ``chain``) and report the first that does not fit."""
     checked = 0
     previous = GENESIS
+
+    def bad(problem: ChainProblem, record: int, detail: str) -> ChainReport:
+        return _bad(conn, checked, previous, problem, record, detail)
+
     index = _effect_index(conn)
     pending = next(index, None)
     effects_at = columns.split(", ").index("effects") + 1
     for row in _pages(conn, f"SELECT id, {columns}, chain FROM audit_events", ("id",)):
         number = int(row[0])
         if number != checked + 1:
-            return _bad(
-                conn,
-                checked,
-                previous,
+            return bad(
                 "missing",
                 checked + 1,
                 f"record {checked + 1} is missing (the next one is {number})",
             )
         try:
-            intact = hmac.compare_digest(link(key, previous, row[:-1]), bytes(row[-1]))
+            intact = hmac.compare_digest(link(key, previous, row[:-1]), _blob(row[-1]))
         except (TypeError, ValueError):  # a column given a value of another type
             intact = False
         if not intact:
-            return _bad(
-                conn,
-                checked,
-                previous,
+            return bad(
                 "changed",
                 number,
                 f"record {number} does not match its chain: changed, or moved from elsewhere",
             )
         if pending is not None and pending[0] < number:
-            return _bad(
-                conn,
-                checked,
-                previous,
-                "index",
-                pending[0],
-                f"the effect index lists record {pending[0]}, which has no such effect",
-            )
+            detail = f"the effect index lists record {pending[0]}, which has no such effect"
+            return bad("index", pending[0], detail)
         listed: set[tuple[str, str, str | None]] = set()
         while pending is not None and pending[0] == number:
             listed.add(pending[1:])
             pending = next(index, None)
         if listed != {split_effect(e) for e in json.loads(str(row[effects_at]))}:
-            return _bad(
-                conn,
-                checked,
-                previous,
-                "index",
-                number,
-                f"the effect index disagrees with record {number}'s effects",
+            return bad(
+                "index", number, f"the effect index disagrees with record {number}'s effects"
             )
-        previous = bytes(row[-1])
+        previous = _blob(row[-1])
         checked = number
     head = conn.execute("SELECT records, chain, mac FROM audit_head").fetchone()
     if head is None:
         # Every store is made with a head (for no record): without one, it was deleted.
-        return _bad(conn, checked, previous, "head", checked or 1, MISSING_HEAD)
-    records, chain, mac = int(head[0]), bytes(head[1]), bytes(head[2])
+        return bad("head", checked or 1, MISSING_HEAD)
+    records = _count(head[0])
+    try:
+        chain, mac = _blob(head[1]), _blob(head[2])
+    except TypeError:
+        records = None
+    if records is None:
+        return bad("head", checked, "the head row does not read back: a column of it was edited")
     if not hmac.compare_digest(head_mac(key, records, chain), mac):
-        return _bad(conn, checked, previous, "head", checked, "the head row's MAC is wrong")
+        return bad("head", checked, "the head row's MAC is wrong")
     if records > checked:
-        return _bad(
-            conn,
-            checked,
-            previous,
+        return bad(
             "truncated",
             checked + 1,
             f"records {checked + 1}..{records} are missing: the head says {records} were written",
         )
     if records < checked or not hmac.compare_digest(chain, previous):
-        return _bad(
-            conn,
-            checked,
-            previous,
-            "head",
-            records + 1,
-            f"the head says {records} records were written, the store holds {checked}",
-        )
+        detail = f"the head says {records} records were written, the store holds {checked}"
+        return bad("head", records + 1, detail)
     if pending is not None:
-        return _bad(
-            conn,
-            checked,
-            previous,
-            "index",
-            pending[0],
-            f"the effect index lists record {pending[0]}, which does not exist",
-        )
+        detail = f"the effect index lists record {pending[0]}, which does not exist"
+        return bad("index", pending[0], detail)
     report = ChainReport(records=checked, programs=0, head=records, last_chain=previous.hex())
     return _programs(conn, report)
+
+
+def _count(value: Any) -> int | None:
+    """The head's count as stored; None for a value of another type (SQLite lets a column
+    hold one) or a number no head holds (its MAC takes 8 bytes)."""
+    return value if isinstance(value, int) and 0 <= value < 1 << 64 else None
+
+
+def _blob(value: Any) -> bytes:
+    """A chain or MAC as stored. (``bytes()`` of a number would be that many zero bytes.)
+
+    Raises:
+        TypeError: the column holds a value of another type.
+    """
+    if not isinstance(value, bytes | bytearray | memoryview):
+        raise TypeError(f"a blob was expected, not {type(value).__name__}")
+    return bytes(value)
 
 
 # Why a store without its head row is refused: every store is made with one.
@@ -360,7 +356,7 @@ def _programs(conn: SQLConnection, report: ChainReport) -> ChainReport:
     for digest, text in _pages(conn, "SELECT hash, text FROM audit_programs", ("hash",)):
         count += 1
         try:
-            held = hashlib.blake2b(bytes(text), digest_size=16).hexdigest()
+            held = hashlib.blake2b(_blob(text), digest_size=16).hexdigest()
         except TypeError:  # a text given a value of another type
             held = ""
         if held != digest:
@@ -392,7 +388,7 @@ def _bad(
     return ChainReport(
         records=checked,
         programs=0,
-        head=0 if head is None else int(head[0]),
+        head=(None if head is None else _count(head[0])) or 0,
         last_chain=previous.hex(),
         problem=problem,
         record=record,

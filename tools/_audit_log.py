@@ -118,7 +118,7 @@ class AuditLog(AuditWriter):
             self._recorded += len(moved)
             # The sinks saw these when they were recorded (a memory store writes inline).
             self._announced = sum(isinstance(m, AuditEvent) for m in moved)
-            self._kick()
+            self._nudge()
 
     def add_sink(self, sink: AuditSink) -> None:
         """Let ``sink`` see every batch stored from now on."""
@@ -128,7 +128,9 @@ class AuditLog(AuditWriter):
     # -- recording ------------------------------------------------------------------------
 
     def record(self, event: AuditEvent) -> None:
-        """Queue ``event`` for the writer; never waits for a disk.
+        """Queue ``event`` for the writer; never waits for a disk, and never fails for the
+        writer's sake (a writer thread that cannot start is started by the next record or
+        wait, which then takes this event too).
 
         Raises:
             UsageError: its ``ts`` or ``duration_s`` is NaN or not a number: refused here,
@@ -153,7 +155,7 @@ class AuditLog(AuditWriter):
             self._queue.append(event)
             self._recorded += 1
             if self._writer is None or self._idle:
-                self._kick()
+                self._nudge()
 
     def record_program(self, text: str) -> str:
         """Queue the text of a program to be stored once under its hash; returns the hash
@@ -171,7 +173,7 @@ class AuditLog(AuditWriter):
                 return
             self._queue.append(item)
             self._recorded += 1
-            self._kick()
+            self._nudge()
 
     def _write_inline(self, item: AuditEvent | QueuedProgram) -> None:
         # Called with the lock held: a memory store appends in microseconds.
@@ -193,8 +195,11 @@ class AuditLog(AuditWriter):
             TimeoutError: ``timeout`` passed first; the events stay queued.
             UsageError: called on the log's writer thread (a sink's ``emit``), where it
                 would wait for itself.
-            Exception: whatever the store raised while this waited; the events stay queued
-                and the writer retries them (until the log is closed).
+            LedgerError: the store failed while this waited (an ``OSError`` of its own is
+                ``ledger_io``, an error of no known kind or a writer thread that cannot
+                start ``ledger_unavailable``, both retryable); the events stay queued and
+                the writer retries them (until the log is closed).
+            AuditStoreError: the store refuses to extend a log whose tail was changed.
         """
         self._refuse_on_writer("flush")
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -226,7 +231,8 @@ class AuditLog(AuditWriter):
 
         Raises:
             UsageError: called on the log's writer thread, as :meth:`flush`.
-            Exception: whatever the store raised while this waited.
+            LedgerError, AuditStoreError: the store failed while this waited, as
+                :meth:`flush`.
         """
         self._refuse_on_writer("wait_durable")
         try:
@@ -238,9 +244,9 @@ class AuditLog(AuditWriter):
             if self._stored >= self._recorded:
                 return
             self._refuse_closed()
+            self._kick(urgent=True)  # (a writer that ended, or never started, is started)
             future: asyncio.Future[None] = loop.create_future()
             self._waiters.append(LoopWaiter(self._recorded, loop, future))
-            self._kick(urgent=True)
         await future
 
     def _refuse_on_writer(self, what: str) -> None:

@@ -21,6 +21,8 @@
         └── ProtocolError             protocol_error    .reason
     └── LedgerError                   ledger_error      .path, .store: a durable store failed
         ├── LedgerUnavailableError    ledger_unavailable   cannot be opened (a directory...)
+        │   └── AuditUnavailableError ledger_unavailable   the audit log cannot store now
+        │                                                  (in _audit_writer)  retryable
         ├── LedgerNotADatabaseError   ledger_not_database  not an SQLite file, or not this store's
         ├── LedgerCorruptError        ledger_corrupt       malformed or truncated
         ├── LedgerReadOnlyError       ledger_readonly      the file or its folder is read-only

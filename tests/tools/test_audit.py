@@ -20,6 +20,7 @@ from airlock.policies import UsageError
 from airlock.tools import (
     AuditEvent,
     AuditLog,
+    LedgerIOError,
     LedgerReadOnlyError,
     MemoryAuditStore,
     RunSummary,
@@ -344,9 +345,9 @@ async def test_a_failing_store_fails_the_waiters_and_keeps_the_events() -> None:
     store.fail = OSError("disk full")
     log = threaded(store)
     log.record(event(call="a"))
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.raises(LedgerIOError, match="disk full"):
         await asyncio.wait_for(log.wait_durable(), 5)
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.raises(LedgerIOError, match="disk full"):
         log.flush()
     assert log.pending == 1
     store.fail = None

@@ -254,6 +254,51 @@ def test_a_value_of_another_type_is_found_at_its_record(tmp_path: Path, statemen
     assert (report.problem, report.record) == ("changed", 4), report
 
 
+# The head row, or a record's chain, given a value of another type (SQLite alone lets a
+# column hold one): verify reports where, never a traceback, and never allocates what a
+# number asks for (``bytes(n)`` is n zero bytes).
+UNREADABLE: list[tuple[str, str, ChainProblem, int]] = [
+    ("the head's count as words", "UPDATE audit_head SET records = 'abc'", "head", RECORDS),
+    ("the head's count below zero", "UPDATE audit_head SET records = -1", "head", RECORDS),
+    ("the head's count as a fraction", "UPDATE audit_head SET records = 9.5", "head", RECORDS),
+    ("the head's chain as text", "UPDATE audit_head SET chain = 'zz'", "head", RECORDS),
+    (
+        "the head's chain as a number",
+        "UPDATE audit_head SET chain = 1000000000000",
+        "head",
+        RECORDS,
+    ),
+    ("the head's MAC as text", "UPDATE audit_head SET mac = 'zz'", "head", RECORDS),
+    ("the head's MAC as a number", "UPDATE audit_head SET mac = 32", "head", RECORDS),
+    (
+        "a program's text as a number",
+        "UPDATE audit_programs SET text = 1000000000000",
+        "program",
+        RECORDS,
+    ),
+    (
+        "a record's chain as a number",
+        "UPDATE audit_events SET chain = 1000000000000 WHERE id = 4",
+        "changed",
+        4,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "statement", "problem", "record"), UNREADABLE, ids=[u[0] for u in UNREADABLE]
+)
+def test_a_head_or_chain_that_does_not_read_back_is_reported_where_it_is(
+    tmp_path: Path, name: str, statement: str, problem: ChainProblem, record: int
+) -> None:
+    sqlite = Backend("sqlite", tmp_path)
+    fill(sqlite)
+    tamper(sqlite, statement)
+    report = verify(sqlite)
+    assert (report.problem, report.record) == (problem, record), (name, report)
+    assert report.detail
+
+
 def test_every_problem_verify_can_report_has_a_tampering_case() -> None:
     assert {t[2] for t in TAMPERING} | {"changed"} == set(get_args(ChainProblem))
 

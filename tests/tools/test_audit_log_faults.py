@@ -17,7 +17,14 @@ from typing import Any
 import pytest
 
 from airlock.policies import UsageError
-from airlock.tools import AuditEvent, AuditLog, MemoryAuditStore, RunSummary, SQLiteAuditStore
+from airlock.tools import (
+    AuditEvent,
+    AuditLog,
+    LedgerIOError,
+    MemoryAuditStore,
+    RunSummary,
+    SQLiteAuditStore,
+)
 from tests.audit_events import stored_event
 from tests.tools.stores import Backend
 
@@ -60,11 +67,11 @@ def failing_log(delay: float = 0.0) -> AuditLog:
 async def test_a_wait_after_a_failed_close_raises_the_failure() -> None:
     log = failing_log()
     log.record(stored_event(call_id="c1"))
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.raises(LedgerIOError, match="disk full"):
         log.close()
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.raises(LedgerIOError, match="disk full"):
         await asyncio.wait_for(log.wait_durable(), 5)
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.raises(LedgerIOError, match="disk full"):
         log.flush(timeout=5)
     assert log.pending == 1
 
@@ -80,16 +87,16 @@ async def test_a_wait_while_the_log_closes_on_a_failing_store_raises_the_failure
     def close() -> None:
         try:
             log.close()
-        except OSError as exc:
+        except LedgerIOError as exc:
             closed.append(exc)
 
     closing = threading.Thread(target=close)
     closing.start()
     await asyncio.sleep(0.45)  # close's flush saw the first failure; the writer retries
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.raises(LedgerIOError, match="disk full"):
         await asyncio.wait_for(log.wait_durable(), 5)
     closing.join(10)
-    assert [str(e) for e in closed] == ["disk full"]
+    assert [str(e.__cause__) for e in closed] == ["disk full"]  # typed, caused by the OSError
 
 
 # -- a sink on the writer thread --------------------------------------------------------------

@@ -181,6 +181,32 @@ def test_verify_passes_then_names_the_first_record_changed(db: Path) -> None:
     assert (report["ok"], report["problem"], report["record"]) == (False, "changed", 2)
 
 
+# The head row given a value of another type (SQLite lets a column hold one).
+HEAD_TAMPERING = [
+    ("count as words", "UPDATE audit_head SET records = 'abc'"),
+    ("count below zero", "UPDATE audit_head SET records = -1"),
+    ("chain as text", "UPDATE audit_head SET chain = 'zz'"),
+    ("chain as a number", "UPDATE audit_head SET chain = 1000000000000"),
+    ("MAC as text", "UPDATE audit_head SET mac = 'zz'"),
+]
+
+
+@pytest.mark.parametrize(("case", "statement"), HEAD_TAMPERING, ids=[h[0] for h in HEAD_TAMPERING])
+def test_verify_reports_a_head_row_that_does_not_read_back(
+    db: Path, case: str, statement: str
+) -> None:
+    conn = sqlite3.connect(db)
+    conn.execute(statement)
+    conn.commit()
+    conn.close()
+    result = runner.invoke(audit_app, ["verify", "--db", str(db)])
+    assert result.exception is None or isinstance(result.exception, SystemExit), case
+    assert result.exit_code == 1, result.output
+    assert "head" in result.output
+    report = json.loads(runner.invoke(audit_app, ["verify", "--db", str(db), "--json"]).output)
+    assert (report["ok"], report["problem"], report["record"]) == (False, "head", 3), case
+
+
 def test_verify_without_the_key_says_where_it_looked(db: Path) -> None:
     (db.parent / "audit.db.key").rename(db.parent / "kept.key")
     result = runner.invoke(audit_app, ["verify", "--db", str(db)])

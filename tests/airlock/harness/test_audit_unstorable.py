@@ -5,9 +5,12 @@ log keeps the path, and once the disk has room the same call answers as it would
 
 from __future__ import annotations
 
+import asyncio
+import errno
 import json
 import logging
 import sqlite3
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -31,6 +34,9 @@ from tests.airlock.conversation_registry import ALICE, build_registry
 pytestmark = pytest.mark.anyio
 
 POLICY = Path(__file__).parents[1] / "conversation_policy.toml"
+UNAVAILABLE = "ledger_unavailable"
+BOUND_S = 10.0
+"""Longest a call may take here: a wedged audit log fails the test instead of hanging it."""
 REFUND = "billing_refund_create"
 READ = "billing_invoice_get"
 
@@ -45,8 +51,12 @@ class FillingStore(SQLiteAuditStore):
     what the store raises for SQLITE_FULL (its message names the file)."""
 
     full = False
+    raises: BaseException | None = None
+    """What ``append`` raises instead, as a store of another kind might (a driver's error)."""
 
     def append(self, events: Sequence[AuditEvent], programs: dict[str, str] | None = None) -> None:
+        if self.raises is not None:
+            raise self.raises
         if self.full:
             error = sqlite3.OperationalError("database or disk is full")
             raise store_error(error, path=str(self.path), store="the audit store")
@@ -83,6 +93,7 @@ def world(tmp_path: Path) -> Iterator[World]:
     )
     yield World(harness, store, ledger, system, root)
     store.full = False
+    store.raises = None
     ledger.close()
     system.close()
 
@@ -199,4 +210,70 @@ async def test_outcomes_settled_while_the_disk_is_full_are_told_once_it_has_room
     [settled] = told["settled_writes"]
     assert (settled["preview_id"], settled["status"]) == (preview_id, "committed")
     assert world.system.sends() == 1
+    await session.close()
+
+
+class Interrupted(BaseException):
+    """Not an ``Exception``: what an ``except Exception`` lets through."""
+
+
+# What an audit store of another kind raises from append (not a LedgerError), and the code
+# the model is given: every one typed and retryable, none escaping the call raw.
+FOREIGN: list[tuple[str, Callable[[], BaseException], str]] = [
+    ("a full disk", lambda: OSError(errno.ENOSPC, "No space left on device"), "ledger_io"),
+    ("an I/O error", lambda: OSError(errno.EIO, "Input/output error"), "ledger_io"),
+    ("a driver's own error", lambda: RuntimeError("server closed the connection"), UNAVAILABLE),
+    ("a bug in the store", lambda: KeyError("chain"), UNAVAILABLE),
+    ("a BaseException", lambda: Interrupted("stopped"), UNAVAILABLE),
+]
+CALLS = [("direct read", _read), ("program", _program)]
+
+
+@pytest.mark.parametrize(("site", "step"), CALLS, ids=[c[0] for c in CALLS])
+@pytest.mark.parametrize(("case", "make", "code"), FOREIGN, ids=[f[0] for f in FOREIGN])
+async def test_a_store_raising_what_is_not_a_ledger_error_gives_a_typed_answer(
+    world: World, site: str, step: Step, case: str, make: Callable[[], BaseException], code: str
+) -> None:
+    session = world.session()
+    call = await step(world, session)
+    world.store.raises = make()
+
+    answer = await asyncio.wait_for(call(), BOUND_S)
+
+    assert (answer.is_error, answer.code) == (True, code), (case, answer.content)
+    assert json.loads(answer.content)["retryable"] is True
+    assert str(world.root) not in answer.content
+    world.store.raises = None
+    again = await asyncio.wait_for(call(), BOUND_S)
+    assert (again.is_error, again.code) == (False, None), (case, again.content)
+    await session.close()
+
+
+async def test_a_harness_whose_audit_writer_cannot_start_answers_and_recovers(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The process is at its limit of threads (pthread_create: EAGAIN) while the first call
+    # runs: its answer is withheld, typed; once threads can start, the next call answers and
+    # every record of both is stored.
+    start = threading.Thread.start
+    short = [True]
+
+    def limited(thread: threading.Thread) -> None:
+        if short[0] and thread.name == "airlock-audit-writer":
+            raise RuntimeError("can't start new thread")
+        start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", limited)
+    session = world.session()
+
+    answer = await asyncio.wait_for(session.call(READ, {"invoice_id": "inv_001"}), BOUND_S)
+
+    assert (answer.is_error, answer.code) == (True, UNAVAILABLE), answer.content
+    assert json.loads(answer.content)["retryable"] is True
+    short[0] = False
+    again = await asyncio.wait_for(session.call(READ, {"invoice_id": "inv_002"}), BOUND_S)
+    assert (again.is_error, again.code) == (False, None), again.content
+    assert world.harness.audit.pending == 0
+    stored = [e.call_id for e in world.store.query() if e.tool == READ and e.final]
+    assert len(stored) == len(set(stored)) == 2, stored
     await session.close()
