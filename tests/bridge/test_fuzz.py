@@ -2,7 +2,7 @@
 
 Whatever a guest sends, :func:`serve_run` returns (never raises), a bad run ends with
 ``protocol_error`` (or a limit), the end is in the audit log, and a well-behaved run served
-at the same time is unaffected. CI generates at least 10^5 frames.
+at the same time is unaffected. `make soak` generates at least 10^5 frames.
 """
 
 from __future__ import annotations

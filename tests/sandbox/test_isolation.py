@@ -34,7 +34,7 @@ pytestmark = pytest.mark.docker
 
 # The data image under gVisor starts each container in about 4 s here (importing pandas
 # through gVisor's kernel), three times what the rest of the suite takes: it runs with the
-# slow tests, and the data image under runc stands for it in a local run.
+# slow tests (`make soak`), and the data image under runc and crun stands for it in `make test`.
 SLOW: frozenset[tuple[str, str]] = frozenset({("runsc", "data")})
 
 

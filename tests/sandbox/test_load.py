@@ -46,7 +46,6 @@ def anyio_backend() -> str:
 
 
 @pytest.mark.docker
-@pytest.mark.slow
 @pytest.mark.anyio
 async def test_eight_principals_at_once_never_meet() -> None:
     require_docker()
