@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import json
+import keyword
 import textwrap
 from collections.abc import Collection
 from dataclasses import asdict, dataclass
@@ -19,7 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from airlock.bridge.airlock_wire import ERRORS
+from airlock.bridge.airlock_wire import ERRORS, MAX_BATCH_ITEMS, MAX_IN_FLIGHT
 from airlock.policies import Principal
 from airlock.tools import JSONObject, JSONValue, Registry, ToolDefinition
 
@@ -194,11 +195,9 @@ def _stubs(
         sections = [definition.description.strip()]
         if proposal:
             sections.append(_PROPOSAL_NOTE)
-        documented = [p for p in params if p.description]
+        documented = [p for p in params if p.description or not _python_name(p.name)]
         if documented:
-            sections.append(
-                "Args:\n" + "\n".join(f"    {p.name}: {p.description}" for p in documented)
-            )
+            sections.append("Args:\n" + "\n".join(f"    {_arg_doc(p)}" for p in documented))
         returns = _PROPOSAL_RETURNS if proposal else _returns_section(registry, definition.name)
         if returns:
             sections.append(returns)
@@ -222,26 +221,54 @@ def _defaults(registry: Registry, name: str) -> dict[str, tuple[JSONValue, bool]
 
 @functools.lru_cache(maxsize=1024)
 def _model_defaults(model: type[BaseModel]) -> tuple[tuple[str, tuple[JSONValue, bool]], ...]:
-    # Per model, once: a run frame carries the stubs of every tool, on every run.
+    # Per model, once: a run frame carries the stubs of every tool, on every run. Keyed as
+    # the schema's properties are (and as a call passes it): by the field's alias, if any.
     shown = model.model_json_schema(mode="validation").get("properties", {})
     found: list[tuple[str, tuple[JSONValue, bool]]] = []
     for field, info in model.model_fields.items():
         if info.is_required():
             continue
-        sub = shown.get(field) if isinstance(shown, dict) else None
+        alias = info.validation_alias if isinstance(info.validation_alias, str) else info.alias
+        name = alias or field
+        sub = shown.get(name) if isinstance(shown, dict) else None
         if isinstance(sub, dict) and "default" in sub:
-            found.append((field, (sub["default"], True)))
+            found.append((name, (sub["default"], True)))
         else:
-            found.append((field, (None, False)))
+            found.append((name, (None, False)))
     return tuple(found)
+
+
+def _python_name(name: str) -> bool:
+    """Whether a parameter of this name can stand in a signature (an alias need not)."""
+    return name.isidentifier() and not keyword.iskeyword(name) and name != _BY_KEYWORD
+
+
+_BY_KEYWORD = "kwargs"
+"""The ``**`` parameter of a signature that takes those whose names are not Python's."""
+
+
+def _arg_doc(param: ParamStub) -> str:
+    if _python_name(param.name):
+        return f"{param.name}: {param.description}"
+    how = f"pass it as **{{{json.dumps(param.name)}: ...}} (not a Python name)"
+    if not param.required:
+        how += f"; default {param.default_text}"
+    return f"{param.name}: {param.annotation}; {how}" + (
+        f". {param.description}" if param.description else ""
+    )
 
 
 def signature_text(params: tuple[ParamStub, ...]) -> str:
     """The parameters as a signature shows them: a default after its annotation, and ``*``
-    before a required parameter that follows one with a default (keyword-only from there)."""
+    before a required parameter that follows one with a default (keyword-only from there).
+    Those whose names are not Python's (a field's alias, ``from``) are taken by a last
+    ``**kwargs`` (the docstring names them): the text stays Python, as the guest's is."""
     parts: list[str] = []
     optional_seen = keyword_only = False
+    by_keyword = [p.annotation for p in params if not _python_name(p.name)]
     for param in params:
+        if not _python_name(param.name):
+            continue
         if param.required and optional_seen and not keyword_only:
             parts.append("*")
             keyword_only = True
@@ -250,6 +277,8 @@ def signature_text(params: tuple[ParamStub, ...]) -> str:
             optional_seen = True
             text += f" = {param.default_text}"
         parts.append(text)
+    if by_keyword:
+        parts.append(f"**{_BY_KEYWORD}: {' | '.join(dict.fromkeys(by_keyword))}")
     return ", ".join(parts)
 
 
@@ -289,9 +318,13 @@ _PREAMBLE = f'''\
 
 - `tools.NAME(**args)` calls and returns the result (a dict).
 - `await tools.NAME.aio(**args)` is the same call as an awaitable: fan out independent
-  calls with `asyncio.gather(...)`.
+  calls with `asyncio.gather(...)`. At most {MAX_IN_FLIGHT} such calls wait for results at
+  once (the run's `max_in_flight`); the rest are sent as results come, so a gather of any
+  size is fine. Cancelling one (`asyncio.wait_for` timing out) cancels it on the host too.
 - `tools.NAME.batch([args, ...])` makes many calls of one tool in one round trip and
-  returns their results in order (`return_errors=True` puts failures in the list).
+  returns their results in order (`return_errors=True` puts failures in the list, an item
+  that does not fit the signature too). A list longer than {MAX_BATCH_ITEMS} items (the run's
+  `max_batch_items`) goes in several round trips, one after another.
 {_errors_item()}
 - Set the program's answer with `result(value)` or end with an expression; only that value
   (JSON) and capped stdout return.

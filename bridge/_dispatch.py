@@ -14,6 +14,10 @@ until one of them waits, then in a few.
 Arguments over the call budget (:class:`ArgumentsOverBudget`, in place of a call's, a
 proposal's or a batch item's as the frame was decoded) are answered ``invalid_input`` without
 admission, and recorded in the audit log; the run goes on.
+
+A ``cancel`` frame gives up a call the program cancelled: it never starts, or is cancelled
+as the run's end cancels calls, is not answered, and its place in flight is free at once. A
+proposal cancelled before it was answered leaves no preview; one answered already stays.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ _MAX_CALL_ID: Final = 2**53
 # Refused names recorded one by one per run; a program probing names in a loop is recorded
 # this far, then once more as "more" (the guest sends each name once; bytes bound the rest).
 _MAX_REFUSED: Final = 64
+_NOT_LIVE: Final[Any] = object()  # (a call's entry in CallDispatcher._live can be None)
 _CANCEL_GRACE_S: Final = 5.0
 """How long the end of a run waits for its cancelled tool calls (host code) to finish."""
 
@@ -74,13 +79,15 @@ class CallDispatcher:
         self._results = results
         self._running = 0  # calls executing (at most max_concurrency)
         self._turns: deque[asyncio.Future[None]] = deque()  # calls waiting for their turn
-        self._calls = CallRunner(on_done=self._done)
+        # Each call counts itself out of in_flight as it ends (_end), or its cancel does.
+        self._calls = CallRunner(on_done=lambda: None)
         self._items = SharedTurns()  # the loop's turns, for the items of the run's batches
         self._seen_ids: set[int] = set()
         self._refused = 0
         self._call_prefix = f"{session.call_prefix or session.run_id}:" if session else ""
         self.in_flight = 0
         """Calls waiting for their results."""
+        self._live: dict[int, asyncio.Task[Any] | None] = {}  # in flight: its task, once started
 
     @property
     def busy(self) -> bool:
@@ -100,8 +107,7 @@ class CallDispatcher:
         if not isinstance(args, dict):
             what = "a proposal's" if propose else "a call's"
             raise protocol_stop(f"{what} 'args' must be an object")
-        self._admit_count(1)
-        self.in_flight += 1
+        self._count_in(call_id, 1)
         if type(args) is ArgumentsOverBudget:
             self._calls.submit(self._answer_refusal(call_id, tool))
         elif propose:
@@ -115,17 +121,25 @@ class CallDispatcher:
         items = frame.get("items")
         if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
             raise protocol_stop("a batch's 'items' must be a list of objects")
-        if len(items) > self._limits.max_batch_items:
-            raise limit_stop(
-                "calls",
-                f"a batch of {len(items)} items is too big; the limit is "
-                f"{self._limits.max_batch_items} items",
+        if len(items) > self._limits.max_batch_items:  # (the guest splits a longer list)
+            raise protocol_stop(
+                f"a batch of {len(items)} items is over the run's limit of "
+                f"{self._limits.max_batch_items} items a frame"
             )
-        # An empty batch calls nothing, yet costs the host a frame and an answer: it counts
-        # as one call, so the call budget bounds such frames too (the guest sends none).
-        self._admit_count(len(items) or 1)
-        self.in_flight += 1
+        # An empty batch calls nothing, yet costs the host a frame and an answer: one call,
+        # so the call budget bounds such frames too (the guest sends none).
+        self._count_in(call_id, len(items) or 1)
         self._calls.submit(self._answer_batch(call_id, tool, items))
+
+    def cancel(self, frame: Mapping[str, Any]) -> None:
+        """Give up a call the program cancelled (an id not in flight changes nothing)."""
+        call_id = frame.get("id")
+        if type(call_id) is not int or not 0 < call_id < _MAX_CALL_ID:
+            raise protocol_stop("a cancel frame's 'id' must be a positive integer")
+        if (task := self._live.pop(call_id, _NOT_LIVE)) is not _NOT_LIVE:
+            self.in_flight -= 1
+            if task is not None:
+                task.cancel()
 
     def refused(self, frame: Mapping[str, Any]) -> None:
         """Record a tool name the program reached for and was not given."""
@@ -148,7 +162,8 @@ class CallDispatcher:
         self._seen_ids.add(call_id)
         return call_id, tool
 
-    def _admit_count(self, count: int) -> None:
+    def _count_in(self, call_id: int, count: int) -> None:
+        """Count call ``call_id`` (``count`` calls) in, within the limits; it is in flight."""
         if self.in_flight >= self._limits.max_in_flight:
             raise limit_stop(
                 "in_flight",
@@ -164,33 +179,48 @@ class CallDispatcher:
                     f"the limit is {self._limits.max_calls} per program",
                 )
             session.calls += count
+        self.in_flight += 1
+        self._live[call_id] = None
 
     # -- running calls ----------------------------------------------------------------------
 
-    def _done(self) -> None:
-        self.in_flight -= 1
+    def _start(self, call_id: int) -> bool:
+        # From now on a cancel cancels the task it runs in: its own once it waits (see
+        # CallRunner); one that never waits ends before a cancel can come.
+        if call_id in self._live:
+            self._live[call_id] = asyncio.current_task()
+            return True
+        return False
+
+    def _end(self, call_id: int) -> None:
+        if self._live.pop(call_id, _NOT_LIVE) is not _NOT_LIVE:  # (else its cancel did)
+            self.in_flight -= 1
 
     async def _answer_call(self, call_id: int, tool: str, args: dict[str, Any]) -> None:
         # The admission of :meth:`_admit`, written out: most calls from code are reads of
         # data at hand, and a coroutine less is a good part of what the bridge adds to them.
-        session = self._session
-        if session is None:
-            error = program_error(UnknownToolError(name=tool))
-            self._results.send(call_id, False, error, alone=self.in_flight <= 1)
+        if not self._start(call_id):
             return
-        ctx = session.context(self._call_prefix + str(call_id), self._deadline)
-        if self._running >= self._limits.max_concurrency:
-            await self._turn()
-        self._running += 1
+        session = self._session
         try:
-            ok, value = True, await session.registry.call(tool, args, ctx)
-        except Exception as exc:
-            ok, value = False, self._failure(tool, exc)
+            if session is None:
+                ok, value = False, program_error(UnknownToolError(name=tool))
+            else:
+                ctx = session.context(self._call_prefix + str(call_id), self._deadline)
+                if self._running >= self._limits.max_concurrency:
+                    await self._turn()
+                self._running += 1
+                try:
+                    ok, value = True, await session.registry.call(tool, args, ctx)
+                except Exception as exc:
+                    ok, value = False, self._failure(tool, exc)
+                finally:
+                    self._running -= 1
+                    if self._turns:
+                        self._next_turn()
+            self._results.send(call_id, ok, value, alone=self.in_flight <= 1)
         finally:
-            self._running -= 1
-            if self._turns:
-                self._next_turn()
-        self._results.send(call_id, ok, value, alone=self.in_flight <= 1)
+            self._end(call_id)
 
     async def _admit(
         self, guest_id: str, tool: str, args: dict[str, Any], *, propose: int = 0
@@ -255,13 +285,22 @@ class CallDispatcher:
                 return
 
     async def _answer_proposal(self, call_id: int, tool: str, args: dict[str, Any]) -> None:
-        ok, value = await self._admit(str(call_id), tool, args, propose=call_id)
-        self._results.send(call_id, ok, value, alone=self.in_flight <= 1)
+        if not self._start(call_id):
+            return
+        try:
+            ok, value = await self._admit(str(call_id), tool, args, propose=call_id)
+            self._results.send(call_id, ok, value, alone=self.in_flight <= 1)
+        finally:
+            self._end(call_id)
 
     async def _answer_refusal(self, call_id: int, tool: str) -> None:
-        self._results.send(
-            call_id, False, self._too_large(str(call_id), tool), alone=self.in_flight <= 1
-        )
+        if not self._start(call_id):
+            return
+        try:
+            error = self._too_large(str(call_id), tool)
+            self._results.send(call_id, False, error, alone=self.in_flight <= 1)
+        finally:
+            self._end(call_id)
 
     def _too_large(self, guest_id: str, tool: str) -> JSONObject:
         """The error for arguments over :data:`MAX_CALL_ELEMENTS`, recorded in the audit
@@ -296,6 +335,8 @@ class CallDispatcher:
         # Each item's outcome is encoded and counted against max_bytes_out as it finishes
         # (BatchAnswer): held whole, the outcomes of a batch of large results came to many
         # times the limit before it was checked.
+        if not self._start(call_id):
+            return
         answer = BatchAnswer(self._results, len(items))
         pending = iter(enumerate(items))
         turns = self._items
@@ -343,6 +384,7 @@ class CallDispatcher:
                     helper.cancel()
                 await asyncio.wait(helpers)
             answer.drop()
+            self._end(call_id)
 
     async def cancel_pending(self) -> None:
         """Drop the calls not started yet and cancel the running ones, waiting for them

@@ -31,6 +31,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import struct
 import time
 from typing import Any, Final
 
@@ -51,6 +52,8 @@ __all__ = ["serve_run"]
 _log = logging.getLogger(__name__)
 _FRAMES_PER_TURN: Final = 64
 """Frames already buffered that one run handles before the event loop serves others."""
+_HEADER_BYTES: Final = struct.calcsize(wire.HEADER_FORMAT)
+"""A frame's length prefix: its size on the wire less this is its body's."""
 
 
 def _deadline_passed() -> RunStop:
@@ -92,7 +95,7 @@ class _RunServer:
         self._finished = False
         """:meth:`serve` is returning: no frame is handled any more (a pump the loop had
         scheduled for the rest of a burst included)."""
-        self._log_frames = 0  # ``log`` and ``refused`` frames, within ``max_log_frames``
+        self._log_frames = 0  # ``log``, ``refused`` and ``cancel`` frames: ``max_log_frames``
 
     async def serve(self) -> dict[str, Any] | RunEnd | None:
         loop = asyncio.get_running_loop()
@@ -233,7 +236,9 @@ class _RunServer:
             # output caps, JSON-escaped up to six times over, may well be past bytes_in.
             return False
         self._count_bytes_in(size)
-        if kind == wire.CALL and size <= self._limits.max_call_frame_bytes:
+        # The limit is a body's (as the guest measures it and the contract says), not the
+        # body's and its header's: a call the guest let go at the limit ended the run.
+        if kind == wire.CALL and size - _HEADER_BYTES <= self._limits.max_call_frame_bytes:
             self._calls.call(frame)  # (most frames: the rest of :meth:`_handle` is skipped)
         else:
             self._handle(frame, size)
@@ -269,8 +274,9 @@ class _RunServer:
 
     def _handle(self, frame: dict[str, Any], size: int) -> None:
         kind = frame["type"]
-        if size > self._limits.max_call_frame_bytes:
-            raise protocol_stop(f"a {kind!r} frame of {size} bytes is over the frame limit")
+        body = size - _HEADER_BYTES
+        if body > self._limits.max_call_frame_bytes:
+            raise protocol_stop(f"a {kind!r} frame of {body} bytes is over the frame limit")
         if kind == wire.CALL:
             self._calls.call(frame)
         elif kind == wire.BATCH:
@@ -291,6 +297,9 @@ class _RunServer:
         elif kind == wire.REFUSED:
             self._count_log_frame()
             self._calls.refused(frame)
+        elif kind == wire.CANCEL:
+            self._count_log_frame()
+            self._calls.cancel(frame)
         else:
             raise protocol_stop(f"unexpected frame type {kind[:40]!r}")
 
@@ -301,8 +310,8 @@ class _RunServer:
         if self._log_frames > self._limits.max_log_frames:
             raise limit_stop(
                 "calls",
-                f"the program sent {self._log_frames} log lines and refused tool names; the "
-                f"limit is {self._limits.max_log_frames} per program",
+                f"the program sent {self._log_frames} log lines, refused tool names and "
+                f"cancelled calls; the limit is {self._limits.max_log_frames} per program",
             )
 
     async def _end(self, end: RunEnd) -> RunEnd:

@@ -80,8 +80,8 @@ class BridgeLimits:
 
     They bound what a run costs the host in work, not only in bytes (``max_bytes_in``): each
     frame the host handles counts against ``max_calls`` (a call, a proposal, a batch: each
-    item, an empty batch as one) or ``max_log_frames`` (``log`` and ``refused`` frames); the
-    ``done`` frame comes once, and artifacts have limits of their own.
+    item, an empty batch as one) or ``max_log_frames`` (``log``, ``refused`` and ``cancel``
+    frames); the ``done`` frame comes once, and artifacts have limits of their own.
     """
 
     max_calls: int = 10_000
@@ -104,9 +104,10 @@ class BridgeLimits:
     max_batch_items: int = 1000
     """Items in one ``batch`` frame."""
     max_log_frames: int = 10_000
-    """``log`` frames (lines of ``tools.log``) and ``refused`` frames (a name the program
-    reached for and was not given; the guest sends each name once) in one run; one more
-    ends it as ``limit_exceeded`` (``calls``), as a call over ``max_calls`` does."""
+    """``log`` frames (lines of ``tools.log``), ``refused`` frames (a name the program
+    reached for and was not given; the guest sends each name once) and ``cancel`` frames (a
+    call the program cancelled) in one run; one more ends it as ``limit_exceeded``
+    (``calls``), as a call over ``max_calls`` does."""
     max_proposals: int = 100
     """Writes one program may propose; each one more is refused as ``limit_exceeded``
     (``proposals``), and the program goes on."""

@@ -15,15 +15,20 @@ frame types below.
 Guest to host: :data:`HELLO` ``{version, pid}`` once the runner is warm; :data:`CALL`
 ``{id, tool, args}``; :data:`BATCH` ``{id, tool, items}``; :data:`PROPOSE` ``{id, tool,
 args}``, a proposal of a write (answered like a call, with ``{preview_id, tool, summary,
-state}``; nothing is committed); :data:`LOG` ``{message}``;
+state}``; nothing is committed); :data:`CANCEL` ``{id}``, the program cancelled that
+awaitable ``call`` or ``propose`` before its result came (the host cancels it if it still
+runs, sends no result for it, frees its place among the calls in flight, and keeps no
+preview of a proposal it had not answered; an id it does not know, or has answered, changes
+nothing; counted as a ``log`` frame is); :data:`LOG` ``{message}``;
 :data:`REFUSED` ``{tool}``, once per name, when the program reached for a tool it was not
 given (the guest refuses it on the spot; the host records the attempt);
 :data:`ARTIFACT` ``{name, offset, data, end}``, after the program, one piece of a file it left
 in :data:`OUT_DIR` (``data`` is base64 of at most :data:`ARTIFACT_CHUNK_BYTES`; every piece
 but a file's last holds exactly that many); :data:`DONE` ``{result}``. Host to guest:
 :data:`RUN` ``{program, mode, allowed_imports, output_limit, value_limit, value_elements,
-max_call_frame_bytes, deadline_s, tools, artifacts, keep?}`` (a stub in ``tools`` with
-``"proposal": true`` is a write the program may propose, under ``tools.propose``);
+max_call_frame_bytes, max_in_flight, max_batch_items, deadline_s, tools, artifacts, keep?}``
+(a stub in ``tools`` with ``"proposal": true`` is a write the program may propose, under
+``tools.propose``);
 :data:`RESULT` ``{id, ok, value | error}``; :data:`ABORT` ``{code, message}``. A result's
 ``error`` is ``{code, message, retryable}`` plus the typed fields :data:`ERRORS` names for
 its code.
@@ -33,7 +38,11 @@ value first, as ``result_too_large``. The host also refuses a frame that nests d
 :data:`MAX_DEPTH` or holds an integer of more than :data:`MAX_INT_DIGITS` digits, and a
 ``call``, ``batch`` or ``propose`` frame over ``max_call_frame_bytes``: the guest refuses such a
 call in the program as ``invalid_input`` (nothing is sent) and such a final value as
-``InvalidResult``. ``deadline_s`` is the guest's own backstop to the host's deadline: seconds
+``InvalidResult``. ``max_in_flight`` and ``max_batch_items`` are the host's limits on calls
+unanswered at once and on a batch's items, which end the run: the guest holds the frames of
+awaitable calls past the first ``max_in_flight`` until answers free their places, and sends
+a longer batch as several frames, one after another (the defaults below when the ``run``
+frame does not say). ``deadline_s`` is the guest's own backstop to the host's deadline: seconds
 after the ``run`` frame when the guest ends the program whatever the host does (it is the
 program's ``timeout_s`` plus a margin past the host's own handling of its deadline).
 ``artifacts`` is ``{dir, files, bytes}`` when the host collects the files a program
@@ -56,15 +65,16 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Final
 
-PROTOCOL_VERSION: Final = 4
+PROTOCOL_VERSION: Final = 5
 """Sent in ``hello``; the host refuses a runner that speaks another version (2: the guest
-reports refused tool names; 3: artifacts; 4: proposals of writes)."""
+reports refused tool names; 3: artifacts; 4: proposals of writes; 5: ``cancel`` frames)."""
 
 HELLO: Final = "hello"
 CALL: Final = "call"
 BATCH: Final = "batch"
 PROPOSE: Final = "propose"
 LOG: Final = "log"
+CANCEL: Final = "cancel"
 REFUSED: Final = "refused"
 DONE: Final = "done"
 RUN: Final = "run"
@@ -86,6 +96,10 @@ MAX_INT_DIGITS: Final = 30
 MAX_CALL_FRAME_BYTES: Final = 1024 * 1024
 """The largest ``call``, ``batch`` or ``propose`` frame body the guest sends when its ``run``
 frame does not say (``max_call_frame_bytes``: the host's limit for the run)."""
+MAX_IN_FLIGHT: Final = 256
+"""Calls unanswered at once when the ``run`` frame does not say (``max_in_flight``)."""
+MAX_BATCH_ITEMS: Final = 1000
+"""Items of one ``batch`` frame when the ``run`` frame does not say (``max_batch_items``)."""
 MAX_TOOL_NAME_CHARS: Final = 128
 """Characters of a tool name in a frame; a longer one is cut (``refused``) or refused."""
 

@@ -178,6 +178,8 @@ class SandboxContainer:
                 "value_limit": MAX_VALUE_BYTES,
                 "value_elements": VALUE_ELEMENTS,
                 "max_call_frame_bytes": limits.max_call_frame_bytes,
+                "max_in_flight": limits.max_in_flight,
+                "max_batch_items": limits.max_batch_items,
                 "deadline_s": profile.timeout_s + _GUEST_MARGIN_S,
                 "tools": [stub.to_wire() for stub in tools.stubs()] if tools else [],
                 "artifacts": {

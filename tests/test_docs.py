@@ -344,10 +344,11 @@ reduction through execute_code: 99.5% of result bytes, 98.9% of all bytes (goal 
 duplicates found by the program: [['inv_006', 'inv_007'], ['inv_031', 'inv_032'], ['inv_056', 'inv_057'], ['inv_081', 'inv_082'], ['inv_106', 'inv_107'], ['inv_131', 'inv_132'], ['inv_156', 'inv_157'], ['inv_181', 'inv_182']]""": _PERFORMANCE,
         """\
 make lint types pytest        # the parts of make test
+make soak                     # the long runs: the bridge fuzzer, the data image under gVisor
 make bench                    # the benchmarks
 UPDATE_SNAPSHOTS=1 .venv/bin/pytest tests/bridge/test_render_api.py   # refresh the API snapshot
 AIRLOCK_UPDATE_GOLDEN=1 .venv/bin/pytest tests/airlock tests/examples  # refresh inventory goldens""": (
-            "runs the whole suite and the benchmarks, or rewrites snapshots and goldens"
+            "runs the whole suite, the long runs and the benchmarks, or rewrites snapshots and goldens"
         ),
     },
     GUIDE: {

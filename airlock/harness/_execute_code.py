@@ -175,8 +175,10 @@ _LIMIT_ADVICE: Final[dict[LimitName, str]] = {
     "output": "print less and return a summary value instead",
     "disk": "keep less data in files in /tmp",
     "artifacts": "write fewer, smaller files to /out",
-    "calls": "split the work across several programs",
-    "in_flight": "await the calls in smaller groups",
+    # A batch longer than a frame takes, or a gather of more calls than may wait at once,
+    # does not end a run (the sandbox splits and queues them): these are the run's totals.
+    "calls": "make fewer tool calls (each batch item is one), or split the work across programs",
+    "in_flight": "make fewer calls at once from threads (awaitable calls queue by themselves)",
     "bytes": "ask for fewer records or narrower fields",
 }
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import _socket
 import _thread  # its locks; threading (functools, collections) only for a reader thread
 import itertools
-import sys
 import time
 
 TYPE_CHECKING = False  # typing's, which the guest does not import (see airlock.sandbox.guest)
@@ -25,15 +24,19 @@ if TYPE_CHECKING:
     # never needed (_socket is the socket).
     import asyncio
     from concurrent.futures import Future
-    from typing import Any, TypeGuard
+    from typing import Any
 
     from airlock.bridge import airlock_wire as wire
     from airlock.sandbox.guest import airlock_errors as errors
     from airlock.sandbox.guest import airlock_frames as frames
+    from airlock.sandbox.guest.airlock_call_futures import loop_call, of_loop, settle, watch_cancel
+    from airlock.sandbox.guest.airlock_outbox import Outbox
 else:  # in the image, the guest's modules sit side by side on the runner's path
     import airlock_errors as errors
     import airlock_frames as frames
     import airlock_wire as wire
+    from airlock_call_futures import loop_call, of_loop, settle, watch_cancel
+    from airlock_outbox import Outbox
 
 _RECV_BYTES = 256 * 1024
 _BUSY_RETRY_S = 0.0005  # how soon a loop looks again while a waiting thread reads for it
@@ -49,13 +52,14 @@ class Connection:
     the loop (one system call for all the calls a turn made), and while any is pending the
     loop watches the socket and resolves their futures in its own thread (no reader thread,
     no wake-up from another thread per result). Awaitable calls made while another running
-    loop watches fall back to a reader thread, which exits when none are left.
+    loop watches fall back to a reader thread, which exits when none are left. At most
+    ``max_in_flight`` awaitable calls of loops are unanswered at once, and a call the program
+    cancels is cancelled on the host too (:class:`~airlock_outbox.Outbox`).
     """
 
     def __init__(self, path: str) -> None:
         self._sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
         self._sock.connect(path)
-        self._send_lock = _thread.allocate_lock()
         self._read_lock = _thread.allocate_lock()
         self._state_lock = _thread.allocate_lock()
         self._pending: dict[int, Future[Any] | asyncio.Future[Any]] = {}
@@ -65,8 +69,9 @@ class Connection:
         self._aborted: errors.RunAborted | None = None
         self._received = bytearray()  # read from the socket, not yet a whole frame
         self._scratch = memoryview(bytearray(_RECV_BYTES))
-        self._outbox: list[bytes] = []  # frames of awaitable calls not sent yet
-        self._flushing: asyncio.AbstractEventLoop | None = None  # where a flush is due
+        self._outbox = Outbox(self._write, self._closed)
+        self.max_batch_items = wire.MAX_BATCH_ITEMS
+        """Items of one ``batch`` frame, at most (the ``run`` frame's)."""
         self._watcher: asyncio.AbstractEventLoop | None = None  # the loop reading for them
         self._watched = 0  # awaitable calls of the watching loop not answered yet
 
@@ -91,17 +96,34 @@ class Connection:
             return
 
     def send(self, message: dict[str, Any]) -> None:
-        self._send_frame(frames.encode(message))
+        self._outbox.send(frames.encode(message))
 
-    def _send_frame(self, frame: bytes) -> None:
-        with self._send_lock:
-            if self._outbox:  # awaitable calls queued before this frame leave first
-                frame = b"".join(self._outbox) + frame
-                self._outbox.clear()
-            self._sock.sendall(frame)
+    def _write(self, data: bytes) -> None:
+        self._sock.sendall(data)
+
+    def _closed(self) -> None:
+        self._abort(errors.RunAborted("protocol_error", "the bridge to the host is closed"))
 
     def recv(self) -> dict[str, Any]:
-        """The next frame from the host, waiting for it (one reader at a time)."""
+        """The next frame from the host, waiting for it (one reader at a time); a ``run``
+        frame's limits hold this connection's calls from then on (:meth:`take_limits`)."""
+        message = self._recv()
+        if message.get("type") == wire.RUN:
+            self.take_limits(message)
+        return message
+
+    def take_limits(self, request: dict[str, Any]) -> None:
+        """Hold calls to the ``run`` frame ``request``'s ``max_in_flight`` and
+        ``max_batch_items`` (the contract's defaults for what it does not say)."""
+        self._outbox.slots = _count(request.get("max_in_flight"), wire.MAX_IN_FLIGHT)
+        self.max_batch_items = _count(request.get("max_batch_items"), wire.MAX_BATCH_ITEMS)
+
+    @property
+    def max_in_flight(self) -> int:
+        """Calls sent and unanswered at once, at most (the ``run`` frame's)."""
+        return self._outbox.slots
+
+    def _recv(self) -> dict[str, Any]:
         while True:
             message = self._next_frame()
             if message is not None:
@@ -148,9 +170,9 @@ class Connection:
             # (a value JSON or the host cannot hold raises here, to the program)
             frame = frames.encode_call(message)
             try:
-                self._send_frame(frame)
+                self._outbox.send(frame)
                 while True:
-                    answer = self.recv()
+                    answer = self._recv()
                     if answer.get("id") == call_id and answer.get("type") == wire.RESULT:
                         break
                     self._dispatch(answer)  # another thread's result, or the host's abort
@@ -182,13 +204,14 @@ class Connection:
                 raise self._aborted
             self._pending[call_id] = future
             if awaited:
+                watch_cancel(future, call_id, self._cancelled)
                 self._awaited.add(call_id)
                 if not self._reader_running:
                     self._reader_running = True
                     import threading  # loaded already: asyncio imports it
 
                     threading.Thread(target=self._read_for_loop, daemon=True).start()
-        self._send_frame(frame)
+        self._outbox.send(frame)
         return future
 
     def submit_on_loop(
@@ -210,34 +233,24 @@ class Connection:
         with self._state_lock:
             if self._aborted is not None:
                 raise self._aborted
-            future: asyncio.Future[Any] = loop.create_future()
+            future: asyncio.Future[Any] = loop_call(loop, call_id, self._cancelled)
             self._pending[call_id] = future
             self._watched += 1
-        with self._send_lock:
-            self._outbox.append(frame)
-            # Once per turn of this loop (a flush left pending on a loop that has since
-            # ended must not hold back the frames queued after it).
-            schedule = self._flushing is not loop
-            self._flushing = loop
-        if schedule:
-            loop.call_soon(self._flush)
+        self._outbox.add(call_id, frame, loop)  # sent in this turn, or once a slot is free
         return future
 
-    def _flush(self) -> None:
-        with self._send_lock:
-            self._flushing = None
-            if not self._outbox:
-                return
-            data = b"".join(self._outbox)
-            self._outbox.clear()
-            try:
-                self._sock.sendall(data)
-            except OSError:
-                failed = True
-            else:
-                failed = False
-        if failed:
-            self._abort(errors.RunAborted("protocol_error", "the bridge to the host is closed"))
+    def _cancelled(self, call_id: int) -> None:
+        """The program cancelled call ``call_id`` before its answer came: the host is told
+        unless its frame never left (an answer that comes all the same is dropped)."""
+        with self._state_lock:
+            future = self._pending.pop(call_id, None)
+            if future is None:
+                return  # answered meanwhile, or the run aborted
+            self._awaited.discard(call_id)
+            loop = future.get_loop() if of_loop(future) else None
+            if loop is not None:
+                self._watched -= 1
+        self._outbox.cancel(call_id, loop)
 
     def _on_readable(self, loop: asyncio.AbstractEventLoop) -> None:
         # Called by a watching loop when the socket has bytes.
@@ -287,7 +300,7 @@ class Connection:
             if self._read_lock.acquire(blocking=False):
                 try:
                     while not future.done():
-                        self._dispatch(self.recv())
+                        self._dispatch(self._recv())
                     self._dispatch_received()
                 except (ConnectionError, OSError, ValueError):
                     self._abort(
@@ -311,7 +324,7 @@ class Connection:
                         if not self._awaited or self._aborted is not None:
                             self._reader_running = False
                             break
-                    self._dispatch(self.recv())
+                    self._dispatch(self._recv())
                 self._dispatch_received()
             except (ConnectionError, OSError, ValueError):
                 self._abort(errors.RunAborted("protocol_error", "the bridge to the host is closed"))
@@ -337,12 +350,15 @@ class Connection:
                 return
             if self._awaited:
                 self._awaited.discard(call_id)
-            if _of_loop(future):
+            on_loop = of_loop(future)
+            if on_loop:
                 self._watched -= 1
+        if on_loop:
+            self._outbox.answered()
         if frame.get("ok"):
-            _settle(future, frame.get("value"), None, here)
+            settle(future, frame.get("value"), None, here)
         else:
-            _settle(future, None, errors.error_from_wire(frame.get("error")), here)
+            settle(future, None, errors.error_from_wire(frame.get("error")), here)
 
     def _abort(self, signal: errors.RunAborted) -> None:
         with self._state_lock:
@@ -351,50 +367,15 @@ class Connection:
             pending, self._pending = self._pending, {}
             self._awaited.clear()
             self._watched = 0
+        self._outbox.drop_held()
         for future in pending.values():
-            _settle(future, None, signal)
+            settle(future, None, signal)
 
 
-def _of_loop(future: Future[Any] | asyncio.Future[Any]) -> TypeGuard[asyncio.Future[Any]]:
-    """Whether ``future`` is an event loop's (``concurrent.futures``' have no loop)."""
-    return hasattr(future, "get_loop")
-
-
-def _settle(
-    future: Future[Any] | asyncio.Future[Any],
-    value: Any,
-    error: BaseException | None,
-    here: asyncio.AbstractEventLoop | None = None,
-) -> None:
-    """Resolve a call's future from whichever thread read its result: an event loop's
-    future in the loop's own thread (``here``, when the reader knows it runs there), or
-    through the loop from any other."""
-    if _of_loop(future):  # asyncio is loaded
-        loop = future.get_loop()
-        if loop is not here and sys.modules["asyncio"]._get_running_loop() is not loop:
-            import contextlib  # loaded already: asyncio imports it
-
-            with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
-                loop.call_soon_threadsafe(_settle, future, value, error)
-            return
-        if not future.done():  # (in its own thread: nothing can settle it meanwhile)
-            if error is None:
-                future.set_result(value)
-            else:
-                future.set_exception(error)
-        return
-    if future.done():  # cancelled by the program, or already failed by an abort
-        return
-    # A call's future is cancelled from the program's thread (asyncio.wrap_future), so a
-    # thread-safe future can still be cancelled between the check above and this.
-    import contextlib
-    from concurrent.futures import InvalidStateError  # loaded: the future is of its kind
-
-    with contextlib.suppress(InvalidStateError):
-        if error is None:
-            future.set_result(value)
-        else:
-            future.set_exception(error)
+def _count(value: object, default: int) -> int:
+    """A positive count from a ``run`` frame, or ``default`` when it is not one."""
+    fits = isinstance(value, int) and not isinstance(value, bool) and value > 0
+    return value if fits else default  # type: ignore[return-value]
 
 
 __all__ = ["Connection"]

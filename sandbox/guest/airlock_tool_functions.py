@@ -5,26 +5,35 @@ Standard library only; shipped in the image next to the runner. Each function ha
 real signature and docstring (from the stub the host sent); arguments are bound to it here, so
 a call that cannot bind fails in the program as ``InvalidInput`` and nothing is sent, as does
 one whose frame the host would refuse (``airlock_frames.encode_call``: too many bytes, an
-integer too long, too deep a value).
+integer too long, too deep a value). A parameter whose name is not a Python name (a tool
+input's alias such as ``from``) is passed by keyword only, ``**{"from": 1}``.
+
+``f.aio(...)`` made on a running event loop is sent in the loop's turn; made where no loop
+runs, it is sent when first awaited (by whichever loop awaits it). ``f.batch(items)`` sends at
+most the ``run`` frame's ``max_batch_items`` items a frame, a longer list in several frames
+one after another; an item that does not bind (or is not a dict) is ``InvalidInput`` naming
+its index, raised, or in its place with ``return_errors=True`` while the others are called.
 """
 
 from __future__ import annotations
 
 TYPE_CHECKING = False  # typing's, which the guest does not import (see airlock.sandbox.guest)
 if TYPE_CHECKING:
-    import asyncio
     import inspect  # imported where a signature is built
+    from collections.abc import Generator
     from concurrent.futures import Future
     from typing import Any
 
     from airlock.bridge import airlock_wire as wire
     from airlock.sandbox.guest import airlock_errors as errors
     from airlock.sandbox.guest.airlock_asyncio import import_asyncio
+    from airlock.sandbox.guest.airlock_batch_items import bind_items, in_batch, send_batches
     from airlock.sandbox.guest.airlock_connection import Connection
 else:  # in the image, the guest's modules sit side by side on the runner's path
     import airlock_errors as errors
     import airlock_wire as wire
     from airlock_asyncio import import_asyncio
+    from airlock_batch_items import bind_items, in_batch, send_batches
 
 
 class _HostDefault:
@@ -54,6 +63,7 @@ class ToolFunction:
         self._required = frozenset(
             str(p["name"]) for p in stub.get("params", []) if p.get("required", True) is not False
         )
+        self._by_keyword: tuple[str, ...] = ()  # names not Python's (set with the signature)
 
     @property
     def name(self) -> str:
@@ -65,7 +75,7 @@ class ToolFunction:
         # with positional arguments, repr()): most programs never need inspect, nor its import.
         if name != "__signature__":
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-        self.__signature__ = _signature(self._stub)
+        self.__signature__, self._by_keyword = _signature(self._stub)
         return self.__signature__
 
     def _arguments(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -74,67 +84,98 @@ class ToolFunction:
             # signature gives, without its cost.
             return {name: kwargs[name] for name in self._order if name in kwargs}
         try:
-            bound = self.__signature__.bind(*args, **kwargs)
+            bound = dict(self.__signature__.bind(*args, **kwargs).arguments)
+            if self._by_keyword:  # the **kwargs they are passed in
+                bound.update(bound.pop(_BY_KEYWORD, {}))
+                extra = bound.keys() - self._known
+                missing = [n for n in self._by_keyword if n in self._required and n not in bound]
+                if extra:
+                    raise TypeError(f"got an unexpected keyword argument {min(extra)!r}")
+                if missing:
+                    raise TypeError(f"missing a required argument: {missing[0]!r}")
         except TypeError as exc:
             raise errors.InvalidInput(
                 f"{self.name}{self.__signature__}: {exc}",
                 issues=[{"field": "", "reason": str(exc)}],
             ) from None
-        return dict(bound.arguments)
+        return {name: bound[name] for name in self._order if name in bound}
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         arguments = self._arguments(args, kwargs)
         return self._connection.call({"type": self._frame, "tool": self._tool, "args": arguments})
 
-    def aio(self, *args: Any, **kwargs: Any) -> asyncio.Future[Any]:
+    def aio(self, *args: Any, **kwargs: Any) -> Any:
         """The same call as an awaitable, so independent calls can run concurrently."""
         message = {"type": self._frame, "tool": self._tool, "args": self._arguments(args, kwargs)}
         import_asyncio()
         import asyncio
 
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            loop = None
-        if loop is not None:
-            on_loop = self._connection.submit_on_loop(message, loop)
-            if on_loop is not None:
-                return on_loop
-        return asyncio.wrap_future(self._connection.submit(message, awaited=True))
+        loop = asyncio._get_running_loop()
+        if loop is None:  # a future here would belong to no loop that can await it
+            return _AwaitedCall(self._connection, message)
+        return _submit(self._connection, message, loop)
 
     def batch(self, items: list[dict[str, Any]], *, return_errors: bool = False) -> list[Any]:
-        """Many calls of this tool in one frame; results in the order of ``items``.
+        """Many calls of this tool, ``max_batch_items`` to a frame; results in the order of
+        ``items``.
 
         A failed item raises its error, or with ``return_errors=True`` stands in the list as
-        a ``ToolError`` instance.
+        a ``ToolError`` instance (an item that does not bind too, and the others are called).
         """
-        arguments = [self._arguments((), dict(item)) for item in items]
-        if not arguments:  # nothing to call: no frame (the host counts an empty batch)
-            return []
-        results = []
-        for entry in self._connection.call(
-            {"type": wire.BATCH, "tool": self._tool, "items": arguments}
-        ):
-            if entry.get("ok"):
-                results.append(entry.get("value"))
-                continue
-            error = errors.error_from_wire(entry.get("error"))
-            if not return_errors:
-                raise error
-            results.append(error)
-        return results
+        bound = bind_items(self, items, return_errors=return_errors)
+        return send_batches(self._connection, self._tool, bound, return_errors=return_errors)
 
     def __repr__(self) -> str:
         return f"<tool {self.name}{self.__signature__}>"
 
 
-def _signature(stub: dict[str, Any]) -> inspect.Signature:
-    """A tool's signature from its stub: a parameter the host defaults is optional."""
+class _AwaitedCall:
+    """An awaitable call made where no event loop ran: sent when first awaited, on the loop
+    that awaits it (``asyncio.gather`` and ``wait_for`` take it as they take a coroutine)."""
+
+    def __init__(self, connection: Connection, message: dict[str, Any]) -> None:
+        self._connection = connection
+        self._message = message
+        self._future: Any = None
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        if self._future is None:
+            import asyncio
+
+            loop = asyncio.get_running_loop()
+            self._future = _submit(self._connection, self._message, loop)
+        return (yield from self._future.__await__())
+
+
+def _submit(connection: Connection, message: dict[str, Any], loop: Any) -> Any:
+    """The future of an awaitable call made on the running ``loop``."""
+    on_loop = connection.submit_on_loop(message, loop)
+    if on_loop is not None:
+        return on_loop
+    import asyncio  # another running loop watches the socket: a reader thread reads
+
+    return asyncio.wrap_future(connection.submit(message, awaited=True), loop=loop)
+
+
+_BY_KEYWORD = "kwargs"  # in a signature, the parameters whose names are not Python's
+
+
+def _signature(stub: dict[str, Any]) -> tuple[inspect.Signature, tuple[str, ...]]:
+    """A tool's signature from its stub (a parameter the host defaults is optional), and
+    the parameters it takes in ``**kwargs``: those whose names are not Python's."""
     import inspect
+    import keyword
 
     params: list[inspect.Parameter] = []
+    by_keyword: list[str] = []
+    annotations: list[str] = []
     kind: inspect._ParameterKind = inspect.Parameter.POSITIONAL_OR_KEYWORD
     for p in stub.get("params", []):
+        name = str(p["name"])
+        if not name.isidentifier() or keyword.iskeyword(name) or name == _BY_KEYWORD:
+            by_keyword.append(name)
+            annotations.append(str(p.get("annotation", "object")))
+            continue
         required = p.get("required", True) is not False
         if not required:
             # Left out of the call when not given: the host applies the input model's
@@ -144,16 +185,22 @@ def _signature(stub: dict[str, Any]) -> inspect.Signature:
             kind = inspect.Parameter.KEYWORD_ONLY  # a required one after an optional one
         params.append(
             inspect.Parameter(
-                str(p["name"]),
+                name,
                 kind,
                 annotation=str(p.get("annotation", "object")),
                 default=inspect.Parameter.empty if required else default,
             )
         )
-    return inspect.Signature(params, return_annotation=stub.get("returns", "dict"))
+    if by_keyword:
+        annotation = " | ".join(dict.fromkeys(annotations))
+        params.append(
+            inspect.Parameter(_BY_KEYWORD, inspect.Parameter.VAR_KEYWORD, annotation=annotation)
+        )
+    signature = inspect.Signature(params, return_annotation=stub.get("returns", "dict"))
+    return signature, tuple(by_keyword)
 
 
-_PROPOSALS_AT_ONCE = 64  # frames in flight at once, well inside the host's in-flight limit
+_PROPOSALS_AT_ONCE = 64  # frames in flight at once, inside the host's default in-flight limit
 
 
 class ProposalFunction(ToolFunction):
@@ -163,18 +210,23 @@ class ProposalFunction(ToolFunction):
     _frame = wire.PROPOSE
 
     def batch(self, items: list[dict[str, Any]], *, return_errors: bool = False) -> list[Any]:
-        """Propose many writes of this tool, up to 64 frames in flight at a time; answers in
-        the order of ``items`` (failures as for tools)."""
-        arguments = [self._arguments((), dict(item)) for item in items]
+        """Propose many writes of this tool, up to 64 frames in flight at a time (fewer when
+        the run's ``max_in_flight`` is lower); answers in the order of ``items`` (failures
+        as for tools)."""
+        arguments = bind_items(self, items, return_errors=return_errors)
         results: list[Any] = []
-        for start in range(0, len(arguments), _PROPOSALS_AT_ONCE):
+        at_once = min(_PROPOSALS_AT_ONCE, self._connection.max_in_flight) if arguments else 1
+        for start in range(0, len(arguments), at_once):
             futures: list[Future[Any] | errors.ToolError] = []
-            for args in arguments[start : start + _PROPOSALS_AT_ONCE]:
+            for n, args in enumerate(arguments[start : start + at_once], start):
+                if isinstance(args, errors.ToolError):  # it did not bind: nothing to send
+                    futures.append(args)
+                    continue
                 message = {"type": wire.PROPOSE, "tool": self._tool, "args": args}
                 try:
                     futures.append(self._connection.submit(message))
                 except errors.InvalidInput as refused:  # nothing sent: its answer, in its place
-                    futures.append(refused)
+                    futures.append(in_batch(refused, n))
             for future in futures:
                 try:
                     if isinstance(future, errors.ToolError):

@@ -193,7 +193,10 @@ def _empty_batch(n: int) -> dict[str, Any]:
 
 
 _LOG = {"type": "log", "message": "x"}
-_LOG_LIMIT = "the program sent 4 log lines and refused tool names; the limit is 3 per program"
+_LOG_LIMIT = (
+    "the program sent 4 log lines, refused tool names and cancelled calls; the limit is 3 per "
+    "program"
+)
 COUNTED_FRAMES = [
     ("empty_batches", BridgeLimits(max_calls=3), [_empty_batch(n) for n in range(1, 5)],
      "the program asked for 4 tool calls; the limit is 3 per program"),
@@ -202,6 +205,8 @@ COUNTED_FRAMES = [
      [{"type": "refused", "tool": f"tool_{n}"} for n in range(1, 5)], _LOG_LIMIT),
     ("logs_and_refused", BridgeLimits(max_log_frames=3),
      [_LOG, {"type": "refused", "tool": "nope"}, _LOG, _LOG], _LOG_LIMIT),
+    ("cancels_of_unknown_ids", BridgeLimits(max_log_frames=3),
+     [{"type": "cancel", "id": n} for n in range(1, 5)], _LOG_LIMIT),
 ]  # fmt: skip
 
 

@@ -20,7 +20,7 @@ import pytest
 
 import airlock.bridge
 import airlock.tools
-from airlock.bridge import airlock_wire
+from airlock.bridge import BridgeLimits, airlock_wire
 from airlock.policies import SandboxProfile
 from airlock.tools import ERROR_CODES, NAME_PATTERN, ToolError
 from tests.conftest import Sandbox
@@ -49,6 +49,9 @@ def _dockerfile(instruction: str) -> str:
 PINS: list[tuple[str, Callable[[], Any], Callable[[], Any]]] = [
     # Warm-up runs before the run frame says which profile applies: it imports the default's.
     ("warm_up_imports", lambda: wire.WARM_UP_IMPORTS, lambda: SandboxProfile().allowed_imports),
+    # What the guest holds calls to when a run frame does not say: the host's defaults.
+    ("max_in_flight", lambda: wire.MAX_IN_FLIGHT, lambda: BridgeLimits().max_in_flight),
+    ("max_batch_items", lambda: wire.MAX_BATCH_ITEMS, lambda: BridgeLimits().max_batch_items),
     ("error_codes", lambda: sorted(errors.ERRORS), lambda: sorted(ERROR_CODES)),
     ("error_fields",
      lambda: {code: shape.fields for code, shape in wire.ERRORS.items()},
@@ -91,7 +94,8 @@ def test_frame_types_are_the_strings_on_the_wire() -> None:
     types = {
         name: getattr(airlock_wire, name)
         for name in (
-            "HELLO", "RUN", "CALL", "BATCH", "LOG", "REFUSED", "RESULT", "ABORT", "DONE", "ARTIFACT"
+            "HELLO", "RUN", "CALL", "BATCH", "LOG", "REFUSED", "RESULT", "ABORT", "DONE", "ARTIFACT",
+            "PROPOSE", "CANCEL",
         )
     }  # fmt: skip
     assert types == {
@@ -105,6 +109,8 @@ def test_frame_types_are_the_strings_on_the_wire() -> None:
         "RESULT": "result",
         "ABORT": "abort",
         "DONE": "done",
+        "PROPOSE": "propose",
+        "CANCEL": "cancel",
     }
 
 

@@ -1,0 +1,130 @@
+"""A batch's items, from the program's list to the host's answers: each bound to the tool's
+signature, sent ``max_batch_items`` to a frame, and answered in the program's order.
+
+Standard library only; shipped in the image next to the runner. The host ends a run whose
+``batch`` frame holds more than its ``max_batch_items`` items, a limit the program is not
+meant to meet: a longer list goes in several frames, one after another. An item that does
+not bind (or is not a dict), and one whose arguments the host's frame rules refuse, is an
+``InvalidInput`` naming the item's index: raised, or with ``return_errors=True`` put in the
+item's place while the other items are called.
+"""
+
+from __future__ import annotations
+
+TYPE_CHECKING = False  # typing's, which the guest does not import (see airlock.sandbox.guest)
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from typing import Any
+
+    from airlock.bridge import airlock_wire as wire
+    from airlock.sandbox.guest import airlock_errors as errors
+    from airlock.sandbox.guest.airlock_connection import Connection
+    from airlock.sandbox.guest.airlock_tool_functions import ToolFunction
+else:  # in the image, the guest's modules sit side by side on the runner's path
+    import airlock_errors as errors
+    import airlock_wire as wire
+
+
+def bind_items(
+    function: ToolFunction, items: Iterable[Any], *, return_errors: bool
+) -> list[dict[str, Any] | errors.InvalidInput]:
+    """Each item's arguments bound to ``function``'s signature, or (``return_errors``) the
+    ``InvalidInput`` of an item that does not bind, in its place.
+
+    Raises:
+        InvalidInput: an item does not bind (without ``return_errors``); names its index.
+    """
+    bound: list[dict[str, Any] | errors.InvalidInput] = []
+    for n, item in enumerate(items):
+        try:
+            if type(item) is not dict:
+                if not (hasattr(item, "keys") and hasattr(item, "__getitem__")):
+                    reason = f"is a {type(item).__name__}, not a dict of the tool's arguments"
+                    raise errors.InvalidInput(
+                        f"{function.name}: {reason}", issues=[{"field": "", "reason": reason}]
+                    )
+                item = dict(item)
+            bound.append(function._arguments((), item))
+        except errors.InvalidInput as refused:
+            error = in_batch(refused, n)
+            if not return_errors:
+                raise error from None
+            bound.append(error)
+    return bound
+
+
+def in_batch(error: errors.InvalidInput, index: int) -> errors.InvalidInput:
+    """``error`` of one item, as the batch's: its message and fields name ``index``."""
+    issues = [
+        {**issue, "field": f"{index}.{issue['field']}" if issue.get("field") else str(index)}
+        for issue in error.issues
+        if isinstance(issue, dict)
+    ]
+    return errors.InvalidInput(f"item {index}: {error.message}", issues=issues)
+
+
+def send_batches(
+    connection: Connection,
+    tool: str,
+    bound: list[dict[str, Any] | errors.InvalidInput],
+    *,
+    return_errors: bool,
+) -> list[Any]:
+    """Call ``tool`` with the ``bound`` items' arguments, ``max_batch_items`` to a frame, one
+    frame after another; the results (or errors) in the items' order.
+
+    Raises:
+        ToolError: the first failed item, without ``return_errors``.
+    """
+    results: list[Any] = list(bound)  # an item that did not bind stays as its error
+    todo = [n for n, args in enumerate(bound) if type(args) is dict]
+    if not todo:  # nothing to call: no frame (the host counts an empty batch)
+        return results
+    size = connection.max_batch_items
+    for start in range(0, len(todo), size):
+        chunk = todo[start : start + size]
+        answers = _send(connection, tool, chunk, bound, results, return_errors)
+        for n, entry in zip(chunk, answers, strict=False):
+            if entry.get("ok"):
+                results[n] = entry.get("value")
+                continue
+            error = errors.error_from_wire(entry.get("error"))
+            if not return_errors:
+                raise error
+            results[n] = error
+    return results
+
+
+def _send(
+    connection: Connection,
+    tool: str,
+    chunk: list[int],
+    bound: list[Any],
+    results: list[Any],
+    return_errors: bool,
+) -> list[dict[str, Any]]:
+    """The answers of one frame of the items ``chunk`` names (an item whose arguments the
+    host's frame rules refuse is taken out of ``chunk``, its error in ``results``)."""
+    while chunk:
+        message = {"type": wire.BATCH, "tool": tool, "items": [bound[n] for n in chunk]}
+        try:
+            return connection.call(message)  # type: ignore[no-any-return]
+        except errors.InvalidInput as refused:
+            (issue, *_) = refused.issues or [{}]
+            place, _, field = str(issue.get("field", "")).partition(".")
+            if not place.isdigit():  # the frame as a whole (its bytes): no item to blame
+                raise
+            n = chunk[int(place)]
+            reason = str(issue.get("reason", ""))
+            error = errors.InvalidInput(
+                f"{tool}: item {n}: the argument {field!r} {reason}; nothing was sent",
+                issues=[{"field": f"{n}.{field}", "reason": reason}],
+            )
+            if not return_errors:
+                raise error from None
+            results[n] = error
+            chunk.remove(n)
+    return []
+
+
+__all__ = ["bind_items", "in_batch", "send_batches"]

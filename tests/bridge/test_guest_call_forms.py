@@ -1,0 +1,119 @@
+"""The documented call forms at the host's limits, and the forms around them: the image's own
+guest half against the real host server, in process.
+
+A ``gather`` of more awaitable calls than the host's ``max_in_flight``, and a ``batch`` of
+more items than its ``max_batch_items``, are documented ways to fan out: the guest keeps
+within the limits (it holds the extra frames, splits the batch), so neither ends the run. A
+batch item that does not bind is the item's ``InvalidInput``, and an ``.aio`` call made where
+no event loop runs is sent when a loop awaits it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airlock.bridge import BridgeLimits
+from tests.bridge.test_guest_calls import bridge, total
+from tests.sandbox.guest_image import load_guest
+
+errors = load_guest("airlock_errors")
+LIMITS = BridgeLimits(max_in_flight=16, max_batch_items=10)
+
+
+def run_frame(limits: BridgeLimits) -> dict[str, Any]:
+    return {"max_in_flight": limits.max_in_flight, "max_batch_items": limits.max_batch_items}
+
+
+@pytest.mark.parametrize("tool", ["records_item_get", "records_slow_get"])
+def test_a_gather_past_max_in_flight_ends_ok_with_every_result(tmp_path: Path, tool: str) -> None:
+    count = LIMITS.max_in_flight + 44
+
+    async def program(tools: Any) -> list[Any]:
+        function = getattr(tools, tool)
+        ids = range(1, count + 1)
+        return await asyncio.gather(*(function.aio(record_id=f"rec_{n}") for n in ids))
+
+    with bridge(tmp_path, limits=LIMITS) as (tools, connection, session, host):
+        connection.take_limits(run_frame(LIMITS))
+        records = asyncio.run(program(tools))
+        assert not connection._pending
+    assert host.outcome == {"type": "done", "result": None}
+    assert [total(r) for r in records] == [n * 10 for n in range(1, count + 1)]
+    assert session.calls == count
+
+
+@pytest.mark.parametrize("size", [0, 1, 10, 11, 25], ids=lambda n: f"{n}_items")
+def test_a_batch_past_max_batch_items_ends_ok_in_order(tmp_path: Path, size: int) -> None:
+    items = [{"record_id": f"rec_{n}"} for n in range(1, size + 1)]
+    with bridge(tmp_path, limits=LIMITS) as (tools, connection, session, host):
+        connection.take_limits(run_frame(LIMITS))
+        records = tools.records_item_get.batch(items)
+    assert host.outcome == {"type": "done", "result": None}
+    assert [total(r) for r in records] == [n * 10 for n in range(1, size + 1)]
+    assert session.calls == size
+
+
+GOOD = {"record_id": "rec_1"}
+# (case, the items, with return_errors: what stands in each place; without: the error's field)
+ITEMS: list[tuple[str, list[Any], list[Any], str | None]] = [
+    ("all_good", [GOOD, {"record_id": "rec_2"}], [10, 20], None),
+    ("an_extra_argument", [GOOD, {"record_id": "rec_2", "extra": 1}, GOOD],
+     [10, "1", 10], "1"),
+    ("a_missing_argument", [GOOD, {}], [10, "1"], "1"),
+    ("none", [GOOD, None], [10, "1"], "1"),
+    ("a_string", [GOOD, "rec_1"], [10, "1"], "1"),
+    ("an_int", [5, GOOD], ["0", 10], "0"),
+    ("a_list_of_pairs", [[("record_id", "rec_1")]], ["0"], "0"),
+    ("an_int_too_long", [GOOD, {"record_id": 10**40}], [10, "1.record_id"], "1.record_id"),
+    ("all_bad", [None, 1], ["0", "1"], "0"),
+    ("past_one_frame", [GOOD] * 12 + [{"record_id": 10**40}], [10] * 12 + ["12.record_id"],
+     "12.record_id"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("case", "items", "placed", "raised"), ITEMS, ids=[row[0] for row in ITEMS]
+)
+def test_a_batch_item_that_does_not_bind_is_its_own_invalid_input(
+    tmp_path: Path, case: str, items: list[Any], placed: list[Any], raised: str | None
+) -> None:
+    def seen(outcome: Any) -> Any:
+        if isinstance(outcome, errors.InvalidInput):
+            return outcome.issues[0]["field"]
+        return total(outcome)
+
+    with bridge(tmp_path, limits=LIMITS) as (tools, connection, session, host):
+        connection.take_limits(run_frame(LIMITS))
+        outcomes = tools.records_item_get.batch(items, return_errors=True)
+        assert [seen(o) for o in outcomes] == placed
+        called = session.calls
+        if raised is None:
+            tools.records_item_get.batch(items)
+        else:
+            with pytest.raises(errors.InvalidInput) as caught:
+                tools.records_item_get.batch(items)
+            assert caught.value.issues[0]["field"] == raised
+            assert f"item {raised.split('.')[0]}" in caught.value.message
+    assert host.outcome == {"type": "done", "result": None}
+    assert called == sum(1 for p in placed if isinstance(p, int))
+
+
+def test_aio_made_where_no_loop_runs_is_sent_when_awaited(tmp_path: Path) -> None:
+    with bridge(tmp_path) as (tools, _, session, host):
+        futures = [tools.records_item_get.aio(record_id=f"rec_{n}") for n in range(1, 4)]
+        single = tools.records_item_get.aio(record_id="rec_7")
+        unawaited = tools.records_item_get.aio(record_id="rec_9")
+        assert session.calls == 0  # nothing sent yet
+
+        async def main() -> list[Any]:
+            return [*await asyncio.gather(*futures), await single, await single]
+
+        records = asyncio.run(main())
+        del unawaited
+    assert [total(r) for r in records] == [10, 20, 30, 70, 70]
+    assert session.calls == 4  # the one never awaited was never sent
+    assert host.outcome == {"type": "done", "result": None}

@@ -1,0 +1,135 @@
+"""The documented call forms at the bridge's limits, in a real container: the ``run`` frame
+carries ``max_in_flight`` and ``max_batch_items``, so a ``gather`` of more awaitable calls,
+or a ``batch`` of more items, ends ok with every result; cancelled calls free their places
+on the host and are cut short there; a cancelled proposal leaves no preview; and a call at
+``max_call_frame_bytes`` is taken as the guest let it go."""
+
+from __future__ import annotations
+
+import textwrap
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airlock.bridge import BridgeLimits, ToolSession
+from airlock.tools import AuditLog, MemoryAuditStore
+from tests.bridge.records import ALICE, GRANT, build_registry
+from tests.bridge.test_proposals_docker import World
+from tests.conftest import Sandbox
+
+pytestmark = pytest.mark.docker
+
+LIMITS = BridgeLimits(max_in_flight=16, max_batch_items=10, max_call_frame_bytes=2000)
+
+
+def session(slow_s: float = 0.05) -> ToolSession:
+    registry = build_registry(audit=AuditLog(MemoryAuditStore()), slow_s=slow_s)
+    return ToolSession(registry=registry, principal=ALICE, grant=GRANT, limits=LIMITS)
+
+
+GATHER = """
+import asyncio
+async def main():
+    return await asyncio.gather(*(tools.{tool}.aio(record_id=f"rec_{{n}}") for n in range(1, 61)))
+[r["total"] for r in asyncio.run(main())]
+"""
+BATCH = '[r["total"] for r in tools.records_item_get.batch([{"record_id": f"rec_{n}"} for n in range(1, 12)])]'
+CANCEL = """
+import asyncio
+async def main():
+    cancelled = 0
+    for n in range(1, 40):
+        try:
+            await asyncio.wait_for(tools.records_slow_get.aio(record_id=f"rec_{n}"), 0.01)
+        except asyncio.TimeoutError:
+            cancelled += 1
+    return cancelled
+asyncio.run(main())
+"""
+OUTSIDE_A_LOOP = """
+import asyncio
+futures = [tools.records_item_get.aio(record_id=f"rec_{n}") for n in range(1, 4)]
+async def main():
+    return await asyncio.gather(*futures)
+[r["total"] for r in asyncio.run(main())]
+"""
+# (case, program, the slow tool's seconds, the value, the calls the host counted)
+PROGRAMS: list[tuple[str, str, float, Any, int]] = [
+    ("gather_past_max_in_flight", GATHER.format(tool="records_item_get"), 0.05,
+     [n * 10 for n in range(1, 61)], 60),
+    ("gather_of_slow_calls", GATHER.format(tool="records_slow_get"), 0.05,
+     [n * 10 for n in range(1, 61)], 60),
+    ("batch_past_max_batch_items", BATCH, 0.05, [n * 10 for n in range(1, 12)], 11),
+    ("cancelled_calls_free_their_places", CANCEL, 2.0, 39, 39),
+    ("aio_made_outside_a_loop", OUTSIDE_A_LOOP, 0.05, [10, 20, 30], 3),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("case", "program", "slow_s", "value", "calls"), PROGRAMS, ids=[p[0] for p in PROGRAMS]
+)
+def test_a_documented_form_ends_ok_within_the_limits(
+    sandbox: Sandbox, case: str, program: str, slow_s: float, value: Any, calls: int
+) -> None:
+    tools = session(slow_s)
+    result = sandbox.run(textwrap.dedent(program), tools=tools)
+    assert result.ok, (case, result.error)
+    assert result.value == value
+    assert result.tool_calls == calls
+    if case == "cancelled_calls_free_their_places":  # each cut short on the host
+        events = tools.registry.audit.events(run_id=tools.run_id)
+        slow = Counter(e.outcome for e in events if e.tool == "records_slow_get")
+        assert slow == Counter({"unknown": 39})
+
+
+FRAME_EDGE = """
+import json
+def body(s):
+    message = {{"type": "call", "tool": "records_item_get", "args": {{"record_id": s}}, "id": 1}}
+    return len(json.dumps(message, separators=(",", ":")))
+s = "x" * ({limit} + ({past}) - body(""))
+try:
+    tools.records_item_get(record_id=s)
+    out = "ok"
+except tools.ToolError as e:
+    out = "sent" if "12 characters" in e.message else "refused in the sandbox"
+[body(s), out]
+"""
+EDGES = [(-1, "sent"), (0, "sent"), (1, "refused in the sandbox")]
+
+
+@pytest.mark.parametrize(("past", "outcome"), EDGES, ids=[f"limit{p:+d}" for p, _ in EDGES])
+def test_a_call_frame_at_the_limit_reaches_the_tool(
+    sandbox: Sandbox, past: int, outcome: str
+) -> None:
+    tools = session()
+    program = FRAME_EDGE.format(limit=LIMITS.max_call_frame_bytes, past=past)
+    result = sandbox.run(program, tools=tools)
+    assert result.ok, result.error  # never a protocol error
+    assert result.value == [LIMITS.max_call_frame_bytes + past, outcome]
+
+
+def test_a_cancelled_proposal_leaves_no_preview(sandbox: Sandbox, tmp_path: Path) -> None:
+    world = World(tmp_path)
+    try:
+        tools = world.session()
+        program = textwrap.dedent("""
+            import asyncio
+            propose = tools.propose.billing_refund_create
+            async def main():
+                for n in (1, 2, 3):
+                    try:
+                        await asyncio.wait_for(propose.aio(invoice_id=f"inv_{n}", reason="duplicate"), 0)
+                    except asyncio.TimeoutError:
+                        pass
+                await asyncio.sleep(0.3)
+                return await propose.aio(invoice_id="inv_4", reason="duplicate")
+            asyncio.run(main())["preview_id"]
+        """)
+        result = sandbox.run(program, tools=tools)
+        assert result.ok, result.error
+        assert [p.id for p in tools.proposed_previews()] == [result.value]
+    finally:
+        world.close()
