@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from airlock.sandbox.guest.airlock_asyncio import import_asyncio
     from airlock.sandbox.guest.airlock_bridge import Tools
     from airlock.sandbox.guest.airlock_language_classes import build_class, write_guards
+    from airlock.sandbox.guest.airlock_language_copy import guard_copy
     from airlock.sandbox.guest.airlock_language_guard import (
         evaluators,
         item_guard,
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
 else:  # in the image, the guest's modules sit side by side on the runner's path
     from airlock_asyncio import import_asyncio
     from airlock_language_classes import build_class, write_guards
+    from airlock_language_copy import guard_copy
     from airlock_language_guard import (
         evaluators,
         item_guard,
@@ -211,6 +213,7 @@ def restricted_globals(
             )
         return substitute(value)
 
+    guard_copy()  # behind the guards: copy writes a reducer's state onto no module or class
     write_guard, guarded_setattr, guarded_delattr = write_guards(PROGRAM_MODULE)
     builtins: dict[str, Any] = {}
     builtins.update(safe_builtins)

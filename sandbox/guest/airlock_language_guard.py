@@ -9,8 +9,11 @@ the program could not import itself (allowed modules' submodules only as
 guards (:data:`_REFUSED`): string evaluators, functions that read attributes by names the
 caller chooses (``functools.update_wrapper``), ``str.format`` on a program's text, the
 frames of a task, ``traceback``/``linecache``, which read any file, and the event loop's
-methods that take a descriptor or socket (the bridge's among them). Refused too: a metaclass,
-which called makes a class of any namespace. ``dataclasses.dataclass``, ``make_dataclass``,
+methods that take a descriptor or socket (the bridge's among them), its exception handlers
+(the default one formats the tracebacks a context names, a file's lines among them), and
+``type.mro``, whose bases include ``enum.Enum``. Refused too: a metaclass, and a class whose
+metaclass's call can make a class (an enum class without members: its functional API); called,
+either makes a class of any namespace. ``dataclasses.dataclass``, ``make_dataclass``,
 ``typing.get_origin`` and ``get_args`` come as checked substitutes instead (:func:`substitute`,
 ``airlock_language_dataclasses``, ``airlock_language_classes``).
 
@@ -47,6 +50,8 @@ _FRAMES = "hands out the runner's frames"
 _FILES = "reads any file and the runner's frames"
 _PROCESSES = "starts processes, which restricted mode does not"
 _DESCRIPTORS = "uses descriptors, sockets or signals the program names (the runner's bridge)"
+_BASES = "hands out a class's bases, among them classes restricted mode does not hand out"
+_CONTEXTS = "hands a program's handler the loop's contexts, past the guards"
 _LOOP_METHODS = (
     # Each takes a descriptor, a socket or an object with fileno(): the bridge's is 3. A
     # container has no network, so the ones that open connections lose nothing either.
@@ -78,6 +83,7 @@ _REFUSED: tuple[tuple[str, str, str], ...] = (
     ("builtins", "compile", _EVALUATES),
     ("builtins", "__import__", _EVALUATES),
     ("builtins", "open", _FILES),
+    ("builtins", "type.mro", _BASES),  # enum.Enum, say: see refusal()
     ("builtins", "str.format", _FORMATS),
     ("builtins", "str.format_map", _FORMATS),
     ("collections", "UserString.format", _FORMATS),
@@ -110,9 +116,15 @@ _REFUSED: tuple[tuple[str, str, str], ...] = (
     # The running loop is a SelectorEventLoop; a method is the function of the class that
     # defines it, which one of these two names.
     *(
-        ("asyncio", f"{loop}.{method}", _DESCRIPTORS)
+        ("asyncio", f"{loop}.{method}", reason)
         for loop in ("BaseEventLoop", "SelectorEventLoop")
-        for method in _LOOP_METHODS
+        for method, reason in (
+            *((method, _DESCRIPTORS) for method in _LOOP_METHODS),
+            # A context's source_traceback and handle_traceback are formatted with linecache.
+            ("default_exception_handler", _FILES),
+            ("call_exception_handler", _FILES),
+            ("set_exception_handler", _CONTEXTS),
+        )
     ),
 )
 _REFUSED_INSTANCES = (("traceback", "StackSummary"), ("traceback", "FrameSummary"))
@@ -202,6 +214,20 @@ def _is_namespace(value: dict[Any, Any]) -> bool:
     return module is not None and getattr(module, "__dict__", None) is value
 
 
+def _looks_members_up(cls: type) -> bool:
+    """Whether calling ``cls`` only looks one of its members up: an enum class with members.
+
+    ``enum.EnumType.__call__`` with names makes a class (the functional API) of any namespace:
+    ``Enum('X', [('__reduce_ex__', f)])``. Of a class with members it refuses ("cannot
+    extend"), so ``re.RegexFlag(2)`` stays a look-up; ``enum.Enum`` and its kin have none."""
+    meta = getattr(sys.modules.get("enum"), "EnumType", None)
+    return (
+        meta is not None
+        and type(cls).__call__ is meta.__call__
+        and bool(type.__getattribute__(cls, "_member_names_"))
+    )
+
+
 def refusal(value: object, allowed_imports: frozenset[str]) -> str | None:
     """Why a restricted program may not hold ``value``, or ``None`` when it may."""
     kind = type(value)
@@ -218,10 +244,16 @@ def refusal(value: object, allowed_imports: frozenset[str]) -> str | None:
         return None
     if isinstance(value, _HIDDEN_TYPES):
         return f"a {kind.__name__} object, which shows the runner's internals"
-    if isinstance(value, type) and issubclass(value, type):
-        # Called, a metaclass makes a class of any namespace: dunders and names no class
-        # statement could hold, which the standard library reads.
-        return f"the metaclass {value.__name__!r}, which makes classes of any namespace"
+    if isinstance(value, type):
+        if issubclass(value, type):
+            # Called, a metaclass makes a class of any namespace: dunders and names no class
+            # statement could hold, which the standard library reads (copy, dataclasses).
+            return f"the metaclass {value.__name__!r}, which makes classes of any namespace"
+        if type(value).__call__ is not type.__call__ and not _looks_members_up(value):
+            return (
+                f"the class {value.__name__!r}, which called can make a class of any "
+                f"namespace (its metaclass {type(value).__name__!r} does)"
+            )
     table = _table()
     why = table.why.get(id(_unbound(value)))
     if why is not None:

@@ -10,14 +10,51 @@ the same guard. The container stays the boundary: this is defence in depth.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
 from tests.conftest import Sandbox
 from tests.sandbox.guest_image import load_guest
 from tests.sandbox.restricted_escapes import PROGRAMS
-from tests.sandbox.test_guest_runner import run_in_process
+from tests.sandbox.test_guest_runner import ALLOWED, run_in_process
 
 language = load_guest("airlock_language")
+guard = load_guest("airlock_language_guard")
+copying = load_guest("airlock_language_copy")
+
+ENUM_ESCAPE = """
+import re, dataclasses, json
+E = [c for c in re.RegexFlag.mro() if str(c) == "<enum 'Enum'>"][0]
+D = dataclasses.make_dataclass('D', ['x'])
+def write(target, attrs):
+    def pick():
+        return target
+    def red(self, proto):
+        return (pick, (), (None, attrs))
+    X = E('X', [('__reduce_ex__', red), ('__deepcopy__', None), ('a', 1)])
+    dataclasses.asdict(D(X.a))
+box = {}
+def spy(name, args, body, **kw):
+    box['g'] = kw.get('globals')
+    raise LookupError('captured')
+class C:
+    pass
+write(dataclasses, {'_create_fn': spy})
+write(C, {'__module__': 'json', '__annotations__': {'x': int}})
+try:
+    dataclasses.dataclass(C)
+except LookupError:
+    pass
+real = dict.get(box.get('g'), '__builtins__')
+out = {}
+dict.get(real, 'exec')("import os\\nout['pid'] = os.getpid()\\n"
+    "out['passwd'] = open('/etc/passwd').read()[:40]", {'out': out, '__builtins__': real})
+out
+"""
+"""A reviewer's escape: ``enum.Enum`` from ``type.mro``, a class of its functional API with a
+``__reduce_ex__`` whose state ``copy`` wrote onto ``dataclasses`` and onto a class, and so
+the real builtins."""
 
 # (route, program, error type, a phrase of the message). "invalid_program": refused before
 # running, by RestrictedPython's compiler.
@@ -257,6 +294,66 @@ BYPASSES: list[tuple[str, str, str, str]] = [
      "invalid_program", "__traceback__"),
     ("tools_connection", "tools._connection\n", "invalid_program", "_connection"),
     ("import_os", "import os\nos.getpid()\n", "invalid_program", "'os' is not allowed"),
+    # type.mro handed out enum.Enum, whose functional API makes a class of any namespace: a
+    # __reduce_ex__ that copy calls, writing its state onto a module (dataclasses._create_fn).
+    ("enum_mro_escape", ENUM_ESCAPE, "AttributeError", "a class's bases"),
+    ("mro_of_an_enum", "import re\n[str(c) for c in re.RegexFlag.mro()]\n",
+     "AttributeError", "a class's bases"),
+    ("mro_of_an_exception", "import json\njson.JSONDecodeError.mro()\n",
+     "AttributeError", "a class's bases"),
+    ("mro_of_a_builtin", "int.mro()\n", "AttributeError", "a class's bases"),
+    ("mro_by_getattr", "import re\ngetattr(re.RegexFlag, 'mro')()\n",
+     "AttributeError", "a class's bases"),
+    ("mro_from_import", "from re import RegexFlag\nRegexFlag.mro\n",
+     "AttributeError", "a class's bases"),
+    # The loop's exception handler formats a context's tracebacks, whose lines linecache reads
+    # from any file the context names.
+    ("new_loop_default_exception_handler", "import asyncio\n"
+     "loop = asyncio.new_event_loop()\n"
+     "loop.default_exception_handler({'message': 'x', 'source_traceback': "
+     "[('/etc/passwd', n, 'f', None) for n in range(1, 4)]})\n",
+     "AttributeError", "reads any file"),
+    ("loop_default_exception_handler", "import asyncio\nasync def m():\n"
+     "    loop = asyncio.get_running_loop()\n"
+     "    loop.default_exception_handler({'message': 'x', 'source_traceback': "
+     "[('/etc/passwd', 1, 'f', None)]})\n    return 'done'\nasyncio.run(m())\n",
+     "AttributeError", "reads any file"),
+    ("loop_call_exception_handler", "import asyncio\nasync def m():\n"
+     "    loop = asyncio.get_running_loop()\n"
+     "    loop.call_exception_handler({'message': 'x', 'handle_traceback': "
+     "[('/etc/hostname', 1, 'f', None)]})\n    return 'done'\nasyncio.run(m())\n",
+     "AttributeError", "reads any file"),
+    ("loop_class_default_exception_handler",
+     "import asyncio\nasyncio.SelectorEventLoop.default_exception_handler\n",
+     "AttributeError", "reads any file"),
+    ("loop_set_exception_handler", "import asyncio\nasync def m():\n"
+     "    asyncio.get_running_loop().set_exception_handler(lambda loop, context: None)\n"
+     "asyncio.run(m())\n", "AttributeError", "the loop's contexts"),
+]  # fmt: skip
+
+# (route, program, error type, a phrase of the message), run where a profile lets programs
+# import ``enum`` (none does by default): an enum class without members, called with names,
+# makes a class of any namespace; one with members only looks a member up.
+WITH_ENUM: list[tuple[str, str, str, str]] = [
+    ("enum_functional_api", "import enum\n"
+     "enum.Enum('X', [('__reduce_ex__', len), ('__deepcopy__', None), ('a', 1)])\n",
+     "AttributeError", "can make a class of any namespace"),
+    ("flag_functional_api", "from enum import Flag\nFlag('X', ['a'])\n",
+     "ImportError", "can make a class of any namespace"),
+    ("int_flag_functional_api", "import enum\nenum.IntFlag('X', 'a b')\n",
+     "AttributeError", "can make a class of any namespace"),
+    ("str_enum_functional_api", "import enum\nenum.StrEnum('X', ['a'])\n",
+     "AttributeError", "can make a class of any namespace"),
+    ("int_enum_functional_api", "import enum\nenum.IntEnum('X', {'a': 1})\n",
+     "AttributeError", "can make a class of any namespace"),
+    ("enum_escape_with_enum_imported",
+     ENUM_ESCAPE.replace("E = [c for c in re.RegexFlag.mro() if str(c) == \"<enum 'Enum'>\"][0]",
+                         "import enum\nE = enum.Enum"),
+     "AttributeError", "can make a class of any namespace"),
+    ("enum_type", "import enum\nenum.EnumType\n", "AttributeError", "the metaclass 'EnumType'"),
+    # A class with members: called with names, the standard library refuses to extend it.
+    ("enum_with_members_functional_api", "import enum, re\n"
+     "re.RegexFlag('X', [('__reduce_ex__', len), ('a', 1)])\n", "TypeError", "cannot extend"),
 ]  # fmt: skip
 
 
@@ -280,8 +377,23 @@ def _module_attributes() -> dict[str, dict[str, int]]:
 def test_a_known_route_out_of_restricted_mode_is_refused(
     route: str, program: str, error: str, phrase: str
 ) -> None:
+    _assert_refused(route, program, error, phrase, ALLOWED)
+
+
+@pytest.mark.parametrize(
+    ("route", "program", "error", "phrase"), WITH_ENUM, ids=[row[0] for row in WITH_ENUM]
+)
+def test_an_enum_class_that_makes_classes_is_refused(
+    route: str, program: str, error: str, phrase: str
+) -> None:
+    _assert_refused(route, program, error, phrase, ALLOWED | {"enum"})
+
+
+def _assert_refused(
+    route: str, program: str, error: str, phrase: str, allowed: frozenset[str]
+) -> None:
     before = _module_attributes()
-    result = run_in_process(program, mode="restricted")
+    result = run_in_process(program, mode="restricted", allowed_imports=allowed)
     assert _module_attributes() == before, route  # nothing written onto a module
     if error == "invalid_program":
         assert result["status"] == "invalid_program", (route, result)
@@ -340,6 +452,9 @@ def test_a_known_route_out_of_restricted_mode_is_refused(
         "u = U(a=1)\nu['b'] = 2\nw = u.copy()\nsetattr(u, 'note', 'n')\n"
         "[A(2).twice(), B(2).twice(), A(1) == A(1), G().get(), u.total(), w.total(),"
         " isinstance(w, U), u.note, B.k, 4 in S()]\n",
+        # An enum class with members: called with a value, it looks a member up.
+        "import re\n[int(re.RegexFlag(2)), int(re.RegexFlag['IGNORECASE'] | re.M),"
+        " isinstance(re.I, re.RegexFlag), len(list(re.RegexFlag)) > 1, re.I.name]\n",
     ],
     ids=[
         "submodule_of_an_import",
@@ -356,11 +471,144 @@ def test_a_known_route_out_of_restricted_mode_is_refused(
         "json_items",
         "asyncio_fan_out",
         "class_statements",
+        "enum_members",
     ],
 )
 def test_what_a_program_imports_stays_usable(program: str) -> None:
     result = run_in_process(program, mode="restricted")
     assert result["status"] == "ok", result["error"]
+
+
+@pytest.mark.parametrize("name", ["Enum", "Flag", "IntFlag", "IntEnum", "StrEnum", "ReprEnum"])
+def test_an_enum_class_without_members_is_refused_as_a_value(name: str) -> None:
+    import enum
+
+    refused = guard.refusal(getattr(enum, name), frozenset({"enum"}))
+    assert refused is not None
+    assert "can make a class of any namespace" in refused
+
+
+def test_an_enum_class_with_members_is_a_value_a_program_may_hold() -> None:
+    import http
+    import re
+
+    for cls in (re.RegexFlag, http.HTTPStatus):
+        assert guard.refusal(cls, frozenset({"re", "http"})) is None
+
+
+_GET_TYPE = "T = typing.get_origin(typing.Type[int])\n"
+_GET_ENUM = "E = [c for c in re.RegexFlag.mro() if str(c) == \"<enum 'Enum'>\"][0]\n"
+_PICK = "def pick():\n    return TARGET\ndef red(self, proto):\n    return (pick, (), STATE)\n"
+
+# (route, program given ``T`` (``type``) and ``E`` (``enum.Enum``) past the guard, error type,
+# a phrase of the message): were a program to make a class with a reducer anyway, copy writes
+# its state onto no object but a new one of the reduced object's type.
+COPY_DEPTH: list[tuple[str, str, str, str]] = [
+    ("deepcopy_reduce_module_write", PROGRAMS["deepcopy_reduce_module_write"].replace(_GET_TYPE, ""),
+     "TypeError", "copy would write"),
+    ("deepcopy_create_fn_escape", PROGRAMS["deepcopy_create_fn_escape"].replace(_GET_TYPE, ""),
+     "TypeError", "copy would write"),
+    ("enum_reduce_escape", ENUM_ESCAPE.replace(_GET_ENUM, ""), "TypeError", "copy would write"),
+    ("userdict_copy_module_write", "import collections, json\n"
+     + _PICK.replace("TARGET", "json").replace("STATE", "({'marker': 1}, None)")
+     + "U = T('U', (collections.UserDict,), {'__reduce_ex__': red, '__copy__': None})\n"
+     "U().copy()\n", "TypeError", "copy would write"),
+    ("copy_module_write", "import copy, json\n"
+     + _PICK.replace("TARGET", "json").replace("STATE", "(None, {'loads': len})")
+     + "copy.copy(T('R', (), {'__reduce_ex__': red})())\n", "TypeError", "copy would write"),
+    ("deepcopy_class_write", "import copy, json\n"
+     + _PICK.replace("TARGET", "json.JSONDecoder").replace("STATE", "(None, {'__init__': len})")
+     + "copy.deepcopy(T('R', (), {'__reduce_ex__': red})())\n", "TypeError", "copy would write"),
+    ("enum_deepcopy_instance_of_another_class", "import copy, json\n"
+     + _PICK.replace("TARGET", "json.JSONDecoder()").replace("STATE", "{'parse_int': len}")
+     + "X = E('X', [('__reduce_ex__', red), ('__deepcopy__', None), ('a', 1)])\n"
+     "copy.deepcopy(X.a)\n", "TypeError", "copy would write"),
+    ("astuple_items_onto_a_list", "import dataclasses\nheld = []\n"
+     + _PICK.replace("TARGET", "held").replace("STATE", "None, iter([1])")
+     + "D = dataclasses.make_dataclass('D', ['x'])\n"
+     "dataclasses.astuple(D(T('R', (), {'__reduce_ex__': red})()))\n",
+     "TypeError", "copy would write"),
+]  # fmt: skip
+
+
+@pytest.fixture
+def copy_as_it_was() -> Iterator[None]:
+    import copy
+
+    reconstruct = vars(copy)["_reconstruct"]
+    try:
+        yield
+    finally:
+        copy._reconstruct = reconstruct  # type: ignore[attr-defined]  # private
+
+
+@pytest.mark.usefixtures("copy_as_it_was")
+@pytest.mark.parametrize(
+    ("route", "program", "error", "phrase"), COPY_DEPTH, ids=[row[0] for row in COPY_DEPTH]
+)
+def test_copy_writes_a_reducers_state_only_onto_a_copy(
+    route: str, program: str, error: str, phrase: str
+) -> None:
+    import enum
+
+    allowed = ALLOWED | {"copy"}
+    body, last = language.compile_program(program, "restricted", allowed)
+    namespace = language.restricted_globals(allowed, lambda value: None, tools=None)
+    namespace.update(T=type, E=enum.Enum)
+    before = _module_attributes()  # copy's checked reconstruction installed
+    with pytest.raises(Exception) as refused:  # noqa: PT011  # the row names the type
+        language.run_program(body, last, namespace, lambda value: None, lambda: False)
+    assert type(refused.value).__name__ == error, (route, refused.value)
+    assert phrase in str(refused.value), refused.value
+    assert _module_attributes() == before, route
+
+
+@pytest.mark.usefixtures("copy_as_it_was")
+def test_copy_still_copies_the_standard_library_s_objects() -> None:
+    import collections
+    import copy
+    import dataclasses
+    import datetime
+    import decimal
+    import fractions
+    import functools
+    import types
+
+    copying.guard_copy()
+    copying.guard_copy()  # once: a second call wraps nothing twice
+    assert vars(copy)["_reconstruct"].__wrapped__.__module__ == "copy"
+
+    class Noted(collections.OrderedDict):  # type: ignore[type-arg]
+        pass
+
+    class Kept(collections.UserDict):  # type: ignore[type-arg]
+        def __getstate__(self) -> dict[str, object]:
+            return {"data": self.data, "seen": True}
+
+    Point = dataclasses.make_dataclass("Point", ["x", "y"])
+    noted = Noted(a=1)
+    noted.note = "n"  # type: ignore[attr-defined]
+    values: list[object] = [
+        collections.OrderedDict(a=1),
+        collections.defaultdict(list, a=[1]),
+        collections.deque([1, 2], maxlen=3),
+        collections.Counter("aab"),
+        collections.namedtuple("P", "a b")(1, 2),
+        functools.partial(max, 1, key=abs),
+        types.SimpleNamespace(a=1),
+        Point(1, [2]),
+        Kept(a=1),
+        datetime.datetime(2024, 1, 2, tzinfo=datetime.UTC),
+        decimal.Decimal("1.5"),
+        fractions.Fraction(1, 3),
+        noted,
+    ]
+    for value in values:
+        for copied in (copy.copy(value), copy.deepcopy(value)):
+            assert type(copied) is type(value)
+            assert repr(copied) == repr(value) or copied == value, value
+    assert copy.deepcopy(noted).note == "n"  # type: ignore[attr-defined]
+    assert dataclasses.asdict(Point(1, [2])) == {"x": 1, "y": [2]}
 
 
 def test_every_evaluator_is_refused_as_a_value() -> None:
@@ -399,6 +647,9 @@ IMAGE_ROUTES = [
     "userdict_copy_module_write",
     "init_subclass_annotations_escape",
     "setattr_dunder",
+    "enum_mro_escape",
+    "new_loop_default_exception_handler",
+    "loop_call_exception_handler",
 ]
 
 
