@@ -9,8 +9,9 @@ this process or another, reaps it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Awaitable, Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator
 from typing import Any, TypeVar
 
 import docker
@@ -18,7 +19,7 @@ import docker
 from airlock.sandbox._errors import SandboxClosed, SandboxError
 from airlock.sandbox._owner import labelled_containers, remove_container
 
-__all__ = ["Starts", "settle", "sweep"]
+__all__ = ["Starts", "cut_off_by_close", "settle", "sweep"]
 
 T = TypeVar("T")
 
@@ -58,6 +59,20 @@ class Starts:
         for task in tasks:
             task.cancel()
         return tasks
+
+
+@contextlib.contextmanager
+def cut_off_by_close(closed: Callable[[], bool]) -> Iterator[None]:
+    """Around a run: a :class:`SandboxError` it raises once ``closed()`` becomes
+    :class:`SandboxClosed`. Whatever broke (a runner killed under its program, a connection
+    never opened), :meth:`~DockerBackend.close` broke it, and a retry could only be refused:
+    none may be asked for. A run's result stays what it is."""
+    try:
+        yield
+    except SandboxError as exc:
+        if closed() and not isinstance(exc, SandboxClosed):
+            raise SandboxClosed() from exc
+        raise
 
 
 async def settle(work: Iterable[Awaitable[Any]], *, timeout: float, what: str) -> int:

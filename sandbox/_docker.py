@@ -15,8 +15,8 @@ it). A run without inputs never gets a container that has some.
 
 With ``reuse=True`` a principal's runs share one container, never another principal's, each
 in a fresh process with an empty ``/tmp`` (:mod:`airlock.sandbox._reuse`); it goes after
-``reuse_idle_s`` without a run, after a limit hit, or for another principal's beyond
-``reuse_max``.
+``reuse_idle_s`` without a run, after a limit hit, or, least recently used first, when more
+than ``reuse_max`` are held once their runs end (a burst of principals may hold more).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ import docker.errors
 
 from airlock.bridge import ToolSession
 from airlock.policies import Principal, SandboxProfile
-from airlock.sandbox._closing import Starts, settle, sweep
+from airlock.sandbox._closing import Starts, cut_off_by_close, settle, sweep
 from airlock.sandbox._container import SandboxContainer
 from airlock.sandbox._errors import (
     ImageMissing,
@@ -215,7 +215,7 @@ class DockerBackend:
         )
         container = SandboxContainer(self.client, launched, profile=chosen, inputs=inputs)
         if self._closed:  # closed while it started: nobody will run or remove it
-            await self._destroy(container)
+            self._destroy_later(container)  # the run's answer does not wait for the engine
             self._refuse_if_closed()
         return container
 
@@ -245,7 +245,8 @@ class DockerBackend:
             InputRefused: an input cannot be mounted, or the inputs are over the profile's
                 ``input_limit_bytes``.
             SandboxError: the engine, the image or a container start failed, or the backend
-                is closed (:class:`SandboxClosed`, not retryable).
+                is closed (:class:`SandboxClosed`, not retryable, also for a run that
+                :meth:`close` cut off without a result).
         """
         self._refuse_if_closed()
         if not self._started:
@@ -269,16 +270,17 @@ class DockerBackend:
                 ),
                 duration_s=time.perf_counter() - began,
             )
-        if self.reuse and tools is not None and not mounts and self._fit.fits(profile, mounts):
-            result = await self._reused.run(
-                program,
-                profile=profile,
-                tools=tools,
-                artifacts=artifacts,
-                fresh=lambda: self._run_fresh(program, profile, tools, mounts, artifacts),
-            )
-        else:
-            result = await self._run_fresh(program, profile, tools, mounts, artifacts)
+        with cut_off_by_close(lambda: self._closed):
+            if self.reuse and tools is not None and not mounts and self._fit.fits(profile, mounts):
+                result = await self._reused.run(
+                    program,
+                    profile=profile,
+                    tools=tools,
+                    artifacts=artifacts,
+                    fresh=lambda: self._run_fresh(program, profile, tools, mounts, artifacts),
+                )
+            else:
+                result = await self._run_fresh(program, profile, tools, mounts, artifacts)
         return result.model_copy(update={"duration_s": time.perf_counter() - began})
 
     async def _run_fresh(
@@ -296,9 +298,7 @@ class DockerBackend:
             )
         finally:
             self._active.discard(container)
-            if self._closed:
-                await self._destroy(container)
-            else:
+            if not self._closed:  # else close() removes it (it was active then)
                 self._destroy_later(container)
         return result
 

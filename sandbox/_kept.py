@@ -80,7 +80,9 @@ class KeptSandbox:
         self._lock = asyncio.Lock()
         self._timer: asyncio.TimerHandle | None = None
         self._expiring: set[asyncio.Task[None]] = set()
-        self._removals: set[asyncio.Future[None]] = set()
+        self._removals: set[asyncio.Future[bool]] = set()
+        self._closing_removal: asyncio.Future[bool] | None = None
+        """:meth:`close`'s removal of the container a program may still run in."""
         self._closed = False
 
     @property
@@ -178,13 +180,15 @@ class KeptSandbox:
                     artifacts=artifacts,
                 )
             except BaseException:
-                self._drop_later()
+                if self._closed:
+                    self._removed_by_close(container)
+                else:
+                    self._drop_later()
                 raise
             died = result.error is not None and result.error.type == "RunnerDied"
             if self._closed:
-                # close() may have given up waiting for this program (and its removal may
-                # have failed): the conversation is over, no idle timer may keep it.
-                await self._drop()
+                # The conversation is over, no idle timer may keep it.
+                self._removed_by_close(container)
             elif result.status in _DROP_AFTER or died or not container.alive:
                 self._drop_later()  # the result does not wait for the engine's removal
             else:
@@ -212,10 +216,13 @@ class KeptSandbox:
                 _log.info("kept sandbox of %s idle: container removed", self.owner.user_id)
                 self._drop_later()
 
-    async def _drop(self) -> None:
-        container, self._container = self._container, None
-        if container is not None:
-            await _destroy(container)
+    def _removed_by_close(self, container: SandboxContainer) -> None:
+        """After :meth:`close`, of the container a program ran in: close's removal of it
+        goes on, and only one that failed is tried again, in the background too (the
+        result waits for no removal, and none is asked of the engine twice at once)."""
+        removal = self._closing_removal
+        if removal is None or (removal.done() and (removal.cancelled() or not removal.result())):
+            self._remove_later(container)
 
     def _drop_later(self) -> None:
         """Forget the container now and remove it in the background (:meth:`close` waits)."""
@@ -223,10 +230,11 @@ class KeptSandbox:
         if container is not None:
             self._remove_later(container)
 
-    def _remove_later(self, container: SandboxContainer) -> None:
+    def _remove_later(self, container: SandboxContainer) -> asyncio.Future[bool]:
         task = asyncio.ensure_future(_destroy(container))
         self._removals.add(task)
         task.add_done_callback(self._removals.discard)
+        return task
 
     async def close(self) -> None:
         """Remove the container, even under a program in flight (which then returns within
@@ -237,11 +245,14 @@ class KeptSandbox:
         self._closed = True
         self._cancel_timer()
         deadline = asyncio.get_running_loop().time() + _CLOSE_WAIT_S
-        if self._container is not None:
-            self._remove_later(self._container)  # aborts its links: the program returns
+        container, self._container = self._container, None
+        if container is not None:  # (none on a second close)
+            # Aborts its links: a program in flight returns, and its run leaves this
+            # removal to go on.
+            self._closing_removal = self._remove_later(container)
         try:
             async with asyncio.timeout_at(deadline), self._lock:
-                self._drop_later()
+                pass  # the program in flight has ended
         except TimeoutError:
             _log.warning("a program of the kept sandbox of %s did not end", self.owner.user_id)
         for task in list(self._expiring):
@@ -255,11 +266,14 @@ class KeptSandbox:
                 _log.warning("the kept container of %s is still being removed", self.owner.user_id)
 
 
-async def _destroy(container: SandboxContainer) -> None:
+async def _destroy(container: SandboxContainer) -> bool:
+    """Whether the engine removed ``container``."""
     try:
         await container.destroy()
     except SandboxError as exc:
         _log.warning("could not destroy kept container %s: %s", container.id, exc)
+        return False
+    return True
 
 
 async def _acquire(lock: asyncio.Lock, timeout: float) -> bool:

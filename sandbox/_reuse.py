@@ -24,9 +24,10 @@ __all__ = ["PrincipalContainers"]
 
 
 class PrincipalContainers:
-    """A clean kept sandbox per principal (by user and tenant), made on first use; when
-    ``limit`` principals hold one and another needs one, the least recently used idle one
-    goes (in the background)."""
+    """A clean kept sandbox per principal (by user and tenant), made on first use. At most
+    ``limit`` are held once their runs end: a new principal, and the end of every run, send
+    the least recently used idle ones away (in the background). While every held one runs
+    a program, a new principal is given one more for a while."""
 
     def __init__(self, make: Callable[[Principal], KeptSandbox], *, limit: int) -> None:
         if limit < 1:
@@ -52,23 +53,26 @@ class PrincipalContainers:
         a container of its own) when that one is running another of its programs."""
         owner = tools.principal
         key = (owner.user_id, owner.tenant_id)
-        held = self._held.get(key)
-        if held is not None and held.busy:
-            return await fresh()
-        if held is None:
-            if len(self._held) >= self._limit:
-                self._evict()
-            held = self._held[key] = self._make(owner)
-        return await held.run(program, profile=profile, tools=tools, artifacts=artifacts)
+        try:
+            held = self._held.get(key)
+            if held is not None and held.busy:
+                return await fresh()
+            if held is None:
+                self._trim(self._limit - 1)
+                held = self._held[key] = self._make(owner)
+            return await held.run(program, profile=profile, tools=tools, artifacts=artifacts)
+        finally:
+            # The extra ones a burst was given go once it is over, not at the next new
+            # principal's: returning principals would keep every one of them.
+            self._trim(self._limit)
 
-    def _evict(self) -> None:
-        idle = [key for key, held in self._held.items() if not held.busy]
-        if not idle:
-            return  # every one runs now: one more for a while
-        oldest = min(idle, key=lambda key: self._held[key].last_used)
-        task = asyncio.create_task(self._held.pop(oldest).close())
-        self._closing.add(task)
-        task.add_done_callback(self._closing.discard)
+    def _trim(self, keep: int) -> None:
+        """Send idle ones away, least recently used first, until ``keep`` are held."""
+        idle = sorted((held.last_used, key) for key, held in self._held.items() if not held.busy)
+        for _, key in idle[: max(len(self._held) - keep, 0)]:
+            task = asyncio.create_task(self._held.pop(key).close())
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
 
     async def close(self) -> None:
         """Remove every principal's container (and wait for evictions in progress)."""
