@@ -18,7 +18,8 @@ from collections.abc import Collection
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import AliasChoices, AliasPath, BaseModel
+from pydantic.fields import FieldInfo
 
 from airlock.bridge.airlock_wire import ERRORS, MAX_BATCH_ITEMS, MAX_IN_FLIGHT
 from airlock.policies import Principal
@@ -228,14 +229,30 @@ def _model_defaults(model: type[BaseModel]) -> tuple[tuple[str, tuple[JSONValue,
     for field, info in model.model_fields.items():
         if info.is_required():
             continue
-        alias = info.validation_alias if isinstance(info.validation_alias, str) else info.alias
-        name = alias or field
+        name = _schema_name(field, info)
         sub = shown.get(name) if isinstance(shown, dict) else None
         if isinstance(sub, dict) and "default" in sub:
             found.append((name, (sub["default"], True)))
         else:
             found.append((name, (None, False)))
     return tuple(found)
+
+
+def _schema_name(field: str, info: FieldInfo) -> str:
+    """The name the validation schema gives ``field`` (as pydantic names it): a call passes
+    it so. An ``AliasChoices`` goes by its first choice that is a name, not a longer path;
+    without one, or for an ``AliasPath``, the schema names the property by the field."""
+    alias = info.validation_alias
+    if isinstance(alias, str):
+        return alias
+    if isinstance(alias, AliasChoices):
+        for path in alias.convert_to_aliases():
+            if len(path) == 1 and isinstance(path[0], str):
+                return path[0]
+        return field
+    if isinstance(alias, AliasPath):
+        return field
+    return info.alias or field
 
 
 def _python_name(name: str) -> bool:

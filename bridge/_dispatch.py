@@ -15,16 +15,19 @@ Arguments over the call budget (:class:`ArgumentsOverBudget`, in place of a call
 proposal's or a batch item's as the frame was decoded) are answered ``invalid_input`` without
 admission, and recorded in the audit log; the run goes on.
 
-A ``cancel`` frame gives up a call the program cancelled: it never starts, or is cancelled
-as the run's end cancels calls, is not answered, and its place in flight is free at once. A
-proposal cancelled before it was answered leaves no preview; one answered already stays.
+A ``cancel`` frame gives up a call the program cancelled: it is not answered, and its place
+in flight is free at once. A call not started yet, or waiting for its turn, never runs (and is
+not recorded). One whose handler runs is not cut short: a blocking handler's thread would run
+on while its place among the ``max_concurrency`` went to the next call, so cancelling calls
+in a loop ran any number of handlers at once. It runs to its end in its place, audited as it
+ends, and its result is dropped; a cancelled batch takes no further items. A proposal so
+cancelled is withdrawn (:meth:`ToolSession.withdraw`): it is not among the run's proposals.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections import deque
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -34,6 +37,7 @@ from airlock.bridge._results import BatchAnswer, ResultWriter
 from airlock.bridge._run_stop import limit_stop, protocol_stop
 from airlock.bridge._runner import CallRunner, SharedTurns, carry_on
 from airlock.bridge._session import BridgeLimits, ToolSession
+from airlock.bridge._turns import Turns
 from airlock.bridge.airlock_wire import MAX_TOOL_NAME_CHARS
 from airlock.tools import (
     FieldIssue,
@@ -53,6 +57,7 @@ _MAX_CALL_ID: Final = 2**53
 # this far, then once more as "more" (the guest sends each name once; bytes bound the rest).
 _MAX_REFUSED: Final = 64
 _NOT_LIVE: Final[Any] = object()  # (a call's entry in CallDispatcher._live can be None)
+_RUNNING: Final[Any] = object()  # a call's entry once its handler runs: a cancel spares it
 _CANCEL_GRACE_S: Final = 5.0
 """How long the end of a run waits for its cancelled tool calls (host code) to finish."""
 
@@ -77,8 +82,7 @@ class CallDispatcher:
         self._limits = limits
         self._deadline = deadline
         self._results = results
-        self._running = 0  # calls executing (at most max_concurrency)
-        self._turns: deque[asyncio.Future[None]] = deque()  # calls waiting for their turn
+        self._turns = Turns(limits.max_concurrency)
         # Each call counts itself out of in_flight as it ends (_end), or its cancel does.
         self._calls = CallRunner(on_done=lambda: None)
         self._items = SharedTurns()  # the loop's turns, for the items of the run's batches
@@ -87,7 +91,8 @@ class CallDispatcher:
         self._call_prefix = f"{session.call_prefix or session.run_id}:" if session else ""
         self.in_flight = 0
         """Calls waiting for their results."""
-        self._live: dict[int, asyncio.Task[Any] | None] = {}  # in flight: its task, once started
+        # In flight: None, its task once started (a cancel cancels it), or _RUNNING.
+        self._live: dict[int, asyncio.Task[Any] | None] = {}
 
     @property
     def busy(self) -> bool:
@@ -138,8 +143,8 @@ class CallDispatcher:
             raise protocol_stop("a cancel frame's 'id' must be a positive integer")
         if (task := self._live.pop(call_id, _NOT_LIVE)) is not _NOT_LIVE:
             self.in_flight -= 1
-            if task is not None:
-                task.cancel()
+            if task is not None and task is not _RUNNING:
+                task.cancel()  # (it waits for its turn: it never runs)
 
     def refused(self, frame: Mapping[str, Any]) -> None:
         """Record a tool name the program reached for and was not given."""
@@ -184,11 +189,12 @@ class CallDispatcher:
 
     # -- running calls ----------------------------------------------------------------------
 
-    def _start(self, call_id: int) -> bool:
-        # From now on a cancel cancels the task it runs in: its own once it waits (see
-        # CallRunner); one that never waits ends before a cancel can come.
+    def _start(self, call_id: int, *, running: bool = False) -> bool:
+        # From now on a cancel cancels the task it runs in (its own once it waits: see
+        # CallRunner) until its handler runs; one that never waits ends before a cancel can
+        # come. A batch is never cancelled so: its workers stop taking items.
         if call_id in self._live:
-            self._live[call_id] = asyncio.current_task()
+            self._live[call_id] = _RUNNING if running else asyncio.current_task()
             return True
         return False
 
@@ -207,43 +213,48 @@ class CallDispatcher:
                 ok, value = False, program_error(UnknownToolError(name=tool))
             else:
                 ctx = session.context(self._call_prefix + str(call_id), self._deadline)
-                if self._running >= self._limits.max_concurrency:
-                    await self._turn()
-                self._running += 1
+                turns = self._turns
+                if turns.running >= turns.limit:
+                    await turns.wait()
+                self._live[call_id] = _RUNNING  # (a cancel while it waited raised there)
+                turns.running += 1
                 try:
                     ok, value = True, await session.registry.call(tool, args, ctx)
                 except Exception as exc:
                     ok, value = False, self._failure(tool, exc)
                 finally:
-                    self._running -= 1
-                    if self._turns:
-                        self._next_turn()
-            self._results.send(call_id, ok, value, alone=self.in_flight <= 1)
+                    turns.leave()
+            if call_id in self._live:  # (else the program cancelled it: it drops the result)
+                self._results.send(call_id, ok, value, alone=self.in_flight <= 1)
         finally:
             self._end(call_id)
 
     async def _admit(
-        self, guest_id: str, tool: str, args: dict[str, Any], *, propose: int = 0
-    ) -> tuple[bool, Any]:
+        self, call_id: int, guest_id: str, tool: str, args: dict[str, Any], *, propose: bool = False
+    ) -> tuple[bool, Any] | None:
         """One admitted call's outcome for the wire: ``(True, value)`` or ``(False, error)``;
-        with ``propose`` (the call id), a proposal's."""
+        with ``propose``, a proposal's. ``None``: call ``call_id`` (a batch) was cancelled
+        while this waited for its turn, and it did not run."""
         session = self._session
         if session is None:
             return False, program_error(UnknownToolError(name=tool))
         ctx = session.context(self._call_prefix + guest_id, self._deadline)
-        if self._running >= self._limits.max_concurrency:
-            await self._turn()
-        self._running += 1
+        turns = self._turns
+        if turns.running >= turns.limit:
+            await turns.wait()
+        if call_id not in self._live:
+            turns.pass_on()  # (the turn it was given)
+            return None
+        self._live[call_id] = _RUNNING
+        turns.running += 1
         try:
             if propose:
-                return True, await session.propose(tool, args, ctx, order=propose)
+                return True, await session.propose(tool, args, ctx, order=call_id)
             return True, await session.registry.call(tool, args, ctx)
         except Exception as exc:
             return False, self._failure(tool, exc)
         finally:
-            self._running -= 1
-            if self._turns:
-                self._next_turn()
+            turns.leave()
 
     def _failure(self, tool: str, exc: Exception) -> JSONObject:
         """A failed call's error for the wire."""
@@ -265,31 +276,15 @@ class CallDispatcher:
             "retryable": True,
         }
 
-    async def _turn(self) -> None:
-        """Wait until fewer than ``max_concurrency`` calls run (in order of arrival)."""
-        while self._running >= self._limits.max_concurrency:
-            turn = asyncio.get_running_loop().create_future()
-            self._turns.append(turn)
-            try:
-                await turn
-            except asyncio.CancelledError:
-                if turn.done() and not turn.cancelled():
-                    self._next_turn()  # pass the turn it was given on
-                raise
-
-    def _next_turn(self) -> None:
-        while self._turns:
-            turn = self._turns.popleft()
-            if not turn.done():
-                turn.set_result(None)
-                return
-
     async def _answer_proposal(self, call_id: int, tool: str, args: dict[str, Any]) -> None:
         if not self._start(call_id):
             return
         try:
-            ok, value = await self._admit(str(call_id), tool, args, propose=call_id)
-            self._results.send(call_id, ok, value, alone=self.in_flight <= 1)
+            outcome = await self._admit(call_id, str(call_id), tool, args, propose=True)
+            if call_id in self._live and outcome is not None:
+                self._results.send(call_id, *outcome, alone=self.in_flight <= 1)
+            elif self._session is not None:
+                self._session.withdraw(call_id)  # cancelled as it ran: no proposal of the run
         finally:
             self._end(call_id)
 
@@ -335,7 +330,7 @@ class CallDispatcher:
         # Each item's outcome is encoded and counted against max_bytes_out as it finishes
         # (BatchAnswer): held whole, the outcomes of a batch of large results came to many
         # times the limit before it was checked.
-        if not self._start(call_id):
+        if not self._start(call_id, running=True):
             return
         answer = BatchAnswer(self._results, len(items))
         pending = iter(enumerate(items))
@@ -348,16 +343,17 @@ class CallDispatcher:
             # otherwise run back to back in one step, whatever the time.
             for n, item in pending:
                 await turns.take()
-                if results.ended is not None:
-                    return  # (the run's end cancels the items still running)
+                if results.ended is not None or call_id not in self._live:
+                    return  # (the run's end cancels the items still running; a cancel not)
+                outcome: tuple[bool, Any] | None
                 if type(item) is ArgumentsOverBudget:
-                    ok, value = False, self._too_large(f"{call_id}.{n}", tool)
+                    outcome = False, self._too_large(f"{call_id}.{n}", tool)
                 else:
-                    admit = self._admit(f"{call_id}.{n}", tool, item)
+                    admit = self._admit(call_id, f"{call_id}.{n}", tool, item)
                     try:
                         waiting = admit.send(None)
                     except StopIteration as done:
-                        ok, value = done.value
+                        outcome = done.value
                     else:
                         if first and not helpers:
                             # Its items wait: a few more workers, for concurrency. Until
@@ -369,15 +365,16 @@ class CallDispatcher:
                                     min(self._limits.max_concurrency, len(items) - n) - 1
                                 )
                             )
-                        ok, value = await carry_on(admit, waiting)
-                if not answer.put(n, ok, value):
+                        outcome = await carry_on(admit, waiting)
+                if outcome is None or not answer.put(n, *outcome):
                     return
 
         try:
             await worker(True)
             if helpers:
                 await asyncio.gather(*helpers)
-            answer.send(call_id, alone=self.in_flight <= 1)
+            if call_id in self._live:  # (else the program cancelled it: dropped)
+                answer.send(call_id, alone=self.in_flight <= 1)
         finally:
             if not all(helper.done() for helper in helpers):  # cancelled, or a bug's error
                 for helper in helpers:

@@ -153,6 +153,7 @@ class ToolSession:
     proposed: int = field(default=0, init=False)
     """Proposals the program made so far, refused ones included."""
     _proposals: list[tuple[int, Preview]] = field(default_factory=list, init=False, repr=False)
+    _withdrawn: set[int] = field(default_factory=set, init=False, repr=False)
     authority: RunAuthority = field(init=False, repr=False)
     """The run's authority, from the fields above; every call's context comes from it."""
 
@@ -211,7 +212,8 @@ class ToolSession:
             )
             raise error
         preview = await self.writes.propose_from_code(tool, args, ctx)
-        self._proposals.append((order, preview))
+        if order not in self._withdrawn:
+            self._proposals.append((order, preview))
         return {
             "preview_id": preview.id,
             "tool": preview.tool,
@@ -226,6 +228,21 @@ class ToolSession:
         for _, preview in sorted(self._proposals, key=lambda entry: entry[0]):
             seen.setdefault(preview.id, preview)
         return list(seen.values())
+
+    def withdraw(self, order: int) -> None:
+        """Take the ``order``-th proposal out of the run's proposals, now or as it ends: the
+        program cancelled it while it was prepared (the bridge lets a running proposal run
+        to its end rather than cut it short), so :meth:`proposed_previews` never lists it.
+
+        Its preview, once prepared, stays stored in the ledger, unlisted: no batch holds
+        it, so no one is asked to approve it and it expires unused, unless the same intent
+        is proposed again (then listed for that proposal). The ledger keeps it under the
+        run id as ``prepared`` until then, so whatever loads a run's waiting previews from
+        the ledger (:meth:`PausedWrites.restore` under a harness's ``restore_pending``) may
+        still find it.
+        """
+        self._withdrawn.add(order)
+        self._proposals = [entry for entry in self._proposals if entry[0] != order]
 
     def context(self, call_id: str, deadline: float) -> CallContext:
         """The context of one call from code."""

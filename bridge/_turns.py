@@ -1,0 +1,48 @@
+"""The places of one run's calls among those the host executes at once (``max_concurrency``):
+a call takes one before its handler runs and gives it back when the handler has ended, never
+sooner, whatever the program cancels; the others wait for their turn, in order of arrival."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+
+__all__ = ["Turns"]
+
+
+class Turns:
+    """At most ``limit`` calls run at once. A call checks ``running < limit`` (else awaits
+    :meth:`wait`), adds one to ``running``, and calls :meth:`leave` once its handler ended;
+    written out so, a call that runs at once costs no coroutine."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.running = 0
+        """Calls executing (at most ``limit``)."""
+        self._waiting: deque[asyncio.Future[None]] = deque()
+
+    async def wait(self) -> None:
+        """Wait until fewer than ``limit`` calls run (in order of arrival)."""
+        while self.running >= self.limit:
+            turn = asyncio.get_running_loop().create_future()
+            self._waiting.append(turn)
+            try:
+                await turn
+            except asyncio.CancelledError:
+                if turn.done() and not turn.cancelled():
+                    self.pass_on()  # pass the turn it was given on
+                raise
+
+    def leave(self) -> None:
+        """A call's handler ended: its place goes to the next call waiting."""
+        self.running -= 1
+        self.pass_on()
+
+    def pass_on(self) -> None:
+        """Give the next call waiting its turn (a call given one that will not run passes
+        it on so)."""
+        while self._waiting:
+            turn = self._waiting.popleft()
+            if not turn.done():
+                turn.set_result(None)
+                return
