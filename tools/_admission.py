@@ -57,6 +57,7 @@ __all__ = [
     "CallTrail",
     "authority_refusal",
     "authorize",
+    "by_rules",
     "check_preconditions",
     "covers_declared",
     "look_up",
@@ -112,6 +113,11 @@ def _authorize(
         if outside is not None:
             rule = "spend" if outside.kind == "spend" else "grant"
             return Authorization(decision="deny", rule=rule, refusal=outside_grant(outside))
+    return by_rules(spec, effects, approvals)
+
+
+def by_rules(spec: ToolSpec, effects: tuple[Effect, ...], rules: ApprovalPolicy) -> Authorization:
+    """What ``rules`` decide about ``effects`` of a call of ``spec`` (the grant aside)."""
     judged = effects
     if spec.write is not None and not any(e.is_side_effect for e in effects):
         # A write whose prepare resolved no side effect (write("crm:contact/{ids[]}") with
@@ -120,7 +126,7 @@ def _authorize(
         # apply. Its declared side effects stand for what it may change, so the rules judge
         # the kinds it declares, and without a rule the default for a write applies: ask.
         judged = (*effects, *(e for e in spec.effects if e.is_side_effect))
-    verdict = approvals.decide(spec.name, judged, reversible=spec.reversible)
+    verdict = rules.decide(spec.name, judged, reversible=spec.reversible)
     if verdict is _DEFAULT_READ:
         return _DEFAULT_READ_ALLOWED
     if verdict.verdict == "deny":

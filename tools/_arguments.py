@@ -205,12 +205,16 @@ def secret_fields_of(model: type[BaseModel]) -> frozenset[str]:
     )
 
 
-def effect_field_problems(effects: Iterable[Effect], model: type[BaseModel]) -> list[str]:
+def effect_field_problems(
+    effects: Iterable[Effect], model: type[BaseModel], *, computed: bool = False
+) -> list[str]:
     """What is wrong with the placeholders of ``effects`` against the fields of ``model``
     (:func:`~airlock.tools._placeholder_fields.placeholder_problems`): a ``{field[]}`` must
     name a list, a ``{field}`` one value, each a str or an int that cannot be ``None``, and
-    no placeholder may name a field marked :class:`~airlock.tools.Secret`."""
-    return placeholder_problems(effects, model, secret=secret_fields_of(model))
+    no placeholder may name a field marked :class:`~airlock.tools.Secret`. ``computed``:
+    ``model`` is a write's effect model, whose values fill its effects in JSON form."""
+    secret = secret_fields_of(model)
+    return placeholder_problems(effects, model, secret=secret, computed=computed)
 
 
 def validated_args_hash(instance: BaseModel, *, secret_fields: frozenset[str]) -> str:

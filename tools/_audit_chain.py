@@ -15,7 +15,7 @@ included. One ``audit_head`` row holds the last number and chain, under a MAC of
                every record)
     program    a stored program's text does not match its hash
     index      the effect index (what ``airlock audit find`` searches) disagrees with the
-               effects of the record it points to
+               effects of the record it points to, or a row of it does not read back
 
 The key is 32 random bytes kept in a file beside the database (``audit.db.key``, mode
 0600), made when the store is created. Someone who can edit the database but cannot read
@@ -31,9 +31,9 @@ import json
 import os
 import secrets
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from airlock.policies import UsageError
 from airlock.tools._audit import PROGRAM_TOOL
@@ -239,8 +239,7 @@ def verify_chain(conn: SQLConnection, key: bytes, columns: str) -> ChainReport:
                 f"record {number} does not match its chain: changed, or moved from elsewhere",
             )
         if pending is not None and pending[0] < number:
-            detail = f"the effect index lists record {pending[0]}, which has no such effect"
-            return bad("index", pending[0], detail)
+            return bad("index", *_stray(pending, number, "has no such effect"))
         listed: set[tuple[str, str, str | None]] = set()
         while pending is not None and pending[0] == number:
             listed.add(pending[1:])
@@ -274,8 +273,7 @@ def verify_chain(conn: SQLConnection, key: bytes, columns: str) -> ChainReport:
         detail = f"the head says {records} records were written, the store holds {checked}"
         return bad("head", records + 1, detail)
     if pending is not None:
-        detail = f"the effect index lists record {pending[0]}, which does not exist"
-        return bad("index", pending[0], detail)
+        return bad("index", *_stray(pending, checked, "does not exist"))
     report = ChainReport(records=checked, programs=0, head=records, last_chain=previous.hex())
     return _programs(conn, report)
 
@@ -327,14 +325,24 @@ def _pages(conn: SQLConnection, select: str, key: tuple[str, ...]) -> Iterator[A
         last = tuple(rows[-1][: len(key)])
 
 
+_UNREADABLE: Final = (0, "", "", None)  # an index row holding a value of another type
+
+
 def _effect_index(conn: SQLConnection) -> Iterator[tuple[int, str, str, str | None]]:
     # A second connection would see another snapshot; pages read beside the records' are fine.
-    for row in _pages(
-        conn,
-        "SELECT event_id, kind, target, prefix FROM audit_effects",
-        ("event_id", "kind", "target"),
-    ):
-        yield int(row[0]), str(row[1]), str(row[2]), None if row[3] is None else str(row[3])
+    # (SQLite lets a column hold a value of another type: such a row is _UNREADABLE.)
+    select = "SELECT event_id, kind, target, prefix FROM audit_effects"
+    for number, kind, target, prefix in _pages(conn, select, ("event_id", "kind", "target")):
+        fits = type(number) is int and type(kind) is type(target) is str
+        fits = fits and (prefix is None or type(prefix) is str)
+        yield (number, kind, target, prefix) if fits else _UNREADABLE
+
+
+def _stray(row: tuple[int, str, str, str | None], at: int, why: str) -> tuple[int, str]:
+    """Where verify reports an index row that no record (``at``: the one read) accounts for."""
+    if row is _UNREADABLE:
+        return max(at, 1), "a row of the effect index does not read back: a column was edited"
+    return row[0], f"the effect index lists record {row[0]}, which {why}"
 
 
 def _programs(conn: SQLConnection, report: ChainReport) -> ChainReport:
@@ -342,15 +350,7 @@ def _programs(conn: SQLConnection, report: ChainReport) -> ChainReport:
     vouches for) finds its text: the text of what ran is evidence too."""
 
     def problem(count: int, record: int, detail: str) -> ChainReport:
-        return ChainReport(
-            records=report.records,
-            programs=count,
-            head=report.head,
-            last_chain=report.last_chain,
-            problem="program",
-            record=record,
-            detail=detail,
-        )
+        return replace(report, programs=count, problem="program", record=record, detail=detail)
 
     count = 0
     for digest, text in _pages(conn, "SELECT hash, text FROM audit_programs", ("hash",)):

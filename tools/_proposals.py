@@ -18,9 +18,9 @@ import secrets
 from collections.abc import Callable
 
 from airlock.policies import Effect, EffectArgumentError
-from airlock.tools._admission import Admission, CallTrail, authorize
+from airlock.tools._admission import Admission, Authorization, CallTrail, authorize, by_rules
 from airlock.tools._context import CallContext
-from airlock.tools._errors import ConflictError, UpstreamError
+from airlock.tools._errors import ConflictError, NotFoundError, UpstreamError
 from airlock.tools._json import JSONObject
 from airlock.tools._ledger import LedgerStore, StepStateError
 from airlock.tools._prepare import run_prepare
@@ -29,6 +29,7 @@ from airlock.tools._sealed import SecretVault, sealed_fields
 from airlock.tools._sender import Sender
 from airlock.tools._step_effect import contract_of
 from airlock.tools._write_contract import WriteContract
+from airlock.tools._write_grant import amountless_denials, input_named, outside_grant
 
 __all__ = ["ALREADY_COMMITTED", "propose_read", "propose_write"]
 
@@ -70,7 +71,14 @@ async def propose_write(
             _record(trail, preview)
             return preview
         budget = min(spec.timeout, ctx.remaining())
-        effect = await run_prepare(admission, ctx.principal, budget=budget)
+        try:
+            effect = await run_prepare(admission, ctx.principal, budget=budget)
+        except NotFoundError as exc:
+            denial = _no_record(admission, ctx, exc)
+            if denial is None or denial.refusal is None:
+                raise
+            trail.decision, trail.rule = denial.decision, denial.rule
+            raise denial.refusal from None
         effect_json = effect.model_dump(mode="json")
         try:
             resolved: list[Effect] = []
@@ -150,6 +158,28 @@ async def propose_read(
         _settle_trail(trail, preview, ledger)
     _record(trail, preview)
     return preview
+
+
+def _no_record(
+    admission: Admission, ctx: CallContext, not_found: NotFoundError
+) -> Authorization | None:
+    """The denial that answers a write call whose prepare found no record, when the grant or
+    a deny rule that needs no amount refuses what its input names (:mod:`._write_grant`): a
+    missing record then answers as an existing one that is refused. ``None``: ``not_found``
+    stands. The trail records the records judged."""
+    spec = admission.spec
+    named, judged = input_named(spec, admission.values)
+    why = f"prepare found no record ({not_found.detail or 'no detail'}); judged on its input"
+    outside = ctx.grant.uncovered(named)
+    if outside is not None:
+        admission.trail.effects = named
+        return Authorization("deny", "grant", outside_grant(outside, detail=why))
+    verdict = by_rules(spec, judged, amountless_denials(ctx.approvals))
+    if verdict.refusal is None:
+        return None
+    admission.trail.effects = named
+    verdict.refusal.detail = f"{verdict.refusal.detail}; {why}"
+    return verdict
 
 
 def _summary(contract: WriteContract, sealed: JSONObject, effects: tuple[Effect, ...]) -> str:

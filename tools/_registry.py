@@ -280,7 +280,7 @@ class Registry:
                         raise read_waits(spec.name, ctx, verdict.rule, verdict.reason)
                     waits = True
             else:  # before prepare reads anything: what the grant cannot cover is refused
-                judge_write_first(spec, values, grant, trail)
+                judge_write_first(spec, grant, trail)
             if spec.preconditions:
                 trail.stage, trail.rule = "precondition", "precondition"
                 check_preconditions(spec.preconditions, values, ctx)

@@ -103,7 +103,7 @@ def write_contract_problems(
                 f"effect {effect} names {missing}, which are not fields of the effect model "
                 f"{contract.effect_model.__name__} (a write tool's effects come from prepare)"
             )
-    problems += effect_field_problems(effects, contract.effect_model)
+    problems += effect_field_problems(effects, contract.effect_model, computed=True)
     unbound = unbound_currency_problem(effects, contract.effect_model, computed=True)
     if unbound:
         problems.append(unbound)

@@ -282,6 +282,44 @@ UNREADABLE: list[tuple[str, str, ChainProblem, int]] = [
         "changed",
         4,
     ),
+    # An index row whose record number is no int sorts after every int one (SQLite orders
+    # numbers, then text, then blobs), a fraction between them.
+    (
+        "an index row's record as words",
+        "INSERT INTO audit_effects VALUES ('abc', 'read', 'x:y/z', NULL)",
+        "index",
+        RECORDS,
+    ),
+    (
+        "an index row's record as a blob",
+        "INSERT INTO audit_effects VALUES (x'00', 'read', 'x:y/z', NULL)",
+        "index",
+        RECORDS,
+    ),
+    (
+        "an index row's record as a fraction",
+        "INSERT INTO audit_effects VALUES (1.5, 'read', 'x:y/z', NULL)",
+        "index",
+        2,
+    ),
+    (
+        "an index row's kind as a blob",
+        "UPDATE audit_effects SET kind = x'72656164' WHERE event_id = 4",
+        "index",
+        4,
+    ),
+    (
+        "an index row's target as a number",
+        "INSERT INTO audit_effects VALUES (4, 'read', 12, NULL)",
+        "index",
+        4,
+    ),
+    (
+        "an index row's prefix as a blob",
+        "UPDATE audit_effects SET prefix = x'00' WHERE event_id = 4 AND prefix IS NOT NULL",
+        "index",
+        4,
+    ),
 ]
 
 

@@ -5,12 +5,14 @@ that names the tool, the field and the placeholder; an enum member fills it with
 from __future__ import annotations
 
 import enum
+from datetime import date, datetime, time, timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from uuid import UUID
 
 import pytest
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import AnyUrl, BaseModel, ConfigDict, Field, SecretStr, create_model
 
 from airlock.policies import Grant, Principal, UsageError, disclose, read, spend, write
 from airlock.tools import CallContext, Registry, SQLiteLedgerStore, ToolError, WritePath, write_tool
@@ -78,12 +80,35 @@ FIELDS: list[tuple[str, Any, Any, str | None]] = [
     ("str or float", Text | float, REQUIRED, "float"),
 ]
 IDS = [f[0] for f in FIELDS]
-# Types an input model refuses on its own (a string without a length cap, a free mapping),
-# which an effect model may hold.
+# A read's input fills its effects as validated: a date or a UUID is no str (the rows of the
+# write table below that differ: an effect is filled from its JSON form).
+READ_FIELDS = [
+    *FIELDS,
+    ("date", date, REQUIRED, "date"),
+    ("UUID", UUID, REQUIRED, "UUID"),
+    ("datetime", datetime, REQUIRED, "datetime"),
+]
+# A write's effect is filled from prepare's effect in JSON form (model_dump(mode="json")),
+# where a date, a UUID or a Decimal is one string. Types an input model refuses on its own
+# (a string without a length cap, a free mapping) an effect model may hold.
 EFFECT_FIELDS = [
     *FIELDS,
-    ("decimal", Decimal, REQUIRED, "Decimal"),
+    ("decimal", Decimal, REQUIRED, None),
+    ("date", date, REQUIRED, None),
+    ("UUID", UUID, REQUIRED, None),
+    ("duration", timedelta, REQUIRED, None),
+    ("str without a cap", str, REQUIRED, None),
+    ("date or UUID", date | UUID, REQUIRED, None),
+    ("optional date", date | None, REQUIRED, "can be None"),
+    ("optional decimal", Decimal | None, None, "can be None"),
+    ("UUID defaulting to None", UUID, None, "can be None"),
+    # Strings that always hold a ':' or a '*', which no segment holds.
+    ("datetime", datetime, REQUIRED, "date-time"),
+    ("time", time, REQUIRED, "time"),
+    ("URL", AnyUrl, REQUIRED, "uri"),
+    ("pydantic secret", SecretStr, REQUIRED, "password"),
     ("mapping", dict[str, int], REQUIRED, "dict"),
+    ("date or float", date | float, REQUIRED, "float"),
 ]
 
 
@@ -102,7 +127,9 @@ def _read_tool(annotation: Any, default: Any) -> Any:
     return crm_thing_get
 
 
-@pytest.mark.parametrize(("label", "annotation", "default", "refused"), FIELDS, ids=IDS)
+@pytest.mark.parametrize(
+    ("label", "annotation", "default", "refused"), READ_FIELDS, ids=[f[0] for f in READ_FIELDS]
+)
 def test_a_read_tool_s_placeholder_must_name_a_field_that_fills_a_segment(
     label: str, annotation: Any, default: Any, refused: str | None
 ) -> None:
@@ -162,6 +189,9 @@ LISTS: list[tuple[Any, str | None]] = [
     (list[Text], None),
     (list[Colour], None),
     (list[int], None),
+    (list[UUID], None),
+    (list[date] | None, "can be None"),
+    (list[datetime], "date-time"),
     (list[Text] | None, "can be None"),
     (list[Text | None], "can be None"),
     (list[float], "float"),
@@ -240,6 +270,50 @@ async def test_an_enum_member_prepare_computes_fills_the_write(
             effect_model=effect_model,
             receipt_model=Thing,
             prepare=lambda args, principal: effect_model(thing=annotation(sent)),
+            commit=lambda effect, key: {"thing_id": str(effect.thing)},
+            effects=[write("crm:thing/{thing}")],
+            scope="crm.write",
+        )
+    )
+    ledger = SQLiteLedgerStore(tmp_path / "ledger.db")
+    ctx = CallContext(principal=PRINCIPAL, grant=GRANT, run_id="r", caller="direct")
+    try:
+        preview = await WritePath(registry, ledger).call(
+            "crm_thing_archive", {"thing_id": "t"}, ctx
+        )
+    except ToolError as exc:
+        pytest.fail(f"the call failed: {exc.code} {exc.message}")
+    finally:
+        ledger.close()
+
+    assert not isinstance(preview, dict)
+    assert preview.effects == (f"write({resource})",)
+
+
+# (the effect field's type, what prepare computes, the resource its preview writes)
+JSON_FILLED: list[tuple[Any, object, str]] = [
+    (date, date(2026, 12, 5), "crm:thing/2026-12-05"),
+    (UUID, UUID(int=5), "crm:thing/00000000-0000-0000-0000-000000000005"),
+    (Decimal, Decimal("12.50"), "crm:thing/12.50"),
+]
+
+
+@pytest.mark.parametrize(
+    ("annotation", "computed", "resource"), JSON_FILLED, ids=["date", "UUID", "Decimal"]
+)
+async def test_a_value_prepare_computes_fills_the_write_with_its_json_form(
+    tmp_path: Path, annotation: Any, computed: object, resource: str
+) -> None:
+    registry = Registry()
+    effect_model = create_model("ThingEffect", thing=(annotation, REQUIRED))
+    registry.register(
+        write_tool(
+            name="crm_thing_archive",
+            description="Archive one thing. Use it to clean up. It returns its id only.",
+            input_model=ArchiveArgs,
+            effect_model=effect_model,
+            receipt_model=Thing,
+            prepare=lambda args, principal: effect_model(thing=computed),
             commit=lambda effect, key: {"thing_id": str(effect.thing)},
             effects=[write("crm:thing/{thing}")],
             scope="crm.write",
