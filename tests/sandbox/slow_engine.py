@@ -11,10 +11,13 @@ import asyncio
 import contextlib
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import docker
+
+from airlock.sandbox._owner import labelled_containers
 
 ENGINE_SOCKET = "/var/run/docker.sock"
 
@@ -72,3 +75,18 @@ def slow_removals(delay: float) -> Iterator[docker.DockerClient]:
         with contextlib.suppress(OSError):
             Path(path).unlink()
             Path(folder).rmdir()
+
+
+async def left_containers(owner: str, *, within: float = 0.0) -> list[str]:
+    """The backend's (``owner``'s) containers still on the engine once ``within`` seconds have
+    passed without all of them going."""
+    client = docker.from_env()
+    try:
+        until = time.monotonic() + within
+        while True:
+            left = await asyncio.to_thread(labelled_containers, client, owner=owner)
+            if not left or time.monotonic() >= until:
+                return [str(entry["Id"])[:12] for entry in left]
+            await asyncio.sleep(0.5)
+    finally:
+        client.close()

@@ -12,15 +12,13 @@ from __future__ import annotations
 import asyncio
 import time
 
-import docker
 import pytest
 
 from airlock.policies import SandboxProfile
 from airlock.sandbox import DockerBackend, SandboxClosed
-from airlock.sandbox._owner import labelled_containers
 from tests.bridge.records import ALICE
 from tests.conftest import DATA_IMAGE, IMAGE, require_docker
-from tests.sandbox.slow_engine import slow_removals
+from tests.sandbox.slow_engine import left_containers, slow_removals
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]
 
@@ -33,21 +31,6 @@ _GRACE_S = 5.0
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-async def _left(owner: str, *, within: float = 0.0) -> list[str]:
-    """The backend's containers still on the engine once ``within`` seconds have passed
-    without all of them going."""
-    client = docker.from_env()
-    try:
-        until = time.monotonic() + within
-        while True:
-            left = await asyncio.to_thread(labelled_containers, client, owner=owner)
-            if not left or time.monotonic() >= until:
-                return [str(entry["Id"])[:12] for entry in left]
-            await asyncio.sleep(0.5)
-    finally:
-        client.close()
 
 
 async def _launching(backend: DockerBackend, before: set[str]) -> None:
@@ -83,7 +66,7 @@ async def test_close_ends_a_run_still_starting_its_container(image: str) -> None
     returned = time.monotonic() - began
     assert closed < _CLOSE_BOUND_S + _MARGIN_S
     assert returned < _CLOSE_BOUND_S + _MARGIN_S, f"the run returned {returned:.1f} s after close"
-    assert await _left(backend._owner, within=10) == []
+    assert await left_containers(backend._owner, within=10) == []
 
 
 async def test_a_start_cancelled_twice_leaves_no_container() -> None:
@@ -99,7 +82,7 @@ async def test_a_start_cancelled_twice_leaves_no_container() -> None:
             run.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await run
-            left = await _left(backend._owner, within=15)
+            left = await left_containers(backend._owner, within=15)
             assert left == [], f"cancelled twice after {delay} s: {left} left while open"
 
 
@@ -123,7 +106,7 @@ async def test_a_kept_limit_does_not_wait_for_a_slow_removal() -> None:
             await backend.close()
             closed = time.monotonic() - began
         assert closed < _CLOSE_BOUND_S + _MARGIN_S, f"close() took {closed:.1f} s"
-        assert await _left(backend._owner, within=30) == []
+        assert await left_containers(backend._owner, within=30) == []
 
 
 async def test_close_is_bounded_when_the_engine_stalls_removals() -> None:
@@ -139,4 +122,4 @@ async def test_close_is_bounded_when_the_engine_stalls_removals() -> None:
         closed = time.monotonic() - began
         assert closed < _CLOSE_BOUND_S + _MARGIN_S, f"close() took {closed:.1f} s"
         # The removals close() gave up waiting for still go through.
-        assert await _left(backend._owner, within=30) == []
+        assert await left_containers(backend._owner, within=30) == []

@@ -14,7 +14,6 @@ import asyncio
 import time
 from typing import Any, cast
 
-import docker
 import pytest
 
 from airlock.bridge import ToolSession
@@ -24,12 +23,11 @@ from airlock.sandbox import _kept as kept_module
 from airlock.sandbox._container import SandboxContainer
 from airlock.sandbox._hardening import container_settings
 from airlock.sandbox._kept import KeptSandbox
-from airlock.sandbox._owner import labelled_containers
 from airlock.sandbox.testing import ok_result
 from airlock.tools import Registry
 from tests.bridge.records import ALICE
 from tests.conftest import IMAGE, require_docker
-from tests.sandbox.slow_engine import slow_removals
+from tests.sandbox.slow_engine import left_containers, slow_removals
 
 _MARGIN_S = 2.0
 """Past a run's deadline, on a small shared machine."""
@@ -93,19 +91,6 @@ def _tools() -> ToolSession:
     return ToolSession(registry=Registry(), principal=ALICE, grant=Grant())
 
 
-async def _left(owner: str, *, within: float) -> list[str]:
-    client = docker.from_env()
-    try:
-        until = time.monotonic() + within
-        while True:
-            left = await asyncio.to_thread(labelled_containers, client, owner=owner)
-            if not left or time.monotonic() >= until:
-                return [str(entry["Id"])[:12] for entry in left]
-            await asyncio.sleep(0.5)
-    finally:
-        client.close()
-
-
 PATHS = ["fresh", "reused"]
 
 
@@ -138,7 +123,7 @@ async def test_a_run_cut_off_by_close_returns_by_its_deadline_when_removals_stal
             assert result.status != "ok", result
         assert ended[0] < profile.timeout_s + _MARGIN_S, f"returned after {ended[0]:.1f} s"
         # The removals close() gave up waiting for still go through.
-        assert await _left(backend._owner, within=40) == []
+        assert await left_containers(backend._owner, within=40) == []
 
 
 @pytest.mark.docker
@@ -165,5 +150,5 @@ async def test_a_run_cut_off_by_close_never_asks_for_a_retry(delay: float, path:
             outcomes.append(outcome.code)
         else:
             outcomes.append(outcome.status)
-        assert await _left(backend._owner, within=10) == []
+        assert await left_containers(backend._owner, within=10) == []
     assert set(outcomes) <= {"ok", "error", "sandbox_closed"}, outcomes
