@@ -59,6 +59,7 @@ def run_in_process(
         listener.listen(1)
         command = [sys.executable, "-I", str(RUNNER), path]
         child = subprocess.Popen(command + [RUN_WAITING] * run_waiting, env={})
+        conn: socket.socket | None = None
         try:
             listener.settimeout(30)
             conn, _ = listener.accept()
@@ -91,8 +92,13 @@ def run_in_process(
                     send({"type": "result", "id": done["id"], **answer(done)})
                 done = recv()
             assert done["type"] == "done"
+            stream.close()
             return done["result"]  # type: ignore[no-any-return]
         finally:
+            # Hang up as the host does: a runner whose program failed waits for it (up to
+            # 2 s) so that the host can read the cgroup's counters first.
+            if conn is not None:
+                conn.close()
             child.wait(timeout=30)
             listener.close()
 
