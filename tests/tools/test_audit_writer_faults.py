@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from airlock.tools import AuditEvent, AuditLog, LedgerError, MemoryAuditStore, RunSummary
+from airlock.tools import AuditEvent, AuditLog, LedgerError
 from tests.audit_events import stored_event
+from tests.tools.test_audit import GatedStore
 
 pytestmark = pytest.mark.anyio
 
@@ -34,15 +35,16 @@ class Interrupted(BaseException):
     """Not an ``Exception``: what an ``except Exception`` lets through."""
 
 
-@dataclass
-class FaultyStore:
+class FaultyStore(GatedStore):
     """An audit store in memory (not a ``MemoryAuditStore``, so the log writes it from its
     writer thread) whose next append raises :attr:`raises`, once; it waits for :attr:`gate`
-    first, so a test can have its wait registered before the store fails."""
+    first (closed at the start), so a test can have its wait registered before the store
+    fails."""
 
-    inner: MemoryAuditStore = field(default_factory=MemoryAuditStore)
-    gate: threading.Event = field(default_factory=threading.Event)
-    raises: BaseException | None = None
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate.clear()
+        self.raises: BaseException | None = None
 
     def append(
         self, events: Sequence[AuditEvent], programs: Mapping[str, str] | None = None
@@ -52,18 +54,6 @@ class FaultyStore:
         if failure is not None:
             raise failure
         self.inner.append(events, programs)
-
-    def query(self, **kw: object) -> list[AuditEvent]:
-        return self.inner.query(**kw)  # type: ignore[arg-type]
-
-    def runs(self, *, limit: int = 50) -> list[RunSummary]:
-        return self.inner.runs(limit=limit)
-
-    def program(self, digest: str) -> str | None:
-        return self.inner.program(digest)
-
-    def close(self) -> None:
-        return None
 
 
 @dataclass
