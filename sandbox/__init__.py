@@ -38,6 +38,7 @@ from airlock.sandbox._errors import (
     SandboxFailure,
     SandboxRefused,
     SocketPathTooLong,
+    StartTimedOut,
 )
 from airlock.sandbox._images import (
     DATA_IMPORTS,
@@ -105,6 +106,7 @@ __all__ = [
     "SandboxRefused",
     "SkippedArtifact",
     "SocketPathTooLong",
+    "StartTimedOut",
     "check_engine",
     "describe_container",
     "describe_guest_filter",

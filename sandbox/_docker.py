@@ -53,9 +53,11 @@ from airlock.sandbox._launch import launch
 from airlock.sandbox._owner import LABEL, OWNER_LABEL, owner_labels, reap_orphans, retire
 from airlock.sandbox._pool import WarmPool
 from airlock.sandbox._pool_fit import PoolFit
-from airlock.sandbox._result import ProgramError, RunResult
+from airlock.sandbox._program_size import refuse_oversized
+from airlock.sandbox._result import RunResult
 from airlock.sandbox._reuse import PrincipalContainers
 from airlock.sandbox._socket_root import make_socket_root, reap_socket_roots
+from airlock.sandbox._start_wait import wait_for_start
 
 __all__ = ["DEFAULT_DATA_IMAGE", "DEFAULT_IMAGE", "MAX_PROGRAM_BYTES", "DockerBackend", "Inputs"]
 
@@ -258,18 +260,9 @@ class DockerBackend:
             else ()
         )
         began = time.perf_counter()
-        size = len(program.encode("utf-8", errors="replace"))
-        if size > MAX_PROGRAM_BYTES:
-            return RunResult(
-                status="invalid_program",
-                exit_status=2,
-                has_value=False,
-                error=ProgramError(
-                    type="InvalidProgram",
-                    message=f"the program is {size} bytes; the limit is {MAX_PROGRAM_BYTES}",
-                ),
-                duration_s=time.perf_counter() - began,
-            )
+        refused = refuse_oversized(program, limit=MAX_PROGRAM_BYTES)
+        if refused is not None:
+            return refused.model_copy(update={"duration_s": time.perf_counter() - began})
         with cut_off_by_close(lambda: self._closed):
             if self.reuse and tools is not None and not mounts and self._fit.fits(profile, mounts):
                 result = await self._reused.run(
@@ -290,7 +283,7 @@ class DockerBackend:
         container = self._fit.take(profile, mounts)
         pooled = container is not None
         if container is None:
-            container = await self._start_container(profile, mounts)
+            container = await self._start_for_run(profile, mounts)
         self._active.add(container)
         try:
             result = await container.run(
@@ -301,6 +294,14 @@ class DockerBackend:
             if not self._closed:  # else close() removes it (it was active then)
                 self._destroy_later(container)
         return result
+
+    async def _start_for_run(
+        self, profile: SandboxProfile, mounts: tuple[RunInput, ...]
+    ) -> SandboxContainer:
+        """A container for a run that waits for it, by the run's deadline (or
+        :class:`StartTimedOut`; a container started later is removed)."""
+        start = self._start_container(profile, mounts)
+        return await wait_for_start(start, timeout_s=profile.timeout_s, discard=self._destroy_later)
 
     def _destroy_later(self, container: SandboxContainer) -> None:
         """Off the result's path; :meth:`close` waits for it."""
@@ -355,7 +356,7 @@ class DockerBackend:
             resolve_inputs, inputs, limit_bytes=profile.input_limit_bytes
         )
         # A warm runner that never ran anything, else one started for this conversation.
-        return self._fit.take(profile, mounts) or await self._start_container(profile, mounts)
+        return self._fit.take(profile, mounts) or await self._start_for_run(profile, mounts)
 
     async def _destroy(self, container: SandboxContainer) -> None:
         try:

@@ -9,8 +9,10 @@
         ├── SocketPathTooLong      the host's temporary directory is too deep for a socket
         └── SandboxFailure         a container failed to start or died outside the program
             │                      (retryable)
-            └── SandboxRefused     the engine refused the container's settings as invalid
-                                   (every start would be refused the same)
+            ├── SandboxRefused     the engine refused the container's settings as invalid
+            │                      (every start would be refused the same)
+            └── StartTimedOut      no container was ready within the run's deadline
+                                   (retryable)
 
 A program that fails or hits a limit is not an error here: that is a :class:`RunResult`.
 """
@@ -34,6 +36,7 @@ __all__ = [
     "SandboxFailure",
     "SandboxRefused",
     "SocketPathTooLong",
+    "StartTimedOut",
     "map_docker_errors",
 ]
 
@@ -101,6 +104,23 @@ class SandboxRefused(SandboxFailure):
 
     code = "sandbox_refused"
     retryable = False
+
+
+class StartTimedOut(SandboxFailure):
+    """The engine had not started the run's container (created, started, its runner
+    connected) within the run's deadline: a slow or wedged engine. Nothing of the program
+    ran; the container is removed whenever the engine answers. Retryable: a later run may
+    find the engine responsive, or a warm container."""
+
+    code = "sandbox_start_timeout"
+    retryable = True
+
+    def __init__(self, timeout_s: float) -> None:
+        super().__init__(
+            f"no sandbox container was ready within the run's deadline of {timeout_s:g} s "
+            "(the container engine is slow or stalled); try again, or raise timeout_s"
+        )
+        self.timeout_s = timeout_s
 
 
 @contextmanager

@@ -16,7 +16,7 @@ import asyncio
 import json
 from typing import Any, Final
 
-from airlock.bridge import MAX_ELEMENTS, count_elements
+from airlock.bridge import MAX_ELEMENTS
 from airlock.sandbox._result import ProgramError
 
 __all__ = ["MAX_VALUE_BYTES", "VALUE_ELEMENTS", "oversized"]
@@ -35,6 +35,8 @@ _SCALAR_BYTES: Final = 32
 float's ``repr`` is 24 characters at most), ``true``, ``false`` or ``null``, and a comma."""
 _CHAR_BYTES: Final = 12
 """At most, one character of a string: an astral one is two ``\\uXXXX`` escapes."""
+_SLICE_CHARS: Final = 1 << 16
+"""Characters of a text encoded at once (a few milliseconds of the interpreter lock)."""
 _ADVICE: Final = "return a summary (counts, totals, the few records that matter) instead"
 
 # The guest's encoding (``airlock_frames.to_json``): compact, ASCII, no NaN.
@@ -80,25 +82,52 @@ def _surely_fits(value: Any, limit: int = MAX_VALUE_BYTES) -> bool:
 
 
 def _measured(value: Any) -> ProgramError | None:
-    text = _encode(value)
-    if len(text) > MAX_VALUE_BYTES:
+    size, elements = _size_of(value)
+    if size > MAX_VALUE_BYTES:
         return ProgramError(
             type="ResultTooLarge",
             code="result_too_large",
-            message=f"the final value is {len(text)} bytes of JSON; the limit is "
+            message=f"the final value is {size} bytes of JSON; the limit is "
             f"{MAX_VALUE_BYTES}: {_ADVICE}",
-            size_bytes=len(text),
+            size_bytes=size,
             limit_bytes=MAX_VALUE_BYTES,
         )
-    # Each value and key takes a byte at least: a short text cannot hold too many.
-    if (
-        len(text) > VALUE_ELEMENTS
-        and count_elements(text.encode(), stop_after=VALUE_ELEMENTS) > VALUE_ELEMENTS
-    ):
+    if elements > VALUE_ELEMENTS:
         return ProgramError(
             type="ResultTooLarge",
             code="result_too_large",
             message=f"the final value holds more than {VALUE_ELEMENTS} values and keys: {_ADVICE}",
-            size_bytes=len(text),
+            size_bytes=size,
         )
     return None
+
+
+def _size_of(value: Any) -> tuple[int, int]:
+    """The size of ``value``'s compact JSON and its values and keys, counted as
+    :func:`~airlock.bridge.count_elements` counts them (one more for an empty container).
+
+    One value at a time, never the whole at once: ``json``'s C encoder holds the interpreter
+    lock until it is done, and a forged value would hold the event loop with it, on whatever
+    thread it runs. Escaping is per character, so a long text is measured in slices."""
+    size, elements = 0, 0
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        elements += 1
+        if isinstance(item, str):
+            size += 2 + sum(
+                len(_encode(item[at : at + _SLICE_CHARS])) - 2
+                for at in range(0, len(item), _SLICE_CHARS)
+            )
+        elif isinstance(item, list):
+            size += 1 + max(len(item), 1)  # brackets and commas
+            elements += not item
+            stack.extend(item)
+        elif isinstance(item, dict):
+            size += 1 + max(len(item), 1) + len(item)  # braces, commas and colons
+            elements += not item
+            stack.extend(item)  # the keys: texts, each a value and key of its own
+            stack.extend(item.values())
+        else:
+            size += len(_encode(item))
+    return size, elements

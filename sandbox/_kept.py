@@ -30,6 +30,7 @@ from airlock.bridge import ToolSession
 from airlock.policies import Principal, SandboxProfile, UsageError
 from airlock.sandbox._container import SandboxContainer
 from airlock.sandbox._errors import SandboxError, SandboxFailure
+from airlock.sandbox._program_size import refuse_oversized
 from airlock.sandbox._result import ProgramError, RunResult
 
 __all__ = ["KeptSandbox"]
@@ -123,18 +124,9 @@ class KeptSandbox:
                 f"this kept sandbox belongs to {self.owner.user_id!r}@{self.owner.tenant_id!r}; "
                 "another principal's programs run in their own"
             )
-        size = len(program.encode("utf-8", errors="replace"))
-        if size > self._max_program_bytes:
-            return RunResult(
-                status="invalid_program",
-                exit_status=2,
-                has_value=False,
-                error=ProgramError(
-                    type="InvalidProgram",
-                    message=f"the program is {size} bytes; the limit is {self._max_program_bytes}",
-                ),
-                duration_s=0.0,
-            )
+        refused = refuse_oversized(program, limit=self._max_program_bytes)
+        if refused is not None:
+            return refused
         began = time.perf_counter()
         # The program before this one ends by its own deadline; waiting for it counts
         # against this program's, so no call waits longer than its deadline.

@@ -1,14 +1,16 @@
-"""A Docker engine slow to remove containers, for tests of bounded waits.
+"""A Docker engine slow to remove or to create containers, for tests of bounded waits.
 
-A Unix-socket proxy in front of the engine's socket holds every ``DELETE`` request for
-``delay`` seconds before passing it on (a loaded host, a big overlay to unmount): what a
-removal costs then is the delay, and nothing else changes.
+A Unix-socket proxy in front of the engine's socket holds every ``DELETE`` request (or every
+container create) for ``delay`` seconds before passing it on (a loaded host, a big overlay to
+unmount, a wedged daemon): what a removal or a start costs then is the delay, and nothing
+else changes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import tempfile
 import threading
 import time
@@ -20,12 +22,19 @@ import docker
 from airlock.sandbox._owner import labelled_containers
 
 ENGINE_SOCKET = "/var/run/docker.sock"
+REMOVALS = re.compile(rb"DELETE ")
+CREATES = re.compile(rb"POST /v[0-9.]+/containers/create")
 
 
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, delay: float) -> None:
+async def _pipe(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    delay: float,
+    held: re.Pattern[bytes] = REMOVALS,
+) -> None:
     try:
         while data := await reader.read(65536):
-            if delay and data.startswith(b"DELETE "):
+            if delay and held.match(data):
                 await asyncio.sleep(delay)
             writer.write(data)
             await writer.drain()
@@ -44,9 +53,19 @@ async def _shut(server: asyncio.Server) -> None:
     await asyncio.gather(*others, return_exceptions=True)
 
 
-@contextlib.contextmanager
-def slow_removals(delay: float) -> Iterator[docker.DockerClient]:
+def slow_removals(delay: float) -> contextlib.AbstractContextManager[docker.DockerClient]:
     """A client whose container removals the engine answers ``delay`` seconds late."""
+    return slow_engine(delay, held=REMOVALS)
+
+
+def slow_creates(delay: float) -> contextlib.AbstractContextManager[docker.DockerClient]:
+    """A client whose container creates reach the engine ``delay`` seconds late."""
+    return slow_engine(delay, held=CREATES)
+
+
+@contextlib.contextmanager
+def slow_engine(delay: float, *, held: re.Pattern[bytes]) -> Iterator[docker.DockerClient]:
+    """A client whose requests that ``held`` matches reach the engine ``delay`` seconds late."""
     loop = asyncio.new_event_loop()
     folder = tempfile.mkdtemp(prefix="slow-engine-")
     path = str(Path(folder) / "docker.sock")
@@ -54,7 +73,7 @@ def slow_removals(delay: float) -> Iterator[docker.DockerClient]:
     async def connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         up_reader, up_writer = await asyncio.open_unix_connection(ENGINE_SOCKET)
         down = asyncio.create_task(_pipe(up_reader, writer, 0))
-        await _pipe(reader, up_writer, delay)
+        await _pipe(reader, up_writer, delay, held)
         await down
 
     thread = threading.Thread(target=loop.run_forever, daemon=True)

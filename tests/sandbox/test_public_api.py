@@ -43,6 +43,7 @@ PUBLIC_API = [
     "SandboxRefused",
     "SkippedArtifact",
     "SocketPathTooLong",
+    "StartTimedOut",
     "check_engine",
     "describe_container",
     "describe_guest_filter",

@@ -1,0 +1,121 @@
+"""A run's wait for its container is bounded by the run's deadline, whatever the engine does.
+
+On an engine that holds every container create (:mod:`tests.sandbox.slow_engine`: a wedged
+or overloaded daemon), a run that must start a container (a fresh one, a principal's reused
+one, a kept sandbox's) ends by its deadline plus a small margin with a typed, retryable
+``sandbox_start_timeout``, and the container the engine starts late is removed off the run's
+path: nothing is left on the engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Final
+
+import pytest
+
+from airlock.bridge import ToolSession
+from airlock.policies import Grant, SandboxProfile
+from airlock.sandbox import DockerBackend, SandboxError, SandboxFailure
+from airlock.sandbox._start_wait import wait_for_start
+from airlock.tools import Registry
+from tests.bridge.records import ALICE
+from tests.conftest import IMAGE, require_docker
+from tests.sandbox.slow_engine import left_containers, slow_creates
+
+_HELD_S: Final = 12.0
+"""How long the engine holds each create: far past the runs' deadline."""
+_MARGIN_S: Final = 2.0
+"""Past a run's deadline, on a small shared machine."""
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def _tools() -> ToolSession:
+    return ToolSession(registry=Registry(), principal=ALICE, grant=Grant())
+
+
+async def _fresh(backend: DockerBackend) -> object:
+    return await backend.run("1")
+
+
+async def _reused(backend: DockerBackend) -> object:
+    return await backend.run("1", tools=_tools())
+
+
+async def _kept(backend: DockerBackend) -> object:
+    return await backend.keep(ALICE).run("1")
+
+
+PATHS = [("fresh", _fresh), ("reused", _reused), ("kept", _kept)]
+
+
+@pytest.mark.docker
+@pytest.mark.anyio
+@pytest.mark.parametrize("path", [p[1] for p in PATHS], ids=[p[0] for p in PATHS])
+async def test_a_run_waits_for_its_container_no_longer_than_its_deadline(path: object) -> None:
+    require_docker()
+    with slow_creates(_HELD_S) as client:
+        profile = SandboxProfile(timeout_s=2)
+        backend = DockerBackend(image=IMAGE, profile=profile, reuse=True, client=client)
+        await backend.start()
+        try:
+            began = time.monotonic()
+            with pytest.raises(SandboxError) as caught:
+                await path(backend)  # type: ignore[operator]
+            took = time.monotonic() - began
+            assert (caught.value.code, caught.value.retryable) == ("sandbox_start_timeout", True)
+            assert "2 s" in str(caught.value), str(caught.value)
+            assert took < profile.timeout_s + _MARGIN_S, f"returned after {took:.1f} s"
+            # The container the engine creates late goes, with nobody's run waiting for it.
+            assert await left_containers(backend._owner, within=_HELD_S + 20) == []
+        finally:
+            await backend.close()
+
+
+class _Started:
+    """Stands in for a started container."""
+
+
+async def _start(delay: float, *, fails: bool = False) -> object:
+    await asyncio.sleep(delay)
+    if fails:
+        raise SandboxFailure("the engine refused")
+    return _Started()
+
+
+# (case, how long the start takes, whether it fails, what the run gets, whether the container
+# made after the run gave up is discarded)
+STARTS = [
+    ("in_time", 0.0, False, "container", False),
+    ("fails_in_time", 0.0, True, "sandbox_failure", False),
+    ("late", 0.5, False, "sandbox_start_timeout", True),
+    ("late_and_fails", 0.5, True, "sandbox_start_timeout", False),
+]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("case", "delay", "fails", "gets", "discarded"), STARTS, ids=[c[0] for c in STARTS]
+)
+async def test_a_start_is_waited_for_by_the_deadline_and_a_late_container_discarded(
+    case: str, delay: float, fails: bool, gets: str, discarded: bool
+) -> None:
+    thrown: list[object] = []
+    start = wait_for_start(
+        _start(delay, fails=fails),  # type: ignore[arg-type]
+        timeout_s=0.1,
+        discard=thrown.append,
+    )
+    if gets == "container":
+        assert isinstance(await start, _Started)
+    else:
+        with pytest.raises(SandboxError) as caught:
+            await start
+        assert (caught.value.code, caught.value.retryable) == (gets, True)
+    await asyncio.sleep(delay + 0.1)
+    assert [type(t) for t in thrown] == ([_Started] if discarded else [])
