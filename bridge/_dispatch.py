@@ -21,7 +21,8 @@ not recorded). One whose handler runs is not cut short: a blocking handler's thr
 on while its place among the ``max_concurrency`` went to the next call, so cancelling calls
 in a loop ran any number of handlers at once. It runs to its end in its place, audited as it
 ends, and its result is dropped; a cancelled batch takes no further items. A proposal so
-cancelled is withdrawn (:meth:`ToolSession.withdraw`): it is not among the run's proposals.
+cancelled is withdrawn (:meth:`ToolSession.withdraw`): it is not among the run's proposals,
+and the ledger denies its preview ("withdrawn by the program"), so no one approves it.
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ order, for the harness to store as one batch.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
@@ -43,6 +44,8 @@ __all__ = [
     "RunLimit",
     "ToolSession",
 ]
+
+_log = logging.getLogger(__name__)
 
 EndCode = Literal["protocol_error", "limit_exceeded", "timeout"]
 RunLimit = Literal["calls", "in_flight", "bytes", "timeout", "artifacts"]
@@ -152,8 +155,14 @@ class ToolSession:
     the tool's contract and the grant allow); admission judges every proposal anyway."""
     proposed: int = field(default=0, init=False)
     """Proposals the program made so far, refused ones included."""
-    _proposals: list[tuple[int, Preview]] = field(default_factory=list, init=False, repr=False)
+    _proposals: list[tuple[int, float, Preview]] = field(
+        default_factory=list, init=False, repr=False
+    )
+    """Each kept proposal's order, when it began (:attr:`WritePath.clock`) and its preview."""
     _withdrawn: set[int] = field(default_factory=set, init=False, repr=False)
+    _dropped: list[tuple[float, Preview]] = field(default_factory=list, init=False, repr=False)
+    """Withdrawn proposals' previews (with when each proposal began), to deny in the ledger."""
+    _preparing: int = field(default=0, init=False, repr=False)
     authority: RunAuthority = field(init=False, repr=False)
     """The run's authority, from the fields above; every call's context comes from it."""
 
@@ -211,9 +220,17 @@ class ToolSession:
                 )
             )
             raise error
-        preview = await self.writes.propose_from_code(tool, args, ctx)
-        if order not in self._withdrawn:
-            self._proposals.append((order, preview))
+        began = self.writes.clock()
+        self._preparing += 1
+        try:
+            preview = await self.writes.propose_from_code(tool, args, ctx)
+            if order in self._withdrawn:
+                self._dropped.append((began, preview))
+            else:
+                self._proposals.append((order, began, preview))
+        finally:
+            self._preparing -= 1
+            self._deny_withdrawn()
         return {
             "preview_id": preview.id,
             "tool": preview.tool,
@@ -225,7 +242,7 @@ class ToolSession:
         """The previews the program proposed, in the order it proposed them, each once (the
         same intent proposed twice is one preview)."""
         seen: dict[str, Preview] = {}
-        for _, preview in sorted(self._proposals, key=lambda entry: entry[0]):
+        for _, _, preview in sorted(self._proposals, key=lambda entry: entry[0]):
             seen.setdefault(preview.id, preview)
         return list(seen.values())
 
@@ -234,15 +251,41 @@ class ToolSession:
         program cancelled it while it was prepared (the bridge lets a running proposal run
         to its end rather than cut it short), so :meth:`proposed_previews` never lists it.
 
-        Its preview, once prepared, stays stored in the ledger, unlisted: no batch holds
-        it, so no one is asked to approve it and it expires unused, unless the same intent
-        is proposed again (then listed for that proposal). The ledger keeps it under the
-        run id as ``prepared`` until then, so whatever loads a run's waiting previews from
-        the ledger (:meth:`PausedWrites.restore` under a harness's ``restore_pending``) may
-        still find it.
+        Once its preview exists, the ledger denies it, "withdrawn by the program"
+        (:meth:`WritePath.withdraw <airlock.tools.WritePath.withdraw>`: a step event in its
+        history and a ``deny`` in the audit log), even when a rule had approved it: nothing
+        that loads a run's waiting previews from the ledger (a harness's
+        ``restore_pending``) finds it, an approval of it is refused (``conflict``) and a
+        commit too (``denied``). Its key is free again, so the same intent proposed later
+        gets a preview of its own. The exception: a preview that another proposal of this
+        program kept (the same intent, one preview) stays ``prepared`` and listed for that
+        proposal, and so does one that existed before the proposal began (a direct call's,
+        or an earlier program's of the run). The ledger is told once no proposal of the
+        program is being prepared, so one that would share the preview has kept it by then.
         """
         self._withdrawn.add(order)
+        self._dropped += [(began, p) for n, began, p in self._proposals if n == order]
         self._proposals = [entry for entry in self._proposals if entry[0] != order]
+        self._deny_withdrawn()
+
+    def _deny_withdrawn(self) -> None:
+        if self._preparing or self.writes is None:
+            return  # (one being prepared may yet answer the same preview, for a kept proposal)
+        kept = {preview.id for _, _, preview in self._proposals}
+        dropped, self._dropped = self._dropped, []
+        for began, preview in dropped:
+            if preview.id in kept or preview.created < began:
+                continue
+            try:
+                self.writes.withdraw(preview.id)
+            except Exception as exc:  # (the bridge goes on; the preview is in no batch)
+                _log.error(
+                    "run %s: withdrawn preview %s could not be denied in the ledger (%s); it "
+                    "is in no batch, but a person who learns its id could approve it",
+                    self.run_id,
+                    preview.id,
+                    type(exc).__name__,
+                )
 
     def context(self, call_id: str, deadline: float) -> CallContext:
         """The context of one call from code."""

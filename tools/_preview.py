@@ -6,6 +6,9 @@ A write moves through explicit states, each stored in the ledger::
         │                                        │  └──refused───► failed
         └──deny──► denied                        └──timeout/crash─► unknown ──resend/query──┘
 
+``denied`` is a person's refusal (of a policy approval no commit used, too) or a proposal its
+program withdrew (cancelled while it was prepared): never approved again, never committed.
+
 ``committed`` holds exactly when a receipt is stored under the preview's idempotency key.
 ``unknown`` (and a ``sending`` step whose sender died) means the system of record may have
 acted; only a resend with the same key or a query of the system resolves it.

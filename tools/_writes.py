@@ -67,7 +67,7 @@ from airlock.tools._json import JSONObject
 from airlock.tools._ledger import LedgerStore, own_receipt
 from airlock.tools._prepare import model_message
 from airlock.tools._preview import Approval, Preview, Receipt, ResolvedBy
-from airlock.tools._proposals import propose_read, propose_write
+from airlock.tools._proposals import propose_read, propose_write, withdraw_proposal
 from airlock.tools._read_approvals import run_claimed_read
 from airlock.tools._reconcile import Resolution, resolve_all
 from airlock.tools._registry import Registry
@@ -271,6 +271,13 @@ class WritePath(BatchWrites):
             approver=approver,
         )
         return preview
+
+    def withdraw(self, preview_id: str) -> Preview | None:
+        """Deny the preview of a proposal its program withdrew, so it is never approved or
+        committed (see :func:`~airlock.tools._proposals.withdraw_proposal`)."""
+        withdrawn = withdraw_proposal(self.ledger, self._sender, preview_id, now=self.clock())
+        self._forget_if_settled(preview_id)
+        return withdrawn
 
     # -- commit --------------------------------------------------------------------------
 

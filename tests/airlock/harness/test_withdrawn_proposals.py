@@ -1,0 +1,62 @@
+"""A proposal its program withdrew (cancelled while the host prepared it) is neither offered
+for approval nor committed by a session that loads the run's waiting writes from the ledger
+(``resume_session`` → ``restore_pending``), even when a person approves its fingerprint."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from airlock.bridge import ToolSession
+from airlock.tools import ConflictError
+from tests.airlock.harness.batch_world import PEEK, REFUND, BatchWorld
+from tests.airlock.session_world import ALICE
+from tests.tools.test_proposals import PROPOSING
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[BatchWorld]:
+    w = BatchWorld(tmp_path)
+    yield w
+    w.close()
+
+
+async def test_a_withdrawn_proposal_is_not_restored_approved_or_committed(
+    world: BatchWorld,
+) -> None:
+    session = world.session()
+    program = ToolSession(
+        registry=world.proposals.registry,
+        principal=ALICE,
+        grant=PROPOSING,
+        approvals=session.approvals,
+        run_id=session.run_id,
+        writes=world.writes,
+        proposable=frozenset({REFUND}),
+    )
+    answers = []
+    for order, invoice in ((1, "inv_1"), (2, "inv_2")):
+        args: dict[str, object] = {"invoice_id": invoice, "reason": "duplicate"}
+        ctx = program.context(f"m1:{order}", math.inf)
+        answers.append(await program.propose(REFUND, args, ctx, order=order))
+    program.withdraw(1)  # cancelled by the program while the host prepared it
+    withdrawn, kept = (str(a["preview_id"]) for a in answers)
+    assert [p.id for p in program.proposed_previews()] == [kept]
+
+    again = world.harness.resume_session(ALICE, session.run_id, grant=PROPOSING)
+    assert withdrawn not in [p.preview_id for p in again.pending()]
+    with pytest.raises(ConflictError):  # a person who learnt its id cannot approve it
+        world.approve(withdrawn)
+    await again.call(*PEEK)  # settles what was approved meanwhile
+    assert world.states([withdrawn]) == ["denied"]
+    assert world.system.sends() == 0

@@ -1,0 +1,205 @@
+"""A proposal the program cancelled while the host prepared it is withdrawn
+(:meth:`ToolSession.withdraw`): its preview, once it exists, is ``denied`` in the ledger
+("withdrawn by the program"), so nothing that loads the run's waiting previews finds it and
+no approval or commit of its fingerprint goes through. The same intent also proposed by a
+proposal the program kept stays ``prepared`` and listed for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airlock.bridge import ToolSession
+from airlock.policies import ApprovalPolicy, ApprovalRule
+from airlock.tools import (
+    CallContext,
+    ConflictError,
+    DeniedError,
+    Preview,
+    ToolError,
+    approve_preview,
+)
+from tests.tools.test_proposals import PROPOSING, ProposalWorld
+from tests.tools.test_write_world import ALICE, ASK
+
+pytestmark = pytest.mark.anyio
+
+REFUND = "billing_refund_create"
+ALLOW = ApprovalPolicy((ApprovalRule(id="refunds-allow", action="allow", tools=("billing_*",)),))
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[ProposalWorld]:
+    w = ProposalWorld(tmp_path)
+    yield w
+    w.close()
+
+
+def run_of(world: ProposalWorld, approvals: ApprovalPolicy = ASK) -> ToolSession:
+    return ToolSession(
+        registry=world.registry,
+        principal=ALICE,
+        grant=PROPOSING,
+        approvals=approvals,
+        run_id="run_p",
+        writes=world.writes,
+        proposable=frozenset({REFUND}),
+    )
+
+
+async def propose(session: ToolSession, order: int, invoice: str) -> dict[str, Any]:
+    args: dict[str, object] = {"invoice_id": invoice, "reason": "duplicate"}
+    return dict(
+        await session.propose(REFUND, args, session.context(f"c{order}", math.inf), order=order)
+    )
+
+
+def stored(world: ProposalWorld, preview_id: str) -> Preview:
+    preview = world.ledger.preview(preview_id)
+    assert preview is not None
+    return preview
+
+
+def assert_withdrawn(world: ProposalWorld, preview_id: str) -> None:
+    preview = stored(world, preview_id)
+    assert preview.state == "denied"
+    last = world.ledger.history(preview_id)[-1]
+    assert (last.from_state in ("prepared", "approved"), last.to_state) == (True, "denied")
+    assert last.how == "withdrawn by the program"
+    waiting = world.ledger.previews(states={"prepared", "approved"}, run_id="run_p")
+    assert preview_id not in [p.id for p in waiting]
+
+
+# (case, approvals, the preview's state as the program was answered)
+AFTER = [("asked", ASK, "prepared"), ("approved_by_policy", ALLOW, "approved")]
+
+
+@pytest.mark.parametrize(("case", "approvals", "answered"), AFTER, ids=[c[0] for c in AFTER])
+async def test_a_proposal_withdrawn_once_prepared_is_denied_in_the_ledger(
+    world: ProposalWorld, case: str, approvals: ApprovalPolicy, answered: str
+) -> None:
+    session = run_of(world, approvals)
+    proposal = await propose(session, 1, "inv_1")
+    assert proposal["state"] == answered
+    session.withdraw(1)
+    assert session.proposed_previews() == []
+    assert_withdrawn(world, proposal["preview_id"])
+    preview = stored(world, proposal["preview_id"])
+    with pytest.raises(ConflictError) as approving:  # a person cannot approve it
+        approve_preview(world.ledger, preview.id, approver="bob", now=world.clock())
+    assert approving.value.code == "conflict"
+    with pytest.raises(DeniedError) as committing:  # nor can anyone commit it
+        await world.writes.commit(preview.id, preview.fingerprint, ALICE)
+    assert committing.value.code == "denied"
+    assert world.system.sends() == 0
+    withdrawals = [
+        e for e in world.registry.audit.events(run_id="run_p") if e.call_id == preview.id
+    ]
+    assert [(e.stage, e.decision, e.detail) for e in withdrawals][-1] == (
+        "authorize",
+        "deny",
+        "withdrawn by the program",
+    )
+
+
+async def test_a_proposal_withdrawn_while_it_was_prepared_is_denied_once_it_exists(
+    world: ProposalWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    prepare = world.writes.propose_from_code
+    started = asyncio.Event()
+
+    async def slowly(*args: Any, **kwargs: Any) -> Preview:
+        started.set()
+        await asyncio.sleep(0.05)
+        return await prepare(*args, **kwargs)
+
+    monkeypatch.setattr(world.writes, "propose_from_code", slowly)
+    session = run_of(world)
+    running = asyncio.ensure_future(propose(session, 1, "inv_1"))
+    await started.wait()
+    session.withdraw(1)  # the bridge withdraws it "now or as it ends"
+    proposal = await running
+    assert session.proposed_previews() == []
+    assert_withdrawn(world, proposal["preview_id"])
+
+
+# (case, the orders proposing inv_1 in turn, the withdrawn one, whether they overlap)
+SHARED = [
+    ("kept_first", [1, 2], 2, False),
+    ("kept_after", [1, 2], 1, False),
+    ("both_preparing", [1, 2], 1, True),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "orders", "withdrawn", "overlap"), SHARED, ids=[c[0] for c in SHARED]
+)
+async def test_the_same_intent_kept_by_another_proposal_stays_prepared_and_listed(
+    world: ProposalWorld,
+    monkeypatch: pytest.MonkeyPatch,
+    case: str,
+    orders: list[int],
+    withdrawn: int,
+    overlap: bool,
+) -> None:
+    session = run_of(world)
+    if overlap:
+        prepare = world.writes.propose_from_code
+
+        async def slowly(*args: Any, **kwargs: Any) -> Preview:
+            await asyncio.sleep(0.05)
+            return await prepare(*args, **kwargs)
+
+        monkeypatch.setattr(world.writes, "propose_from_code", slowly)
+        first, second = await asyncio.gather(*(propose(session, n, "inv_1") for n in orders))
+        session.withdraw(withdrawn)
+    else:
+        first = await propose(session, orders[0], "inv_1")
+        if withdrawn == orders[0]:
+            session.withdraw(withdrawn)
+        second = await propose(session, orders[1], "inv_1")
+        if withdrawn == orders[1]:
+            session.withdraw(withdrawn)
+    kept = second if withdrawn == orders[0] else first
+    (listed,) = session.proposed_previews()
+    assert listed.id == kept["preview_id"]
+    assert stored(world, listed.id).state == "prepared"
+    if first["preview_id"] != second["preview_id"]:  # withdrawn before the intent came again
+        assert_withdrawn(world, (first if withdrawn == orders[0] else second)["preview_id"])
+
+
+async def test_a_preview_that_existed_before_the_withdrawn_proposal_stays_prepared(
+    world: ProposalWorld,
+) -> None:
+    # The model's direct call of the same intent in the run, paused for a person.
+    direct = CallContext(
+        principal=ALICE, grant=PROPOSING, run_id="run_p", caller="direct", approvals=ASK
+    )
+    paused = await world.writes.preview_call(
+        REFUND, {"invoice_id": "inv_1", "reason": "duplicate"}, direct
+    )
+    world.clock.advance(1)
+    session = run_of(world)
+    proposal = await propose(session, 1, "inv_1")
+    assert proposal["preview_id"] == paused.id
+    session.withdraw(1)
+    assert session.proposed_previews() == []
+    assert stored(world, paused.id).state == "prepared"
+
+
+async def test_withdrawing_a_refused_or_unknown_proposal_changes_nothing(
+    world: ProposalWorld,
+) -> None:
+    session = run_of(world)
+    with pytest.raises(ToolError):  # refused: no such invoice
+        await propose(session, 1, "inv_404")
+    session.withdraw(1)
+    session.withdraw(7)  # never proposed
+    assert session.proposed_previews() == []
+    assert world.ledger.previews(run_id="run_p") == []
