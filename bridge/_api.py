@@ -335,13 +335,15 @@ _PREAMBLE = f'''\
 
 - `tools.NAME(**args)` calls and returns the result (a dict).
 - `await tools.NAME.aio(**args)` is the same call as an awaitable: fan out independent
-  calls with `asyncio.gather(...)`. At most {MAX_IN_FLIGHT} such calls wait for results at
-  once (the run's `max_in_flight`); the rest are sent as results come, so a gather of any
-  size is fine. Cancelling one (`asyncio.wait_for` timing out) cancels it on the host too.
+  calls with `asyncio.gather(...)`. At most {MAX_IN_FLIGHT} calls wait for results at once
+  (the run's `max_in_flight`, counting calls from every thread); the rest are sent as
+  results come (a call from a thread waits its turn), so a gather of any size is fine.
+  Cancelling one (`asyncio.wait_for` timing out) cancels it on the host too.
 - `tools.NAME.batch([args, ...])` makes many calls of one tool in one round trip and
   returns their results in order (`return_errors=True` puts failures in the list, an item
   that does not fit the signature too). A list longer than {MAX_BATCH_ITEMS} items (the run's
-  `max_batch_items`) goes in several round trips, one after another.
+  `max_batch_items`), or too many bytes for one call, goes in several round trips, one
+  after another.
 {_errors_item()}
 - Set the program's answer with `result(value)` or end with an expression; only that value
   (JSON) and capped stdout return.

@@ -39,12 +39,14 @@ value first, as ``result_too_large``. The host also refuses a frame that nests d
 ``call``, ``batch`` or ``propose`` frame over ``max_call_frame_bytes``: the guest refuses such a
 call in the program as ``invalid_input`` (nothing is sent) and such a final value as
 ``InvalidResult``. ``max_in_flight`` and ``max_batch_items`` are the host's limits on calls
-unanswered at once and on a batch's items, which end the run: the guest holds the frames of
-awaitable calls past the first ``max_in_flight`` until answers free their places, and sends
-a longer batch as several frames, one after another (the defaults below when the ``run``
-frame does not say). ``deadline_s`` is the guest's own backstop to the host's deadline: seconds
-after the ``run`` frame when the guest ends the program whatever the host does (it is the
-program's ``timeout_s`` plus a margin past the host's own handling of its deadline).
+unanswered at once and on a batch's items, which end the run: the guest sends no call past
+the first ``max_in_flight`` unanswered ones, whatever made it (an awaitable call's frame is
+held, a thread's call waits) until answers free their places, and sends a longer batch, or
+one whose frame would be over ``max_call_frame_bytes``, as several frames, one after another
+(the defaults below when the ``run`` frame does not say). ``deadline_s`` is the guest's own
+backstop to the host's deadline: seconds after the ``run`` frame when the guest ends the
+program whatever the host does (it is the program's ``timeout_s`` plus a margin past the
+host's own handling of its deadline).
 ``artifacts`` is ``{dir, files, bytes}`` when the host collects the files a program
 leaves (at most ``files`` of them, ``bytes`` in all), or ``null``; the guest names each file
 by :data:`ARTIFACT_NAME` and the host refuses any other name. ``keep`` (``true``, or

@@ -1,10 +1,12 @@
 """A batch's items, from the program's list to the host's answers: each bound to the tool's
-signature, sent ``max_batch_items`` to a frame, and answered in the program's order.
+signature, sent ``max_batch_items`` to a frame (fewer when their bytes would pass
+``max_call_frame_bytes``), and answered in the program's order.
 
 Standard library only; shipped in the image next to the runner. The host ends a run whose
-``batch`` frame holds more than its ``max_batch_items`` items, a limit the program is not
-meant to meet: a longer list goes in several frames, one after another. An item that does
-not bind (or is not a dict), and one whose arguments the host's frame rules refuse, is an
+``batch`` frame holds more than its ``max_batch_items`` items, and refuses one over its
+``max_call_frame_bytes``, limits the program is not meant to meet: a longer list goes in
+several frames, one after another. An item that does not bind (or is not a dict), one whose
+arguments the host's frame rules refuse, and one whose frame alone is over the bytes, is an
 ``InvalidInput`` naming the item's index: raised, or with ``return_errors=True`` put in the
 item's place while the other items are called.
 """
@@ -18,10 +20,12 @@ if TYPE_CHECKING:
 
     from airlock.bridge import airlock_wire as wire
     from airlock.sandbox.guest import airlock_errors as errors
+    from airlock.sandbox.guest import airlock_frames as frames
     from airlock.sandbox.guest.airlock_connection import Connection
     from airlock.sandbox.guest.airlock_tool_functions import ToolFunction
 else:  # in the image, the guest's modules sit side by side on the runner's path
     import airlock_errors as errors
+    import airlock_frames as frames
     import airlock_wire as wire
 
 
@@ -70,8 +74,9 @@ def send_batches(
     *,
     return_errors: bool,
 ) -> list[Any]:
-    """Call ``tool`` with the ``bound`` items' arguments, ``max_batch_items`` to a frame, one
-    frame after another; the results (or errors) in the items' order.
+    """Call ``tool`` with the ``bound`` items' arguments, ``max_batch_items`` to a frame (fewer
+    when the frame would be over ``max_call_frame_bytes``), one frame after another; the
+    results (or errors) in the items' order.
 
     Raises:
         ToolError: the first failed item, without ``return_errors``.
@@ -81,9 +86,13 @@ def send_batches(
     if not todo:  # nothing to call: no frame (the host counts an empty batch)
         return results
     size = connection.max_batch_items
-    for start in range(0, len(todo), size):
-        chunk = todo[start : start + size]
+    chunks = [todo[start : start + size] for start in range(0, len(todo), size)][::-1]
+    while chunks:  # the next to send last
+        chunk = chunks.pop()
         answers = _send(connection, tool, chunk, bound, results, return_errors)
+        if answers is None:  # its frame is over the bytes: in parts, in the same order
+            chunks.extend(reversed(_by_bytes(tool, chunk, bound)))
+            continue
         for n, entry in zip(chunk, answers, strict=False):
             if entry.get("ok"):
                 results[n] = entry.get("value")
@@ -102,9 +111,10 @@ def _send(
     bound: list[Any],
     results: list[Any],
     return_errors: bool,
-) -> list[dict[str, Any]]:
+) -> list[dict[str, Any]] | None:
     """The answers of one frame of the items ``chunk`` names (an item whose arguments the
-    host's frame rules refuse is taken out of ``chunk``, its error in ``results``)."""
+    host's frame rules refuse is taken out of ``chunk``, its error in ``results``, as is a
+    lone item over ``max_call_frame_bytes``); ``None`` when the items' frame is over it."""
     while chunk:
         message = {"type": wire.BATCH, "tool": tool, "items": [bound[n] for n in chunk]}
         try:
@@ -113,7 +123,12 @@ def _send(
             (issue, *_) = refused.issues or [{}]
             place, _, field = str(issue.get("field", "")).partition(".")
             if not place.isdigit():  # the frame as a whole (its bytes): no item to blame
-                raise
+                if len(chunk) > 1:
+                    return None
+                if not return_errors:
+                    raise in_batch(refused, chunk[0]) from None
+                results[chunk[0]] = in_batch(refused, chunk[0])
+                return []
             n = chunk[int(place)]
             reason = str(issue.get("reason", ""))
             error = errors.InvalidInput(
@@ -126,5 +141,26 @@ def _send(
             chunk.remove(n)
     return []
 
+
+def _by_bytes(tool: str, chunk: list[int], bound: list[Any]) -> list[list[int]]:
+    """``chunk`` cut, in order, into parts whose frames fit ``max_call_frame_bytes`` by
+    each item's JSON (an item alone over it is a part of its own: refused on its own)."""
+    room = frames.max_call_bytes() - len(frames.to_json(_EMPTY | {"tool": tool}))
+    parts: list[list[int]] = [[]]
+    used = 0
+    for n in chunk:
+        size = len(frames.to_json(bound[n])) + 1  # and its comma
+        if parts[-1] and used + size > room:
+            parts.append([])
+            used = 0
+        parts[-1].append(n)
+        used += size
+    if len(parts) == 1:  # (cannot be: the frame was over) halves, so that each is less
+        return [chunk[: len(chunk) // 2], chunk[len(chunk) // 2 :]]
+    return parts
+
+
+# A batch frame without its items and tool: its id as long as a frame's integer can be.
+_EMPTY = {"type": wire.BATCH, "tool": "", "items": [], "id": 10**wire.MAX_INT_DIGITS - 1}
 
 __all__ = ["bind_items", "in_batch", "send_batches"]

@@ -4,8 +4,9 @@ pending calls by id.
 Standard library only; shipped in the image next to the runner. Calls made by a program's
 threads (:meth:`Connection.call`, :meth:`Connection.submit` and :meth:`Connection.wait`) and
 awaitable calls served by a running event loop (:meth:`Connection.submit_on_loop`) share one
-state: the pending calls, whoever reads the socket for them, and the abort that fails them
-all. The ``tools`` namespace that calls through it is ``airlock_bridge``.
+state: the pending calls, their ``max_in_flight`` slots, whoever reads the socket for them,
+and the abort that fails them all. The ``tools`` namespace that calls through it is
+``airlock_bridge``.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from __future__ import annotations
 import _socket
 import _thread  # its locks; threading (functools, collections) only for a reader thread
 import itertools
-import time
 
 TYPE_CHECKING = False  # typing's, which the guest does not import (see airlock.sandbox.guest)
 if TYPE_CHECKING:
@@ -29,20 +29,22 @@ if TYPE_CHECKING:
     from airlock.bridge import airlock_wire as wire
     from airlock.sandbox.guest import airlock_errors as errors
     from airlock.sandbox.guest import airlock_frames as frames
+    from airlock.sandbox.guest.airlock_bridge_socket import BridgeSocket
     from airlock.sandbox.guest.airlock_call_futures import loop_call, of_loop, settle, watch_cancel
     from airlock.sandbox.guest.airlock_outbox import Outbox
 else:  # in the image, the guest's modules sit side by side on the runner's path
     import airlock_errors as errors
     import airlock_frames as frames
     import airlock_wire as wire
+    from airlock_bridge_socket import BridgeSocket
     from airlock_call_futures import loop_call, of_loop, settle, watch_cancel
     from airlock_outbox import Outbox
 
-_RECV_BYTES = 256 * 1024
 _BUSY_RETRY_S = 0.0005  # how soon a loop looks again while a waiting thread reads for it
+_SLOT_RETRY_S = 0.002  # how soon a thread waiting for a slot looks whether it must read
 
 
-class Connection:
+class Connection(BridgeSocket):
     """Frames over the bridge socket, with results matched to pending calls by id.
 
     Results may come back in any order. There is no permanent reader thread: a thread that
@@ -53,13 +55,13 @@ class Connection:
     loop watches the socket and resolves their futures in its own thread (no reader thread,
     no wake-up from another thread per result). Awaitable calls made while another running
     loop watches fall back to a reader thread, which exits when none are left. At most
-    ``max_in_flight`` awaitable calls of loops are unanswered at once, and a call the program
-    cancels is cancelled on the host too (:class:`~airlock_outbox.Outbox`).
+    ``max_in_flight`` calls of any kind are unanswered at once (an awaitable call past them is
+    held, a thread's waits), and a call the program cancels is cancelled on the host too
+    (:class:`~airlock_outbox.Outbox`).
     """
 
     def __init__(self, path: str) -> None:
-        self._sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
-        self._sock.connect(path)
+        super().__init__(path)
         self._read_lock = _thread.allocate_lock()
         self._state_lock = _thread.allocate_lock()
         self._pending: dict[int, Future[Any] | asyncio.Future[Any]] = {}
@@ -67,39 +69,14 @@ class Connection:
         self._reader_running = False
         self._ids = itertools.count(1)
         self._aborted: errors.RunAborted | None = None
-        self._received = bytearray()  # read from the socket, not yet a whole frame
-        self._scratch = memoryview(bytearray(_RECV_BYTES))
         self._outbox = Outbox(self._write, self._closed)
         self.max_batch_items = wire.MAX_BATCH_ITEMS
         """Items of one ``batch`` frame, at most (the ``run`` frame's)."""
         self._watcher: asyncio.AbstractEventLoop | None = None  # the loop reading for them
         self._watched = 0  # awaitable calls of the watching loop not answered yet
 
-    def fileno(self) -> int:
-        """The bridge socket's descriptor (the runner keeps it open, and closes the rest)."""
-        return self._sock.fileno()
-
-    def close(self) -> None:
-        """Close this end of the bridge (a kept program's process closes the zygote's)."""
-        self._sock.close()
-
-    def wait_closed(self, timeout_s: float) -> None:
-        """Wait, at most ``timeout_s``, until the host closes the bridge; what it still sends
-        is dropped."""
-        end = time.monotonic() + timeout_s
-        try:
-            while (left := end - time.monotonic()) > 0:
-                self._sock.settimeout(left)
-                if not self._sock.recv(_RECV_BYTES):
-                    return
-        except OSError:  # the timeout too
-            return
-
     def send(self, message: dict[str, Any]) -> None:
         self._outbox.send(frames.encode(message))
-
-    def _write(self, data: bytes) -> None:
-        self._sock.sendall(data)
 
     def _closed(self) -> None:
         self._abort(errors.RunAborted("protocol_error", "the bridge to the host is closed"))
@@ -123,24 +100,6 @@ class Connection:
         """Calls sent and unanswered at once, at most (the ``run`` frame's)."""
         return self._outbox.slots
 
-    def _recv(self) -> dict[str, Any]:
-        while True:
-            message = self._next_frame()
-            if message is not None:
-                return message
-            self._fill(0)
-
-    def _fill(self, flags: int) -> None:
-        # Whatever the socket holds, up to the scratch buffer, in one system call.
-        count = self._sock.recv_into(self._scratch, _RECV_BYTES, flags)
-        if not count:
-            raise ConnectionError("the host closed the bridge")
-        self._received += self._scratch[:count]
-
-    def _next_frame(self) -> dict[str, Any] | None:
-        """The next whole frame already received, or ``None``."""
-        return frames.split_frame(self._received)
-
     def _dispatch_received(self, here: asyncio.AbstractEventLoop | None = None) -> None:
         """Dispatch every whole frame already received (``here``: as :meth:`_dispatch`). A
         reader that stops reading does this before it lets the read lock go: the bytes it read
@@ -159,16 +118,16 @@ class Connection:
         calls a program makes pays for nothing else). Otherwise as :meth:`submit` and
         :meth:`wait`.
         """
+        with self._state_lock:
+            if self._aborted is not None:
+                raise self._aborted
+        message["id"] = call_id = next(self._ids)
+        # (a value JSON or the host cannot hold raises here, to the program)
+        frame = frames.encode_call(message)
+        self._take_slot(call_id)
         if not self._read_lock.acquire(blocking=False):
-            return self.wait(self.submit(message))
+            return self.wait(self._pend(call_id, frame, None))
         try:
-            with self._state_lock:
-                if self._aborted is not None:
-                    raise self._aborted
-                call_id = next(self._ids)
-            message["id"] = call_id
-            # (a value JSON or the host cannot hold raises here, to the program)
-            frame = frames.encode_call(message)
             try:
                 self._outbox.send(frame)
                 while True:
@@ -178,6 +137,7 @@ class Connection:
                     self._dispatch(answer)  # another thread's result, or the host's abort
                     if self._aborted is not None:
                         raise self._aborted
+                self._outbox.answered()
                 self._dispatch_received()
             except (ConnectionError, OSError, ValueError):
                 closed = errors.RunAborted("protocol_error", "the bridge to the host is closed")
@@ -189,21 +149,32 @@ class Connection:
             return answer.get("value")
         raise errors.error_from_wire(answer.get("error"))
 
-    def submit(self, message: dict[str, Any], *, awaited: bool = False) -> Future[Any]:
-        """Send a call or batch frame; the future holds its result.
+    def submit(
+        self, message: dict[str, Any], *, loop: asyncio.AbstractEventLoop | None = None
+    ) -> Future[Any]:
+        """Send a call or batch frame; the future holds its result. The calling thread waits
+        while ``max_in_flight`` calls are unanswered.
 
-        ``awaited`` marks a call an event loop will wait for: a reader thread then reads.
+        ``loop``: the running event loop that will await the call (a reader thread then
+        reads); its frame is then held as an awaitable call's is, and nothing waits.
         """
+        call_id = next(self._ids)  # (atomic) before the frame: a refused one is never pending
+        frame = frames.encode_call({**message, "id": call_id})
+        if loop is None:
+            self._take_slot(call_id)
+        return self._pend(call_id, frame, loop)
+
+    def _pend(
+        self, call_id: int, frame: bytes, loop: asyncio.AbstractEventLoop | None
+    ) -> Future[Any]:
         from concurrent.futures import Future
 
         future: Future[Any] = Future()
-        call_id = next(self._ids)  # (atomic) before the frame: a refused one is never pending
-        frame = frames.encode_call({**message, "id": call_id})
         with self._state_lock:
             if self._aborted is not None:
                 raise self._aborted
             self._pending[call_id] = future
-            if awaited:
+            if loop is not None:
                 watch_cancel(future, call_id, self._cancelled)
                 self._awaited.add(call_id)
                 if not self._reader_running:
@@ -211,15 +182,50 @@ class Connection:
                     import threading  # loaded already: asyncio imports it
 
                     threading.Thread(target=self._read_for_loop, daemon=True).start()
-        self._outbox.send(frame)
+        if loop is None:
+            self._outbox.send(frame)
+        else:
+            self._outbox.add(call_id, frame, loop)
         return future
+
+    def _take_slot(self, call_id: int) -> None:
+        """Wait until call ``call_id`` may be sent: fewer than ``max_in_flight`` calls are
+        unanswered. Meanwhile this thread reads when nobody else does (it may be the one
+        that would: a loop's thread blocked in this call), first sending the frames of its
+        loop's calls that wait for the loop's turn (their answers free the slots)."""
+        gate = self._outbox.take(call_id)
+        if gate is None:
+            return
+        try:
+            while not gate.acquire(blocking=False):
+                if self._aborted is not None:
+                    raise self._aborted
+                if not self._read_lock.acquire(blocking=False):
+                    if gate.acquire(timeout=_SLOT_RETRY_S):  # another thread reads meanwhile
+                        break
+                    continue
+                try:
+                    self._outbox.flush()
+                    if (frame := self._next_frame()) is not None:
+                        self._dispatch(frame)
+                    elif self._fill_within(_SLOT_RETRY_S):
+                        self._dispatch_received()
+                except (ConnectionError, OSError, ValueError):
+                    self._closed()
+                finally:
+                    self._read_lock.release()
+            if self._aborted is not None:  # woken by the run's end
+                raise self._aborted
+        except BaseException:
+            self._outbox.withdraw(call_id)
+            raise
 
     def submit_on_loop(
         self, message: dict[str, Any], loop: asyncio.AbstractEventLoop
     ) -> asyncio.Future[Any] | None:
         """Queue a call or batch frame of an awaitable call made on the running ``loop``; the
         future holds its result. ``None`` when another running loop watches the socket (the
-        caller then uses :meth:`submit` with ``awaited=True``)."""
+        caller then uses :meth:`submit` with ``loop``)."""
         with self._state_lock:
             watcher = self._watcher
             if watcher is not loop:
@@ -350,11 +356,9 @@ class Connection:
                 return
             if self._awaited:
                 self._awaited.discard(call_id)
-            on_loop = of_loop(future)
-            if on_loop:
+            if of_loop(future):
                 self._watched -= 1
-        if on_loop:
-            self._outbox.answered()
+        self._outbox.answered()
         if frame.get("ok"):
             settle(future, frame.get("value"), None, here)
         else:

@@ -125,6 +125,11 @@ def limit_calls(max_bytes: object) -> None:
     _call_bytes = max_bytes if fits else wire.MAX_CALL_FRAME_BYTES  # type: ignore[assignment]
 
 
+def max_call_bytes() -> int:
+    """The largest call frame body this process's program may send (:func:`limit_calls`)."""
+    return _call_bytes
+
+
 def encode_call(message: dict[str, Any]) -> bytes:
     """One ``call``, ``propose`` or ``batch`` frame holding ``message``, as :func:`encode`.
 
@@ -229,6 +234,7 @@ __all__ = [
     "encode",
     "encode_call",
     "limit_calls",
+    "max_call_bytes",
     "split_frame",
     "suspect",
     "to_json",

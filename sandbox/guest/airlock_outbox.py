@@ -1,14 +1,17 @@
 """What the guest's connection sends the host, and when: frames at once, or the frames of
-awaitable calls made on a running event loop once per turn of that loop, at most
-``max_in_flight`` of those calls unanswered at once.
+awaitable calls made on a running event loop once per turn of that loop; and at most
+``max_in_flight`` calls of any kind unanswered at once.
 
 Standard library only; shipped in the image next to the runner. The host ends a run that
 has more than its ``max_in_flight`` calls unanswered, a limit the program is not meant to
-meet: a ``gather`` of a thousand awaitable calls is a documented way to fan out. So the
-frames of awaitable calls past the limit wait here, in the order they were made, and each
-answer sends the next. A call the program cancels leaves no trace when its frame has not
-left yet (held, or in the outbox); once it has, a ``cancel`` frame tells the host, which
-cancels it, answers nothing and frees its slot: so does this side, at once.
+meet: a ``gather`` of a thousand awaitable calls, or a pool of threads each making calls, are
+documented ways to fan out. So every ``call``, ``batch`` and ``propose`` frame takes one of
+``max_in_flight`` slots, in the order the calls were made: the frame of an awaitable call
+past them waits here, and each answer sends the next; a thread whose call finds none free
+waits for one (:meth:`Outbox.take`; the connection reads answers meanwhile). A call the
+program cancels leaves no trace when its frame has not left yet (held, or in the outbox);
+once it has, a ``cancel`` frame tells the host, which cancels it, answers nothing and frees
+its slot: so does this side, at once.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ TYPE_CHECKING = False  # typing's, which the guest does not import (see airlock.
 if TYPE_CHECKING:
     import asyncio
     from collections.abc import Callable
+
+    Held = tuple[bytes, asyncio.AbstractEventLoop] | _thread.LockType  # a frame, or a thread
 
     from airlock.bridge import airlock_wire as wire
     from airlock.sandbox.guest import airlock_frames as frames
@@ -38,11 +43,13 @@ class Outbox:
         self.lock = _thread.allocate_lock()
         """Held while frames are written: one frame's bytes are never cut by another's."""
         self._queued: dict[int, bytes] = {}  # by call id (a ``cancel`` frame's: minus it)
-        self._held: dict[int, tuple[bytes, asyncio.AbstractEventLoop]] = {}  # for a slot
+        # Waiting for a slot, first come first served: a loop's frame, or the lock a thread
+        # waits on (released when the slot is its).
+        self._held: dict[int, Held] = {}
         self._flushing: asyncio.AbstractEventLoop | None = None  # where a flush is due
         self.slots = wire.MAX_IN_FLIGHT
-        """Awaitable calls of loops sent and unanswered at once, at most."""
-        self._sent = 0  # such calls sent (or queued) and not answered nor cancelled
+        """Calls sent and unanswered at once, at most."""
+        self._sent = 0  # calls sent (or queued, or given a slot) and not answered nor cancelled
 
     def send(self, frame: bytes) -> None:
         """Write ``frame`` now, after the frames queued before it."""
@@ -62,15 +69,39 @@ class Outbox:
             self._sent += 1
         self._queue(call_id, frame, loop)
 
+    def take(self, call_id: int) -> _thread.LockType | None:
+        """A slot for call ``call_id`` of a thread that will send its frame itself: ``None``
+        when it has one now, else a lock released once it has (after the calls held before
+        it); :meth:`withdraw` if the thread stops waiting."""
+        with self.lock:
+            if not self._held and self._sent < self.slots:
+                self._sent += 1
+                return None
+            gate = _thread.allocate_lock()
+            gate.acquire()
+            self._held[call_id] = gate
+            return gate
+
+    def withdraw(self, call_id: int) -> None:
+        """The thread waiting for call ``call_id``'s slot (:meth:`take`) sends nothing."""
+        with self.lock:
+            if self._held.pop(call_id, None) is not None:
+                return  # not given one yet
+        self.answered()  # given one meanwhile: the next call takes it
+
     def answered(self) -> None:
-        """An awaitable call of a loop was answered: its slot goes to the first held one."""
+        """A call was answered (or will send nothing): its slot goes to the first held one."""
         with self.lock:
             self._sent -= 1
             if not self._held or self._sent >= self.slots:
                 return
             call_id = next(iter(self._held))
-            frame, loop = self._held.pop(call_id)
+            entry = self._held.pop(call_id)
             self._sent += 1
+            if not isinstance(entry, tuple):
+                entry.release()  # a thread's: it sends its frame now
+                return
+        frame, loop = entry
         self._queue(call_id, frame, loop)
 
     def cancel(self, call_id: int, loop: asyncio.AbstractEventLoop | None) -> None:
@@ -89,14 +120,18 @@ class Outbox:
                     with contextlib.suppress(OSError):  # closed: the run is over anyway
                         self._write(b"".join(self._queued.values()) + cancel)
                     self._queued.clear()
-                    return
+                    cancel = None
         if cancel is not None:
             self._queue(-call_id, cancel, loop)  # type: ignore[arg-type]
         self.answered()
 
     def drop_held(self) -> None:
-        """The run is over: the held frames never go."""
+        """The run is over: the held frames never go (the threads that wait for a slot wake
+        to find the run's end)."""
         with self.lock:
+            for entry in self._held.values():
+                if not isinstance(entry, tuple):
+                    entry.release()
             self._held.clear()
 
     def _queue(self, key: int, frame: bytes, loop: asyncio.AbstractEventLoop) -> None:

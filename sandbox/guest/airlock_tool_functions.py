@@ -10,9 +10,12 @@ input's alias such as ``from``) is passed by keyword only, ``**{"from": 1}``.
 
 ``f.aio(...)`` made on a running event loop is sent in the loop's turn; made where no loop
 runs, it is sent when first awaited (by whichever loop awaits it). ``f.batch(items)`` sends at
-most the ``run`` frame's ``max_batch_items`` items a frame, a longer list in several frames
-one after another; an item that does not bind (or is not a dict) is ``InvalidInput`` naming
-its index, raised, or in its place with ``return_errors=True`` while the others are called.
+most the ``run`` frame's ``max_batch_items`` items a frame (fewer when their bytes would pass
+its ``max_call_frame_bytes``), a longer list in several frames one after another; an item
+that does not bind (or is not a dict), or whose frame alone is over the bytes, is
+``InvalidInput`` naming its index, raised, or in its place with ``return_errors=True`` while
+the others are called. Every call waits for one of the run's ``max_in_flight`` slots
+(``airlock_outbox``).
 """
 
 from __future__ import annotations
@@ -116,8 +119,8 @@ class ToolFunction:
         return _submit(self._connection, message, loop)
 
     def batch(self, items: list[dict[str, Any]], *, return_errors: bool = False) -> list[Any]:
-        """Many calls of this tool, ``max_batch_items`` to a frame; results in the order of
-        ``items``.
+        """Many calls of this tool, ``max_batch_items`` to a frame (fewer when the frame would
+        be over ``max_call_frame_bytes``); results in the order of ``items``.
 
         A failed item raises its error, or with ``return_errors=True`` stands in the list as
         a ``ToolError`` instance (an item that does not bind too, and the others are called).
@@ -154,7 +157,7 @@ def _submit(connection: Connection, message: dict[str, Any], loop: Any) -> Any:
         return on_loop
     import asyncio  # another running loop watches the socket: a reader thread reads
 
-    return asyncio.wrap_future(connection.submit(message, awaited=True), loop=loop)
+    return asyncio.wrap_future(connection.submit(message, loop=loop), loop=loop)
 
 
 _BY_KEYWORD = "kwargs"  # in a signature, the parameters whose names are not Python's

@@ -331,13 +331,21 @@ def test_a_program_reads_retry_after_of_rate_limited(sandbox: Sandbox) -> None:
     assert "quota" not in str(result.value)
 
 
+WRITES_CALL_FRAMES = """
+import json, os, struct, time
+for n in range(1, 10):
+    body = json.dumps({"type": "call", "id": n, "tool": "records_slow_get",
+                       "args": {"record_id": "rec_1"}}).encode()
+    os.write(tools._connection.fileno(), struct.pack(">I", len(body)) + body)
+time.sleep(30)
+"""
 LIMITS = [
     ("call_budget", BridgeLimits(max_calls=50),
      "while True:\n    tools.records_item_get(record_id='rec_1')\n", "calls"),
-    # Awaitable calls wait in the sandbox for a place (test_guest_call_limits.py); calls
-    # from threads (at least 5 in asyncio's default executor) meet the host's limit.
-    ("in_flight", BridgeLimits(max_in_flight=4, max_concurrency=2),
-     "import asyncio\nasync def main():\n    await asyncio.gather(*(asyncio.to_thread(tools.records_slow_get, record_id='rec_1') for _ in range(100)))\nasyncio.run(main())\n", "in_flight"),
+    # Every call the guest makes waits there for a place (test_guest_call_limits.py): call
+    # frames a full-mode program writes to the bridge itself meet the host's limit.
+    ("in_flight", BridgeLimits(max_in_flight=4, max_concurrency=2), WRITES_CALL_FRAMES,
+     "in_flight"),
     ("bytes_in", BridgeLimits(max_bytes_in=200_000),
      "while True:\n    try:\n        tools.records_item_get(record_id='x' * 5000)\n    except tools.InvalidInput:\n        pass\n", "bytes"),
     ("bytes_out", BridgeLimits(max_bytes_out=3_000_000),
@@ -350,7 +358,8 @@ def test_run_limits_stop_the_run_and_the_host_recovers(
     sandbox: Sandbox, name: str, limits: BridgeLimits, program: str, limit: str
 ) -> None:
     tools = session(limits=limits)
-    result = sandbox.run(program, tools=tools, timeout_s=20)
+    mode = "full" if program is WRITES_CALL_FRAMES else "restricted"  # (it reaches the socket)
+    result = sandbox.run(program, tools=tools, timeout_s=20, language_mode=mode)
     assert result.status == "limit_exceeded", (result.status, result.error)
     assert result.limit == limit
     assert result.duration_s < 15

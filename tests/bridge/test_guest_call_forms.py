@@ -11,6 +11,9 @@ no event loop runs is sent when a loop awaits it.
 from __future__ import annotations
 
 import asyncio
+import threading
+from collections.abc import Awaitable, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +24,8 @@ from tests.bridge.test_guest_calls import bridge, total
 from tests.sandbox.guest_image import load_guest
 
 errors = load_guest("airlock_errors")
-LIMITS = BridgeLimits(max_in_flight=16, max_batch_items=10)
+frames = load_guest("airlock_frames")
+LIMITS = BridgeLimits(max_in_flight=16, max_batch_items=10, max_call_frame_bytes=2000)
 
 
 def run_frame(limits: BridgeLimits) -> dict[str, Any]:
@@ -44,6 +48,72 @@ def test_a_gather_past_max_in_flight_ends_ok_with_every_result(tmp_path: Path, t
     assert host.outcome == {"type": "done", "result": None}
     assert [total(r) for r in records] == [n * 10 for n in range(1, count + 1)]
     assert session.calls == count
+
+
+def slow(tools: Any, n: int) -> int:
+    return total(tools.records_slow_get(record_id=f"rec_{n}"))
+
+
+async def gather_and_to_thread(tools: Any) -> list[int]:
+    calls = [tools.records_slow_get.aio(record_id=f"rec_{n}") for n in range(1, 31)]
+    *records, aside = await asyncio.gather(*calls, asyncio.to_thread(slow, tools, 31))
+    return [total(r) for r in records] + [aside]
+
+
+async def gather_and_a_thread(tools: Any) -> list[int]:
+    aside: list[int] = []
+    thread = threading.Thread(target=lambda: aside.append(slow(tools, 31)))
+    calls = [tools.records_slow_get.aio(record_id=f"rec_{n}") for n in range(1, 31)]
+    thread.start()
+    records = await asyncio.gather(*calls)
+    await asyncio.to_thread(thread.join)
+    return [total(r) for r in records] + aside
+
+
+async def gather_and_a_sync_call_in_the_loop(tools: Any) -> list[int]:
+    # The sync call blocks the loop whose calls hold every slot: it must read their answers
+    # (and send their frames) itself, or nobody would.
+    calls = [tools.records_slow_get.aio(record_id=f"rec_{n}") for n in range(1, 31)]
+    await asyncio.sleep(0)
+    inline = slow(tools, 31)
+    return [total(r) for r in await asyncio.gather(*calls)] + [inline]
+
+
+async def thread_pool(tools: Any) -> list[int]:
+    with ThreadPoolExecutor(max_workers=31) as pool:
+        return list(pool.map(lambda n: slow(tools, n), range(1, 32)))
+
+
+async def pool_and_a_batch(tools: Any) -> list[int]:
+    with ThreadPoolExecutor(max_workers=20) as pool:
+        singles = pool.map(lambda n: slow(tools, n), range(1, 21))
+        items = [{"record_id": f"rec_{n}"} for n in range(21, 32)]
+        batched = await asyncio.to_thread(tools.records_slow_get.batch, items)
+        return list(singles) + [total(r) for r in batched]
+
+
+# (case, a program whose sync calls from threads meet the awaitable calls' max_in_flight)
+MIXED: list[Callable[[Any], Awaitable[list[int]]]] = [
+    gather_and_to_thread,
+    gather_and_a_thread,
+    gather_and_a_sync_call_in_the_loop,
+    thread_pool,
+    pool_and_a_batch,
+]
+
+
+@pytest.mark.parametrize("program", MIXED, ids=[p.__name__ for p in MIXED])
+def test_calls_from_threads_and_loops_share_max_in_flight(
+    tmp_path: Path, program: Callable[[Any], Awaitable[list[int]]]
+) -> None:
+    with bridge(tmp_path, limits=LIMITS) as (tools, connection, session, host):
+        connection.take_limits(run_frame(LIMITS))
+        values = asyncio.run(program(tools))  # type: ignore[arg-type]
+        assert not connection._pending
+        assert connection._outbox._sent == 0
+    assert host.outcome == {"type": "done", "result": None}
+    assert values == [n * 10 for n in range(1, 32)]
+    assert session.calls == 31
 
 
 @pytest.mark.parametrize("size", [0, 1, 10, 11, 25], ids=lambda n: f"{n}_items")
@@ -100,6 +170,47 @@ def test_a_batch_item_that_does_not_bind_is_its_own_invalid_input(
             assert f"item {raised.split('.')[0]}" in caught.value.message
     assert host.outcome == {"type": "done", "result": None}
     assert called == sum(1 for p in placed if isinstance(p, int))
+
+
+@pytest.fixture
+def call_bytes() -> Iterator[int]:
+    """The guest held to ``LIMITS.max_call_frame_bytes``, as its ``run`` frame holds it."""
+    frames.limit_calls(LIMITS.max_call_frame_bytes)
+    try:
+        yield LIMITS.max_call_frame_bytes
+    finally:
+        frames.limit_calls(None)
+
+
+LONG = "rec_" + "9" * 600  # a frame of its own holds it; the host refuses it (not an id)
+HUGE = "rec_" + "9" * 2500  # no frame holds it
+
+
+def test_a_batch_past_max_call_frame_bytes_goes_in_frames_that_fit(
+    tmp_path: Path, call_bytes: int
+) -> None:
+    ids = ["rec_1", LONG, "rec_3", LONG, LONG, LONG, "rec_7", HUGE, "rec_9"]
+    items = [{"record_id": i} for i in ids]
+    assert len(frames.to_json(items)) > call_bytes  # one frame would not hold them
+
+    def seen(outcome: Any) -> Any:
+        if isinstance(outcome, errors.ToolError):
+            return outcome.issues[0]["field"]
+        return total(outcome)
+
+    with bridge(tmp_path, limits=LIMITS) as (tools, connection, session, host):
+        connection.take_limits(run_frame(LIMITS))
+        outcomes = tools.records_item_get.batch(items, return_errors=True)
+        called = session.calls
+        with pytest.raises(errors.InvalidInput) as caught:
+            tools.records_item_get.batch([{"record_id": "rec_1"}, {"record_id": HUGE}])
+    assert host.outcome == {"type": "done", "result": None}
+    host_refused = seen(outcomes[1])
+    assert [seen(o) for o in outcomes] == [10, host_refused, 30, *[host_refused] * 3, 70, "7", 90]
+    assert "item 7:" in outcomes[7].message
+    assert "over the bridge's limit of 2000" in outcomes[7].message
+    assert called == 8  # the one no frame holds was never sent
+    assert caught.value.issues[0]["field"] == "1"
 
 
 def test_aio_made_where_no_loop_runs_is_sent_when_awaited(tmp_path: Path) -> None:

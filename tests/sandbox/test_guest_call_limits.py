@@ -1,6 +1,7 @@
 """The documented call forms at the bridge's limits, in a real container: the ``run`` frame
-carries ``max_in_flight`` and ``max_batch_items``, so a ``gather`` of more awaitable calls,
-or a ``batch`` of more items, ends ok with every result; cancelled calls free their places
+carries ``max_in_flight``, ``max_batch_items`` and ``max_call_frame_bytes``, so a ``gather``
+of more awaitable calls, calls from more threads (or both at once), or a ``batch`` of more
+items or bytes, ends ok with every result; cancelled calls free their places
 on the host (one already running runs on, unanswered); a cancelled proposal leaves no
 preview; and a call at
 ``max_call_frame_bytes`` is taken as the guest let it go."""
@@ -56,26 +57,59 @@ async def main():
     return await asyncio.gather(*futures)
 [r["total"] for r in asyncio.run(main())]
 """
-# (case, program, the slow tool's seconds, the value, the calls the host counted)
-PROGRAMS: list[tuple[str, str, float, Any, int]] = [
+GATHER_AND_A_THREAD = """
+import asyncio
+def one(n):
+    return tools.records_slow_get(record_id=f"rec_{n}")["total"]
+async def main():
+    calls = [tools.records_slow_get.aio(record_id=f"rec_{n}") for n in range(1, 31)]
+    *records, aside = await asyncio.gather(*calls, asyncio.to_thread(one, 31))
+    return [r["total"] for r in records] + [aside]
+asyncio.run(main())
+"""
+THREAD_POOL = """
+from concurrent.futures import ThreadPoolExecutor
+with ThreadPoolExecutor(max_workers=40) as pool:
+    totals = list(pool.map(lambda n: tools.records_slow_get(record_id=f"rec_{n}")["total"], range(1, 41)))
+totals
+"""
+BATCH_OF_BYTES = """
+ids = ["rec_1", "rec_" + "9" * 600, "rec_3", "rec_" + "9" * 600, "rec_" + "9" * 600, "rec_6",
+       "rec_" + "9" * 3000, "rec_8"]
+out = tools.records_item_get.batch([{"record_id": i} for i in ids], return_errors=True)
+[r["total"] if isinstance(r, dict) else r.code for r in out]
+"""
+REFUSED = "invalid_input"
+# (case, program, the slow tool's seconds, the value, the calls the host counted, the mode)
+PROGRAMS: list[tuple[str, str, float, Any, int, str]] = [
     ("gather_past_max_in_flight", GATHER.format(tool="records_item_get"), 0.05,
-     [n * 10 for n in range(1, 61)], 60),
+     [n * 10 for n in range(1, 61)], 60, "restricted"),
     ("gather_of_slow_calls", GATHER.format(tool="records_slow_get"), 0.05,
-     [n * 10 for n in range(1, 61)], 60),
-    ("batch_past_max_batch_items", BATCH, 0.05, [n * 10 for n in range(1, 12)], 11),
-    ("cancelled_calls_free_their_places", CANCEL, 2.0, 39, 39),
-    ("aio_made_outside_a_loop", OUTSIDE_A_LOOP, 0.05, [10, 20, 30], 3),
+     [n * 10 for n in range(1, 61)], 60, "restricted"),
+    ("batch_past_max_batch_items", BATCH, 0.05, [n * 10 for n in range(1, 12)], 11,
+     "restricted"),
+    ("cancelled_calls_free_their_places", CANCEL, 2.0, 39, 39, "restricted"),
+    ("aio_made_outside_a_loop", OUTSIDE_A_LOOP, 0.05, [10, 20, 30], 3, "restricted"),
+    ("gather_and_a_call_from_a_thread", GATHER_AND_A_THREAD, 0.2,
+     [n * 10 for n in range(1, 32)], 31, "full"),
+    ("thread_pool_past_max_in_flight", THREAD_POOL, 0.2, [n * 10 for n in range(1, 41)], 40,
+     "full"),
+    ("batch_past_max_call_frame_bytes", BATCH_OF_BYTES, 0.05,
+     [10, REFUSED, 30, REFUSED, REFUSED, 60, REFUSED, 80], 7, "restricted"),
 ]  # fmt: skip
 
 
 @pytest.mark.parametrize(
-    ("case", "program", "slow_s", "value", "calls"), PROGRAMS, ids=[p[0] for p in PROGRAMS]
+    ("case", "program", "slow_s", "value", "calls", "mode"),
+    PROGRAMS,
+    ids=[p[0] for p in PROGRAMS],
 )
 def test_a_documented_form_ends_ok_within_the_limits(
-    sandbox: Sandbox, case: str, program: str, slow_s: float, value: Any, calls: int
+    sandbox: Sandbox, case: str, program: str, slow_s: float, value: Any, calls: int, mode: str
 ) -> None:
     tools = session(slow_s)
-    result = sandbox.run(textwrap.dedent(program), tools=tools)
+    profile = {"language_mode": mode} if mode != "restricted" else {}  # (the default)
+    result = sandbox.run(textwrap.dedent(program), tools=tools, **profile)
     assert result.ok, (case, result.error)
     assert result.value == value
     assert result.tool_calls == calls

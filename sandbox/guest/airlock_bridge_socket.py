@@ -1,0 +1,89 @@
+"""The guest's end of the bridge socket: bytes written as they come, bytes read into whole
+frames.
+
+Standard library only; shipped in the image next to the runner. Who reads, and what a frame
+read means, is the connection's (``airlock_connection``, which builds on this).
+"""
+
+from __future__ import annotations
+
+import _socket
+import time
+
+TYPE_CHECKING = False  # typing's, which the guest does not import (see airlock.sandbox.guest)
+if TYPE_CHECKING:
+    from typing import Any
+
+    from airlock.sandbox.guest import airlock_frames as frames
+else:  # in the image, the guest's modules sit side by side on the runner's path
+    import airlock_frames as frames
+
+_RECV_BYTES = 256 * 1024
+
+
+class BridgeSocket:
+    """The bridge socket at ``path``, connected; one reader at a time (the caller's lock)."""
+
+    def __init__(self, path: str) -> None:
+        self._sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+        self._sock.connect(path)
+        self._received = bytearray()  # read from the socket, not yet a whole frame
+        self._scratch = memoryview(bytearray(_RECV_BYTES))
+
+    def fileno(self) -> int:
+        """The bridge socket's descriptor (the runner keeps it open, and closes the rest)."""
+        return self._sock.fileno()
+
+    def close(self) -> None:
+        """Close this end of the bridge (a kept program's process closes the zygote's)."""
+        self._sock.close()
+
+    def wait_closed(self, timeout_s: float) -> None:
+        """Wait, at most ``timeout_s``, until the host closes the bridge; what it still sends
+        is dropped."""
+        end = time.monotonic() + timeout_s
+        try:
+            while (left := end - time.monotonic()) > 0:
+                self._sock.settimeout(left)
+                if not self._sock.recv(_RECV_BYTES):
+                    return
+        except OSError:  # the timeout too
+            return
+
+    def _write(self, data: bytes) -> None:
+        self._sock.sendall(data)
+
+    def _recv(self) -> dict[str, Any]:
+        while True:
+            message = self._next_frame()
+            if message is not None:
+                return message
+            self._fill(0)
+
+    def _fill(self, flags: int) -> None:
+        # Whatever the socket holds, up to the scratch buffer, in one system call.
+        count = self._sock.recv_into(self._scratch, _RECV_BYTES, flags)
+        if not count:
+            raise ConnectionError("the host closed the bridge")
+        self._received += self._scratch[:count]
+
+    def _next_frame(self) -> dict[str, Any] | None:
+        """The next whole frame already received, or ``None``."""
+        return frames.split_frame(self._received)
+
+    def _fill_within(self, seconds: float) -> bool:
+        """Whether bytes came within ``seconds`` (read, as :meth:`_fill`; ``False``: none)."""
+        import select  # one C module, for the few calls that wait this way
+
+        poll = select.poll()
+        poll.register(self._sock.fileno(), select.POLLIN)
+        if not poll.poll(seconds * 1000):
+            return False
+        try:
+            self._fill(_socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return False
+        return True
+
+
+__all__ = ["BridgeSocket"]
