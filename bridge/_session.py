@@ -155,13 +155,13 @@ class ToolSession:
     the tool's contract and the grant allow); admission judges every proposal anyway."""
     proposed: int = field(default=0, init=False)
     """Proposals the program made so far, refused ones included."""
-    _proposals: list[tuple[int, float, Preview]] = field(
+    _proposals: list[tuple[int, bool, Preview]] = field(
         default_factory=list, init=False, repr=False
     )
-    """Each kept proposal's order, when it began (:attr:`WritePath.clock`) and its preview."""
+    """Each kept proposal's order, whether it stored its preview itself, and its preview."""
     _withdrawn: set[int] = field(default_factory=set, init=False, repr=False)
-    _dropped: list[tuple[float, Preview]] = field(default_factory=list, init=False, repr=False)
-    """Withdrawn proposals' previews (with when each proposal began), to deny in the ledger."""
+    _dropped: list[Preview] = field(default_factory=list, init=False, repr=False)
+    """The previews withdrawn proposals stored themselves, to deny in the ledger."""
     _preparing: int = field(default=0, init=False, repr=False)
     authority: RunAuthority = field(init=False, repr=False)
     """The run's authority, from the fields above; every call's context comes from it."""
@@ -220,14 +220,13 @@ class ToolSession:
                 )
             )
             raise error
-        began = self.writes.clock()
         self._preparing += 1
         try:
-            preview = await self.writes.propose_from_code(tool, args, ctx)
-            if order in self._withdrawn:
-                self._dropped.append((began, preview))
-            else:
-                self._proposals.append((order, began, preview))
+            preview, own = await self.writes.propose_own(tool, args, ctx)
+            if order not in self._withdrawn:
+                self._proposals.append((order, own, preview))
+            elif own:
+                self._dropped.append(preview)
         finally:
             self._preparing -= 1
             self._deny_withdrawn()
@@ -257,14 +256,16 @@ class ToolSession:
         that loads a run's waiting previews from the ledger (a harness's
         ``restore_pending``) finds it, an approval of it is refused (``conflict``) and a
         commit too (``denied``). Its key is free again, so the same intent proposed later
-        gets a preview of its own. The exception: a preview that another proposal of this
-        program kept (the same intent, one preview) stays ``prepared`` and listed for that
-        proposal, and so does one that existed before the proposal began (a direct call's,
-        or an earlier program's of the run). The ledger is told once no proposal of the
-        program is being prepared, so one that would share the preview has kept it by then.
+        gets a preview of its own. The exceptions: only a preview the proposal stored itself
+        is denied (:meth:`WritePath.propose_own <airlock.tools.WritePath.propose_own>`), not
+        the live one of the same intent it received (a direct call's, another program's of
+        the run, stored first); one that another proposal of this program kept (the same
+        intent, one preview) stays ``prepared`` and listed for that proposal; and one a
+        person approved stays approved. The ledger is told once no proposal of the program
+        is being prepared, so one that would share the preview has kept it by then.
         """
         self._withdrawn.add(order)
-        self._dropped += [(began, p) for n, began, p in self._proposals if n == order]
+        self._dropped += [p for n, own, p in self._proposals if n == order and own]
         self._proposals = [entry for entry in self._proposals if entry[0] != order]
         self._deny_withdrawn()
 
@@ -273,8 +274,8 @@ class ToolSession:
             return  # (one being prepared may yet answer the same preview, for a kept proposal)
         kept = {preview.id for _, _, preview in self._proposals}
         dropped, self._dropped = self._dropped, []
-        for began, preview in dropped:
-            if preview.id in kept or preview.created < began:
+        for preview in dropped:
+            if preview.id in kept:
                 continue
             try:
                 self.writes.withdraw(preview.id)

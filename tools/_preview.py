@@ -7,7 +7,8 @@ A write moves through explicit states, each stored in the ledger::
         └──deny──► denied                        └──timeout/crash─► unknown ──resend/query──┘
 
 ``denied`` is a person's refusal (of a policy approval no commit used, too) or a proposal its
-program withdrew (cancelled while it was prepared): never approved again, never committed.
+program withdrew (cancelled while it was prepared; only a preview that proposal stored itself,
+and never one a person approved): never approved again, never committed.
 
 ``committed`` holds exactly when a receipt is stored under the preview's idempotency key.
 ``unknown`` (and a ``sending`` step whose sender died) means the system of record may have

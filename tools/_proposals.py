@@ -28,15 +28,14 @@ from airlock.tools._preview import Approval, Preview, canonical_json, fingerprin
 from airlock.tools._sealed import SecretVault, sealed_fields
 from airlock.tools._sender import Sender
 from airlock.tools._step_effect import contract_of
+from airlock.tools._withdrawals import note_stored
 from airlock.tools._write_contract import WriteContract
 from airlock.tools._write_grant import amountless_denials, input_named, outside_grant
 
-__all__ = ["ALREADY_COMMITTED", "WITHDRAWN", "propose_read", "propose_write", "withdraw_proposal"]
+__all__ = ["ALREADY_COMMITTED", "propose_read", "propose_write"]
 
 ALREADY_COMMITTED = "already_committed"
 """The code an intent that was already committed in its run is answered and audited with."""
-WITHDRAWN = "withdrawn by the program"
-"""How a proposal its program withdrew is denied, in the ledger's history and the audit log."""
 
 
 async def propose_write(
@@ -283,6 +282,7 @@ def _store_preview(
         stored = ledger.add_preview(fresh)
         if stored.id == fresh.id:
             vault.hold(fresh.id, clear, until=fresh.expires, now=at)
+            note_stored(fresh.id)
             return fresh
         owner = stored.principal
         if (owner.user_id, owner.tenant_id) != (ctx.principal.user_id, ctx.principal.tenant_id):
@@ -346,29 +346,3 @@ def _approve_by_policy(
         approver=f"policy:{rule}",
     )
     return approved
-
-
-def withdraw_proposal(
-    ledger: LedgerStore, sender: Sender, preview_id: str, *, now: float
-) -> Preview | None:
-    """Deny the preview of a proposal its program withdrew (:data:`WITHDRAWN`), approved by
-    policy or not: no one approves or commits it, and its key is free for the same intent
-    again. A preview already sent, settled or denied stays as it is. Returns the preview as
-    it stands, ``None`` when there is none.
-    """
-    try:
-        preview = ledger.transition(
-            preview_id,
-            expect={"prepared", "approved"},
-            to="denied",
-            at=now,
-            actor="program",
-            how=WITHDRAWN,
-            error=f"denied: {WITHDRAWN}",
-        )
-    except KeyError:
-        return None
-    except StepStateError as exc:
-        return exc.preview
-    sender.audit(preview, "authorize", "deny", preview.rule, "error", "denied", WITHDRAWN)
-    return preview

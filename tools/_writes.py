@@ -49,7 +49,6 @@ from typing import Any
 from airlock.policies import Principal, UsageError
 from airlock.tools._admission import Admission
 from airlock.tools._approvals import approve_preview, deny_preview, load_preview
-from airlock.tools._batch_writes import BatchWrites
 from airlock.tools._commit_checks import (
     checked_for_commit,
     claim_for_commit,
@@ -67,22 +66,24 @@ from airlock.tools._json import JSONObject
 from airlock.tools._ledger import LedgerStore, own_receipt
 from airlock.tools._prepare import model_message
 from airlock.tools._preview import Approval, Preview, Receipt, ResolvedBy
-from airlock.tools._proposals import propose_read, propose_write, withdraw_proposal
+from airlock.tools._proposals import propose_read, propose_write
 from airlock.tools._read_approvals import run_claimed_read
 from airlock.tools._reconcile import Resolution, resolve_all
 from airlock.tools._registry import Registry
 from airlock.tools._sealed import SealedSender, SecretVault, sealed_fields
 from airlock.tools._spec import ToolSpec
 from airlock.tools._step_events import approver_of
+from airlock.tools._withdrawals import Withdrawals
 
 __all__ = ["WritePath"]
 
 _MAX_CLAIMS = 4
 
 
-class WritePath(BatchWrites):
-    """The write path of one registry, on one ledger (and of proposals from code and their
-    batches: :class:`~airlock.tools._batch_writes.BatchWrites`).
+class WritePath(Withdrawals):
+    """The write path of one registry, on one ledger (and of proposals from code, their
+    batches and their withdrawal: :class:`~airlock.tools._batch_writes.BatchWrites`,
+    :class:`~airlock.tools._withdrawals.Withdrawals`).
 
     Args:
         registry: the tools; the write path attaches itself so direct write calls reach it.
@@ -271,13 +272,6 @@ class WritePath(BatchWrites):
             approver=approver,
         )
         return preview
-
-    def withdraw(self, preview_id: str) -> Preview | None:
-        """Deny the preview of a proposal its program withdrew, so it is never approved or
-        committed (see :func:`~airlock.tools._proposals.withdraw_proposal`)."""
-        withdrawn = withdraw_proposal(self.ledger, self._sender, preview_id, now=self.clock())
-        self._forget_if_settled(preview_id)
-        return withdrawn
 
     # -- commit --------------------------------------------------------------------------
 

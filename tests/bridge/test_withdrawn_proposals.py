@@ -174,23 +174,90 @@ async def test_the_same_intent_kept_by_another_proposal_stays_prepared_and_liste
         assert_withdrawn(world, (first if withdrawn == orders[0] else second)["preview_id"])
 
 
+# (case, how far the wall clock moved between the direct call and the proposal)
+EARLIER = [("clock_ahead", 1.0), ("same_instant", 0.0), ("clock_stepped_back", -0.5)]
+
+
+@pytest.mark.parametrize(("case", "step"), EARLIER, ids=[c[0] for c in EARLIER])
 async def test_a_preview_that_existed_before_the_withdrawn_proposal_stays_prepared(
-    world: ProposalWorld,
+    world: ProposalWorld, case: str, step: float
 ) -> None:
-    # The model's direct call of the same intent in the run, paused for a person.
+    # The model's direct call of the same intent in the run, paused for a person. The
+    # proposal received it, so it is not the proposal's, whatever the wall clock said.
     direct = CallContext(
         principal=ALICE, grant=PROPOSING, run_id="run_p", caller="direct", approvals=ASK
     )
     paused = await world.writes.preview_call(
         REFUND, {"invoice_id": "inv_1", "reason": "duplicate"}, direct
     )
-    world.clock.advance(1)
+    world.clock.advance(step)
     session = run_of(world)
     proposal = await propose(session, 1, "inv_1")
     assert proposal["preview_id"] == paused.id
     session.withdraw(1)
     assert session.proposed_previews() == []
     assert stored(world, paused.id).state == "prepared"
+
+
+# (case, the program whose proposal stores the preview, whether a person approves it before
+# program A withdraws its proposal; B keeps its own proposal of the same intent)
+OTHER_PROGRAM = [
+    ("kept_first_then_approved", "B", True),
+    ("kept_first_waiting", "B", False),
+    ("withdrawn_first_then_approved", "A", True),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "first", "approved"), OTHER_PROGRAM, ids=[c[0] for c in OTHER_PROGRAM]
+)
+async def test_a_withdrawal_never_denies_another_programs_or_a_persons_approved_preview(
+    world: ProposalWorld,
+    monkeypatch: pytest.MonkeyPatch,
+    case: str,
+    first: str,
+    approved: bool,
+) -> None:
+    # Two programs of one run (a harness runs several at once) propose the same intent.
+    prepare = world.writes.propose_from_code
+    turn = {"A": asyncio.Event(), "B": asyncio.Event()}
+
+    async def in_turn(tool: str, args: dict[str, object], ctx: CallContext) -> Preview:
+        await turn[ctx.call_id[0]].wait()
+        return await prepare(tool, args, ctx)
+
+    monkeypatch.setattr(world.writes, "propose_from_code", in_turn)
+    a, b = (
+        ToolSession(
+            registry=world.registry,
+            principal=ALICE,
+            grant=PROPOSING,
+            approvals=ASK,
+            run_id="run_p",
+            writes=world.writes,
+            proposable=frozenset({REFUND}),
+            call_prefix=name,
+        )
+        for name in "AB"
+    )
+    args: dict[str, object] = {"invoice_id": "inv_1", "reason": "duplicate"}
+    by_a = asyncio.ensure_future(a.propose(REFUND, dict(args), a.context("A1", math.inf), order=1))
+    by_b = asyncio.ensure_future(b.propose(REFUND, dict(args), b.context("B1", math.inf), order=1))
+    turn[first].set()
+    await (by_a if first == "A" else by_b)
+    turn["A"].set()
+    turn["B"].set()
+    answers = await asyncio.gather(by_a, by_b)
+    assert answers[0]["preview_id"] == answers[1]["preview_id"]
+    (shared,) = b.proposed_previews()
+    if approved:
+        approve_preview(world.ledger, shared.id, approver="bob", now=world.clock())
+    a.withdraw(1)
+    assert a.proposed_previews() == []
+    assert stored(world, shared.id).state == ("approved" if approved else "prepared")
+    if approved:
+        await world.writes.commit(shared.id, shared.fingerprint, ALICE)
+        assert world.system.sends() == 1
 
 
 async def test_withdrawing_a_refused_or_unknown_proposal_changes_nothing(

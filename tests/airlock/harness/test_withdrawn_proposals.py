@@ -60,3 +60,36 @@ async def test_a_withdrawn_proposal_is_not_restored_approved_or_committed(
     await again.call(*PEEK)  # settles what was approved meanwhile
     assert world.states([withdrawn]) == ["denied"]
     assert world.system.sends() == 0
+
+
+# (case, how far the wall clock moved between the model's direct call and the proposal)
+CLOCK = [("clock_ahead", 1.0), ("same_instant", 0.0), ("clock_stepped_back", -0.5)]
+
+
+@pytest.mark.parametrize(("case", "step"), CLOCK, ids=[c[0] for c in CLOCK])
+async def test_a_withdrawn_proposal_leaves_the_models_paused_write_of_the_same_intent(
+    world: BatchWorld, case: str, step: float
+) -> None:
+    session = world.session()
+    paused = await world.pause(session, "inv_1")
+    world.proposals.clock.advance(step)
+    program = ToolSession(
+        registry=world.proposals.registry,
+        principal=ALICE,
+        grant=PROPOSING,
+        approvals=session.approvals,
+        run_id=session.run_id,
+        writes=world.writes,
+        proposable=frozenset({REFUND}),
+    )
+    args: dict[str, object] = {"invoice_id": "inv_1", "reason": "duplicate"}
+    answer = await program.propose(REFUND, args, program.context("m1:1", math.inf), order=1)
+    assert answer["preview_id"] == paused  # the same intent: the model's preview
+    program.withdraw(1)
+
+    again = world.harness.resume_session(ALICE, session.run_id, grant=PROPOSING)
+    assert paused in [p.preview_id for p in again.pending()]
+    world.approve(paused)
+    await again.call(*PEEK)  # settles what was approved meanwhile
+    assert world.states([paused]) == ["committed"]
+    assert world.system.sends() == 1

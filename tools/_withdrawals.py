@@ -1,0 +1,119 @@
+"""A proposal its program withdrew: which preview it stored itself, and denying that one.
+
+A program may cancel a proposal while the host prepares it (the bridge lets the prepare run
+to its end). Its preview is then denied in the ledger (:data:`WITHDRAWN`), but only when the
+proposal stored it: :meth:`Withdrawals.propose_own` says so, as :func:`stored_fresh` saw it
+stored. One it received instead (the live preview of the same intent in the run, stored
+first by another program of the run or by the model's direct call) is someone else's, and
+when it was stored says nothing reliable (a wall clock may stand still or step back). A
+preview a person approved is never denied by a withdrawal (:func:`withdraw_proposal`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping
+from contextvars import ContextVar
+from typing import Any
+
+from airlock.tools._batch_writes import BatchWrites
+from airlock.tools._context import CallContext
+from airlock.tools._ledger import LedgerStore, StepStateError
+from airlock.tools._preview import Preview, StepState
+from airlock.tools._sender import Sender
+
+__all__ = ["WITHDRAWN", "Withdrawals", "note_stored", "stored_fresh", "withdraw_proposal"]
+
+WITHDRAWN = "withdrawn by the program"
+"""How a proposal its program withdrew is denied, in the ledger's history and the audit log."""
+
+_stored: ContextVar[set[str] | None] = ContextVar("airlock_stored_previews", default=None)
+
+
+@contextlib.contextmanager
+def stored_fresh() -> Iterator[set[str]]:
+    """The ids of the previews stored new (:func:`note_stored`) by the calls made within it
+    in this task: each call's own, not the live one of the same intent that it received.
+    A context variable, so that concurrent tasks each see only their own."""
+    stored: set[str] = set()
+    token = _stored.set(stored)
+    try:
+        yield stored
+    finally:
+        _stored.reset(token)
+
+
+def note_stored(preview_id: str) -> None:
+    """Record that this task stored the preview ``preview_id`` new (see :func:`stored_fresh`)."""
+    stored = _stored.get()
+    if stored is not None:
+        stored.add(preview_id)
+
+
+def withdraw_proposal(
+    ledger: LedgerStore, sender: Sender, preview_id: str, *, now: float
+) -> Preview | None:
+    """Deny the preview of a proposal its program withdrew (:data:`WITHDRAWN`), waiting or
+    approved by a rule: no one approves or commits it, and its key is free for the same
+    intent again. Name only a preview the proposal stored itself (:func:`stored_fresh`).
+
+    One a person approved stays approved (a person's decision is not the program's to undo,
+    and the preview may serve another proposal of the run); one already sent, settled or
+    denied stays as it is. Returns the preview as it stands, ``None`` when there is none.
+    """
+    for _ in range(2):  # (a second look when it was approved meanwhile: by whom?)
+        current = ledger.preview(preview_id)
+        if current is None:
+            return None
+        approval = ledger.approval(preview_id)
+        expect: set[StepState] = {"prepared"}
+        if approval is not None and approval.kind == "policy":
+            expect.add("approved")  # (an approval is never replaced: it stays the rule's)
+        if current.state not in expect:
+            return current
+        try:
+            preview = ledger.transition(
+                preview_id,
+                expect=expect,
+                to="denied",
+                at=now,
+                actor="program",
+                how=WITHDRAWN,
+                error=f"denied: {WITHDRAWN}",
+            )
+        except KeyError:
+            return None
+        except StepStateError:
+            continue
+        sender.audit(preview, "authorize", "deny", preview.rule, "error", "denied", WITHDRAWN)
+        return preview
+    return ledger.preview(preview_id)
+
+
+class Withdrawals(BatchWrites):
+    """The write path's methods for proposals from code that their program may withdraw."""
+
+    def _forget_if_settled(self, preview_id: str) -> None:
+        raise NotImplementedError  # WritePath's
+
+    async def propose_own(
+        self, name: str, args: Mapping[str, Any], ctx: CallContext
+    ) -> tuple[Preview, bool]:
+        """:meth:`propose_from_code`, and whether this call stored the preview it returns
+        (``False``: it received the live preview of the same intent in the run, stored
+        before by another call, which a withdrawal of this one must leave alone).
+
+        Raises:
+            ToolError: as :meth:`propose_from_code`.
+        """
+        with stored_fresh() as stored:
+            preview = await self.propose_from_code(name, args, ctx)
+        return preview, preview.id in stored
+
+    def withdraw(self, preview_id: str) -> Preview | None:
+        """Deny the preview of a proposal its program withdrew, one the proposal stored
+        itself (:meth:`propose_own`), so it is never approved or committed; unless a person
+        approved it (see :func:`withdraw_proposal`). Returns it as it stands."""
+        withdrawn = withdraw_proposal(self.ledger, self._sender, preview_id, now=self.clock())
+        self._forget_if_settled(preview_id)
+        return withdrawn
