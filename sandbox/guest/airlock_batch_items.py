@@ -79,12 +79,16 @@ def send_batches(
     results (or errors) in the items' order.
 
     Raises:
+        InvalidInput: an item no frame can hold (its bytes alone, or a frame rule of the
+            host's), without ``return_errors``: raised before any frame is sent.
         ToolError: the first failed item, without ``return_errors``.
     """
     results: list[Any] = list(bound)  # an item that did not bind stays as its error
     todo = [n for n, args in enumerate(bound) if type(args) is dict]
     if not todo:  # nothing to call: no frame (the host counts an empty batch)
         return results
+    if not return_errors:
+        _refuse_unsendable(tool, todo, bound)
     size = connection.max_batch_items
     chunks = [todo[start : start + size] for start in range(0, len(todo), size)][::-1]
     while chunks:  # the next to send last
@@ -120,26 +124,48 @@ def _send(
         try:
             return connection.call(message)  # type: ignore[no-any-return]
         except errors.InvalidInput as refused:
-            (issue, *_) = refused.issues or [{}]
-            place, _, field = str(issue.get("field", "")).partition(".")
-            if not place.isdigit():  # the frame as a whole (its bytes): no item to blame
-                if len(chunk) > 1:
-                    return None
-                if not return_errors:
-                    raise in_batch(refused, chunk[0]) from None
-                results[chunk[0]] = in_batch(refused, chunk[0])
-                return []
-            n = chunk[int(place)]
-            reason = str(issue.get("reason", ""))
-            error = errors.InvalidInput(
-                f"{tool}: item {n}: the argument {field!r} {reason}; nothing was sent",
-                issues=[{"field": f"{n}.{field}", "reason": reason}],
-            )
+            blamed = _blamed(tool, refused, chunk)
+            if blamed is None:  # the frame as a whole (its bytes): in parts
+                return None
+            n, error = blamed
             if not return_errors:
                 raise error from None
             results[n] = error
             chunk.remove(n)
     return []
+
+
+def _refuse_unsendable(tool: str, todo: list[int], bound: list[Any]) -> None:
+    """Raise the error of the first item in ``todo`` that no frame can hold, as its own
+    frame would (none: return); one pass over the items' JSON when they fit together."""
+    items = frames.to_json([bound[n] for n in todo]).encode()
+    room = frames.max_call_bytes() - len(frames.to_json(_EMPTY | {"tool": tool}))
+    if len(items) <= room and not frames.suspect(items):
+        return
+    for n in todo:
+        message = {**_EMPTY, "tool": tool, "items": [bound[n]]}
+        try:
+            frames.encode_call(message)
+        except errors.InvalidInput as refused:
+            blamed = _blamed(tool, refused, [n])
+            raise (blamed[1] if blamed else refused) from None
+
+
+def _blamed(
+    tool: str, refused: errors.InvalidInput, chunk: list[int]
+) -> tuple[int, errors.InvalidInput] | None:
+    """The item ``refused`` (a frame of the items ``chunk`` names) blames, and its error;
+    ``None`` when it blames the frame of several items as a whole (its bytes)."""
+    (issue, *_) = refused.issues or [{}]
+    place, _, field = str(issue.get("field", "")).partition(".")
+    if not place.isdigit():
+        return None if len(chunk) > 1 else (chunk[0], in_batch(refused, chunk[0]))
+    n = chunk[int(place)]
+    reason = str(issue.get("reason", ""))
+    return n, errors.InvalidInput(
+        f"{tool}: item {n}: the argument {field!r} {reason}; nothing was sent",
+        issues=[{"field": f"{n}.{field}", "reason": reason}],
+    )
 
 
 def _by_bytes(tool: str, chunk: list[int], bound: list[Any]) -> list[list[int]]:

@@ -47,17 +47,16 @@ _SLOT_RETRY_S = 0.002  # how soon a thread waiting for a slot looks whether it m
 class Connection(BridgeSocket):
     """Frames over the bridge socket, with results matched to pending calls by id.
 
-    Results may come back in any order. There is no permanent reader thread: a thread that
-    waits for a synchronous result reads the socket itself (one thread switch fewer per
-    call), handing other calls' results to their futures. Awaitable calls made on a running
-    event loop are served by that loop itself: their frames leave together once per turn of
-    the loop (one system call for all the calls a turn made), and while any is pending the
-    loop watches the socket and resolves their futures in its own thread (no reader thread,
-    no wake-up from another thread per result). Awaitable calls made while another running
-    loop watches fall back to a reader thread, which exits when none are left. At most
-    ``max_in_flight`` calls of any kind are unanswered at once (an awaitable call past them is
-    held, a thread's waits), and a call the program cancels is cancelled on the host too
-    (:class:`~airlock_outbox.Outbox`).
+    Results may come back in any order. No reader thread is permanent: a thread that waits
+    for a synchronous result reads the socket itself (one thread switch fewer per call),
+    handing other calls' results to their futures. Awaitable calls made on a running event
+    loop are served by that loop: their frames leave together once per turn (one system
+    call for all the calls a turn made), and while any is pending the loop watches the
+    socket and resolves their futures in its own thread (no wake-up from another thread per
+    result); those made while another running loop watches fall back to a reader thread,
+    which exits when none are left. At most ``max_in_flight`` calls of any kind are
+    unanswered at once (an awaitable call past them is held, a thread's waits), and a call
+    the program cancels is cancelled on the host too (:class:`~airlock_outbox.Outbox`).
     """
 
     def __init__(self, path: str) -> None:
@@ -92,8 +91,8 @@ class Connection(BridgeSocket):
     def take_limits(self, request: dict[str, Any]) -> None:
         """Hold calls to the ``run`` frame ``request``'s ``max_in_flight`` and
         ``max_batch_items`` (the contract's defaults for what it does not say)."""
-        self._outbox.slots = _count(request.get("max_in_flight"), wire.MAX_IN_FLIGHT)
-        self.max_batch_items = _count(request.get("max_batch_items"), wire.MAX_BATCH_ITEMS)
+        self._outbox.slots = frames.count(request.get("max_in_flight"), wire.MAX_IN_FLIGHT)
+        self.max_batch_items = frames.count(request.get("max_batch_items"), wire.MAX_BATCH_ITEMS)
 
     @property
     def max_in_flight(self) -> int:
@@ -126,7 +125,8 @@ class Connection(BridgeSocket):
         frame = frames.encode_call(message)
         self._take_slot(call_id)
         if not self._read_lock.acquire(blocking=False):
-            return self.wait(self._pend(call_id, frame, None))
+            return self.wait(self._pend_taken(call_id, frame))
+        sent = True  # (sendall raises a signal handler's error after its bytes left: sent)
         try:
             try:
                 self._outbox.send(frame)
@@ -137,6 +137,7 @@ class Connection(BridgeSocket):
                     self._dispatch(answer)  # another thread's result, or the host's abort
                     if self._aborted is not None:
                         raise self._aborted
+                sent = False
                 self._outbox.answered()
                 self._dispatch_received()
             except (ConnectionError, OSError, ValueError):
@@ -144,6 +145,8 @@ class Connection(BridgeSocket):
                 self._abort(closed)
                 raise (self._aborted or closed) from None
         finally:
+            if sent:  # before another reader may take its answer
+                self._let_go(call_id, sent=True)
             self._read_lock.release()
         if answer.get("ok"):
             return answer.get("value")
@@ -162,7 +165,29 @@ class Connection(BridgeSocket):
         frame = frames.encode_call({**message, "id": call_id})
         if loop is None:
             self._take_slot(call_id)
+            return self._pend_taken(call_id, frame)
         return self._pend(call_id, frame, loop)
+
+    def _pend_taken(self, call_id: int, frame: bytes) -> Future[Any]:
+        """A thread's call ``call_id`` that has its slot, pending (its answer frees it)."""
+        try:
+            return self._pend(call_id, frame, None)
+        except BaseException:
+            self._let_go(call_id, sent=False)
+            raise
+
+    def _let_go(self, call_id: int, *, sent: bool) -> None:
+        """Call ``call_id``'s thread ends its wait by an error (a signal handler's): its slot
+        is free now if the frame never left, else at its answer (dropped)."""
+        with self._state_lock:
+            if self._aborted is not None or call_id in self._pending:
+                return  # the run is over, or its pending future's answer frees it
+            if sent:
+                from concurrent.futures import Future
+
+                self._pending[call_id] = Future()  # nobody waits for it
+                return
+        self._outbox.answered()
 
     def _pend(
         self, call_id: int, frame: bytes, loop: asyncio.AbstractEventLoop | None
@@ -189,10 +214,8 @@ class Connection(BridgeSocket):
         return future
 
     def _take_slot(self, call_id: int) -> None:
-        """Wait until call ``call_id`` may be sent: fewer than ``max_in_flight`` calls are
-        unanswered. Meanwhile this thread reads when nobody else does (it may be the one
-        that would: a loop's thread blocked in this call), first sending the frames of its
-        loop's calls that wait for the loop's turn (their answers free the slots)."""
+        """Wait for call ``call_id``'s slot, meanwhile sending the frames that wait for a
+        loop's turn (this thread may block that loop) and reading when nobody else does."""
         gate = self._outbox.take(call_id)
         if gate is None:
             return
@@ -200,12 +223,12 @@ class Connection(BridgeSocket):
             while not gate.acquire(blocking=False):
                 if self._aborted is not None:
                     raise self._aborted
+                self._outbox.send_queued()  # its loop may be the one this call blocks
                 if not self._read_lock.acquire(blocking=False):
                     if gate.acquire(timeout=_SLOT_RETRY_S):  # another thread reads meanwhile
                         break
                     continue
                 try:
-                    self._outbox.flush()
                     if (frame := self._next_frame()) is not None:
                         self._dispatch(frame)
                     elif self._fill_within(_SLOT_RETRY_S):
@@ -282,7 +305,7 @@ class Connection(BridgeSocket):
         except BlockingIOError:
             pass  # another reader took the bytes first
         except (ConnectionError, OSError, ValueError):
-            self._abort(errors.RunAborted("protocol_error", "the bridge to the host is closed"))
+            self._closed()
         finally:
             self._read_lock.release()
         with self._state_lock:
@@ -309,9 +332,7 @@ class Connection(BridgeSocket):
                         self._dispatch(self._recv())
                     self._dispatch_received()
                 except (ConnectionError, OSError, ValueError):
-                    self._abort(
-                        errors.RunAborted("protocol_error", "the bridge to the host is closed")
-                    )
+                    self._closed()
                 finally:
                     self._read_lock.release()
             else:
@@ -333,7 +354,7 @@ class Connection(BridgeSocket):
                     self._dispatch(self._recv())
                 self._dispatch_received()
             except (ConnectionError, OSError, ValueError):
-                self._abort(errors.RunAborted("protocol_error", "the bridge to the host is closed"))
+                self._closed()
             finally:
                 with self._state_lock:
                     self._reader_running = False
@@ -374,12 +395,6 @@ class Connection(BridgeSocket):
         self._outbox.drop_held()
         for future in pending.values():
             settle(future, None, signal)
-
-
-def _count(value: object, default: int) -> int:
-    """A positive count from a ``run`` frame, or ``default`` when it is not one."""
-    fits = isinstance(value, int) and not isinstance(value, bool) and value > 0
-    return value if fits else default  # type: ignore[return-value]
 
 
 __all__ = ["Connection"]

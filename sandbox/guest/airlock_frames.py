@@ -121,8 +121,13 @@ def limit_calls(max_bytes: object) -> None:
     """Hold this process's program to call frames of at most ``max_bytes`` (its ``run``
     frame's ``max_call_frame_bytes``; the contract's default when that is not a size)."""
     global _call_bytes
-    fits = isinstance(max_bytes, int) and not isinstance(max_bytes, bool) and max_bytes > 0
-    _call_bytes = max_bytes if fits else wire.MAX_CALL_FRAME_BYTES  # type: ignore[assignment]
+    _call_bytes = count(max_bytes, wire.MAX_CALL_FRAME_BYTES)
+
+
+def count(value: object, default: int) -> int:
+    """A positive count from a ``run`` frame, or ``default`` when it is not one."""
+    fits = isinstance(value, int) and not isinstance(value, bool) and value > 0
+    return value if fits else default  # type: ignore[return-value]
 
 
 def max_call_bytes() -> int:
@@ -231,6 +236,7 @@ def split_frame(received: bytearray) -> dict[str, Any] | None:
 
 __all__ = [
     "HEADER",
+    "count",
     "encode",
     "encode_call",
     "limit_calls",

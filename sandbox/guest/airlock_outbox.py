@@ -50,6 +50,7 @@ class Outbox:
         self.slots = wire.MAX_IN_FLIGHT
         """Calls sent and unanswered at once, at most."""
         self._sent = 0  # calls sent (or queued, or given a slot) and not answered nor cancelled
+        self._dropped = False  # the run is over: a thread woken from its wait had no slot
 
     def send(self, frame: bytes) -> None:
         """Write ``frame`` now, after the frames queued before it."""
@@ -85,8 +86,8 @@ class Outbox:
     def withdraw(self, call_id: int) -> None:
         """The thread waiting for call ``call_id``'s slot (:meth:`take`) sends nothing."""
         with self.lock:
-            if self._held.pop(call_id, None) is not None:
-                return  # not given one yet
+            if self._held.pop(call_id, None) is not None or self._dropped:
+                return  # not given one yet (or woken by the run's end, without one)
         self.answered()  # given one meanwhile: the next call takes it
 
     def answered(self) -> None:
@@ -129,6 +130,7 @@ class Outbox:
         """The run is over: the held frames never go (the threads that wait for a slot wake
         to find the run's end)."""
         with self.lock:
+            self._dropped = True
             for entry in self._held.values():
                 if not isinstance(entry, tuple):
                     entry.release()
@@ -153,10 +155,20 @@ class Outbox:
         with contextlib.suppress(RuntimeError):
             loop.call_soon_threadsafe(self.flush)
 
+    def send_queued(self) -> None:
+        """Write the queued frames now, from any thread: a thread that waits for a slot sends
+        them (the loop whose turn would may be the one it blocks, their answers the slots
+        it waits for); that turn's flush still comes, and finds what was queued since."""
+        self._write_queued(turn=False)
+
     def flush(self) -> None:
         """Write the queued frames (on a loop's turn)."""
+        self._write_queued(turn=True)
+
+    def _write_queued(self, *, turn: bool) -> None:
         with self.lock:
-            self._flushing = None
+            if turn:
+                self._flushing = None
             if not self._queued:
                 return
             data = b"".join(self._queued.values())

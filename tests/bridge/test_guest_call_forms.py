@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -92,6 +93,27 @@ async def pool_and_a_batch(tools: Any) -> list[int]:
         return list(singles) + [total(r) for r in batched]
 
 
+async def two_loops_and_a_sync_call(tools: Any) -> list[int]:
+    # This loop watches the socket, so another loop's calls are read by a reader thread.
+    # They take every slot, and their frames wait for their loop's next turn; its thread,
+    # blocked in a sync call (the reader holds the read lock), must send them itself.
+    first = await tools.records_slow_get.aio(record_id="rec_1")
+    count = LIMITS.max_in_flight
+
+    def another_loop() -> list[int]:
+        async def fan_out() -> list[int]:
+            calls = [tools.records_slow_get.aio(record_id=f"rec_{n}") for n in range(2, count + 2)]
+            time.sleep(0.05)  # (the reader thread has the read lock by then)
+            inline = slow(tools, count + 2)
+            return [total(r) for r in await asyncio.gather(*calls)] + [inline]
+
+        return asyncio.run(fan_out())
+
+    fanned = await asyncio.to_thread(another_loop)
+    rest = [tools.records_slow_get.aio(record_id=f"rec_{n}") for n in range(count + 3, 32)]
+    return [total(first), *fanned, *[total(r) for r in await asyncio.gather(*rest)]]
+
+
 # (case, a program whose sync calls from threads meet the awaitable calls' max_in_flight)
 MIXED: list[Callable[[Any], Awaitable[list[int]]]] = [
     gather_and_to_thread,
@@ -99,6 +121,7 @@ MIXED: list[Callable[[Any], Awaitable[list[int]]]] = [
     gather_and_a_sync_call_in_the_loop,
     thread_pool,
     pool_and_a_batch,
+    two_loops_and_a_sync_call,
 ]
 
 
@@ -168,6 +191,7 @@ def test_a_batch_item_that_does_not_bind_is_its_own_invalid_input(
                 tools.records_item_get.batch(items)
             assert caught.value.issues[0]["field"] == raised
             assert f"item {raised.split('.')[0]}" in caught.value.message
+            assert session.calls == called  # raised before any frame left
     assert host.outcome == {"type": "done", "result": None}
     assert called == sum(1 for p in placed if isinstance(p, int))
 
@@ -204,6 +228,7 @@ def test_a_batch_past_max_call_frame_bytes_goes_in_frames_that_fit(
         called = session.calls
         with pytest.raises(errors.InvalidInput) as caught:
             tools.records_item_get.batch([{"record_id": "rec_1"}, {"record_id": HUGE}])
+        assert session.calls == called  # raised before any frame left, as its message says
     assert host.outcome == {"type": "done", "result": None}
     host_refused = seen(outcomes[1])
     assert [seen(o) for o in outcomes] == [10, host_refused, 30, *[host_refused] * 3, 70, "7", 90]

@@ -79,6 +79,46 @@ ids = ["rec_1", "rec_" + "9" * 600, "rec_3", "rec_" + "9" * 600, "rec_" + "9" * 
 out = tools.records_item_get.batch([{"record_id": i} for i in ids], return_errors=True)
 [r["total"] if isinstance(r, dict) else r.code for r in out]
 """
+TWO_LOOPS_AND_A_SYNC_CALL = """
+import asyncio, time
+def another_loop():
+    async def fan_out():
+        calls = [tools.records_slow_get.aio(record_id=f"rec_{n}") for n in range(2, 18)]
+        time.sleep(0.05)
+        inline = tools.records_slow_get(record_id="rec_18")["total"]
+        return [r["total"] for r in await asyncio.gather(*calls)] + [inline]
+    return asyncio.run(fan_out())
+async def main():
+    first = await tools.records_slow_get.aio(record_id="rec_1")
+    return [first["total"]] + await asyncio.to_thread(another_loop)
+asyncio.run(main())
+"""
+INTERRUPTED_SYNC_CALLS = """
+import signal
+class Late(Exception):
+    pass
+def on_alarm(*_):
+    raise Late()
+signal.signal(signal.SIGALRM, on_alarm)
+late = 0
+for n in range(1, 21):
+    signal.setitimer(signal.ITIMER_REAL, 0.02)
+    try:
+        tools.records_slow_get(record_id=f"rec_{n}")
+    except Late:
+        late += 1
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+[late, tools.records_slow_get(record_id="rec_1")["total"]]
+"""
+AN_ITEM_PAST_MAX_CALL_FRAME_BYTES = """
+try:
+    tools.records_item_get.batch([{"record_id": "rec_1"}, {"record_id": "rec_" + "9" * 3000}])
+    out = "no error"
+except tools.ToolError as e:
+    out = [e.code, e.issues[0]["field"]]
+out
+"""
 REFUSED = "invalid_input"
 # (case, program, the slow tool's seconds, the value, the calls the host counted, the mode)
 PROGRAMS: list[tuple[str, str, float, Any, int, str]] = [
@@ -96,6 +136,12 @@ PROGRAMS: list[tuple[str, str, float, Any, int, str]] = [
      "full"),
     ("batch_past_max_call_frame_bytes", BATCH_OF_BYTES, 0.05,
      [10, REFUSED, 30, REFUSED, REFUSED, 60, REFUSED, 80], 7, "restricted"),
+    ("an_item_past_max_call_frame_bytes_raises_before_sending",
+     AN_ITEM_PAST_MAX_CALL_FRAME_BYTES, 0.05, [REFUSED, "1"], 0, "restricted"),
+    ("two_loops_and_a_sync_call_past_max_in_flight", TWO_LOOPS_AND_A_SYNC_CALL, 0.05,
+     [n * 10 for n in range(1, 19)], 18, "full"),
+    ("sync_calls_a_signal_handler_interrupts", INTERRUPTED_SYNC_CALLS, 0.2, [20, 10], 21,
+     "full"),
 ]  # fmt: skip
 
 
