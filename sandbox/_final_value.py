@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Iterable
+from itertools import islice
 from typing import Any, Final
 
 from airlock.bridge import MAX_ELEMENTS
@@ -37,6 +39,11 @@ _CHAR_BYTES: Final = 12
 """At most, one character of a string: an astral one is two ``\\uXXXX`` escapes."""
 _SLICE_CHARS: Final = 1 << 16
 """Characters of a text encoded at once (a few milliseconds of the interpreter lock)."""
+_CHUNK_BYTES: Final = 1 << 16
+"""The most JSON one call of the encoder may make: items of a list or dict are encoded
+together while an upper bound of their encoding is within it."""
+_SCALARS: Final = frozenset({float, bool, type(None)})
+_FLAT: Final = _SCALARS | {int}
 _ADVICE: Final = "return a summary (counts, totals, the few records that matter) instead"
 
 # The guest's encoding (``airlock_frames.to_json``): compact, ASCII, no NaN.
@@ -106,28 +113,96 @@ def _size_of(value: Any) -> tuple[int, int]:
     """The size of ``value``'s compact JSON and its values and keys, counted as
     :func:`~airlock.bridge.count_elements` counts them (one more for an empty container).
 
-    One value at a time, never the whole at once: ``json``'s C encoder holds the interpreter
-    lock until it is done, and a forged value would hold the event loop with it, on whatever
-    thread it runs. Escaping is per character, so a long text is measured in slices."""
+    Never the whole at once: ``json``'s C encoder holds the interpreter lock until it is
+    done, and a forged value would hold the event loop with it, on whatever thread it runs.
+    A list's or dict's items are encoded in runs that surely make at most
+    :data:`_CHUNK_BYTES` (:func:`_run_of`); an item too large for one is measured part by
+    part, and a long text in slices (escaping is per character)."""
     size, elements = 0, 0
     stack = [value]
     while stack:
         item = stack.pop()
-        elements += 1
         if isinstance(item, str):
+            elements += 1
             size += 2 + sum(
                 len(_encode(item[at : at + _SLICE_CHARS])) - 2
                 for at in range(0, len(item), _SLICE_CHARS)
             )
-        elif isinstance(item, list):
-            size += 1 + max(len(item), 1)  # brackets and commas
-            elements += not item
-            stack.extend(item)
-        elif isinstance(item, dict):
-            size += 1 + max(len(item), 1) + len(item)  # braces, commas and colons
-            elements += not item
-            stack.extend(item)  # the keys: texts, each a value and key of its own
-            stack.extend(item.values())
+        elif isinstance(item, (list, dict)):
+            elements += 1 + (not item)
+            keys, values = (
+                (list(item), list(item.values())) if isinstance(item, dict) else (None, item)
+            )
+            size += 1 + max(len(values), 1) + (0 if keys is None else len(keys))  # and colons
+            at = 0
+            while at < len(values):
+                end, counted = _run_of(values, at, keys)
+                if end == at:  # too large for one run: measured part by part
+                    stack.append(values[at])
+                    if keys is not None:
+                        stack.append(keys[at])
+                    at += 1
+                    continue
+                if keys is None:
+                    size += len(_encode(values[at:end])) - 1 - (end - at)
+                else:
+                    part = dict(zip(keys[at:end], values[at:end], strict=True))
+                    size += len(_encode(part)) - 1 - 2 * (end - at)
+                elements += counted
+                at = end
         else:
+            elements += 1
             size += len(_encode(item))
     return size, elements
+
+
+def _run_of(values: list[Any], at: int, keys: list[str] | None) -> tuple[int, int]:
+    """``(end, elements)``: ``values[at:end]`` (with ``keys[at:end]``, a dict's) surely
+    encode to at most :data:`_CHUNK_BYTES` and hold ``elements`` values and keys; ``end`` is
+    ``at`` when ``values[at]`` alone may not (or is not a JSON value).
+
+    Walked in Python, which gives the interpreter lock up in turn; a container's items are
+    counted before they are walked, so a large one is given up at once."""
+    if keys is None and type(values[at]) in _FLAT:  # a run of numbers: no walk
+        run = values[at : at + _CHUNK_BYTES // _SCALAR_BYTES]
+        kinds = set(map(type, run))
+        if kinds <= _SCALARS or (kinds == {int} and max(map(int.bit_length, run)) <= 100):
+            return at + len(run), len(run)
+    bound, elements, end = 0, 0, at
+    for value in islice(values, at, at + _CHUNK_BYTES // 3):
+        # Each value is at least 3 bytes (with a comma) when its container is walked;
+        # what more it may be is added as it is reached.
+        if keys is None:
+            bound, counted = bound + 3, 1
+        else:  # quotes, colon, comma
+            bound, counted = bound + _CHAR_BYTES * len(keys[end]) + 7, 2
+        pending: list[Iterable[Any]] = [(value,)]
+        while pending:
+            for item in pending.pop():
+                kind = type(item)
+                if kind is str:  # printable ASCII is escaped as \" at most, other as \u00XX
+                    ascii_bytes = 2 if item.isprintable() else 6
+                    bound += len(item) * (ascii_bytes if item.isascii() else _CHAR_BYTES)
+                elif kind is int:
+                    bound += _SCALAR_BYTES - 3 if item.bit_length() <= 100 else item.bit_length()
+                elif kind in _SCALARS:
+                    bound += _SCALAR_BYTES - 3
+                elif kind is dict:
+                    counted += 2 * len(item) + (not item)
+                    bound += 7 * len(item) + _CHAR_BYTES * sum(map(len, item))
+                    if bound > _CHUNK_BYTES:
+                        return end, elements
+                    pending.append(item.values())
+                elif kind is list:
+                    counted += len(item) + (not item)
+                    bound += 3 * len(item)
+                    if bound > _CHUNK_BYTES:
+                        return end, elements
+                    pending.append(item)
+                else:
+                    return end, elements
+        if bound > _CHUNK_BYTES:
+            return end, elements
+        elements += counted
+        end += 1
+    return end, elements

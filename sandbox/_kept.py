@@ -37,6 +37,9 @@ __all__ = ["KeptSandbox"]
 
 _log = logging.getLogger(__name__)
 _DROP_AFTER: Final = frozenset({"limit_exceeded", "protocol_error"})
+_LEAST_S: Final = 0.05
+"""The least of its deadline a program is given after waiting for the one before it; with
+less left before its container is started, it does not start one and times out."""
 _CLOSE_WAIT_S: Final = 5.0
 """How long :meth:`KeptSandbox.close` waits for a program in flight to notice its end."""
 
@@ -45,7 +48,9 @@ class KeptSandbox:
     """Programs of one principal's conversation, one at a time, in one kept container.
 
     Build it with :meth:`DockerBackend.keep`. Programs run one after another (a second
-    waits for the first). Close it when the conversation ends.
+    waits for the first). Close it when the conversation ends. ``start`` makes a container
+    of the kept profile it is given, whose ``timeout_s`` is what is left of the deadline of
+    the run waiting for it: it waits for the engine no longer.
     """
 
     def __init__(
@@ -142,16 +147,24 @@ class KeptSandbox:
                 raise UsageError("this kept sandbox is closed; open another")
             self._cancel_timer()
             waited = time.perf_counter() - began
-            if waited > 0.05:
-                profile = profile.model_copy(
-                    update={"timeout_s": max(profile.timeout_s - waited, 0.05)}
-                )
+            deadline_s, left = profile.timeout_s, profile.timeout_s - waited
+            if waited > _LEAST_S:
+                profile = profile.model_copy(update={"timeout_s": max(left, _LEAST_S)})
             container = self._container
             if container is not None and not container.alive:
                 self._drop_later()
                 container = None
             if container is None:
-                container = await self._start(self.profile)
+                if left < _LEAST_S:  # no container starts that fast: the program's limit
+                    return _timed_out(
+                        f"this program's deadline of {deadline_s:g} s was over before "
+                        "a container could start for it; it did not run",
+                        waited,
+                    )
+                # Waited for by what is left of this run's deadline, not by the kept profile's:
+                # the harness shortens a run's to what its session has left.
+                left_s = {"timeout_s": profile.timeout_s}
+                container = await self._start(self.profile.model_copy(update=left_s))
                 if self._closed:
                     # close() came during the start (which may take many seconds) and found
                     # no container to remove: this one is nobody's, and nothing runs in it.
@@ -280,16 +293,20 @@ async def _acquire(lock: asyncio.Lock, timeout: float) -> bool:
 
 
 def _still_busy(profile: SandboxProfile, waited: float) -> RunResult:
+    return _timed_out(
+        f"the conversation's previous program was still running after "
+        f"{profile.timeout_s:g} s, this program's deadline; it did not run",
+        waited,
+    )
+
+
+def _timed_out(message: str, waited: float) -> RunResult:
     return RunResult(
         status="limit_exceeded",
         exit_status=137,
         has_value=False,
         limit="timeout",
-        error=ProgramError(
-            type="LimitExceeded",
-            message=f"the conversation's previous program was still running after "
-            f"{profile.timeout_s:g} s, this program's deadline; it did not run",
-        ),
+        error=ProgramError(type="LimitExceeded", message=message),
         duration_s=waited,
     )
 

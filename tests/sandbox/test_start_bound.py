@@ -39,34 +39,52 @@ def _tools() -> ToolSession:
     return ToolSession(registry=Registry(), principal=ALICE, grant=Grant())
 
 
-async def _fresh(backend: DockerBackend) -> object:
-    return await backend.run("1")
+async def _fresh(backend: DockerBackend, profile: SandboxProfile | None) -> object:
+    return await backend.run("1", profile=profile)
 
 
-async def _reused(backend: DockerBackend) -> object:
-    return await backend.run("1", tools=_tools())
+async def _reused(backend: DockerBackend, profile: SandboxProfile | None) -> object:
+    return await backend.run("1", profile=profile, tools=_tools())
 
 
-async def _kept(backend: DockerBackend) -> object:
-    return await backend.keep(ALICE).run("1")
+async def _kept(backend: DockerBackend, profile: SandboxProfile | None) -> object:
+    return await backend.keep(ALICE).run("1", profile=profile)
 
 
-PATHS = [("fresh", _fresh), ("reused", _reused), ("kept", _kept)]
+_DEADLINE_S: Final = 2.0
+# (case, the run, the backend's profile's timeout_s when the run gives its own profile with
+# timeout_s=_DEADLINE_S, as the harness does with what its session has left; a kept or
+# reused container is the kept sandbox's, of the backend's profile, and still waited for by
+# the run's deadline)
+PATHS = [
+    ("fresh", _fresh, None),
+    ("reused", _reused, None),
+    ("kept", _kept, None),
+    ("reused_run_profile", _reused, 8.0),
+    ("kept_run_profile", _kept, 8.0),
+]
 
 
 @pytest.mark.docker
 @pytest.mark.anyio
-@pytest.mark.parametrize("path", [p[1] for p in PATHS], ids=[p[0] for p in PATHS])
-async def test_a_run_waits_for_its_container_no_longer_than_its_deadline(path: object) -> None:
+@pytest.mark.parametrize(("path", "backend_s"), [p[1:] for p in PATHS], ids=[p[0] for p in PATHS])
+async def test_a_run_waits_for_its_container_no_longer_than_its_deadline(
+    path: object, backend_s: float | None
+) -> None:
     require_docker()
     with slow_creates(_HELD_S) as client:
-        profile = SandboxProfile(timeout_s=2)
-        backend = DockerBackend(image=IMAGE, profile=profile, reuse=True, client=client)
+        profile = SandboxProfile(timeout_s=_DEADLINE_S)
+        backend = DockerBackend(
+            image=IMAGE,
+            profile=profile if backend_s is None else SandboxProfile(timeout_s=backend_s),
+            reuse=True,
+            client=client,
+        )
         await backend.start()
         try:
             began = time.monotonic()
             with pytest.raises(SandboxError) as caught:
-                await path(backend)  # type: ignore[operator]
+                await path(backend, None if backend_s is None else profile)  # type: ignore[operator]
             took = time.monotonic() - began
             assert (caught.value.code, caught.value.retryable) == ("sandbox_start_timeout", True)
             assert "2 s" in str(caught.value), str(caught.value)
