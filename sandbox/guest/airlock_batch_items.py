@@ -87,14 +87,21 @@ def send_batches(
     todo = [n for n, args in enumerate(bound) if type(args) is dict]
     if not todo:  # nothing to call: no frame (the host counts an empty batch)
         return results
-    if not return_errors:
-        _refuse_unsendable(tool, todo, bound)
     size = connection.max_batch_items
+    # Without return_errors, an item no frame can hold is raised before any frame leaves:
+    # checked up front when the items go in several frames (one frame checks itself).
+    checked = return_errors
+    if not checked and len(todo) > size:
+        _refuse_unsendable(tool, todo, bound)
+        checked = True
     chunks = [todo[start : start + size] for start in range(0, len(todo), size)][::-1]
     while chunks:  # the next to send last
         chunk = chunks.pop()
         answers = _send(connection, tool, chunk, bound, results, return_errors)
         if answers is None:  # its frame is over the bytes: in parts, in the same order
+            if not checked:  # (the one frame is to be several after all)
+                _refuse_unsendable(tool, chunk, bound)
+                checked = True
             chunks.extend(reversed(_by_bytes(tool, chunk, bound)))
             continue
         for n, entry in zip(chunk, answers, strict=False):
