@@ -41,7 +41,9 @@ def world(tmp_path: Path) -> Iterator[ProposalWorld]:
     w.close()
 
 
-def run_of(world: ProposalWorld, approvals: ApprovalPolicy = ASK) -> ToolSession:
+def run_of(
+    world: ProposalWorld, approvals: ApprovalPolicy = ASK, *, call_prefix: str | None = None
+) -> ToolSession:
     return ToolSession(
         registry=world.registry,
         principal=ALICE,
@@ -50,6 +52,7 @@ def run_of(world: ProposalWorld, approvals: ApprovalPolicy = ASK) -> ToolSession
         run_id="run_p",
         writes=world.writes,
         proposable=frozenset({REFUND}),
+        call_prefix=call_prefix,
     )
 
 
@@ -227,19 +230,7 @@ async def test_a_withdrawal_never_denies_another_programs_or_a_persons_approved_
         return await prepare(tool, args, ctx)
 
     monkeypatch.setattr(world.writes, "propose_from_code", in_turn)
-    a, b = (
-        ToolSession(
-            registry=world.registry,
-            principal=ALICE,
-            grant=PROPOSING,
-            approvals=ASK,
-            run_id="run_p",
-            writes=world.writes,
-            proposable=frozenset({REFUND}),
-            call_prefix=name,
-        )
-        for name in "AB"
-    )
+    a, b = (run_of(world, call_prefix=name) for name in "AB")
     args: dict[str, object] = {"invoice_id": "inv_1", "reason": "duplicate"}
     by_a = asyncio.ensure_future(a.propose(REFUND, dict(args), a.context("A1", math.inf), order=1))
     by_b = asyncio.ensure_future(b.propose(REFUND, dict(args), b.context("B1", math.inf), order=1))

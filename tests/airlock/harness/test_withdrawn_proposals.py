@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from airlock import Session
 from airlock.bridge import ToolSession
 from airlock.tools import ConflictError
 from tests.airlock.harness.batch_world import PEEK, REFUND, BatchWorld
@@ -31,11 +32,9 @@ def world(tmp_path: Path) -> Iterator[BatchWorld]:
     w.close()
 
 
-async def test_a_withdrawn_proposal_is_not_restored_approved_or_committed(
-    world: BatchWorld,
-) -> None:
-    session = world.session()
-    program = ToolSession(
+def _program(world: BatchWorld, session: Session) -> ToolSession:
+    """The tool session of a program run in ``session``, which may propose refunds."""
+    return ToolSession(
         registry=world.proposals.registry,
         principal=ALICE,
         grant=PROPOSING,
@@ -44,6 +43,13 @@ async def test_a_withdrawn_proposal_is_not_restored_approved_or_committed(
         writes=world.writes,
         proposable=frozenset({REFUND}),
     )
+
+
+async def test_a_withdrawn_proposal_is_not_restored_approved_or_committed(
+    world: BatchWorld,
+) -> None:
+    session = world.session()
+    program = _program(world, session)
     answers = []
     for order, invoice in ((1, "inv_1"), (2, "inv_2")):
         args: dict[str, object] = {"invoice_id": invoice, "reason": "duplicate"}
@@ -73,15 +79,7 @@ async def test_a_withdrawn_proposal_leaves_the_models_paused_write_of_the_same_i
     session = world.session()
     paused = await world.pause(session, "inv_1")
     world.proposals.clock.advance(step)
-    program = ToolSession(
-        registry=world.proposals.registry,
-        principal=ALICE,
-        grant=PROPOSING,
-        approvals=session.approvals,
-        run_id=session.run_id,
-        writes=world.writes,
-        proposable=frozenset({REFUND}),
-    )
+    program = _program(world, session)
     args: dict[str, object] = {"invoice_id": "inv_1", "reason": "duplicate"}
     answer = await program.propose(REFUND, args, program.context("m1:1", math.inf), order=1)
     assert answer["preview_id"] == paused  # the same intent: the model's preview
