@@ -178,16 +178,16 @@ class Connection(BridgeSocket):
 
     def _let_go(self, call_id: int, *, sent: bool) -> None:
         """Call ``call_id``'s thread ends its wait by an error (a signal handler's): its slot
-        is free now if the frame never left, else at its answer (dropped)."""
+        is free now. If its frame may have left, a ``cancel`` frame tells the host (which
+        ignores one it answered) and a late answer is dropped: waiting for it would keep the
+        slot when it never comes (the frame did not leave) or came (read before the error)."""
         with self._state_lock:
             if self._aborted is not None or call_id in self._pending:
                 return  # the run is over, or its pending future's answer frees it
-            if sent:
-                from concurrent.futures import Future
-
-                self._pending[call_id] = Future()  # nobody waits for it
-                return
-        self._outbox.answered()
+        if sent:
+            self._outbox.cancel(call_id, None)
+        else:
+            self._outbox.answered()
 
     def _pend(
         self, call_id: int, frame: bytes, loop: asyncio.AbstractEventLoop | None

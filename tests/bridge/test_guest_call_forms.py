@@ -253,3 +253,53 @@ def test_aio_made_where_no_loop_runs_is_sent_when_awaited(tmp_path: Path) -> Non
     assert [total(r) for r in records] == [10, 20, 30, 70, 70]
     assert session.calls == 4  # the one never awaited was never sent
     assert host.outcome == {"type": "done", "result": None}
+
+
+class Interrupted(Exception):
+    """What a program's signal handler raises in the middle of a call."""
+
+
+def interrupt_once(connection: Any, monkeypatch: pytest.MonkeyPatch, where: str) -> None:
+    """Make the next call of ``connection`` raise :class:`Interrupted` at ``where``."""
+    if where == "before_the_frame_leaves":
+        target, name = connection._outbox, "send"
+    else:
+        target, name = connection, "_recv"
+    real = getattr(target, name)
+    armed = [True]
+
+    def interrupted(*args: Any) -> Any:
+        if not armed[0]:
+            return real(*args)
+        armed[0] = False
+        if where == "after_its_answer_was_read":
+            real(*args)
+        raise Interrupted(where)
+
+    monkeypatch.setattr(target, name, interrupted)
+
+
+INTERRUPTIONS = ["before_the_frame_leaves", "while_it_waits", "after_its_answer_was_read"]
+
+
+@pytest.mark.parametrize("where", INTERRUPTIONS)
+def test_a_sync_call_a_signal_handler_interrupts_gives_its_slot_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    # More interruptions than slots: a slot kept by any of them would leave the last call
+    # waiting for one until the run's deadline.
+    with bridge(tmp_path, limits=LIMITS) as (tools, connection, _, host):
+        connection.take_limits(run_frame(LIMITS))
+        for n in range(1, LIMITS.max_in_flight + 5):
+            interrupt_once(connection, monkeypatch, where)
+            with pytest.raises(Interrupted):
+                tools.records_item_get(record_id=f"rec_{n}")
+            monkeypatch.undo()
+        answered: list[int] = []
+        last = threading.Thread(target=lambda: answered.append(slow(tools, 7)), daemon=True)
+        last.start()
+        last.join(timeout=10)
+        assert answered == [70], "the last call found no free slot"
+        assert connection._outbox._sent == 0
+        assert not connection._pending
+    assert host.outcome == {"type": "done", "result": None}
