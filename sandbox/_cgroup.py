@@ -13,6 +13,7 @@ earlier program hit, or the process of one the OOM killer ended, is not the next
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,11 +55,27 @@ class _Counters:
     oom_kills: int
     memory_bytes: int | None
     peak_memory_bytes: int | None
-    peak_reset: Path | None
+    peak_reset: str | None
     """The high-water mark's file when writing to it restarts it (cgroup v1)."""
 
 
-def _read(path: Path) -> str | None:
+@dataclass(frozen=True, slots=True)
+class _Files:
+    """Where one container's counters are: found once, read at every run of a kept one."""
+
+    pids_events: str
+    oom_kills: str  # memory.events (v2) or memory.oom_control (v1): an ``oom_kill`` line each
+    current: str
+    peak: str
+    peak_resets: bool  # (cgroup v1: writing to the high-water mark restarts it)
+
+
+_found: dict[tuple[str, str], _Files] = {}
+_MOST_FOUND = 1024
+"""Containers whose files are remembered; the oldest is forgotten past this many."""
+
+
+def _read(path: str) -> str | None:
     # A kept container's run reads these as it begins: a raw read is a third of what a text
     # file object costs (each counter file holds a few lines).
     try:
@@ -85,7 +102,7 @@ def _number(text: str | None) -> int | None:
     return int(text) if text is not None and text.strip().isdigit() else None
 
 
-def _read_counters(container_id: str, root: Path) -> _Counters | None:
+def _find(container_id: str, root: Path) -> _Files | None:
     for v2 in (
         root / "docker" / container_id,
         root / "system.slice" / f"docker-{container_id}.scope",
@@ -93,28 +110,52 @@ def _read_counters(container_id: str, root: Path) -> _Counters | None:
         if (v2 / "cgroup.controllers").exists():
             # memory.peak restarts (kernel 6.12+) only for reads through the descriptor
             # that wrote to it: the mark compares high-water marks instead.
-            return _Counters(
-                pids_limit_hits=_counter(_read(v2 / "pids.events"), "max"),
-                oom_kills=_counter(_read(v2 / "memory.events"), "oom_kill"),
-                memory_bytes=_number(_read(v2 / "memory.current")),
-                peak_memory_bytes=_number(_read(v2 / "memory.peak")),
-                peak_reset=None,
+            return _Files(
+                pids_events=str(v2 / "pids.events"),
+                oom_kills=str(v2 / "memory.events"),
+                current=str(v2 / "memory.current"),
+                peak=str(v2 / "memory.peak"),
+                peak_resets=False,
             )
     for parent in ("docker", f"system.slice/docker-{container_id}.scope"):
         leaf = container_id if parent == "docker" else ""
         memory = root / "memory" / parent / leaf
         pids = root / "pids" / parent / leaf
         if memory.is_dir() or pids.is_dir():
-            peak = memory / "memory.max_usage_in_bytes"
-            peak_bytes = _number(_read(peak))
-            return _Counters(
-                pids_limit_hits=_counter(_read(pids / "pids.events"), "max"),
-                oom_kills=_counter(_read(memory / "memory.oom_control"), "oom_kill"),
-                memory_bytes=_number(_read(memory / "memory.usage_in_bytes")),
-                peak_memory_bytes=peak_bytes,
-                peak_reset=peak if peak_bytes is not None else None,
+            return _Files(
+                pids_events=str(pids / "pids.events"),
+                oom_kills=str(memory / "memory.oom_control"),
+                current=str(memory / "memory.usage_in_bytes"),
+                peak=str(memory / "memory.max_usage_in_bytes"),
+                peak_resets=True,
             )
     return None
+
+
+def _read_counters(container_id: str, root: Path) -> _Counters | None:
+    key = (container_id, str(root))
+    files = _found.get(key)
+    if files is None:
+        files = _find(container_id, root)
+        if files is None:
+            return None
+        if len(_found) >= _MOST_FOUND:
+            with contextlib.suppress(KeyError, RuntimeError, StopIteration):  # (threads)
+                del _found[next(iter(_found))]
+        _found[key] = files
+    texts = [_read(path) for path in (files.pids_events, files.oom_kills, files.current)]
+    peak_text = _read(files.peak)
+    if peak_text is None and all(text is None for text in texts):
+        _found.pop(key, None)  # the container's cgroup is gone (it was removed)
+        return None
+    peak_bytes = _number(peak_text)
+    return _Counters(
+        pids_limit_hits=_counter(texts[0], "max"),
+        oom_kills=_counter(texts[1], "oom_kill"),
+        memory_bytes=_number(texts[2]),
+        peak_memory_bytes=peak_bytes,
+        peak_reset=files.peak if files.peak_resets and peak_bytes is not None else None,
+    )
 
 
 def read_evidence(
@@ -156,7 +197,7 @@ def mark_run(container_id: str, root: Path = _ROOT) -> RunMark | None:
     restarted = False
     if counters.peak_reset is not None:
         try:
-            counters.peak_reset.write_text("0")
+            Path(counters.peak_reset).write_text("0")
             restarted = True
         except OSError:
             pass

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -135,3 +136,24 @@ def test_cgroup_v2_reports_a_peak_only_when_the_run_raised_it(
 
 def test_no_cgroup_is_no_mark(tmp_path: Path) -> None:
     assert mark_run(CID, tmp_path) is None
+
+
+def test_a_cgroup_found_once_is_read_again_and_forgotten_when_gone(tmp_path: Path) -> None:
+    # Where a container's counters are is found at its first read and kept for its runs;
+    # once its cgroup is gone there is no evidence, and a new one is found afresh.
+    _v1(tmp_path, pids_max=1, oom_kill=0, peak=10)
+    assert read_evidence(CID, tmp_path) == CgroupEvidence(
+        pids_limit_hit=True, oom_killed=False, memory_bytes=1000, peak_memory_bytes=10
+    )
+    _v1(tmp_path, pids_max=1, oom_kill=3, peak=20)
+    seen = read_evidence(CID, tmp_path)
+    assert seen is not None
+    assert seen.oom_killed
+    assert seen.peak_memory_bytes == 20
+    for controller in ("pids", "memory"):
+        shutil.rmtree(tmp_path / controller)
+    assert read_evidence(CID, tmp_path) is None
+    _v2(tmp_path, pids_max=0, oom_kill=0, peak=30)
+    assert read_evidence(CID, tmp_path) == CgroupEvidence(
+        pids_limit_hit=False, oom_killed=False, memory_bytes=1000, peak_memory_bytes=30
+    )
