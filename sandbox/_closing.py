@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 import docker
 
+from airlock.sandbox._engine_thread import on_engine_thread
 from airlock.sandbox._errors import SandboxClosed, SandboxError
 from airlock.sandbox._owner import labelled_containers, remove_container
 
@@ -100,12 +101,12 @@ async def sweep(client: docker.DockerClient, owner: str, *, timeout: float) -> N
     deadline = loop.time() + timeout
     try:
         async with asyncio.timeout_at(deadline):
-            leftovers = await asyncio.to_thread(labelled_containers, client, owner=owner)
+            leftovers = await on_engine_thread(labelled_containers, client, owner=owner)
     except (TimeoutError, SandboxError) as exc:
         _log.warning("the engine did not list the sandbox containers left: %r", exc)
         return
     await settle(
-        (asyncio.to_thread(remove_container, client, str(entry["Id"])) for entry in leftovers),
+        (on_engine_thread(remove_container, client, str(entry["Id"])) for entry in leftovers),
         timeout=max(deadline - loop.time(), 0.0),
         what="removing the sandbox containers left",
     )

@@ -39,6 +39,7 @@ from airlock.bridge import ToolSession
 from airlock.policies import Principal, SandboxProfile
 from airlock.sandbox._closing import Starts, cut_off_by_close, settle, sweep
 from airlock.sandbox._container import SandboxContainer
+from airlock.sandbox._engine_thread import on_engine_thread
 from airlock.sandbox._errors import (
     ImageMissing,
     SandboxClosed,
@@ -153,11 +154,10 @@ class DockerBackend:
             EngineUnavailable: the engine does not answer.
             ImageMissing: the sandbox image is not built.
         """
-        client = self.client
         with map_docker_errors():
-            await asyncio.to_thread(client.ping)
+            await on_engine_thread(self.client.ping)
         await self._check_image(self.profile)
-        removed = await asyncio.to_thread(reap_orphans, client)
+        removed = await on_engine_thread(reap_orphans, self.client)
         if removed:
             _log.info("removed %d orphaned sandbox containers", len(removed))
         await asyncio.to_thread(reap_socket_roots)
@@ -186,7 +186,7 @@ class DockerBackend:
             return
         try:
             with map_docker_errors():
-                await asyncio.to_thread(self.client.images.get, image)
+                await on_engine_thread(self.client.images.get, image)
         except ImageMissing:
             build = "make image-data" if profile.image == "data" else "make image"
             raise ImageMissing(image, build=build) from None

@@ -27,6 +27,7 @@ from docker.models.containers import Container
 from airlock.bridge import PROTOCOL_VERSION, FrameError, read_frame
 from airlock.bridge import airlock_wire as wire
 from airlock.policies import SandboxProfile
+from airlock.sandbox._engine_thread import on_engine_thread
 from airlock.sandbox._errors import SandboxFailure, SocketPathTooLong, map_docker_errors
 from airlock.sandbox._hardening import container_config
 from airlock.sandbox._inputs import RunInput
@@ -102,7 +103,7 @@ async def launch(
             inputs=inputs,
             run_waiting=run_waiting,
         )
-        create = asyncio.ensure_future(asyncio.to_thread(_run_detached, client, config))
+        create = asyncio.ensure_future(on_engine_thread(_run_detached, client, config))
         try:
             container = await asyncio.shield(create)
         except asyncio.CancelledError:
@@ -156,7 +157,7 @@ async def remove(client: docker.DockerClient, container_id: str) -> None:
     Raises:
         SandboxError: the engine refused for another reason.
     """
-    await asyncio.to_thread(remove_container, client, container_id)
+    await on_engine_thread(remove_container, client, container_id)
 
 
 def _run_detached(client: docker.DockerClient, config: dict[str, Any]) -> Container:

@@ -27,6 +27,7 @@ from docker.models.containers import Container
 
 from airlock.bridge import FrameError, RunEnd, ToolSession, encode_frame, read_frame
 from airlock.bridge import airlock_wire as wire
+from airlock.sandbox._engine_thread import on_engine_thread
 from airlock.sandbox._errors import SandboxFailure, map_docker_errors
 from airlock.sandbox._runtime import is_runner_peer
 
@@ -67,7 +68,7 @@ async def accept_runner(
     # The socket file is world-connectable on the host: only the container's own first
     # process (the runner) may be the peer.
     with map_docker_errors():
-        await asyncio.to_thread(container.reload)
+        await on_engine_thread(container.reload)
     runner_pid = int(container.attrs["State"]["Pid"])
     runtime = str(container.attrs["HostConfig"].get("Runtime") or "runc")
     if not is_runner_peer(

@@ -16,6 +16,7 @@ from typing import Any, Final, Literal
 
 from docker.models.containers import Container
 
+from airlock.sandbox._engine_thread import on_engine_thread
 from airlock.sandbox._errors import SandboxError, SandboxFailure, map_docker_errors
 
 __all__ = ["RunnerState", "runner_state"]
@@ -39,7 +40,7 @@ async def runner_state(container: Container, *, until: float) -> RunnerState:
         left = until - time.perf_counter()
         try:
             async with asyncio.timeout(max(left, _ANSWER_S)):
-                state = await asyncio.to_thread(_state, container)
+                state = await on_engine_thread(_state, container)
         except TimeoutError:
             return "running"
         except SandboxError:

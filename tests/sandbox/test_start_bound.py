@@ -137,3 +137,27 @@ async def test_a_start_is_waited_for_by_the_deadline_and_a_late_container_discar
         assert (caught.value.code, caught.value.retryable) == (gets, True)
     await asyncio.sleep(delay + 0.1)
     assert [type(t) for t in thrown] == ([_Started] if discarded else [])
+
+
+@pytest.mark.docker
+@pytest.mark.anyio
+async def test_starts_the_engine_holds_leave_the_processs_worker_threads_free() -> None:
+    # More held creates than the default executor has workers (a few per core): what else
+    # the process hands to a thread (a large frame's decoding, a final value's measuring)
+    # must not queue behind them, or runs in containers already started would stall too.
+    require_docker()
+    with slow_creates(_HELD_S) as client:
+        profile = SandboxProfile(timeout_s=1.0)
+        backend = DockerBackend(image=IMAGE, profile=profile, client=client)
+        await backend.start()
+        try:
+            runs = [backend.run("1") for _ in range(12)]
+            outcomes = await asyncio.gather(*runs, return_exceptions=True)
+            assert {getattr(o, "code", o) for o in outcomes} == {"sandbox_start_timeout"}
+            began = time.monotonic()
+            await asyncio.wait_for(asyncio.to_thread(lambda: None), timeout=_HELD_S)
+            took = time.monotonic() - began
+            assert took < _MARGIN_S, f"a worker thread was free after {took:.1f} s"
+            assert await left_containers(backend._owner, within=_HELD_S + 20) == []
+        finally:
+            await backend.close()
