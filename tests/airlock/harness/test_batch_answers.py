@@ -6,7 +6,6 @@ while the application's own ``resume`` (not counted against the budget) sends ev
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -23,18 +22,6 @@ pytestmark = [
 ]
 
 READER = Principal(user_id="alice", tenant_id="acme", scopes=frozenset({"billing.read"}))
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-def world(tmp_path: Path) -> Iterator[BatchWorld]:
-    w = BatchWorld(tmp_path)
-    yield w
-    w.close()
 
 
 async def _told(how: str, again: Session, batch_id: str) -> ModelResult:

@@ -5,7 +5,6 @@ and told once, never held twice nor committed outside its batch."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,18 +12,6 @@ import pytest
 from tests.airlock.harness.batch_world import PEEK, REFUND, BatchWorld, body
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-def world(tmp_path: Path) -> Iterator[BatchWorld]:
-    w = BatchWorld(tmp_path)
-    yield w
-    w.close()
 
 
 @pytest.mark.parametrize("calls", [1, 2], ids=["asked once", "asked twice"])

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,18 +13,6 @@ import pytest
 from tests.airlock.harness.batch_world import BatchWorld, body
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-def world(tmp_path: Path) -> Iterator[BatchWorld]:
-    w = BatchWorld(tmp_path)
-    yield w
-    w.close()
 
 
 def _unreadable(root: Path, preview_id: str) -> None:

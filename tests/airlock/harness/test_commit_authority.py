@@ -10,7 +10,6 @@ import json
 import logging
 import sqlite3
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -55,18 +54,6 @@ AUTHORITIES: list[tuple[str, Principal, Any, str, bool]] = [
 ]  # fmt: skip
 
 HOW = ["resume", "settle", "batch"]
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-def world(tmp_path: Path) -> Iterator[BatchWorld]:
-    w = BatchWorld(tmp_path)
-    yield w
-    w.close()
 
 
 async def _outcome(how: str, again: Session, target: str) -> ModelResult:

@@ -5,8 +5,6 @@ for approval nor committed by a session that loads the run's waiting writes from
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -18,18 +16,6 @@ from tests.airlock.session_world import ALICE
 from tests.tools.test_proposals import PROPOSING
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-def world(tmp_path: Path) -> Iterator[BatchWorld]:
-    w = BatchWorld(tmp_path)
-    yield w
-    w.close()
 
 
 def _program(world: BatchWorld, session: Session) -> ToolSession:
