@@ -58,6 +58,9 @@ __all__ = ["MAX_VALUE_BYTES", "SandboxContainer"]
 # A done frame holds two capped streams (JSON escaping can grow text up to 6x), an error
 # with a traceback and a final value.
 _RESULT_OVERHEAD_BYTES: Final = 256 * 1024
+LEAST_LEFT_S: Final = 0.05
+"""The least of its deadline a program is given, however long its run waited before it: a run
+ends by its deadline plus this, at most (and the grace to wind down)."""
 _GRACE_S: Final = 5.0
 """After a run's deadline: time for the bridge to wind down before the run is ended anyway."""
 _GUEST_MARGIN_S: Final = _GRACE_S + 10.0
@@ -137,8 +140,14 @@ class SandboxContainer:
         keep: bool = False,
         clean: bool = False,
         artifacts: Path | None = None,
+        began: float | None = None,
     ) -> RunResult:
         """Deliver ``program``, serve its tool calls, and report how it ended.
+
+        ``began`` (a ``time.perf_counter()``) is when the run began, if before this call:
+        what it waited since (for this container to start, or for the program before it)
+        counts against the profile's deadline, of which the program gets what is left
+        (:data:`LEAST_LEFT_S` at least).
 
         The caller destroys the container afterwards, whatever happened; unless ``keep``,
         which makes the runner wait for further programs of the same conversation (every
@@ -156,8 +165,10 @@ class SandboxContainer:
             raise RuntimeError("a sandbox container runs one program only, unless kept")
         self._used = True
         self._kept = keep
-        began = time.perf_counter()
-        deadline = time.monotonic() + profile.timeout_s
+        now = time.perf_counter()
+        began = now if began is None else min(began, now - LEAST_LEFT_S + profile.timeout_s)
+        left_s = profile.timeout_s - (now - began)  # what the program is given
+        deadline = time.monotonic() + left_s
         receiver = (
             ArtifactReceiver(
                 artifacts,
@@ -180,7 +191,7 @@ class SandboxContainer:
                 "max_call_frame_bytes": limits.max_call_frame_bytes,
                 "max_in_flight": limits.max_in_flight,
                 "max_batch_items": limits.max_batch_items,
-                "deadline_s": profile.timeout_s + _GUEST_MARGIN_S,
+                "deadline_s": left_s + _GUEST_MARGIN_S,
                 "tools": [stub.to_wire() for stub in tools.stubs()] if tools else [],
                 "artifacts": {
                     "dir": wire.OUT_DIR,
@@ -198,7 +209,7 @@ class SandboxContainer:
         try:
             outcome: dict[str, Any] | RunEnd | None
             try:
-                async with asyncio.timeout(profile.timeout_s + _GRACE_S):
+                async with asyncio.timeout(left_s + _GRACE_S):
                     if keep:
                         outcome = await self._links.serve(
                             frame,

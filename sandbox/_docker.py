@@ -58,7 +58,7 @@ from airlock.sandbox._program_size import refuse_oversized
 from airlock.sandbox._result import RunResult
 from airlock.sandbox._reuse import PrincipalContainers
 from airlock.sandbox._socket_root import make_socket_root, reap_socket_roots
-from airlock.sandbox._start_wait import wait_for_start
+from airlock.sandbox._start_wait import StartWaits
 
 __all__ = ["DEFAULT_DATA_IMAGE", "DEFAULT_IMAGE", "MAX_PROGRAM_BYTES", "DockerBackend", "Inputs"]
 
@@ -110,8 +110,7 @@ class DockerBackend:
         self._client = client
         self._owner_labels = owner_labels()
         self._owner = self._owner_labels[OWNER_LABEL]
-        self._socket_root: Path | None = None
-        """Made by the first container's start: a backend never started leaves nothing."""
+        self._socket_root: Path | None = None  # (made by the first start)
         self.pool = WarmPool(self._start_container, size=pool_size)
         self._fit = PoolFit(
             self.pool, profile=self.profile, inputs=pool_inputs, discard=self._destroy_later
@@ -120,6 +119,7 @@ class DockerBackend:
         self._active: set[SandboxContainer] = set()
         """Containers running a program now (kept ones aside)."""
         self._starts = Starts()
+        self._start_waits = StartWaits(discard=self._destroy_later)
         self._started = False
         self._closed = False
         self._kept: weakref.WeakSet[KeptSandbox] = weakref.WeakSet()
@@ -280,6 +280,7 @@ class DockerBackend:
         self, program: str, profile: SandboxProfile, tools: ToolSession | None,
         mounts: tuple[RunInput, ...], artifacts: Path | None,
     ) -> RunResult:  # fmt: skip
+        began = time.perf_counter()  # (a start counts against the run's deadline)
         container = self._fit.take(profile, mounts)
         pooled = container is not None
         if container is None:
@@ -287,8 +288,9 @@ class DockerBackend:
         self._active.add(container)
         try:
             result = await container.run(
-                program, profile=profile, pooled=pooled, tools=tools, artifacts=artifacts
-            )
+                program, profile=profile, pooled=pooled, tools=tools, artifacts=artifacts,
+                began=began,
+            )  # fmt: skip
         finally:
             self._active.discard(container)
             if not self._closed:  # else close() removes it (it was active then)
@@ -298,10 +300,9 @@ class DockerBackend:
     async def _start_for_run(
         self, profile: SandboxProfile, mounts: tuple[RunInput, ...]
     ) -> SandboxContainer:
-        """A container for a run that waits for it, by the run's deadline (or
-        :class:`StartTimedOut`; a container started later is removed)."""
+        """A container for a run, waited for by its deadline (:class:`StartWaits`)."""
         start = self._start_container(profile, mounts)
-        return await wait_for_start(start, timeout_s=profile.timeout_s, discard=self._destroy_later)
+        return await self._start_waits.wait(start, timeout_s=profile.timeout_s)
 
     def _destroy_later(self, container: SandboxContainer) -> None:
         """Off the result's path; :meth:`close` waits for it."""
@@ -352,9 +353,8 @@ class DockerBackend:
     async def _start_kept(self, profile: SandboxProfile, inputs: Inputs) -> SandboxContainer:
         if not self._started:
             await self.start()
-        mounts = await asyncio.to_thread(
-            resolve_inputs, inputs, limit_bytes=profile.input_limit_bytes
-        )
+        limit = profile.input_limit_bytes
+        mounts = await asyncio.to_thread(resolve_inputs, inputs, limit_bytes=limit)
         # A warm runner that never ran anything, else one started for this conversation.
         return self._fit.take(profile, mounts) or await self._start_for_run(profile, mounts)
 

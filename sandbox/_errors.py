@@ -109,18 +109,26 @@ class SandboxRefused(SandboxFailure):
 class StartTimedOut(SandboxFailure):
     """The engine had not started the run's container (created, started, its runner
     connected) within the run's deadline: a slow or wedged engine. Nothing of the program
-    ran; the container is removed whenever the engine answers. Retryable: a later run may
-    find the engine responsive, or a warm container."""
+    ran; the container is removed whenever the engine answers. Also raised at once, with
+    ``behind`` set, while the engine has not finished the starts earlier runs gave up on
+    (:data:`~airlock.sandbox._start_wait.MOST_ABANDONED`). Retryable: a later run may find
+    the engine responsive, or a warm container."""
 
     code = "sandbox_start_timeout"
     retryable = True
 
-    def __init__(self, timeout_s: float) -> None:
+    def __init__(self, timeout_s: float, *, behind: int = 0) -> None:
         super().__init__(
-            f"no sandbox container was ready within the run's deadline of {timeout_s:g} s "
-            "(the container engine is slow or stalled); try again, or raise timeout_s"
+            f"the container engine has not finished the last {behind} sandbox starts that runs"
+            " gave up waiting for (it is slow or stalled); none was asked of it; try again later"
+            if behind
+            else "no sandbox container was ready within the run's deadline of "
+            f"{round(timeout_s, 2):g} s (the container engine is slow or stalled); try again, "
+            "or raise timeout_s"
         )
         self.timeout_s = timeout_s
+        self.behind = behind
+        """Starts no run waits for still in progress, when the run asked for none (else 0)."""
 
 
 @contextmanager

@@ -28,7 +28,7 @@ from typing import Final
 
 from airlock.bridge import ToolSession
 from airlock.policies import Principal, SandboxProfile, UsageError
-from airlock.sandbox._container import SandboxContainer
+from airlock.sandbox._container import LEAST_LEFT_S, SandboxContainer
 from airlock.sandbox._errors import SandboxError, SandboxFailure
 from airlock.sandbox._program_size import refuse_oversized
 from airlock.sandbox._result import ProgramError, RunResult
@@ -37,9 +37,6 @@ __all__ = ["KeptSandbox"]
 
 _log = logging.getLogger(__name__)
 _DROP_AFTER: Final = frozenset({"limit_exceeded", "protocol_error"})
-_LEAST_S: Final = 0.05
-"""The least of its deadline a program is given after waiting for the one before it; with
-less left before its container is started, it does not start one and times out."""
 _CLOSE_WAIT_S: Final = 5.0
 """How long :meth:`KeptSandbox.close` waits for a program in flight to notice its end."""
 
@@ -146,24 +143,21 @@ class KeptSandbox:
             if self._closed:
                 raise UsageError("this kept sandbox is closed; open another")
             self._cancel_timer()
-            waited = time.perf_counter() - began
-            deadline_s, left = profile.timeout_s, profile.timeout_s - waited
-            if waited > _LEAST_S:
-                profile = profile.model_copy(update={"timeout_s": max(left, _LEAST_S)})
             container = self._container
             if container is not None and not container.alive:
                 self._drop_later()
                 container = None
             if container is None:
-                if left < _LEAST_S:  # no container starts that fast: the program's limit
+                waited = time.perf_counter() - began
+                if profile.timeout_s - waited < LEAST_LEFT_S:  # no container starts that fast
                     return _timed_out(
-                        f"this program's deadline of {deadline_s:g} s was over before "
+                        f"this program's deadline of {profile.timeout_s:g} s was over before "
                         "a container could start for it; it did not run",
                         waited,
                     )
                 # Waited for by what is left of this run's deadline, not by the kept profile's:
                 # the harness shortens a run's to what its session has left.
-                left_s = {"timeout_s": profile.timeout_s}
+                left_s = {"timeout_s": profile.timeout_s - waited}
                 container = await self._start(self.profile.model_copy(update=left_s))
                 if self._closed:
                     # close() came during the start (which may take many seconds) and found
@@ -183,6 +177,7 @@ class KeptSandbox:
                     keep=True,
                     clean=self.clean,
                     artifacts=artifacts,
+                    began=began,  # waiting for the one before and for a start count against it
                 )
             except BaseException:
                 if self._closed:

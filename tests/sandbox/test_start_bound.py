@@ -17,8 +17,8 @@ import pytest
 
 from airlock.bridge import ToolSession
 from airlock.policies import Grant, SandboxProfile
-from airlock.sandbox import DockerBackend, SandboxError, SandboxFailure
-from airlock.sandbox._start_wait import wait_for_start
+from airlock.sandbox import DockerBackend, RunResult, SandboxError, SandboxFailure
+from airlock.sandbox._start_wait import MOST_ABANDONED, StartWaits
 from airlock.tools import Registry
 from tests.bridge.records import ALICE
 from tests.conftest import IMAGE, require_docker
@@ -39,16 +39,25 @@ def _tools() -> ToolSession:
     return ToolSession(registry=Registry(), principal=ALICE, grant=Grant())
 
 
-async def _fresh(backend: DockerBackend, profile: SandboxProfile | None) -> object:
-    return await backend.run("1", profile=profile)
+_FOREVER: Final = "while True:\n    pass\n"
 
 
-async def _reused(backend: DockerBackend, profile: SandboxProfile | None) -> object:
-    return await backend.run("1", profile=profile, tools=_tools())
+async def _fresh(
+    backend: DockerBackend, profile: SandboxProfile | None, program: str = "1"
+) -> RunResult:
+    return await backend.run(program, profile=profile)
 
 
-async def _kept(backend: DockerBackend, profile: SandboxProfile | None) -> object:
-    return await backend.keep(ALICE).run("1", profile=profile)
+async def _reused(
+    backend: DockerBackend, profile: SandboxProfile | None, program: str = "1"
+) -> RunResult:
+    return await backend.run(program, profile=profile, tools=_tools())
+
+
+async def _kept(
+    backend: DockerBackend, profile: SandboxProfile | None, program: str = "1"
+) -> RunResult:
+    return await backend.keep(ALICE).run(program, profile=profile)
 
 
 _DEADLINE_S: Final = 2.0
@@ -95,6 +104,33 @@ async def test_a_run_waits_for_its_container_no_longer_than_its_deadline(
             await backend.close()
 
 
+_SLOW_START_S: Final = 2.0
+"""How long the engine holds the create in the next test: well within the run's deadline."""
+
+
+@pytest.mark.docker
+@pytest.mark.anyio
+@pytest.mark.parametrize("path", [p[1] for p in PATHS[:3]], ids=[p[0] for p in PATHS[:3]])
+async def test_a_slow_start_counts_against_the_programs_deadline(path: object) -> None:
+    # The start took 2 of the run's 3.5 s: the program gets what is left, so the run still
+    # ends by its one deadline (not by the start's time plus a whole deadline, 5.5 s or more).
+    require_docker()
+    with slow_creates(_SLOW_START_S) as client:
+        profile = SandboxProfile(timeout_s=3.5)
+        backend = DockerBackend(image=IMAGE, profile=profile, reuse=True, client=client)
+        await backend.start()
+        try:
+            began = time.monotonic()
+            result = await path(backend, None, _FOREVER)  # type: ignore[operator]
+            took = time.monotonic() - began
+        finally:
+            await backend.close()
+    assert (result.status, result.limit) == ("limit_exceeded", "timeout"), result
+    assert result.error is not None
+    assert "deadline of 3.5 s" in result.error.message  # the run's, the start's time in it
+    assert took < profile.timeout_s + 1.5, f"returned after {took:.1f} s"
+
+
 class _Started:
     """Stands in for a started container."""
 
@@ -124,10 +160,9 @@ async def test_a_start_is_waited_for_by_the_deadline_and_a_late_container_discar
     case: str, delay: float, fails: bool, gets: str, discarded: bool
 ) -> None:
     thrown: list[object] = []
-    start = wait_for_start(
+    start = StartWaits(discard=thrown.append).wait(
         _start(delay, fails=fails),  # type: ignore[arg-type]
         timeout_s=0.1,
-        discard=thrown.append,
     )
     if gets == "container":
         assert isinstance(await start, _Started)
@@ -137,6 +172,34 @@ async def test_a_start_is_waited_for_by_the_deadline_and_a_late_container_discar
         assert (caught.value.code, caught.value.retryable) == (gets, True)
     await asyncio.sleep(delay + 0.1)
     assert [type(t) for t in thrown] == ([_Started] if discarded else [])
+
+
+@pytest.mark.anyio
+async def test_runs_ask_for_no_start_while_too_many_given_up_on_are_in_progress() -> None:
+    # On a stalled engine, runs retried one after another must not queue a start each: every
+    # one would make (and remove) a container once the engine came back.
+    thrown: list[object] = []
+    waits = StartWaits(discard=thrown.append)
+    for _ in range(MOST_ABANDONED):
+        with pytest.raises(SandboxError):
+            await waits.wait(_start(0.5), timeout_s=0.01)  # type: ignore[arg-type]
+    asked: list[str] = []
+
+    async def start() -> _Started:
+        asked.append("start")
+        return _Started()
+
+    began = time.monotonic()
+    with pytest.raises(SandboxError) as caught:
+        await waits.wait(start(), timeout_s=5.0)  # type: ignore[arg-type]
+    assert time.monotonic() - began < 0.1  # at once, not by the deadline
+    assert (caught.value.code, caught.value.retryable) == ("sandbox_start_timeout", True)
+    assert f"last {MOST_ABANDONED} sandbox starts" in str(caught.value)
+    assert asked == []  # the engine was asked for nothing
+    await asyncio.sleep(0.6)  # the engine answers: what it made goes, and starts are asked again
+    assert len(thrown) == MOST_ABANDONED
+    assert isinstance(await waits.wait(start(), timeout_s=5.0), _Started)  # type: ignore[arg-type]
+    assert asked == ["start"]
 
 
 @pytest.mark.docker
