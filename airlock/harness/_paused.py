@@ -20,7 +20,7 @@ from typing import Final
 
 import anyio
 
-from airlock.harness._commit_authority import CommitAuthority, refused_answer
+from airlock.harness._commit_authority import CommitAuthority, denied_answer, refused_answer
 from airlock.harness._model_tools import ModelResult
 from airlock.harness._results import byte_size, compact, failure, success
 from airlock.harness._settle_turn import SettleTurn
@@ -137,12 +137,7 @@ class PausedWrites:
                 if current.state != "denied":
                     raise
                 self._pending.pop(preview.id, None)
-                reason = (current.error or "no reason given").removeprefix("denied: ")
-                return failure(
-                    "denied",
-                    f"a person denied this change ({reason[:200]}); do not retry it",
-                    preview_id=preview.id,
-                )
+                return denied_answer(current)
             except ToolError as exc:
                 expired = exc.code == "preview_expired" and exc.outcome == "error"
                 if expired or self.own(preview_id).state not in _WAITING:

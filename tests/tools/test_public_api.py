@@ -14,6 +14,7 @@ PUBLIC_API = [
     "NAME_PATTERN",
     "PROGRAM_TOOL",
     "STEP_STATES",
+    "WITHDRAWN",
     "Admission",
     "AdmissionDecision",
     "AmbiguousWriteError",

@@ -11,7 +11,7 @@ import pytest
 from airlock import Session
 from airlock.bridge import ToolSession
 from airlock.tools import ConflictError
-from tests.airlock.harness.batch_world import PEEK, REFUND, BatchWorld
+from tests.airlock.harness.batch_world import PEEK, REFUND, BatchWorld, body
 from tests.airlock.session_world import ALICE
 from tests.tools.test_proposals import PROPOSING
 
@@ -77,3 +77,30 @@ async def test_a_withdrawn_proposal_leaves_the_models_paused_write_of_the_same_i
     await again.call(*PEEK)  # settles what was approved meanwhile
     assert world.states([paused]) == ["committed"]
     assert world.system.sends() == 1
+
+
+async def test_the_model_is_told_a_shared_preview_was_withdrawn_not_denied_by_a_person(
+    world: BatchWorld,
+) -> None:
+    # The program stored the preview first; the model's direct call of the same intent shared
+    # it, then the program withdrew it: the model may ask again, and no person said no.
+    session = world.session()
+    program = _program(world, session)
+    args: dict[str, object] = {"invoice_id": "inv_1", "reason": "duplicate"}
+    answer = await program.propose(REFUND, args, program.context("m1:1", math.inf), order=1)
+    paused = await world.pause(session, "inv_1")
+    assert answer["preview_id"] == paused  # the same intent: the program's preview
+    program.withdraw(1)
+    assert world.states([paused]) == ["denied"]
+
+    again = await session.call(REFUND, dict(args))
+    assert again.code == "needs_approval"  # asked again: proposed anew
+    assert body(again)["preview_id"] != paused
+    (settled,) = body(again)["settled_writes"]
+    assert (settled["preview_id"], settled["error"], settled["retryable"]) == (
+        paused,
+        "denied",
+        True,
+    )
+    assert "withdrew" in settled["message"]
+    assert "person" not in settled["message"]
