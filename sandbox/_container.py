@@ -166,7 +166,7 @@ class SandboxContainer:
         self._used = True
         self._kept = keep
         now = time.perf_counter()
-        began = now if began is None else min(began, now - LEAST_LEFT_S + profile.timeout_s)
+        began = now if began is None else max(began, now - profile.timeout_s + LEAST_LEFT_S)
         left_s = profile.timeout_s - (now - began)  # what the program is given
         deadline = time.monotonic() + left_s
         receiver = (

@@ -120,7 +120,8 @@ class StartTimedOut(SandboxFailure):
     def __init__(self, timeout_s: float, *, behind: int = 0) -> None:
         super().__init__(
             f"the container engine has not finished the last {behind} sandbox starts that runs"
-            " gave up waiting for (it is slow or stalled); none was asked of it; try again later"
+            " gave up waiting for (it is slow or stalled), and none ended within this run's "
+            f"deadline of {round(timeout_s, 2):g} s; no start was asked for it; try again later"
             if behind
             else "no sandbox container was ready within the run's deadline of "
             f"{round(timeout_s, 2):g} s (the container engine is slow or stalled); try again, "

@@ -8,11 +8,14 @@ The start goes on off the run's path, and whatever container it makes is handed 
 progress). The start is not cancelled: a cancellation that came just as it finished would
 lose the container it made, still running.
 
-Those starts are bounded: while :data:`MOST_ABANDONED` of them are still in progress on one
-backend's engine, a run that needs a container of its own raises :class:`StartTimedOut` at
-once rather than ask the engine for one more. Runs retried for minutes against a stalled
-engine would otherwise queue a start each, and every one of them would make (and then remove)
-a container once the engine came back.
+Once the engine has kept a run waiting that long, it is asked for fewer starts: while any
+start a run gave up on is still in progress, a run asks for one more only while fewer than
+:data:`MOST_ABANDONED` starts are given up on or waited for, on one backend. Otherwise it waits
+(within its deadline) for one of them to end, and raises :class:`StartTimedOut` if none does,
+having asked the engine for nothing. Runs retried for minutes against a stalled engine would
+otherwise queue a start each, and every one of them would make (and then remove) a container
+once the engine came back. A burst of runs that all began waiting before the first gave up
+may leave more than that in progress, once.
 
 The wait counts against the program's own deadline too (``SandboxContainer.run``'s
 ``began``): the program gets what is left of ``timeout_s``, so the whole run, start and
@@ -22,6 +25,7 @@ program, ends by the one deadline the caller gave it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable, Coroutine
 from typing import Any, Final
@@ -33,7 +37,8 @@ __all__ = ["MOST_ABANDONED", "StartWaits"]
 
 _log = logging.getLogger(__name__)
 MOST_ABANDONED: Final = 8
-"""Starts no run waits for any more that may be in progress on one backend's engine at once."""
+"""Starts given up on or waited for, at most, before another is asked of an engine that has
+not finished a start a run gave up on."""
 
 
 class StartWaits:
@@ -44,6 +49,10 @@ class StartWaits:
     def __init__(self, discard: Callable[[SandboxContainer], None]) -> None:
         self._discard = discard
         self._abandoned: set[asyncio.Task[SandboxContainer]] = set()
+        self._waited = 0
+        """Starts a run waits for now."""
+        self._waiting_for_room: list[asyncio.Future[None]] = []
+        """Runs waiting for room (see the module), woken whenever a start ends."""
 
     async def wait(
         self, start: Coroutine[Any, Any, SandboxContainer], *, timeout_s: float
@@ -54,27 +63,66 @@ class StartWaits:
 
         Raises:
             StartTimedOut: ``start`` had not finished within ``timeout_s``; or, without
-                asking the engine, :data:`MOST_ABANDONED` starts no run waits for are still
-                in progress (``start`` is closed unstarted).
+                asking the engine, no room was made for it within ``timeout_s`` (see the
+                module; ``start`` is closed unstarted).
             SandboxError: ``start`` failed (as it raised).
         """
-        if len(self._abandoned) >= MOST_ABANDONED:
+        loop = asyncio.get_running_loop()
+        end = loop.time() + timeout_s
+        try:
+            room = await self._room(end)
+        except BaseException:
+            start.close()  # (never begun: the engine was asked for nothing)
+            raise
+        if not room:
             start.close()
             raise StartTimedOut(timeout_s, behind=len(self._abandoned))
-        task = asyncio.ensure_future(start)
+        self._waited += 1
         try:
-            done, _ = await asyncio.wait({task}, timeout=timeout_s)
-        except asyncio.CancelledError:
-            self._abandon(task)
-            raise
+            task = asyncio.ensure_future(start)
+            try:
+                done, _ = await asyncio.wait({task}, timeout=max(end - loop.time(), 0.0))
+            except asyncio.CancelledError:
+                self._abandon(task)
+                raise
+        finally:
+            self._waited -= 1
+            self._wake()
         if task not in done:
             self._abandon(task)
             raise StartTimedOut(timeout_s)
         return task.result()
 
+    async def _room(self, end: float) -> bool:
+        """Whether another start may be asked of the engine, waited for until ``end`` (loop
+        time) at most."""
+        loop = asyncio.get_running_loop()
+        while self._abandoned and len(self._abandoned) + self._waited >= MOST_ABANDONED:
+            if loop.time() >= end:
+                return False
+            woken = loop.create_future()
+            self._waiting_for_room.append(woken)
+            try:
+                async with asyncio.timeout_at(end):
+                    await woken
+            except TimeoutError:
+                return False
+            finally:
+                with contextlib.suppress(ValueError):
+                    self._waiting_for_room.remove(woken)
+        return True
+
+    def _wake(self) -> None:
+        """Wake the runs waiting for room: a start ended, there may be some now."""
+        waiting, self._waiting_for_room = self._waiting_for_room, []
+        for woken in waiting:
+            if not woken.done():
+                woken.set_result(None)
+
     def _abandon(self, task: asyncio.Task[SandboxContainer]) -> None:
         def ended(task: asyncio.Task[SandboxContainer]) -> None:
             self._abandoned.discard(task)
+            self._wake()
             if task.cancelled():
                 return
             failure = task.exception()

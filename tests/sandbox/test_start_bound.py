@@ -15,9 +15,12 @@ from typing import Final
 
 import pytest
 
+import airlock.sandbox._container as container_module
 from airlock.bridge import ToolSession
+from airlock.bridge._codec import encode_frame
 from airlock.policies import Grant, SandboxProfile
 from airlock.sandbox import DockerBackend, RunResult, SandboxError, SandboxFailure
+from airlock.sandbox._container import LEAST_LEFT_S
 from airlock.sandbox._start_wait import MOST_ABANDONED, StartWaits
 from airlock.tools import Registry
 from tests.bridge.records import ALICE
@@ -131,6 +134,39 @@ async def test_a_slow_start_counts_against_the_programs_deadline(path: object) -
     assert took < profile.timeout_s + 1.5, f"returned after {took:.1f} s"
 
 
+@pytest.mark.docker
+@pytest.mark.anyio
+@pytest.mark.parametrize("waited_s", [1.99, 2.5], ids=["nearly_all", "more_than_all"])
+async def test_a_program_is_given_the_least_left_however_long_its_run_waited(
+    waited_s: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A start (or a kept sandbox's previous program) that used up the run's deadline still
+    # leaves its program LEAST_LEFT_S: never nothing, nor a deadline already past.
+    require_docker()
+    given: list[float] = []
+
+    def spy(message: dict[str, object]) -> bytes:
+        if message.get("type") == "run":
+            given.append(float(message["deadline_s"]) - container_module._GUEST_MARGIN_S)  # type: ignore[arg-type]
+        return encode_frame(message)
+
+    monkeypatch.setattr(container_module, "encode_frame", spy)
+    profile = SandboxProfile(timeout_s=2.0)
+    backend = DockerBackend(image=IMAGE, profile=profile, pool_size=1)
+    await backend.start()
+    try:
+        await backend.pool.wait_ready(1)
+        container = backend._fit.take(profile, ())
+        assert container is not None
+        began = time.perf_counter() - waited_s
+        await container.run("1", profile=profile, pooled=True, began=began)
+        await container.destroy()
+    finally:
+        await backend.close()
+    assert len(given) == 1
+    assert LEAST_LEFT_S <= given[0] < LEAST_LEFT_S + 0.5, given
+
+
 class _Started:
     """Stands in for a started container."""
 
@@ -174,32 +210,73 @@ async def test_a_start_is_waited_for_by_the_deadline_and_a_late_container_discar
     assert [type(t) for t in thrown] == ([_Started] if discarded else [])
 
 
+async def _given_up(waits: StartWaits, count: int, *, ends_in: float) -> None:
+    """``count`` starts that runs gave up on, which the engine finishes ``ends_in`` s later."""
+    for _ in range(count):
+        with pytest.raises(SandboxError):
+            await waits.wait(_start(ends_in), timeout_s=0.01)  # type: ignore[arg-type]
+
+
+# (case, starts given up on before, the run's deadline, what it gets, starts it asked for)
+BACKLOG = [
+    ("room_left", MOST_ABANDONED - 1, 0.3, "container", 1),
+    ("no_room_by_its_deadline", MOST_ABANDONED, 0.2, "sandbox_start_timeout", 0),
+    ("room_made_within_its_deadline", MOST_ABANDONED, 5.0, "container", 1),
+]
+
+
 @pytest.mark.anyio
-async def test_runs_ask_for_no_start_while_too_many_given_up_on_are_in_progress() -> None:
+@pytest.mark.parametrize(
+    ("case", "given_up", "deadline_s", "gets", "asked"), BACKLOG, ids=[c[0] for c in BACKLOG]
+)
+async def test_a_run_asks_for_a_start_only_while_few_given_up_on_are_in_progress(
+    case: str, given_up: int, deadline_s: float, gets: str, asked: int
+) -> None:
     # On a stalled engine, runs retried one after another must not queue a start each: every
     # one would make (and remove) a container once the engine came back.
     thrown: list[object] = []
     waits = StartWaits(discard=thrown.append)
-    for _ in range(MOST_ABANDONED):
-        with pytest.raises(SandboxError):
-            await waits.wait(_start(0.5), timeout_s=0.01)  # type: ignore[arg-type]
-    asked: list[str] = []
+    await _given_up(waits, given_up, ends_in=0.6)
+    starts: list[str] = []
 
     async def start() -> _Started:
-        asked.append("start")
+        starts.append("start")
         return _Started()
 
     began = time.monotonic()
-    with pytest.raises(SandboxError) as caught:
-        await waits.wait(start(), timeout_s=5.0)  # type: ignore[arg-type]
-    assert time.monotonic() - began < 0.1  # at once, not by the deadline
-    assert (caught.value.code, caught.value.retryable) == ("sandbox_start_timeout", True)
-    assert f"last {MOST_ABANDONED} sandbox starts" in str(caught.value)
-    assert asked == []  # the engine was asked for nothing
-    await asyncio.sleep(0.6)  # the engine answers: what it made goes, and starts are asked again
+    if gets == "container":
+        assert isinstance(await waits.wait(start(), timeout_s=deadline_s), _Started)  # type: ignore[arg-type]
+    else:
+        with pytest.raises(SandboxError) as caught:
+            await waits.wait(start(), timeout_s=deadline_s)  # type: ignore[arg-type]
+        assert (caught.value.code, caught.value.retryable) == (gets, True)
+        assert f"last {given_up} sandbox starts" in str(caught.value)
+    assert time.monotonic() - began < deadline_s + 0.2
+    assert len(starts) == asked
+    await asyncio.sleep(0.7)  # the engine answers: what it made for nobody goes
+    assert len(thrown) == given_up
+
+
+@pytest.mark.anyio
+async def test_runs_waiting_at_once_ask_for_no_more_than_the_bound() -> None:
+    # Once one start was given up on, a burst of runs asks for at most the bound's worth,
+    # counting the starts still waited for: the rest wait for room, then give up unasked.
+    thrown: list[object] = []
+    waits = StartWaits(discard=thrown.append)
+    await _given_up(waits, 1, ends_in=1.0)
+    starts: list[str] = []
+
+    async def start() -> _Started:
+        starts.append("start")
+        await asyncio.sleep(1.0)  # (the engine is still slow)
+        return _Started()
+
+    runs = [waits.wait(start(), timeout_s=0.3) for _ in range(20)]  # type: ignore[arg-type]
+    outcomes = await asyncio.gather(*runs, return_exceptions=True)
+    assert {getattr(o, "code", o) for o in outcomes} == {"sandbox_start_timeout"}
+    assert len(starts) == MOST_ABANDONED - 1
+    await asyncio.sleep(1.1)
     assert len(thrown) == MOST_ABANDONED
-    assert isinstance(await waits.wait(start(), timeout_s=5.0), _Started)  # type: ignore[arg-type]
-    assert asked == ["start"]
 
 
 @pytest.mark.docker
