@@ -83,7 +83,6 @@ from airlock.tools._schema import ToolDefinition
 from airlock.tools._spec import Precondition, Secret, ToolSpec, requires
 from airlock.tools._sqlite_audit import SQLiteAuditStore
 from airlock.tools._sqlite_ledger import SQLiteLedgerStore
-from airlock.tools._withdrawals import WITHDRAWN
 from airlock.tools._write_contract import WriteContract
 from airlock.tools._write_tool import write_tool
 from airlock.tools._writes import WritePath
@@ -98,7 +97,6 @@ __all__ = [
     "NAME_PATTERN",
     "PROGRAM_TOOL",
     "STEP_STATES",
-    "WITHDRAWN",
     "Admission",
     "AdmissionDecision",
     "AmbiguousWriteError",

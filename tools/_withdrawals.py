@@ -117,3 +117,10 @@ class Withdrawals(BatchWrites):
         withdrawn = withdraw_proposal(self.ledger, self._sender, preview_id, now=self.clock())
         self._forget_if_settled(preview_id)
         return withdrawn
+
+    def was_withdrawn(self, preview_id: str) -> bool:
+        """Whether the preview was denied by its program's withdrawal (:meth:`withdraw`), not
+        by a person: told by its history, which a person's reason cannot forge (a person's
+        denial is recorded as ``denied by NAME: REASON``)."""
+        history = self.ledger.history(preview_id)
+        return bool(history) and history[-1].to_state == "denied" and history[-1].how == WITHDRAWN

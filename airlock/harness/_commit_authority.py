@@ -26,7 +26,6 @@ from airlock.harness._model_tools import ModelResult
 from airlock.harness._results import failure
 from airlock.policies import ApprovalPolicy, Effect, Grant, Principal
 from airlock.tools import (
-    WITHDRAWN,
     ConflictError,
     Preview,
     StepState,
@@ -155,12 +154,11 @@ def refused_answer(preview: Preview, refusal: Refusal) -> ModelResult:
     )
 
 
-def denied_answer(preview: Preview) -> ModelResult:
-    """What the model is told about a paused write denied meanwhile: by a person, or withdrawn
-    by the program that stored its preview first (the model's call of the same intent shared
-    it), which is no judgement of the change: asking again proposes it anew."""
-    reason = (preview.error or "no reason given").removeprefix("denied: ")
-    if reason == WITHDRAWN:
+def denied_answer(preview: Preview, *, withdrawn: bool) -> ModelResult:
+    """What the model is told about a paused write denied meanwhile: by a person, or
+    ``withdrawn`` by the program that stored its preview first (the model's call of the same
+    intent shared it), which is no judgement of the change: asking again proposes it anew."""
+    if withdrawn:
         return failure(
             "denied",
             "the program that proposed this change first withdrew it, so it was not made; "
@@ -168,5 +166,6 @@ def denied_answer(preview: Preview) -> ModelResult:
             retryable=True,
             preview_id=preview.id,
         )
+    reason = (preview.error or "no reason given").removeprefix("denied: ")
     told = f"a person denied this change ({reason[:200]}); do not retry it"
     return failure("denied", told, preview_id=preview.id)

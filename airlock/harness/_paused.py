@@ -137,7 +137,7 @@ class PausedWrites:
                 if current.state != "denied":
                     raise
                 self._pending.pop(preview.id, None)
-                return denied_answer(current)
+                return denied_answer(current, withdrawn=self._writes.was_withdrawn(preview.id))
             except ToolError as exc:
                 expired = exc.code == "preview_expired" and exc.outcome == "error"
                 if expired or self.own(preview_id).state not in _WAITING:

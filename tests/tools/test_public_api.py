@@ -14,7 +14,6 @@ PUBLIC_API = [
     "NAME_PATTERN",
     "PROGRAM_TOOL",
     "STEP_STATES",
-    "WITHDRAWN",
     "Admission",
     "AdmissionDecision",
     "AmbiguousWriteError",

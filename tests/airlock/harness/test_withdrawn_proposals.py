@@ -5,12 +5,13 @@ for approval nor committed by a session that loads the run's waiting writes from
 from __future__ import annotations
 
 import math
+import time
 
 import pytest
 
 from airlock import Session
 from airlock.bridge import ToolSession
-from airlock.tools import ConflictError
+from airlock.tools import ConflictError, deny_preview
 from tests.airlock.harness.batch_world import PEEK, REFUND, BatchWorld, body
 from tests.airlock.session_world import ALICE
 from tests.tools.test_proposals import PROPOSING
@@ -104,3 +105,30 @@ async def test_the_model_is_told_a_shared_preview_was_withdrawn_not_denied_by_a_
     )
     assert "withdrew" in settled["message"]
     assert "person" not in settled["message"]
+
+
+# (case, a person's reason for denying the model's paused write, what the model is told)
+PERSON_DENIALS = [
+    ("a_reason", "not a duplicate, refund refused", "a person denied this change"),
+    # A person's reason that reads like a withdrawal is still a person's "no": never retryable.
+    ("withdrawal_words", "withdrawn by the program", "a person denied this change"),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "reason", "told"), PERSON_DENIALS, ids=[c[0] for c in PERSON_DENIALS]
+)
+async def test_a_person_s_denial_is_told_as_one_whatever_its_reason_says(
+    world: BatchWorld, case: str, reason: str, told: str
+) -> None:
+    session = world.session()
+    paused = await world.pause(session, "inv_1")
+    deny_preview(world.ledger, paused, approver="bob", reason=reason, now=time.time())
+    again = await session.call(REFUND, {"invoice_id": "inv_1", "reason": "duplicate"})
+    (settled,) = body(again)["settled_writes"]
+    assert (settled["preview_id"], settled["error"], settled["retryable"]) == (
+        paused,
+        "denied",
+        False,
+    )
+    assert settled["message"].startswith(told)
