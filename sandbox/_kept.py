@@ -71,7 +71,8 @@ class KeptSandbox:
         self.idle_timeout = idle_timeout
         self.clean = clean
         """Each program starts with an empty ``/tmp`` and no names kept: the container is
-        reused for speed, nothing of one program reaches the next."""
+        reused for speed, and nothing of one program reaches the next but the counters the
+        container keeps (its pid counter, ``/tmp``'s inode numbers)."""
         self.last_used = time.monotonic()
         self._waiting = 0
         self.starts = 0

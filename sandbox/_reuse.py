@@ -3,9 +3,12 @@
 A warm pool saves a run the wait for ``docker run``, but every run still costs the engine a
 container start and a removal: with many runs, that is the limit. Reusing a container across
 the runs of one principal (never two: it belongs to one, and a run of another principal is
-refused) saves both, and gives up nothing of what a run starts from: each run is a kept
-sandbox's program in ``clean`` mode, a fresh process with an empty ``/tmp`` and no names kept,
-once every process of the previous run is gone. A principal's runs take turns in its
+refused) saves both, and gives up nothing of what a run starts from but counters the
+container keeps: each run is a kept sandbox's program in ``clean`` mode, a fresh process with
+an empty ``/tmp`` and no names kept, once every process of the previous run is gone. The
+container's pid counter and ``/tmp``'s inode numbers go on from one run to the next (nothing
+unprivileged resets them), so a run can read a few numbers an earlier run of the same
+principal set: where that matters, do not reuse. A principal's runs take turns in its
 container; one that would have to wait for another runs in a fresh container instead.
 """
 
