@@ -116,8 +116,7 @@ class DockerBackend:
             self.pool, profile=self.profile, inputs=pool_inputs, discard=self._destroy_later
         )
         self._cleanup: set[asyncio.Task[None]] = set()
-        self._active: set[SandboxContainer] = set()
-        """Containers running a program now (kept ones aside)."""
+        self._active: set[SandboxContainer] = set()  # running a program now (not kept ones)
         self._starts = Starts()
         self._start_waits = StartWaits(discard=self._destroy_later)
         self._started = False
@@ -379,14 +378,15 @@ class DockerBackend:
 
     async def close(self) -> None:
         """Destroy every container this backend started: programs in flight, whatever their
-        bridge is doing (their runs return), runs still starting a container (they raise
-        :class:`SandboxClosed`), kept sandboxes, the pool and its starts in progress; later
-        runs are refused. Returns within about two waits of :data:`_CLOSE_WAIT_S` (ten
-        seconds) even when the engine stalls: one for all of that at once, one for a last
-        sweep of whatever is still labelled as this backend's; about a second with a
-        responsive engine. A removal still unanswered then goes on in the background, and
-        the next backend to start (in this process too) removes what the engine left."""
+        bridge is doing (their runs return), runs still waiting for a container (they raise
+        :class:`SandboxClosed` at once), kept sandboxes, the pool and its starts in progress;
+        later runs are refused. Returns within about two waits of :data:`_CLOSE_WAIT_S` (ten
+        seconds) even when the engine stalls: one for all of that, one for a last sweep of
+        what is still labelled as this backend's; about a second with a responsive engine. A
+        removal unanswered then goes on in the background; the next backend to start (in
+        this process too) removes what the engine left."""
         self._closed = True
+        self._start_waits.close()
         retire(self._owner)
         work: list[Awaitable[object]] = [kept.close() for kept in list(self._kept)]
         work += [self._reused.close(), self.pool.close(), *self._starts.cancel(), *self._cleanup]

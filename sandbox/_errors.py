@@ -109,27 +109,35 @@ class SandboxRefused(SandboxFailure):
 class StartTimedOut(SandboxFailure):
     """The engine had not started the run's container (created, started, its runner
     connected) within the run's deadline: a slow or wedged engine. Nothing of the program
-    ran; the container is removed whenever the engine answers. Also raised at once, with
-    ``behind`` set, while the engine has not finished the starts earlier runs gave up on
+    ran; the container is removed whenever the engine answers. Also raised, with
+    ``held_back`` set and nothing asked of the engine, when the starts earlier runs gave up on
+    (with those still waited for) left no room for another within the deadline
     (:data:`~airlock.sandbox._start_wait.MOST_ABANDONED`). Retryable: a later run may find
     the engine responsive, or a warm container."""
 
     code = "sandbox_start_timeout"
     retryable = True
 
-    def __init__(self, timeout_s: float, *, behind: int = 0) -> None:
+    def __init__(
+        self, timeout_s: float, *, held_back: bool = False, behind: int = 0, waited: int = 0
+    ) -> None:
         super().__init__(
-            f"the container engine has not finished the last {behind} sandbox starts that runs"
-            " gave up waiting for (it is slow or stalled), and none ended within this run's "
-            f"deadline of {round(timeout_s, 2):g} s; no start was asked for it; try again later"
-            if behind
+            "the container engine is slow or stalled: this run waited for room behind the"
+            f" sandbox starts runs gave up waiting for ({behind} still in progress, {waited}"
+            " waited for), and had too little of its deadline of "
+            f"{round(timeout_s, 2):g} s left when it came; no start was asked for it; try "
+            "again later"
+            if held_back
             else "no sandbox container was ready within the run's deadline of "
             f"{round(timeout_s, 2):g} s (the container engine is slow or stalled); try again, "
             "or raise timeout_s"
         )
         self.timeout_s = timeout_s
+        self.held_back = held_back
+        """No start was asked for the run: it waited for room (``behind`` starts runs gave
+        up on, ``waited`` waited for, were in progress then)."""
         self.behind = behind
-        """Starts no run waits for still in progress, when the run asked for none (else 0)."""
+        self.waited = waited
 
 
 @contextmanager

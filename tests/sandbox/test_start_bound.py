@@ -107,6 +107,26 @@ async def test_a_run_waits_for_its_container_no_longer_than_its_deadline(
             await backend.close()
 
 
+@pytest.mark.docker
+@pytest.mark.anyio
+async def test_close_cuts_off_a_run_waiting_for_its_container_at_once() -> None:
+    require_docker()
+    with slow_creates(_HELD_S) as client:
+        backend = DockerBackend(image=IMAGE, profile=SandboxProfile(timeout_s=30), client=client)
+        await backend.start()
+        run = asyncio.ensure_future(backend.run("1"))
+        await asyncio.sleep(0.5)  # its create is held by the engine
+        began = time.monotonic()
+        closing = asyncio.ensure_future(backend.close())
+        with pytest.raises(SandboxError) as caught:
+            await run
+        took = time.monotonic() - began
+        await closing
+        assert caught.value.code == "sandbox_closed"
+        assert took < 1.0, f"the run returned {took:.1f} s after close() began"
+        assert await left_containers(backend._owner, within=_HELD_S + 20) == []
+
+
 _SLOW_START_S: Final = 2.0
 """How long the engine holds the create in the next test: well within the run's deadline."""
 
@@ -210,33 +230,47 @@ async def test_a_start_is_waited_for_by_the_deadline_and_a_late_container_discar
     assert [type(t) for t in thrown] == ([_Started] if discarded else [])
 
 
-async def _given_up(waits: StartWaits, count: int, *, ends_in: float) -> None:
-    """``count`` starts that runs gave up on, which the engine finishes ``ends_in`` s later."""
+async def _given_up(waits: StartWaits, count: int) -> asyncio.Event:
+    """``count`` starts that runs gave up on, which the engine finishes once the event is
+    set."""
+    engine_answers = asyncio.Event()
+
+    async def held() -> _Started:
+        await engine_answers.wait()
+        return _Started()
+
     for _ in range(count):
         with pytest.raises(SandboxError):
-            await waits.wait(_start(ends_in), timeout_s=0.01)  # type: ignore[arg-type]
+            await waits.wait(held(), timeout_s=0.06)  # type: ignore[arg-type]
+    return engine_answers
 
 
-# (case, starts given up on before, the run's deadline, what it gets, starts it asked for)
+# (case, starts given up on before, the run's deadline, when the engine answers them (s after
+# the run began), what the run gets, starts it asked for)
 BACKLOG = [
-    ("room_left", MOST_ABANDONED - 1, 0.3, "container", 1),
-    ("no_room_by_its_deadline", MOST_ABANDONED, 0.2, "sandbox_start_timeout", 0),
-    ("room_made_within_its_deadline", MOST_ABANDONED, 5.0, "container", 1),
+    ("room_left", MOST_ABANDONED - 1, 0.3, 1.0, "container", 1),
+    ("no_room_by_its_deadline", MOST_ABANDONED, 0.2, 0.5, "sandbox_start_timeout", 0),
+    ("room_made_within_its_deadline", MOST_ABANDONED, 5.0, 0.3, "container", 1),
+    # Room comes with less than LEAST_LEFT_S of the run's deadline left: a start asked for
+    # then would be given up at once, and add to what it waits behind.
+    ("room_made_too_late", MOST_ABANDONED, 0.5, 0.47, "sandbox_start_timeout", 0),
 ]
 
 
 @pytest.mark.anyio
 @pytest.mark.parametrize(
-    ("case", "given_up", "deadline_s", "gets", "asked"), BACKLOG, ids=[c[0] for c in BACKLOG]
+    ("case", "given_up", "deadline_s", "answers_at", "gets", "asked"),
+    BACKLOG,
+    ids=[c[0] for c in BACKLOG],
 )
 async def test_a_run_asks_for_a_start_only_while_few_given_up_on_are_in_progress(
-    case: str, given_up: int, deadline_s: float, gets: str, asked: int
+    case: str, given_up: int, deadline_s: float, answers_at: float, gets: str, asked: int
 ) -> None:
     # On a stalled engine, runs retried one after another must not queue a start each: every
     # one would make (and remove) a container once the engine came back.
     thrown: list[object] = []
     waits = StartWaits(discard=thrown.append)
-    await _given_up(waits, given_up, ends_in=0.6)
+    engine_answers = await _given_up(waits, given_up)
     starts: list[str] = []
 
     async def start() -> _Started:
@@ -244,17 +278,45 @@ async def test_a_run_asks_for_a_start_only_while_few_given_up_on_are_in_progress
         return _Started()
 
     began = time.monotonic()
+    asyncio.get_running_loop().call_later(answers_at, engine_answers.set)
     if gets == "container":
         assert isinstance(await waits.wait(start(), timeout_s=deadline_s), _Started)  # type: ignore[arg-type]
     else:
         with pytest.raises(SandboxError) as caught:
             await waits.wait(start(), timeout_s=deadline_s)  # type: ignore[arg-type]
         assert (caught.value.code, caught.value.retryable) == (gets, True)
-        assert f"last {given_up} sandbox starts" in str(caught.value)
+        assert caught.value.held_back  # type: ignore[attr-defined]
+        assert "waited for room behind the sandbox starts" in str(caught.value)
     assert time.monotonic() - began < deadline_s + 0.2
     assert len(starts) == asked
-    await asyncio.sleep(0.7)  # the engine answers: what it made for nobody goes
-    assert len(thrown) == given_up
+    await asyncio.sleep(max(answers_at - (time.monotonic() - began), 0) + 0.1)
+    assert len(thrown) == given_up  # what the engine made for nobody goes
+
+
+# (case, what the run waits for when the backend closes)
+CLOSING = [("waiting_for_room", MOST_ABANDONED), ("waiting_for_its_start", 0)]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("case", "given_up"), CLOSING, ids=[c[0] for c in CLOSING])
+async def test_close_ends_a_run_waiting_for_a_container_at_once(case: str, given_up: int) -> None:
+    thrown: list[object] = []
+    waits = StartWaits(discard=thrown.append)
+    engine_answers = await _given_up(waits, given_up)
+    asyncio.get_running_loop().call_later(1.0, engine_answers.set)
+    run = asyncio.ensure_future(waits.wait(_start(1.0), timeout_s=30.0))  # type: ignore[arg-type]
+    await asyncio.sleep(0.1)
+    began = time.monotonic()
+    waits.close()
+    with pytest.raises(SandboxError) as caught:
+        await run
+    assert time.monotonic() - began < 0.1
+    assert (caught.value.code, caught.value.retryable) == ("sandbox_closed", False)
+    with pytest.raises(SandboxError) as later:  # later runs are refused, asking for nothing
+        await waits.wait(_start(0.0), timeout_s=1.0)  # type: ignore[arg-type]
+    assert later.value.code == "sandbox_closed"
+    await asyncio.sleep(1.1)  # what the engine makes meanwhile goes
+    assert len(thrown) == given_up + (case == "waiting_for_its_start")
 
 
 @pytest.mark.anyio
@@ -263,7 +325,8 @@ async def test_runs_waiting_at_once_ask_for_no_more_than_the_bound() -> None:
     # counting the starts still waited for: the rest wait for room, then give up unasked.
     thrown: list[object] = []
     waits = StartWaits(discard=thrown.append)
-    await _given_up(waits, 1, ends_in=1.0)
+    engine_answers = await _given_up(waits, 1)
+    asyncio.get_running_loop().call_later(1.0, engine_answers.set)
     starts: list[str] = []
 
     async def start() -> _Started:
