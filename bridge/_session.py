@@ -163,6 +163,8 @@ class ToolSession:
     _dropped: list[Preview] = field(default_factory=list, init=False, repr=False)
     """The previews withdrawn proposals stored themselves, to deny in the ledger."""
     _preparing: int = field(default=0, init=False, repr=False)
+    _holder: object = field(default_factory=object, init=False, repr=False)
+    """This program, to the write path: a preview another holder received is not its to deny."""
     authority: RunAuthority = field(init=False, repr=False)
     """The run's authority, from the fields above; every call's context comes from it."""
 
@@ -222,7 +224,7 @@ class ToolSession:
             raise error
         self._preparing += 1
         try:
-            preview, own = await self.writes.propose_own(tool, args, ctx)
+            preview, own = await self.writes.propose_own(tool, args, ctx, holder=self._holder)
             if order not in self._withdrawn:
                 self._proposals.append((order, own, preview))
             elif own:
@@ -259,7 +261,8 @@ class ToolSession:
         gets a preview of its own. The exceptions: only a preview the proposal stored itself
         is denied (:meth:`WritePath.propose_own <airlock.tools.WritePath.propose_own>`), not
         the live one of the same intent it received (a direct call's, another program's of
-        the run, stored first); one that another proposal of this program kept (the same
+        the run, stored first), nor one such a holder received after it stored it (in this
+        process); one that another proposal of this program kept (the same
         intent, one preview) stays ``prepared`` and listed for that proposal; and one a
         person approved stays approved. The ledger is told once no proposal of the program
         is being prepared, so one that would share the preview has kept it by then.

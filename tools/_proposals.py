@@ -28,7 +28,7 @@ from airlock.tools._preview import Approval, Preview, canonical_json, fingerprin
 from airlock.tools._sealed import SecretVault, sealed_fields
 from airlock.tools._sender import Sender
 from airlock.tools._step_effect import contract_of
-from airlock.tools._withdrawals import note_stored
+from airlock.tools._withdrawals import note_received, note_stored
 from airlock.tools._write_contract import WriteContract
 from airlock.tools._write_grant import amountless_denials, input_named, outside_grant
 
@@ -282,7 +282,7 @@ def _store_preview(
         stored = ledger.add_preview(fresh)
         if stored.id == fresh.id:
             vault.hold(fresh.id, clear, until=fresh.expires, now=at)
-            note_stored(fresh.id)
+            note_stored(fresh.id, until=fresh.expires, now=at)
             return fresh
         owner = stored.principal
         if (owner.user_id, owner.tenant_id) != (ctx.principal.user_id, ctx.principal.tenant_id):
@@ -295,6 +295,7 @@ def _store_preview(
         # way to this one, as an expired, never-sent preview of the same intent does.
         lost = clear and not vault.holds(stored.id)
         if not (waiting and (stored.expired(at) or lost)):
+            note_received(stored.id, until=stored.expires, now=at)
             return stored  # the same intent in this run: one preview for it
         with contextlib.suppress(StepStateError):
             ledger.transition(

@@ -12,6 +12,7 @@ import pytest
 from airlock import Session
 from airlock.bridge import ToolSession
 from airlock.tools import ConflictError, deny_preview
+from airlock.tools import _withdrawals as withdrawals
 from tests.airlock.harness.batch_world import PEEK, REFUND, BatchWorld, body
 from tests.airlock.session_world import ALICE
 from tests.tools.test_proposals import PROPOSING
@@ -80,17 +81,54 @@ async def test_a_withdrawn_proposal_leaves_the_models_paused_write_of_the_same_i
     assert world.system.sends() == 1
 
 
-async def test_the_model_is_told_a_shared_preview_was_withdrawn_not_denied_by_a_person(
+async def test_a_withdrawal_leaves_the_preview_the_models_later_call_received(
     world: BatchWorld,
 ) -> None:
-    # The program stored the preview first; the model's direct call of the same intent shared
-    # it, then the program withdrew it: the model may ask again, and no person said no.
+    # The program stored the preview first; the model's direct call of the same intent
+    # received it, so it is the model's paused write too: the program's withdrawal leaves it.
     session = world.session()
     program = _program(world, session)
     args: dict[str, object] = {"invoice_id": "inv_1", "reason": "duplicate"}
     answer = await program.propose(REFUND, args, program.context("m1:1", math.inf), order=1)
     paused = await world.pause(session, "inv_1")
     assert answer["preview_id"] == paused  # the same intent: the program's preview
+    program.withdraw(1)
+    assert world.states([paused]) == ["prepared"]
+
+    again = world.harness.resume_session(ALICE, session.run_id, grant=PROPOSING)
+    assert paused in [p.preview_id for p in again.pending()]
+    world.approve(paused)
+    await again.call(*PEEK)  # settles what was approved meanwhile
+    assert world.states([paused]) == ["committed"]
+    assert world.system.sends() == 1
+
+
+async def test_a_withdrawal_leaves_the_preview_another_program_of_the_run_received(
+    world: BatchWorld,
+) -> None:
+    session = world.session()
+    first, second = _program(world, session), _program(world, session)
+    args: dict[str, object] = {"invoice_id": "inv_1", "reason": "duplicate"}
+    stored = await first.propose(REFUND, args, first.context("m1:1", math.inf), order=1)
+    received = await second.propose(REFUND, args, second.context("m2:1", math.inf), order=1)
+    assert received["preview_id"] == stored["preview_id"]
+    first.withdraw(1)
+    assert world.states([str(stored["preview_id"])]) == ["prepared"]
+    assert [p.id for p in second.proposed_previews()] == [stored["preview_id"]]
+
+
+async def test_the_model_is_told_a_preview_withdrawn_elsewhere_was_not_denied_by_a_person(
+    world: BatchWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Who received a preview is known in one process only: a program in another process
+    # (as if this one's record were empty) denies the preview the model's call received. The
+    # model may ask again, and no person said no.
+    session = world.session()
+    program = _program(world, session)
+    args: dict[str, object] = {"invoice_id": "inv_1", "reason": "duplicate"}
+    await program.propose(REFUND, args, program.context("m1:1", math.inf), order=1)
+    paused = await world.pause(session, "inv_1")
+    monkeypatch.setattr(withdrawals, "_previews", {})
     program.withdraw(1)
     assert world.states([paused]) == ["denied"]
 
