@@ -155,16 +155,14 @@ class ToolSession:
     the tool's contract and the grant allow); admission judges every proposal anyway."""
     proposed: int = field(default=0, init=False)
     """Proposals the program made so far, refused ones included."""
-    _proposals: list[tuple[int, bool, Preview]] = field(
-        default_factory=list, init=False, repr=False
-    )
-    """Each kept proposal's order, whether it stored its preview itself, and its preview."""
+    _proposals: list[tuple[int, Preview]] = field(default_factory=list, init=False, repr=False)
+    """Each kept proposal's order and its preview."""
     _withdrawn: set[int] = field(default_factory=set, init=False, repr=False)
-    _dropped: list[Preview] = field(default_factory=list, init=False, repr=False)
-    """The previews withdrawn proposals stored themselves, to deny in the ledger."""
+    _released: list[Preview] = field(default_factory=list, init=False, repr=False)
+    """The previews of withdrawn proposals, for the write path to let go of."""
     _preparing: int = field(default=0, init=False, repr=False)
     _holder: object = field(default_factory=object, init=False, repr=False)
-    """This program, to the write path: a preview another holder received is not its to deny."""
+    """This program, to the write path: the holder of its proposals' previews."""
     authority: RunAuthority = field(init=False, repr=False)
     """The run's authority, from the fields above; every call's context comes from it."""
 
@@ -224,14 +222,14 @@ class ToolSession:
             raise error
         self._preparing += 1
         try:
-            preview, own = await self.writes.propose_own(tool, args, ctx, holder=self._holder)
-            if order not in self._withdrawn:
-                self._proposals.append((order, own, preview))
-            elif own:
-                self._dropped.append(preview)
+            preview = await self.writes.propose_held(tool, args, ctx, holder=self._holder)
+            if order in self._withdrawn:
+                self._released.append(preview)
+            else:
+                self._proposals.append((order, preview))
         finally:
             self._preparing -= 1
-            self._deny_withdrawn()
+            self._release_withdrawn()
         return {
             "preview_id": preview.id,
             "tool": preview.tool,
@@ -243,7 +241,7 @@ class ToolSession:
         """The previews the program proposed, in the order it proposed them, each once (the
         same intent proposed twice is one preview)."""
         seen: dict[str, Preview] = {}
-        for _, _, preview in sorted(self._proposals, key=lambda entry: entry[0]):
+        for _, preview in sorted(self._proposals, key=lambda entry: entry[0]):
             seen.setdefault(preview.id, preview)
         return list(seen.values())
 
@@ -258,30 +256,27 @@ class ToolSession:
         that loads a run's waiting previews from the ledger (a harness's
         ``restore_pending``) finds it, an approval of it is refused (``conflict``) and a
         commit too (``denied``). Its key is free again, so the same intent proposed later
-        gets a preview of its own. The exceptions: only a preview the proposal stored itself
-        is denied (:meth:`WritePath.propose_own <airlock.tools.WritePath.propose_own>`), not
-        the live one of the same intent it received (a direct call's, another program's of
-        the run, stored first), nor one such a holder received after it stored it (in this
-        process); one that another proposal of this program kept (the same
-        intent, one preview) stays ``prepared`` and listed for that proposal; and one a
-        person approved stays approved. The ledger is told once no proposal of the program
-        is being prepared, so one that would share the preview has kept it by then.
+        gets a preview of its own. The exceptions: the proposal only lets go of its preview
+        (:meth:`WritePath.withdraw <airlock.tools.WritePath.withdraw>`), which is denied once
+        nobody holds it: while another proposal of this program, a proposal of another
+        program of the run or a direct call of the model holds it (the same intent, one
+        preview), it stays ``prepared`` and listed for them; one stored elsewhere (by another
+        process) is not this program's to deny; and one a person approved stays approved.
+        The write path is told once no proposal of the program is being prepared, so one
+        that would share the preview holds it by then.
         """
         self._withdrawn.add(order)
-        self._dropped += [p for n, own, p in self._proposals if n == order and own]
+        self._released += [preview for n, preview in self._proposals if n == order]
         self._proposals = [entry for entry in self._proposals if entry[0] != order]
-        self._deny_withdrawn()
+        self._release_withdrawn()
 
-    def _deny_withdrawn(self) -> None:
+    def _release_withdrawn(self) -> None:
         if self._preparing or self.writes is None:
-            return  # (one being prepared may yet answer the same preview, for a kept proposal)
-        kept = {preview.id for _, _, preview in self._proposals}
-        dropped, self._dropped = self._dropped, []
-        for preview in dropped:
-            if preview.id in kept:
-                continue
+            return  # (one being prepared may yet answer the same preview, and hold it)
+        released, self._released = self._released, []
+        for preview in released:
             try:
-                self.writes.withdraw(preview.id)
+                self.writes.withdraw(preview.id, holder=self._holder)
             except Exception as exc:  # (the bridge goes on; the preview is in no batch)
                 _log.error(
                     "run %s: withdrawn preview %s could not be denied in the ledger (%s); it "

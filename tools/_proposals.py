@@ -25,10 +25,10 @@ from airlock.tools._json import JSONObject
 from airlock.tools._ledger import LedgerStore, StepStateError
 from airlock.tools._prepare import run_prepare
 from airlock.tools._preview import Approval, Preview, canonical_json, fingerprint, idempotency_key
+from airlock.tools._preview_holders import note_received, note_stored
 from airlock.tools._sealed import SecretVault, sealed_fields
 from airlock.tools._sender import Sender
 from airlock.tools._step_effect import contract_of
-from airlock.tools._withdrawals import note_received, note_stored
 from airlock.tools._write_contract import WriteContract
 from airlock.tools._write_grant import amountless_denials, input_named, outside_grant
 

@@ -1,101 +1,32 @@
-"""A proposal its program withdrew: which preview it stored itself, and denying that one.
+"""A proposal its program withdrew: letting go of its preview, and denying one nobody holds.
 
 A program may cancel a proposal while the host prepares it (the bridge lets the prepare run
-to its end). Its preview is then denied in the ledger (:data:`WITHDRAWN`), but only when the
-proposal stored it: :meth:`Withdrawals.propose_own` says so, as :func:`stored_fresh` saw it
-stored. One it received instead (the live preview of the same intent in the run, stored
-first by another program of the run or by the model's direct call) is someone else's, and
-when it was stored says nothing reliable (a wall clock may stand still or step back). Nor is
-one the proposal stored that another holder received after it (:func:`note_received`: the
-model's direct call, or another program of the run, proposing the same intent): it is theirs
-too, and stays for them. A preview a person approved is never denied by a withdrawal
-(:func:`withdraw_proposal`). Who received what is known in this process only: a holder in
+to its end). The proposal lets go of its preview (:mod:`airlock.tools._preview_holders`), and
+the ledger denies it (:data:`WITHDRAWN`) once nobody holds it: no other proposal of the
+program or of another program of the run, and no direct call of the model, of the same intent
+(one preview for it); and only when a program's proposal stored it in this process (one
+stored elsewhere is someone else's). Who holds what is known in this process only: a holder in
 another process (a session resumed there) may still meet the preview denied, and is told it
-was withdrawn (:meth:`Withdrawals.was_withdrawn`).
+was withdrawn (:meth:`Withdrawals.was_withdrawn`). A preview a person approved is never denied
+by a withdrawal (:func:`withdraw_proposal`).
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator, Mapping
-from contextvars import ContextVar
-from typing import Any, Final, NamedTuple
+from collections.abc import Mapping
+from typing import Any
 
 from airlock.tools._batch_writes import BatchWrites
 from airlock.tools._context import CallContext
 from airlock.tools._ledger import LedgerStore, StepStateError
 from airlock.tools._preview import Preview, StepState
+from airlock.tools._preview_holders import proposing_as, release
 from airlock.tools._sender import Sender
 
-__all__ = [
-    "WITHDRAWN",
-    "Withdrawals",
-    "note_received",
-    "note_stored",
-    "stored_fresh",
-    "withdraw_proposal",
-]
+__all__ = ["WITHDRAWN", "Withdrawals", "withdraw_proposal"]
 
 WITHDRAWN = "withdrawn by the program"
 """How a proposal its program withdrew is denied, in the ledger's history and the audit log."""
-
-_stored: ContextVar[set[str] | None] = ContextVar("airlock_stored_previews", default=None)
-_holder: ContextVar[object | None] = ContextVar("airlock_preview_holder", default=None)
-"""Who proposes in this task: a program's session (:meth:`Withdrawals.propose_own`), or
-``None`` (the model's direct call, anything else)."""
-
-
-class _Stored(NamedTuple):
-    until: float
-    """When the preview expires: forgotten after."""
-    storer: object | None
-    shared: bool
-    """Another holder received it since it was stored."""
-
-
-_previews: dict[str, _Stored] = {}
-"""Previews stored in this process, by id: who stored them, and whether another received
-them since. Entries go once their previews expire."""
-_FORGET_AT: Final = 4096
-"""Entries past which the expired ones are forgotten, at the next one noted."""
-
-
-@contextlib.contextmanager
-def stored_fresh() -> Iterator[set[str]]:
-    """The ids of the previews stored new (:func:`note_stored`) by the calls made within it
-    in this task: each call's own, not the live one of the same intent that it received.
-    A context variable, so that concurrent tasks each see only their own."""
-    stored: set[str] = set()
-    token = _stored.set(stored)
-    try:
-        yield stored
-    finally:
-        _stored.reset(token)
-
-
-def note_stored(preview_id: str, *, until: float, now: float) -> None:
-    """Record that this task stored the preview ``preview_id`` new (see :func:`stored_fresh`),
-    one that expires at ``until``."""
-    stored = _stored.get()
-    if stored is not None:
-        stored.add(preview_id)
-    _note(preview_id, _Stored(until, _holder.get(), shared=False), now)
-
-
-def note_received(preview_id: str, *, until: float, now: float) -> None:
-    """Record that this task received the live preview ``preview_id`` of the same intent,
-    stored before: unless its storer received it again, it is shared now, and a withdrawal
-    of the proposal that stored it leaves it (see the module)."""
-    known = _previews.get(preview_id)
-    if known is None or known.storer is not _holder.get():
-        _note(preview_id, _Stored(until, None if known is None else known.storer, True), now)
-
-
-def _note(preview_id: str, entry: _Stored, now: float) -> None:
-    if len(_previews) >= _FORGET_AT:
-        for gone in [key for key, old in _previews.items() if old.until < now]:
-            del _previews[gone]
-    _previews[preview_id] = entry
 
 
 def withdraw_proposal(
@@ -103,7 +34,7 @@ def withdraw_proposal(
 ) -> Preview | None:
     """Deny the preview of a proposal its program withdrew (:data:`WITHDRAWN`), waiting or
     approved by a rule: no one approves or commits it, and its key is free for the same
-    intent again. Name only a preview the proposal stored itself (:func:`stored_fresh`).
+    intent again. Name only a preview nobody holds any more (see the module).
 
     One a person approved stays approved (a person's decision is not the program's to undo,
     and the preview may serve another proposal of the run); one already sent, settled or
@@ -144,33 +75,24 @@ class Withdrawals(BatchWrites):
     def _forget_if_settled(self, preview_id: str) -> None:
         raise NotImplementedError  # WritePath's
 
-    async def propose_own(
-        self, name: str, args: Mapping[str, Any], ctx: CallContext, *, holder: object = None
-    ) -> tuple[Preview, bool]:
-        """:meth:`propose_from_code`, and whether this call stored the preview it returns
-        (``False``: it received the live preview of the same intent in the run, stored
-        before by another call, which a withdrawal of this one must leave alone). ``holder``
-        is the program proposing (its session): its proposals of one intent share a preview
-        that its withdrawals may deny; another holder's receiving it keeps it.
+    async def propose_held(
+        self, name: str, args: Mapping[str, Any], ctx: CallContext, *, holder: object
+    ) -> Preview:
+        """:meth:`propose_from_code` for the program ``holder`` (a token of its own): the
+        preview it returns, stored or received, is held by this proposal until
+        :meth:`withdraw` lets go of it.
 
         Raises:
             ToolError: as :meth:`propose_from_code`.
         """
-        token = _holder.set(holder)
-        try:
-            with stored_fresh() as stored:
-                preview = await self.propose_from_code(name, args, ctx)
-        finally:
-            _holder.reset(token)
-        return preview, preview.id in stored
+        with proposing_as(holder):
+            return await self.propose_from_code(name, args, ctx)
 
-    def withdraw(self, preview_id: str) -> Preview | None:
-        """Deny the preview of a proposal its program withdrew, one the proposal stored
-        itself (:meth:`propose_own`), so it is never approved or committed; unless another
-        holder received it since (:func:`note_received`) or a person approved it (see
-        :func:`withdraw_proposal`). Returns it as it stands."""
-        known = _previews.get(preview_id)
-        if known is not None and known.shared:  # another holder's too: theirs to keep
+    def withdraw(self, preview_id: str, *, holder: object) -> Preview | None:
+        """A withdrawn proposal of ``holder`` lets go of its preview, which is denied once
+        nobody holds it (see the module), so it is never approved or committed; unless a
+        person approved it (see :func:`withdraw_proposal`). Returns it as it stands."""
+        if not release(preview_id, holder):  # another holder's too, or not ours to deny
             return self.ledger.preview(preview_id)
         withdrawn = withdraw_proposal(self.ledger, self._sender, preview_id, now=self.clock())
         self._forget_if_settled(preview_id)

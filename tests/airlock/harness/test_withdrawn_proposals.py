@@ -12,7 +12,7 @@ import pytest
 from airlock import Session
 from airlock.bridge import ToolSession
 from airlock.tools import ConflictError, deny_preview
-from airlock.tools import _withdrawals as withdrawals
+from airlock.tools import _preview_holders as holders
 from tests.airlock.harness.batch_world import PEEK, REFUND, BatchWorld, body
 from tests.airlock.session_world import ALICE
 from tests.tools.test_proposals import PROPOSING
@@ -128,7 +128,7 @@ async def test_the_model_is_told_a_preview_withdrawn_elsewhere_was_not_denied_by
     args: dict[str, object] = {"invoice_id": "inv_1", "reason": "duplicate"}
     await program.propose(REFUND, args, program.context("m1:1", math.inf), order=1)
     paused = await world.pause(session, "inv_1")
-    monkeypatch.setattr(withdrawals, "_previews", {})
+    monkeypatch.setattr(holders._held[paused], "direct", False)  # (the call made elsewhere)
     program.withdraw(1)
     assert world.states([paused]) == ["denied"]
 
@@ -143,6 +143,45 @@ async def test_the_model_is_told_a_preview_withdrawn_elsewhere_was_not_denied_by
     )
     assert "withdrew" in settled["message"]
     assert "person" not in settled["message"]
+
+
+# (case, the proposals of the same intent as (program, order), the withdrawals, the state of
+# their one preview after them)
+HOLDERS = [
+    ("one_program_twice_both_withdrawn", ["a1", "a2"], ["a1", "a2"], "denied"),
+    ("one_program_twice_one_withdrawn", ["a1", "a2"], ["a2"], "prepared"),
+    ("two_programs_storer_withdraws_first", ["a1", "b1"], ["a1", "b1"], "denied"),
+    ("two_programs_receiver_withdraws_first", ["a1", "b1"], ["b1", "a1"], "denied"),
+    ("two_programs_storer_withdraws", ["a1", "b1"], ["a1"], "prepared"),
+    ("two_programs_receiver_withdraws", ["a1", "b1"], ["b1"], "prepared"),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "proposals", "withdrawals", "state"), HOLDERS, ids=[c[0] for c in HOLDERS]
+)
+async def test_a_preview_is_denied_once_its_last_holder_withdrew(
+    world: BatchWorld, case: str, proposals: list[str], withdrawals: list[str], state: str
+) -> None:
+    session = world.session()
+    programs = {name: _program(world, session) for name in ("a", "b")}
+    args: dict[str, object] = {"invoice_id": "inv_1", "reason": "duplicate"}
+    ids = set()
+    for name, order in proposals:
+        program = programs[name]
+        ctx = program.context(f"m{name}:{order}", math.inf)
+        ids.add(str((await program.propose(REFUND, args, ctx, order=int(order)))["preview_id"]))
+    (preview,) = ids  # the same intent: one preview
+    for name, order in withdrawals:
+        programs[name].withdraw(int(order))
+    assert world.states([preview]) == [state]
+    again = world.harness.resume_session(ALICE, session.run_id, grant=PROPOSING)
+    assert (preview in [p.preview_id for p in again.pending()]) == (state == "prepared")
+    if state == "denied":  # nobody may approve and commit it
+        with pytest.raises(ConflictError):
+            world.approve(preview)
+        await again.call(*PEEK)
+        assert world.system.sends() == 0
 
 
 # (case, a person's reason for denying the model's paused write, what the model is told)
