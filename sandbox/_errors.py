@@ -122,11 +122,10 @@ class StartTimedOut(SandboxFailure):
         self, timeout_s: float, *, held_back: bool = False, behind: int = 0, waited: int = 0
     ) -> None:
         super().__init__(
-            "the container engine is slow or stalled: this run waited for room behind the"
-            f" sandbox starts runs gave up waiting for ({behind} still in progress, {waited}"
-            " waited for), and had too little of its deadline of "
-            f"{round(timeout_s, 2):g} s left when it came; no start was asked for it; try "
-            "again later"
+            "the container engine is slow or stalled: the sandbox starts runs gave up waiting"
+            f" for ({behind} still in progress, {waited} waited for) left no room for another"
+            " while 50 ms of this run's deadline of "
+            f"{round(timeout_s, 2):g} s remained; no start was asked for it; try again later"
             if held_back
             else "no sandbox container was ready within the run's deadline of "
             f"{round(timeout_s, 2):g} s (the container engine is slow or stalled); try again, "

@@ -97,7 +97,8 @@ class StartWaits:
         finally:
             self._waited -= 1
             self._wake()
-        if not task.done():
+        if not task.done() or (self._closed and not task.cancelled() and not task.exception()):
+            # (a container made as close() came is nobody's: close() did not see it)
             self._abandon(task)
             raise SandboxClosed() if self._closed else StartTimedOut(timeout_s)
         return task.result()

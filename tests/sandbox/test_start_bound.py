@@ -286,7 +286,7 @@ async def test_a_run_asks_for_a_start_only_while_few_given_up_on_are_in_progress
             await waits.wait(start(), timeout_s=deadline_s)  # type: ignore[arg-type]
         assert (caught.value.code, caught.value.retryable) == (gets, True)
         assert caught.value.held_back  # type: ignore[attr-defined]
-        assert "waited for room behind the sandbox starts" in str(caught.value)
+        assert "left no room for another" in str(caught.value)
     assert time.monotonic() - began < deadline_s + 0.2
     assert len(starts) == asked
     await asyncio.sleep(max(answers_at - (time.monotonic() - began), 0) + 0.1)
@@ -317,6 +317,24 @@ async def test_close_ends_a_run_waiting_for_a_container_at_once(case: str, given
     assert later.value.code == "sandbox_closed"
     await asyncio.sleep(1.1)  # what the engine makes meanwhile goes
     assert len(thrown) == given_up + (case == "waiting_for_its_start")
+
+
+@pytest.mark.anyio
+async def test_a_container_made_as_close_came_is_discarded_not_run() -> None:
+    # close() took its list of containers to remove before this one was made: handed to the
+    # run, its program would start on a closed backend, and nobody would remove it.
+    thrown: list[object] = []
+    waits = StartWaits(discard=thrown.append)
+
+    async def start() -> _Started:
+        waits.close()  # comes as the engine answers, before the run's wait resumes
+        return _Started()
+
+    with pytest.raises(SandboxError) as caught:
+        await waits.wait(start(), timeout_s=5.0)  # type: ignore[arg-type]
+    assert caught.value.code == "sandbox_closed"
+    await asyncio.sleep(0)
+    assert [type(t) for t in thrown] == [_Started]
 
 
 @pytest.mark.anyio
