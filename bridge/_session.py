@@ -278,9 +278,12 @@ class ToolSession:
             try:
                 self.writes.withdraw(preview.id, holder=self._holder)
             except Exception as exc:  # (the bridge goes on; the preview is in no batch)
+                self._released.append(preview)  # still held: tried again at the next end
                 _log.error(
                     "run %s: withdrawn preview %s could not be denied in the ledger (%s); it "
-                    "is in no batch, but a person who learns its id could approve it",
+                    "is in no batch, but until it is (at the program's next proposal or "
+                    "withdrawal), one approved by a rule can be committed by whoever learns "
+                    "its id, and one waiting approved",
                     self.run_id,
                     preview.id,
                     type(exc).__name__,

@@ -18,14 +18,21 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar
-from typing import Final
+from typing import Final, NamedTuple
 
 __all__ = ["note_received", "note_stored", "proposing_as", "release"]
 
-_holder: ContextVar[object | None] = ContextVar("airlock_preview_holder", default=None)
-"""Who proposes in this task: a program (its token, :func:`proposing_as`), or ``None``: a
+
+class _Proposing(NamedTuple):
+    holder: object
+    noted: list[str]
+    """The previews this proposal stored or received, so far."""
+
+
+_proposing: ContextVar[_Proposing | None] = ContextVar("airlock_proposing", default=None)
+"""Who proposes in this task: a program's proposal (:func:`proposing_as`), or ``None``: a
 direct call, anything else."""
 _FORGET_FIRST_AT: Final = 4096
 """Entries at which the expired ones are first looked for; then at twice those left."""
@@ -45,60 +52,65 @@ class _Holding:
 
 
 _held: dict[str, _Holding] = {}
-_lock = threading.Lock()  # (proposals may be prepared on worker threads)
+_lock = threading.RLock()  # (proposals may be prepared on worker threads)
 _forget_at = _FORGET_FIRST_AT
 
 
 @contextlib.contextmanager
-def proposing_as(holder: object) -> Iterator[None]:
-    """The previews stored or received within it are held by ``holder`` (a program)."""
-    token = _holder.set(holder)
+def proposing_as(holder: object) -> Iterator[list[str]]:
+    """The previews stored or received within it are held by ``holder`` (a program's
+    proposal); yields their ids as they come."""
+    proposing = _Proposing(holder, [])
+    token = _proposing.set(proposing)
     try:
-        yield
+        yield proposing.noted
     finally:
-        _holder.reset(token)
+        _proposing.reset(token)
 
 
 def note_stored(preview_id: str, *, until: float, now: float) -> None:
     """This task stored the preview ``preview_id``, which expires at ``until``."""
-    holder = _holder.get()
+    proposing = _proposing.get()
     with _lock:
         _forget_expired(now)
-        holding = _held[preview_id] = _Holding(until, ours=holder is not None)
-        _hold(holding, holder)
+        holding = _held[preview_id] = _Holding(until, ours=proposing is not None)
+        _hold(holding, preview_id, proposing)
 
 
 def note_received(preview_id: str, *, until: float, now: float) -> None:
     """This task received the live preview ``preview_id`` of the same intent, stored before
     (here or elsewhere)."""
-    holder = _holder.get()
     with _lock:
         _forget_expired(now)
         holding = _held.get(preview_id)
         if holding is None:
             holding = _held[preview_id] = _Holding(until, ours=False)
-        _hold(holding, holder)
+        _hold(holding, preview_id, _proposing.get())
 
 
-def release(preview_id: str, holder: object) -> bool:
-    """A withdrawn proposal of ``holder`` lets go of ``preview_id``: whether nobody holds it
-    now, a program's proposal stored it here and no direct call had it (it may be denied)."""
+def release(preview_id: str, holder: object, deny: Callable[[], object]) -> bool:
+    """A proposal of ``holder`` lets go of ``preview_id``; if nobody holds it then, a
+    program's proposal stored it here and no direct call had it, ``deny()`` (the ledger's
+    denial) first: when that raises, the hold stays, for a later try. Whether it was denied."""
     with _lock:
         holding = _held.get(preview_id)
         if holding is None or holding.programs[holder] <= 0:
             return False
+        last = +holding.programs == Counter({holder: 1})
+        if last and holding.ours and not holding.direct:
+            deny()
         holding.programs[holder] -= 1
-        if +holding.programs:
-            return False
-        del _held[preview_id]
-        return holding.ours and not holding.direct
+        if not +holding.programs:
+            del _held[preview_id]
+        return last and holding.ours and not holding.direct
 
 
-def _hold(holding: _Holding, holder: object | None) -> None:
-    if holder is None:
+def _hold(holding: _Holding, preview_id: str, proposing: _Proposing | None) -> None:
+    if proposing is None:
         holding.direct = True
     else:
-        holding.programs[holder] += 1
+        holding.programs[proposing.holder] += 1
+        proposing.noted.append(preview_id)
 
 
 def _forget_expired(now: float) -> None:

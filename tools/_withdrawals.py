@@ -13,6 +13,7 @@ by a withdrawal (:func:`withdraw_proposal`).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -23,14 +24,16 @@ from airlock.tools._preview import Preview, StepState
 from airlock.tools._preview_holders import proposing_as, release
 from airlock.tools._sender import Sender
 
-__all__ = ["WITHDRAWN", "Withdrawals", "withdraw_proposal"]
+__all__ = ["PROPOSAL_FAILED", "WITHDRAWN", "Withdrawals", "withdraw_proposal"]
 
 WITHDRAWN = "withdrawn by the program"
 """How a proposal its program withdrew is denied, in the ledger's history and the audit log."""
+PROPOSAL_FAILED = "its proposal failed"
+"""How a preview is denied whose proposal raised once it was stored (nobody was told of it)."""
 
 
 def withdraw_proposal(
-    ledger: LedgerStore, sender: Sender, preview_id: str, *, now: float
+    ledger: LedgerStore, sender: Sender, preview_id: str, *, now: float, how: str = WITHDRAWN
 ) -> Preview | None:
     """Deny the preview of a proposal its program withdrew (:data:`WITHDRAWN`), waiting or
     approved by a rule: no one approves or commits it, and its key is free for the same
@@ -57,14 +60,14 @@ def withdraw_proposal(
                 to="denied",
                 at=now,
                 actor="program",
-                how=WITHDRAWN,
-                error=f"denied: {WITHDRAWN}",
+                how=how,
+                error=f"denied: {how}",
             )
         except KeyError:
             return None
         except StepStateError:
             continue
-        sender.audit(preview, "authorize", "deny", preview.rule, "error", "denied", WITHDRAWN)
+        sender.audit(preview, "authorize", "deny", preview.rule, "error", "denied", how)
         return preview
     return ledger.preview(preview_id)
 
@@ -85,18 +88,37 @@ class Withdrawals(BatchWrites):
         Raises:
             ToolError: as :meth:`propose_from_code`.
         """
-        with proposing_as(holder):
-            return await self.propose_from_code(name, args, ctx)
+        with proposing_as(holder) as noted:
+            try:
+                return await self.propose_from_code(name, args, ctx)
+            except BaseException:
+                # The program was told of no preview: what this proposal stored or received
+                # (before an error of the audit log or the ledger, say) it holds no more.
+                for preview_id in noted:
+                    with contextlib.suppress(Exception):
+                        self.withdraw(preview_id, holder=holder, how=PROPOSAL_FAILED)
+                raise
 
-    def withdraw(self, preview_id: str, *, holder: object) -> Preview | None:
-        """A withdrawn proposal of ``holder`` lets go of its preview, which is denied once
-        nobody holds it (see the module), so it is never approved or committed; unless a
-        person approved it (see :func:`withdraw_proposal`). Returns it as it stands."""
-        if not release(preview_id, holder):  # another holder's too, or not ours to deny
+    def withdraw(self, preview_id: str, *, holder: object, how: str = WITHDRAWN) -> Preview | None:
+        """A withdrawn proposal of ``holder`` lets go of its preview, which is denied (as
+        ``how``) once nobody holds it (see the module), so it is never approved or committed;
+        unless a person approved it (see :func:`withdraw_proposal`). Returns it as it stands.
+
+        Raises:
+            LedgerError: the ledger could not deny it; the hold stays, to try again.
+        """
+        denied: list[Preview | None] = []
+
+        def deny() -> None:
+            now = self.clock()
+            denied.append(
+                withdraw_proposal(self.ledger, self._sender, preview_id, now=now, how=how)
+            )
+
+        if not release(preview_id, holder, deny):  # another holder's too, or not ours to deny
             return self.ledger.preview(preview_id)
-        withdrawn = withdraw_proposal(self.ledger, self._sender, preview_id, now=self.clock())
         self._forget_if_settled(preview_id)
-        return withdrawn
+        return denied[0]
 
     def was_withdrawn(self, preview_id: str) -> bool:
         """Whether the preview was denied by its program's withdrawal (:meth:`withdraw`), not

@@ -25,6 +25,7 @@ from airlock.tools import (
     ToolError,
     approve_preview,
 )
+from airlock.tools._errors import LedgerLockedError
 from tests.tools.test_proposals import PROPOSING, ProposalWorld
 from tests.tools.test_write_world import ALICE, ASK
 
@@ -261,3 +262,51 @@ async def test_withdrawing_a_refused_or_unknown_proposal_changes_nothing(
     session.withdraw(7)  # never proposed
     assert session.proposed_previews() == []
     assert world.ledger.previews(run_id="run_p") == []
+
+
+def _fails_once(world: ProposalWorld, method: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ledger's ``method`` raises once (a locked database), then works."""
+    real = getattr(world.ledger, method)
+    failed: list[bool] = []
+
+    def flaky(*args: Any, **kwargs: Any) -> Any:
+        if not failed:
+            failed.append(True)
+            raise LedgerLockedError("database is locked", path="ledger.db")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(world.ledger, method, flaky)
+
+
+@pytest.mark.parametrize("approvals", [ASK, ALLOW], ids=["asks", "allowed_by_a_rule"])
+async def test_a_preview_whose_proposal_failed_once_stored_is_held_by_nobody(
+    world: ProposalWorld, approvals: ApprovalPolicy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The proposal raised after its preview was stored: the program was told of none. Its
+    # later proposal of the same intent, withdrawn, leaves nobody holding one: none waits.
+    run = run_of(world, approvals)
+    _fails_once(world, "approval", monkeypatch)
+    with pytest.raises(LedgerLockedError):
+        await propose(run, 1, "inv_1")
+    (failed,) = world.ledger.previews(states={"denied"}, run_id="run_p")
+    assert world.ledger.history(failed.id)[-1].how == "its proposal failed"
+    again = await propose(run, 2, "inv_1")
+    run.withdraw(2)
+    assert world.ledger.preview(str(again["preview_id"])).state == "denied"
+    assert world.ledger.previews(states={"prepared", "approved"}, run_id="run_p") == []
+
+
+async def test_a_withdrawal_the_ledger_failed_to_record_is_tried_again(
+    world: ProposalWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = run_of(world, ALLOW)
+    answer = await propose(run, 1, "inv_1")
+    _fails_once(world, "transition", monkeypatch)
+    run.withdraw(1)  # the ledger was locked: the hold stays
+    preview_id = str(answer["preview_id"])
+    assert world.ledger.preview(preview_id).state == "approved"
+    await propose(run, 2, "inv_2")  # the program's next proposal ends: tried again
+    assert world.ledger.preview(preview_id).state == "denied"
+    with pytest.raises(DeniedError):
+        await world.writes.commit(preview_id, stored(world, preview_id).fingerprint, ALICE)
+    assert world.system.sends() == 0

@@ -55,7 +55,28 @@ def test_a_preview_is_free_to_deny_once_its_last_holder_let_go(
         _as(storer, note_stored)
     for receiver in receivers:
         _as(receiver, note_received)
-    assert [release("pv_1", holder) for holder in releases] == free
+    denials: list[bool] = []
+    answers = [release("pv_1", holder, lambda: denials.append(True)) for holder in releases]
+    assert answers == free
+    assert len(denials) == free.count(True)  # denied exactly when it was let go for good
+
+
+def test_a_hold_stays_when_the_ledger_could_not_deny() -> None:
+    _as(A, note_stored)
+
+    def locked() -> None:
+        raise OSError("the ledger is locked")
+
+    with pytest.raises(OSError, match="locked"):
+        release("pv_1", A, locked)
+    assert release("pv_1", A, lambda: None) is True  # tried again: still A's to let go
+
+
+def test_a_proposal_yields_what_it_stored_or_received() -> None:
+    with proposing_as(A) as noted:
+        note_stored("pv_1", until=100.0, now=0.0)
+        note_received("pv_2", until=100.0, now=0.0)
+    assert noted == ["pv_1", "pv_2"]
 
 
 def test_entries_of_expired_previews_are_forgotten() -> None:
@@ -64,4 +85,4 @@ def test_entries_of_expired_previews_are_forgotten() -> None:
             note_stored(f"pv_old_{n}", until=10.0, now=0.0)
         note_stored("pv_new", until=1000.0, now=500.0)  # the old ones expired at 10
     assert list(holders._held) == ["pv_new"]
-    assert release("pv_new", A) is True
+    assert release("pv_new", A, lambda: None) is True
