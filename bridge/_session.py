@@ -158,8 +158,8 @@ class ToolSession:
     _proposals: list[tuple[int, Preview]] = field(default_factory=list, init=False, repr=False)
     """Each kept proposal's order and its preview."""
     _withdrawn: set[int] = field(default_factory=set, init=False, repr=False)
-    _released: list[Preview] = field(default_factory=list, init=False, repr=False)
-    """The previews of withdrawn proposals, for the write path to let go of."""
+    _released: list[tuple[str, str | None]] = field(default_factory=list, init=False, repr=False)
+    """The previews proposals let go of, and how (``None``: withdrawn), for the write path."""
     _preparing: int = field(default=0, init=False, repr=False)
     _holder: object = field(default_factory=object, init=False, repr=False)
     """This program, to the write path: the holder of its proposals' previews."""
@@ -222,9 +222,11 @@ class ToolSession:
             raise error
         self._preparing += 1
         try:
-            preview = await self.writes.propose_held(tool, args, ctx, holder=self._holder)
+            preview = await self.writes.propose_held(
+                tool, args, ctx, holder=self._holder, unreleased=self._released
+            )
             if order in self._withdrawn:
-                self._released.append(preview)
+                self._released.append((preview.id, None))
             else:
                 self._proposals.append((order, preview))
         finally:
@@ -266,7 +268,7 @@ class ToolSession:
         that would share the preview holds it by then.
         """
         self._withdrawn.add(order)
-        self._released += [preview for n, preview in self._proposals if n == order]
+        self._released += [(preview.id, None) for n, preview in self._proposals if n == order]
         self._proposals = [entry for entry in self._proposals if entry[0] != order]
         self._release_withdrawn()
 
@@ -274,18 +276,18 @@ class ToolSession:
         if self._preparing or self.writes is None:
             return  # (one being prepared may yet answer the same preview, and hold it)
         released, self._released = self._released, []
-        for preview in released:
+        for preview_id, how in released:
             try:
-                self.writes.withdraw(preview.id, holder=self._holder)
+                self.writes.withdraw(preview_id, holder=self._holder, how=how)
             except Exception as exc:  # (the bridge goes on; the preview is in no batch)
-                self._released.append(preview)  # still held: tried again at the next end
+                self._released.append((preview_id, how))  # still held: tried again later
                 _log.error(
                     "run %s: withdrawn preview %s could not be denied in the ledger (%s); it "
                     "is in no batch, but until it is (at the program's next proposal or "
                     "withdrawal), one approved by a rule can be committed by whoever learns "
                     "its id, and one waiting approved",
                     self.run_id,
-                    preview.id,
+                    preview_id,
                     type(exc).__name__,
                 )
 

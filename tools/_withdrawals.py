@@ -13,7 +13,6 @@ by a withdrawal (:func:`withdraw_proposal`).
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -79,11 +78,19 @@ class Withdrawals(BatchWrites):
         raise NotImplementedError  # WritePath's
 
     async def propose_held(
-        self, name: str, args: Mapping[str, Any], ctx: CallContext, *, holder: object
+        self,
+        name: str,
+        args: Mapping[str, Any],
+        ctx: CallContext,
+        *,
+        holder: object,
+        unreleased: list[tuple[str, str | None]],
     ) -> Preview:
         """:meth:`propose_from_code` for the program ``holder`` (a token of its own): the
         preview it returns, stored or received, is held by this proposal until
-        :meth:`withdraw` lets go of it.
+        :meth:`withdraw` lets go of it. A proposal that raises lets go of what it stored or
+        received (the program learns of none); what the ledger could not deny then goes in
+        ``unreleased`` as ``(preview id, how)``, for the holder to :meth:`withdraw` again.
 
         Raises:
             ToolError: as :meth:`propose_from_code`.
@@ -95,14 +102,19 @@ class Withdrawals(BatchWrites):
                 # The program was told of no preview: what this proposal stored or received
                 # (before an error of the audit log or the ledger, say) it holds no more.
                 for preview_id in noted:
-                    with contextlib.suppress(Exception):
+                    try:
                         self.withdraw(preview_id, holder=holder, how=PROPOSAL_FAILED)
+                    except Exception:  # (the ledger failed too: the holder tries again)
+                        unreleased.append((preview_id, PROPOSAL_FAILED))
                 raise
 
-    def withdraw(self, preview_id: str, *, holder: object, how: str = WITHDRAWN) -> Preview | None:
+    def withdraw(
+        self, preview_id: str, *, holder: object, how: str | None = None
+    ) -> Preview | None:
         """A withdrawn proposal of ``holder`` lets go of its preview, which is denied (as
-        ``how``) once nobody holds it (see the module), so it is never approved or committed;
-        unless a person approved it (see :func:`withdraw_proposal`). Returns it as it stands.
+        ``how``, :data:`WITHDRAWN` by default) once nobody holds it (see the module), so it
+        is never approved or committed; unless a person approved it (see
+        :func:`withdraw_proposal`). Returns it as it stands.
 
         Raises:
             LedgerError: the ledger could not deny it; the hold stays, to try again.
@@ -112,7 +124,9 @@ class Withdrawals(BatchWrites):
         def deny() -> None:
             now = self.clock()
             denied.append(
-                withdraw_proposal(self.ledger, self._sender, preview_id, now=now, how=how)
+                withdraw_proposal(
+                    self.ledger, self._sender, preview_id, now=now, how=how or WITHDRAWN
+                )
             )
 
         if not release(preview_id, holder, deny):  # another holder's too, or not ours to deny
@@ -121,8 +135,12 @@ class Withdrawals(BatchWrites):
         return denied[0]
 
     def was_withdrawn(self, preview_id: str) -> bool:
-        """Whether the preview was denied by its program's withdrawal (:meth:`withdraw`), not
-        by a person: told by its history, which a person's reason cannot forge (a person's
-        denial is recorded as ``denied by NAME: REASON``)."""
+        """Whether the preview was denied by its program's withdrawal, or as its proposal
+        failed (:meth:`withdraw`), not by a person: told by its history, which a person's
+        reason cannot forge (a person's denial is recorded as ``denied by NAME: REASON``)."""
         history = self.ledger.history(preview_id)
-        return bool(history) and history[-1].to_state == "denied" and history[-1].how == WITHDRAWN
+        return (
+            bool(history)
+            and history[-1].to_state == "denied"
+            and history[-1].how in (WITHDRAWN, PROPOSAL_FAILED)
+        )

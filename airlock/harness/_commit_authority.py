@@ -161,8 +161,8 @@ def denied_answer(preview: Preview, *, withdrawn: bool) -> ModelResult:
     if withdrawn:
         return failure(
             "denied",
-            "the program that proposed this change first withdrew it, so it was not made; "
-            "call the tool again if the change is still wanted",
+            "the program that proposed this change first withdrew it, or its proposal "
+            "failed, so it was not made; call the tool again if the change is still wanted",
             retryable=True,
             preview_id=preview.id,
         )

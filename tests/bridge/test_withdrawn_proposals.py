@@ -264,13 +264,15 @@ async def test_withdrawing_a_refused_or_unknown_proposal_changes_nothing(
     assert world.ledger.previews(run_id="run_p") == []
 
 
-def _fails_once(world: ProposalWorld, method: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The ledger's ``method`` raises once (a locked database), then works."""
+def _fails_once(
+    world: ProposalWorld, method: str, monkeypatch: pytest.MonkeyPatch, *, times: int = 1
+) -> None:
+    """The ledger's ``method`` raises ``times`` times (a locked database), then works."""
     real = getattr(world.ledger, method)
     failed: list[bool] = []
 
     def flaky(*args: Any, **kwargs: Any) -> Any:
-        if not failed:
+        if len(failed) < times:
             failed.append(True)
             raise LedgerLockedError("database is locked", path="ledger.db")
         return real(*args, **kwargs)
@@ -310,3 +312,18 @@ async def test_a_withdrawal_the_ledger_failed_to_record_is_tried_again(
     with pytest.raises(DeniedError):
         await world.writes.commit(preview_id, stored(world, preview_id).fingerprint, ALICE)
     assert world.system.sends() == 0
+
+
+async def test_a_failed_proposal_whose_denial_failed_too_is_denied_later(
+    world: ProposalWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = run_of(world)
+    _fails_once(world, "approval", monkeypatch)  # the proposal raises once its preview exists
+    _fails_once(world, "transition", monkeypatch, times=2)  # and its denial, tried twice
+    with pytest.raises(LedgerLockedError):
+        await propose(run, 1, "inv_1")
+    (held,) = world.ledger.previews(states={"prepared"}, run_id="run_p")
+    await propose(run, 2, "inv_2")  # the program's next proposal ends: tried again
+    assert stored(world, held.id).state == "denied"
+    assert world.ledger.history(held.id)[-1].how == "its proposal failed"
+    assert world.writes.was_withdrawn(held.id)  # (a holder elsewhere is told so, not "a person")
