@@ -56,42 +56,30 @@ async def test_a_withdrawn_proposal_is_not_restored_approved_or_committed(
     assert world.system.sends() == 0
 
 
-# (case, how far the wall clock moved between the model's direct call and the proposal)
-CLOCK = [("clock_ahead", 1.0), ("same_instant", 0.0), ("clock_stepped_back", -0.5)]
+# (case, whether the model's direct call came first, how far the wall clock moved between it
+# and the proposal): either way the model's paused write and the program's proposal share
+# one preview, and the program's withdrawal leaves it for the model.
+ORDERS = [
+    ("model_first_clock_ahead", True, 1.0),
+    ("model_first_same_instant", True, 0.0),
+    ("model_first_clock_stepped_back", True, -0.5),
+    ("program_first", False, 0.0),
+]
 
 
-@pytest.mark.parametrize(("case", "step"), CLOCK, ids=[c[0] for c in CLOCK])
+@pytest.mark.parametrize(("case", "model_first", "step"), ORDERS, ids=[c[0] for c in ORDERS])
 async def test_a_withdrawn_proposal_leaves_the_models_paused_write_of_the_same_intent(
-    world: BatchWorld, case: str, step: float
+    world: BatchWorld, case: str, model_first: bool, step: float
 ) -> None:
     session = world.session()
-    paused = await world.pause(session, "inv_1")
+    program = _program(world, session)
+    args: dict[str, object] = {"invoice_id": "inv_1", "reason": "duplicate"}
+    paused = await world.pause(session, "inv_1") if model_first else None
     world.proposals.clock.advance(step)
-    program = _program(world, session)
-    args: dict[str, object] = {"invoice_id": "inv_1", "reason": "duplicate"}
     answer = await program.propose(REFUND, args, program.context("m1:1", math.inf), order=1)
-    assert answer["preview_id"] == paused  # the same intent: the model's preview
-    program.withdraw(1)
-
-    again = world.harness.resume_session(ALICE, session.run_id, grant=PROPOSING)
-    assert paused in [p.preview_id for p in again.pending()]
-    world.approve(paused)
-    await again.call(*PEEK)  # settles what was approved meanwhile
-    assert world.states([paused]) == ["committed"]
-    assert world.system.sends() == 1
-
-
-async def test_a_withdrawal_leaves_the_preview_the_models_later_call_received(
-    world: BatchWorld,
-) -> None:
-    # The program stored the preview first; the model's direct call of the same intent
-    # received it, so it is the model's paused write too: the program's withdrawal leaves it.
-    session = world.session()
-    program = _program(world, session)
-    args: dict[str, object] = {"invoice_id": "inv_1", "reason": "duplicate"}
-    answer = await program.propose(REFUND, args, program.context("m1:1", math.inf), order=1)
-    paused = await world.pause(session, "inv_1")
-    assert answer["preview_id"] == paused  # the same intent: the program's preview
+    if paused is None:
+        paused = await world.pause(session, "inv_1")
+    assert answer["preview_id"] == paused  # the same intent: one preview
     program.withdraw(1)
     assert world.states([paused]) == ["prepared"]
 
