@@ -272,6 +272,15 @@ class ToolSession:
         self._proposals = [entry for entry in self._proposals if entry[0] != order]
         self._release_withdrawn()
 
+    def end(self) -> None:
+        """The program ended: its withdrawn or failed proposals let go of their previews now;
+        a denial the ledger still cannot record, the write path records before it commits
+        anything (:meth:`WritePath.deny_later <airlock.tools.WritePath.deny_later>`)."""
+        self._release_withdrawn()
+        if self._released and self.writes is not None and not self._preparing:
+            self.writes.deny_later(self._released, holder=self._holder)
+            self._released = []
+
     def _release_withdrawn(self) -> None:
         if self._preparing or self.writes is None:
             return  # (one being prepared may yet answer the same preview, and hold it)

@@ -22,7 +22,15 @@ from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from typing import Final, NamedTuple
 
-__all__ = ["note_received", "note_stored", "proposing_as", "release"]
+__all__ = [
+    "denials_due",
+    "denied_at_last",
+    "deny_later",
+    "note_received",
+    "note_stored",
+    "proposing_as",
+    "release",
+]
 
 
 class _Proposing(NamedTuple):
@@ -52,6 +60,9 @@ class _Holding:
 
 
 _held: dict[str, _Holding] = {}
+_due: dict[str, tuple[object, str | None]] = {}
+"""Denials a program that ended could not record (the ledger failed): preview id -> its
+holder and how; tried again before any commit in this process."""
 _lock = threading.RLock()  # (proposals may be prepared on worker threads)
 _forget_at = _FORGET_FIRST_AT
 
@@ -120,3 +131,21 @@ def _forget_expired(now: float) -> None:
     for gone in [key for key, holding in _held.items() if holding.until < now]:
         del _held[gone]
     _forget_at = max(_FORGET_FIRST_AT, 2 * len(_held))
+
+
+def deny_later(preview_id: str, holder: object, how: str | None) -> None:
+    """``holder`` ended still holding ``preview_id``, whose denial the ledger did not record."""
+    with _lock:
+        _due[preview_id] = (holder, how)
+
+
+def denials_due() -> list[tuple[str, object, str | None]]:
+    """The denials :func:`deny_later` was given, still to record."""
+    with _lock:
+        return [(preview_id, *due) for preview_id, due in _due.items()]
+
+
+def denied_at_last(preview_id: str) -> None:
+    """The denial of ``preview_id`` is recorded (or no longer needed)."""
+    with _lock:
+        _due.pop(preview_id, None)

@@ -13,14 +13,22 @@ by a withdrawal (:func:`withdraw_proposal`).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from typing import Any
 
 from airlock.tools._batch_writes import BatchWrites
 from airlock.tools._context import CallContext
+from airlock.tools._errors import ConflictError
 from airlock.tools._ledger import LedgerStore, StepStateError
 from airlock.tools._preview import Preview, StepState
-from airlock.tools._preview_holders import proposing_as, release
+from airlock.tools._preview_holders import (
+    denials_due,
+    denied_at_last,
+    deny_later,
+    proposing_as,
+    release,
+)
 from airlock.tools._sender import Sender
 
 __all__ = ["PROPOSAL_FAILED", "WITHDRAWN", "Withdrawals", "withdraw_proposal"]
@@ -114,10 +122,11 @@ class Withdrawals(BatchWrites):
         """A withdrawn proposal of ``holder`` lets go of its preview, which is denied (as
         ``how``, :data:`WITHDRAWN` by default) once nobody holds it (see the module), so it
         is never approved or committed; unless a person approved it (see
-        :func:`withdraw_proposal`). Returns it as it stands.
+        :func:`withdraw_proposal`). Returns the preview denied, ``None`` when it was not.
 
         Raises:
-            LedgerError: the ledger could not deny it; the hold stays, to try again.
+            LedgerError: the ledger could not deny it; the hold stays, to try again (only
+                then: the hold is gone whenever this returns).
         """
         denied: list[Preview | None] = []
 
@@ -130,9 +139,35 @@ class Withdrawals(BatchWrites):
             )
 
         if not release(preview_id, holder, deny):  # another holder's too, or not ours to deny
-            return self.ledger.preview(preview_id)
-        self._forget_if_settled(preview_id)
+            return None
+        with contextlib.suppress(Exception):  # (the vault forgets its secret at expiry then)
+            self._forget_if_settled(preview_id)
         return denied[0]
+
+    def deny_later(self, unreleased: list[tuple[str, str | None]], *, holder: object) -> None:
+        """The program ``holder`` ended, and the ledger could not record these denials (see
+        :meth:`propose_held`): :meth:`settle_denials` records them before any commit here."""
+        for preview_id, how in unreleased:
+            deny_later(preview_id, holder, how)
+
+    def settle_denials(self, preview_id: str) -> None:
+        """Record the denials :meth:`deny_later` was given, before ``preview_id`` is
+        committed.
+
+        Raises:
+            ConflictError: the ledger still cannot record ``preview_id``'s own denial (it
+                is not committed).
+        """
+        for due_id, holder, how in denials_due():
+            with contextlib.suppress(Exception):  # (tried again at the next commit)
+                self.withdraw(due_id, holder=holder, how=how)
+                denied_at_last(due_id)
+        if any(due_id == preview_id for due_id, _, _ in denials_due()):
+            raise ConflictError(
+                "the program that proposed this change withdrew it, and the ledger has not "
+                "recorded that yet; nothing was sent; do not commit it",
+                outcome="error",
+            )
 
     def was_withdrawn(self, preview_id: str) -> bool:
         """Whether the preview was denied by its program's withdrawal, or as its proposal

@@ -299,6 +299,7 @@ class WritePath(Withdrawals):
                 same key) or reconcile.
             ToolError: the system of record refused (the tool's error, outcome ``error``).
         """
+        self.settle_denials(preview_id)  # (withdrawn ones a program could not deny)
         checked = checked_for_commit(
             self.ledger, self._vault, preview_id, approved_fingerprint, session, now=self.clock()
         )
@@ -338,6 +339,7 @@ class WritePath(Withdrawals):
             ToolError: as :meth:`commit`; the read's own error (``not_found``, ``timeout``,
                 ``denied``...), after which the step is ``failed``.
         """
+        self.settle_denials(preview_id)
         checked = checked_for_commit(
             self.ledger,
             self._vault,

@@ -327,3 +327,54 @@ async def test_a_failed_proposal_whose_denial_failed_too_is_denied_later(
     assert stored(world, held.id).state == "denied"
     assert world.ledger.history(held.id)[-1].how == "its proposal failed"
     assert world.writes.was_withdrawn(held.id)  # (a holder elsewhere is told so, not "a person")
+
+
+async def test_a_failed_proposal_that_received_a_kept_preview_leaves_it_held(
+    world: ProposalWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Order 1 keeps the preview; order 2 of the same intent receives it and fails. Letting go
+    # of order 2's hold must leave order 1's.
+    run = run_of(world)
+    kept = await propose(run, 1, "inv_1")
+    _fails_once(world, "approval", monkeypatch)
+    with pytest.raises(LedgerLockedError):
+        await propose(run, 2, "inv_1")
+    await propose(run, 3, "inv_2")  # (a retry, were anything queued)
+    preview_id = str(kept["preview_id"])
+    assert stored(world, preview_id).state == "prepared"
+    assert preview_id in [p.id for p in run.proposed_previews()]
+    run.withdraw(1)  # its last hold: denied now
+    assert stored(world, preview_id).state == "denied"
+
+
+# (case, how many times the ledger fails to record the denial after the proposal failed, what
+# a commit of the preview meets once the program ended)
+UNRECORDED = [
+    ("recorded_before_the_commit", 3, DeniedError),
+    ("still_not_recorded_at_the_commit", 4, ConflictError),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "failures", "commit_meets"), UNRECORDED, ids=[c[0] for c in UNRECORDED]
+)
+async def test_a_denial_still_unrecorded_when_the_program_ends_comes_before_any_commit(
+    world: ProposalWorld,
+    monkeypatch: pytest.MonkeyPatch,
+    case: str,
+    failures: int,
+    commit_meets: type[Exception],
+) -> None:
+    run = run_of(world)
+    _fails_once(world, "approval", monkeypatch)  # the proposal raises once its preview exists
+    _fails_once(world, "transition", monkeypatch, times=failures)  # and so does its denial
+    with pytest.raises(LedgerLockedError):
+        await propose(run, 1, "inv_1")
+    run.end()  # the program ended: no later proposal of it will try again
+    (held,) = world.ledger.previews(states={"prepared"}, run_id="run_p")
+    with pytest.raises(commit_meets):
+        await world.writes.commit(held.id, held.fingerprint, ALICE)
+    with pytest.raises(DeniedError):  # and at the latest the next time
+        await world.writes.commit(held.id, held.fingerprint, ALICE)
+    assert stored(world, held.id).state == "denied"
+    assert world.system.sends() == 0
