@@ -161,6 +161,7 @@ class ToolSession:
     _released: list[tuple[str, str | None]] = field(default_factory=list, init=False, repr=False)
     """The previews proposals let go of, and how (``None``: withdrawn), for the write path."""
     _preparing: int = field(default=0, init=False, repr=False)
+    _ended: bool = field(default=False, init=False, repr=False)
     _holder: object = field(default_factory=object, init=False, repr=False)
     """This program, to the write path: the holder of its proposals' previews."""
     authority: RunAuthority = field(init=False, repr=False)
@@ -273,13 +274,12 @@ class ToolSession:
         self._release_withdrawn()
 
     def end(self) -> None:
-        """The program ended: its withdrawn or failed proposals let go of their previews now;
-        a denial the ledger still cannot record, the write path records before it commits
-        anything (:meth:`WritePath.deny_later <airlock.tools.WritePath.deny_later>`)."""
+        """The program ended, however: its withdrawn or failed proposals let go of their
+        previews now (or, one still being prepared, as it ends); a denial the ledger still
+        cannot record, the write path records before it commits anything
+        (:meth:`WritePath.deny_later <airlock.tools.WritePath.deny_later>`)."""
+        self._ended = True
         self._release_withdrawn()
-        if self._released and self.writes is not None and not self._preparing:
-            self.writes.deny_later(self._released, holder=self._holder)
-            self._released = []
 
     def _release_withdrawn(self) -> None:
         if self._preparing or self.writes is None:
@@ -292,13 +292,15 @@ class ToolSession:
                 self._released.append((preview_id, how))  # still held: tried again later
                 _log.error(
                     "run %s: withdrawn preview %s could not be denied in the ledger (%s); it "
-                    "is in no batch, but until it is (at the program's next proposal or "
-                    "withdrawal), one approved by a rule can be committed by whoever learns "
-                    "its id, and one waiting approved",
+                    "is tried again at the program's next proposal or withdrawal, as it "
+                    "ends, and then before the next commit in this process",
                     self.run_id,
                     preview_id,
                     type(exc).__name__,
                 )
+        if self._ended and self._released:
+            self.writes.deny_later(self._released, holder=self._holder)
+            self._released = []
 
     def context(self, call_id: str, deadline: float) -> CallContext:
         """The context of one call from code."""

@@ -281,9 +281,9 @@ class SessionPrograms:
         except ArtifactStoreFailed as exc:
             # Logged where it happened, with the host path; the model learns it is the host's.
             host, ended = exc, "program ran; the artifact store could not take its files"
-        # However the program ended: what it proposed waits, and the model must know.
-        tools.end()  # (what its withdrawn or failed proposals held, let go of)
-        held = self._hold(tools, notes, held_before)
+        finally:
+            tools.end()  # (what its withdrawn or failed proposals held, however it ended)
+        held = self._hold(tools, notes, held_before)  # what it proposed waits; the model knows
         if run is None:
             result = host_failure(host, notes)
         else:

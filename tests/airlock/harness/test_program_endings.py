@@ -18,9 +18,16 @@ from airlock import Harness, ModelResult, Session
 from airlock.bridge import ToolSession
 from airlock.harness._execute_code import kept_notes, program_result
 from airlock.policies import SandboxProfile
-from airlock.sandbox import ArtifactStoreFailed, InputRefused, RunResult, SkippedArtifact
+from airlock.sandbox import (
+    ArtifactStoreFailed,
+    InputRefused,
+    RunResult,
+    SandboxFailure,
+    SkippedArtifact,
+)
 from airlock.sandbox.testing import ScriptedBackend, ok_result
 from airlock.tools import LEDGER_ERRORS
+from airlock.tools._errors import LedgerLockedError
 from tests.airlock.session_world import ALICE, policy
 from tests.tools.test_proposals import PROPOSING, ProposalWorld
 
@@ -192,3 +199,51 @@ def test_the_model_is_told_how_many_files_were_skipped_not_only_the_first(
     notes = {"proposals": {"batch_id": "pb_1", "count": 1, "preview_ids": ["pv_1"]}}
     for kept in kept_notes(notes, run)[1:]:
         assert kept["artifacts_skipped_count"] == count
+
+
+class WithdrawingBackend(ScriptedBackend):
+    """Proposes a refund, withdraws it while the ledger cannot record the denial, then fails
+    as the Docker backend fails (the engine refused, the kept runner exited)."""
+
+    def __init__(self, world: ProposalWorld, monkeypatch: pytest.MonkeyPatch) -> None:
+        super().__init__([])
+        self.world, self.monkeypatch = world, monkeypatch
+        self.proposed: list[str] = []
+
+    async def run(
+        self,
+        program: str,
+        *,
+        profile: SandboxProfile | None = None,
+        tools: ToolSession | None = None,
+        inputs: Any = None,
+        artifacts: Path | None = None,
+    ) -> RunResult:
+        assert tools is not None
+        ctx = tools.context(f"{tools.call_prefix}:1", time.monotonic() + 30)
+        answer = await tools.propose(
+            REFUND, {"invoice_id": "inv_1", "reason": "duplicate"}, ctx, order=1
+        )
+        self.proposed.append(str(answer["preview_id"]))
+        self.monkeypatch.setattr(self.world.ledger, "transition", _locked)  # (until the test)
+        tools.withdraw(1)
+        raise SandboxFailure("the engine refused the container")
+
+
+def _locked(*args: object, **kwargs: object) -> None:
+    raise LedgerLockedError("database is locked", path="ledger.db")
+
+
+async def test_a_program_that_ends_in_a_host_failure_still_lets_go_of_what_it_withdrew(
+    tmp_path: Path, proposals: ProposalWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    backend = WithdrawingBackend(proposals, monkeypatch)
+    _, session = _session(proposals, backend, tmp_path)
+    transition = proposals.ledger.transition
+    answer = await session.call("execute_code", {"code": "..."})
+    assert answer.code == "sandbox_unavailable"
+    (withdrawn,) = backend.proposed
+    assert proposals.ledger.preview(withdrawn).state == "prepared"  # (the ledger was locked)
+    monkeypatch.setattr(proposals.ledger, "transition", transition)  # it is free again
+    proposals.writes.settle_denials("pv_another")  # what any commit here does first
+    assert proposals.ledger.preview(withdrawn).state == "denied"
