@@ -41,9 +41,16 @@ class EndingBackend(ScriptedBackend):
     """Proposes a refund of each of ``invoices`` as a program would, then ends by ``end``
     (which returns the run's result or raises what the Docker backend raises)."""
 
-    def __init__(self, end: Ending, *, invoices: tuple[str, ...]) -> None:
+    def __init__(
+        self,
+        end: Ending,
+        *,
+        invoices: tuple[str, ...],
+        then: Callable[[ToolSession], None] = lambda _tools: None,
+    ) -> None:
         super().__init__([])
-        self.end, self.invoices = end, invoices
+        self.end, self.invoices, self.then = end, invoices, then
+        self.proposed: list[str] = []
 
     async def run(
         self,
@@ -58,7 +65,10 @@ class EndingBackend(ScriptedBackend):
         for order, invoice in enumerate(self.invoices, 1):
             ctx = tools.context(f"{tools.call_prefix}:{order}", time.monotonic() + 30)
             args = {"invoice_id": invoice, "reason": "duplicate"}
-            await tools.propose(REFUND, args, ctx, order=order)
+            self.proposed.append(
+                str((await tools.propose(REFUND, args, ctx, order=order))["preview_id"])
+            )
+        self.then(tools)
         return self.end(artifacts)
 
 
@@ -201,33 +211,8 @@ def test_the_model_is_told_how_many_files_were_skipped_not_only_the_first(
         assert kept["artifacts_skipped_count"] == count
 
 
-class WithdrawingBackend(ScriptedBackend):
-    """Proposes a refund, withdraws it while the ledger cannot record the denial, then fails
-    as the Docker backend fails (the engine refused, the kept runner exited)."""
-
-    def __init__(self, world: ProposalWorld, monkeypatch: pytest.MonkeyPatch) -> None:
-        super().__init__([])
-        self.world, self.monkeypatch = world, monkeypatch
-        self.proposed: list[str] = []
-
-    async def run(
-        self,
-        program: str,
-        *,
-        profile: SandboxProfile | None = None,
-        tools: ToolSession | None = None,
-        inputs: Any = None,
-        artifacts: Path | None = None,
-    ) -> RunResult:
-        assert tools is not None
-        ctx = tools.context(f"{tools.call_prefix}:1", time.monotonic() + 30)
-        answer = await tools.propose(
-            REFUND, {"invoice_id": "inv_1", "reason": "duplicate"}, ctx, order=1
-        )
-        self.proposed.append(str(answer["preview_id"]))
-        self.monkeypatch.setattr(self.world.ledger, "transition", _locked)  # (until the test)
-        tools.withdraw(1)
-        raise SandboxFailure("the engine refused the container")
+def _engine_refused(artifacts: Path | None) -> RunResult:
+    raise SandboxFailure("the engine refused the container")
 
 
 def _locked(*args: object, **kwargs: object) -> None:
@@ -237,7 +222,11 @@ def _locked(*args: object, **kwargs: object) -> None:
 async def test_a_program_that_ends_in_a_host_failure_still_lets_go_of_what_it_withdrew(
     tmp_path: Path, proposals: ProposalWorld, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    backend = WithdrawingBackend(proposals, monkeypatch)
+    def withdraw_while_locked(tools: ToolSession) -> None:
+        monkeypatch.setattr(proposals.ledger, "transition", _locked)  # (until the test says)
+        tools.withdraw(1)
+
+    backend = EndingBackend(_engine_refused, invoices=("inv_1",), then=withdraw_while_locked)
     _, session = _session(proposals, backend, tmp_path)
     transition = proposals.ledger.transition
     answer = await session.call("execute_code", {"code": "..."})
