@@ -107,13 +107,13 @@ def release(preview_id: str, holder: object, deny: Callable[[], object]) -> bool
         holding = _held.get(preview_id)
         if holding is None or holding.programs[holder] <= 0:
             return False
-        last = +holding.programs == Counter({holder: 1})
-        if last and holding.ours and not holding.direct:
+        free = holding.ours and not holding.direct and +holding.programs == Counter({holder: 1})
+        if free:
             deny()
         holding.programs[holder] -= 1
         if not +holding.programs:
             del _held[preview_id]
-        return last and holding.ours and not holding.direct
+        return free
 
 
 def _hold(holding: _Holding, preview_id: str, proposing: _Proposing | None) -> None:
