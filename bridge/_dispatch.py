@@ -219,12 +219,13 @@ class CallDispatcher:
                     await turns.wait()
                 self._live[call_id] = _RUNNING  # (a cancel while it waited raised there)
                 turns.running += 1
+                failure: Exception | None = None  # (its handler may run on: see Turns)
                 try:
                     ok, value = True, await session.registry.call(tool, args, ctx)
                 except Exception as exc:
-                    ok, value = False, self._failure(tool, exc)
+                    ok, value, failure = False, self._failure(tool, exc), exc
                 finally:
-                    turns.leave()
+                    turns.leave_after(failure)
             if call_id in self._live:  # (else the program cancelled it: it drops the result)
                 self._results.send(call_id, ok, value, alone=self.in_flight <= 1)
         finally:
@@ -248,14 +249,16 @@ class CallDispatcher:
             return None
         self._live[call_id] = _RUNNING
         turns.running += 1
+        failure: Exception | None = None
         try:
             if propose:
                 return True, await session.propose(tool, args, ctx, order=call_id)
             return True, await session.registry.call(tool, args, ctx)
         except Exception as exc:
+            failure = exc
             return False, self._failure(tool, exc)
         finally:
-            turns.leave()
+            turns.leave_after(failure)
 
     def _failure(self, tool: str, exc: Exception) -> JSONObject:
         """A failed call's error for the wire."""

@@ -1,11 +1,15 @@
 """The places of one run's calls among those the host executes at once (``max_concurrency``):
 a call takes one before its handler runs and gives it back when the handler has ended, never
-sooner, whatever the program cancels; the others wait for their turn, in order of arrival."""
+sooner, whatever the program cancels; the others wait for their turn, in order of arrival.
+A sync handler's thread that its call gave up on at its deadline (a thread cannot be stopped)
+keeps the call's place until it ends (:meth:`Turns.leave_after`)."""
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
+
+from airlock.tools import ToolError, ToolTimeoutError
 
 __all__ = ["Turns"]
 
@@ -37,6 +41,23 @@ class Turns:
         """A call's handler ended: its place goes to the next call waiting."""
         self.running -= 1
         self.pass_on()
+
+    def leave_when(self, running: asyncio.Future[None] | None) -> None:
+        """A call ended: :meth:`leave` once its handler has too, that is at once, or when
+        ``running`` (a sync handler's thread the call gave up on) is done."""
+        if running is None or running.done():
+            self.leave()
+        else:
+            running.add_done_callback(lambda _: self.leave())
+
+    def leave_after(self, failure: BaseException | None) -> None:
+        """A call ended, with ``failure`` if it failed: :meth:`leave_when` its handler has."""
+        if isinstance(failure, ToolTimeoutError):
+            self.leave_when(failure.handler_running)
+        elif isinstance(failure, ToolError) and isinstance(failure.__cause__, ToolTimeoutError):
+            self.leave_when(failure.__cause__.handler_running)  # denied as it ran on
+        else:
+            self.leave()
 
     def pass_on(self) -> None:
         """Give the next call waiting its turn (a call given one that will not run passes

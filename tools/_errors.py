@@ -54,10 +54,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import ClassVar, Literal, get_args
+from typing import TYPE_CHECKING, ClassVar, Literal, get_args
 
 from airlock.policies import AirlockError
 from airlock.tools._json import JSONObject, JSONValue
+
+if TYPE_CHECKING:
+    import asyncio
 
 __all__ = [
     "ERROR_CODES",
@@ -379,8 +382,12 @@ class ToolTimeoutError(ToolError):
         seconds: float,
         outcome: Literal["error", "unknown"] | None = None,
         detail: str | None = None,
+        handler_running: asyncio.Future[None] | None = None,
     ) -> None:
         self.seconds = round(seconds, 3)
+        self.handler_running = handler_running
+        """On the host only, never in the wire form: the call gave up on its sync code's
+        worker thread, which runs on (it cannot be stopped) until this future is done."""
         super().__init__(
             message or f"the tool did not answer within {self.seconds:g} s; do not assume it ran",
             outcome=outcome,

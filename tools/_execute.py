@@ -6,7 +6,9 @@ call of its context: an async one in the calling task, a sync one in a worker th
 anyio gives a copy of that context. On asyncio, an async handler's deadline is set only
 once the handler first waits (counted from when it started): one that answers without waiting
 (most reads of data at hand) could not be stopped by it, and pays nothing for it, not even a
-second reading of the clock. What the handler reached that
+second reading of the clock. A sync handler past its deadline is abandoned, not stopped
+(:mod:`airlock.tools._worker_threads`): its thread runs on, counted against its tool, and its
+``timeout`` error says when the thread ends. What the handler reached that
 the tool does not declare decides the answer (``denied``), whatever the handler then did with
 the refusal.
 """
@@ -22,7 +24,6 @@ from collections.abc import Callable, Coroutine, Generator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import anyio
-import anyio.to_thread
 
 from airlock.tools import _egress_hook as _hook
 from airlock.tools._context import CallContext
@@ -32,6 +33,7 @@ from airlock.tools._errors import NotFoundError, ToolError, ToolTimeoutError, Up
 from airlock.tools._registration import CompiledTool
 from airlock.tools._spec import ToolSpec
 from airlock.tools._step_text import failure_detail, failure_forms, failure_trace
+from airlock.tools._worker_threads import WorkerThread
 
 if TYPE_CHECKING:
     from airlock.tools._admission import CallTrail
@@ -55,7 +57,8 @@ async def execute(
     Raises:
         ToolError: ``timeout``; ``denied`` when the handler reached what the tool does not
             declare (even if it caught the refusal); the handler's own error;
-            ``upstream`` with outcome ``unknown`` for anything else.
+            ``upstream`` with outcome ``error`` (nothing ran) when the tool has too many sync
+            calls running past their timeouts, with outcome ``unknown`` for anything else.
     """
     spec = tool.spec
     now = time.monotonic()  # the one clock read of a handler that answers without waiting
@@ -117,10 +120,11 @@ async def execute(
                 result = await _bind(spec, ctx, values)()
             timed_out = scope.cancelled_caught
         else:
+            # Abandoned as its deadline passes (a thread cannot be stopped), and counted
+            # against the tool until it ends: one with too many such threads is refused here.
+            thread = WorkerThread(spec)
             with anyio.move_on_after(budget) as scope:
-                result = await anyio.to_thread.run_sync(
-                    _bind(spec, ctx, values), abandon_on_cancel=True
-                )
+                result = await thread.run(_bind(spec, ctx, values))
             timed_out = scope.cancelled_caught
     except NotFoundError as exc:
         _refuse_undeclared(check, trail, exc)
@@ -145,10 +149,14 @@ async def execute(
     finally:
         check.closed = True  # (_egress.leave(), spelled out)
         CURRENT.reset(token)
+    if timed_out:
+        # A sync handler's thread runs on: the error says when it ends (a denial's cause).
+        running = None if tool.is_async else thread.ended
+        timeout = ToolTimeoutError(seconds=budget, handler_running=running)
+        _refuse_undeclared(check, trail, timeout)
+        raise timeout
     if check.violations:  # caught by the handler: it fails all the same
         _refuse_undeclared(check, trail, None)
-    if timed_out:
-        raise ToolTimeoutError(seconds=budget)
     return result
 
 

@@ -21,6 +21,7 @@ from airlock.tools._step_text import (
     failure_trace,
     kept_text,
 )
+from airlock.tools._worker_threads import WorkerThread
 
 __all__ = ["model_message", "run_prepare"]
 
@@ -34,8 +35,10 @@ async def run_prepare(admission: Admission, principal: Principal, *, budget: flo
 
     Raises:
         ToolError: prepare's own error (``not_found`` always with the one standard
-            message, ...); ``timeout``; ``upstream`` for anything unexpected or an effect
-            that does not fit the effect model; ``denied`` when it reached what the tool
+            message, ...); ``timeout`` (a sync prepare's thread runs on: the error says
+            when it ends); ``upstream`` for anything unexpected, an effect that does not fit
+            the effect model, or a tool with too many sync prepares running past their
+            timeouts; ``denied`` when it reached what the tool
             does not declare (the call's trail says what). The outcome is always ``error``:
             prepare changes nothing.
     """
@@ -48,9 +51,13 @@ async def run_prepare(admission: Admission, principal: Principal, *, budget: flo
             outcome="error",
         )
     check = reach_of(spec).check(phase="prepare", tenant=principal.tenant_id)
+    # A sync prepare in a worker thread counted against the tool once its deadline passes
+    # (it runs on: a thread cannot be stopped), and refused when the tool has too many such.
+    thread = WorkerThread(spec)
     try:
         with anyio.fail_after(budget):
-            effect = await checked_invoke(check, contract.prepare, admission.input, principal)
+            prepare = thread.calling(contract.prepare)
+            effect = await checked_invoke(check, prepare, admission.input, principal)
     except ToolError as exc:
         denial = check.denial(admission.trail)
         if denial is not None:  # what it tried and was refused is why it failed
@@ -60,12 +67,14 @@ async def run_prepare(admission: Admission, principal: Principal, *, budget: flo
             # one; what prepare said goes to the operator's detail.
             raise NotFoundError(detail=exc.detail or exc.message) from None
         raise
-    except TimeoutError as exc:
+    except TimeoutError:
+        # prepare changes nothing, so running out of time leaves nothing undecided; its
+        # thread, if it runs on, is the error's to tell (and a denial's cause's)
+        timeout = ToolTimeoutError(seconds=budget, outcome="error", handler_running=thread.ended)
         denial = check.denial(admission.trail)
         if denial is not None:
-            raise denial from exc
-        # prepare changes nothing, so running out of time leaves nothing undecided
-        raise ToolTimeoutError(seconds=budget, outcome="error") from None
+            raise denial from timeout
+        raise timeout from None
     except Exception as exc:
         denial = check.denial(admission.trail)
         if denial is not None:
