@@ -157,11 +157,12 @@ class ToolSession:
     """Proposals the program made so far, refused ones included."""
     _proposals: list[tuple[int, Preview]] = field(default_factory=list, init=False, repr=False)
     """Each kept proposal's order and its preview."""
-    _withdrawn: set[int] = field(default_factory=set, init=False, repr=False)
-    _released: list[tuple[str, str | None]] = field(default_factory=list, init=False, repr=False)
-    """The previews proposals let go of, and how (``None``: withdrawn), for the write path."""
+    _withdrawn: dict[int, float] = field(default_factory=dict, init=False, repr=False)
+    """The orders the program withdrew, and when."""
+    _released: list[tuple[str, float]] = field(default_factory=list, init=False, repr=False)
+    """The previews withdrawn proposals let go of, and when, for the write path."""
     _preparing: int = field(default=0, init=False, repr=False)
-    _ended: bool = field(default=False, init=False, repr=False)
+    _ended_at: float | None = field(default=None, init=False, repr=False)
     _holder: object = field(default_factory=object, init=False, repr=False)
     """This program, to the write path: the holder of its proposals' previews."""
     authority: RunAuthority = field(init=False, repr=False)
@@ -223,11 +224,10 @@ class ToolSession:
             raise error
         self._preparing += 1
         try:
-            preview = await self.writes.propose_held(
-                tool, args, ctx, holder=self._holder, unreleased=self._released
-            )
-            if order in self._withdrawn:
-                self._released.append((preview.id, None))
+            preview = await self.writes.propose_held(tool, args, ctx, holder=self._holder)
+            withdrawn_at = self._withdrawn.get(order, self._ended_at)
+            if withdrawn_at is not None:  # (ended: no batch will list it)
+                self._released.append(self._withdrawing(preview, withdrawn_at))
             else:
                 self._proposals.append((order, preview))
         finally:
@@ -268,39 +268,45 @@ class ToolSession:
         The write path is told once no proposal of the program is being prepared, so one
         that would share the preview holds it by then.
         """
-        self._withdrawn.add(order)
-        self._released += [(preview.id, None) for n, preview in self._proposals if n == order]
+        at = self._withdrawn[order] = self._now()
+        self._released += [self._withdrawing(p, at) for n, p in self._proposals if n == order]
         self._proposals = [entry for entry in self._proposals if entry[0] != order]
         self._release_withdrawn()
 
     def end(self) -> None:
         """The program ended, however: its withdrawn or failed proposals let go of their
-        previews now (or, one still being prepared, as it ends); a denial the ledger still
-        cannot record, the write path records before it commits anything
-        (:meth:`WritePath.deny_later <airlock.tools.WritePath.deny_later>`)."""
-        self._ended = True
+        previews now, and one still being prepared as it ends (no batch lists it: it is
+        withdrawn); a denial the ledger could not record is tried again at each of these
+        steps, and before anything is approved or committed in this process
+        (:meth:`WritePath.settle_denials <airlock.tools.WritePath.settle_denials>`)."""
+        self._ended_at = self._now()
         self._release_withdrawn()
 
     def _release_withdrawn(self) -> None:
         if self._preparing or self.writes is None:
             return  # (one being prepared may yet answer the same preview, and hold it)
+        self.writes.settle_denials()  # (those the ledger failed to record before)
         released, self._released = self._released, []
-        for preview_id, how in released:
+        for preview_id, at in released:
             try:
-                self.writes.withdraw(preview_id, holder=self._holder, how=how)
+                self.writes.withdraw(preview_id, holder=self._holder, withdrawn_at=at)
             except Exception as exc:  # (the bridge goes on; the preview is in no batch)
-                self._released.append((preview_id, how))  # still held: tried again later
                 _log.error(
-                    "run %s: withdrawn preview %s could not be denied in the ledger (%s); it "
-                    "is tried again at the program's next proposal or withdrawal, as it "
-                    "ends, and then before the next commit in this process",
+                    "run %s: withdrawn preview %s could not be denied in the ledger (%s); "
+                    "until it is, it is neither approved nor committed in this process",
                     self.run_id,
                     preview_id,
                     type(exc).__name__,
                 )
-        if self._ended and self._released:
-            self.writes.deny_later(self._released, holder=self._holder)
-            self._released = []
+
+    def _withdrawing(self, preview: Preview, at: float) -> tuple[str, float]:
+        if self.writes is not None:  # (it is: a proposal came back from it)
+            self.writes.withdrawing(preview.id, holder=self._holder)
+        return preview.id, at
+
+    def _now(self) -> float:
+        """The write path's clock (a proposal's withdrawal is judged against its approvals)."""
+        return self.writes.clock() if self.writes is not None else 0.0
 
     def context(self, call_id: str, deadline: float) -> CallContext:
         """The context of one call from code."""

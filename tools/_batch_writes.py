@@ -51,6 +51,9 @@ class BatchWrites:
     ) -> Receipt:
         raise NotImplementedError  # WritePath's
 
+    def settle_denials(self, *preview_ids: str) -> None:
+        raise NotImplementedError  # Withdrawals'
+
     async def propose_from_code(
         self, name: str, args: Mapping[str, Any], ctx: CallContext
     ) -> Preview:
@@ -111,8 +114,10 @@ class BatchWrites:
         person recorded meanwhile).
 
         Raises:
-            ToolError: as :func:`~airlock.tools.approve_batch`.
+            ToolError: as :func:`~airlock.tools.approve_batch`; ``conflict`` when an item's
+                program withdrew it and the ledger has not recorded that yet.
         """
+        self.settle_denials(*(preview.id for preview in load_batch(self.ledger, batch_id)[1]))
         items = approve_batch(
             self.ledger,
             batch_id,

@@ -18,18 +18,19 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextvars import ContextVar
 from typing import Final, NamedTuple
 
 __all__ = [
     "denials_due",
-    "denied_at_last",
-    "deny_later",
     "note_received",
     "note_stored",
     "proposing_as",
     "release",
+    "settle",
+    "undecided",
+    "withdrawing",
 ]
 
 
@@ -47,7 +48,7 @@ _FORGET_FIRST_AT: Final = 4096
 
 
 class _Holding:
-    __slots__ = ("direct", "ours", "programs", "until")
+    __slots__ = ("direct", "last_withdrawn", "ours", "programs", "until")
 
     def __init__(self, until: float, *, ours: bool) -> None:
         self.until = until
@@ -57,12 +58,28 @@ class _Holding:
         """A direct call stored or received it: it is never let go."""
         self.programs: Counter[object] = Counter()
         """Proposals that hold it, by program."""
+        self.last_withdrawn = 0.0
+        """When the latest proposal that let go of it was withdrawn."""
 
 
 _held: dict[str, _Holding] = {}
-_due: dict[str, tuple[object, str | None]] = {}
-"""Denials a program that ended could not record (the ledger failed): preview id -> its
-holder and how; tried again before any commit in this process."""
+
+
+_pending: Counter[tuple[str, object]] = Counter()
+"""Withdrawals of a program's proposals of a preview, by preview id and program, that the
+program has not let go of yet (it does once none of its proposals is being prepared)."""
+
+
+class _Due(NamedTuple):
+    how: str | None
+    at: float
+    """When its program withdrew it: an approval a person recorded since goes with it."""
+
+
+_due: dict[str, _Due] = {}
+"""Denials the ledger could not record (it failed, or it holds no such preview: another
+ledger's) when the last hold of a preview went, by preview id: tried again before any
+approval or commit in this process (:func:`settle`)."""
 _lock = threading.RLock()  # (proposals may be prepared on worker threads)
 _forget_at = _FORGET_FIRST_AT
 
@@ -99,21 +116,84 @@ def note_received(preview_id: str, *, until: float, now: float) -> None:
         _hold(holding, preview_id, _proposing.get())
 
 
-def release(preview_id: str, holder: object, deny: Callable[[], object]) -> bool:
-    """A proposal of ``holder`` lets go of ``preview_id``; if nobody holds it then, a
-    program's proposal stored it here and no direct call had it, ``deny()`` (the ledger's
-    denial) first: when that raises, the hold stays, for a later try. Whether it was denied."""
+def withdrawing(preview_id: str, holder: object) -> None:
+    """A proposal of ``holder`` of ``preview_id`` was withdrawn; it lets go soon
+    (:func:`release` with ``pending``)."""
     with _lock:
+        _pending[(preview_id, holder)] += 1
+
+
+def release(
+    preview_id: str,
+    holder: object,
+    deny: Callable[[float], object],
+    *,
+    how: str | None,
+    at: float,
+    pending: bool = False,
+) -> bool:
+    """A proposal of ``holder`` lets go of ``preview_id`` (``pending``: one
+    :func:`withdrawing` announced) as withdrawn ``how`` at ``at``; if nobody holds it then,
+    a program's proposal stored it here and no direct call had it, ``deny(since)`` (the
+    ledger's denial; ``since``: when the latest of its proposals was withdrawn, which freed
+    it). When that raises, the denial is due (:func:`settle`), and the error propagates.
+    Whether it was denied, or due."""
+    with _lock:
+        if pending:
+            _pending[(preview_id, holder)] -= 1
+            if _pending[(preview_id, holder)] <= 0:
+                del _pending[(preview_id, holder)]
         holding = _held.get(preview_id)
         if holding is None or holding.programs[holder] <= 0:
             return False
-        free = holding.ours and not holding.direct and +holding.programs == Counter({holder: 1})
-        if free:
-            deny()
         holding.programs[holder] -= 1
+        holding.last_withdrawn = since = max(holding.last_withdrawn, at)
+        free = holding.ours and not holding.direct and not +holding.programs
+        if free:
+            try:
+                deny(since)
+            except BaseException:
+                _due[preview_id] = _Due(how, since)  # (the entry stays: it is ours still)
+                raise
         if not +holding.programs:
             del _held[preview_id]
         return free
+
+
+def denials_due() -> list[tuple[str, str | None, float]]:
+    """The denials due (:func:`release`): preview id, how, when it was withdrawn."""
+    with _lock:
+        return [(preview_id, due.how, due.at) for preview_id, due in _due.items()]
+
+
+def settle(preview_id: str, deny: Callable[[], object]) -> None:
+    """Try the due denial of ``preview_id`` again: ``deny()``, unless someone holds it again
+    (a proposal or a direct call received it since: it is theirs, and no denial is due).
+    When ``deny`` raises, it stays due."""
+    with _lock:
+        if preview_id not in _due:
+            return
+        holding = _held.get(preview_id)
+        if holding is None or not (holding.direct or +holding.programs):
+            deny()
+            _held.pop(preview_id, None)
+        del _due[preview_id]
+
+
+def undecided(preview_ids: Iterable[str]) -> bool:
+    """Whether one of ``preview_ids`` is to be denied and is not yet: its denial is due, or
+    the withdrawals its holders have not let go of yet free it."""
+    with _lock:
+        for preview_id in preview_ids:
+            if preview_id in _due:
+                return True
+            holding = _held.get(preview_id)
+            if holding is None or not holding.ours or holding.direct:
+                continue
+            holders = +holding.programs
+            if holders and all(_pending[(preview_id, h)] >= n for h, n in holders.items()):
+                return True
+        return False
 
 
 def _hold(holding: _Holding, preview_id: str, proposing: _Proposing | None) -> None:
@@ -131,21 +211,3 @@ def _forget_expired(now: float) -> None:
     for gone in [key for key, holding in _held.items() if holding.until < now]:
         del _held[gone]
     _forget_at = max(_FORGET_FIRST_AT, 2 * len(_held))
-
-
-def deny_later(preview_id: str, holder: object, how: str | None) -> None:
-    """``holder`` ended still holding ``preview_id``, whose denial the ledger did not record."""
-    with _lock:
-        _due[preview_id] = (holder, how)
-
-
-def denials_due() -> list[tuple[str, object, str | None]]:
-    """The denials :func:`deny_later` was given, still to record."""
-    with _lock:
-        return [(preview_id, *due) for preview_id, due in _due.items()]
-
-
-def denied_at_last(preview_id: str) -> None:
-    """The denial of ``preview_id`` is recorded (or no longer needed)."""
-    with _lock:
-        _due.pop(preview_id, None)

@@ -7,13 +7,17 @@ program or of another program of the run, and no direct call of the model, of th
 (one preview for it); and only when a program's proposal stored it in this process (one
 stored elsewhere is someone else's). Who holds what is known in this process only: a holder in
 another process (a session resumed there) may still meet the preview denied, and is told it
-was withdrawn (:meth:`Withdrawals.was_withdrawn`). A preview a person approved is never denied
-by a withdrawal (:func:`withdraw_proposal`).
+was withdrawn (:meth:`Withdrawals.was_withdrawn`). A preview a person approved before the
+withdrawal that freed it is never denied by it (:func:`withdraw_proposal`). Until a denial is
+recorded (its program lets go once none of its proposals is being prepared; the ledger may
+fail to record it), the preview is neither approved nor committed in this process
+(:meth:`Withdrawals.settle_denials`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -24,10 +28,11 @@ from airlock.tools._ledger import LedgerStore, StepStateError
 from airlock.tools._preview import Preview, StepState
 from airlock.tools._preview_holders import (
     denials_due,
-    denied_at_last,
-    deny_later,
     proposing_as,
     release,
+    settle,
+    undecided,
+    withdrawing,
 )
 from airlock.tools._sender import Sender
 
@@ -40,24 +45,34 @@ PROPOSAL_FAILED = "its proposal failed"
 
 
 def withdraw_proposal(
-    ledger: LedgerStore, sender: Sender, preview_id: str, *, now: float, how: str = WITHDRAWN
+    ledger: LedgerStore,
+    sender: Sender,
+    preview_id: str,
+    *,
+    now: float,
+    how: str = WITHDRAWN,
+    since: float | None = None,
 ) -> Preview | None:
-    """Deny the preview of a proposal its program withdrew (:data:`WITHDRAWN`), waiting or
-    approved by a rule: no one approves or commits it, and its key is free for the same
-    intent again. Name only a preview nobody holds any more (see the module).
+    """Deny the preview of a proposal its program withdrew (:data:`WITHDRAWN`) at ``since``
+    (default: now), waiting or approved by a rule: no one approves or commits it, and its key
+    is free for the same intent again. Name only a preview nobody holds any more (see the
+    module).
 
-    One a person approved stays approved (a person's decision is not the program's to undo,
-    and the preview may serve another proposal of the run); one already sent, settled or
-    denied stays as it is. Returns the preview as it stands, ``None`` when there is none.
+    One a person approved before the withdrawal stays approved (a person's decision is not
+    the program's to undo, and the preview may serve another proposal of the run); one a
+    person approved since (while the denial could not be recorded) is denied all the same;
+    one already sent, settled or denied stays as it is. Returns the preview as it stands,
+    ``None`` when there is none.
     """
+    since = now if since is None else since
     for _ in range(2):  # (a second look when it was approved meanwhile: by whom?)
         current = ledger.preview(preview_id)
         if current is None:
             return None
         approval = ledger.approval(preview_id)
         expect: set[StepState] = {"prepared"}
-        if approval is not None and approval.kind == "policy":
-            expect.add("approved")  # (an approval is never replaced: it stays the rule's)
+        if approval is not None and (approval.kind == "policy" or approval.at >= since):
+            expect.add("approved")  # (a rule's, or a person's too late: it goes with it)
         if current.state not in expect:
             return current
         try:
@@ -79,6 +94,10 @@ def withdraw_proposal(
     return ledger.preview(preview_id)
 
 
+class _NotInLedger(Exception):
+    """The ledger holds no such preview (it is another ledger's, in this process)."""
+
+
 class Withdrawals(BatchWrites):
     """The write path's methods for proposals from code that their program may withdraw."""
 
@@ -86,19 +105,12 @@ class Withdrawals(BatchWrites):
         raise NotImplementedError  # WritePath's
 
     async def propose_held(
-        self,
-        name: str,
-        args: Mapping[str, Any],
-        ctx: CallContext,
-        *,
-        holder: object,
-        unreleased: list[tuple[str, str | None]],
+        self, name: str, args: Mapping[str, Any], ctx: CallContext, *, holder: object
     ) -> Preview:
         """:meth:`propose_from_code` for the program ``holder`` (a token of its own): the
         preview it returns, stored or received, is held by this proposal until
         :meth:`withdraw` lets go of it. A proposal that raises lets go of what it stored or
-        received (the program learns of none); what the ledger could not deny then goes in
-        ``unreleased`` as ``(preview id, how)``, for the holder to :meth:`withdraw` again.
+        received (the program learns of none), denied as :data:`PROPOSAL_FAILED`.
 
         Raises:
             ToolError: as :meth:`propose_from_code`.
@@ -110,62 +122,84 @@ class Withdrawals(BatchWrites):
                 # The program was told of no preview: what this proposal stored or received
                 # (before an error of the audit log or the ledger, say) it holds no more.
                 for preview_id in noted:
-                    try:
+                    with contextlib.suppress(Exception):  # (then denied before any approval)
                         self.withdraw(preview_id, holder=holder, how=PROPOSAL_FAILED)
-                    except Exception:  # (the ledger failed too: the holder tries again)
-                        unreleased.append((preview_id, PROPOSAL_FAILED))
                 raise
 
+    def withdrawing(self, preview_id: str, *, holder: object) -> None:
+        """A proposal of the program ``holder`` of ``preview_id`` was withdrawn; it lets go
+        (:meth:`withdraw` with ``withdrawn_at``) once no proposal of it is being prepared.
+        Until then a preview that would be freed is neither approved nor committed here."""
+        withdrawing(preview_id, holder)
+
     def withdraw(
-        self, preview_id: str, *, holder: object, how: str | None = None
+        self,
+        preview_id: str,
+        *,
+        holder: object,
+        how: str | None = None,
+        withdrawn_at: float | None = None,
     ) -> Preview | None:
         """A withdrawn proposal of ``holder`` lets go of its preview, which is denied (as
         ``how``, :data:`WITHDRAWN` by default) once nobody holds it (see the module), so it
-        is never approved or committed; unless a person approved it (see
-        :func:`withdraw_proposal`). Returns the preview denied, ``None`` when it was not.
+        is never approved or committed; unless a person approved it before the latest
+        withdrawal of a proposal that held it (this one's: ``withdrawn_at``, as
+        :meth:`withdrawing` announced it; default: now). A denial the ledger cannot record
+        (it raises, or holds no such preview: another ledger's, in this process) is due:
+        until it is recorded (:meth:`settle_denials`) the preview is neither approved nor
+        committed here. Returns the preview denied, ``None`` when it was not.
 
         Raises:
-            LedgerError: the ledger could not deny it; the hold stays, to try again (only
-                then: the hold is gone whenever this returns).
+            LedgerError: the ledger could not deny it (the denial is due).
         """
-        denied: list[Preview | None] = []
-
-        def deny() -> None:
-            now = self.clock()
-            denied.append(
-                withdraw_proposal(
-                    self.ledger, self._sender, preview_id, now=now, how=how or WITHDRAWN
-                )
+        denied: list[Preview] = []
+        at = self.clock() if withdrawn_at is None else withdrawn_at
+        try:
+            freed = release(
+                preview_id,
+                holder,
+                lambda since: denied.append(self._deny(preview_id, how, since)),
+                how=how,
+                at=at,
+                pending=withdrawn_at is not None,
             )
-
-        if not release(preview_id, holder, deny):  # another holder's too, or not ours to deny
+        except _NotInLedger:
+            return None
+        if not freed:  # another holder's too, or not ours to deny
             return None
         with contextlib.suppress(Exception):  # (the vault forgets its secret at expiry then)
             self._forget_if_settled(preview_id)
         return denied[0]
 
-    def deny_later(self, unreleased: list[tuple[str, str | None]], *, holder: object) -> None:
-        """The program ``holder`` ended, and the ledger could not record these denials (see
-        :meth:`propose_held`): :meth:`settle_denials` records them before any commit here."""
-        for preview_id, how in unreleased:
-            deny_later(preview_id, holder, how)
+    def _deny(self, preview_id: str, how: str | None, since: float) -> Preview:
+        preview = withdraw_proposal(
+            self.ledger,
+            self._sender,
+            preview_id,
+            now=self.clock(),
+            how=how or WITHDRAWN,
+            since=since,
+        )
+        if preview is None:
+            raise _NotInLedger
+        return preview
 
-    def settle_denials(self, preview_id: str) -> None:
-        """Record the denials :meth:`deny_later` was given, before ``preview_id`` is
-        committed.
+    def settle_denials(self, *preview_ids: str) -> None:
+        """Record the denials the ledger could not record before (:meth:`withdraw`), before
+        any of ``preview_ids`` is approved or committed.
 
         Raises:
-            ConflictError: the ledger still cannot record ``preview_id``'s own denial (it
-                is not committed).
+            ConflictError: one of ``preview_ids`` is still to be denied: the ledger cannot
+                record it yet, or its program has not let go of it yet.
         """
-        for due_id, holder, how in denials_due():
-            with contextlib.suppress(Exception):  # (tried again at the next commit)
-                self.withdraw(due_id, holder=holder, how=how)
-                denied_at_last(due_id)
-        if any(due_id == preview_id for due_id, _, _ in denials_due()):
+        for due_id, how, at in denials_due():
+            with contextlib.suppress(Exception):  # (due still: tried again at the next one)
+                settle(due_id, functools.partial(self._deny, due_id, how, at))
+        if preview_ids and undecided(preview_ids):
             raise ConflictError(
-                "the program that proposed this change withdrew it, and the ledger has not "
-                "recorded that yet; nothing was sent; do not commit it",
+                "the program that proposed this change withdrew it, and that is not recorded "
+                "yet; until it is, the change is neither approved nor sent (and then it is "
+                "denied); nothing was sent",
                 outcome="error",
             )
 

@@ -228,8 +228,10 @@ class WritePath(Withdrawals):
         ``self_approval`` is the policy's setting.
 
         Raises:
-            ToolError: as :func:`~airlock.tools.approve_preview`.
+            ToolError: as :func:`~airlock.tools.approve_preview`; ``conflict`` when its
+                program withdrew it and the ledger has not recorded that yet.
         """
+        self.settle_denials(preview_id)  # (withdrawn ones a program could not deny)
         approval = approve_preview(
             self.ledger,
             preview_id,

@@ -1,5 +1,7 @@
 """Who holds a preview in this process, and when a withdrawal may deny it: only once nobody
-holds it, only one a program's proposal stored here, never one a direct call had."""
+holds it, only one a program's proposal stored here, never one a direct call had. A denial
+the ledger could not record is due: the preview is undecided until it is recorded, or until
+someone holds it again (a later proposal or a direct call received it)."""
 
 from __future__ import annotations
 
@@ -8,7 +10,15 @@ from collections.abc import Iterator
 import pytest
 
 from airlock.tools import _preview_holders as holders
-from airlock.tools._preview_holders import note_received, note_stored, proposing_as, release
+from airlock.tools._preview_holders import (
+    note_received,
+    note_stored,
+    proposing_as,
+    release,
+    settle,
+    undecided,
+    withdrawing,
+)
 
 A, B = object(), object()
 DIRECT = None
@@ -30,11 +40,17 @@ CASES = [
 
 @pytest.fixture(autouse=True)
 def _empty() -> Iterator[None]:
-    before = dict(holders._held)
-    holders._held.clear()
+    kept = [(table, dict(table)) for table in (holders._held, holders._pending, holders._due)]
+    for table, _ in kept:
+        table.clear()
     yield
-    holders._held.clear()
-    holders._held.update(before)
+    for table, before in kept:
+        table.clear()
+        table.update(before)  # type: ignore[arg-type]
+
+
+def _release(holder: object, deny: object = lambda _since: None, *, pending: bool = False) -> bool:
+    return release("pv_1", holder, deny, how=None, at=1.0, pending=pending)  # type: ignore[arg-type]
 
 
 def _as(holder: object, note: object) -> None:
@@ -56,20 +72,65 @@ def test_a_preview_is_free_to_deny_once_its_last_holder_let_go(
     for receiver in receivers:
         _as(receiver, note_received)
     denials: list[bool] = []
-    answers = [release("pv_1", holder, lambda: denials.append(True)) for holder in releases]
+    answers = [_release(holder, lambda _since: denials.append(True)) for holder in releases]
     assert answers == free
     assert len(denials) == free.count(True)  # denied exactly when it was let go for good
 
 
-def test_a_hold_stays_when_the_ledger_could_not_deny() -> None:
+def _locked(_since: float = 0.0) -> None:
+    raise OSError("the ledger is locked")
+
+
+# (case, who receives the preview after the denial failed, whether the denial is still to
+# record at the next try)
+AFTER_A_FAILED_DENIAL = [
+    ("nobody", [], True),
+    ("its_program_again", [A], False),
+    ("another_program", [B], False),
+    ("a_direct_call", [DIRECT], False),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "receivers", "denied_then"),
+    AFTER_A_FAILED_DENIAL,
+    ids=[c[0] for c in AFTER_A_FAILED_DENIAL],
+)
+def test_a_denial_the_ledger_could_not_record_is_due_until_recorded_or_held_again(
+    case: str, receivers: list[object], denied_then: bool
+) -> None:
     _as(A, note_stored)
-
-    def locked() -> None:
-        raise OSError("the ledger is locked")
-
     with pytest.raises(OSError, match="locked"):
-        release("pv_1", A, locked)
-    assert release("pv_1", A, lambda: None) is True  # tried again: still A's to let go
+        _release(A, _locked)
+    assert (undecided(["pv_1"]), undecided(["pv_2"])) == (True, False)
+    assert holders.denials_due() == [("pv_1", None, 1.0)]
+    with pytest.raises(OSError, match="locked"):
+        settle("pv_1", _locked)  # still locked: still due
+    assert undecided(["pv_1"])
+    for receiver in receivers:
+        _as(receiver, note_received)  # (the same intent proposed again, say)
+    denials: list[bool] = []
+    settle("pv_1", lambda: denials.append(True))
+    assert (denials, undecided(["pv_1"]), holders.denials_due()) == (
+        [True] if denied_then else [],
+        False,
+        [],
+    )
+    if receivers == [A]:
+        assert _release(A) is True  # its program holds it again: its next withdrawal denies it
+
+
+def test_a_preview_the_pending_withdrawals_would_free_is_undecided() -> None:
+    _as(A, note_stored)
+    _as(B, note_received)
+    withdrawing("pv_1", A)
+    assert not undecided(["pv_1"])  # B holds it still
+    withdrawing("pv_1", B)
+    assert undecided(["pv_1"])
+    assert _release(A, pending=True) is False
+    assert undecided(["pv_1"])
+    assert _release(B, pending=True) is True
+    assert (undecided(["pv_1"]), dict(holders._pending), holders._held) == (False, {}, {})
 
 
 def test_a_proposal_yields_what_it_stored_or_received() -> None:
@@ -85,4 +146,4 @@ def test_entries_of_expired_previews_are_forgotten() -> None:
             note_stored(f"pv_old_{n}", until=10.0, now=0.0)
         note_stored("pv_new", until=1000.0, now=500.0)  # the old ones expired at 10
     assert list(holders._held) == ["pv_new"]
-    assert release("pv_new", A, lambda: None) is True
+    assert release("pv_new", A, lambda _since: None, how=None, at=1.0) is True
