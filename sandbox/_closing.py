@@ -16,11 +16,12 @@ from typing import Any, TypeVar
 
 import docker
 
+from airlock.sandbox._container import SandboxContainer
 from airlock.sandbox._engine_thread import on_engine_thread
 from airlock.sandbox._errors import SandboxClosed, SandboxError
 from airlock.sandbox._owner import labelled_containers, remove_container
 
-__all__ = ["Starts", "cut_off_by_close", "settle", "sweep"]
+__all__ = ["Starts", "cut_off_by_close", "destroy", "settle", "sweep"]
 
 T = TypeVar("T")
 
@@ -63,17 +64,30 @@ class Starts:
 
 
 @contextlib.contextmanager
-def cut_off_by_close(closed: Callable[[], bool]) -> Iterator[None]:
+def cut_off_by_close(closed: Callable[[], str | bool]) -> Iterator[None]:
     """Around a run: a :class:`SandboxError` it raises once ``closed()`` becomes
-    :class:`SandboxClosed`. Whatever broke (a runner killed under its program, a connection
-    never opened), :meth:`~DockerBackend.close` broke it, and a retry could only be refused:
-    none may be asked for. A run's result stays what it is."""
+    :class:`SandboxClosed` (with ``closed()``'s message, when it is one). Whatever broke (a
+    runner killed under its program, a connection never opened), :meth:`~DockerBackend.close`
+    broke it, and a retry could only be refused: none may be asked for. A run's result stays
+    what it is."""
     try:
         yield
     except SandboxError as exc:
-        if closed() and not isinstance(exc, SandboxClosed):
-            raise SandboxClosed() from exc
+        said = closed()
+        if said and not isinstance(exc, SandboxClosed):
+            raise (SandboxClosed(said) if isinstance(said, str) else SandboxClosed()) from exc
         raise
+
+
+async def destroy(container: SandboxContainer) -> bool:
+    """Whether the engine removed ``container``; its failure to is logged, not raised (what
+    the engine leaves, :func:`sweep` or the next backend's reaper removes)."""
+    try:
+        await container.destroy()
+    except SandboxError as exc:
+        _log.warning("could not destroy sandbox container %s: %s", container.id, exc)
+        return False
+    return True
 
 
 async def settle(work: Iterable[Awaitable[Any]], *, timeout: float, what: str) -> int:

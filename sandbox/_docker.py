@@ -37,13 +37,12 @@ import docker.errors
 
 from airlock.bridge import ToolSession
 from airlock.policies import Principal, SandboxProfile
-from airlock.sandbox._closing import Starts, cut_off_by_close, settle, sweep
+from airlock.sandbox._closing import Starts, cut_off_by_close, destroy, settle, sweep
 from airlock.sandbox._container import SandboxContainer
 from airlock.sandbox._engine_thread import on_engine_thread
 from airlock.sandbox._errors import (
     ImageMissing,
     SandboxClosed,
-    SandboxError,
     SandboxFailure,
     map_docker_errors,
 )
@@ -115,7 +114,7 @@ class DockerBackend:
         self._fit = PoolFit(
             self.pool, profile=self.profile, inputs=pool_inputs, discard=self._destroy_later
         )
-        self._cleanup: set[asyncio.Task[None]] = set()
+        self._cleanup: set[asyncio.Task[bool]] = set()
         self._active: set[SandboxContainer] = set()  # running a program now (not kept ones)
         self._starts = Starts()
         self._start_waits = StartWaits(discard=self._destroy_later)
@@ -280,10 +279,12 @@ class DockerBackend:
         mounts: tuple[RunInput, ...], artifacts: Path | None,
     ) -> RunResult:  # fmt: skip
         began = time.perf_counter()  # (a start counts against the run's deadline)
+        self._refuse_if_closed()  # (closed while its inputs resolved: close() saw no take)
         container = self._fit.take(profile, mounts)
         pooled = container is not None
         if container is None:
             container = await self._start_for_run(profile, mounts)
+        seen = not self._closed  # by close(), which removes what is active as it begins
         self._active.add(container)
         try:
             result = await container.run(
@@ -292,7 +293,7 @@ class DockerBackend:
             )  # fmt: skip
         finally:
             self._active.discard(container)
-            if not self._closed:  # else close() removes it (it was active then)
+            if not (self._closed and seen):  # else close() removes it
                 self._destroy_later(container)
         return result
 
@@ -305,7 +306,7 @@ class DockerBackend:
 
     def _destroy_later(self, container: SandboxContainer) -> None:
         """Off the result's path; :meth:`close` waits for it."""
-        task = asyncio.create_task(self._destroy(container))
+        task = asyncio.create_task(destroy(container))
         self._cleanup.add(task)
         task.add_done_callback(self._cleanup.discard)
 
@@ -345,6 +346,7 @@ class DockerBackend:
             container_settings=container_settings,
             inputs=tuple(sorted(given)),
             clean=clean,
+            backend_closed=lambda: self._closed,
         )
         self._kept.add(kept)
         return kept
@@ -354,14 +356,9 @@ class DockerBackend:
             await self.start()
         limit = profile.input_limit_bytes
         mounts = await asyncio.to_thread(resolve_inputs, inputs, limit_bytes=limit)
+        self._refuse_if_closed()  # (closed meanwhile: close() would not see what it takes)
         # A warm runner that never ran anything, else one started for this conversation.
         return self._fit.take(profile, mounts) or await self._start_for_run(profile, mounts)
-
-    async def _destroy(self, container: SandboxContainer) -> None:
-        try:
-            await container.destroy()
-        except SandboxError as exc:
-            _log.warning("could not destroy sandbox container %s: %s", container.id, exc)
 
     def _sockets(self) -> Path:
         """The directory of this backend's containers' socket directories.
@@ -390,7 +387,7 @@ class DockerBackend:
         retire(self._owner)
         work: list[Awaitable[object]] = [kept.close() for kept in list(self._kept)]
         work += [self._reused.close(), self.pool.close(), *self._starts.cancel(), *self._cleanup]
-        work.extend(self._destroy(container) for container in list(self._active))
+        work.extend(destroy(container) for container in list(self._active))
         await settle(work, timeout=_CLOSE_WAIT_S, what="closing the sandbox backend")
         if self._client is not None:
             # Anything still labelled as ours (a start interrupted mid-way); only ours, by

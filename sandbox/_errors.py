@@ -66,12 +66,13 @@ class ImageMissing(SandboxError):
 
 
 class SandboxClosed(SandboxError):
-    """The backend was closed: no run on it can ever succeed, so it is not retryable."""
+    """The backend (or the kept sandbox a run was for) was closed: no run on it can ever
+    succeed, so it is not retryable."""
 
     code = "sandbox_closed"
 
-    def __init__(self) -> None:
-        super().__init__("this sandbox backend is closed; start a new DockerBackend")
+    def __init__(self, message: str = "this sandbox backend is closed; start a new DockerBackend"):
+        super().__init__(message)
 
 
 class SocketPathTooLong(SandboxError):

@@ -28,8 +28,9 @@ from typing import Final
 
 from airlock.bridge import ToolSession
 from airlock.policies import Principal, SandboxProfile, UsageError
+from airlock.sandbox._closing import cut_off_by_close, destroy
 from airlock.sandbox._container import LEAST_LEFT_S, SandboxContainer
-from airlock.sandbox._errors import SandboxError, SandboxFailure
+from airlock.sandbox._errors import SandboxFailure
 from airlock.sandbox._program_size import refuse_oversized
 from airlock.sandbox._result import ProgramError, RunResult
 
@@ -61,6 +62,7 @@ class KeptSandbox:
         container_settings: Callable[[SandboxProfile], object],
         inputs: tuple[str, ...] = (),
         clean: bool = False,
+        backend_closed: Callable[[], bool] = lambda: False,
     ) -> None:
         if idle_timeout <= 0:
             raise ValueError(f"idle_timeout must be positive, not {idle_timeout!r}")
@@ -88,6 +90,9 @@ class KeptSandbox:
         self._closing_removal: asyncio.Future[bool] | None = None
         """:meth:`close`'s removal of the container a program may still run in."""
         self._closed = False
+        self._backend_closed = backend_closed
+        """Whether the backend that starts its containers is closed (which closes this too,
+        but in a task of its own: a run may hear of it first)."""
 
     @property
     def busy(self) -> bool:
@@ -117,6 +122,8 @@ class KeptSandbox:
         Raises:
             UsageError: ``tools`` acts for another principal than the owner, the profile
                 changes container settings, or the sandbox is closed.
+            SandboxClosed: the sandbox or its backend was closed while the program started or
+                ran, and its start or its runner failed for it (not retryable).
             SandboxError: a container could not be started.
         """
         profile = profile or self.profile
@@ -141,63 +148,85 @@ class KeptSandbox:
         if not acquired:
             return _still_busy(profile, time.perf_counter() - began)
         try:
-            if self._closed:
-                raise UsageError("this kept sandbox is closed; open another")
-            self._cancel_timer()
-            container = self._container
-            if container is not None and not container.alive:
-                self._drop_later()
-                container = None
-            if container is None:
-                waited = time.perf_counter() - began
-                if profile.timeout_s - waited < LEAST_LEFT_S:  # no container starts that fast
-                    return _timed_out(
-                        f"this program's deadline of {profile.timeout_s:g} s was over before "
-                        "a container could start for it; it did not run",
-                        waited,
-                    )
-                # Waited for by what is left of this run's deadline, not by the kept profile's:
-                # the harness shortens a run's to what its session has left.
-                left_s = {"timeout_s": profile.timeout_s - waited}
-                container = await self._start(self.profile.model_copy(update=left_s))
-                if self._closed:
-                    # close() came during the start (which may take many seconds) and found
-                    # no container to remove: this one is nobody's, and nothing runs in it.
-                    await _destroy(container)
-                    raise UsageError(
-                        "this kept sandbox was closed while its container started; open another"
-                    )
-                self._container = container
-                self.starts += 1
-            try:
-                result = await container.run(
-                    program,
-                    profile=profile,
-                    pooled=False,
-                    tools=tools,
-                    keep=True,
-                    clean=self.clean,
-                    artifacts=artifacts,
-                    began=began,  # waiting for the one before and for a start count against it
-                )
-            except BaseException:
-                if self._closed:
-                    self._removed_by_close(container)
-                else:
-                    self._drop_later()
-                raise
-            died = result.error is not None and result.error.type == "RunnerDied"
-            if self._closed:
-                # The conversation is over, no idle timer may keep it.
-                self._removed_by_close(container)
-            elif result.status in _DROP_AFTER or died or not container.alive:
-                self._drop_later()  # the result does not wait for the engine's removal
-            else:
-                self._timer = asyncio.get_running_loop().call_later(self.idle_timeout, self._expire)
-            return result.model_copy(update={"duration_s": time.perf_counter() - began})
+            # Whatever breaks once either is closed (its container removed under the program,
+            # the start cut off), close() broke: a retry could only be refused.
+            with cut_off_by_close(self._closed_how):
+                return await self._run_held(program, profile, tools, artifacts, began)
         finally:
             self.last_used = time.monotonic()
             self._lock.release()
+
+    def _closed_how(self) -> str | bool:
+        """What a run cut off by a close is told: the backend's close, or this sandbox's."""
+        if self._backend_closed():
+            return True
+        return self._closed and "this kept sandbox was closed; open another"
+
+    async def _run_held(
+        self,
+        program: str,
+        profile: SandboxProfile,
+        tools: ToolSession | None,
+        artifacts: Path | None,
+        began: float,
+    ) -> RunResult:
+        """:meth:`run`'s part under the lock."""
+        if self._closed:
+            raise UsageError("this kept sandbox is closed; open another")
+        self._cancel_timer()
+        container = self._container
+        if container is not None and not container.alive:
+            self._drop_later()
+            container = None
+        if container is None:
+            waited = time.perf_counter() - began
+            if profile.timeout_s - waited < LEAST_LEFT_S:  # no container starts that fast
+                return _timed_out(
+                    f"this program's deadline of {profile.timeout_s:g} s was over before "
+                    "a container could start for it; it did not run",
+                    waited,
+                )
+            # Waited for by what is left of this run's deadline, not by the kept profile's:
+            # the harness shortens a run's to what its session has left.
+            left_s = {"timeout_s": profile.timeout_s - waited}
+            container = await self._start(self.profile.model_copy(update=left_s))
+            if self._closed:
+                # close() came during the start (which may take many seconds) and found
+                # no container to remove: this one is nobody's, and nothing runs in it.
+                # Removed off the run's path (close() waits for it): the run returns by
+                # its deadline, and releases the lock close() waits for, at once.
+                self._remove_later(container)
+                raise UsageError(
+                    "this kept sandbox was closed while its container started; open another"
+                )
+            self._container = container
+            self.starts += 1
+        try:
+            result = await container.run(
+                program,
+                profile=profile,
+                pooled=False,
+                tools=tools,
+                keep=True,
+                clean=self.clean,
+                artifacts=artifacts,
+                began=began,  # waiting for the one before and for a start count against it
+            )
+        except BaseException:
+            if self._closed:
+                self._removed_by_close(container)
+            else:
+                self._drop_later()
+            raise
+        died = result.error is not None and result.error.type == "RunnerDied"
+        if self._closed:
+            # The conversation is over, no idle timer may keep it.
+            self._removed_by_close(container)
+        elif result.status in _DROP_AFTER or died or not container.alive:
+            self._drop_later()  # the result does not wait for the engine's removal
+        else:
+            self._timer = asyncio.get_running_loop().call_later(self.idle_timeout, self._expire)
+        return result.model_copy(update={"duration_s": time.perf_counter() - began})
 
     def _cancel_timer(self) -> None:
         if self._timer is not None:
@@ -232,7 +261,7 @@ class KeptSandbox:
             self._remove_later(container)
 
     def _remove_later(self, container: SandboxContainer) -> asyncio.Future[bool]:
-        task = asyncio.ensure_future(_destroy(container))
+        task = asyncio.ensure_future(destroy(container))
         self._removals.add(task)
         task.add_done_callback(self._removals.discard)
         return task
@@ -240,9 +269,10 @@ class KeptSandbox:
     async def close(self) -> None:
         """Remove the container, even under a program in flight (which then returns within
         a bounded time, its runner gone); later programs are refused. A container still
-        starting is removed by its run once the start ends (the run then raises
-        :class:`UsageError`). Returns within :data:`_CLOSE_WAIT_S`, a removal the engine
-        has not answered by then going on in the background."""
+        starting is removed in the background once the start ends (its run raises
+        :class:`UsageError` at once; this waits for that removal too). Returns within
+        :data:`_CLOSE_WAIT_S`, a removal the engine has not answered by then going on in the
+        background."""
         self._closed = True
         self._cancel_timer()
         deadline = asyncio.get_running_loop().time() + _CLOSE_WAIT_S
@@ -265,16 +295,6 @@ class KeptSandbox:
             _, stuck = await asyncio.wait(list(self._removals), timeout=max(left, 0.0))
             if stuck:
                 _log.warning("the kept container of %s is still being removed", self.owner.user_id)
-
-
-async def _destroy(container: SandboxContainer) -> bool:
-    """Whether the engine removed ``container``."""
-    try:
-        await container.destroy()
-    except SandboxError as exc:
-        _log.warning("could not destroy kept container %s: %s", container.id, exc)
-        return False
-    return True
 
 
 async def _acquire(lock: asyncio.Lock, timeout: float) -> bool:

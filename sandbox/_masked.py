@@ -22,6 +22,7 @@ repeat it).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -29,7 +30,12 @@ import docker
 from docker.models import containers
 from docker.models.containers import Container
 
+from airlock.sandbox._errors import SandboxError
+from airlock.sandbox._owner import remove_container
+
 __all__ = ["MASKED_PATHS", "READONLY_PATHS", "run_masked"]
+
+_log = logging.getLogger(__name__)
 
 # The split of run()'s keyword arguments into create and host-config ones that run() itself
 # uses (docker-py keeps it private), so that every other setting means what it means there.
@@ -67,9 +73,12 @@ READONLY_PATHS: Final[tuple[str, ...]] = (
 def run_masked(client: docker.DockerClient, config: dict[str, Any]) -> Container:
     """Create and start a container from ``containers.run`` keyword arguments plus
     ``masked_paths``; the started container (its ``attrs`` hold only its id until reloaded).
+    One the engine created but did not start is removed (forced) before the start's error is
+    raised.
 
     Raises:
-        docker.errors.DockerException: as ``containers.run`` would.
+        docker.errors.DockerException: as ``containers.run`` would (a failed start's own
+            error, whatever its removal did).
     """
     options = {k: v for k, v in config.items() if k not in ("detach", "masked_paths")}
     options.setdefault("command", None)
@@ -78,7 +87,24 @@ def run_masked(client: docker.DockerClient, config: dict[str, Any]) -> Container
     arguments["host_config"]["MaskedPaths"] = list(config.get("masked_paths", MASKED_PATHS))
     arguments["host_config"]["ReadonlyPaths"] = list(READONLY_PATHS)
     created = client.api.create_container(**arguments)
-    client.api.start(created["Id"])
+    try:
+        client.api.start(created["Id"])
+    except BaseException:
+        # Nobody else learns its id: an OCI runtime error (no runner in the image), or the
+        # client's timeout on an engine that starts it late, would leave it for the backend's
+        # whole life, one more at each retry of a warm pool. Removed before the error is
+        # raised, so that a caller retrying at once never piles them up on a slow engine.
+        _remove_quietly(client, created["Id"])
+        raise
     # A model of the id alone, not an inspection: one call less on every start (the engine's
     # CPU is what bounds how many runs a machine serves); whoever needs its state reloads it.
     return client.containers.prepare_model({"Id": created["Id"]})
+
+
+def _remove_quietly(client: docker.DockerClient, container_id: str) -> None:
+    try:
+        remove_container(client, container_id)
+    except SandboxError as exc:  # the start's error is the one to raise; close() sweeps it
+        _log.warning(
+            "could not remove sandbox container %s that did not start: %s", container_id, exc
+        )

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import Any, cast
 
 import docker
@@ -62,9 +63,14 @@ class _Container:
         self.alive = False
 
 
-def _kept(container: _Container, *, started: asyncio.Event | None = None) -> KeptSandbox:
-    """A kept sandbox whose container's start ends once ``started`` is set (at once
-    without one)."""
+def _kept(
+    container: object,
+    *,
+    started: asyncio.Event | None = None,
+    backend_closed: Callable[[], bool] = lambda: False,
+) -> KeptSandbox:
+    """A kept sandbox whose container (a stand-in) starts once ``started`` is set (at once
+    without one), of a backend that ``backend_closed()`` says is closed."""
 
     async def start(profile: SandboxProfile) -> SandboxContainer:
         if started is not None:
@@ -78,6 +84,7 @@ def _kept(container: _Container, *, started: asyncio.Event | None = None) -> Kep
         idle_timeout=300,
         max_program_bytes=1024,
         container_settings=container_settings,
+        backend_closed=backend_closed,
     )
 
 
@@ -145,11 +152,19 @@ async def test_close_during_a_slow_start_leaves_no_container_running(
         assert time.monotonic() - began < 2.0
         with pytest.raises(UsageError, match="closed"):
             await run
-        running = [
-            entry["Id"][:12]
-            for entry in await asyncio.to_thread(labelled_containers, client, owner=backend._owner)
-            if entry["State"] == "running"
-        ]
+        # Removed off the run's path (the run does not wait for the engine): soon, not at once.
+        until = time.monotonic() + 5.0
+        while True:
+            running = [
+                entry["Id"][:12]
+                for entry in await asyncio.to_thread(
+                    labelled_containers, client, owner=backend._owner
+                )
+                if entry["State"] == "running"
+            ]
+            if not running or time.monotonic() >= until:
+                break
+            await asyncio.sleep(0.2)
         assert running == [], "the container started for a closed kept sandbox was removed"
         assert kept._timer is None
     finally:
