@@ -6,7 +6,8 @@ the runs of one principal (never two: it belongs to one, and a run of another pr
 refused) saves both, and gives up nothing of what a run starts from but counters the
 container keeps: each run is a kept sandbox's program in ``clean`` mode, a fresh process with
 an empty ``/tmp`` and no names kept, once every process of the previous run is gone. The
-container's pid counter and ``/tmp``'s inode numbers go on from one run to the next (nothing
+container's pid counter, ``/tmp``'s inode numbers and its runner's accounting of the
+processes it reaped (``/proc/1/stat``) go on from one run to the next (nothing
 unprivileged resets them), so a run can read a few numbers an earlier run of the same
 principal set: where that matters, do not reuse. A principal's runs take turns in its
 container; one that would have to wait for another runs in a fresh container instead.
