@@ -74,7 +74,8 @@ class KeptSandbox:
         self.clean = clean
         """Each program starts with an empty ``/tmp`` and no names kept: the container is
         reused for speed, and nothing of one program reaches the next but the counters the
-        container keeps (its pid counter, ``/tmp``'s inode numbers)."""
+        container keeps (its pid counter, ``/tmp``'s inode numbers, its runner's accounting
+        of the processes it reaped)."""
         self.last_used = time.monotonic()
         self._waiting = 0
         self.starts = 0
