@@ -23,6 +23,7 @@ repeat it).
 from __future__ import annotations
 
 import logging
+import secrets
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -73,8 +74,9 @@ READONLY_PATHS: Final[tuple[str, ...]] = (
 def run_masked(client: docker.DockerClient, config: dict[str, Any]) -> Container:
     """Create and start a container from ``containers.run`` keyword arguments plus
     ``masked_paths``; the started container (its ``attrs`` hold only its id until reloaded).
-    One the engine created but did not start is removed (forced) before the start's error is
-    raised.
+    One the engine created but did not start, or created although the create failed (answered
+    after the client's timeout: found by its name, ``airlock-`` and a random part unless
+    ``name`` is given), is removed (forced) before the error is raised.
 
     Raises:
         docker.errors.DockerException: as ``containers.run`` would (a failed start's own
@@ -82,11 +84,20 @@ def run_masked(client: docker.DockerClient, config: dict[str, Any]) -> Container
     """
     options = {k: v for k, v in config.items() if k not in ("detach", "masked_paths")}
     options.setdefault("command", None)
+    # A name of its own, to find it by: a create answered after the client's timeout leaves
+    # a container whose id nobody learns.
+    name = options.setdefault("name", f"airlock-{secrets.token_hex(8)}")
     options["version"] = client.api.api_version
     arguments = _create_args(options)
     arguments["host_config"]["MaskedPaths"] = list(config.get("masked_paths", MASKED_PATHS))
     arguments["host_config"]["ReadonlyPaths"] = list(READONLY_PATHS)
-    created = client.api.create_container(**arguments)
+    try:
+        created = client.api.create_container(**arguments)
+    except BaseException:
+        # The engine may have made it all the same (it answered too late): removed by name
+        # now. One it makes later still is close()'s sweep's.
+        _remove_quietly(client, name)
+        raise
     try:
         client.api.start(created["Id"])
     except BaseException:

@@ -130,6 +130,36 @@ async def test_a_container_whose_start_fails_is_removed_before_the_error(
 
 @pytest.mark.docker
 @pytest.mark.anyio
+async def test_a_container_whose_create_was_answered_late_is_removed_before_the_error(
+    host: docker.DockerClient,
+) -> None:
+    # The engine makes the container, but answers after the client gave up: nobody learns
+    # its id. It is found by its name and removed, with the backend still open.
+    require_docker(IMAGE)
+    client = docker.from_env(timeout=30)
+    real, created = client.api.create_container, []
+
+    def answered_late(*args: Any, **kwargs: Any) -> Any:
+        created.append(real(*args, **kwargs)["Id"])
+        raise requests.exceptions.ReadTimeout("Read timed out. (read timeout=30)")
+
+    client.api.create_container = answered_late  # type: ignore[method-assign]
+    backend = DockerBackend(image=IMAGE, profile=SandboxProfile(timeout_s=5), client=client)
+    await backend.start()
+    try:
+        for _ in range(2):
+            with pytest.raises(SandboxError) as raised:
+                await backend.run("1")
+            assert (raised.value.code, raised.value.retryable) == ("sandbox_unavailable", True)
+        assert len(created) == 2
+        assert _present(host, backend._owner) == set()
+    finally:
+        await backend.close()
+        client.close()
+
+
+@pytest.mark.docker
+@pytest.mark.anyio
 async def test_a_warm_pool_retrying_failed_starts_leaves_none_behind(
     host: docker.DockerClient,
 ) -> None:
