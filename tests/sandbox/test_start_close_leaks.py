@@ -113,6 +113,15 @@ async def test_a_container_whose_start_fails_is_removed_before_the_error(
 ) -> None:
     require_docker(image)
     client, started = _client_starting(start)
+    await _two_failed_runs_leave_nothing(host, client, image, code, retryable)
+    assert len(started) == 2, "the engine created each container and was asked to start it"
+
+
+async def _two_failed_runs_leave_nothing(
+    host: docker.DockerClient, client: docker.DockerClient, image: str, code: str, retryable: bool
+) -> None:
+    """Two runs of a backend on ``client`` fail with ``code``, and leave no container: at
+    once, with the backend still open (close()'s sweep must not be what removes them)."""
     backend = DockerBackend(image=image, profile=SandboxProfile(timeout_s=5), client=client)
     await backend.start()
     try:
@@ -120,8 +129,6 @@ async def test_a_container_whose_start_fails_is_removed_before_the_error(
             with pytest.raises(SandboxError) as raised:
                 await backend.run("1")
             assert (raised.value.code, raised.value.retryable) == (code, retryable)
-        assert len(started) == 2, "the engine created each container and was asked to start it"
-        # At once, and with the backend still open: close()'s sweep must not be what removes it.
         assert _present(host, backend._owner) == set()
     finally:
         await backend.close()
@@ -144,18 +151,8 @@ async def test_a_container_whose_create_was_answered_late_is_removed_before_the_
         raise requests.exceptions.ReadTimeout("Read timed out. (read timeout=30)")
 
     client.api.create_container = answered_late  # type: ignore[method-assign]
-    backend = DockerBackend(image=IMAGE, profile=SandboxProfile(timeout_s=5), client=client)
-    await backend.start()
-    try:
-        for _ in range(2):
-            with pytest.raises(SandboxError) as raised:
-                await backend.run("1")
-            assert (raised.value.code, raised.value.retryable) == ("sandbox_unavailable", True)
-        assert len(created) == 2
-        assert _present(host, backend._owner) == set()
-    finally:
-        await backend.close()
-        client.close()
+    await _two_failed_runs_leave_nothing(host, client, IMAGE, "sandbox_unavailable", True)
+    assert len(created) == 2
 
 
 @pytest.mark.docker
