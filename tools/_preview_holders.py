@@ -8,8 +8,9 @@ process, before this one started) is someone else's. The proposals of one intent
 preview (the ledger's one per key), so each proposal of it counts as one hold: a program that
 proposed it twice, or two programs that both proposed it, free it with their last withdrawal.
 
-Entries go once nobody holds them, or once their previews expire (checked now and then, the
-more entries the less often). Forgetting one is always safe: a preview nobody here knows is
+Entries go once nobody holds them (a direct call's hold is never let go) and no denial of
+theirs is due, or once their previews expire (checked now and then, the more entries the less
+often). Forgetting one is always safe: a preview nobody here knows is
 never denied by a withdrawal.
 """
 
@@ -155,7 +156,8 @@ def release(
             except BaseException:
                 _due[preview_id] = _Due(how, since)  # (the entry stays: it is ours still)
                 raise
-        if not +holding.programs:
+            _due.pop(preview_id, None)
+        if not (+holding.programs or holding.direct or preview_id in _due):
             del _held[preview_id]
         return free
 
@@ -197,6 +199,7 @@ def undecided(preview_ids: Iterable[str]) -> bool:
 
 
 def _hold(holding: _Holding, preview_id: str, proposing: _Proposing | None) -> None:
+    _due.pop(preview_id, None)  # (held again: it is the new holder's, no denial is due)
     if proposing is None:
         holding.direct = True
     else:

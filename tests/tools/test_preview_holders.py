@@ -88,6 +88,7 @@ AFTER_A_FAILED_DENIAL = [
     ("its_program_again", [A], False),
     ("another_program", [B], False),
     ("a_direct_call", [DIRECT], False),
+    ("a_direct_call_then_a_program_that_lets_go", [DIRECT, B], False),
 ]
 
 
@@ -109,6 +110,8 @@ def test_a_denial_the_ledger_could_not_record_is_due_until_recorded_or_held_agai
     assert undecided(["pv_1"])
     for receiver in receivers:
         _as(receiver, note_received)  # (the same intent proposed again, say)
+    if receivers == [DIRECT, B]:
+        assert _release(B) is False  # (its proposal failed, say): the direct call holds it
     denials: list[bool] = []
     settle("pv_1", lambda: denials.append(True))
     assert (denials, undecided(["pv_1"]), holders.denials_due()) == (
