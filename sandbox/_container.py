@@ -167,7 +167,8 @@ class SandboxContainer:
         self._kept = keep
         now = time.perf_counter()
         began = now if began is None else max(began, now - profile.timeout_s + LEAST_LEFT_S)
-        left_s = profile.timeout_s - (now - began)  # what the program is given
+        # (max: began was clamped in perf_counter's large floats, which round a few ulps low)
+        left_s = max(LEAST_LEFT_S, profile.timeout_s - (now - began))  # the program's time
         deadline = time.monotonic() + left_s
         receiver = (
             ArtifactReceiver(
