@@ -51,7 +51,9 @@ class Turns:
             running.add_done_callback(lambda _: self.leave())
 
     def leave_after(self, failure: BaseException | None) -> None:
-        """A call ended, with ``failure`` if it failed: :meth:`leave_when` its handler has."""
+        """A call ended, with ``failure`` if it failed: :meth:`leave_when` its handler has.
+        (Each read of ``handler_running`` is a future of the reader's own: one that another
+        reader cancels, waiting on it with a timeout, gives no place away.)"""
         if isinstance(failure, ToolTimeoutError):
             self.leave_when(failure.handler_running)
         elif isinstance(failure, ToolError) and isinstance(failure.__cause__, ToolTimeoutError):

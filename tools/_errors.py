@@ -385,14 +385,27 @@ class ToolTimeoutError(ToolError):
         handler_running: asyncio.Future[None] | None = None,
     ) -> None:
         self.seconds = round(seconds, 3)
-        self.handler_running = handler_running
-        """On the host only, never in the wire form: the call gave up on its sync code's
-        worker thread, which runs on (it cannot be stopped) until this future is done."""
+        self._handler_running = handler_running
         super().__init__(
             message or f"the tool did not answer within {self.seconds:g} s; do not assume it ran",
             outcome=outcome,
             detail=detail,
         )
+
+    @property
+    def handler_running(self) -> asyncio.Future[None] | None:
+        """On the host only, never in the wire form: the call gave up on its sync code's
+        worker thread, which runs on (it cannot be stopped) until this future is done.
+
+        Each read is a new future of the reader's own (:func:`asyncio.shield` of the
+        thread's end): cancelling it, as a wait with a timeout does, leaves the thread's end
+        to everyone else who waits for it."""
+        running = self._handler_running
+        if running is None:
+            return None
+        import asyncio  # (loaded already wherever there is a future; this module needs none)
+
+        return asyncio.shield(running)
 
 
 class AmbiguousWriteError(ToolError):

@@ -8,7 +8,8 @@ once the handler first waits (counted from when it started): one that answers wi
 (most reads of data at hand) could not be stopped by it, and pays nothing for it, not even a
 second reading of the clock. A sync handler past its deadline is abandoned, not stopped
 (:mod:`airlock.tools._worker_threads`): its thread runs on, counted against its tool, and its
-``timeout`` error says when the thread ends. What the handler reached that
+``timeout`` error says when the thread ends (one whose deadline passed as it waited for a
+worker thread never ran: its ``timeout`` has outcome ``error``). What the handler reached that
 the tool does not declare decides the answer (``denied``), whatever the handler then did with
 the refusal.
 """
@@ -33,7 +34,7 @@ from airlock.tools._errors import NotFoundError, ToolError, ToolTimeoutError, Up
 from airlock.tools._registration import CompiledTool
 from airlock.tools._spec import ToolSpec
 from airlock.tools._step_text import failure_detail, failure_forms, failure_trace
-from airlock.tools._worker_threads import WorkerThread
+from airlock.tools._worker_threads import WorkerThread, thread_timeout
 
 if TYPE_CHECKING:
     from airlock.tools._admission import CallTrail
@@ -55,10 +56,11 @@ async def execute(
     check refused.
 
     Raises:
-        ToolError: ``timeout``; ``denied`` when the handler reached what the tool does not
-            declare (even if it caught the refusal); the handler's own error;
-            ``upstream`` with outcome ``error`` (nothing ran) when the tool has too many sync
-            calls running past their timeouts, with outcome ``unknown`` for anything else.
+        ToolError: ``timeout`` (outcome ``error`` when a sync handler never started);
+            ``denied`` when the handler reached what the tool does not declare (even if it
+            caught the refusal); the handler's own error; ``upstream`` with outcome
+            ``error`` (nothing ran) when the tool, or the process, has too many sync calls
+            running past their timeouts, with outcome ``unknown`` for anything else.
     """
     spec = tool.spec
     now = time.monotonic()  # the one clock read of a handler that answers without waiting
@@ -150,9 +152,12 @@ async def execute(
         check.closed = True  # (_egress.leave(), spelled out)
         CURRENT.reset(token)
     if timed_out:
-        # A sync handler's thread runs on: the error says when it ends (a denial's cause).
-        running = None if tool.is_async else thread.ended
-        timeout = ToolTimeoutError(seconds=budget, handler_running=running)
+        # A sync handler's thread runs on: the error says when it ends (a denial's cause);
+        # one that never started (it waited for a worker thread) did nothing: outcome error.
+        if tool.is_async:
+            timeout = ToolTimeoutError(seconds=budget)
+        else:
+            timeout = thread_timeout(thread, budget)
         _refuse_undeclared(check, trail, timeout)
         raise timeout
     if check.violations:  # caught by the handler: it fails all the same

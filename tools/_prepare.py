@@ -21,7 +21,7 @@ from airlock.tools._step_text import (
     failure_trace,
     kept_text,
 )
-from airlock.tools._worker_threads import WorkerThread
+from airlock.tools._worker_threads import WorkerThread, thread_timeout
 
 __all__ = ["model_message", "run_prepare"]
 
@@ -36,9 +36,10 @@ async def run_prepare(admission: Admission, principal: Principal, *, budget: flo
     Raises:
         ToolError: prepare's own error (``not_found`` always with the one standard
             message, ...); ``timeout`` (a sync prepare's thread runs on: the error says
-            when it ends); ``upstream`` for anything unexpected, an effect that does not fit
-            the effect model, or a tool with too many sync prepares running past their
-            timeouts; ``denied`` when it reached what the tool
+            when it ends); ``upstream`` for anything unexpected (a TimeoutError of
+            prepare's own too), an effect that does not fit the effect model, or a tool
+            (or the process) with too many sync calls running past their timeouts;
+            ``denied`` when it reached what the tool
             does not declare (the call's trail says what). The outcome is always ``error``:
             prepare changes nothing.
     """
@@ -52,10 +53,13 @@ async def run_prepare(admission: Admission, principal: Principal, *, budget: flo
         )
     check = reach_of(spec).check(phase="prepare", tenant=principal.tenant_id)
     # A sync prepare in a worker thread counted against the tool once its deadline passes
-    # (it runs on: a thread cannot be stopped), and refused when the tool has too many such.
+    # (it runs on: a thread cannot be stopped), and refused when the tool (or the process)
+    # has too many such.
     thread = WorkerThread(spec)
     try:
-        with anyio.fail_after(budget):
+        # (move_on_after, not fail_after: a TimeoutError of prepare's own, a socket's, is
+        # an error of prepare like any other, not its deadline passing)
+        with anyio.move_on_after(budget) as scope:
             prepare = thread.calling(contract.prepare)
             effect = await checked_invoke(check, prepare, admission.input, principal)
     except ToolError as exc:
@@ -67,14 +71,6 @@ async def run_prepare(admission: Admission, principal: Principal, *, budget: flo
             # one; what prepare said goes to the operator's detail.
             raise NotFoundError(detail=exc.detail or exc.message) from None
         raise
-    except TimeoutError:
-        # prepare changes nothing, so running out of time leaves nothing undecided; its
-        # thread, if it runs on, is the error's to tell (and a denial's cause's)
-        timeout = ToolTimeoutError(seconds=budget, outcome="error", handler_running=thread.ended)
-        denial = check.denial(admission.trail)
-        if denial is not None:
-            raise denial from timeout
-        raise timeout from None
     except Exception as exc:
         denial = check.denial(admission.trail)
         if denial is not None:
@@ -91,6 +87,14 @@ async def run_prepare(admission: Admission, principal: Principal, *, budget: flo
             "preparing the change failed; nothing was changed",
             detail=failure_detail(exc, forms),
         ) from exc
+    if scope.cancelled_caught:
+        # prepare changes nothing, so running out of time leaves nothing undecided; its
+        # thread, if it runs on, is the error's to tell (and a denial's cause's)
+        timeout = thread_timeout(thread, budget, outcome="error")
+        denial = check.denial(admission.trail)
+        if denial is not None:
+            raise denial from timeout
+        raise timeout
     denial = check.denial(admission.trail)
     if denial is not None:  # prepare caught the refusal itself: the call fails all the same
         raise denial

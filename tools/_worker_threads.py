@@ -3,11 +3,17 @@
 A sync handler (or a write tool's ``prepare``) runs in a worker thread. When its call gives
 up on it (its deadline passed, its caller was cancelled) the thread is abandoned, never
 stopped: Python cannot stop a thread. It runs on, and anyio's limit on threads no longer
-counts it. So such threads are counted per tool: a tool with :data:`MOST_OUTLIVING` of them
-starts no more calls until some end (the calls running as it reached them may still add to
-them: at most anyio's worker threads, 40 by default), and a call that gave up on its thread
-says when the thread ends (:attr:`WorkerThread.ended`), so that whoever counts the calls
-running at once (the bridge's turns) counts it until then.
+counts it. So such threads are counted, by the tool's name (across every registry of the
+process: one built per request or per tenant adds to the same count, and no spec is kept for
+it), and in all: a tool with :data:`MOST_OUTLIVING` of them, and every tool once the process
+has :data:`MOST_OUTLIVING_IN_PROCESS`, starts no more calls until some end. (The calls running
+as a bound is reached may still add to them: at most anyio's worker threads, 40 by default.)
+A call that gave up on its thread says when the thread ends (:attr:`WorkerThread.ended`), so
+that whoever counts the calls running at once (the bridge's turns) counts it until then.
+
+A forked child has none of its parent's threads: it starts with no count, and the lock of the
+count is a :class:`~airlock.tools._fork_lock.ForkLock` (free in the child); a thread of the
+parent that ends in the child (the one that forked) counts nothing out there.
 """
 
 from __future__ import annotations
@@ -15,53 +21,81 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import threading
+import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
 
 import anyio.to_thread
 
-from airlock.tools._errors import UpstreamError
+from airlock.tools._errors import ToolTimeoutError, UpstreamError
+from airlock.tools._fork_lock import ForkLock
 from airlock.tools._invoke import is_async_callable
 
 if TYPE_CHECKING:
     from airlock.tools._spec import ToolSpec
 
-__all__ = ["MOST_OUTLIVING", "WorkerThread", "outliving"]
+__all__ = [
+    "MOST_OUTLIVING",
+    "MOST_OUTLIVING_IN_PROCESS",
+    "WorkerThread",
+    "outliving",
+    "outliving_in_process",
+    "thread_timeout",
+]
 
 MOST_OUTLIVING: Final = 16
-"""Threads of one tool that may run on past their calls; the tool's calls beyond are refused."""
+"""Threads of one tool (by name) that may run on past their calls; its calls beyond are
+refused."""
+MOST_OUTLIVING_IN_PROCESS: Final = 64
+"""Threads of all tools that may run on past their calls; every sync call beyond is refused."""
 
 _T = TypeVar("_T")
 
-_LOCK = threading.Lock()
+_LOCK = ForkLock("the count of tool threads running past their calls")
 """Orders a thread's end against its call giving up on it, so each thread is counted out
 exactly when it was counted in."""
-_OUTLIVING: dict[int, tuple[ToolSpec, int]] = {}
-"""Per tool, by the id of its spec: the spec (so that the id is not reused meanwhile) and its
-threads still running after their calls gave up. Only a tool with such threads has an entry,
-so a process that builds a registry per request keeps none of their specs."""
+_OUTLIVING: dict[str, int] = {}
+"""Per tool name, its threads still running after their calls gave up on them. Only a tool
+with such threads has an entry."""
+_in_process = 0
+"""All threads still running after their calls gave up on them (the sum of
+:data:`_OUTLIVING`)."""
+_forks = 0
+"""Forks this process descends from: a thread counted before the last one is not counted
+out after it (it runs in the parent)."""
 
 
 def outliving(spec: ToolSpec) -> int:
-    """How many of ``spec``'s threads run on after their calls gave up on them."""
-    entry = _OUTLIVING.get(id(spec))
-    return 0 if entry is None else entry[1]
+    """How many threads of ``spec``'s tool (by name) run on after their calls gave up on
+    them."""
+    return _OUTLIVING.get(spec.name, 0)
+
+
+def outliving_in_process() -> int:
+    """How many threads of all tools run on after their calls gave up on them."""
+    return _in_process
 
 
 class WorkerThread:
     """One sync call of ``spec``'s code in anyio's worker thread (:meth:`run`)."""
 
-    __slots__ = ("_finished", "_gave_up", "_spec", "_started", "ended")
+    __slots__ = ("_counted_at", "_finished", "_gave_up", "_name", "_started", "ended")
 
     def __init__(self, spec: ToolSpec) -> None:
-        self._spec = spec
+        self._name = spec.name  # (not the spec: a thread that runs on keeps nothing of it)
         self._started = False
         self._finished = False
         self._gave_up = False
+        self._counted_at = -1  # (the fork it was counted in after, once counted)
         self.ended: asyncio.Future[None] | None = None
         """Once :meth:`run` gave up on the thread as it ran: done when the thread has ended.
         ``None`` while it has not, when the thread had ended, or without an asyncio loop."""
+
+    @property
+    def never_ran(self) -> bool:
+        """Whether :meth:`run` gave up on the call before its code started (while it waited
+        for a worker thread): nothing of it ran, and nothing will."""
+        return self._gave_up and not self._started
 
     async def run(self, call: Callable[[], _T]) -> _T:
         """What ``call()`` returns, run in a worker thread. Cancelled, this gives up on the
@@ -69,19 +103,22 @@ class WorkerThread:
 
         Raises:
             UpstreamError: the tool has :data:`MOST_OUTLIVING` threads running on past their
-                calls (outcome ``error``: nothing ran).
+                calls, or the process :data:`MOST_OUTLIVING_IN_PROCESS` (outcome ``error``:
+                nothing ran).
             Exception: what ``call`` raised.
         """
-        spec = self._spec
-        if outliving(spec) >= MOST_OUTLIVING:
-            raise _refusal(spec)
+        name = self._name
+        refusal = _refusal(name)
+        if refusal is not None:
+            raise refusal
 
         def in_thread() -> _T:
             with _LOCK:
                 if self._gave_up:  # before it started (anyio may still start it): never run
                     raise _GaveUp
-                if outliving(spec) >= MOST_OUTLIVING:  # (reached while it waited for a thread)
-                    raise _Refused
+                refused = _refusal(name)  # (a bound reached while it waited for a thread)
+                if refused is not None:
+                    raise _Refused(refused)
                 self._started = True
             try:
                 return call()
@@ -90,8 +127,8 @@ class WorkerThread:
 
         try:
             return await anyio.to_thread.run_sync(in_thread, abandon_on_cancel=True)
-        except _Refused:
-            raise _refusal(spec) from None
+        except _Refused as refused:
+            raise refused.error from None
         except BaseException:  # a cancellation, or what call() raised (the thread ended then)
             self._give_up()
             raise
@@ -116,7 +153,8 @@ class WorkerThread:
             self._gave_up = True
             if not self._started:  # (cancelled waiting for a thread: none will run it)
                 return
-            _count(self._spec, 1)
+            _count(self._name, 1)
+            self._counted_at = _forks
             loop = asyncio._get_running_loop()
             self.ended = None if loop is None else loop.create_future()
 
@@ -127,7 +165,8 @@ class WorkerThread:
             self._finished = True
             if not self._gave_up:
                 return
-            _count(self._spec, -1)
+            if self._counted_at == _forks:  # (else counted in the parent, before a fork)
+                _count(self._name, -1)
             ended = self.ended
         if ended is not None:
             # (RuntimeError: the loop is closed, and no one is left to wait for it)
@@ -135,18 +174,52 @@ class WorkerThread:
                 ended.get_loop().call_soon_threadsafe(_set_done, ended)
 
 
-def _refusal(spec: ToolSpec) -> UpstreamError:
-    return UpstreamError(
-        f"the tool {spec.name!r} has {MOST_OUTLIVING} calls still running past their "
-        "timeouts and takes no more until they end; try it again later",
-        outcome="error",
-        detail=f"{spec.name}: {MOST_OUTLIVING} sync calls run on past their timeouts",
-    )
+def thread_timeout(
+    thread: WorkerThread, seconds: float, *, outcome: Literal["error", "unknown"] = "unknown"
+) -> ToolTimeoutError:
+    """The ``timeout`` of a call whose deadline, ``seconds`` away, passed as ``thread`` ran
+    its code (``outcome``, the error saying when the thread ends), or as it waited for a worker
+    thread (outcome ``error``: its code never ran, nor will)."""
+    if thread.never_ran:
+        return ToolTimeoutError(
+            f"the tool could not start within {round(seconds, 3):g} s, the host being busy; "
+            "it did not run, try it again later",
+            seconds=seconds,
+            outcome="error",
+        )
+    return ToolTimeoutError(seconds=seconds, outcome=outcome, handler_running=thread.ended)
+
+
+def _refusal(name: str) -> UpstreamError | None:
+    """The error of a call of the tool ``name`` refused for the threads running past their
+    calls (the tool's, or the process's), ``None`` if it is not refused."""
+    if _OUTLIVING.get(name, 0) >= MOST_OUTLIVING:
+        return UpstreamError(
+            f"the tool {name!r} has {MOST_OUTLIVING} calls still running past their "
+            "timeouts and takes no more until they end; try it again later",
+            outcome="error",
+            detail=f"{name}: {MOST_OUTLIVING} sync calls run on past their timeouts",
+        )
+    if _in_process >= MOST_OUTLIVING_IN_PROCESS:
+        return UpstreamError(
+            f"the host has {MOST_OUTLIVING_IN_PROCESS} tool calls still running past their "
+            "timeouts and starts no more until some end; try it again later",
+            outcome="error",
+            detail=(
+                f"{name}: refused, {MOST_OUTLIVING_IN_PROCESS} sync calls of the process run "
+                "on past their timeouts"
+            ),
+        )
+    return None
 
 
 class _Refused(Exception):
-    """Raised in a worker thread, before its call, when the tool reached
-    :data:`MOST_OUTLIVING` while the call waited for the thread."""
+    """Raised in a worker thread, before its call, when the tool or the process reached its
+    bound while the call waited for the thread: :attr:`error` is the call's answer."""
+
+    def __init__(self, error: UpstreamError) -> None:
+        super().__init__()
+        self.error = error
 
 
 class _GaveUp(Exception):
@@ -154,17 +227,28 @@ class _GaveUp(Exception):
     it: the call was cancelled)."""
 
 
-def _count(spec: ToolSpec, change: int) -> None:
-    """Add ``change`` to ``spec``'s outliving threads (under :data:`_LOCK`)."""
-    key = id(spec)
-    entry = _OUTLIVING.get(key)
-    count = (0 if entry is None else entry[1]) + change
+def _count(name: str, change: int) -> None:
+    """Add ``change`` to the outliving threads of the tool ``name`` (under :data:`_LOCK`)."""
+    global _in_process
+    count = _OUTLIVING.get(name, 0) + change
     if count > 0:
-        _OUTLIVING[key] = (spec, count)
+        _OUTLIVING[name] = count
     else:
-        del _OUTLIVING[key]
+        _OUTLIVING.pop(name, None)
+    _in_process += change
 
 
 def _set_done(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
+
+
+def _forget_in_child() -> None:
+    """In a forked child: none of the parent's threads run here, so none is counted."""
+    global _in_process, _forks
+    _OUTLIVING.clear()
+    _in_process = 0
+    _forks += 1
+
+
+os.register_at_fork(after_in_child=_forget_in_child)

@@ -11,6 +11,7 @@ tool with many ``.aio`` calls made the host run 1,500 handler threads at once un
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections import Counter
 from pathlib import Path
@@ -188,6 +189,12 @@ def _denied_running_on(running: asyncio.Future[None]) -> DeniedError:
         return exc
 
 
+async def turns_of_the_loop() -> None:
+    """Let a future's end reach the turns (through the future the error gives each reader)."""
+    for _ in range(3):
+        await asyncio.sleep(0)
+
+
 # case -> whether the call's place is free as the call ends (else once its thread ends)
 LEAVES_AT_ONCE = {
     "ok": True,
@@ -220,8 +227,56 @@ def test_a_call_leaves_its_turn_when_its_handler_has_ended(case: str) -> None:
         turns.leave_after(failure)
         at_end = turns.running
         running.set_result(None)
-        await asyncio.sleep(0)
+        await turns_of_the_loop()
         return at_end, turns.running
 
     at_end, after_thread = asyncio.run(main())
     assert (at_end, after_thread) == (0 if LEAVES_AT_ONCE[case] else 1, 0)
+
+
+async def _waits_with_a_timeout(error: ToolTimeoutError) -> None:
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(error.handler_running, 0.01)  # type: ignore[arg-type]
+
+
+async def _cancels(error: ToolTimeoutError) -> None:
+    running = error.handler_running
+    assert running is not None
+    running.cancel()
+
+
+async def _awaits_in_a_task_cancelled(error: ToolTimeoutError) -> None:
+    async def wait() -> None:
+        await error.handler_running  # type: ignore[misc]
+
+    task = asyncio.ensure_future(wait())
+    await asyncio.sleep(0)
+    task.cancel()
+
+
+# case -> how host code waits for a thread that runs on past its call, and stops waiting
+OBSERVERS = {
+    "waits_with_a_timeout": _waits_with_a_timeout,
+    "cancels_it": _cancels,
+    "awaits_it_in_a_task_cancelled": _awaits_in_a_task_cancelled,
+}
+
+
+@pytest.mark.parametrize("case", sorted(OBSERVERS))
+def test_one_who_stops_waiting_for_a_thread_gives_no_place_away(case: str) -> None:
+    async def main() -> tuple[int, bool, int]:
+        running = asyncio.get_running_loop().create_future()
+        error = ToolTimeoutError(seconds=0.1, handler_running=running)
+        turns = Turns(1)
+        turns.running += 1
+        turns.leave_after(error)
+        await OBSERVERS[case](error)
+        await asyncio.sleep(0.02)
+        held, cancelled = turns.running, running.cancelled()
+        if not running.done():
+            running.set_result(None)  # the thread ends
+        await turns_of_the_loop()
+        return held, cancelled, turns.running
+
+    # The place is held while the thread runs, whatever the observer did, and freed at its end.
+    assert asyncio.run(main()) == (1, False, 0)

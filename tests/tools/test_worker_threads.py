@@ -183,7 +183,7 @@ async def test_a_tool_with_most_outliving_threads_refuses_further_calls(
 
         blocked.release.set()
         await ended(spec)
-        assert id(spec) not in _OUTLIVING  # nothing of the tool is kept
+        assert spec.name not in _OUTLIVING  # nothing of the tool is kept
         with anyio.fail_after(5):
             await asyncio.gather(*(f for f in running if f is not None))
         # It takes calls again.
@@ -203,7 +203,7 @@ async def test_a_thread_that_ends_in_time_is_never_counted(blocked: Blocked) -> 
     for n in range(20):
         assert await registry.call(READ, {"job_id": f"j{n}"}, ctx) == {"job_id": f"j{n}"}
     assert outliving(spec) == 0
-    assert id(spec) not in _OUTLIVING
+    assert spec.name not in _OUTLIVING
 
 
 # The two orders the lock allows a thread that ends as its call gives up on it.
@@ -224,7 +224,7 @@ async def test_a_thread_that_ends_as_its_call_gives_up_is_not_left_counted() -> 
     assert not future.done()
     gave_up_first._thread_ended()
     assert outliving(spec) == 0
-    assert id(spec) not in _OUTLIVING
+    assert spec.name not in _OUTLIVING
     with anyio.fail_after(1):
         await future
 
@@ -246,13 +246,13 @@ async def test_a_call_cancelled_before_its_thread_started_never_runs_nor_counts(
             call = WorkerThread(spec)
             with anyio.move_on_after(0.01):
                 await call.run(lambda n=n: ran.append(n))  # type: ignore[misc]
-            assert (outliving(spec), call.ended) == (0, None)
+            assert (outliving(spec), call.ended, call.never_ran) == (0, None, True)
     finally:
         free.set()
         await asyncio.gather(*holders)
     assert await WorkerThread(spec).run(lambda: "taken") == "taken"  # (not refused)
     await asyncio.sleep(0.05)
-    assert (ran, outliving(spec), id(spec) in _OUTLIVING) == ([], 0, False)
+    assert (ran, outliving(spec), spec.name in _OUTLIVING) == ([], 0, False)
 
 
 async def test_threads_that_end_at_their_cancel_leave_no_count() -> None:
@@ -274,7 +274,7 @@ async def test_threads_that_end_at_their_cancel_leave_no_count() -> None:
     with anyio.fail_after(5):
         while outliving(spec):
             await asyncio.sleep(0.01)
-    assert id(spec) not in _OUTLIVING
+    assert spec.name not in _OUTLIVING
 
 
 async def test_the_error_of_a_timeout_keeps_its_thread_off_the_wire(blocked: Blocked) -> None:
