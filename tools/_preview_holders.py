@@ -8,6 +8,14 @@ process, before this one started) is someone else's. The proposals of one intent
 preview (the ledger's one per key), so each proposal of it counts as one hold: a program that
 proposed it twice, or two programs that both proposed it, free it with their last withdrawal.
 
+A denial its ledger could not record is *due*: tried again before any approval or commit
+through that ledger here (:func:`settle`), and before anyone is handed the preview again
+(:func:`note_received`). A preview withdrawn is never held again while its denial is due, so
+an approval a person gave since the withdrawal goes with it, whoever proposes the same intent
+later: they meet ``conflict`` instead, and once the denial is recorded the same intent gets a
+new preview. A due denial is forgotten once its preview expired: nobody approves or commits
+it then.
+
 Entries go once nobody holds them (a direct call's hold is never let go) and no denial of
 theirs is due, or once their previews expire (checked now and then, the more entries the less
 often). Forgetting one is always safe: a preview nobody here knows is
@@ -23,8 +31,10 @@ from collections.abc import Callable, Iterable, Iterator
 from contextvars import ContextVar
 from typing import Final, NamedTuple
 
+from airlock.tools._errors import ConflictError
+
 __all__ = [
-    "denials_due",
+    "Denial",
     "note_received",
     "note_stored",
     "proposing_as",
@@ -71,16 +81,26 @@ _pending: Counter[tuple[str, object]] = Counter()
 program has not let go of yet (it does once none of its proposals is being prepared)."""
 
 
+Denial = Callable[[float], bool]
+"""Records the denial of a withdrawn preview in its ledger, ``since`` the withdrawal that freed
+it (a person's approval from since goes with it); whether the preview stands all the same (a
+person approved it before, it was sent: it keeps its key). Raises when the ledger failed."""
+
+
 class _Due(NamedTuple):
-    how: str | None
-    at: float
-    """When its program withdrew it: an approval a person recorded since goes with it."""
+    ledger: object
+    """The ledger it is to be recorded in: only its write paths try it again."""
+    deny: Denial
+    since: float
+    until: float
+    """When its preview expires: nobody approves or commits it after."""
 
 
 _due: dict[str, _Due] = {}
-"""Denials the ledger could not record (it failed, or it holds no such preview: another
-ledger's) when the last hold of a preview went, by preview id: tried again before any
-approval or commit in this process (:func:`settle`)."""
+"""Denials the ledger could not record when the last hold of a preview went, by preview id:
+tried again before any approval or commit through that ledger (:func:`settle`), and before
+the preview is handed to anyone again (:func:`note_received`). Nobody holds a preview whose
+denial is due."""
 _lock = threading.RLock()  # (proposals may be prepared on worker threads)
 _forget_at = _FORGET_FIRST_AT
 
@@ -108,9 +128,17 @@ def note_stored(preview_id: str, *, until: float, now: float) -> None:
 
 def note_received(preview_id: str, *, until: float, now: float) -> None:
     """This task received the live preview ``preview_id`` of the same intent, stored before
-    (here or elsewhere)."""
+    (here or elsewhere). One whose denial is due is denied first (:data:`Denial`): unless it
+    stands all the same, nobody is handed it.
+
+    Raises:
+        ConflictError: its denial was due: the ledger could not record it now either, or
+            did (the key is free: the same intent, asked again, gets a new preview).
+    """
     with _lock:
         _forget_expired(now)
+        if preview_id in _due:
+            _deny_first(preview_id)
         holding = _held.get(preview_id)
         if holding is None:
             holding = _held[preview_id] = _Holding(until, ours=False)
@@ -127,18 +155,18 @@ def withdrawing(preview_id: str, holder: object) -> None:
 def release(
     preview_id: str,
     holder: object,
-    deny: Callable[[float], object],
+    deny: Denial,
     *,
-    how: str | None,
+    ledger: object,
     at: float,
     pending: bool = False,
 ) -> bool:
     """A proposal of ``holder`` lets go of ``preview_id`` (``pending``: one
-    :func:`withdrawing` announced) as withdrawn ``how`` at ``at``; if nobody holds it then,
-    a program's proposal stored it here and no direct call had it, ``deny(since)`` (the
-    ledger's denial; ``since``: when the latest of its proposals was withdrawn, which freed
-    it). When that raises, the denial is due (:func:`settle`), and the error propagates.
-    Whether it was denied, or due."""
+    :func:`withdrawing` announced) as withdrawn at ``at``; if nobody holds it then, a
+    program's proposal stored it here and no direct call had it, ``deny(since)`` (in
+    ``ledger``; ``since``: when the latest of its proposals was withdrawn, which freed it).
+    When that raises, the denial is due (:func:`settle`), and the error propagates. Whether
+    it was denied, or due."""
     with _lock:
         if pending:
             _pending[(preview_id, holder)] -= 1
@@ -154,32 +182,24 @@ def release(
             try:
                 deny(since)
             except BaseException:
-                _due[preview_id] = _Due(how, since)  # (the entry stays: it is ours still)
+                _due[preview_id] = _Due(ledger, deny, since, holding.until)  # (entry stays)
                 raise
-            _due.pop(preview_id, None)
         if not (+holding.programs or holding.direct or preview_id in _due):
             del _held[preview_id]
         return free
 
 
-def denials_due() -> list[tuple[str, str | None, float]]:
-    """The denials due (:func:`release`): preview id, how, when it was withdrawn."""
+def settle(ledger: object, *, now: float) -> None:
+    """Try the denials due in ``ledger`` again (each stays due while it raises), and forget
+    any due denial whose preview expired by ``now``: nobody approves or commits it then."""
     with _lock:
-        return [(preview_id, due.how, due.at) for preview_id, due in _due.items()]
-
-
-def settle(preview_id: str, deny: Callable[[], object]) -> None:
-    """Try the due denial of ``preview_id`` again: ``deny()``, unless someone holds it again
-    (a proposal or a direct call received it since: it is theirs, and no denial is due).
-    When ``deny`` raises, it stays due."""
-    with _lock:
-        if preview_id not in _due:
-            return
-        holding = _held.get(preview_id)
-        if holding is None or not (holding.direct or +holding.programs):
-            deny()
-            _held.pop(preview_id, None)
-        del _due[preview_id]
+        for preview_id, due in list(_due.items()):
+            if due.until <= now:
+                _forget(preview_id)
+            elif due.ledger is ledger:
+                with contextlib.suppress(Exception):  # (due still: tried at the next one)
+                    due.deny(due.since)
+                    _forget(preview_id)
 
 
 def undecided(preview_ids: Iterable[str]) -> bool:
@@ -198,8 +218,33 @@ def undecided(preview_ids: Iterable[str]) -> bool:
         return False
 
 
+def _deny_first(preview_id: str) -> None:
+    """Record the due denial of ``preview_id`` before it is handed to anyone.
+
+    Raises:
+        ConflictError: unless the preview stands all the same.
+    """
+    due = _due[preview_id]
+    try:
+        stands = due.deny(due.since)
+    except Exception as exc:
+        raise ConflictError(
+            "an earlier proposal of the same change was withdrawn, and the ledger could not "
+            "record that yet; ask again shortly (nothing was sent, nothing is lost)",
+            detail=f"the denial of {preview_id} is due: {type(exc).__name__}",
+        ) from exc
+    if stands:  # (a person approved it before the withdrawal: theirs to keep)
+        del _due[preview_id]
+        return
+    _forget(preview_id)
+    raise ConflictError(
+        "an earlier proposal of the same change was withdrawn just now; ask again for a new "
+        "preview (nothing was sent)",
+        detail=f"{preview_id} was denied as its withdrawal was recorded late",
+    )
+
+
 def _hold(holding: _Holding, preview_id: str, proposing: _Proposing | None) -> None:
-    _due.pop(preview_id, None)  # (held again: it is the new holder's, no denial is due)
     if proposing is None:
         holding.direct = True
     else:
@@ -207,10 +252,17 @@ def _hold(holding: _Holding, preview_id: str, proposing: _Proposing | None) -> N
         proposing.noted.append(preview_id)
 
 
+def _forget(preview_id: str) -> None:
+    """Drop the due denial of ``preview_id`` and its entry (nobody holds it)."""
+    del _due[preview_id]
+    _held.pop(preview_id, None)
+
+
 def _forget_expired(now: float) -> None:
     global _forget_at
     if len(_held) < _forget_at:
         return
-    for gone in [key for key, holding in _held.items() if holding.until < now]:
+    for gone in [key for key, holding in _held.items() if holding.until <= now]:
         del _held[gone]
+        _due.pop(gone, None)
     _forget_at = max(_FORGET_FIRST_AT, 2 * len(_held))

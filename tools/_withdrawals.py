@@ -11,23 +11,23 @@ was withdrawn (:meth:`Withdrawals.was_withdrawn`). A preview a person approved b
 withdrawal that freed it is never denied by it (:func:`withdraw_proposal`). Until a denial is
 recorded (its program lets go once none of its proposals is being prepared; the ledger may
 fail to record it), the preview is neither approved nor committed in this process
-(:meth:`Withdrawals.settle_denials`).
+(:meth:`Withdrawals.settle_denials`), nor handed to a later proposal of the same intent, which
+meets ``conflict`` instead: every proposal (:meth:`WritePath.propose`) records due denials
+first, so it gets a new preview as soon as the ledger records them.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from airlock.tools._batch_writes import BatchWrites
 from airlock.tools._context import CallContext
 from airlock.tools._errors import ConflictError
 from airlock.tools._ledger import LedgerStore, StepStateError
-from airlock.tools._preview import Preview, StepState
+from airlock.tools._preview import LIVE_STATES, Preview, StepState
 from airlock.tools._preview_holders import (
-    denials_due,
     proposing_as,
     release,
     settle,
@@ -52,6 +52,7 @@ def withdraw_proposal(
     now: float,
     how: str = WITHDRAWN,
     since: float | None = None,
+    tried: Collection[float] = (),
 ) -> Preview | None:
     """Deny the preview of a proposal its program withdrew (:data:`WITHDRAWN`) at ``since``
     (default: now), waiting or approved by a rule: no one approves or commits it, and its key
@@ -61,14 +62,19 @@ def withdraw_proposal(
     One a person approved before the withdrawal stays approved (a person's decision is not
     the program's to undo, and the preview may serve another proposal of the run); one a
     person approved since (while the denial could not be recorded) is denied all the same;
-    one already sent, settled or denied stays as it is. Returns the preview as it stands,
-    ``None`` when there is none.
+    one already sent, settled or denied stays as it is. ``tried``: when earlier tries of
+    this denial were made, each of which raised: one the ledger stored all the same (its
+    answer was lost) is audited now. Returns the preview as it stands, ``None`` when there
+    is none.
     """
     since = now if since is None else since
     for _ in range(2):  # (a second look when it was approved meanwhile: by whom?)
         current = ledger.preview(preview_id)
         if current is None:
             return None
+        if current.state == "denied" and _denied_by(current, how, tried):
+            sender.audit(current, "authorize", "deny", current.rule, "error", "denied", how)
+            return current
         approval = ledger.approval(preview_id)
         expect: set[StepState] = {"prepared"}
         if approval is not None and (approval.kind == "policy" or approval.at >= since):
@@ -94,8 +100,44 @@ def withdraw_proposal(
     return ledger.preview(preview_id)
 
 
-class _NotInLedger(Exception):
-    """The ledger holds no such preview (it is another ledger's, in this process)."""
+def _denied_by(preview: Preview, how: str, tried: Collection[float]) -> bool:
+    """Whether ``preview`` was denied as ``how`` by one of the tries made at ``tried``."""
+    return preview.updated in tried and preview.error == f"denied: {how}"
+
+
+class _Denial:
+    """The denial of one withdrawn preview (:data:`~airlock.tools._preview_holders.Denial`),
+    tried until the ledger records it; :attr:`preview`: as the latest try left it."""
+
+    __slots__ = ("_clock", "_how", "_ledger", "_sender", "_tried", "preview", "preview_id")
+
+    def __init__(
+        self,
+        ledger: LedgerStore,
+        sender: Sender,
+        clock: Callable[[], float],
+        preview_id: str,
+        how: str,
+    ) -> None:
+        self._ledger, self._sender, self._clock = ledger, sender, clock
+        self.preview_id, self._how = preview_id, how
+        self._tried: list[float] = []
+        self.preview: Preview | None = None
+
+    def __call__(self, since: float) -> bool:
+        now = self._clock()
+        tried = tuple(self._tried)
+        self._tried.append(now)
+        self.preview = withdraw_proposal(
+            self._ledger,
+            self._sender,
+            self.preview_id,
+            now=now,
+            how=self._how,
+            since=since,
+            tried=tried,
+        )
+        return self.preview is not None and self.preview.state in LIVE_STATES
 
 
 class Withdrawals(BatchWrites):
@@ -145,56 +187,40 @@ class Withdrawals(BatchWrites):
         is never approved or committed; unless a person approved it before the latest
         withdrawal of a proposal that held it (this one's: ``withdrawn_at``, as
         :meth:`withdrawing` announced it; default: now). A denial the ledger cannot record
-        (it raises, or holds no such preview: another ledger's, in this process) is due:
-        until it is recorded (:meth:`settle_denials`) the preview is neither approved nor
-        committed here. Returns the preview denied, ``None`` when it was not.
+        (it raises) is due: until it is recorded (:meth:`settle_denials`) the preview is
+        neither approved nor committed here, nor handed to a later proposal of the same
+        intent. Returns the preview as the denial left it, ``None`` when it was not freed
+        or the ledger holds no such preview.
 
         Raises:
             LedgerError: the ledger could not deny it (the denial is due).
         """
-        denied: list[Preview] = []
         at = self.clock() if withdrawn_at is None else withdrawn_at
-        try:
-            freed = release(
-                preview_id,
-                holder,
-                lambda since: denied.append(self._deny(preview_id, how, since)),
-                how=how,
-                at=at,
-                pending=withdrawn_at is not None,
-            )
-        except _NotInLedger:
-            return None
+        denial = _Denial(self.ledger, self._sender, self.clock, preview_id, how or WITHDRAWN)
+        freed = release(
+            preview_id,
+            holder,
+            denial,
+            ledger=self.ledger,
+            at=at,
+            pending=withdrawn_at is not None,
+        )
         if not freed:  # another holder's too, or not ours to deny
             return None
         with contextlib.suppress(Exception):  # (the vault forgets its secret at expiry then)
             self._forget_if_settled(preview_id)
-        return denied[0]
-
-    def _deny(self, preview_id: str, how: str | None, since: float) -> Preview:
-        preview = withdraw_proposal(
-            self.ledger,
-            self._sender,
-            preview_id,
-            now=self.clock(),
-            how=how or WITHDRAWN,
-            since=since,
-        )
-        if preview is None:
-            raise _NotInLedger
-        return preview
+        return denial.preview
 
     def settle_denials(self, *preview_ids: str) -> None:
-        """Record the denials the ledger could not record before (:meth:`withdraw`), before
-        any of ``preview_ids`` is approved or committed.
+        """Record the denials this ledger could not record before (:meth:`withdraw`), before
+        any of ``preview_ids`` is approved or committed; forget those (of any ledger) whose
+        previews expired, which nobody approves or commits.
 
         Raises:
             ConflictError: one of ``preview_ids`` is still to be denied: the ledger cannot
                 record it yet, or its program has not let go of it yet.
         """
-        for due_id, how, at in denials_due():
-            with contextlib.suppress(Exception):  # (due still: tried again at the next one)
-                settle(due_id, functools.partial(self._deny, due_id, how, at))
+        settle(self.ledger, now=self.clock())
         if preview_ids and undecided(preview_ids):
             raise ConflictError(
                 "the program that proposed this change withdrew it, and that is not recorded "

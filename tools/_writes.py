@@ -133,6 +133,7 @@ class WritePath(Withdrawals):
                 outcome is ``error``); ``denied`` when the grant or a rule refuses the
                 prepared effect; ``conflict`` when the run id was reused by another principal.
         """
+        self.settle_denials()  # (a withdrawn preview of this intent is denied first: a new one)
         if admission.spec.write is None:
             if not admission.needs_approval:
                 raise UsageError(

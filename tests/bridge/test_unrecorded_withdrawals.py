@@ -3,9 +3,10 @@ being prepared) or due (the ledger could not record the denial), in this process
 is recorded, the preview is neither approved (one by one or in a batch) nor committed here,
 while its program still runs as after it ended; a commit on another ledger of the process
 leaves it due for its own. A person's approval recorded since the withdrawal (through the
-ledger, where no queue is seen) is denied with it; one from before stands. A proposal that
-comes back after its program ended is listed in no batch, so it is withdrawn as it comes
-back.
+ledger, where no queue is seen) is denied with it; one from before stands, and nobody who
+proposes the same intent again is handed the preview while its denial is due: they get a new
+one once it is recorded, ``conflict`` until then. A proposal that comes back after its
+program ended is listed in no batch, so it is withdrawn as it comes back.
 """
 
 from __future__ import annotations
@@ -18,9 +19,17 @@ from typing import Any
 
 import pytest
 
-from airlock.tools import ConflictError, DeniedError, Preview, ToolError, approve_preview
+from airlock.tools import (
+    CallContext,
+    ConflictError,
+    DeniedError,
+    Preview,
+    ToolError,
+    approve_preview,
+)
 from tests.bridge.test_withdrawn_proposals import (
     ALLOW,
+    REFUND,
     _fails_once,
     assert_withdrawn,
     propose,
@@ -28,7 +37,7 @@ from tests.bridge.test_withdrawn_proposals import (
     stored,
     world,
 )
-from tests.tools.test_proposals import ProposalWorld
+from tests.tools.test_proposals import PROPOSING, ProposalWorld
 from tests.tools.test_write_world import ALICE, ASK
 
 pytestmark = pytest.mark.anyio
@@ -270,3 +279,64 @@ async def test_an_approval_while_another_program_held_the_preview_stands(
     await slow
     await _commit(world, stored(world, preview.id))
     assert (stored(world, preview.id).state, world.system.sends()) == ("committed", 1)
+
+
+def _direct() -> CallContext:
+    return CallContext(
+        principal=ALICE, grant=PROPOSING, run_id="run_p", caller="direct", approvals=ASK
+    )
+
+
+# (case, who proposes the same intent again while the denial is due, after a person approved
+# the preview through the ledger; how many more times the ledger fails; how many tries are
+# refused (``conflict``, nothing lost) before one gets a new preview: every proposal records
+# the due denials first)
+PROPOSED_AGAIN = [
+    ("by_its_program_the_ledger_back", "A", 0, 0),
+    ("by_another_program_the_ledger_back", "B", 0, 0),
+    ("by_its_program_the_ledger_still_failing", "A", 2, 1),
+    ("by_another_program_the_ledger_still_failing", "B", 2, 1),
+    ("by_the_model_the_ledger_back", "direct", 0, 0),
+    ("by_the_model_the_ledger_still_failing", "direct", 2, 1),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "who", "more_failures", "refused"), PROPOSED_AGAIN, ids=[c[0] for c in PROPOSED_AGAIN]
+)
+async def test_a_preview_whose_denial_is_due_is_not_handed_out_again(
+    world: ProposalWorld,
+    monkeypatch: pytest.MonkeyPatch,
+    case: str,
+    who: str,
+    more_failures: int,
+    refused: int,
+) -> None:
+    a, b = run_of(world, ASK, call_prefix="A"), run_of(world, ASK, call_prefix="B")
+    withdrawn = stored(world, str((await propose(a, 1, "inv_1"))["preview_id"]))
+    world.clock.advance(10)
+    _fails_once(world, "transition", monkeypatch)
+    a.withdraw(1)  # the ledger was locked: the denial is due
+    world.clock.advance(2)
+    approve_preview(world.ledger, withdrawn.id, approver="bob", now=world.clock())
+    world.clock.advance(3)
+    _fails_once(world, "transition", monkeypatch, times=more_failures)
+    args: dict[str, object] = {"invoice_id": "inv_1", "reason": "duplicate"}
+
+    async def again(order: int) -> str:
+        if who == "direct":
+            return (await world.writes.preview_call(REFUND, dict(args), _direct())).id
+        return str((await propose(a if who == "A" else b, order, "inv_1"))["preview_id"])
+
+    for order in range(2, 2 + refused):
+        with pytest.raises(ConflictError):
+            await again(order)
+    fresh = await again(2 + refused)
+    assert fresh != withdrawn.id  # a new preview, for a person to approve anew
+    assert stored(world, fresh).state == "prepared"
+    assert_withdrawn(world, withdrawn.id)  # the approval given since went with it
+    a.end()
+    b.end()
+    with pytest.raises(DeniedError):
+        await _commit(world, stored(world, withdrawn.id))
+    assert world.system.sends() == 0

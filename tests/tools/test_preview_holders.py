@@ -1,14 +1,15 @@
 """Who holds a preview in this process, and when a withdrawal may deny it: only once nobody
 holds it, only one a program's proposal stored here, never one a direct call had. A denial
-the ledger could not record is due: the preview is undecided until it is recorded, or until
-someone holds it again (a later proposal or a direct call received it)."""
+the ledger could not record is due: the preview is undecided, and handed to nobody, until it
+is recorded (by its own ledger's write path) or its preview expired."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
+from airlock.tools import ConflictError
 from airlock.tools import _preview_holders as holders
 from airlock.tools._preview_holders import (
     note_received,
@@ -39,7 +40,8 @@ CASES = [
 
 
 @pytest.fixture(autouse=True)
-def _empty() -> Iterator[None]:
+def _empty(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setattr(holders, "_forget_at", holders._FORGET_FIRST_AT)
     kept = [(table, dict(table)) for table in (holders._held, holders._pending, holders._due)]
     for table, _ in kept:
         table.clear()
@@ -49,8 +51,13 @@ def _empty() -> Iterator[None]:
         table.update(before)  # type: ignore[arg-type]
 
 
-def _release(holder: object, deny: object = lambda _since: None, *, pending: bool = False) -> bool:
-    return release("pv_1", holder, deny, how=None, at=1.0, pending=pending)  # type: ignore[arg-type]
+LEDGER, OTHER_LEDGER = object(), object()
+
+
+def _release(
+    holder: object, deny: Callable[[float], bool] = lambda _since: False, *, pending: bool = False
+) -> bool:
+    return release("pv_1", holder, deny, ledger=LEDGER, at=1.0, pending=pending)
 
 
 def _as(holder: object, note: object) -> None:
@@ -72,55 +79,105 @@ def test_a_preview_is_free_to_deny_once_its_last_holder_let_go(
     for receiver in receivers:
         _as(receiver, note_received)
     denials: list[bool] = []
-    answers = [_release(holder, lambda _since: denials.append(True)) for holder in releases]
+    answers = [
+        _release(holder, lambda _since: denials.append(True) or False) for holder in releases
+    ]
     assert answers == free
     assert len(denials) == free.count(True)  # denied exactly when it was let go for good
 
 
-def _locked(_since: float = 0.0) -> None:
-    raise OSError("the ledger is locked")
+def _tries(*answers: bool | None) -> Callable[[float], bool]:
+    """A denial that answers its tries in turn: ``None`` raises (the ledger is locked), else
+    whether the preview stands all the same (a person approved it before the withdrawal)."""
+    left = list(answers)
+
+    def deny(_since: float) -> bool:
+        answer = left.pop(0)
+        if answer is None:
+            raise OSError("the ledger is locked")
+        return answer
+
+    return deny
 
 
-# (case, who receives the preview after the denial failed, whether the denial is still to
-# record at the next try)
-AFTER_A_FAILED_DENIAL = [
-    ("nobody", [], True),
-    ("its_program_again", [A], False),
-    ("another_program", [B], False),
-    ("a_direct_call", [DIRECT], False),
-    ("a_direct_call_then_a_program_that_lets_go", [DIRECT, B], False),
+# (case, who is handed the preview while its denial is due, what the ledger answers as it
+# is recorded then (None: it fails still; else whether the preview stands), whether they
+# hold it then, whether the denial is still due)
+HANDED_OUT_WHILE_DUE = [
+    ("to_its_program_the_ledger_failing", A, None, False, True),
+    ("to_another_program_the_ledger_failing", B, None, False, True),
+    ("to_a_direct_call_the_ledger_failing", DIRECT, None, False, True),
+    ("to_its_program_denied_then", A, False, False, False),
+    ("to_another_program_denied_then", B, False, False, False),
+    ("to_a_direct_call_denied_then", DIRECT, False, False, False),
+    ("to_another_program_it_stands_for", B, True, True, False),
 ]
 
 
 @pytest.mark.parametrize(
-    ("case", "receivers", "denied_then"),
-    AFTER_A_FAILED_DENIAL,
-    ids=[c[0] for c in AFTER_A_FAILED_DENIAL],
+    ("case", "receiver", "answer", "holds", "due"),
+    HANDED_OUT_WHILE_DUE,
+    ids=[c[0] for c in HANDED_OUT_WHILE_DUE],
 )
-def test_a_denial_the_ledger_could_not_record_is_due_until_recorded_or_held_again(
-    case: str, receivers: list[object], denied_then: bool
+def test_a_preview_whose_denial_is_due_is_denied_before_anyone_holds_it_again(
+    case: str, receiver: object, answer: bool | None, holds: bool, due: bool
 ) -> None:
     _as(A, note_stored)
     with pytest.raises(OSError, match="locked"):
-        _release(A, _locked)
+        _release(A, _tries(None, answer))
     assert (undecided(["pv_1"]), undecided(["pv_2"])) == (True, False)
-    assert holders.denials_due() == [("pv_1", None, 1.0)]
+    assert [(key, d.since) for key, d in holders._due.items()] == [("pv_1", 1.0)]
+    if holds:
+        _as(receiver, note_received)
+    else:
+        with pytest.raises(ConflictError) as refused:
+            _as(receiver, note_received)  # (the same intent proposed again, say)
+        assert "withdrawn" in refused.value.message
+    assert (undecided(["pv_1"]), "pv_1" in holders._due) == (due, due)
+    holding = holders._held.get("pv_1")
+    held = holding is not None and bool(holding.direct or +holding.programs)
+    assert held == holds
+    assert ("pv_1" in holders._held) == (holds or due)  # (nothing left of one denied)
+
+
+# (case, the ledger whose write path settles, when (the preview expires at 100), whether the
+# denial is tried, whether it is due after)
+SETTLED = [
+    ("by_its_ledger", LEDGER, 5.0, True, False),
+    ("by_another_ledger", OTHER_LEDGER, 5.0, False, True),
+    ("by_another_ledger_once_expired", OTHER_LEDGER, 100.0, False, False),
+    ("by_its_ledger_once_expired", LEDGER, 100.0, False, False),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "ledger", "now", "tried", "due"), SETTLED, ids=[c[0] for c in SETTLED]
+)
+def test_a_due_denial_is_tried_by_its_ledger_and_forgotten_once_its_preview_expired(
+    case: str, ledger: object, now: float, tried: bool, due: bool
+) -> None:
+    _as(A, note_stored)
+    tries: list[float] = []
+
+    def deny(since: float) -> bool:
+        tries.append(since)
+        if len(tries) == 1:
+            raise OSError("the ledger is locked")
+        return False
+
     with pytest.raises(OSError, match="locked"):
-        settle("pv_1", _locked)  # still locked: still due
+        _release(A, deny)
+    settle(ledger, now=now)
+    assert tries == ([1.0, 1.0] if tried else [1.0])  # (since: when it was withdrawn)
+    assert ("pv_1" in holders._due, "pv_1" in holders._held) == (due, due)
+
+
+def test_a_due_denial_that_fails_again_stays_due() -> None:
+    _as(A, note_stored)
+    with pytest.raises(OSError, match="locked"):
+        _release(A, _tries(None, None))
+    settle(LEDGER, now=5.0)
     assert undecided(["pv_1"])
-    for receiver in receivers:
-        _as(receiver, note_received)  # (the same intent proposed again, say)
-    if receivers == [DIRECT, B]:
-        assert _release(B) is False  # (its proposal failed, say): the direct call holds it
-    denials: list[bool] = []
-    settle("pv_1", lambda: denials.append(True))
-    assert (denials, undecided(["pv_1"]), holders.denials_due()) == (
-        [True] if denied_then else [],
-        False,
-        [],
-    )
-    if receivers == [A]:
-        assert _release(A) is True  # its program holds it again: its next withdrawal denies it
 
 
 def test_a_preview_the_pending_withdrawals_would_free_is_undecided() -> None:
@@ -143,10 +200,14 @@ def test_a_proposal_yields_what_it_stored_or_received() -> None:
     assert noted == ["pv_1", "pv_2"]
 
 
-def test_entries_of_expired_previews_are_forgotten() -> None:
+def test_entries_of_expired_previews_are_forgotten_with_their_due_denials() -> None:
     with proposing_as(A):
-        for n in range(holders._FORGET_FIRST_AT):
+        note_stored("pv_due", until=10.0, now=0.0)
+    with pytest.raises(OSError, match="locked"):
+        release("pv_due", A, _tries(None), ledger=LEDGER, at=1.0)
+    with proposing_as(A):
+        for n in range(holders._FORGET_FIRST_AT - 1):  # (with pv_due: as many as first looked at)
             note_stored(f"pv_old_{n}", until=10.0, now=0.0)
         note_stored("pv_new", until=1000.0, now=500.0)  # the old ones expired at 10
-    assert list(holders._held) == ["pv_new"]
-    assert release("pv_new", A, lambda _since: None, how=None, at=1.0) is True
+    assert (list(holders._held), holders._due) == (["pv_new"], {})
+    assert release("pv_new", A, lambda _since: False, ledger=LEDGER, at=1.0) is True
