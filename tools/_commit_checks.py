@@ -24,6 +24,7 @@ from airlock.tools._preview import Approval, Preview, Receipt
 from airlock.tools._sealed import SecretVault, sealed_fields
 from airlock.tools._sender import Sender
 from airlock.tools._spec import ToolSpec
+from airlock.tools._worker_threads import refusal
 
 __all__ = ["checked_for_commit", "claim_for_commit", "fingerprint_holds", "refuse_lost_secret"]
 
@@ -130,9 +131,13 @@ def claim_for_commit(
     Raises:
         ToolError: the step cannot be sent: ``needs_approval``, ``denied``, or ``conflict``
             (in flight elsewhere: :class:`CommitInFlightError`, retryable, outcome
-            ``unknown``; or failed before).
+            ``unknown``; or failed before); ``upstream`` (retryable, the step untouched) when
+            the tool has too many sync calls running past their timeouts.
     """
     state = preview.state
+    busy = refusal(spec) if state in ("approved", "unknown") else None
+    if busy is not None:  # its sync commits run on past their timeouts: nothing claimed
+        raise busy
     try:
         if state == "approved":
             if approval is None:

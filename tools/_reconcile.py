@@ -54,6 +54,7 @@ from airlock.tools._sender import Sender
 from airlock.tools._step_effect import effect_of
 from airlock.tools._step_owner import owner_token
 from airlock.tools._step_text import storable
+from airlock.tools._worker_threads import WorkerThread, refusal
 
 __all__ = [
     "STORE_WIDE",
@@ -234,6 +235,9 @@ async def resolve(sender: Sender, registry: Registry, preview: Preview) -> Resol
     spec = registry.get(preview.tool)
     if spec is None or spec.write is None:
         return result(preview, "unresolved", f"tool {preview.tool!r} is not registered here")
+    busy = refusal(spec)
+    if busy is not None:  # its sync calls run on past their timeouts: not claimed, left as is
+        return result(preview, "unresolved", busy.detail or busy.message)
     try:
         claimed = sender.claim(spec, preview, how="claimed by reconcile", now=now)
     except StepStateError as exc:
@@ -248,8 +252,9 @@ async def resolve(sender: Sender, registry: Registry, preview: Preview) -> Resol
             # Bounded like a send: a system that never answers must not hold up reconcile
             # (at start-up, before anything is committed) or the steps after this one.
             with anyio.fail_after(spec.timeout):
+                lookup = WorkerThread(spec, refuses=False).calling(contract.lookup)
                 found = await checked_invoke(
-                    check, contract.lookup, effect_of(contract, claimed), claimed.key
+                    check, lookup, effect_of(contract, claimed), claimed.key
                 )
         except TimeoutError:
             found, how = None, f"query got no answer within {spec.timeout:g} s"

@@ -2,13 +2,13 @@
 
 A step is *claimed* (``approved``/``unknown`` → ``sending``) by a compare-and-set in the
 ledger before anything is sent, with this process as its owner and a lease. The send runs
-under the tool's timeout. A receipt is stored in the same transaction that marks the step
-``committed``, once it is found to be a receipt of the approved effect; a refusal of its
-first send (a ``ToolError`` with outcome ``error``) marks it ``failed``; any other ending
-(timeout, lost reply, unexpected error, unusable receipt, a refused *resend*, a ledger that
-fails to store the receipt) is ``ambiguous_write`` and marks it ``unknown`` if the ledger
-lets it. What the ledger and the audit log record of an ending never holds the value of a
-``Secret()`` field (:mod:`airlock.tools._step_text`).
+under the tool's timeout (a sync commit's thread that runs on is counted against the tool,
+never refused: its claim checked the bound). A receipt is stored in the same transaction
+that marks the step ``committed``, once it is found to be a receipt of the approved effect;
+a refusal of its first send (a ``ToolError`` with outcome ``error``) marks it ``failed``;
+any other ending (timeout, lost reply, unexpected error, unusable receipt, a refused
+*resend*, a ledger that fails to store the receipt) is ``ambiguous_write`` and marks it
+``unknown`` if the ledger lets it; what is recorded of it holds no ``Secret()`` field.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from airlock.tools._step_text import (
     without_secrets,
 )
 from airlock.tools._takeover import settle_taken_over
+from airlock.tools._worker_threads import WorkerThread
 from airlock.tools._write_contract import WriteContract
 
 __all__ = ["Sender"]
@@ -116,9 +117,10 @@ class Sender:
         check = reach_of(spec).check(
             phase="commit", tenant=claimed.principal.tenant_id, effects=claimed.effects
         )
+        commit = WorkerThread(spec, refuses=False).calling(contract.commit)
         try:
             with anyio.fail_after(spec.timeout):
-                raw = await checked_invoke(check, contract.commit, effect, claimed.key)
+                raw = await checked_invoke(check, commit, effect, claimed.key)
         except ToolError as exc:
             self.refuse_undeclared(claimed, check, exc)
             if exc.outcome == "error" and resolved_by != "send":

@@ -1,15 +1,17 @@
 """Sync tool code in anyio's worker threads, and the threads that outlive their calls.
 
-A sync handler (or a write tool's ``prepare``) runs in a worker thread. When its call gives
-up on it (its deadline passed, its caller was cancelled) the thread is abandoned, never
-stopped: Python cannot stop a thread. It runs on, and anyio's limit on threads no longer
-counts it. So such threads are counted, by the tool's name (across every registry of the
+A sync handler (or a write tool's ``prepare``, ``commit`` or ``lookup``) runs in a worker
+thread. When its call gives up on it (its deadline passed, its caller was cancelled) the
+thread is abandoned, never stopped: Python cannot stop a thread. It runs on, and anyio's limit
+on threads no longer counts it. So such threads are counted, by the tool's name (across every registry of the
 process: one built per request or per tenant adds to the same count, and no spec is kept for
 it), and in all: a tool with :data:`MOST_OUTLIVING` of them, and every tool once the process
 has :data:`MOST_OUTLIVING_IN_PROCESS`, starts no more calls until some end. (The calls running
 as a bound is reached may still add to them: at most anyio's worker threads, 40 by default.)
 A call that gave up on its thread says when the thread ends (:attr:`WorkerThread.ended`), so
-that whoever counts the calls running at once (the bridge's turns) counts it until then.
+that whoever counts the calls running at once (the bridge's turns) counts it until then. A
+write's ``commit`` and reconcile's ``lookup`` are counted, never refused: their callers check
+the bound (:func:`refusal`) before they claim the step, and leave it as it was when refused.
 
 A forked child has none of its parent's threads: it starts with no count, and the lock of the
 count is a :class:`~airlock.tools._fork_lock.ForkLock` (free in the child); a thread of the
@@ -40,6 +42,7 @@ __all__ = [
     "WorkerThread",
     "outliving",
     "outliving_in_process",
+    "refusal",
     "thread_timeout",
 ]
 
@@ -79,10 +82,13 @@ def outliving_in_process() -> int:
 class WorkerThread:
     """One sync call of ``spec``'s code in anyio's worker thread (:meth:`run`)."""
 
-    __slots__ = ("_counted_at", "_finished", "_gave_up", "_name", "_started", "ended")
+    __slots__ = ("_counted_at", "_finished", "_gave_up", "_name", "_refuses", "_started", "ended")
 
-    def __init__(self, spec: ToolSpec) -> None:
+    def __init__(self, spec: ToolSpec, *, refuses: bool = True) -> None:
         self._name = spec.name  # (not the spec: a thread that runs on keeps nothing of it)
+        self._refuses = refuses
+        """Whether a bound reached refuses the call (else its caller checked before: a write's
+        commit, whose step is claimed by then, runs counted but never refused)."""
         self._started = False
         self._finished = False
         self._gave_up = False
@@ -108,17 +114,17 @@ class WorkerThread:
             Exception: what ``call`` raised.
         """
         name = self._name
-        refusal = _refusal(name)
-        if refusal is not None:
-            raise refusal
+        now = _refusal(name) if self._refuses else None
+        if now is not None:
+            raise now
 
         def in_thread() -> _T:
             with _LOCK:
                 if self._gave_up:  # before it started (anyio may still start it): never run
                     raise _GaveUp
-                refused = _refusal(name)  # (a bound reached while it waited for a thread)
-                if refused is not None:
-                    raise _Refused(refused)
+                late = _refusal(name) if self._refuses else None  # (reached as it waited)
+                if late is not None:
+                    raise _Refused(late)
                 self._started = True
             try:
                 return call()
@@ -188,6 +194,13 @@ def thread_timeout(
             outcome="error",
         )
     return ToolTimeoutError(seconds=seconds, outcome=outcome, handler_running=thread.ended)
+
+
+def refusal(spec: ToolSpec) -> UpstreamError | None:
+    """The error of a call of ``spec``'s tool refused now for the threads running past their
+    calls (:meth:`WorkerThread.run`'s), ``None`` when it is not: what a caller whose
+    :class:`WorkerThread` does not refuse checks before it changes anything."""
+    return _refusal(spec.name)
 
 
 def _refusal(name: str) -> UpstreamError | None:
