@@ -135,8 +135,9 @@ def claim_for_commit(
             the tool has too many sync calls running past their timeouts.
     """
     state = preview.state
-    busy = refusal(spec) if state in ("approved", "unknown") else None
-    if busy is not None:  # its sync commits run on past their timeouts: nothing claimed
+    sends = spec.handler if spec.write is None else spec.write.commit  # (an approved read's)
+    busy = refusal(spec, sends) if state in ("approved", "unknown") else None
+    if busy is not None:  # its sync calls run on past their timeouts: nothing claimed
         raise busy
     try:
         if state == "approved":

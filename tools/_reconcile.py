@@ -235,14 +235,14 @@ async def resolve(sender: Sender, registry: Registry, preview: Preview) -> Resol
     spec = registry.get(preview.tool)
     if spec is None or spec.write is None:
         return result(preview, "unresolved", f"tool {preview.tool!r} is not registered here")
-    busy = refusal(spec)
+    contract = spec.write
+    busy = refusal(spec, contract.lookup or contract.commit)
     if busy is not None:  # its sync calls run on past their timeouts: not claimed, left as is
         return result(preview, "unresolved", busy.detail or busy.message)
     try:
         claimed = sender.claim(spec, preview, how="claimed by reconcile", now=now)
     except StepStateError as exc:
         return result(exc.preview, "in_flight", "another process claimed it first")
-    contract = spec.write
     if contract.lookup is not None:
         # A query reads: it may reach the tool's destinations, and write no file.
         check = reach_of(spec).check(
@@ -252,7 +252,7 @@ async def resolve(sender: Sender, registry: Registry, preview: Preview) -> Resol
             # Bounded like a send: a system that never answers must not hold up reconcile
             # (at start-up, before anything is committed) or the steps after this one.
             with anyio.fail_after(spec.timeout):
-                lookup = WorkerThread(spec, refuses=False).calling(contract.lookup)
+                lookup = WorkerThread(spec, claimed=True).calling(contract.lookup)
                 found = await checked_invoke(
                     check, lookup, effect_of(contract, claimed), claimed.key
                 )

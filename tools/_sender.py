@@ -117,7 +117,7 @@ class Sender:
         check = reach_of(spec).check(
             phase="commit", tenant=claimed.principal.tenant_id, effects=claimed.effects
         )
-        commit = WorkerThread(spec, refuses=False).calling(contract.commit)
+        commit = WorkerThread(spec, claimed=True).calling(contract.commit)
         try:
             with anyio.fail_after(spec.timeout):
                 raw = await checked_invoke(check, commit, effect, claimed.key)

@@ -2,16 +2,18 @@
 
 A sync handler (or a write tool's ``prepare``, ``commit`` or ``lookup``) runs in a worker
 thread. When its call gives up on it (its deadline passed, its caller was cancelled) the
-thread is abandoned, never stopped: Python cannot stop a thread. It runs on, and anyio's limit
-on threads no longer counts it. So such threads are counted, by the tool's name (across every registry of the
-process: one built per request or per tenant adds to the same count, and no spec is kept for
-it), and in all: a tool with :data:`MOST_OUTLIVING` of them, and every tool once the process
-has :data:`MOST_OUTLIVING_IN_PROCESS`, starts no more calls until some end. (The calls running
-as a bound is reached may still add to them: at most anyio's worker threads, 40 by default.)
-A call that gave up on its thread says when the thread ends (:attr:`WorkerThread.ended`), so
-that whoever counts the calls running at once (the bridge's turns) counts it until then. A
-write's ``commit`` and reconcile's ``lookup`` are counted, never refused: their callers check
-the bound (:func:`refusal`) before they claim the step, and leave it as it was when refused.
+thread is abandoned, never stopped: Python cannot stop a thread. It runs on, and anyio's
+limit on threads no longer counts it. So such threads are counted, by the tool's name (across
+every registry of the process: one built per request or per tenant adds to the same count,
+and no spec is kept for it), and in all: a tool with :data:`MOST_OUTLIVING` of them, and
+every sync call once the process has :data:`MOST_OUTLIVING_IN_PROCESS`, starts no more until
+some end. (The calls running as a bound is reached may still add to them: at most anyio's
+worker threads, 40 by default.) A call that gave up on its thread says when the thread ends
+(:attr:`WorkerThread.ended`), so that whoever counts the calls running at once (the bridge's
+turns) counts it until then. A write's sync ``commit`` and reconcile's sync ``lookup`` are
+checked before their step is claimed (:func:`refusal`: refused, the step is left as it was);
+one that meets a bound as its thread is about to start raises :class:`NotSent` (its step is
+then undecided, as after any unexpected error, and nothing was sent).
 
 A forked child has none of its parent's threads: it starts with no count, and the lock of the
 count is a :class:`~airlock.tools._fork_lock.ForkLock` (free in the child); a thread of the
@@ -39,6 +41,7 @@ if TYPE_CHECKING:
 __all__ = [
     "MOST_OUTLIVING",
     "MOST_OUTLIVING_IN_PROCESS",
+    "NotSent",
     "WorkerThread",
     "outliving",
     "outliving_in_process",
@@ -82,13 +85,15 @@ def outliving_in_process() -> int:
 class WorkerThread:
     """One sync call of ``spec``'s code in anyio's worker thread (:meth:`run`)."""
 
-    __slots__ = ("_counted_at", "_finished", "_gave_up", "_name", "_refuses", "_started", "ended")
+    __slots__ = ("_claimed", "_counted_at", "_finished", "_gave_up", "_name", "_started", "ended")
 
-    def __init__(self, spec: ToolSpec, *, refuses: bool = True) -> None:
+    def __init__(self, spec: ToolSpec, *, claimed: bool = False) -> None:
         self._name = spec.name  # (not the spec: a thread that runs on keeps nothing of it)
-        self._refuses = refuses
-        """Whether a bound reached refuses the call (else its caller checked before: a write's
-        commit, whose step is claimed by then, runs counted but never refused)."""
+        self._claimed = claimed
+        """A write's ``commit`` or reconcile's ``lookup``: its caller checked the bound
+        (:func:`refusal`) before it claimed the step, and a bound reached as the call waited
+        for a thread raises :class:`NotSent` (not a tool's error: the step's send is left
+        undecided, nothing sent, never ``failed``)."""
         self._started = False
         self._finished = False
         self._gave_up = False
@@ -114,7 +119,7 @@ class WorkerThread:
             Exception: what ``call`` raised.
         """
         name = self._name
-        now = _refusal(name) if self._refuses else None
+        now = None if self._claimed else _refusal(name)
         if now is not None:
             raise now
 
@@ -122,7 +127,7 @@ class WorkerThread:
             with _LOCK:
                 if self._gave_up:  # before it started (anyio may still start it): never run
                     raise _GaveUp
-                late = _refusal(name) if self._refuses else None  # (reached as it waited)
+                late = _refusal(name)  # (a bound reached while it waited for a thread)
                 if late is not None:
                     raise _Refused(late)
                 self._started = True
@@ -134,6 +139,8 @@ class WorkerThread:
         try:
             return await anyio.to_thread.run_sync(in_thread, abandon_on_cancel=True)
         except _Refused as refused:
+            if self._claimed:
+                raise NotSent(f"not sent: {refused.error.message}") from None
             raise refused.error from None
         except BaseException:  # a cancellation, or what call() raised (the thread ended then)
             self._give_up()
@@ -196,11 +203,16 @@ def thread_timeout(
     return ToolTimeoutError(seconds=seconds, outcome=outcome, handler_running=thread.ended)
 
 
-def refusal(spec: ToolSpec) -> UpstreamError | None:
-    """The error of a call of ``spec``'s tool refused now for the threads running past their
-    calls (:meth:`WorkerThread.run`'s), ``None`` when it is not: what a caller whose
-    :class:`WorkerThread` does not refuse checks before it changes anything."""
-    return _refusal(spec.name)
+def refusal(spec: ToolSpec, fn: Callable[..., Any]) -> UpstreamError | None:
+    """The error of a call of ``spec``'s sync ``fn`` refused now for the threads running past
+    their calls (:meth:`WorkerThread.run`'s), ``None`` when it is not, or ``fn`` is async (it
+    starts no thread): what the caller of a ``claimed`` one checks before it claims."""
+    return None if is_async_callable(fn) else _refusal(spec.name)
+
+
+class NotSent(Exception):
+    """A ``claimed`` call's thread refused as it was about to start (:class:`WorkerThread`):
+    its code did not run."""
 
 
 def _refusal(name: str) -> UpstreamError | None:

@@ -22,8 +22,9 @@ from airlock.tools import (
     UpstreamError,
     WritePath,
 )
+from airlock.tools import _worker_threads as worker_threads
 from airlock.tools._audit_log import AuditLog
-from airlock.tools._worker_threads import MOST_OUTLIVING, outliving
+from airlock.tools._worker_threads import MOST_OUTLIVING, MOST_OUTLIVING_IN_PROCESS, outliving
 from airlock.tools.testing import Refund, SystemOfRecord, refund_tool
 from tests.tools.stores import open_ledger
 
@@ -36,26 +37,32 @@ class HangingRig:
     """A refund tool whose sync commit and lookup block while :attr:`hang` says so (until
     :attr:`gate` opens), with a timeout of 0.05 s."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, async_commit: bool = False, timeout: float = 0.05) -> None:
         self.system = SystemOfRecord(root / "system.db")
         self.gate = threading.Event()
         self.hang: set[str] = set()  # "commit", "lookup"
-        base = refund_tool(self.system, INVOICES, timeout=0.05)
+        self.started: list[str] = []  # the keys whose sync commit's code ran
+        base = refund_tool(self.system, INVOICES, timeout=timeout)
         assert base.write is not None
         assert base.write.lookup is not None
         real_commit, real_lookup = base.write.commit, base.write.lookup
 
         def blocking(kind: str, real: Callable[[Refund, str], Any]) -> Callable[..., Any]:
             def call(effect: Refund, key: str) -> Any:  # sync: run in a worker thread
+                if kind == "commit":
+                    self.started.append(key)
                 if kind in self.hang:
                     self.gate.wait(30)
                 return real(effect, key)
 
             return call
 
+        async def commit_async(effect: Refund, key: str) -> Any:
+            return real_commit(effect, key)
+
         contract = dataclasses.replace(
             base.write,
-            commit=blocking("commit", real_commit),
+            commit=commit_async if async_commit else blocking("commit", real_commit),
             lookup=blocking("lookup", real_lookup),
         )
         self.spec = dataclasses.replace(base, write=contract)
@@ -159,3 +166,66 @@ async def test_reconcile_starts_no_more_threads_than_the_bound(
     results = await rig.writes.reconcile()
     assert {r.outcome for r in results} == {"committed"}
     assert all(rig.system.effects(step.key) == 1 for step in steps)
+
+
+async def test_a_commit_that_meets_the_bound_as_its_thread_starts_sends_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The commit passed the check before its claim and waits for a worker thread; the tool
+    # reaches its bound meanwhile (other commits timed out): its code never runs.
+    rig = HangingRig(tmp_path, timeout=5.0)
+    step = await rig.approved(1)
+    limiter = anyio.to_thread.current_default_thread_limiter()
+    total, limiter.total_tokens = limiter.total_tokens, 1
+    busy = threading.Event()
+    try:
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(anyio.to_thread.run_sync, busy.wait)  # holds the one token
+            await anyio.sleep(0.05)
+            tasks.start_soon(_commit_expecting_no_answer, rig, step)
+            await anyio.sleep(0.05)  # claimed, and waiting for the token
+            assert rig.state(step) == ("sending", 1)
+            monkeypatch.setitem(worker_threads._OUTLIVING, rig.spec.name, MOST_OUTLIVING)
+            busy.set()
+        assert rig.started == []  # never ran: nothing sent
+        assert "not sent" in str(_stored(rig, step).error)
+    finally:
+        busy.set()
+        limiter.total_tokens = total
+        rig.ledger.close()
+        rig.system.close()
+
+
+async def _commit_expecting_no_answer(rig: HangingRig, step: Preview) -> None:
+    with pytest.raises(AmbiguousWriteError):
+        await rig.writes.commit(step.id, step.fingerprint, ALICE)
+
+
+def _stored(rig: HangingRig, step: Preview) -> Preview:
+    stored = rig.ledger.preview(step.id)
+    assert stored is not None
+    return stored
+
+
+# (case, whether the tool's commit is async: it starts no thread, so no bound refuses it)
+COMMIT_KINDS = [("sync_refused", False), ("async_sent", True)]
+
+
+@pytest.mark.parametrize(("case", "is_async"), COMMIT_KINDS, ids=[c[0] for c in COMMIT_KINDS])
+async def test_only_a_sync_commit_is_refused_at_the_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: str, is_async: bool
+) -> None:
+    rig = HangingRig(tmp_path, async_commit=is_async)
+    try:
+        step = await rig.approved(1)
+        monkeypatch.setattr(worker_threads, "_in_process", MOST_OUTLIVING_IN_PROCESS)
+        if is_async:
+            receipt = await rig.writes.commit(step.id, step.fingerprint, ALICE)
+            assert receipt.preview_id == step.id
+        else:
+            with pytest.raises(UpstreamError):
+                await rig.writes.commit(step.id, step.fingerprint, ALICE)
+            assert rig.state(step) == ("approved", 0)
+    finally:
+        rig.ledger.close()
+        rig.system.close()

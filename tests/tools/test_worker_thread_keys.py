@@ -85,7 +85,8 @@ def tools_named(blocked: Blocked, names: list[str]) -> Registry:
         def handler(job_id: JobId) -> Job:
             return blocked.block(job_id)
 
-        registry.tool(effects=[read("jobs:job/{job_id}")], scope="jobs.read", timeout=0.1,
+        # (0.5 s: every call's thread starts before its deadline, even on a loaded machine)
+        registry.tool(effects=[read("jobs:job/{job_id}")], scope="jobs.read", timeout=0.5,
                       name=name, description="Read one job from a blocking client. Use it to "
                       "test timeouts. It returns the job id only.")(handler)  # fmt: skip
     return registry
