@@ -14,17 +14,21 @@ through that ledger here (:func:`settle`), and before anyone is handed the previ
 an approval a person gave since the withdrawal goes with it, whoever proposes the same intent
 later: they meet ``conflict`` instead, and once the denial is recorded the same intent gets a
 new preview. A due denial is forgotten once its preview expired: nobody approves or commits
-it then.
+it then. Denials are tried again outside the lock that guards these tables (a ledger that
+failed may take its busy timeout to fail again: no other proposal here waits for that), each
+by one thread at a time: while one tries it, the preview is as due to everyone else.
 
 Entries go once nobody holds them (a direct call's hold is never let go) and no denial of
 theirs is due, or once their previews expire (checked now and then, the more entries the less
-often). Forgetting one is always safe: a preview nobody here knows is
+often), by the clock of the write path that stored or received them: write paths here may
+keep different clocks. Forgetting one is always safe: a preview nobody here knows is
 never denied by a withdrawal.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
@@ -56,13 +60,18 @@ _proposing: ContextVar[_Proposing | None] = ContextVar("airlock_proposing", defa
 direct call, anything else."""
 _FORGET_FIRST_AT: Final = 4096
 """Entries at which the expired ones are first looked for; then at twice those left."""
+Clock = Callable[[], float]
+"""The wall clock of the write path a preview was stored or received through (its
+``expires`` is by that clock)."""
 
 
 class _Holding:
-    __slots__ = ("direct", "last_withdrawn", "ours", "programs", "until")
+    __slots__ = ("clock", "direct", "last_withdrawn", "ours", "programs", "until")
 
-    def __init__(self, until: float, *, ours: bool) -> None:
+    def __init__(self, until: float, clock: Clock, *, ours: bool) -> None:
         self.until = until
+        self.clock = clock
+        """What ``until`` is judged by."""
         self.ours = ours
         """A program's proposal stored it, in this process."""
         self.direct = False
@@ -93,7 +102,8 @@ class _Due(NamedTuple):
     deny: Denial
     since: float
     until: float
-    """When its preview expires: nobody approves or commits it after."""
+    """When its preview expires (by ``clock``): nobody approves or commits it after."""
+    clock: Clock
 
 
 _due: dict[str, _Due] = {}
@@ -101,8 +111,23 @@ _due: dict[str, _Due] = {}
 tried again before any approval or commit through that ledger (:func:`settle`), and before
 the preview is handed to anyone again (:func:`note_received`). Nobody holds a preview whose
 denial is due."""
+_trying: set[str] = set()
+"""The due denials some thread is trying right now (outside :data:`_lock`), by preview id:
+nobody else tries them meanwhile, and nobody is handed their previews."""
 _lock = threading.RLock()  # (proposals may be prepared on worker threads)
 _forget_at = _FORGET_FIRST_AT
+
+
+def _reset_in_child() -> None:
+    # A thread of the parent may have held the lock when another forked: in the child that
+    # thread is gone and the lock would stay held, so every proposal would block for ever.
+    # The tables stay; no thread of the child is trying any denial.
+    global _lock
+    _lock = threading.RLock()
+    _trying.clear()
+
+
+os.register_at_fork(after_in_child=_reset_in_child)
 
 
 @contextlib.contextmanager
@@ -117,32 +142,35 @@ def proposing_as(holder: object) -> Iterator[list[str]]:
         _proposing.reset(token)
 
 
-def note_stored(preview_id: str, *, until: float, now: float) -> None:
-    """This task stored the preview ``preview_id``, which expires at ``until``."""
+def note_stored(preview_id: str, *, until: float, clock: Clock) -> None:
+    """This task stored the preview ``preview_id``, which expires at ``until`` by ``clock``."""
     proposing = _proposing.get()
     with _lock:
-        _forget_expired(now)
-        holding = _held[preview_id] = _Holding(until, ours=proposing is not None)
+        _forget_expired()
+        holding = _held[preview_id] = _Holding(until, clock, ours=proposing is not None)
         _hold(holding, preview_id, proposing)
 
 
-def note_received(preview_id: str, *, until: float, now: float) -> None:
+def note_received(preview_id: str, *, until: float, clock: Clock) -> None:
     """This task received the live preview ``preview_id`` of the same intent, stored before
-    (here or elsewhere). One whose denial is due is denied first (:data:`Denial`): unless it
-    stands all the same, nobody is handed it.
+    (here or elsewhere), which expires at ``until`` by ``clock``. One whose denial is due is
+    denied first (:data:`Denial`): unless it stands all the same, nobody is handed it.
 
     Raises:
-        ConflictError: its denial was due: the ledger could not record it now either, or
-            did (the key is free: the same intent, asked again, gets a new preview).
+        ConflictError: its denial was due: the ledger could not record it now either (or
+            another thread is trying it right now), or did (the key is free: the same
+            intent, asked again, gets a new preview).
     """
     with _lock:
-        _forget_expired(now)
-        if preview_id in _due:
-            _deny_first(preview_id)
-        holding = _held.get(preview_id)
-        if holding is None:
-            holding = _held[preview_id] = _Holding(until, ours=False)
-        _hold(holding, preview_id, _proposing.get())
+        _forget_expired()
+        due = _due.get(preview_id)
+        if due is None:
+            _hold_received(preview_id, until, clock)
+            return
+        if preview_id in _trying:
+            raise _still_due(preview_id, "being recorded by another proposal")
+        _trying.add(preview_id)  # (ours to try: as due to everyone else meanwhile)
+    _deny_first(preview_id, due, until, clock)
 
 
 def withdrawing(preview_id: str, holder: object) -> None:
@@ -182,24 +210,46 @@ def release(
             try:
                 deny(since)
             except BaseException:
-                _due[preview_id] = _Due(ledger, deny, since, holding.until)  # (entry stays)
-                raise
+                _due[preview_id] = _Due(ledger, deny, since, holding.until, holding.clock)
+                raise  # (the entry stays while it is due)
         if not (+holding.programs or holding.direct or preview_id in _due):
             del _held[preview_id]
         return free
 
 
-def settle(ledger: object, *, now: float) -> None:
-    """Try the denials due in ``ledger`` again (each stays due while it raises), and forget
-    any due denial whose preview expired by ``now``: nobody approves or commits it then."""
+def settle(ledger: object) -> None:
+    """Try the denials due in ``ledger`` again, but those another thread is trying; forget
+    any due denial whose preview expired (by its own write path's clock): nobody approves or
+    commits it then.
+
+    They are tried outside the lock, in turn, until one raises: the ledger fails still (each
+    try may take its busy timeout), so the others would too; they stay due, tried at the
+    next call, which starts with another (one that failed goes last: one that keeps failing
+    keeps none from being tried). One recorded is forgotten unless it was forgotten
+    meanwhile.
+    """
     with _lock:
-        for preview_id, due in list(_due.items()):
-            if due.until <= now:
-                _forget(preview_id)
-            elif due.ledger is ledger:
-                with contextlib.suppress(Exception):  # (due still: tried at the next one)
-                    due.deny(due.since)
+        now = _reader()
+        for preview_id in [key for key, due in _due.items() if due.until <= now(due.clock)]:
+            _forget(preview_id)
+        mine = [(k, due) for k, due in _due.items() if due.ledger is ledger and k not in _trying]
+        _trying.update(preview_id for preview_id, _ in mine)
+    try:
+        for preview_id, due in mine:
+            try:
+                _try(preview_id, due)
+            except Exception:
+                with _lock:
+                    if _due.get(preview_id) is due:
+                        _due[preview_id] = _due.pop(preview_id)  # (due still: goes last)
+                break
+            with _lock:
+                _trying.discard(preview_id)
+                if _due.get(preview_id) is due:
                     _forget(preview_id)
+    finally:
+        with _lock:
+            _trying.difference_update(preview_id for preview_id, _ in mine)
 
 
 def undecided(preview_ids: Iterable[str]) -> bool:
@@ -218,30 +268,63 @@ def undecided(preview_ids: Iterable[str]) -> bool:
         return False
 
 
-def _deny_first(preview_id: str) -> None:
-    """Record the due denial of ``preview_id`` before it is handed to anyone.
+def _deny_first(preview_id: str, due: _Due, until: float, clock: Clock) -> None:
+    """Record the due denial of ``preview_id`` (claimed: in :data:`_trying`) before it is
+    handed to this task, outside the lock.
+
+    No one is handed it meanwhile: while it is claimed, every other receiver meets
+    ``conflict`` and no other thread tries it (two tries at once could both audit it), and
+    nobody can let go of it (nobody holds it: it is due). Once recorded, the claim goes and
+    this task holds it (when it stands) under the lock at once.
 
     Raises:
         ConflictError: unless the preview stands all the same.
     """
-    due = _due[preview_id]
     try:
-        stands = due.deny(due.since)
+        stands = _try(preview_id, due)
     except Exception as exc:
-        raise ConflictError(
-            "an earlier proposal of the same change was withdrawn, and the ledger could not "
-            "record that yet; ask again shortly (nothing was sent, nothing is lost)",
-            detail=f"the denial of {preview_id} is due: {type(exc).__name__}",
-        ) from exc
-    if stands:  # (a person approved it before the withdrawal: theirs to keep)
-        del _due[preview_id]
-        return
-    _forget(preview_id)
+        raise _still_due(preview_id, type(exc).__name__) from exc
+    with _lock:
+        _trying.discard(preview_id)  # (with what became of it: no other try in between)
+        if stands:  # (a person approved it before the withdrawal: theirs to keep)
+            if _due.get(preview_id) is due:
+                del _due[preview_id]
+            _hold_received(preview_id, until, clock)
+            return
+        if _due.get(preview_id) is due:
+            _forget(preview_id)
     raise ConflictError(
         "an earlier proposal of the same change was withdrawn just now; ask again for a new "
         "preview (nothing was sent)",
         detail=f"{preview_id} was denied as its withdrawal was recorded late",
     )
+
+
+def _try(preview_id: str, due: _Due) -> bool:
+    """Try the due denial of ``preview_id``, claimed (:data:`_trying`), outside the lock;
+    whether its preview stands. The claim goes when it raises; else the caller lets go of
+    it under the lock as it records the outcome."""
+    try:
+        return due.deny(due.since)
+    except BaseException:
+        with _lock:
+            _trying.discard(preview_id)
+        raise
+
+
+def _still_due(preview_id: str, why: str) -> ConflictError:
+    return ConflictError(
+        "an earlier proposal of the same change was withdrawn, and the ledger could not "
+        "record that yet; ask again shortly (nothing was sent, nothing is lost)",
+        detail=f"the denial of {preview_id} is due: {why}",
+    )
+
+
+def _hold_received(preview_id: str, until: float, clock: Clock) -> None:
+    holding = _held.get(preview_id)
+    if holding is None:
+        holding = _held[preview_id] = _Holding(until, clock, ours=False)
+    _hold(holding, preview_id, _proposing.get())
 
 
 def _hold(holding: _Holding, preview_id: str, proposing: _Proposing | None) -> None:
@@ -258,11 +341,24 @@ def _forget(preview_id: str) -> None:
     _held.pop(preview_id, None)
 
 
-def _forget_expired(now: float) -> None:
+def _forget_expired() -> None:
     global _forget_at
     if len(_held) < _forget_at:
         return
-    for gone in [key for key, holding in _held.items() if holding.until <= now]:
+    now = _reader()
+    for gone in [key for key, holding in _held.items() if holding.until <= now(holding.clock)]:
         del _held[gone]
         _due.pop(gone, None)
     _forget_at = max(_FORGET_FIRST_AT, 2 * len(_held))
+
+
+def _reader() -> Callable[[Clock], float]:
+    """Reads each clock once (one look at the tables judges each entry by one time)."""
+    read: dict[int, float] = {}
+
+    def now(clock: Clock) -> float:
+        if (key := id(clock)) not in read:
+            read[key] = clock()
+        return read[key]
+
+    return now

@@ -282,7 +282,7 @@ def _store_preview(
         stored = ledger.add_preview(fresh)
         if stored.id == fresh.id:
             vault.hold(fresh.id, clear, until=fresh.expires, now=at)
-            note_stored(fresh.id, until=fresh.expires, now=at)
+            note_stored(fresh.id, until=fresh.expires, clock=now)
             return fresh
         owner = stored.principal
         if (owner.user_id, owner.tenant_id) != (ctx.principal.user_id, ctx.principal.tenant_id):
@@ -295,7 +295,7 @@ def _store_preview(
         # way to this one, as an expired, never-sent preview of the same intent does.
         lost = clear and not vault.holds(stored.id)
         if not (waiting and (stored.expired(at) or lost)):
-            note_received(stored.id, until=stored.expires, now=at)
+            note_received(stored.id, until=stored.expires, clock=now)
             return stored  # the same intent in this run: one preview for it
         with contextlib.suppress(StepStateError):
             ledger.transition(

@@ -213,14 +213,16 @@ class Withdrawals(BatchWrites):
 
     def settle_denials(self, *preview_ids: str) -> None:
         """Record the denials this ledger could not record before (:meth:`withdraw`), before
-        any of ``preview_ids`` is approved or committed; forget those (of any ledger) whose
-        previews expired, which nobody approves or commits.
+        any of ``preview_ids`` is approved or committed (outside the lock of the holders'
+        tables: one that another thread is trying is left to it); forget those (of any
+        ledger) whose previews expired by their own write path's clock, which nobody
+        approves or commits.
 
         Raises:
             ConflictError: one of ``preview_ids`` is still to be denied: the ledger cannot
                 record it yet, or its program has not let go of it yet.
         """
-        settle(self.ledger, now=self.clock())
+        settle(self.ledger)
         if preview_ids and undecided(preview_ids):
             raise ConflictError(
                 "the program that proposed this change withdrew it, and that is not recorded "

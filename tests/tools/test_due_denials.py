@@ -5,6 +5,7 @@ ledger recorded it (its answer may be lost after the denial was stored)."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -132,7 +133,10 @@ async def test_a_closed_ledgers_due_denial_costs_the_others_nothing_and_goes_at_
         await other_world.writes.commit(kept.id, kept.fingerprint, ALICE)
     assert withdrawn not in asked  # the other write path never tried it on its own ledger
     assert withdrawn in holders._due
-    other_world.clock.advance(other_world.writes.ttl)
+    other_world.clock.advance(other_world.writes.ttl)  # (not the clock it expires by)
+    other_world.writes.settle_denials()
+    assert withdrawn in holders._due
+    world.clock.advance(world.writes.ttl)  # (its own write path's clock, as time goes by)
     other_world.writes.settle_denials()
     assert (withdrawn in holders._due, withdrawn in holders._held) == (False, False)
 
@@ -173,3 +177,47 @@ async def test_a_denial_recorded_late_is_audited_once(
         if e.call_id == preview.id and e.decision == "deny"
     ]
     assert denials == [("authorize", "deny", "withdrawn by the program")]
+
+
+# (case, what this write path's program has of its preview as another write path, whose clock
+# is 1000 s ahead, proposes and settles: its hold, or its denial due (the ledger failing))
+OTHER_CLOCK = [("its_hold", "held"), ("its_due_denial", "due")]
+
+
+@pytest.mark.parametrize(("case", "has"), OTHER_CLOCK, ids=[c[0] for c in OTHER_CLOCK])
+async def test_another_write_paths_clock_forgets_nothing_of_this_ones(
+    world: ProposalWorld,
+    other_world: ProposalWorld,
+    monkeypatch: pytest.MonkeyPatch,
+    case: str,
+    has: str,
+) -> None:
+    other_world.clock.now = world.clock.now + 1000  # (a harness's clock=, say)
+    run = run_of(world, call_prefix="A")
+    preview = stored(world, str((await propose(run, 1, "inv_1"))["preview_id"]))
+    real = world.ledger.transition
+    failing = [has == "due"]
+
+    def transition(*args: Any, **kwargs: Any) -> Any:
+        if failing[0] and kwargs.get("to") == "denied":
+            raise LedgerLockedError("database is locked", path="ledger.db")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(world.ledger, "transition", transition)
+    if has == "due":
+        run.withdraw(1)
+        run.end()
+        assert preview.id in holders._due
+    monkeypatch.setattr(holders, "_forget_at", 0)  # (the next note looks for expired ones)
+    await propose(run_of(other_world, call_prefix="B"), 1, "inv_1")
+    other_world.writes.settle_denials()
+    if has == "held":
+        run.withdraw(1)
+        run.end()
+    with contextlib.suppress(ToolError):  # (a person, since the withdrawal)
+        approve_preview(world.ledger, preview.id, approver="bob", now=world.clock())
+    failing[0] = False
+    with pytest.raises(ToolError):
+        await world.writes.commit(preview.id, preview.fingerprint, ALICE)
+    assert_withdrawn(world, preview.id)
+    assert world.system.sends() == 0

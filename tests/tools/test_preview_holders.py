@@ -1,7 +1,8 @@
 """Who holds a preview in this process, and when a withdrawal may deny it: only once nobody
 holds it, only one a program's proposal stored here, never one a direct call had. A denial
 the ledger could not record is due: the preview is undecided, and handed to nobody, until it
-is recorded (by its own ledger's write path) or its preview expired."""
+is recorded (by its own ledger's write path) or its preview expired (by the clock of the write
+path that stored or received it)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,17 @@ from airlock.tools._preview_holders import (
 A, B = object(), object()
 DIRECT = None
 
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+clock = _Clock()
+
 # (case, who stored it (None: not here), who received it after, the releases in order, what
 # each release answers: whether the preview may be denied then)
 CASES = [
@@ -42,6 +54,7 @@ CASES = [
 @pytest.fixture(autouse=True)
 def _empty(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setattr(holders, "_forget_at", holders._FORGET_FIRST_AT)
+    monkeypatch.setattr(clock, "now", 0.0)
     kept = [(table, dict(table)) for table in (holders._held, holders._pending, holders._due)]
     for table, _ in kept:
         table.clear()
@@ -62,10 +75,10 @@ def _release(
 
 def _as(holder: object, note: object) -> None:
     if holder is None:
-        note("pv_1", until=100.0, now=0.0)  # type: ignore[operator]
+        note("pv_1", until=100.0, clock=clock)  # type: ignore[operator]
         return
     with proposing_as(holder):
-        note("pv_1", until=100.0, now=0.0)  # type: ignore[operator]
+        note("pv_1", until=100.0, clock=clock)  # type: ignore[operator]
 
 
 @pytest.mark.parametrize(
@@ -167,7 +180,8 @@ def test_a_due_denial_is_tried_by_its_ledger_and_forgotten_once_its_preview_expi
 
     with pytest.raises(OSError, match="locked"):
         _release(A, deny)
-    settle(ledger, now=now)
+    clock.now = now
+    settle(ledger)
     assert tries == ([1.0, 1.0] if tried else [1.0])  # (since: when it was withdrawn)
     assert ("pv_1" in holders._due, "pv_1" in holders._held) == (due, due)
 
@@ -176,8 +190,23 @@ def test_a_due_denial_that_fails_again_stays_due() -> None:
     _as(A, note_stored)
     with pytest.raises(OSError, match="locked"):
         _release(A, _tries(None, None))
-    settle(LEDGER, now=5.0)
+    clock.now = 5.0
+    settle(LEDGER)
     assert undecided(["pv_1"])
+
+
+def test_a_due_denial_that_keeps_failing_keeps_no_other_from_being_tried() -> None:
+    for preview_id in ("pv_1", "pv_2"):
+        with proposing_as(A):
+            note_stored(preview_id, until=100.0, clock=clock)
+    with pytest.raises(OSError, match="locked"):
+        release("pv_1", A, _tries(None, None, None), ledger=LEDGER, at=1.0)
+    with pytest.raises(OSError, match="locked"):
+        release("pv_2", A, _tries(None, False), ledger=LEDGER, at=1.0)
+    settle(LEDGER)  # (pv_1 fails: the pass stops there, pv_1 goes last)
+    assert list(holders._due) == ["pv_2", "pv_1"]
+    settle(LEDGER)
+    assert (list(holders._due), holders._trying) == (["pv_1"], set())
 
 
 def test_a_preview_the_pending_withdrawals_would_free_is_undecided() -> None:
@@ -195,19 +224,22 @@ def test_a_preview_the_pending_withdrawals_would_free_is_undecided() -> None:
 
 def test_a_proposal_yields_what_it_stored_or_received() -> None:
     with proposing_as(A) as noted:
-        note_stored("pv_1", until=100.0, now=0.0)
-        note_received("pv_2", until=100.0, now=0.0)
+        note_stored("pv_1", until=100.0, clock=clock)
+        note_received("pv_2", until=100.0, clock=clock)
     assert noted == ["pv_1", "pv_2"]
 
 
 def test_entries_of_expired_previews_are_forgotten_with_their_due_denials() -> None:
+    behind = _Clock()  # (another write path's clock: its entries expire by it)
     with proposing_as(A):
-        note_stored("pv_due", until=10.0, now=0.0)
+        note_stored("pv_due", until=10.0, clock=clock)
+        note_stored("pv_behind", until=10.0, clock=behind)
     with pytest.raises(OSError, match="locked"):
         release("pv_due", A, _tries(None), ledger=LEDGER, at=1.0)
     with proposing_as(A):
-        for n in range(holders._FORGET_FIRST_AT - 1):  # (with pv_due: as many as first looked at)
-            note_stored(f"pv_old_{n}", until=10.0, now=0.0)
-        note_stored("pv_new", until=1000.0, now=500.0)  # the old ones expired at 10
-    assert (list(holders._held), holders._due) == (["pv_new"], {})
+        for n in range(holders._FORGET_FIRST_AT - 2):  # (as many as first looked at, in all)
+            note_stored(f"pv_old_{n}", until=10.0, clock=clock)
+        clock.now = 500.0
+        note_stored("pv_new", until=1000.0, clock=clock)  # the old ones expired at 10
+    assert (list(holders._held), holders._due) == (["pv_behind", "pv_new"], {})
     assert release("pv_new", A, lambda _since: False, ledger=LEDGER, at=1.0) is True
