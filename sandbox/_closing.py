@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import docker
 
 from airlock.sandbox._container import SandboxContainer
 from airlock.sandbox._engine_thread import on_engine_thread
 from airlock.sandbox._errors import SandboxClosed, SandboxError
+from airlock.sandbox._launch import AFTER_START
 from airlock.sandbox._owner import labelled_containers, remove_container
 
 __all__ = ["Starts", "cut_off_by_close", "destroy", "settle", "sweep"]
@@ -28,15 +30,22 @@ T = TypeVar("T")
 _log = logging.getLogger(__name__)
 _lingering: set[asyncio.Future[Any]] = set()
 """Work a wait gave up on, held until it ends (the loop keeps only weak references)."""
+_LATER_MOST: Final = 16
+"""Work left by starts going on at once, at most (a start finding more leaves its own
+undone: the backend's last sweep, or the next backend's reaper, does it)."""
 
 
 class Starts:
     """Container starts in progress, each in a task of its own so that :meth:`cancel` can end
     it (a start removes what it made when cancelled) and its caller learns that the backend
-    closed, not of a cancellation it did not ask for."""
+    closed, not of a cancellation it did not ask for; and the work those starts left to go on
+    after them (:data:`~airlock.sandbox._launch.AFTER_START`: looking for a container a
+    create made too late), :data:`_LATER_MOST` at once, which :meth:`cancel` ends too."""
 
     def __init__(self) -> None:
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._later: set[asyncio.Task[Any]] = set()
+        self._cancelled = False
 
     async def run(self, start: Coroutine[Any, Any, T]) -> T:
         """What ``start`` returns.
@@ -44,7 +53,9 @@ class Starts:
         Raises:
             SandboxClosed: :meth:`cancel` ended it.
         """
-        task = asyncio.ensure_future(start)
+        context = contextvars.copy_context()
+        context.run(AFTER_START.set, self._go_on)
+        task = asyncio.get_running_loop().create_task(start, context=context)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         try:
@@ -55,9 +66,22 @@ class Starts:
                 raise SandboxClosed() from None
             raise
 
+    def _go_on(self, work: Coroutine[Any, Any, object]) -> bool:
+        """Run ``work`` after the start that left it, unless :data:`_LATER_MOST` are running
+        or :meth:`cancel` came (then it is closed undone): whether it runs."""
+        if self._cancelled or len(self._later) >= _LATER_MOST:
+            work.close()
+            return False
+        task = asyncio.ensure_future(work)
+        self._later.add(task)
+        task.add_done_callback(self._later.discard)
+        return True
+
     def cancel(self) -> list[asyncio.Task[Any]]:
-        """Cancel every start in progress; returns them, to wait for."""
-        tasks = list(self._tasks)
+        """Cancel every start in progress and the work starts left; returns them, to wait
+        for."""
+        self._cancelled = True  # (a start it cancels leaves no work that outlives this)
+        tasks = [*self._tasks, *self._later]
         for task in tasks:
             task.cancel()
         return tasks

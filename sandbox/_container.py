@@ -46,6 +46,7 @@ from airlock.bridge import airlock_wire as wire
 from airlock.policies import SandboxProfile
 from airlock.sandbox._artifacts import ArtifactReceiver, ArtifactRef
 from airlock.sandbox._cgroup import RunMark, mark_run, read_evidence
+from airlock.sandbox._errors import SandboxFailure
 from airlock.sandbox._final_value import MAX_VALUE_BYTES, VALUE_ELEMENTS
 from airlock.sandbox._inputs import RunInput
 from airlock.sandbox._launch import Launched, remove
@@ -160,6 +161,11 @@ class SandboxContainer:
         deadline plus :data:`_GRACE_S` and the time to judge the result, whatever the guest
         does; a bridge the guest ended early is judged by the deadline (a program that shut
         its end down and went on is a timeout then, or a protocol error before).
+
+        Raises:
+            SandboxFailure: :meth:`destroy` began before the program reported (a close
+                removed the container under it): its end is the host's doing, not the
+                program's nor its runner's.
         """
         if self._used and not (keep and self._kept):
             raise RuntimeError("a sandbox container runs one program only, unless kept")
@@ -229,6 +235,13 @@ class SandboxContainer:
                 outcome = RunEnd("timeout", "timeout", "the run's deadline passed")
             except (ConnectionError, OSError):
                 outcome = None
+            if self._destroying and not isinstance(outcome, dict):
+                # The host ended the bridge itself, removing the container under the program
+                # (only a close does, mid-run): no verdict on the program or its runner is
+                # true, and the caller's close() turns this into SandboxClosed.
+                raise SandboxFailure(
+                    f"sandbox container {self.id[:12]} was removed while its program ran"
+                )
             if receiver is not None and isinstance(outcome, dict):
                 try:
                     stored = await asyncio.to_thread(receiver.finish)

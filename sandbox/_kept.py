@@ -13,7 +13,7 @@ a limit or breaks the protocol, and on :meth:`close`; the next program then star
 container with empty state, and :attr:`starts` counts up. Every wait is bounded: a program
 waiting for the one before it counts that wait against its own deadline, and :meth:`close`
 does not wait for a program in flight: it removes the container under it, and that
-program's run returns (its runner gone) within a bounded time.
+program's run, and any waiting for it, raise :class:`SandboxClosed` within a bounded time.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from airlock.bridge import ToolSession
 from airlock.policies import Principal, SandboxProfile, UsageError
 from airlock.sandbox._closing import cut_off_by_close, destroy
 from airlock.sandbox._container import LEAST_LEFT_S, SandboxContainer
-from airlock.sandbox._errors import SandboxFailure
+from airlock.sandbox._errors import SandboxClosed, SandboxFailure
 from airlock.sandbox._program_size import refuse_oversized
 from airlock.sandbox._result import ProgramError, RunResult
 
@@ -122,9 +122,11 @@ class KeptSandbox:
 
         Raises:
             UsageError: ``tools`` acts for another principal than the owner, the profile
-                changes container settings, or the sandbox is closed.
-            SandboxClosed: the sandbox or its backend was closed while the program started or
-                ran, and its start or its runner failed for it (not retryable).
+                changes container settings, or the sandbox was closed before this call.
+            SandboxClosed: the sandbox or its backend was closed after this call began, and
+                cut it off: while it waited for the program before it, while its container
+                started, or while its program ran and that close ended its runner (not
+                retryable; its message says which was closed).
             SandboxError: a container could not be started.
         """
         profile = profile or self.profile
@@ -138,6 +140,8 @@ class KeptSandbox:
         refused = refuse_oversized(program, limit=self._max_program_bytes)
         if refused is not None:
             return refused
+        if self._closed:  # (a call after close(); one it cuts off is told SandboxClosed)
+            raise UsageError("this kept sandbox is closed; open another")
         began = time.perf_counter()
         # The program before this one ends by its own deadline; waiting for it counts
         # against this program's, so no call waits longer than its deadline.
@@ -163,6 +167,13 @@ class KeptSandbox:
             return True
         return self._closed and "this kept sandbox was closed; open another"
 
+    def _cut_off(self, how: str) -> SandboxClosed:
+        """What a run that began before a close, and that close cut off, raises: the
+        backend's close, or this sandbox's (``how``: what it was doing then)."""
+        if self._backend_closed():
+            return SandboxClosed()
+        return SandboxClosed(f"this kept sandbox was closed {how}; open another")
+
     async def _run_held(
         self,
         program: str,
@@ -173,7 +184,9 @@ class KeptSandbox:
     ) -> RunResult:
         """:meth:`run`'s part under the lock."""
         if self._closed:
-            raise UsageError("this kept sandbox is closed; open another")
+            # close() came while this run waited for the program before it: the lock is
+            # handed to the waiters in turn before close() takes it.
+            raise self._cut_off("while this program waited for the one before it")
         self._cancel_timer()
         container = self._container
         if container is not None and not container.alive:
@@ -197,9 +210,7 @@ class KeptSandbox:
                 # Removed off the run's path (close() waits for it): the run returns by
                 # its deadline, and releases the lock close() waits for, at once.
                 self._remove_later(container)
-                raise UsageError(
-                    "this kept sandbox was closed while its container started; open another"
-                )
+                raise self._cut_off("while its container started")
             self._container = container
             self.starts += 1
         try:
@@ -268,12 +279,13 @@ class KeptSandbox:
         return task
 
     async def close(self) -> None:
-        """Remove the container, even under a program in flight (which then returns within
-        a bounded time, its runner gone); later programs are refused. A container still
-        starting is removed in the background once the start ends (its run raises
-        :class:`UsageError` at once; this waits for that removal too). Returns within
-        :data:`_CLOSE_WAIT_S`, a removal the engine has not answered by then going on in the
-        background."""
+        """Remove the container, even under a program in flight: its run raises
+        :class:`SandboxClosed` within a bounded time, its runner gone (a result that came
+        first stands), and so do runs waiting for it. A container still starting is removed
+        in the background once the start ends (its run raises :class:`SandboxClosed` at once;
+        this waits for that removal too). Calls made after this are refused
+        (:class:`UsageError`). Returns within :data:`_CLOSE_WAIT_S`, a removal the engine has
+        not answered by then going on in the background."""
         self._closed = True
         self._cancel_timer()
         deadline = asyncio.get_running_loop().time() + _CLOSE_WAIT_S

@@ -28,13 +28,14 @@ from collections.abc import Callable
 from typing import Any, Final
 
 import docker
+import requests.exceptions
 from docker.models import containers
 from docker.models.containers import Container
 
 from airlock.sandbox._errors import SandboxError
 from airlock.sandbox._owner import remove_container
 
-__all__ = ["MASKED_PATHS", "READONLY_PATHS", "run_masked"]
+__all__ = ["MASKED_PATHS", "READONLY_PATHS", "UNANSWERED", "run_masked"]
 
 _log = logging.getLogger(__name__)
 
@@ -59,6 +60,14 @@ MASKED_PATHS: Final[tuple[str, ...]] = (
     "/proc/sys/kernel/random/boot_id",
 )
 
+UNANSWERED: Final[tuple[type[BaseException], ...]] = (
+    requests.exceptions.ConnectionError,
+    requests.exceptions.Timeout,
+    requests.exceptions.ChunkedEncodingError,
+)
+"""A create's errors that are no answer from the engine: it may have made the container all
+the same, later (an API error is an answer: nothing was made)."""
+
 READONLY_PATHS: Final[tuple[str, ...]] = (
     # Docker's defaults (moby oci/defaults.go)
     "/proc/bus",
@@ -71,12 +80,20 @@ READONLY_PATHS: Final[tuple[str, ...]] = (
 )
 
 
-def run_masked(client: docker.DockerClient, config: dict[str, Any]) -> Container:
+def run_masked(
+    client: docker.DockerClient,
+    config: dict[str, Any],
+    *,
+    unanswered: Callable[[str], object] | None = None,
+) -> Container:
     """Create and start a container from ``containers.run`` keyword arguments plus
     ``masked_paths``; the started container (its ``attrs`` hold only its id until reloaded).
     One the engine created but did not start, or created although the create failed (answered
     after the client's timeout: found by its name, ``airlock-`` and a random part unless
-    ``name`` is given), is removed (forced) before the error is raised.
+    ``name`` is given), is removed (forced) before the error is raised. When the create got
+    no answer (:data:`UNANSWERED`) and no container of that name was there to remove yet
+    (the engine usually is still making it), ``unanswered(name)`` is called before the error
+    is raised: whoever called goes on looking for it by that name.
 
     Raises:
         docker.errors.DockerException: as ``containers.run`` would (a failed start's own
@@ -93,10 +110,11 @@ def run_masked(client: docker.DockerClient, config: dict[str, Any]) -> Container
     arguments["host_config"]["ReadonlyPaths"] = list(READONLY_PATHS)
     try:
         created = client.api.create_container(**arguments)
-    except BaseException:
+    except BaseException as exc:
         # The engine may have made it all the same (it answered too late): removed by name
-        # now. One it makes later still is close()'s sweep's.
-        _remove_quietly(client, name)
+        # now. One it makes later still is the caller's to look for (``unanswered``).
+        if not _remove_quietly(client, name) and isinstance(exc, UNANSWERED) and unanswered:
+            unanswered(name)
         raise
     try:
         client.api.start(created["Id"])
@@ -112,10 +130,13 @@ def run_masked(client: docker.DockerClient, config: dict[str, Any]) -> Container
     return client.containers.prepare_model({"Id": created["Id"]})
 
 
-def _remove_quietly(client: docker.DockerClient, container_id: str) -> None:
+def _remove_quietly(client: docker.DockerClient, container_id: str) -> bool:
+    """Whether the engine removed the container (``False``: none was there, or the removal
+    failed; logged, not raised)."""
     try:
-        remove_container(client, container_id)
+        return remove_container(client, container_id)
     except SandboxError as exc:  # the start's error is the one to raise; close() sweeps it
         _log.warning(
             "could not remove sandbox container %s that did not start: %s", container_id, exc
         )
+        return False

@@ -59,26 +59,32 @@ async def accept_runner(
     """The first connection to ``listener``: the container's runner, with its pid (as the
     host sees it) and the container's runtime.
 
+    Whatever fails (or cancels it) once a connection came closes that connection.
+
     Raises:
         SandboxFailure: another process connected.
+        SandboxError: the engine did not say which process the runner is.
         TimeoutError: nothing connected within ``timeout`` seconds.
     """
     loop = asyncio.get_running_loop()
     connection, _ = await asyncio.wait_for(loop.sock_accept(listener), timeout)
-    # The socket file is world-connectable on the host: only the container's own first
-    # process (the runner) may be the peer.
-    with map_docker_errors():
-        await on_engine_thread(container.reload)
-    runner_pid = int(container.attrs["State"]["Pid"])
-    runtime = str(container.attrs["HostConfig"].get("Runtime") or "runc")
-    if not is_runner_peer(
-        peer_pid(connection),
-        runtime=runtime,
-        container_pid=runner_pid,
-        container_id=str(container.id),
-    ):
+    try:
+        # The socket file is world-connectable on the host: only the container's own first
+        # process (the runner) may be the peer.
+        with map_docker_errors():
+            await on_engine_thread(container.reload)
+        runner_pid = int(container.attrs["State"]["Pid"])
+        runtime = str(container.attrs["HostConfig"].get("Runtime") or "runc")
+        if not is_runner_peer(
+            peer_pid(connection),
+            runtime=runtime,
+            container_pid=runner_pid,
+            container_id=str(container.id),
+        ):
+            raise SandboxFailure("a process other than the container's runner connected")
+    except BaseException:  # (the engine failed, or the start was cancelled): nobody's
         connection.close()
-        raise SandboxFailure("a process other than the container's runner connected")
+        raise
     return connection, runner_pid, runtime
 
 

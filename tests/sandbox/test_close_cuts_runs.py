@@ -115,12 +115,8 @@ async def test_a_run_cut_off_by_close_returns_by_its_deadline_when_removals_stal
         run.add_done_callback(lambda _: ended.append(time.monotonic() - began))
         await asyncio.sleep(1.0)  # the program sleeps in the warm container now
         await backend.close()
-        try:
-            result = await run
-        except SandboxClosed:
-            pass
-        else:
-            assert result.status != "ok", result
+        with pytest.raises(SandboxClosed):  # (cut off mid-program: no verdict on it)
+            await run
         assert ended[0] < profile.timeout_s + _MARGIN_S, f"returned after {ended[0]:.1f} s"
         # The removals close() gave up waiting for still go through.
         assert await left_containers(backend._owner, within=40) == []
@@ -151,4 +147,47 @@ async def test_a_run_cut_off_by_close_never_asks_for_a_retry(delay: float, path:
         else:
             outcomes.append(outcome.status)
         assert await left_containers(backend._owner, within=10) == []
-    assert set(outcomes) <= {"ok", "error", "sandbox_closed"}, outcomes
+    # (never "error": a runner that close() killed is not said to have died)
+    assert set(outcomes) <= {"ok", "sandbox_closed"}, outcomes
+
+
+_SLEEPS = "import asyncio\nawait asyncio.sleep(5)\nprint('not cut')"
+# (what runs the program, what closes, what SandboxClosed's message names)
+MID_PROGRAM = [
+    ("pooled", "backend", "backend is closed"),
+    ("kept", "backend", "backend is closed"),
+    ("kept_own", "kept", "kept sandbox was closed"),
+]
+
+
+@pytest.mark.docker
+@pytest.mark.anyio
+@pytest.mark.parametrize(("path", "closing", "names"), MID_PROGRAM, ids=[c[0] for c in MID_PROGRAM])
+async def test_a_program_cut_off_by_close_is_told_of_the_close_not_of_a_runner_death(
+    path: str, closing: str, names: str
+) -> None:
+    # close() kills the runner under a program in flight: the run is not a RunnerDied
+    # result (nor any other verdict on the program), every time, but SandboxClosed.
+    require_docker()
+    for _ in range(3):
+        backend = DockerBackend(
+            image=IMAGE, profile=SandboxProfile(timeout_s=10), pool_size=int(path == "pooled")
+        )
+        await backend.start()
+        try:
+            if path == "pooled":
+                await backend.pool.wait_ready(1)
+                run = asyncio.create_task(backend.run(_SLEEPS))
+            else:
+                kept = backend.keep(ALICE)
+                assert (await kept.run("x = 1")).status == "ok"  # its container is up
+                run = asyncio.create_task(kept.run(_SLEEPS))
+            await asyncio.sleep(0.8)  # the program sleeps now
+            await (kept.close() if closing == "kept" else backend.close())
+            with pytest.raises(SandboxClosed) as raised:
+                await asyncio.wait_for(run, 5.0)
+            assert names in str(raised.value)
+            assert not raised.value.retryable
+        finally:
+            await backend.close()
+        assert await left_containers(backend._owner, within=10) == []

@@ -2,7 +2,8 @@
 
 ``close()`` removes the container it finds and waits a few seconds for the program in flight.
 A container still starting then (a start may take up to 30 s on a loaded machine) is not
-there to remove: its run removes it once the start ends and refuses to run the program. A
+there to remove: its run removes it once the start ends and raises :class:`SandboxClosed`
+instead of running the program. A
 container that outlives close's wait (a program that has not ended, a removal that failed) is
 removed when its run ends, and no idle timer keeps it.
 
@@ -20,8 +21,8 @@ from typing import Any, cast
 import docker
 import pytest
 
-from airlock.policies import SandboxProfile, UsageError
-from airlock.sandbox import DockerBackend, RunResult, SandboxFailure
+from airlock.policies import SandboxProfile
+from airlock.sandbox import DockerBackend, RunResult, SandboxClosed, SandboxFailure
 from airlock.sandbox import _kept as kept_module
 from airlock.sandbox._container import SandboxContainer
 from airlock.sandbox._hardening import container_settings
@@ -98,7 +99,8 @@ async def test_close_during_the_start_removes_the_container_and_runs_nothing() -
     await asyncio.sleep(0.05)  # close() waits for the run in progress
     started.set()
     await closing
-    with pytest.raises(UsageError, match="closed"):
+    # The run began before the close, which cut it off: not a caller's mistake.
+    with pytest.raises(SandboxClosed, match="kept sandbox was closed while its container"):
         await run
     assert container.programs == 0
     assert (container.removals, container.alive) == (1, False)
@@ -150,7 +152,7 @@ async def test_close_during_a_slow_start_leaves_no_container_running(
         began = time.monotonic()
         await kept.close()
         assert time.monotonic() - began < 2.0
-        with pytest.raises(UsageError, match="closed"):
+        with pytest.raises(SandboxClosed, match="closed"):
             await run
         # Removed off the run's path (the run does not wait for the engine): soon, not at once.
         until = time.monotonic() + 5.0

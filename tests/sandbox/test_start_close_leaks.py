@@ -4,7 +4,7 @@ A container the engine creates but fails to start (no runner in the image, an OC
 error, the client's timeout on an engine that starts it late) is removed before the start's
 error is raised, while the backend is still open: a warm pool retrying every second would
 otherwise leave one more each time. A kept sandbox closed while its container starts removes
-it off the run's path, and the run returns at once. A run that resumes just after
+it off the run's path, and the run returns at once (:class:`SandboxClosed`). A run that resumes just after
 ``close()`` began takes no warm container (close() would never see it) and raises
 :class:`SandboxClosed`; so does a kept run whose runner ``close()`` cut off.
 
@@ -26,7 +26,7 @@ import docker.errors
 import pytest
 import requests.exceptions
 
-from airlock.policies import SandboxProfile, UsageError
+from airlock.policies import SandboxProfile
 from airlock.sandbox import DockerBackend, RunResult, SandboxClosed, SandboxError, SandboxFailure
 from airlock.sandbox import _kept as kept_module
 from airlock.sandbox._container import SandboxContainer
@@ -221,7 +221,7 @@ async def test_a_kept_sandbox_closed_while_its_container_starts_does_not_wait_fo
     await asyncio.wait([run], timeout=2.0)
     assert ended, "the run returned at once, not after the engine's removal (never answered)"
     assert ended[0] < 0.5
-    with pytest.raises(UsageError, match="closed while its container started"):
+    with pytest.raises(SandboxClosed, match="closed while its container started"):
         await run
     await asyncio.wait_for(closing, 2.0)  # close() waited for that removal, within its bound
     assert (container.programs, container.removals) == (0, 1)
