@@ -24,6 +24,7 @@ from tests.bridge.test_withdrawn_proposals import (
     stored,
     world,
 )
+from tests.tools.holder_tables import empty_holder_tables
 from tests.tools.test_proposals import ProposalWorld
 from tests.tools.test_write_world import ALICE
 
@@ -36,13 +37,8 @@ FOREVER = 10**9
 
 @pytest.fixture(autouse=True)
 def _empty() -> Iterator[None]:
-    kept = [(table, dict(table)) for table in (holders._held, holders._pending, holders._due)]
-    for table, _ in kept:
-        table.clear()
-    yield
-    for table, before in kept:
-        table.clear()
-        table.update(before)  # type: ignore[arg-type]
+    with empty_holder_tables():
+        yield
 
 
 def _gone(world: ProposalWorld, preview_id: str, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -22,6 +22,7 @@ from airlock.tools import CallContext, ConflictError
 from airlock.tools import _preview_holders as holders
 from airlock.tools._errors import LedgerLockedError
 from tests.bridge.test_withdrawn_proposals import REFUND, propose, run_of, stored, world
+from tests.tools.holder_tables import empty_holder_tables
 from tests.tools.test_proposals import PROPOSING, ProposalWorld
 from tests.tools.test_write_world import ALICE, ASK
 
@@ -33,13 +34,8 @@ PROMPTLY_S = 2.0
 
 @pytest.fixture(autouse=True)
 def _empty() -> Iterator[None]:
-    kept = [(table, dict(table)) for table in (holders._held, holders._pending, holders._due)]
-    for table, _ in kept:
-        table.clear()
-    yield
-    for table, before in kept:
-        table.clear()
-        table.update(before)  # type: ignore[arg-type]
+    with empty_holder_tables():
+        yield
 
 
 @pytest.fixture

@@ -21,6 +21,7 @@ from airlock.tools._preview_holders import (
     undecided,
     withdrawing,
 )
+from tests.tools.holder_tables import empty_holder_tables
 
 A, B = object(), object()
 DIRECT = None
@@ -55,13 +56,8 @@ CASES = [
 def _empty(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setattr(holders, "_forget_at", holders._FORGET_FIRST_AT)
     monkeypatch.setattr(clock, "now", 0.0)
-    kept = [(table, dict(table)) for table in (holders._held, holders._pending, holders._due)]
-    for table, _ in kept:
-        table.clear()
-    yield
-    for table, before in kept:
-        table.clear()
-        table.update(before)  # type: ignore[arg-type]
+    with empty_holder_tables():
+        yield
 
 
 LEDGER, OTHER_LEDGER = object(), object()
