@@ -14,20 +14,21 @@ through that ledger here (:func:`settle`), and before anyone is handed the previ
 an approval a person gave since the withdrawal goes with it, whoever proposes the same intent
 later: they meet ``conflict`` instead, and once the denial is recorded the same intent gets a
 new preview. A due denial is forgotten once its preview expired: nobody approves or commits
-it then. Denials are tried again outside the lock that guards these tables (a ledger that
-failed may take its busy timeout to fail again: no other proposal here waits for that), each
-by one thread at a time: while one tries it, the preview is as due to everyone else.
+it then. Denials are tried outside the lock that guards these tables, the first one too (a
+ledger may take its busy timeout to fail: no other proposal here waits for that), each by one
+thread at a time: while one tries it, the preview is as due to everyone else.
 
 Entries go once nobody holds them (a direct call's hold is never let go) and no denial of
 theirs is due, or once their previews expire (checked now and then, the more entries the less
 often), by the clock of the write path that stored or received them: write paths here may
-keep different clocks. Forgetting one is always safe: a preview nobody here knows is
-never denied by a withdrawal.
+keep different clocks (one that raises judges nothing expired). Forgetting one is always safe:
+a preview nobody here knows is never denied by a withdrawal. A forked child starts with none.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import threading
 from collections import Counter
@@ -111,9 +112,10 @@ _due: dict[str, _Due] = {}
 tried again before any approval or commit through that ledger (:func:`settle`), and before
 the preview is handed to anyone again (:func:`note_received`). Nobody holds a preview whose
 denial is due."""
-_trying: set[str] = set()
-"""The due denials some thread is trying right now (outside :data:`_lock`), by preview id:
-nobody else tries them meanwhile, and nobody is handed their previews."""
+_trying: dict[str, object] = {}
+"""The due denials some thread is trying right now (outside :data:`_lock`), by preview id, with
+that try's claim: nobody else tries them meanwhile, nobody is handed their previews. A claim
+goes with its due denial, or as its try ends, however (:func:`_let_go`)."""
 _lock = threading.RLock()  # (proposals may be prepared on worker threads)
 _forget_at = _FORGET_FIRST_AT
 
@@ -121,10 +123,12 @@ _forget_at = _FORGET_FIRST_AT
 def _reset_in_child() -> None:
     # A thread of the parent may have held the lock when another forked: in the child that
     # thread is gone and the lock would stay held, so every proposal would block for ever.
-    # The tables stay; no thread of the child is trying any denial.
+    # The child is another process: the parent's holds and due denials are the parent's (a
+    # child trying them too would audit them twice).
     global _lock
     _lock = threading.RLock()
-    _trying.clear()
+    for table in (_held, _pending, _due, _trying):
+        table.clear()
 
 
 os.register_at_fork(after_in_child=_reset_in_child)
@@ -161,16 +165,20 @@ def note_received(preview_id: str, *, until: float, clock: Clock) -> None:
             another thread is trying it right now), or did (the key is free: the same
             intent, asked again, gets a new preview).
     """
-    with _lock:
-        _forget_expired()
-        due = _due.get(preview_id)
-        if due is None:
-            _hold_received(preview_id, until, clock)
-            return
-        if preview_id in _trying:
-            raise _still_due(preview_id, "being recorded by another proposal")
-        _trying.add(preview_id)  # (ours to try: as due to everyone else meanwhile)
-    _deny_first(preview_id, due, until, clock)
+    claim = object()
+    try:
+        with _lock:
+            _forget_expired()
+            due = _due.get(preview_id)
+            if due is None:
+                _hold_received(preview_id, until, clock)
+                return
+            if preview_id in _trying:
+                raise _still_due(preview_id, "being recorded by another proposal")
+            _trying[preview_id] = claim  # (ours to try: as due to everyone else meanwhile)
+        _deny_first(preview_id, due, until, clock)
+    finally:
+        _let_go([preview_id], claim)
 
 
 def withdrawing(preview_id: str, holder: object) -> None:
@@ -192,29 +200,34 @@ def release(
     """A proposal of ``holder`` lets go of ``preview_id`` (``pending``: one
     :func:`withdrawing` announced) as withdrawn at ``at``; if nobody holds it then, a
     program's proposal stored it here and no direct call had it, ``deny(since)`` (in
-    ``ledger``; ``since``: when the latest of its proposals was withdrawn, which freed it).
-    When that raises, the denial is due (:func:`settle`), and the error propagates. Whether
-    it was denied, or due."""
-    with _lock:
-        if pending:
-            _pending[(preview_id, holder)] -= 1
-            if _pending[(preview_id, holder)] <= 0:
-                del _pending[(preview_id, holder)]
-        holding = _held.get(preview_id)
-        if holding is None or holding.programs[holder] <= 0:
-            return False
-        holding.programs[holder] -= 1
-        holding.last_withdrawn = since = max(holding.last_withdrawn, at)
-        free = holding.ours and not holding.direct and not +holding.programs
-        if free:
-            try:
-                deny(since)
-            except BaseException:
-                _due[preview_id] = _Due(ledger, deny, since, holding.until, holding.clock)
-                raise  # (the entry stays while it is due)
-        if not (+holding.programs or holding.direct or preview_id in _due):
-            del _held[preview_id]
-        return free
+    ``ledger``; ``since``: when the latest of its proposals was withdrawn, which freed it),
+    outside the lock: the denial is due while it is tried. When that raises, it stays due
+    (:func:`settle`), and the error propagates. Whether it was denied, or due."""
+    claim = object()
+    try:
+        with _lock:
+            if pending:
+                _pending[(preview_id, holder)] -= 1
+                if _pending[(preview_id, holder)] <= 0:
+                    del _pending[(preview_id, holder)]
+            holding = _held.get(preview_id)
+            if holding is None or holding.programs[holder] <= 0:
+                return False
+            holding.programs[holder] -= 1
+            holding.last_withdrawn = since = max(holding.last_withdrawn, at)
+            if not holding.ours or holding.direct or +holding.programs:
+                if not (+holding.programs or holding.direct or preview_id in _due):
+                    del _held[preview_id]
+                return False
+            due = _due[preview_id] = _Due(ledger, deny, since, holding.until, holding.clock)
+            _trying[preview_id] = claim  # (the entry stays while it is due)
+        deny(since)
+        with _lock:
+            if _due.get(preview_id) is due:
+                _forget(preview_id)
+        return True
+    finally:
+        _let_go([preview_id], claim)
 
 
 def settle(ledger: object) -> None:
@@ -228,28 +241,28 @@ def settle(ledger: object) -> None:
     keeps none from being tried). One recorded is forgotten unless it was forgotten
     meanwhile.
     """
-    with _lock:
-        now = _reader()
-        for preview_id in [key for key, due in _due.items() if due.until <= now(due.clock)]:
-            _forget(preview_id)
-        mine = [(k, due) for k, due in _due.items() if due.ledger is ledger and k not in _trying]
-        _trying.update(preview_id for preview_id, _ in mine)
+    claim = object()
+    mine: list[tuple[str, _Due]] = []
     try:
+        with _lock:
+            now = _reader()
+            for preview_id in [key for key, due in _due.items() if due.until <= now(due.clock)]:
+                _forget(preview_id)
+            mine = [(k, d) for k, d in _due.items() if d.ledger is ledger and k not in _trying]
+            _trying.update((preview_id, claim) for preview_id, _ in mine)
         for preview_id, due in mine:
             try:
-                _try(preview_id, due)
+                due.deny(due.since)
             except Exception:
                 with _lock:
                     if _due.get(preview_id) is due:
                         _due[preview_id] = _due.pop(preview_id)  # (due still: goes last)
                 break
             with _lock:
-                _trying.discard(preview_id)
                 if _due.get(preview_id) is due:
                     _forget(preview_id)
     finally:
-        with _lock:
-            _trying.difference_update(preview_id for preview_id, _ in mine)
+        _let_go([preview_id for preview_id, _ in mine], claim)
 
 
 def undecided(preview_ids: Iterable[str]) -> bool:
@@ -269,23 +282,22 @@ def undecided(preview_ids: Iterable[str]) -> bool:
 
 
 def _deny_first(preview_id: str, due: _Due, until: float, clock: Clock) -> None:
-    """Record the due denial of ``preview_id`` (claimed: in :data:`_trying`) before it is
-    handed to this task, outside the lock.
+    """Record the due denial of ``preview_id`` (claimed by the caller: in :data:`_trying`)
+    before it is handed to this task, outside the lock.
 
     No one is handed it meanwhile: while it is claimed, every other receiver meets
     ``conflict`` and no other thread tries it (two tries at once could both audit it), and
-    nobody can let go of it (nobody holds it: it is due). Once recorded, the claim goes and
-    this task holds it (when it stands) under the lock at once.
+    nobody can let go of it (nobody holds it: it is due). Once recorded, this task holds it
+    (when it stands) under the lock at once.
 
     Raises:
         ConflictError: unless the preview stands all the same.
     """
     try:
-        stands = _try(preview_id, due)
+        stands = due.deny(due.since)
     except Exception as exc:
         raise _still_due(preview_id, type(exc).__name__) from exc
     with _lock:
-        _trying.discard(preview_id)  # (with what became of it: no other try in between)
         if stands:  # (a person approved it before the withdrawal: theirs to keep)
             if _due.get(preview_id) is due:
                 del _due[preview_id]
@@ -300,16 +312,12 @@ def _deny_first(preview_id: str, due: _Due, until: float, clock: Clock) -> None:
     )
 
 
-def _try(preview_id: str, due: _Due) -> bool:
-    """Try the due denial of ``preview_id``, claimed (:data:`_trying`), outside the lock;
-    whether its preview stands. The claim goes when it raises; else the caller lets go of
-    it under the lock as it records the outcome."""
-    try:
-        return due.deny(due.since)
-    except BaseException:
-        with _lock:
-            _trying.discard(preview_id)
-        raise
+def _let_go(preview_ids: Iterable[str], claim: object) -> None:
+    """End the claims ``claim`` still has on ``preview_ids``: their tries ended, however."""
+    with _lock:
+        for preview_id in preview_ids:
+            if _trying.get(preview_id) is claim:
+                del _trying[preview_id]
 
 
 def _still_due(preview_id: str, why: str) -> ConflictError:
@@ -336,9 +344,10 @@ def _hold(holding: _Holding, preview_id: str, proposing: _Proposing | None) -> N
 
 
 def _forget(preview_id: str) -> None:
-    """Drop the due denial of ``preview_id`` and its entry (nobody holds it)."""
+    """Drop the due denial of ``preview_id``, its entry (nobody holds it) and its claim."""
     del _due[preview_id]
     _held.pop(preview_id, None)
+    _trying.pop(preview_id, None)
 
 
 def _forget_expired() -> None:
@@ -349,16 +358,21 @@ def _forget_expired() -> None:
     for gone in [key for key, holding in _held.items() if holding.until <= now(holding.clock)]:
         del _held[gone]
         _due.pop(gone, None)
+        _trying.pop(gone, None)
     _forget_at = max(_FORGET_FIRST_AT, 2 * len(_held))
 
 
 def _reader() -> Callable[[Clock], float]:
-    """Reads each clock once (one look at the tables judges each entry by one time)."""
+    """Reads each clock once (one look at the tables judges each entry by one time); one
+    that raises judges its entries not expired (its write path's error is not the caller's)."""
     read: dict[int, float] = {}
 
     def now(clock: Clock) -> float:
         if (key := id(clock)) not in read:
-            read[key] = clock()
+            try:
+                read[key] = clock()
+            except Exception:
+                read[key] = -math.inf
         return read[key]
 
     return now

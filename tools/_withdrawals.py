@@ -107,9 +107,20 @@ def _denied_by(preview: Preview, how: str, tried: Collection[float]) -> bool:
 
 class _Denial:
     """The denial of one withdrawn preview (:data:`~airlock.tools._preview_holders.Denial`),
-    tried until the ledger records it; :attr:`preview`: as the latest try left it."""
+    tried until the ledger records it; :attr:`preview`: as the latest try left it. Once a try
+    of it returned, a later call (the holders' tables lost that outcome to an interrupt, say)
+    answers the same, auditing nothing again."""
 
-    __slots__ = ("_clock", "_how", "_ledger", "_sender", "_tried", "preview", "preview_id")
+    __slots__ = (
+        "_clock",
+        "_how",
+        "_ledger",
+        "_sender",
+        "_stands",
+        "_tried",
+        "preview",
+        "preview_id",
+    )
 
     def __init__(
         self,
@@ -122,9 +133,12 @@ class _Denial:
         self._ledger, self._sender, self._clock = ledger, sender, clock
         self.preview_id, self._how = preview_id, how
         self._tried: list[float] = []
+        self._stands: bool | None = None
         self.preview: Preview | None = None
 
     def __call__(self, since: float) -> bool:
+        if self._stands is not None:
+            return self._stands
         now = self._clock()
         tried = tuple(self._tried)
         self._tried.append(now)
@@ -137,7 +151,8 @@ class _Denial:
             since=since,
             tried=tried,
         )
-        return self.preview is not None and self.preview.state in LIVE_STATES
+        self._stands = self.preview is not None and self.preview.state in LIVE_STATES
+        return self._stands
 
 
 class Withdrawals(BatchWrites):

@@ -24,7 +24,7 @@ from tests.bridge.test_withdrawn_proposals import (
     stored,
     world,
 )
-from tests.tools.holder_tables import empty_holder_tables
+from tests.tools.holder_tables import InterruptingLock, empty_holder_tables
 from tests.tools.test_proposals import ProposalWorld
 from tests.tools.test_write_world import ALICE
 
@@ -137,10 +137,12 @@ async def test_a_closed_ledgers_due_denial_costs_the_others_nothing_and_goes_at_
     assert (withdrawn in holders._due, withdrawn in holders._held) == (False, False)
 
 
-# (case, how the ledger failed as it denied the withdrawn preview the first time)
+# (case, how the ledger failed as it denied the withdrawn preview the first time; or how the
+# try that recorded it was lost: an interrupt as it took the holders' lock to forget it)
 FAILED_DENIAL = [
     ("before_it_stored_the_denial", "before"),
     ("its_answer_lost_once_stored", "after"),
+    ("recorded_then_interrupted", "interrupted"),
 ]
 
 
@@ -152,9 +154,13 @@ async def test_a_denial_recorded_late_is_audited_once(
     preview = stored(world, str((await propose(run, 1, "inv_1"))["preview_id"]))
     real = world.ledger.transition
     failed: list[bool] = []
+    lock = InterruptingLock("tried")
 
     def transition(*args: Any, **kwargs: Any) -> Any:
-        if failed or kwargs.get("to") != "denied":
+        if kwargs.get("to") != "denied":
+            return real(*args, **kwargs)
+        if failed:
+            lock.arm()  # (recorded: audited next, then the lock is taken to forget it)
             return real(*args, **kwargs)
         failed.append(True)
         if when == "after":
@@ -163,7 +169,13 @@ async def test_a_denial_recorded_late_is_audited_once(
 
     monkeypatch.setattr(world.ledger, "transition", transition)
     run.withdraw(1)
-    run.end()
+    if when == "interrupted":
+        monkeypatch.setattr(holders, "_lock", lock)
+        with pytest.raises(KeyboardInterrupt):
+            run.end()  # (its due denials are tried first)
+        assert preview.id in holders._due  # (tried again: it finds its own try's denial)
+    else:
+        run.end()
     world.writes.settle_denials()
     assert_withdrawn(world, preview.id)
     assert preview.id not in holders._due

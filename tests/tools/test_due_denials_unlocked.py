@@ -3,7 +3,7 @@ holders' tables: a ledger that failed may take its busy timeout (30 s) to fail a
 proposal of another ledger waits for that, nor one of the same intent, which meets
 ``conflict`` at once (nobody is handed a preview whose denial is due); a pass over the due
 denials stops at the first that fails; and a child forked while another thread held that lock
-can propose."""
+can propose, knowing none of its parent's holds or due denials (they are the parent's)."""
 
 from __future__ import annotations
 
@@ -99,23 +99,39 @@ def _withdrawn_and_due(world: ProposalWorld, invoice: str, prefix: str) -> str:
     return preview_id
 
 
-# (case, the try of the due denial that waits out the ledger's busy timeout: as the proposal
-# of the same intent settles the due denials first (1), or as it is handed the preview (2))
-WAITING = [("as_a_proposal_settles", 1), ("as_its_preview_is_handed_out_again", 2)]
+# (case, who tries the denial as it waits out the ledger's busy timeout (the withdrawal that
+# freed the preview, or a proposal of the same intent as it settles the due denials first (try
+# 1) or as it is handed the preview (try 2)), which try that is, the tries in all, and what
+# the one who tries meets (the withdrawal goes on: the bridge logs it))
+WAITING = [
+    ("as_its_program_withdraws_it", "withdrawal", 1, 1, None),
+    ("as_a_proposal_settles", "proposal", 1, 2, ConflictError),
+    ("as_its_preview_is_handed_out_again", "proposal", 2, 2, ConflictError),
+]
 
 
-@pytest.mark.parametrize(("case", "block_at"), WAITING, ids=[c[0] for c in WAITING])
-def test_nobody_waits_for_a_due_denial_another_proposal_is_trying(
+@pytest.mark.parametrize(
+    ("case", "by", "block_at", "tries", "meets"), WAITING, ids=[c[0] for c in WAITING]
+)
+def test_nobody_waits_for_a_denial_another_thread_is_trying(
     world: ProposalWorld,
     other_world: ProposalWorld,
     monkeypatch: pytest.MonkeyPatch,
     case: str,
+    by: str,
     block_at: int,
+    tries: int,
+    meets: type[Exception] | None,
 ) -> None:
     denials = _Denials(world, monkeypatch, block_at)
-    preview_id = _withdrawn_and_due(world, "inv_1", "A")
+    if by == "withdrawal":
+        run = run_of(world, call_prefix="A")
+        preview_id = str(asyncio.run(propose(run, 1, "inv_1"))["preview_id"])
+        trying = _Call(lambda: run.withdraw(1))
+    else:
+        preview_id = _withdrawn_and_due(world, "inv_1", "A")
+        trying = _Call(_direct(world, "inv_1"))  # the same intent again: its denial is tried
     denials.tries = 0
-    trying = _Call(_direct(world, "inv_1"))  # the same intent again: its denial is tried
     trying.start()
     try:
         assert denials.waiting.wait(10)
@@ -128,11 +144,12 @@ def test_nobody_waits_for_a_due_denial_another_proposal_is_trying(
         assert others[0].error is None  # another ledger's proposal: as if nothing were due
         assert isinstance(others[1].error, ConflictError)  # (never handed the preview)
         assert "ask again shortly" in others[1].error.message
+        assert holders.undecided([preview_id])
     finally:
         denials.go.set()
         trying.join(10)
-    assert isinstance(trying.error, ConflictError)  # (the ledger failed: it is due still)
-    assert (preview_id in holders._due, denials.tries) == (True, 2)  # (by it alone)
+    assert type(trying.error) is meets if meets else trying.error is None
+    assert (preview_id in holders._due, denials.tries) == (True, tries)  # (by it alone)
     assert not holders._trying
     assert stored(world, preview_id).state == "prepared"
 
@@ -149,7 +166,13 @@ def test_a_pass_over_the_due_denials_stops_at_the_first_that_fails(
     assert not holders._trying
 
 
-def test_a_child_forked_while_another_thread_held_the_holders_lock_can_propose() -> None:
+def test_a_forked_child_starts_afresh_though_another_thread_held_the_holders_lock(
+    world: ProposalWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _Denials(world, monkeypatch, block_at=-1)
+    _withdrawn_and_due(world, "inv_1", "A")  # (the parent's: the child knows nothing of it)
+    kept = str(asyncio.run(propose(run_of(world, call_prefix="B"), 1, "inv_2"))["preview_id"])
+    holders.withdrawing(kept, object())  # (held, and a withdrawal pending: the parent's too)
     held, done = threading.Event(), threading.Event()
 
     def hold() -> None:
@@ -164,8 +187,10 @@ def test_a_child_forked_while_another_thread_held_the_holders_lock_can_propose()
         pid = os.fork()
         if pid == 0:  # the child: report by exit status, never return into pytest
             try:
+                tables = (holders._held, holders._due, holders._pending, holders._trying)
+                empty = not any(tables)  # (another process: the parent's holds are its own)
                 holders.withdrawing("pv_in_the_child", object())
-                os._exit(0 if not holders.undecided(["pv_in_the_child"]) else 1)
+                os._exit(0 if empty and not holders.undecided(["pv_in_the_child"]) else 1)
             finally:
                 os._exit(2)
     finally:

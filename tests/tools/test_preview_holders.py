@@ -7,6 +7,7 @@ path that stored or received it)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import Literal
 
 import pytest
 
@@ -21,7 +22,7 @@ from airlock.tools._preview_holders import (
     undecided,
     withdrawing,
 )
-from tests.tools.holder_tables import empty_holder_tables
+from tests.tools.holder_tables import InterruptingLock, empty_holder_tables
 
 A, B = object(), object()
 DIRECT = None
@@ -202,7 +203,79 @@ def test_a_due_denial_that_keeps_failing_keeps_no_other_from_being_tried() -> No
     settle(LEDGER)  # (pv_1 fails: the pass stops there, pv_1 goes last)
     assert list(holders._due) == ["pv_2", "pv_1"]
     settle(LEDGER)
-    assert (list(holders._due), holders._trying) == (["pv_1"], set())
+    assert (list(holders._due), bool(holders._trying)) == (["pv_1"], False)
+
+
+# (case, who tries the due denial as an interrupt lands (a write path settling, a proposal
+# handed its preview, the withdrawal that freed it), and when: as it claims the try, or as it
+# takes the lock again once the try succeeded (to forget it))
+INTERRUPTED = [
+    ("settling_as_it_claims", "settle", "claimed"),
+    ("settling_once_tried", "settle", "tried"),
+    ("handing_it_out_as_it_claims", "receive", "claimed"),
+    ("handing_it_out_once_tried", "receive", "tried"),
+    ("withdrawing_as_it_claims", "release", "claimed"),
+    ("withdrawing_once_tried", "release", "tried"),
+]
+
+
+@pytest.mark.parametrize(("case", "who", "at"), INTERRUPTED, ids=[c[0] for c in INTERRUPTED])
+def test_an_interrupted_try_leaves_its_denial_due_and_free_to_try_again(
+    monkeypatch: pytest.MonkeyPatch, case: str, who: str, at: Literal["claimed", "tried"]
+) -> None:
+    lock = InterruptingLock(at)
+    tries: list[float] = []
+
+    def deny(since: float) -> bool:
+        tries.append(since)
+        if len(tries) == 1 and who != "release":
+            raise OSError("the ledger is locked")
+        lock.arm()  # (recorded: the interrupt lands as the lock is taken next)
+        return False
+
+    _as(A, note_stored)
+    if who != "release":
+        with pytest.raises(OSError, match="locked"):
+            _release(A, deny)
+    tries_it: dict[str, Callable[[], object]] = {
+        "settle": lambda: settle(LEDGER),
+        "receive": lambda: _as(B, note_received),
+        "release": lambda: _release(A, deny),
+    }
+    monkeypatch.setattr(holders, "_lock", lock)
+    with pytest.raises(KeyboardInterrupt):
+        tries_it[who]()
+    assert (lock.landed, undecided(["pv_1"]), bool(holders._trying)) == (True, True, False)
+    settle(LEDGER)  # (tried again: no claim left behind keeps it from that)
+    assert (holders._due, holders._held, bool(holders._trying)) == ({}, {}, False)
+
+
+class _Broken:
+    def __call__(self) -> float:
+        raise RuntimeError("the write path's clock is closed")
+
+
+# (case, what this write path's clock, which raises, is read for: a settle of another ledger
+# (its denial is due), or a look for expired entries as another preview is stored (its hold))
+BROKEN_CLOCK = [("settling_another_ledger", "due"), ("looking_for_expired_entries", "held")]
+
+
+@pytest.mark.parametrize(("case", "has"), BROKEN_CLOCK, ids=[c[0] for c in BROKEN_CLOCK])
+def test_a_clock_that_raises_fails_no_other_write_path_and_forgets_nothing(
+    monkeypatch: pytest.MonkeyPatch, case: str, has: str
+) -> None:
+    with proposing_as(A):
+        note_stored("pv_1", until=100.0, clock=_Broken())
+    if has == "due":
+        with pytest.raises(OSError, match="locked"):
+            _release(A, _tries(None))
+        settle(OTHER_LEDGER)
+    else:
+        monkeypatch.setattr(holders, "_forget_at", 0)  # (the next note looks for expired ones)
+        clock.now = 500.0
+        with proposing_as(B):
+            note_stored("pv_2", until=1000.0, clock=clock)
+    assert ("pv_1" in holders._held, "pv_1" in holders._due) == (True, has == "due")
 
 
 def test_a_preview_the_pending_withdrawals_would_free_is_undecided() -> None:
