@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +20,7 @@ from airlock.tools import CallContext, ConflictError
 from airlock.tools import _preview_holders as holders
 from airlock.tools._errors import LedgerLockedError
 from tests.bridge.test_withdrawn_proposals import REFUND, propose, run_of, stored, world
+from tests.tools.forked_child import child_exit_code
 from tests.tools.holder_tables import empty_holder_tables
 from tests.tools.test_proposals import PROPOSING, ProposalWorld
 from tests.tools.test_write_world import ALICE, ASK
@@ -196,11 +195,5 @@ def test_a_forked_child_starts_afresh_though_another_thread_held_the_holders_loc
     finally:
         done.set()
         holder.join(10)
-    deadline = time.monotonic() + 10
-    while (waited := os.waitpid(pid, os.WNOHANG)) == (0, 0) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    if waited == (0, 0):
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-        pytest.fail("the forked child blocked on the holders' lock it inherited held")
-    assert os.waitstatus_to_exitcode(waited[1]) == 0
+    hung = "the forked child blocked on the holders' lock it inherited held"
+    assert child_exit_code(pid, hung=hung) == 0

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import time
 from pathlib import Path
 from typing import Annotated
@@ -35,6 +34,7 @@ from airlock.tools import (
     redact,
 )
 from airlock.tools._redact import REDACTED, SECRET_HEADERS, remember_secret
+from tests.tools.forked_child import child_exit_code
 
 pytestmark = pytest.mark.anyio
 TOKEN = "tok_echoed_back_7f3a9c21"
@@ -220,14 +220,9 @@ def test_redaction_works_in_a_child_forked_while_the_lock_was_held() -> None:
                 os._exit(0 if redact("x tok_in_the_child_3c9e") == f"x {REDACTED}" else 1)
             finally:
                 os._exit(2)
-    deadline = time.monotonic() + 10
-    while (waited := os.waitpid(pid, os.WNOHANG)) == (0, 0) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    if waited == (0, 0):
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-        pytest.fail("redact() in the forked child blocked on the inherited lock")
-    assert os.waitstatus_to_exitcode(waited[1]) == 0
+    assert (
+        child_exit_code(pid, hung="redact() in the forked child blocked on the inherited lock") == 0
+    )
 
 
 def test_ordinary_text_is_left_alone() -> None:
