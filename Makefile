@@ -56,8 +56,12 @@ types: venv
 
 # The long runs (the bridge fuzzer, the data image's isolation suite under gVisor) are
 # `make soak`'s, so that `make test` keeps to about 15 minutes.
+# Two test processes (pytest-xdist): most tests wait on containers, deadlines or the ledger,
+# and each process keeps to its own containers, database schemas and ports.
+TEST_WORKERS ?= 2
+
 pytest: setup postgres browser
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -m "not slow" -n $(TEST_WORKERS)
 
 soak: setup postgres
 	$(PY) -m pytest -q -m slow
