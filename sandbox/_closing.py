@@ -47,8 +47,10 @@ class Starts:
         self._later: set[asyncio.Task[Any]] = set()
         self._cancelled = False
 
-    async def run(self, start: Coroutine[Any, Any, T]) -> T:
-        """What ``start`` returns.
+    async def run(self, start: Coroutine[Any, Any, T], *, discard: Callable[[T], object]) -> T:
+        """What ``start`` returns; ``discard`` gets it instead when the caller is cancelled
+        after it returned (a start that had just finished, or that swallowed its cancel as
+        3.11's ``wait_for`` may), before the caller could take it.
 
         Raises:
             SandboxClosed: :meth:`cancel` ended it.
@@ -64,6 +66,8 @@ class Starts:
             caller = asyncio.current_task()
             if task.cancelled() and not (caller and caller.cancelling()):
                 raise SandboxClosed() from None
+            if task.done() and not task.cancelled() and task.exception() is None:
+                discard(task.result())  # (made, and nobody would take it)
             raise
 
     def _go_on(self, work: Coroutine[Any, Any, object]) -> bool:

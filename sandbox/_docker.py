@@ -22,6 +22,7 @@ than ``reuse_max`` are held once their runs end (a burst of principals may hold 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import shutil
@@ -202,6 +203,7 @@ class DockerBackend:
         chosen = profile or self.profile
         await self._check_image(chosen)
         self._refuse_if_closed()  # closed while it waited: the socket root may be gone
+        started = functools.partial(SandboxContainer, self.client, profile=chosen, inputs=inputs)
         launched = await self._starts.run(
             launch(
                 self.client,
@@ -211,9 +213,10 @@ class DockerBackend:
                 socket_root=self._sockets(),
                 inputs=inputs,
                 run_waiting=not pooled,
-            )
+            ),
+            discard=lambda launched: self._destroy_later(started(launched)),
         )
-        container = SandboxContainer(self.client, launched, profile=chosen, inputs=inputs)
+        container = started(launched)
         if self._closed:  # closed while it started: nobody will run or remove it
             self._destroy_later(container)  # the run's answer does not wait for the engine
             self._refuse_if_closed()

@@ -122,8 +122,10 @@ class KeptSandbox:
 
         Raises:
             UsageError: ``tools`` acts for another principal than the owner, the profile
-                changes container settings, or the sandbox was closed before this call.
-            SandboxClosed: the sandbox or its backend was closed after this call began, and
+                changes container settings, or the sandbox was closed (by :meth:`close`)
+                before this call.
+            SandboxClosed: its backend was closed before this call; or the sandbox or its
+                backend was closed after this call began, and
                 cut it off: while it waited for the program before it, while its container
                 started, or while its program ran and that close ended its runner (not
                 retryable; its message says which was closed).
@@ -141,6 +143,8 @@ class KeptSandbox:
         if refused is not None:
             return refused
         if self._closed:  # (a call after close(); one it cuts off is told SandboxClosed)
+            if self._backend_closed():  # (the caller closed nothing: a server shutting down)
+                raise SandboxClosed()
             raise UsageError("this kept sandbox is closed; open another")
         began = time.perf_counter()
         # The program before this one ends by its own deadline; waiting for it counts

@@ -6,8 +6,10 @@ sandboxes) removes the container under the first; the lock is then handed to the
 before close() takes it. That run began before the close: it is cut off, and what it raises
 says which was closed and that no retry can help (:class:`SandboxClosed`, as every other run
 a close cuts off), never the :class:`UsageError` of a call made after the close, which a
-harness does not expect of a tool call at shutdown. A call made after the close is still a
-:class:`UsageError`.
+harness does not expect of a tool call at shutdown. A call made after the sandbox's own close
+is still a :class:`UsageError` (the caller's mistake); one made after its backend's close is
+:class:`SandboxClosed` too: the caller closed nothing (a server shutting down under a
+conversation).
 
 The container is a stand-in (no Docker: the order of events is the point).
 """
@@ -28,17 +30,19 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-# (case, what closes, what the queued run's message names)
-CLOSES = [
-    ("kept_closed", "kept", "kept sandbox was closed"),
-    ("backend_closed", "backend", "backend is closed"),
+# (case, what closes, what the queued run's message names, what a call after the close raises)
+CLOSES: list[tuple[str, str, str, tuple[type[Exception], str]]] = [
+    ("kept_closed", "kept", "kept sandbox was closed", (UsageError, "kept sandbox is closed")),
+    ("backend_closed", "backend", "backend is closed", (SandboxClosed, "backend is closed")),
 ]
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize(("closing", "names"), [c[1:] for c in CLOSES], ids=[c[0] for c in CLOSES])
+@pytest.mark.parametrize(
+    ("closing", "names", "after"), [c[1:] for c in CLOSES], ids=[c[0] for c in CLOSES]
+)
 async def test_a_queued_kept_run_cut_off_by_close_raises_sandbox_closed(
-    closing: str, names: str
+    closing: str, names: str, after: tuple[type[Exception], str]
 ) -> None:
     ends = asyncio.Event()
     container, backend_closed = _Container(ends=ends), [False]
@@ -60,6 +64,6 @@ async def test_a_queued_kept_run_cut_off_by_close_raises_sandbox_closed(
     assert names in str(raised.value)
     await asyncio.wait_for(closing_task, 2.0)
     assert container.programs == 1, "the queued program did not run"
-    # A call made after the close is the caller's mistake, as documented.
-    with pytest.raises(UsageError, match="kept sandbox is closed"):
+    # A call made after the close: the caller's mistake if it closed the sandbox itself.
+    with pytest.raises(after[0], match=after[1]):
         await kept.run("'after close'")

@@ -1,0 +1,47 @@
+"""A session whose backend was closed under it (a server shutting down) answers its next
+``execute_code`` with a tool result, never an exception out of :meth:`Session.call`: a plain
+session and a ``keep_state`` one alike, ``sandbox_unavailable``, not retryable. (A kept
+sandbox closed by its backend used to refuse the call as the caller's mistake, a
+``UsageError`` that escaped the call.)"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from airlock.policies import SandboxProfile
+from airlock.sandbox import DockerBackend
+from tests.airlock.session_world import ALICE, World
+from tests.conftest import IMAGE, require_docker
+
+pytestmark = pytest.mark.docker
+
+# (case, the session's keep_state)
+SESSIONS = [("plain", False), ("kept", True)]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("keep_state", [s[1] for s in SESSIONS], ids=[s[0] for s in SESSIONS])
+async def test_a_session_whose_backend_closed_answers_sandbox_unavailable(
+    tmp_path: Path, keep_state: bool
+) -> None:
+    require_docker()
+    backend = DockerBackend(image=IMAGE, profile=SandboxProfile(timeout_s=10))
+    await backend.start()
+    world = World(tmp_path, backend)
+    session = world.session(ALICE, keep_state=keep_state)
+    try:
+        first = await session.call("execute_code", {"code": "x = 1\n2"})
+        assert not first.is_error, first.content
+        await backend.close()
+
+        answer = await session.call("execute_code", {"code": "3"})
+
+        assert (answer.code, answer.retryable) == ("sandbox_unavailable", False)
+        assert json.loads(answer.content)["error"] == "sandbox_unavailable"
+    finally:
+        await session.close()
+        await backend.close()
+        world.close()
