@@ -34,7 +34,7 @@ from airlock.tools._errors import NotFoundError, ToolError, ToolTimeoutError, Up
 from airlock.tools._registration import CompiledTool
 from airlock.tools._spec import ToolSpec
 from airlock.tools._step_text import failure_detail, failure_forms, failure_trace
-from airlock.tools._worker_threads import WorkerThread, thread_timeout
+from airlock.tools._worker_threads import NotSent, WorkerThread, thread_timeout
 
 if TYPE_CHECKING:
     from airlock.tools._admission import CallTrail
@@ -50,12 +50,15 @@ async def execute(
     ctx: CallContext,
     *,
     trail: CallTrail | None = None,
+    claimed: WorkerThread | None = None,
 ) -> Any:
     """Step 5: run the handler with limits, under the runtime check of what the tool
     declares (:mod:`airlock.tools._egress`); ``trail``, if given, is marked with what the
-    check refused.
+    check refused. A sync handler runs on the ``claimed`` thread when given (an approved
+    read's, whose caller asks it afterwards whether the handler ever started).
 
     Raises:
+        NotSent: the ``claimed`` thread met the tool's bound as it was about to start.
         ToolError: ``timeout`` (outcome ``error`` when a sync handler never started);
             ``denied`` when the handler reached what the tool does not declare (even if it
             caught the refusal); the handler's own error; ``upstream`` with outcome
@@ -124,10 +127,12 @@ async def execute(
         else:
             # Abandoned as its deadline passes (a thread cannot be stopped), and counted
             # against the tool until it ends: one with too many such threads is refused here.
-            thread = WorkerThread(spec)
+            thread = WorkerThread(spec) if claimed is None else claimed
             with anyio.move_on_after(budget) as scope:
                 result = await thread.run(_bind(spec, ctx, values))
             timed_out = scope.cancelled_caught
+    except NotSent:  # (nothing ran: its caller gives the claim back)
+        raise
     except NotFoundError as exc:
         _refuse_undeclared(check, trail, exc)
         # One canonical answer, so another tenant's record reads exactly like a missing one.

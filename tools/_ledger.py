@@ -7,7 +7,8 @@ by implementing this protocol:
 * at most one *live* preview per idempotency key (see :data:`~airlock.tools._preview.LIVE_STATES`);
 * at most one receipt per key, stored in the same transaction that marks the step
   ``committed``;
-* an approval is consumed at most once;
+* an approval is consumed at most once, and made usable again only by undoing the claim
+  that consumed it, whose send never started (:meth:`LedgerStore.release_claim`);
 * :meth:`LedgerStore.transition` is a compare-and-set on (state, attempts): of two processes
   claiming the same step, exactly one wins and the other gets :class:`StepStateError`;
 * a claim keeps its owner and lease expiry as given, so another process (on another host too)
@@ -27,13 +28,16 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Literal, Protocol
 
 from airlock.tools._batch_records import Batch
 from airlock.tools._errors import ConflictError
 from airlock.tools._preview import Approval, Preview, Receipt, StepEvent, StepState
 
-__all__ = ["LedgerStore", "StepRef", "StepStateError", "own_receipt"]
+__all__ = ["ClaimedFrom", "LedgerStore", "StepRef", "StepStateError", "own_receipt"]
+
+ClaimedFrom = Literal["approved", "unknown"]
+"""The states a send is claimed from (a ``sending`` step taken over is undecided: ``unknown``)."""
 
 
 class StepStateError(ConflictError):
@@ -132,6 +136,36 @@ class LedgerStore(Protocol):
             KeyError: no preview has this id.
             StepStateError: the step is not in ``expect``, its attempts differ from
                 ``expect_attempts``, or the approval was already consumed.
+        """
+
+    def release_claim(
+        self,
+        preview_id: str,
+        *,
+        to: ClaimedFrom,
+        expect_attempts: int,
+        expect_owner: str,
+        at: float,
+        actor: str,
+        how: str,
+        error: str | None = None,
+    ) -> Preview:
+        """Undo the claim of a send that certainly never started (its code did not run, nor
+        will), and return the step: from ``sending`` with ``expect_attempts`` attempts and
+        ``expect_owner`` as its owner (as that claim left it) back to ``to``, the state it was
+        claimed from, with the attempt the claim counted taken back and its lease cleared.
+
+        In the same transaction: back to ``approved`` (the first claim: one attempt), the
+        approval that claim consumed (at its time, the step's ``updated``) is usable again,
+        that one only, and the step has no owner, as before it was claimed; back to
+        ``unknown``, it keeps its owner (the last claim's) and takes ``error``. Append a
+        :class:`StepEvent` whose ``how`` says why nothing was sent.
+
+        Raises:
+            KeyError: no preview has this id.
+            StepStateError: the step is not ``sending`` with these attempts and owner (it was
+                settled or taken over meanwhile), or, back to ``approved``, it was sent before
+                or its approval was not consumed by this claim. Nothing is changed.
         """
 
     def add_batch(self, batch: Batch) -> None:

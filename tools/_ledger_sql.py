@@ -16,7 +16,7 @@ from collections.abc import Collection
 from typing import Any, Protocol
 
 from airlock.tools._batch_records import Batch
-from airlock.tools._ledger import StepRef, StepStateError
+from airlock.tools._ledger import ClaimedFrom, StepRef, StepStateError
 from airlock.tools._ledger_rows import (
     approval_of,
     batch_of,
@@ -47,6 +47,7 @@ __all__ = [
     "read_receipt",
     "read_receipts",
     "read_steps",
+    "release_step",
 ]
 
 PREVIEW_COLUMNS = (
@@ -199,6 +200,63 @@ def move_step(
     )
     event(conn, current.id, at, current.state, to, actor, how)
     return updated
+
+
+def release_step(
+    conn: LedgerConnection,
+    preview_id: str,
+    *,
+    to: ClaimedFrom,
+    expect_attempts: int,
+    expect_owner: str,
+    at: float,
+    actor: str,
+    how: str,
+    error: str | None,
+    lock: str = "",
+) -> Preview:
+    """The steps of :meth:`~airlock.tools.LedgerStore.release_claim` (``lock`` as in
+    :func:`get_preview`): the step as it now is.
+
+    Raises:
+        ValueError: ``to`` is no state a send is claimed from.
+        KeyError: the ledger holds no such step.
+        StepStateError: it is not the claim described, or (back to ``approved``) its
+            approval was not consumed by it.
+    """
+    if to not in ("approved", "unknown"):
+        raise ValueError(f"a claim is released to 'approved' or 'unknown', not {to!r}")
+    sending: tuple[StepState, ...] = ("sending",)
+    current = current_step(conn, preview_id, sending, expect_attempts, lock=lock)
+    # Only a first claim came from ``approved``: a step sent before may have acted.
+    first = current.attempts == 1
+    if current.owner != expect_owner or (to == "approved" and not first):
+        raise StepStateError(current, sending)
+    if to == "approved":
+        # The claim consumed the approval at its own time, the step's ``updated`` (the same
+        # value written in one transaction): that consumption only, not an earlier one.
+        freed = conn.execute(
+            "UPDATE approvals SET consumed_at = NULL WHERE preview_id = ? AND consumed_at = ?",
+            (current.id, current.updated),
+        ).rowcount
+        if freed != 1:
+            raise StepStateError(current, sending)
+    released = dataclasses.replace(
+        current,
+        state=to,
+        updated=float(at),
+        attempts=current.attempts - 1,
+        owner=None if to == "approved" else current.owner,
+        lease_until=None,
+        error=None if error is None else ledger_text(error),
+    )
+    conn.execute(
+        "UPDATE previews SET state = ?, updated = ?, attempts = ?, owner = ?, "
+        "lease_until = NULL, error = ? WHERE id = ?",
+        (to, released.updated, released.attempts, released.owner, released.error, current.id),
+    )
+    event(conn, current.id, at, current.state, to, actor, how)
+    return released
 
 
 def event(

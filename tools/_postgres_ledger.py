@@ -29,7 +29,7 @@ from typing import TypeVar
 from psycopg import errors
 
 from airlock.tools._batch_records import Batch
-from airlock.tools._ledger import StepRef, StepStateError
+from airlock.tools._ledger import ClaimedFrom, StepRef, StepStateError
 from airlock.tools._ledger_rows import preview_of, preview_row, readable_rows
 from airlock.tools._ledger_sql import (
     BATCH_COLUMNS,
@@ -47,6 +47,7 @@ from airlock.tools._ledger_sql import (
     read_receipt,
     read_receipts,
     read_steps,
+    release_step,
 )
 from airlock.tools._postgres_audit import QmarkConnection
 from airlock.tools._postgres_connection import PostgresDatabase, redact_url
@@ -230,6 +231,32 @@ class PostgresLedgerStore:
             assert current is not None  # the violation comes after the step was read
             raise StepStateError(current, expect) from None
         return updated
+
+    def release_claim(
+        self,
+        preview_id: str,
+        *,
+        to: ClaimedFrom,
+        expect_attempts: int,
+        expect_owner: str,
+        at: float,
+        actor: str,
+        how: str,
+        error: str | None = None,
+    ) -> Preview:
+        with readable_rows(redact_url(self.url)), self._db.transaction() as pg:
+            return release_step(
+                QmarkConnection(pg),
+                preview_id,
+                to=to,
+                expect_attempts=expect_attempts,
+                expect_owner=expect_owner,
+                at=at,
+                actor=actor,
+                how=how,
+                error=error,
+                lock=" FOR UPDATE",
+            )
 
     def close(self) -> None:
         if self._owned:

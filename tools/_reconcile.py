@@ -17,7 +17,10 @@ resolved all the same. A store that fails as a whole (unreachable, read-only, no
 database, replaced, its disk failed, or an audit store refusing appends) stops the pass with
 its error: every step would fail alike.
 A query, like a send, runs under the tool's timeout: one that gets no answer leaves its step
-``unknown``, and reconcile goes on.
+``unknown``, and reconcile goes on. A sync query or resend that certainly never started (its
+tool met its bound of threads as it was about to start, or its timeout passed while it waited
+for a worker thread: :mod:`airlock.tools._not_sent`) gives its claim back: the step is
+``unknown`` as before, its attempt taken back, reported ``unresolved``.
 An answer that is not a receipt of the step's approved effect is never stored as its receipt
 (:mod:`airlock.tools._receipt_check`): the step stays ``unknown`` for a person to look at.
 """
@@ -47,6 +50,7 @@ from airlock.tools._errors import (
 )
 from airlock.tools._in_flight import sending_here
 from airlock.tools._ledger import LedgerStore, StepRef, StepStateError
+from airlock.tools._not_sent import release, unsent_why
 from airlock.tools._preview import Preview, Receipt, StepState
 from airlock.tools._process import ProcessMark
 from airlock.tools._registry import Registry
@@ -236,7 +240,9 @@ async def resolve(sender: Sender, registry: Registry, preview: Preview) -> Resol
     if spec is None or spec.write is None:
         return result(preview, "unresolved", f"tool {preview.tool!r} is not registered here")
     contract = spec.write
-    busy = refusal(spec, contract.lookup or contract.commit)
+    # A lookup that finds nothing is followed by a resend: both must be able to start.
+    calls = (contract.lookup, contract.commit) if contract.lookup else (contract.commit,)
+    busy = next(filter(None, (refusal(spec, call) for call in calls)), None)
     if busy is not None:  # its sync calls run on past their timeouts: not claimed, left as is
         return result(preview, "unresolved", busy.detail or busy.message)
     try:
@@ -248,18 +254,29 @@ async def resolve(sender: Sender, registry: Registry, preview: Preview) -> Resol
         check = reach_of(spec).check(
             phase="lookup", tenant=claimed.principal.tenant_id, effects=claimed.effects
         )
+        thread = WorkerThread(spec, claimed=True)
         try:
             # Bounded like a send: a system that never answers must not hold up reconcile
             # (at start-up, before anything is committed) or the steps after this one.
             with anyio.fail_after(spec.timeout):
-                lookup = WorkerThread(spec, claimed=True).calling(contract.lookup)
+                lookup = thread.calling(contract.lookup)
                 found = await checked_invoke(
                     check, lookup, effect_of(contract, claimed), claimed.key
                 )
-        except TimeoutError:
-            found, how = None, f"query got no answer within {spec.timeout:g} s"
-        except Exception as exc:  # the query failed: still undecided
-            found, how = None, f"query failed: {type(exc).__name__}"
+        except BaseException as exc:
+            # A query that never started gives its claim back: unknown as before, the attempt
+            # taken back (a cancellation is raised on all the same).
+            unsent = unsent_why(thread, exc)
+            back = None if unsent is None else release(sender, claimed, unsent, what="query")
+            if not isinstance(exc, Exception):
+                raise
+            if back is not None:
+                return result(back, "unresolved", f"query {unsent}; its claim was given back")
+            found = None
+            if isinstance(exc, TimeoutError):
+                how = f"query got no answer within {spec.timeout:g} s"
+            else:  # the query failed: still undecided
+                how = f"query failed: {type(exc).__name__}"
         else:
             how = ""
         denial = check.denial(outcome="unknown")

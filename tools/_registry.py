@@ -50,6 +50,7 @@ from airlock.tools._registration import CompiledTool, build_spec, compile_tool
 from airlock.tools._schema import ToolDefinition
 from airlock.tools._shaping import shape_plain, shape_with
 from airlock.tools._spec import Precondition, ToolSpec
+from airlock.tools._worker_threads import WorkerThread
 from airlock.tools._write_contract import WriteRunner
 from airlock.tools._write_grant import judge_write_first
 
@@ -80,8 +81,7 @@ class Registry:
         """Add ``spec`` after checking it against the tool contract.
 
         Raises:
-            UsageError: the name is taken or the spec breaks a rule; the message says what
-                to change.
+            UsageError: the name is taken or the spec breaks a rule; the message says what to fix.
         """
         if spec.name in self._tools:
             raise UsageError(f"tool {spec.name!r} is already registered; choose another name")
@@ -372,19 +372,20 @@ class Registry:
             ctx.observations.record(spec.name, values)
         return shaped
 
-    async def run_approved(self, name: str, values: Mapping[str, Any], ctx: CallContext) -> Any:
-        """Run the handler of the read tool ``name`` with ``values`` (what a person approved,
-        validated), with limits; its raw result. Only the write path calls this, for a read
-        whose preview was approved; its audit events are the write path's.
+    async def run_approved(
+        self, name: str, values: Mapping[str, Any], ctx: CallContext, thread: WorkerThread
+    ) -> Any:
+        """Run the read tool ``name``'s handler on ``values`` (validated, a person approved
+        them) with limits, a sync one on ``thread``; its raw result, for the write path only.
 
         Raises:
-            ToolError: as the handler's run (step 5).
+            ToolError: as the handler's run (step 5); NotSent when ``thread`` did not start.
             UsageError: ``name`` is no registered read tool.
         """
         tool = self._tools.get(name)
         if tool is None or tool.spec.write is not None:
             raise UsageError(f"{name!r} is not a read tool of this registry")
-        return await self._execute(tool, values, ctx)
+        return await self._execute(tool, values, ctx, claimed=thread)
 
     def _write_runner(self, admission: Admission) -> WriteRunner:
         if self._writes is None:
@@ -396,5 +397,4 @@ class Registry:
                 )
         return self._writes
 
-    # Step 5, the handler's run under the runtime checks of declarations: its own module.
-    _execute = staticmethod(execute)
+    _execute = staticmethod(execute)  # step 5, under the runtime checks: its own module

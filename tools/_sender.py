@@ -5,10 +5,13 @@ ledger before anything is sent, with this process as its owner and a lease. The 
 under the tool's timeout (a sync commit's thread that runs on is counted against the tool,
 never refused: its claim checked the bound). A receipt is stored in the same transaction
 that marks the step ``committed``, once it is found to be a receipt of the approved effect;
-a refusal of its first send (a ``ToolError`` with outcome ``error``) marks it ``failed``;
-any other ending (timeout, lost reply, unexpected error, unusable receipt, a refused
-*resend*, a ledger that fails to store the receipt) is ``ambiguous_write`` and marks it
-``unknown`` if the ledger lets it; what is recorded of it holds no ``Secret()`` field.
+a refusal of its first send (a ``ToolError`` with outcome ``error``) marks it ``failed``; a
+sync commit that never started (refused as its thread was to start, or its timeout or a
+cancellation passed while it waited for one) gives its claim back, so the step is as it was
+(``upstream``, retryable: :mod:`airlock.tools._not_sent`); any other ending (timeout, lost
+reply, unexpected error, unusable receipt, a refused *resend*, a ledger that fails to store
+the receipt or to take the claim back) is ``ambiguous_write`` and marks it ``unknown`` if the
+ledger lets it; what is recorded of it holds no ``Secret()`` field.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from airlock.tools._egress import CallCheck, checked_invoke, reach_of
 from airlock.tools._errors import AmbiguousWriteError, ConflictError, ToolError, UpstreamError
 from airlock.tools._in_flight import in_flight_here
 from airlock.tools._ledger import LedgerStore, StepStateError
+from airlock.tools._not_sent import given_back
 from airlock.tools._preview import Preview, Receipt, ResolvedBy, StepState
 from airlock.tools._receipt_check import receipt_mismatch
 from airlock.tools._shaping import shape_result
@@ -41,7 +45,7 @@ from airlock.tools._step_text import (
     without_secrets,
 )
 from airlock.tools._takeover import settle_taken_over
-from airlock.tools._worker_threads import WorkerThread
+from airlock.tools._worker_threads import NotSent, WorkerThread
 from airlock.tools._write_contract import WriteContract
 
 __all__ = ["Sender"]
@@ -95,6 +99,8 @@ class Sender:
             AmbiguousWriteError: no definite answer (timeout, lost reply, unexpected error),
                 or the system refused a resend (an earlier send may have acted); the step
                 is now ``unknown``.
+            UpstreamError: a sync commit never started; the step is as it was before its
+                claim (outcome ``unknown`` when that is ``unknown``).
             ConflictError: the answer is not a receipt of the approved effect (outcome
                 ``unknown``; see :meth:`store_receipt`).
             ToolError: the system refused the first send (outcome ``error``); the step is
@@ -117,10 +123,14 @@ class Sender:
         check = reach_of(spec).check(
             phase="commit", tenant=claimed.principal.tenant_id, effects=claimed.effects
         )
-        commit = WorkerThread(spec, claimed=True).calling(contract.commit)
+        thread = WorkerThread(spec, claimed=True)
+        commit = thread.calling(contract.commit)
         try:
             with anyio.fail_after(spec.timeout):
                 raw = await checked_invoke(check, commit, effect, claimed.key)
+        except NotSent as exc:  # its code never ran: the claim is given back, if it can be
+            unsent = given_back(self, claimed, thread, exc)
+            raise unsent or self.ambiguous(claimed, str(exc)) from None
         except ToolError as exc:
             self.refuse_undeclared(claimed, check, exc)
             if exc.outcome == "error" and resolved_by != "send":
@@ -135,27 +145,22 @@ class Sender:
                 raise self.ambiguous(claimed, why, secrets=secrets, message=message) from exc
             if exc.outcome == "error":  # the system refused the only send: nothing happened
                 self.mark(claimed, "failed", how=f"refused: {exc.code}", error=exc.code)
-                self.audit(
-                    claimed,
-                    "execute",
-                    "allow",
-                    claimed.rule,
-                    "error",
-                    exc.code,
-                    f"{actor}: refused",
-                )
+                refused = f"{actor}: refused"
+                self.audit(claimed, "execute", "allow", claimed.rule, "error", exc.code, refused)
                 raise
             why = f"{exc.code}: {exc.detail or exc.message}"
             raise self.ambiguous(claimed, why, secrets=secrets) from exc
         except TimeoutError as exc:
             self.refuse_undeclared(claimed, check, exc)
-            raise self.ambiguous(claimed, f"no answer within {spec.timeout:g} s") from exc
+            unsent = given_back(self, claimed, thread, exc)  # (if it waited for a thread)
+            raise unsent or self.ambiguous(claimed, f"no answer within {spec.timeout:g} s") from exc
         except Exception as exc:
             self.refuse_undeclared(claimed, check, exc)
             why = f"{type(exc).__name__}: {exc}"
             raise self.ambiguous(claimed, why, secrets=secrets) from exc
-        except BaseException:  # cancelled or interrupted mid-send: record what is known
-            self.mark_unknown(claimed, how="interrupted during send", error="interrupted")
+        except BaseException as exc:  # cancelled or interrupted: record what is known
+            if given_back(self, claimed, thread, exc) is None:  # (it may have run)
+                self.mark_unknown(claimed, how="interrupted during send", error="interrupted")
             raise
         self.refuse_undeclared(claimed, check, None)  # caught by commit: it fails all the same
         receipt = self.store_receipt(spec, claimed, raw, resolved_by=resolved_by, actor=actor)
@@ -223,15 +228,8 @@ class Sender:
             # never "nothing was written". Commit again or reconcile, with the same key.
             why = f"the receipt could not be stored: {type(exc).__name__}: {exc}"
             raise self.ambiguous(claimed, why, secrets=secrets) from exc
-        self.audit(
-            claimed,
-            "done",
-            "allow",
-            claimed.rule,
-            "ok",
-            None,
-            f"{actor}: committed ({resolved_by})",
-        )
+        done = f"{actor}: committed ({resolved_by})"
+        self.audit(claimed, "done", "allow", claimed.rule, "ok", None, done)
         return receipt
 
     def taken_over(self, claimed: Preview, exc: StepStateError, receipt: Receipt) -> Receipt:

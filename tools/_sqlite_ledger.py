@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Literal, TypeVar
 
 from airlock.tools._batch_records import Batch
-from airlock.tools._ledger import StepRef, StepStateError
+from airlock.tools._ledger import ClaimedFrom, StepRef, StepStateError
 from airlock.tools._ledger_rows import preview_of, preview_row, readable_rows
 from airlock.tools._ledger_sql import (
     BATCH_COLUMNS,
@@ -35,6 +35,7 @@ from airlock.tools._ledger_sql import (
     read_receipt,
     read_receipts,
     read_steps,
+    release_step,
 )
 from airlock.tools._preview import (
     LIVE_STATES,
@@ -274,6 +275,31 @@ class SQLiteLedgerStore:
                 how=how,
                 owner=owner,
                 lease_until=lease_until,
+                error=error,
+            )
+
+    def release_claim(
+        self,
+        preview_id: str,
+        *,
+        to: ClaimedFrom,
+        expect_attempts: int,
+        expect_owner: str,
+        at: float,
+        actor: str,
+        how: str,
+        error: str | None = None,
+    ) -> Preview:
+        with readable_rows(self.path), self._db.transaction() as conn:
+            return release_step(
+                conn,
+                preview_id,
+                to=to,
+                expect_attempts=expect_attempts,
+                expect_owner=expect_owner,
+                at=at,
+                actor=actor,
+                how=how,
                 error=error,
             )
 

@@ -36,7 +36,7 @@ from airlock.tools._preview_holders import (
 )
 from airlock.tools._sender import Sender
 
-__all__ = ["PROPOSAL_FAILED", "WITHDRAWN", "Withdrawals", "withdraw_proposal"]
+__all__ = ["PROPOSAL_FAILED", "WITHDRAWN", "StillSending", "Withdrawals", "withdraw_proposal"]
 
 WITHDRAWN = "withdrawn by the program"
 """How a proposal its program withdrew is denied, in the ledger's history and the audit log."""
@@ -66,6 +66,10 @@ def withdraw_proposal(
     this denial were made, each of which raised: one the ledger stored all the same (its
     answer was lost) is audited now. Returns the preview as it stands, ``None`` when there
     is none.
+
+    Raises:
+        StillSending: it is being sent: the denial stays due until the send ends, settled
+            (then it stands as it is) or given back, approved again (then it is denied).
     """
     since = now if since is None else since
     for _ in range(2):  # (a second look when it was approved meanwhile: by whom?)
@@ -75,6 +79,11 @@ def withdraw_proposal(
         if current.state == "denied" and _denied_by(current, how, tried):
             sender.audit(current, "authorize", "deny", current.rule, "error", "denied", how)
             return current
+        if current.state == "sending":  # (a send that never started is approved again)
+            raise StillSending(
+                "the withdrawn preview is being sent; it is denied unless that send happens",
+                detail=f"{preview_id} is sending",
+            )
         approval = ledger.approval(preview_id)
         expect: set[StepState] = {"prepared"}
         if approval is not None and (approval.kind == "policy" or approval.at >= since):
@@ -98,6 +107,13 @@ def withdraw_proposal(
         sender.audit(preview, "authorize", "deny", preview.rule, "error", "denied", how)
         return preview
     return ledger.preview(preview_id)
+
+
+class StillSending(ConflictError):
+    """A withdrawn preview is being sent: its denial is due until the send ends (retryable:
+    nothing to do but wait)."""
+
+    retryable = True
 
 
 def _denied_by(preview: Preview, how: str, tried: Collection[float]) -> bool:
@@ -209,6 +225,7 @@ class Withdrawals(BatchWrites):
 
         Raises:
             LedgerError: the ledger could not deny it (the denial is due).
+            StillSending: it is being sent (the denial is due until that send ends).
         """
         at = self.clock() if withdrawn_at is None else withdrawn_at
         denial = _Denial(self.ledger, self._sender, self.clock, preview_id, how or WITHDRAWN)

@@ -10,10 +10,12 @@ every sync call once the process has :data:`MOST_OUTLIVING_IN_PROCESS`, starts n
 some end. (The calls running as a bound is reached may still add to them: at most anyio's
 worker threads, 40 by default.) A call that gave up on its thread says when the thread ends
 (:attr:`WorkerThread.ended`), so that whoever counts the calls running at once (the bridge's
-turns) counts it until then. A write's sync ``commit`` and reconcile's sync ``lookup`` are
-checked before their step is claimed (:func:`refusal`: refused, the step is left as it was);
-one that meets a bound as its thread is about to start raises :class:`NotSent` (its step is
-then undecided, as after any unexpected error, and nothing was sent).
+turns) counts it until then. A write's sync ``commit``, reconcile's sync ``lookup`` and an
+approved read's sync handler are checked before their step is claimed (:func:`refusal`:
+refused, the step is left as it was); one that meets a bound as its thread is about to start
+raises :class:`NotSent`. Nothing was sent then, nor when the call's deadline or a cancellation
+passed while it waited for a thread (:attr:`WorkerThread.never_ran`): its caller gives the
+step's claim back, and the step is as it was before (:mod:`airlock.tools._not_sent`).
 
 A forked child has none of its parent's threads: it starts with no count, and the lock of the
 count is a :class:`~airlock.tools._fork_lock.ForkLock` (free in the child); a thread of the
@@ -90,10 +92,10 @@ class WorkerThread:
     def __init__(self, spec: ToolSpec, *, claimed: bool = False) -> None:
         self._name = spec.name  # (not the spec: a thread that runs on keeps nothing of it)
         self._claimed = claimed
-        """A write's ``commit`` or reconcile's ``lookup``: its caller checked the bound
-        (:func:`refusal`) before it claimed the step, and a bound reached as the call waited
-        for a thread raises :class:`NotSent` (not a tool's error: the step's send is left
-        undecided, nothing sent, never ``failed``)."""
+        """A write's ``commit``, reconcile's ``lookup`` or an approved read's handler: its
+        caller checked the bound (:func:`refusal`) before it claimed the step, and a bound
+        reached as the call waited for a thread raises :class:`NotSent` (not a tool's error:
+        nothing was sent, and the caller gives the claim back)."""
         self._started = False
         self._finished = False
         self._gave_up = False
@@ -212,7 +214,7 @@ def refusal(spec: ToolSpec, fn: Callable[..., Any]) -> UpstreamError | None:
 
 class NotSent(Exception):
     """A ``claimed`` call's thread refused as it was about to start (:class:`WorkerThread`):
-    its code did not run."""
+    its code did not run, nor will (its caller gives the step's claim back)."""
 
 
 def _refusal(name: str) -> UpstreamError | None:

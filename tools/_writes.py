@@ -300,6 +300,7 @@ class WritePath(Withdrawals):
             AmbiguousWriteError: the send ended without a definite answer, or the system
                 refused a resend; the step is ``unknown``. Commit again (it resends with the
                 same key) or reconcile.
+            UpstreamError: nothing was sent (the host was busy); the step is as it was.
             ToolError: the system of record refused (the tool's error, outcome ``error``).
         """
         self.settle_denials(preview_id)  # (withdrawn ones a program could not deny)
@@ -365,8 +366,8 @@ class WritePath(Withdrawals):
                     return await run_claimed_read(
                         self._sender, self.registry, self._vault, spec, claimed, ctx
                     )
-                finally:
-                    self._vault.release(claimed.id)
+                finally:  # (one that never ran is approved again: its secrets are kept)
+                    self._forget_if_settled(claimed.id)
             preview = load_preview(self.ledger, preview_id)
             approval = self.ledger.approval(preview.id)
         raise ConflictError(f"preview {preview_id!r} keeps changing; try again")

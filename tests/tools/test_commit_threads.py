@@ -37,7 +37,14 @@ class HangingRig:
     """A refund tool whose sync commit and lookup block while :attr:`hang` says so (until
     :attr:`gate` opens), with a timeout of 0.05 s."""
 
-    def __init__(self, root: Path, *, async_commit: bool = False, timeout: float = 0.05) -> None:
+    def __init__(
+        self,
+        root: Path,
+        *,
+        async_commit: bool = False,
+        async_lookup: bool = False,
+        timeout: float = 0.05,
+    ) -> None:
         self.system = SystemOfRecord(root / "system.db")
         self.gate = threading.Event()
         self.hang: set[str] = set()  # "commit", "lookup"
@@ -60,10 +67,13 @@ class HangingRig:
         async def commit_async(effect: Refund, key: str) -> Any:
             return real_commit(effect, key)
 
+        async def lookup_async(effect: Refund, key: str) -> Any:
+            return real_lookup(effect, key)
+
         contract = dataclasses.replace(
             base.write,
             commit=commit_async if async_commit else blocking("commit", real_commit),
-            lookup=blocking("lookup", real_lookup),
+            lookup=lookup_async if async_lookup else blocking("lookup", real_lookup),
         )
         self.spec = dataclasses.replace(base, write=contract)
         self.registry = Registry(audit=AuditLog(MemoryAuditStore()))
@@ -168,6 +178,31 @@ async def test_reconcile_starts_no_more_threads_than_the_bound(
     assert all(rig.system.effects(step.key) == 1 for step in steps)
 
 
+async def test_reconcile_claims_nothing_when_a_resend_would_meet_the_bound(
+    tmp_path: Path,
+) -> None:
+    # An async lookup starts no thread, but a step it does not find is resent through the
+    # sync commit: at the commit's bound, the step is left as it was, not claimed.
+    rig = HangingRig(tmp_path, async_lookup=True)
+    try:
+        steps = await _timed_out_commits(rig)
+        before = {step.id: rig.state(step) for step in steps}
+
+        results = await rig.writes.reconcile()
+
+        assert [r.outcome for r in results] == ["unresolved"] * len(steps)
+        assert all("past their timeouts" in r.how for r in results), [r.how for r in results]
+        assert {step.id: rig.state(step) for step in steps} == before
+        await rig.released()
+        results = await rig.writes.reconcile()
+        assert {r.outcome for r in results} == {"committed"}
+        assert all(rig.system.effects(step.key) == 1 for step in steps)
+    finally:
+        rig.gate.set()
+        rig.ledger.close()
+        rig.system.close()
+
+
 async def test_a_commit_that_meets_the_bound_as_its_thread_starts_sends_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -187,8 +222,9 @@ async def test_a_commit_that_meets_the_bound_as_its_thread_starts_sends_nothing(
             assert rig.state(step) == ("sending", 1)
             monkeypatch.setitem(worker_threads._OUTLIVING, rig.spec.name, MOST_OUTLIVING)
             busy.set()
-        assert rig.started == []  # never ran: nothing sent
-        assert "not sent" in str(_stored(rig, step).error)
+        assert rig.started == []  # never ran: nothing sent, and its claim given back
+        assert rig.state(step) == ("approved", 0)
+        assert rig.ledger.history(step.id)[-1].how.startswith("not sent")
     finally:
         busy.set()
         limiter.total_tokens = total
@@ -197,14 +233,9 @@ async def test_a_commit_that_meets_the_bound_as_its_thread_starts_sends_nothing(
 
 
 async def _commit_expecting_no_answer(rig: HangingRig, step: Preview) -> None:
-    with pytest.raises(AmbiguousWriteError):
+    with pytest.raises(UpstreamError) as raised:  # not sent: still approved, retryable
         await rig.writes.commit(step.id, step.fingerprint, ALICE)
-
-
-def _stored(rig: HangingRig, step: Preview) -> Preview:
-    stored = rig.ledger.preview(step.id)
-    assert stored is not None
-    return stored
+    assert (raised.value.retryable, raised.value.outcome) == (True, "error")
 
 
 # (case, whether the tool's commit is async: it starts no thread, so no bound refuses it)

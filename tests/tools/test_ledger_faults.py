@@ -157,6 +157,15 @@ LEDGER_CALLS: dict[str, Callable[[SQLiteLedgerStore], object]] = {
         how="approved",
         approval=make_approval(make_preview()),
     ),
+    "release_claim": lambda s: s.release_claim(
+        "pv_1",
+        to="approved",
+        expect_attempts=1,
+        expect_owner="h:1",
+        at=2.0,
+        actor="h:1",
+        how="not sent",
+    ),
     "batch": lambda s: s.batch("pb_1"),
     "batches": lambda s: s.batches(),
     "add_batch": lambda s: s.add_batch(
