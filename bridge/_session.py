@@ -24,6 +24,7 @@ from airlock.bridge._api import ToolStub, proposal_stubs, tool_stubs
 from airlock.policies import ApprovalPolicy, Grant, Principal
 from airlock.tools import (
     CallContext,
+    ConflictError,
     JSONObject,
     LimitExceededError,
     Observations,
@@ -290,6 +291,8 @@ class ToolSession:
         for preview_id, at in released:
             try:
                 self.writes.withdraw(preview_id, holder=self._holder, withdrawn_at=at)
+            except ConflictError as exc:  # (being sent: denied if that send never starts)
+                _log.info("run %s: withdrawn preview %s: %s", self.run_id, preview_id, exc)
             except Exception as exc:  # (the bridge goes on; the preview is in no batch)
                 _log.error(
                     "run %s: withdrawn preview %s could not be denied in the ledger (%s); "

@@ -22,7 +22,7 @@ import contextlib
 import logging
 from typing import TYPE_CHECKING
 
-from airlock.tools._errors import ToolTimeoutError, UpstreamError
+from airlock.tools._errors import DeniedError, ToolError, ToolTimeoutError, UpstreamError
 from airlock.tools._ledger import ClaimedFrom
 from airlock.tools._preview import Preview
 from airlock.tools._preview_holders import settle as settle_denials
@@ -77,7 +77,7 @@ def release(sender: Sender, claimed: Preview, why: str, *, what: str = "resend")
 
 def _give_back(
     sender: Sender, claimed: Preview, why: str, *, read: bool = False, quiet: bool = False
-) -> UpstreamError | None:
+) -> ToolError | None:
     """Undo the claim of ``claimed``, whose call never ran (``why``, see :func:`release`),
     record that in the audit log (``execute``, outcome ``error``, code ``upstream``: nothing
     happened), and return the error that tells the caller so (``upstream``, retryable): an
@@ -85,7 +85,8 @@ def _give_back(
     undecided (outcome ``unknown``). ``None`` when the ledger did not take the claim back.
     ``quiet``: the call was cancelled or interrupted, which must propagate as it is: an audit
     log that fails then (closed at shutdown) is not raised. A step approved again has the
-    withdrawals that waited for its send to end (:func:`withdraw_proposal`) denied now."""
+    withdrawals that waited for its send to end (:func:`withdraw_proposal`) denied now: the
+    error is then ``denied``."""
     back = release(sender, claimed, why)
     if back is None:
         return None
@@ -94,6 +95,13 @@ def _give_back(
     if back.state == "approved":  # a withdrawal that waited for the send to end lands now
         with contextlib.suppress(Exception):
             settle_denials(sender.ledger)
+            back = sender.ledger.preview(back.id) or back
+    if back.state == "denied":
+        return DeniedError(
+            f"the change was not sent, and it is denied now ({back.error or 'withdrawn'}); "
+            "do not retry it",
+            reason="policy",
+        )
     busy = "the host was too busy to start it"
     if read:  # (a read changes nothing, whatever state it was claimed from)
         message = f"the read did not run: {busy}; nothing was fetched, run it again later"
@@ -118,7 +126,7 @@ def given_back(
     exc: BaseException,
     *,
     read: bool = False,
-) -> UpstreamError | None:
+) -> ToolError | None:
     """Give back the claim of ``claimed`` if its call on ``thread``, which ended with ``exc``,
     certainly never ran (:func:`unsent_why`; see :func:`_give_back`): the error to raise (a
     cancellation is raised on as it is); ``None`` when the call may have run, or the ledger

@@ -40,6 +40,7 @@ from airlock.tools._errors import ConflictError
 
 __all__ = [
     "Denial",
+    "StillSending",
     "note_received",
     "note_stored",
     "proposing_as",
@@ -238,8 +239,8 @@ def settle(ledger: object) -> None:
     They are tried outside the lock, in turn, until one raises: the ledger fails still (each
     try may take its busy timeout), so the others would too; they stay due, tried at the
     next call, which starts with another (one that failed goes last: one that keeps failing
-    keeps none from being tried). One recorded is forgotten unless it was forgotten
-    meanwhile.
+    keeps none from being tried); one whose preview is being sent (:class:`StillSending`)
+    stops nothing. One recorded is forgotten unless it was forgotten meanwhile.
     """
     claim = object()
     mine: list[tuple[str, _Due]] = []
@@ -253,10 +254,12 @@ def settle(ledger: object) -> None:
         for preview_id, due in mine:
             try:
                 due.deny(due.since)
-            except Exception:
+            except Exception as exc:
                 with _lock:
                     if _due.get(preview_id) is due:
                         _due[preview_id] = _due.pop(preview_id)  # (due still: goes last)
+                if isinstance(exc, StillSending):
+                    continue  # (its send decides it, not the ledger: the others may go on)
                 break
             with _lock:
                 if _due.get(preview_id) is due:
@@ -295,6 +298,12 @@ def _deny_first(preview_id: str, due: _Due, until: float, clock: Clock) -> None:
     """
     try:
         stands = due.deny(due.since)
+    except StillSending as exc:
+        raise ConflictError(
+            "an earlier proposal of the same change was withdrawn as it was being sent; ask "
+            "again once that send ends (it is denied unless it happens)",
+            detail=f"the denial of {preview_id} waits for its send",
+        ) from exc
     except Exception as exc:
         raise _still_due(preview_id, type(exc).__name__) from exc
     with _lock:
@@ -310,6 +319,14 @@ def _deny_first(preview_id: str, due: _Due, until: float, clock: Clock) -> None:
         "preview (nothing was sent)",
         detail=f"{preview_id} was denied as its withdrawal was recorded late",
     )
+
+
+class StillSending(ConflictError):
+    """A withdrawn preview is being sent: its denial stays due until the send ends
+    (:func:`~airlock.tools._withdrawals.withdraw_proposal`), and is tried again then; a
+    denial that meets it is no sign of a failing ledger (retryable: nothing to do but wait)."""
+
+    retryable = True
 
 
 def _let_go(preview_ids: Iterable[str], claim: object) -> None:

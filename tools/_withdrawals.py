@@ -28,6 +28,7 @@ from airlock.tools._errors import ConflictError
 from airlock.tools._ledger import LedgerStore, StepStateError
 from airlock.tools._preview import LIVE_STATES, Preview, StepState
 from airlock.tools._preview_holders import (
+    StillSending,
     proposing_as,
     release,
     settle,
@@ -36,7 +37,7 @@ from airlock.tools._preview_holders import (
 )
 from airlock.tools._sender import Sender
 
-__all__ = ["PROPOSAL_FAILED", "WITHDRAWN", "StillSending", "Withdrawals", "withdraw_proposal"]
+__all__ = ["PROPOSAL_FAILED", "WITHDRAWN", "Withdrawals", "withdraw_proposal"]
 
 WITHDRAWN = "withdrawn by the program"
 """How a proposal its program withdrew is denied, in the ledger's history and the audit log."""
@@ -107,13 +108,6 @@ def withdraw_proposal(
         sender.audit(preview, "authorize", "deny", preview.rule, "error", "denied", how)
         return preview
     return ledger.preview(preview_id)
-
-
-class StillSending(ConflictError):
-    """A withdrawn preview is being sent: its denial is due until the send ends (retryable:
-    nothing to do but wait)."""
-
-    retryable = True
 
 
 def _denied_by(preview: Preview, how: str, tried: Collection[float]) -> bool:

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import threading
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -340,3 +342,36 @@ async def test_a_preview_whose_denial_is_due_is_not_handed_out_again(
     with pytest.raises(DeniedError):
         await _commit(world, stored(world, withdrawn.id))
     assert world.system.sends() == 0
+
+
+async def test_a_withdrawal_while_its_preview_is_sent_is_logged_as_no_ledger_failure(
+    world: ProposalWorld, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The send decides it (denied only if it never starts): nothing is wrong with the ledger.
+    entered, gate = threading.Event(), threading.Event()
+    real_send = world.system.send
+
+    def send(key: str, body: dict[str, Any]) -> Any:
+        entered.set()
+        gate.wait(10)
+        return real_send(key, body)
+
+    world.system.send = send  # type: ignore[method-assign]
+    session = run_of(world)
+    preview = stored(world, (await propose(session, 1, "inv_1"))["preview_id"])
+    _approve(world, preview)
+    try:
+        commit = asyncio.ensure_future(_commit(world, preview))
+        while not entered.is_set():
+            await asyncio.sleep(0.01)
+        with caplog.at_level(logging.INFO, logger="airlock.bridge"):
+            session.withdraw(1)
+            session.end()
+        gate.set()
+        await asyncio.wait_for(commit, 10)
+    finally:
+        gate.set()
+    assert stored(world, preview.id).state == "committed"
+    said = [r for r in caplog.records if preview.id in r.getMessage()]
+    assert said, caplog.text
+    assert all(r.levelno == logging.INFO for r in said), [r.getMessage() for r in said]

@@ -2,8 +2,9 @@
 found never to have started and its claim is given back:
 
 - a program's withdrawal that landed meanwhile (the preview was ``sending``: whether it is
-  denied was not known yet) stays due, and denies the preview as it is approved again; a later
-  commit is refused, nothing is sent;
+  denied was not known yet) stays due, and denies the preview as it is approved again; the
+  commit is told so, a later one is refused, nothing is sent; and while it waits for the send,
+  it holds up no other due denial;
 - a cancellation that ended the wait still propagates as a cancellation when the audit log
   fails as the claim is given back (closed at shutdown): the step is approved again all the
   same.
@@ -11,14 +12,15 @@ found never to have started and its claim is given back:
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 
-from airlock.tools import DeniedError
-from airlock.tools._withdrawals import StillSending
+from airlock.tools import DeniedError, LedgerError
+from airlock.tools._preview_holders import StillSending
 from tests.tools.test_commit_threads import HangingRig
 from tests.tools.test_proposals import ProposalWorld
 from tests.tools.test_unsent_claims import _waiting_for_a_thread
@@ -51,7 +53,7 @@ async def test_a_withdrawal_that_landed_while_the_send_waited_denies_it_once_giv
             except StillSending as exc:  # (due until the send ends)
                 told.append(exc)
 
-        await _waiting_for_a_thread(
+        raised = await _waiting_for_a_thread(
             lambda: world.writes.commit(proposed.id, proposed.fingerprint, ALICE),
             "bound",
             tool=TOOL,
@@ -59,6 +61,8 @@ async def test_a_withdrawal_that_landed_while_the_send_waited_denies_it_once_giv
         )
 
         assert [type(t) for t in told] == [StillSending]
+        assert isinstance(raised, DeniedError), raised  # (not "still approved: commit again")
+        assert "not sent" in raised.message
         stored = world.ledger.preview(proposed.id)
         assert stored is not None
         assert stored.state == "denied"
@@ -92,3 +96,56 @@ async def test_a_cancelled_wait_stays_a_cancellation_when_the_audit_log_fails(
         rig.gate.set()
         rig.ledger.close()
         rig.system.close()
+
+
+async def test_a_denial_waiting_for_a_send_holds_up_no_other_due_denial(tmp_path: Path) -> None:
+    world = ProposalWorld(tmp_path)
+    entered, gate = threading.Event(), threading.Event()
+    real_send = world.system.send
+
+    def send(key: str, body: dict[str, Any]) -> Any:  # inv_1's send waits for the gate
+        if body["invoice_id"] == "inv_1":
+            entered.set()
+            gate.wait(10)
+        return real_send(key, body)
+
+    world.system.send = send  # type: ignore[method-assign]
+    sending, other = object(), object()
+    try:
+        s = await world.writes.propose_held(TOOL, ARGS, world.code(), holder=sending)
+        d_args = {"invoice_id": "inv_2", "reason": "duplicate"}
+        d = await world.writes.propose_held(TOOL, d_args, world.code(), holder=other)
+        world.clock.advance(1)
+        for preview in (s, d):  # a person approves both before any withdrawal: they stand
+            world.writes.approve(preview.id, approver="carol", fingerprint=preview.fingerprint)
+        world.clock.advance(1)
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(world.writes.commit, s.id, s.fingerprint, ALICE)
+            with anyio.fail_after(10):
+                while not entered.is_set():
+                    await anyio.sleep(0.01)
+            with pytest.raises(StillSending):
+                world.writes.withdraw(s.id, holder=sending)
+            # d's withdrawal meets a ledger failing once: its denial is due too, after s's
+            real_preview, failed = world.ledger.preview, []
+
+            def flaky(preview_id: str) -> Any:
+                if preview_id == d.id and not failed:
+                    failed.append(preview_id)
+                    raise LedgerError("database is locked", path="ledger.db")
+                return real_preview(preview_id)
+
+            world.ledger.preview = flaky  # type: ignore[method-assign]
+            with pytest.raises(LedgerError):
+                world.writes.withdraw(d.id, holder=other)
+            world.ledger.preview = real_preview  # type: ignore[method-assign]
+
+            receipt = await world.writes.commit(d.id, d.fingerprint, ALICE)  # at the first try
+
+            assert receipt.preview_id == d.id
+            gate.set()
+        assert world.system.effects(s.key) == 1  # (its send went on: approved before)
+    finally:
+        gate.set()
+        world.ledger.close()
+        world.system.close()
