@@ -49,8 +49,9 @@ class Starts:
 
     async def run(self, start: Coroutine[Any, Any, T], *, discard: Callable[[T], object]) -> T:
         """What ``start`` returns; ``discard`` gets it instead when the caller is cancelled
-        after it returned (a start that had just finished, or that swallowed its cancel as
-        3.11's ``wait_for`` may), before the caller could take it.
+        after it returned, before the caller could take it (a start that had just finished,
+        or one :meth:`cancel` cancelled that swallowed its cancel, as 3.11's ``wait_for``
+        may). A ``discard`` that raises is logged: the cancellation goes on.
 
         Raises:
             SandboxClosed: :meth:`cancel` ended it.
@@ -67,7 +68,10 @@ class Starts:
             if task.cancelled() and not (caller and caller.cancelling()):
                 raise SandboxClosed() from None
             if task.done() and not task.cancelled() and task.exception() is None:
-                discard(task.result())  # (made, and nobody would take it)
+                try:
+                    discard(task.result())  # (made, and nobody would take it)
+                except Exception:
+                    _log.exception("could not discard a start its caller left")
             raise
 
     def _go_on(self, work: Coroutine[Any, Any, object]) -> bool:

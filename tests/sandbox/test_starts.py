@@ -7,6 +7,7 @@ it resumes, never sees it."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import pytest
 
@@ -19,15 +20,18 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-async def _finished_as_cancelled(starts: Starts, discarded: list[str]) -> asyncio.Task[str]:
-    """A caller of ``starts.run`` cancelled once its start returned, before it resumed."""
+async def _finished_as_cancelled(
+    starts: Starts, discarded: list[str], *, discard: Callable[[str], object] | None = None
+) -> asyncio.Task[str]:
+    """A caller of ``starts.run`` cancelled once its start returned, before it resumed
+    (``discard``: ``discarded.append`` unless given)."""
     gate = asyncio.Event()
 
     async def start() -> str:
         await gate.wait()
         return "launched"
 
-    caller = asyncio.create_task(starts.run(start(), discard=discarded.append))
+    caller = asyncio.create_task(starts.run(start(), discard=discard or discarded.append))
     await asyncio.sleep(0)  # the caller waits for the start's task
     [task] = list(starts._tasks)
     gate.set()
@@ -72,3 +76,19 @@ async def test_a_start_cancelled_by_close_raises_sandbox_closed_and_discards_not
         await caller
 
     assert discarded == []
+
+
+@pytest.mark.anyio
+async def test_a_discard_that_fails_leaves_the_cancellation_as_it_is(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def failing(_launched: str) -> None:
+        raise RuntimeError("the engine is gone")
+
+    starts = Starts()
+    caller = await _finished_as_cancelled(starts, [], discard=failing)
+
+    with pytest.raises(asyncio.CancelledError):
+        await caller
+
+    assert "could not discard" in caplog.text
