@@ -35,7 +35,8 @@ pytestmark = pytest.mark.anyio
 
 class HangingRig:
     """A refund tool whose sync commit and lookup block while :attr:`hang` says so (until
-    :attr:`gate` opens), with a timeout of 0.05 s."""
+    :attr:`gate` opens), with a timeout of 0.2 s: long enough for its prepare to get a worker
+    thread in time on a loaded machine."""
 
     def __init__(
         self,
@@ -43,7 +44,7 @@ class HangingRig:
         *,
         async_commit: bool = False,
         async_lookup: bool = False,
-        timeout: float = 0.05,
+        timeout: float = 0.2,
     ) -> None:
         self.system = SystemOfRecord(root / "system.db")
         self.gate = threading.Event()
