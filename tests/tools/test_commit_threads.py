@@ -91,6 +91,12 @@ class HangingRig:
         assert stored is not None
         return stored.state, stored.attempts
 
+    def close(self) -> None:
+        """Let every hanging call go on, and close the ledger and the system."""
+        self.gate.set()
+        self.ledger.close()
+        self.system.close()
+
     async def released(self) -> None:
         self.hang.clear()
         self.gate.set()
@@ -103,9 +109,7 @@ class HangingRig:
 def rig(tmp_path: Path) -> Iterator[HangingRig]:
     r = HangingRig(tmp_path)
     yield r
-    r.gate.set()
-    r.ledger.close()
-    r.system.close()
+    r.close()
 
 
 async def _timed_out_commits(rig: HangingRig) -> list[Preview]:
@@ -199,9 +203,7 @@ async def test_reconcile_claims_nothing_when_a_resend_would_meet_the_bound(
         assert {r.outcome for r in results} == {"committed"}
         assert all(rig.system.effects(step.key) == 1 for step in steps)
     finally:
-        rig.gate.set()
-        rig.ledger.close()
-        rig.system.close()
+        rig.close()
 
 
 async def test_a_commit_that_meets_the_bound_as_its_thread_starts_sends_nothing(
@@ -229,8 +231,7 @@ async def test_a_commit_that_meets_the_bound_as_its_thread_starts_sends_nothing(
     finally:
         busy.set()
         limiter.total_tokens = total
-        rig.ledger.close()
-        rig.system.close()
+        rig.close()
 
 
 async def _commit_expecting_no_answer(rig: HangingRig, step: Preview) -> None:
@@ -259,5 +260,4 @@ async def test_only_a_sync_commit_is_refused_at_the_bound(
                 await rig.writes.commit(step.id, step.fingerprint, ALICE)
             assert rig.state(step) == ("approved", 0)
     finally:
-        rig.ledger.close()
-        rig.system.close()
+        rig.close()

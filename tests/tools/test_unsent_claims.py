@@ -170,9 +170,7 @@ async def test_an_approved_commit_that_never_started_stays_approved(
         assert rig.system.effects(step.key) == 1
         assert rig.system.sends(step.key) == 1
     finally:
-        rig.gate.set()
-        rig.ledger.close()
-        rig.system.close()
+        rig.close()
 
 
 async def test_a_first_send_refused_after_a_commit_that_never_started_fails_the_step(
@@ -200,8 +198,7 @@ async def test_a_first_send_refused_after_a_commit_that_never_started_fails_the_
         assert refused.value.outcome == "error"
         assert rig.state(step) == ("failed", 1)
     finally:
-        rig.ledger.close()
-        rig.system.close()
+        rig.close()
 
 
 def _refused(effect: Any, key: str) -> Any:
@@ -239,9 +236,7 @@ async def test_a_resend_that_never_started_leaves_the_step_unknown_as_it_was(
         assert receipt.resolved_by == "resend"
         assert rig.system.effects(step.key) == 1
     finally:
-        rig.gate.set()
-        rig.ledger.close()
-        rig.system.close()
+        rig.close()
 
 
 # (case, whether the lookup is async: a step it does not find is resent with the sync commit)
@@ -274,9 +269,7 @@ async def test_reconcile_gives_back_a_claim_it_never_sent(
         assert [r.outcome for r in results] == ["committed"]
         assert rig.system.effects(step.key) == 1
     finally:
-        rig.gate.set()
-        rig.ledger.close()
-        rig.system.close()
+        rig.close()
 
 
 # -- an approved read -------------------------------------------------------------------------

@@ -93,9 +93,7 @@ async def test_a_cancelled_wait_stays_a_cancellation_when_the_audit_log_fails(
         assert rig.state(step) == ("approved", 0)
         assert rig.system.sends(step.key) == 0
     finally:
-        rig.gate.set()
-        rig.ledger.close()
-        rig.system.close()
+        rig.close()
 
 
 async def test_a_denial_waiting_for_a_send_holds_up_no_other_due_denial(tmp_path: Path) -> None:
