@@ -94,8 +94,8 @@ def tools_named(blocked: Blocked, names: list[str]) -> Registry:
 
 def per_request(blocked: Blocked) -> tuple[list[list[tuple[Registry, str]]], tuple[Registry, str]]:
     """The one read tool, from a registry built for each call."""
-    fill = [[(tools_named(blocked, [READ]), READ) for _ in range(MOST_OUTLIVING)]]
-    return fill, (tools_named(blocked, [READ]), READ)
+    fill = [[(build_registry(blocked, timeout=0.5), READ) for _ in range(MOST_OUTLIVING)]]
+    return fill, (build_registry(blocked, timeout=0.5), READ)
 
 
 def many_tools(blocked: Blocked) -> tuple[list[list[tuple[Registry, str]]], tuple[Registry, str]]:

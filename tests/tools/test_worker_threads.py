@@ -100,11 +100,11 @@ def blocked() -> Iterator[Blocked]:
         b.wait_idle()
 
 
-def build_registry(blocked: Blocked, *, proposable: bool = False) -> Registry:
+def build_registry(blocked: Blocked, *, proposable: bool = False, timeout: float = 0.1) -> Registry:
     registry = Registry(audit=AuditLog(MemoryAuditStore()))
 
     @registry.tool(effects=[read("jobs:job/{job_id}")], scope="jobs.read",
-                   callers={"direct", "code"}, timeout=0.1)  # fmt: skip
+                   callers={"direct", "code"}, timeout=timeout)  # fmt: skip
     def jobs_job_get(job_id: JobId) -> Job:
         """Read one job from a blocking client. Use it to test timeouts.
         It returns the job id only."""
@@ -121,7 +121,7 @@ def build_registry(blocked: Blocked, *, proposable: bool = False) -> Registry:
             commit=lambda effect, key: {"job_id": effect.job_id},
             effects=[write("jobs:job/{job_id}")],
             scope="jobs.write",
-            timeout=0.1,
+            timeout=timeout,
             proposable=proposable,
         )
     )
@@ -152,7 +152,8 @@ async def fail(call: Awaitable[object]) -> ToolError:
 async def test_a_tool_with_most_outliving_threads_refuses_further_calls(
     tool: str, blocked: Blocked, tmp_path: Path
 ) -> None:
-    registry = build_registry(blocked)
+    # (0.5 s: each of the calls at once gets its thread before its deadline on a loaded machine)
+    registry = build_registry(blocked, timeout=0.5)
     ledger = SQLiteLedgerStore(tmp_path / "ledger.db")
     writes = WritePath(registry, ledger)
     spec = spec_of(registry, tool)
