@@ -8,7 +8,8 @@ read changes nothing, so one that fails or is interrupted ends ``failed``: asked
 gets a new preview. One whose sync handler never started (its tool met its bound of threads
 as the thread was about to start, or its timeout or a cancellation passed while it waited for
 a worker thread) is ``approved`` again, its approval usable (:mod:`airlock.tools._not_sent`):
-the caller is told ``upstream``, to run it again later.
+the caller is told ``upstream``, to run it again later. One asked for in a run whose time is
+used up is refused before its step is claimed (:func:`refuse_spent_run`): it stays approved.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import contextlib
 
 from airlock.tools._arguments import validate_arguments
 from airlock.tools._context import CallContext
-from airlock.tools._errors import PreviewExpiredError, ToolError, UpstreamError
+from airlock.tools._errors import PreviewExpiredError, ToolError, ToolTimeoutError, UpstreamError
 from airlock.tools._not_sent import given_back
 from airlock.tools._preview import Preview, Receipt, canonical_json
 from airlock.tools._registry import Registry
@@ -26,7 +27,24 @@ from airlock.tools._sender import Sender
 from airlock.tools._spec import ToolSpec
 from airlock.tools._worker_threads import NotSent, WorkerThread
 
-__all__ = ["run_claimed_read"]
+__all__ = ["refuse_spent_run", "run_claimed_read"]
+
+
+def refuse_spent_run(ctx: CallContext) -> None:
+    """Refuse an approved read asked for in a run with no time left, before its step is
+    claimed: its handler could not run (the run's budget bounds it), and its approval stays
+    usable for a run that has time.
+
+    Raises:
+        ToolTimeoutError: ``ctx``'s run has no time left (outcome ``error``: nothing ran).
+    """
+    if ctx.remaining() <= 0:
+        raise ToolTimeoutError(
+            "the run's time budget is used up, so the read did not run; it is still "
+            "approved: run it again from a run that has time left",
+            seconds=0.0,
+            outcome="error",
+        )
 
 
 async def run_claimed_read(

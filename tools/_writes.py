@@ -49,11 +49,7 @@ from typing import Any
 from airlock.policies import Principal, UsageError
 from airlock.tools._admission import Admission
 from airlock.tools._approvals import approve_preview, deny_preview, load_preview
-from airlock.tools._commit_checks import (
-    checked_for_commit,
-    claim_for_commit,
-    refuse_lost_secret,
-)
+from airlock.tools._commit_checks import checked_for_commit, claim_for_commit, refuse_lost_secret
 from airlock.tools._context import CallContext
 from airlock.tools._errors import (
     ConflictError,
@@ -67,7 +63,7 @@ from airlock.tools._ledger import LedgerStore, own_receipt
 from airlock.tools._prepare import model_message
 from airlock.tools._preview import Approval, Preview, Receipt, ResolvedBy
 from airlock.tools._proposals import propose_read, propose_write
-from airlock.tools._read_approvals import run_claimed_read
+from airlock.tools._read_approvals import refuse_spent_run, run_claimed_read
 from airlock.tools._reconcile import Resolution, resolve_all
 from airlock.tools._registry import Registry
 from airlock.tools._sealed import SealedSender, SecretVault, sealed_fields
@@ -340,8 +336,9 @@ class WritePath(Withdrawals):
         checks are those of :meth:`commit`, in the same order.
 
         Raises:
-            ToolError: as :meth:`commit`; the read's own error (``not_found``, ``timeout``,
-                ``denied``...), after which the step is ``failed``.
+            ToolError: as :meth:`commit`; ``timeout`` when ``ctx``'s run has no time left
+                (the read is still approved); the read's own error (``not_found``,
+                ``timeout``, ``denied``...), after which the step is ``failed``.
         """
         self.settle_denials(preview_id)
         checked = checked_for_commit(
@@ -357,6 +354,7 @@ class WritePath(Withdrawals):
         preview, approval = checked
         spec = self._spec(preview, read=True)
         refuse_lost_secret(self.ledger, self._vault, spec, preview, now=self.clock())
+        refuse_spent_run(ctx)  # before the claim: a read that cannot run stays approved
         for _ in range(_MAX_CLAIMS):
             claimed = claim_for_commit(self._sender, spec, preview, approval, now=self.clock())
             if isinstance(claimed, Receipt):

@@ -466,3 +466,27 @@ def test_a_release_of_another_claim_is_refused_and_changes_nothing(
     assert store.preview(step.id) == step
     assert store.approval(step.id) == approval
     assert store.history(step.id) == history
+
+
+async def test_an_approved_read_run_after_its_runs_time_was_used_up_stays_approved(
+    world: World,
+) -> None:
+    asked = await world.writes.call(READ, {"url": URL, "token": "tok_1"}, ctx())
+    assert isinstance(asked, Preview)
+    world.writes.approve(asked.id, approver="carol", fingerprint=asked.fingerprint)
+    spent = dataclasses.replace(ctx(), deadline=time.monotonic() - 1.0)
+
+    with pytest.raises(ToolError) as raised:
+        await world.writes.run_read(asked.id, asked.fingerprint, spent)
+
+    wire = raised.value.to_wire()
+    assert (wire["code"], wire["retryable"], wire["outcome"]) == ("timeout", True, "error")
+    assert "still approved" in wire["message"]
+    assert world.fetched.urls == []
+    stored = _stored(world.ledger, asked)
+    assert (stored.state, stored.attempts) == ("approved", 0)
+    approval = world.ledger.approval(asked.id)
+    assert approval is not None
+    assert approval.consumed_at is None
+    receipt = await world.writes.run_read(asked.id, asked.fingerprint, ctx())  # as told
+    assert receipt.data["url"] == URL
