@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 
 import docker
@@ -26,8 +27,14 @@ pytestmark = pytest.mark.docker
 
 
 def _labelled(client: docker.DockerClient, labels: dict[str, str]) -> str:
-    container = client.containers.create(IMAGE, labels={LABEL: "1", **labels}, network_mode="none")
-    return str(container.id)
+    # The low-level create: the high-level one looks the container up after creating it, and
+    # another test process's reaper may remove a dead owner's container in between.
+    created = client.api.create_container(
+        IMAGE,
+        labels={LABEL: "1", **labels},
+        host_config=client.api.create_host_config(network_mode="none"),
+    )
+    return str(created["Id"])
 
 
 def _exists(client: docker.DockerClient, cid: str) -> bool:
@@ -35,6 +42,17 @@ def _exists(client: docker.DockerClient, cid: str) -> bool:
         client.containers.get(cid)
     except docker.errors.NotFound:
         return False
+    return True
+
+
+def _gone(client: docker.DockerClient, cid: str, within_s: float = 10.0) -> bool:
+    """Whether ``cid`` is gone within ``within_s``: a container another process's reaper is
+    removing is still listed until its removal ends (the engine answers 409 meanwhile)."""
+    end = time.monotonic() + within_s
+    while _exists(client, cid):
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.05)
     return True
 
 
@@ -74,8 +92,8 @@ def test_orphans_of_dead_processes_are_reaped(docker_client: docker.DockerClient
     try:
         reap_orphans(docker_client)
         # Another process's reaper may have removed them first: gone is what matters.
-        assert not _exists(docker_client, orphan)
-        assert not _exists(docker_client, reused)
+        assert _gone(docker_client, orphan)
+        assert _gone(docker_client, reused)
         assert _exists(docker_client, live)
         assert _exists(docker_client, foreign)
         assert _exists(docker_client, unlabelled_owner)
@@ -93,7 +111,7 @@ def test_a_live_foreign_owner_keeps_its_containers_until_it_dies(
         sleeper.kill()
         sleeper.wait()
         reap_orphans(docker_client)
-        assert not _exists(docker_client, theirs)
+        assert _gone(docker_client, theirs)
     finally:
         _remove(docker_client, theirs)
 
@@ -136,7 +154,7 @@ def test_a_start_mark_of_another_process_is_a_dead_owner(
     cids = [_labelled(docker_client, reused), _labelled(docker_client, rebooted)]
     try:
         reap_orphans(docker_client)
-        assert not any(_exists(docker_client, cid) for cid in cids)
+        assert all(_gone(docker_client, cid) for cid in cids)
     finally:
         _remove(docker_client, *cids)
 
@@ -207,4 +225,4 @@ def test_concurrent_reapers_and_live_runs_do_not_collide(
     # (The engine may answer both of two concurrent removals of one container with success,
     # so the two lists can overlap.)
     assert not {cid for ids in removed for cid in ids} & live_seen
-    assert not any(_exists(docker_client, cid) for cid in orphans)
+    assert all(_gone(docker_client, cid) for cid in orphans)
