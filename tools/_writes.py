@@ -42,6 +42,7 @@ resolves it by querying the system of record or resending with the same key, nev
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -371,9 +372,10 @@ class WritePath(Withdrawals):
         raise ConflictError(f"preview {preview_id!r} keeps changing; try again")
 
     def _forget_if_settled(self, preview_id: str) -> None:
-        current = self.ledger.preview(preview_id)
-        if current is None or current.state in ("committed", "failed", "denied"):
-            self._vault.release(preview_id)
+        with contextlib.suppress(Exception):  # a failing ledger keeps them; the call's end stands
+            current = self.ledger.preview(preview_id)
+            if current is None or current.state in ("committed", "failed", "denied"):
+                self._vault.release(preview_id)
 
     # -- reconcile -----------------------------------------------------------------------
 

@@ -7,11 +7,12 @@ found never to have started and its claim is given back:
   it holds up no other due denial;
 - a cancellation that ended the wait still propagates as a cancellation when the audit log
   fails as the claim is given back (closed at shutdown): the step is approved again all the
-  same.
+  same; and when the ledger fails then (closed, or locked), for a commit and an approved read.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from pathlib import Path
 from typing import Any
@@ -19,11 +20,12 @@ from typing import Any
 import anyio
 import pytest
 
-from airlock.tools import DeniedError, LedgerError
+from airlock.tools import DeniedError, LedgerError, Preview
 from airlock.tools._preview_holders import StillSending
 from tests.tools.test_commit_threads import HangingRig
 from tests.tools.test_proposals import ProposalWorld
-from tests.tools.test_unsent_claims import _waiting_for_a_thread
+from tests.tools.test_reach_forms import World, ctx
+from tests.tools.test_unsent_claims import READ, URL, _waiting_for_a_thread
 from tests.tools.test_write_world import ALICE
 
 pytestmark = pytest.mark.anyio
@@ -147,3 +149,56 @@ async def test_a_denial_waiting_for_a_send_holds_up_no_other_due_denial(tmp_path
         gate.set()
         world.ledger.close()
         world.system.close()
+
+
+def _failing(ledger: Any) -> None:
+    """Make ``ledger`` fail every read and change from now on, as a locked database does."""
+
+    def locked(*_args: Any, **_kwargs: Any) -> Any:
+        raise LedgerError("database is locked", path="ledger.db")
+
+    for name in ("preview", "release_claim", "transition", "approval"):
+        setattr(ledger, name, locked)
+
+
+# (what waits for a thread, how the ledger fails as its claim is given back)
+LEDGER_FAILURES = [
+    ("commit", "closed"),
+    ("commit", "locked"),
+    ("approved_read", "closed"),
+    ("approved_read", "locked"),
+]
+
+
+@pytest.mark.parametrize(("what", "failure"), LEDGER_FAILURES)
+async def test_a_cancelled_wait_stays_a_cancellation_when_the_ledger_fails(
+    tmp_path: Path, what: str, failure: str
+) -> None:
+    if what == "commit":
+        rig = HangingRig(tmp_path, timeout=5.0)
+        ledger, step = rig.ledger, await rig.approved(1)
+        call = lambda: rig.writes.commit(step.id, step.fingerprint, ALICE)  # noqa: E731
+        tool, close = rig.spec.name, rig.close
+        sent = lambda: rig.system.sends(step.key)  # noqa: E731
+    else:
+        world = World(tmp_path)
+        ledger, tool = world.ledger, READ
+        asked = await world.writes.call(READ, {"url": URL, "token": "tok_1"}, ctx())
+        assert isinstance(asked, Preview)
+        world.writes.approve(asked.id, approver="carol", fingerprint=asked.fingerprint)
+        call = lambda: world.writes.run_read(asked.id, asked.fingerprint, ctx())  # noqa: E731
+        close = world.ledger.close
+        sent = lambda: len(world.fetched.urls)  # noqa: E731
+    try:
+        raised = await _waiting_for_a_thread(
+            call,
+            "cancel",
+            tool=tool,
+            waiting=ledger.close if failure == "closed" else lambda: _failing(ledger),
+        )
+
+        assert isinstance(raised, anyio.get_cancelled_exc_class()), raised
+        assert sent() == 0
+    finally:
+        with contextlib.suppress(Exception):
+            close()
