@@ -278,6 +278,23 @@ URL = "https://evil.example/page"  # (a rule asks a person about this host)
 READ = "web_page_fetch"
 
 
+async def approved_read(world: World) -> Preview:
+    """A read of :data:`URL` (with a secret) a person approved."""
+    asked = await world.writes.call(READ, {"url": URL, "token": "tok_1"}, ctx())
+    assert isinstance(asked, Preview)
+    world.writes.approve(asked.id, approver="carol", fingerprint=asked.fingerprint)
+    return asked
+
+
+def _assert_still_approved_and_unrun(world: World, asked: Preview) -> None:
+    assert world.fetched.urls == []
+    stored = _stored(world.ledger, asked)
+    assert (stored.state, stored.attempts) == ("approved", 0)
+    approval = world.ledger.approval(asked.id)
+    assert approval is not None
+    assert approval.consumed_at is None
+
+
 @pytest.fixture
 def world(tmp_path: Path) -> Iterator[World]:
     w = World(tmp_path)
@@ -289,9 +306,7 @@ def world(tmp_path: Path) -> Iterator[World]:
 async def test_an_approved_read_that_never_started_stays_approved(
     world: World, ending: Ending
 ) -> None:
-    asked = await world.writes.call(READ, {"url": URL, "token": "tok_1"}, ctx())
-    assert isinstance(asked, Preview)
-    world.writes.approve(asked.id, approver="carol", fingerprint=asked.fingerprint)
+    asked = await approved_read(world)
     # (the read's deadline: its run's, 0.2 s away, when it times out)
     short = dataclasses.replace(ctx(), deadline=time.monotonic() + 0.2)
     run_ctx = short if ending == "timeout" else ctx()
@@ -303,12 +318,7 @@ async def test_an_approved_read_that_never_started_stays_approved(
         timeout=0.2,
     )
 
-    assert world.fetched.urls == []
-    stored = _stored(world.ledger, asked)
-    assert (stored.state, stored.attempts) == ("approved", 0)
-    approval = world.ledger.approval(asked.id)
-    assert approval is not None
-    assert approval.consumed_at is None
+    _assert_still_approved_and_unrun(world, asked)
     if ending == "cancel":
         assert isinstance(raised, anyio.get_cancelled_exc_class())
     else:
@@ -471,9 +481,7 @@ def test_a_release_of_another_claim_is_refused_and_changes_nothing(
 async def test_an_approved_read_run_after_its_runs_time_was_used_up_stays_approved(
     world: World,
 ) -> None:
-    asked = await world.writes.call(READ, {"url": URL, "token": "tok_1"}, ctx())
-    assert isinstance(asked, Preview)
-    world.writes.approve(asked.id, approver="carol", fingerprint=asked.fingerprint)
+    asked = await approved_read(world)
     spent = dataclasses.replace(ctx(), deadline=time.monotonic() - 1.0)
 
     with pytest.raises(ToolError) as raised:
@@ -482,11 +490,6 @@ async def test_an_approved_read_run_after_its_runs_time_was_used_up_stays_approv
     wire = raised.value.to_wire()
     assert (wire["code"], wire["retryable"], wire["outcome"]) == ("timeout", True, "error")
     assert "still approved" in wire["message"]
-    assert world.fetched.urls == []
-    stored = _stored(world.ledger, asked)
-    assert (stored.state, stored.attempts) == ("approved", 0)
-    approval = world.ledger.approval(asked.id)
-    assert approval is not None
-    assert approval.consumed_at is None
+    _assert_still_approved_and_unrun(world, asked)
     receipt = await world.writes.run_read(asked.id, asked.fingerprint, ctx())  # as told
     assert receipt.data["url"] == URL

@@ -20,12 +20,12 @@ from typing import Any
 import anyio
 import pytest
 
-from airlock.tools import DeniedError, LedgerError, Preview
+from airlock.tools import DeniedError, LedgerError
 from airlock.tools._preview_holders import StillSending
 from tests.tools.test_commit_threads import HangingRig
 from tests.tools.test_proposals import ProposalWorld
 from tests.tools.test_reach_forms import World, ctx
-from tests.tools.test_unsent_claims import READ, URL, _waiting_for_a_thread
+from tests.tools.test_unsent_claims import READ, _waiting_for_a_thread, approved_read
 from tests.tools.test_write_world import ALICE
 
 pytestmark = pytest.mark.anyio
@@ -183,9 +183,7 @@ async def test_a_cancelled_wait_stays_a_cancellation_when_the_ledger_fails(
     else:
         world = World(tmp_path)
         ledger, tool = world.ledger, READ
-        asked = await world.writes.call(READ, {"url": URL, "token": "tok_1"}, ctx())
-        assert isinstance(asked, Preview)
-        world.writes.approve(asked.id, approver="carol", fingerprint=asked.fingerprint)
+        asked = await approved_read(world)
         call = lambda: world.writes.run_read(asked.id, asked.fingerprint, ctx())  # noqa: E731
         close = world.ledger.close
         sent = lambda: len(world.fetched.urls)  # noqa: E731
