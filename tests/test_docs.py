@@ -925,7 +925,12 @@ def billing_service(workdir: Path, env: dict[str, str]) -> Iterator[dict[str, st
             except json.JSONDecodeError:
                 process.wait(timeout=10)
                 rest = process.stdout.read()
-                pytest.fail(f"the billing service did not start on {BILLING_PORT}: {first}{rest}")
+                pytest.fail(
+                    f"the billing service did not start on {BILLING_PORT}: {first}{rest}\n"
+                    f"(the README's blocks need port {BILLING_PORT}: if another process holds "
+                    "it, such as the README's own `python -m examples.billing &`, stop it and "
+                    "run this test again)"
+                )
             yield {
                 f"BILLING_TOKEN_{tenant.upper()}": token
                 for tenant, token in started["tokens"].items()
