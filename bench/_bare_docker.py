@@ -9,8 +9,21 @@ import uuid
 import docker
 import docker.errors
 
-BARE_COMMAND = ["python3", "-I", "-S", "-c", "import os; print(len(os.listdir('/tmp')) + 1)"]
-"""Prints 1 in a clean scratch directory, as the sandboxed runs answer."""
+CONTAINER_OF_RUN = (
+    "min([line.split('/containers/')[1][:64] for line in open('/proc/self/mountinfo') "
+    "if '/containers/' in line] or [''])"
+)
+"""An expression: the id of the container it runs in, from the engine's files mounted into
+it (``/etc/hostname`` and its peers, under ``.../containers/<id>/``); empty if none is."""
+BARE_COMMAND = [
+    "python3",
+    "-I",
+    "-S",
+    "-c",
+    f"import os; print(len(os.listdir('/tmp')) + 1, {CONTAINER_OF_RUN})",
+]
+"""Prints 1 in a clean scratch directory, as the sandboxed runs answer, and its container's
+id, as the sandboxed runs of the sustained cases do."""
 
 
 def run_bare(client: docker.DockerClient, image: str, runtime: str | None) -> bytes:

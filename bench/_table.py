@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Sequence
 
@@ -9,10 +10,17 @@ __all__ = ["percentile", "print_table"]
 
 
 def percentile(samples: Sequence[float], q: float) -> float:
-    """The q-th percentile (0-100) by nearest rank."""
+    """The q-th percentile (0-100) by nearest rank: the smallest sample with at least q% of
+    the samples at or below it.
+
+    Raises:
+        ValueError: there are no samples.
+    """
+    if not samples:
+        raise ValueError("no samples: nothing was measured")
     ordered = sorted(samples)
-    index = min(len(ordered) - 1, max(0, round(q / 100 * len(ordered) + 0.5) - 1))
-    return ordered[index]
+    rank = math.ceil(q / 100 * len(ordered))  # (1-based; 0 for q = 0: the smallest)
+    return ordered[min(len(ordered), max(rank, 1)) - 1]
 
 
 def print_table(title: str, rows: Sequence[tuple[str, Sequence[float], str]], unit: str) -> None:

@@ -206,6 +206,11 @@ async def main(round_trips: int, image: str, runs: int, audit_store: str) -> Non
         value: dict[str, Any] = result.value
         events = len(audit.events(run_id=session.run_id))
         audit.close()
+    if events != result.tool_calls:
+        raise SystemExit(
+            f"the audit log holds {events} events for the run's {result.tool_calls} calls: "
+            "every call must be admitted and recorded once"
+        )
 
     us = [x * 1e6 for x in value["latencies"]]
     echo_us = [x * 1e6 for x in echo]
@@ -245,7 +250,7 @@ async def main(round_trips: int, image: str, runs: int, audit_store: str) -> Non
     round_trip, echo_median = statistics.median(us), statistics.median(echo_us)
     print(
         f"\nround trip median {round_trip:.0f} us, p99 {percentile(us, 99):.0f} us; "
-        f"audit events for the run: {events} (every call admitted and recorded)"
+        f"audit events for the run: {events}, one for each of its calls (checked)"
     )
     print(
         f"the machine's floor ({ECHO}): {echo_median:.0f} us at the median; the bridge's round "

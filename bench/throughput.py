@@ -1,10 +1,15 @@
 """Sandboxed runs per second, and their latency, side by side with bare ``docker run --rm``.
 
-Every case runs the same trivial program (``PROGRAM``, full mode) for ``--seconds`` of
-sustained load, each run from a clean process and a clean scratch directory, and no container
-ever serves two principals. In one benchmark run, so that the ratios hold on a loaded
-machine (``--rounds`` splits each case's time into rounds that take turns, so that a burst of
-load falls on every case alike):
+Every sustained case runs the same trivial program (``SUSTAINED_PROGRAM``, full mode; the
+bare baseline the same as a ``python3 -c`` command) for ``--seconds`` of sustained load, each
+run from a clean process and a clean scratch directory. Every run answers which container it
+ran in, and a container seen serving a second principal stops the benchmark, as does a run
+that failed or found its scratch directory not empty. A case's time ends once its backend has
+closed: the removals it does off a run's path count (a bare ``docker run --rm`` waits for its
+own), and so does the removal of a pool's idle containers (whose starts came before the time
+began). In one benchmark run, so that the ratios hold on a loaded machine (``--rounds`` splits
+the time of each baseline and new-principal case into rounds that take turns, so that a burst
+of load falls on every case alike; a reuse case runs once, after them):
 
 - ``docker run --rm``: the baseline, ``--concurrency`` workers each starting a container of
   the sandbox image (``--network none``) that runs the program and is removed, through the
@@ -42,6 +47,7 @@ import argparse
 import asyncio
 import functools
 import os
+import statistics
 import sys
 import time
 import uuid
@@ -57,13 +63,19 @@ from airlock.policies import Grant, Principal, SandboxProfile
 from airlock.sandbox import DEFAULT_IMAGE, DockerBackend, RunResult
 from airlock.tools import Registry
 from bench._args import at_least, counts, positive_seconds
-from bench._bare_docker import run_bare
+from bench._bare_docker import CONTAINER_OF_RUN, run_bare
 from bench._busy import busy_processes
 from bench._table import percentile, print_table
 
 PROGRAM = "import os\nlen(os.listdir('/tmp')) + 1\n"
-"""Also a check: a clean scratch directory holds nothing, so every run answers 1."""
+"""The warm case's program. Also a check: a clean scratch directory holds nothing, so every
+run answers 1."""
+SUSTAINED_PROGRAM = f"import os\n[len(os.listdir('/tmp')) + 1, {CONTAINER_OF_RUN}]\n"
+"""The sustained cases' program (the bare baseline runs the same, :data:`BARE_COMMAND`): it
+answers 1 in a clean scratch directory, and which container it ran in, by which the
+benchmark checks that no container serves two principals."""
 IMAGE = os.environ.get("AIRLOCK_IMAGE", DEFAULT_IMAGE)
+RUNTIMES = ("runc", "crun", "runsc")
 REGISTRY = Registry()
 
 
@@ -80,10 +92,36 @@ def _check(result: RunResult) -> None:
         raise SystemExit(f"a run failed or was not clean: {result!r}")
 
 
+class ServedBy:
+    """Which principal each container served, from the sustained program's answers: a
+    container seen serving a second principal stops the benchmark."""
+
+    def __init__(self) -> None:
+        self.principals: dict[str, str] = {}
+
+    def check(self, result: RunResult, principal: Principal) -> None:
+        value = result.value
+        if not result.ok or not isinstance(value, list) or value[:1] != [1]:
+            raise SystemExit(f"a run failed or was not clean: {result!r}")
+        container = value[1]
+        if not isinstance(container, str) or not container:
+            raise SystemExit(f"a run could not tell its container: {value!r}")
+        first = self.principals.setdefault(container, principal.user_id)
+        if first != principal.user_id:
+            raise SystemExit(
+                f"container {container[:12]} served two principals: {first} and {principal.user_id}"
+            )
+
+
 async def _sustain(
-    workers: int, seconds: float, one: Callable[[int], Awaitable[None]]
+    workers: int,
+    seconds: float,
+    one: Callable[[int], Awaitable[None]],
+    wind_down: Callable[[], Awaitable[object]] | None = None,
 ) -> tuple[list[float], float]:
-    """``workers`` loops calling ``one(worker)`` for ``seconds``: latencies and runs/s."""
+    """``workers`` loops calling ``one(worker)`` for ``seconds``: latencies and runs/s. The
+    time ends after ``wind_down()``: what the runs left the engine to do (our removals off
+    a run's path) counts, as a bare ``docker run --rm`` waits for its removal."""
     latencies: list[float] = []
     end = time.monotonic() + seconds
 
@@ -95,6 +133,8 @@ async def _sustain(
 
     began = time.monotonic()
     await asyncio.gather(*(loop(w) for w in range(workers)))
+    if wind_down is not None:
+        await wind_down()
     return latencies, len(latencies) / (time.monotonic() - began)
 
 
@@ -105,7 +145,8 @@ async def bare_docker(
 
     def run_one() -> None:
         output = run_bare(client, IMAGE, runtime)
-        if output.strip() != b"1":
+        answer = output.split()
+        if answer[:1] != [b"1"] or len(answer) != 2:
             raise SystemExit(f"the bare run answered {output!r}")
 
     async def one(_worker: int) -> None:
@@ -117,13 +158,18 @@ async def bare_docker(
 async def new_principals(
     workers: int, seconds: float, pool: int, profile: SandboxProfile
 ) -> tuple[list[float], float]:
+    served = ServedBy()
     async with DockerBackend(image=IMAGE, profile=profile, pool_size=pool) as backend:
         await backend.pool.wait_ready(pool, timeout=300)
 
         async def one(_worker: int) -> None:
-            _check(await backend.run(PROGRAM, tools=_session(_new_principal())))
+            principal = _new_principal()
+            result = await backend.run(SUSTAINED_PROGRAM, tools=_session(principal))
+            served.check(result, principal)
 
-        return await _sustain(workers, seconds, one)
+        # (closing removes the pool's idle containers too, as the runs' removals: their
+        # starts came before the time began)
+        return await _sustain(workers, seconds, one, wind_down=backend.close)
 
 
 async def reused(
@@ -134,13 +180,17 @@ async def reused(
         image=IMAGE, profile=profile, pool_size=pool, reuse=True, reuse_max=max(principals, 1)
     ) as backend:
         await backend.pool.wait_ready(pool, timeout=300)
+        served = ServedBy()
         # Each principal's first run takes its container: sustained load starts after.
-        await asyncio.gather(*(backend.run(PROGRAM, tools=_session(o)) for o in owners))
+        firsts = [backend.run(SUSTAINED_PROGRAM, tools=_session(o)) for o in owners]
+        for owner, result in zip(owners, await asyncio.gather(*firsts), strict=True):
+            served.check(result, owner)
 
         async def one(worker: int) -> None:
-            _check(await backend.run(PROGRAM, tools=_session(owners[worker])))
+            result = await backend.run(SUSTAINED_PROGRAM, tools=_session(owners[worker]))
+            served.check(result, owners[worker])
 
-        return await _sustain(principals, seconds, one)
+        return await _sustain(principals, seconds, one, wind_down=backend.close)
 
 
 WARM_PAUSE_S = 0.02
@@ -168,7 +218,7 @@ async def warm(runs: int, profile: SandboxProfile) -> dict[str, list[float]]:
     }
     async with DockerBackend(image=IMAGE, profile=profile, pool_size=1, reuse=True) as backend:
         for _ in range(20):
-            await backend.run(PROGRAM, tools=_session(owner))
+            _check(await backend.run(PROGRAM, tools=_session(owner)))
         while len(samples[PAUSED]) < runs:
             for name, pause in ((BACK_TO_BACK, 0.0), (PAUSED, WARM_PAUSE_S)):
                 # A back-to-back block's first run follows a pause: it is not counted.
@@ -241,13 +291,15 @@ async def main() -> None:
     parser.add_argument("--pools", type=counts(0), default="0,2,4,8")
     parser.add_argument("--reuse-pool", type=at_least(0), default=4)
     parser.add_argument("--warm-runs", type=at_least(0), default=200)
-    parser.add_argument("--runtime", default="runc", help="of the reuse and warm cases")
+    parser.add_argument(
+        "--runtime", default="runc", choices=RUNTIMES, help="of the reuse and warm cases"
+    )
     parser.add_argument("--new-principal-runtimes", default="runc,crun")
     parser.add_argument(
         "--rounds",
         type=at_least(1),
         default=1,
-        help="split each sustained case's seconds into rounds",
+        help="split the seconds of each baseline and new-principal case into rounds",
     )
     parser.add_argument(
         "--busy", type=at_least(0), default=0, help="processes spinning beside it: a loaded machine"
@@ -277,6 +329,8 @@ async def _measure(args: argparse.Namespace) -> None:
             samples, rate = await case(args.seconds / args.rounds)
             rows[index][1].extend(samples)
             spent[name] += len(samples) / rate if rate else 0.0
+    if not all(samples for _, samples, _ in rows):
+        raise SystemExit(f"no run finished in {args.seconds:g} s in some case: give it more time")
     rows = [(name, samples, len(samples) / spent[name]) for name, samples, _ in rows]
     for count in args.principals:
         name = f"reuse, {count} principals"
@@ -285,13 +339,18 @@ async def _measure(args: argparse.Namespace) -> None:
     print(f"load average at end: {_load()}")
 
     print(f"\nsustained runs/s ({args.seconds:g} s per case, in {args.rounds} rounds)")
-    print(f"{'case':<38}{'runs':>6}{'runs/s':>10}{'p50 ms':>10}{'p99 ms':>10}  ratio")
+    print(f"{'case':<38}{'runs':>6}{'runs/s':>10}{'median ms':>10}{'p99 ms':>10}  ratio")
     base_rate = rows[0][2]
     for name, samples, rate in rows:
         print(
             f"{name:<38}{len(samples):>6}{rate:>10.1f}"
-            f"{percentile(samples, 50) * 1000:>10.1f}{percentile(samples, 99) * 1000:>10.1f}"
+            f"{statistics.median(samples) * 1000:>10.1f}{percentile(samples, 99) * 1000:>10.1f}"
             f"  {rate / base_rate:.2f}x {base}"
+        )
+    if args.principals:
+        print(
+            f"(a reuse row runs its principals' loops at once, against the baseline's "
+            f"{args.concurrency} workers; its rounds are one)"
         )
     print_table(
         "run latency under sustained load",
