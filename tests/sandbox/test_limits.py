@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
+import re
 import textwrap
 import time
+from pathlib import Path
 
+import docker
 import psutil
 import pytest
 
 from airlock.sandbox import _outcome
+from airlock.sandbox._owner import OWNER_LABEL, owner_labels
 from tests.conftest import Sandbox
 
 pytestmark = pytest.mark.docker
@@ -99,8 +104,23 @@ BOMBS = {
 }
 
 
+_CONTAINER_ID = re.compile(r"/docker[-/]([0-9a-f]{64})")
+
+
 def _host_process_count() -> int:
-    return len(psutil.pids())
+    """Processes in this test process's containers, or in containers the engine no longer
+    lists (a removed one's leftovers): another test process's containers, and the processes it
+    starts, come and go meanwhile, and are none of this run's."""
+    in_container: dict[int, str] = {}
+    for pid in psutil.pids():
+        with contextlib.suppress(OSError):
+            found = _CONTAINER_ID.search(Path(f"/proc/{pid}/cgroup").read_text())
+            if found:
+                in_container[pid] = found[1]
+    mine = "/".join(owner_labels()[OWNER_LABEL].split("/")[:3]) + "/"
+    listed = docker.from_env().containers.list(all=True, ignore_removed=True)
+    others = {c.id for c in listed if not c.labels.get(OWNER_LABEL, "").startswith(mine)}
+    return sum(1 for container in in_container.values() if container not in others)
 
 
 @pytest.mark.parametrize("bomb", sorted(BOMBS))
