@@ -226,7 +226,8 @@ def _checked(
             traceback=error.traceback if error else None,
         )
     skipped, skipped_count = _skipped(guest.artifacts_skipped, guest.artifacts_skipped_count)
-    result = RunResult(
+    # Built, not validated again: every field is the validated guest's or the host's own.
+    return RunResult.model_construct(
         status=status,
         exit_status=exit_status,
         has_value=guest.has_value,
@@ -243,9 +244,8 @@ def _checked(
         pooled=pooled,
         artifacts_skipped=skipped,
         artifacts_skipped_count=skipped_count,
+        value=guest.value,  # the decoder's JSON as it is
     )
-    # model_copy does not validate: the value is the decoder's JSON as it is.
-    return result.model_copy(update={"value": guest.value}) if guest.value is not None else result
 
 
 def _skipped(entries: Any, count: Any) -> tuple[tuple[SkippedArtifact, ...], int]:
