@@ -86,3 +86,10 @@ class ToolSpec:
     records: RecordsRead | None = None
     """Set for a read tool whose result names the records it returned (``records=``): its
     calls' audit events then hold one effect per record instead of the declared pattern."""
+
+    @property
+    def reaches_network(self) -> bool:
+        """Whether a call may reach the network: it declares a ``network`` effect, or its
+        adapter has :attr:`destinations` (a REST service's origin). Such a tool is never
+        offered as read-only, and the effect inventory marks it so."""
+        return bool(self.destinations) or any(e.kind == "network" for e in self.effects)
