@@ -206,7 +206,15 @@ def inventory(
         bool, typer.Option("--all", help="Every principal the policy names (the default).")
     ] = False,
     tenant: TenantOption = None,
-    fmt: Annotated[str, typer.Option("--format", help="table, json or markdown.")] = "table",
+    fmt: Annotated[
+        str | None,
+        typer.Option(
+            "--format",
+            help="table (the default), json or markdown; the listing only, not with --lock "
+            "or --check.",
+            show_default=False,
+        ),
+    ] = None,
     lock: Annotated[
         Path | None, typer.Option(help="Write the reachable set to this lock file.")
     ] = None,
@@ -219,11 +227,15 @@ def inventory(
     names, preconditions and approval rule, the sandbox's own effects under the policy's
     [sandbox] profile, the harness's own connections, and the composed reachable set."""
     with usage_errors():
-        chosen = _format(fmt)
+        chosen = _format(fmt if fmt is not None else "table")
         if every and principal:
             raise UsageError("give --principal or --all, not both")
         if lock is not None and check is not None:
             raise UsageError("give --lock or --check, not both")
+        if fmt is not None and (lock is not None or check is not None):
+            # --lock writes the lock file's one format and --check prints its changes.
+            option = "--lock" if lock is not None else "--check"
+            raise UsageError(f"give --format or {option}, not both")
         selection = Selection(
             every_principal=every,
             principals=tuple(principal or ()),
@@ -232,7 +244,7 @@ def inventory(
         )
         if check is not None:
             old = read_lock(check)
-            if not (every or principal or role or tenant):
+            if not (every or principal or role or tenant is not None):
                 selection = old.selection
             loaded = load_inventory(registry, policy, selection=selection)
             changes = compare_locks(old, lock_from_inventory(loaded.inventory, selection))

@@ -7,9 +7,9 @@ from collections.abc import Collection
 
 from airlock.harness._model_tools import ModelTool
 from airlock.policies import Principal
-from airlock.tools import Registry, ToolSpec
+from airlock.tools import Registry
 
-__all__ = ["direct_tools", "reaches_network"]
+__all__ = ["direct_tools"]
 
 
 def direct_tools(
@@ -22,7 +22,7 @@ def direct_tools(
         if spec is None or definition.name not in names:
             continue
         changes = any(e.is_side_effect for e in spec.effects)
-        network = reaches_network(spec)
+        network = spec.reaches_network
         listed.append(
             ModelTool(
                 name=definition.name,
@@ -37,8 +37,3 @@ def direct_tools(
             )
         )
     return listed
-
-
-def reaches_network(spec: ToolSpec) -> bool:
-    """Whether a call of ``spec`` reaches a network destination as one of its effects."""
-    return any(e.kind == "network" for e in spec.effects)

@@ -64,7 +64,8 @@ def describe_execute_code(
     """The ``execute_code`` tool as offered to a model, with ``api`` (the typed Python API
     of the read tools its principal may call from code) in its description.
     ``kept_idle_s`` says that programs keep state (a kept sandbox with that idle timeout);
-    ``reaches_network`` that a tool its programs may call has a ``network`` effect;
+    ``reaches_network`` that a tool its programs may call reaches the network
+    (:attr:`~airlock.tools.ToolSpec.reaches_network`);
     ``inputs`` are the files every program of the session finds under ``/data``;
     ``proposes`` that programs may propose writes (``tools.propose``). Files (``/data``,
     ``/out``, ``/tmp``) are offered in ``full`` language mode only: a restricted program

@@ -56,7 +56,7 @@ from airlock.harness._batches import PausedBatches
 from airlock.harness._budget import Budget
 from airlock.harness._call_budget import CallBudget
 from airlock.harness._commit_authority import CommitAuthority
-from airlock.harness._direct_tools import direct_tools, reaches_network
+from airlock.harness._direct_tools import direct_tools
 from airlock.harness._execute_code import EXECUTE_CODE, describe_execute_code
 from airlock.harness._model_tools import ModelResult, ModelTool
 from airlock.harness._paused import PausedWrites
@@ -228,7 +228,7 @@ class Session(ApprovalPause):
                 calls=self.budget.program_calls,
                 kept_idle_s=self._idle_timeout if self._keep_state else None,
                 reaches_network=any(
-                    reaches_network(spec)
+                    spec.reaches_network
                     for spec in map(self._registry.get, self._code)
                     if spec is not None
                 ),

@@ -185,6 +185,7 @@ def _tool_entry(spec: ToolSpec, subject: Subject, *, direct: bool, code: bool) -
             denied = "no caller may reach it without an approval it cannot get"
     hosts = destinations(spec)
     urls = [e for e in spec.effects if e.kind == "network" and e.takes_url]
+    granted: set[str] = set()
     if urls:  # what a call names: the granted patterns it may match
         granted = {
             allowed.target
@@ -211,13 +212,13 @@ def _tool_entry(spec: ToolSpec, subject: Subject, *, direct: bool, code: bool) -
         approval=approval,
         idempotency=idempotency(spec),
         reach=tuple(reach),
-        network=any(e.kind == "network" for e in spec.effects),
+        network=spec.reaches_network,
         denied_because=denied,
-        broader_than_scope=_broader(spec, hosts),
+        broader_than_scope=_broader(spec, hosts, granted),
     )
 
 
-def _broader(spec: ToolSpec, hosts: Sequence[str]) -> tuple[str, ...]:
+def _broader(spec: ToolSpec, hosts: Sequence[str], granted: Iterable[str]) -> tuple[str, ...]:
     service, _, access = spec.scope.partition(".")
     read_only = access.rsplit(".", 1)[-1] in _READ_ONLY_ACCESS
     reasons: list[str] = []
@@ -230,8 +231,13 @@ def _broader(spec: ToolSpec, hosts: Sequence[str]) -> tuple[str, ...]:
                 reasons.append(
                     f"{effect.kind}s {owner!r} resources outside its scope's service {service!r}"
                 )
-        if "**" in effect.pattern:
+        if "**" in effect.pattern and not effect.takes_url:  # a URL's reach: granted below
             reasons.append(f"{effect_label(effect)} spans every level below its prefix")
+    reasons.extend(
+        f"network({pattern}) spans every level below its prefix"
+        for pattern in sorted(granted)
+        if "**" in pattern
+    )
     if len(hosts) > 1:
         reasons.append(f"reaches {len(hosts)} network destinations: {', '.join(hosts)}")
     reasons.extend(
@@ -241,8 +247,11 @@ def _broader(spec: ToolSpec, hosts: Sequence[str]) -> tuple[str, ...]:
 
 
 def _labels(tool: ToolEntry) -> set[str]:
-    """The patterns a tool may reach, its adapter's destinations included."""
-    labels = {effect_label(Effect.parse(e.declared)) for e in tool.effects}
+    """The patterns a tool may reach, its adapter's destinations included. A
+    ``network({url})`` effect reaches what a call names: its destinations already hold the
+    patterns the grant allows for it, so the declaration itself (``**``) is no label."""
+    declared = (Effect.parse(e.declared) for e in tool.effects)
+    labels = {effect_label(effect) for effect in declared if not effect.takes_url}
     labels.update(f"network({host})" for host in tool.destinations)
     return labels
 

@@ -50,7 +50,10 @@ Comparing two locks, the check itself, is :mod:`airlock.inventory._lock_check`.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import secrets
 from pathlib import Path
 from typing import Any, Final, Literal
 
@@ -206,11 +209,20 @@ def write_lock(lock: EffectLock, path: Path) -> None:
     Raises:
         LockFileError: the file cannot be written.
     """
-    temporary = path.with_name(path.name + ".tmp")
+    # A name of its own beside ``path`` (created here, never an existing file), removed
+    # again when anything fails: a failed write leaves nothing behind.
+    temporary = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
+    created = False
     try:
-        temporary.write_text(lock_text(lock), encoding="utf-8")
+        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        created = True
+        with os.fdopen(descriptor, "w", encoding="utf-8") as file:
+            file.write(lock_text(lock))
         temporary.replace(path)
     except OSError as exc:
+        if created:
+            with contextlib.suppress(OSError):
+                temporary.unlink()
         raise LockFileError(str(path), f"cannot write the lock file: {exc}") from exc
 
 

@@ -138,8 +138,9 @@ class ToolEntry(_Record):
     network: bool = Field(
         default=False,
         description=(
-            "It declares a network effect: a read that reaches the network, never advertised "
-            "as read-only (from code, only the destinations the grant lists)."
+            "It declares a network effect or its adapter has destinations: a read that "
+            "reaches the network, never advertised as read-only (from code, only the "
+            "destinations the grant lists)."
         ),
     )
     denied_because: str | None = Field(description="Why no call can succeed, when reach is empty.")

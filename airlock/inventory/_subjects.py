@@ -90,19 +90,22 @@ class PolicyDocument:
         Raises:
             UsageError: ``user_id`` or ``tenant`` is not a valid id.
         """
+        # ``None`` only for ``*``: an empty id (or tenant) is refused below, never read as
+        # "any principal" (or "the file's tenant").
         lookup = user_id if user_id != ANY_PRINCIPAL else None
         chosen = (
             tenant
-            or (self.tenants.get(lookup) if lookup else None)
+            if tenant is not None
+            else (self.tenants.get(lookup) if lookup is not None else None)
             or self.tenants.get(ANY_PRINCIPAL)
             or _DEFAULT_TENANT
         )
-        real_id = user_id if lookup else self._anonymous_id()
+        real_id = user_id if lookup is not None else self._anonymous_id()
         # The user's own entry (else ``*``) applies in every tenant when it binds none. In a
         # tenant other than its own, a user with a bound entry holds only ``*``'s authority,
         # which the ``*`` subject lists.
         own = lookup if lookup is not None and lookup in self.tenants else ANY_PRINCIPAL
-        every_tenant = not tenant and own in self.tenants and self.tenants[own] is None
+        every_tenant = tenant is None and own in self.tenants and self.tenants[own] is None
         try:
             widest = Principal(user_id=real_id, tenant_id=chosen, scopes=self.scopes)
         except ValidationError:

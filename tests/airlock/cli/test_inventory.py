@@ -84,12 +84,51 @@ def test_a_registry_factory_is_called() -> None:
         (["--role", "nobody"], "error (unknown_subject)"),
         (["--principal", "_bad id"], "not a valid id"),
         (["--lock", "a.lock", "--check", "b.lock"], "not both"),
+        # An empty id is no id: never "every principal" or "the file's tenant".
+        (["--principal="], "principal '' in tenant 'default' is not a valid id"),
+        (["--principal", ""], "principal '' in tenant 'default' is not a valid id"),
+        (["--principal", "alice", "--principal", ""], "principal '' in tenant"),
+        (["--tenant="], "in tenant '' is not a valid id"),
+        (["--principal", "alice", "--tenant", ""], "principal 'alice' in tenant ''"),
     ],
 )
 def test_bad_options_are_usage_errors(args: list[str], message: str) -> None:
     result = runner.invoke(app, [*BASE, *args])
     assert result.exit_code == 2
     assert message in result.output
+
+
+# options -> the usage error: --lock writes the lock file's own format and --check prints
+# its changes, so --format (even the default's name) goes with neither
+FORMAT_CONFLICTS = [
+    (["--lock", "{lock}", "--format", "json"], "give --format or --lock, not both"),
+    (["--lock", "{lock}", "--format", "table"], "give --format or --lock, not both"),
+    (["--check", "{lock}", "--format", "json"], "give --format or --check, not both"),
+    (["--check", "{lock}", "--format=markdown"], "give --format or --check, not both"),
+    (["--check", "{lock}", "--format", "yaml"], "--format 'yaml' is not one of"),
+]
+
+
+@pytest.mark.parametrize(("args", "message"), FORMAT_CONFLICTS)
+def test_format_with_lock_or_check_is_a_usage_error(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    lock = tmp_path / "effects.lock"
+    if "--check" in args:
+        assert runner.invoke(app, [*BASE, "--lock", str(lock)]).exit_code == 0
+    before = lock.read_bytes() if lock.exists() else None
+    result = runner.invoke(app, [*BASE, *(a.format(lock=lock) for a in args)])
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert (lock.read_bytes() if lock.exists() else None) == before  # nothing written
+    assert sorted(p.name for p in tmp_path.iterdir()) == (["effects.lock"] if before else [])
+
+
+@pytest.mark.parametrize("args", [["--principal", ""], ["--principal", "alice", "--tenant", ""]])
+def test_program_effects_refuse_an_empty_id(tmp_path: Path, args: list[str]) -> None:
+    result = runner.invoke(app, [*_program(tmp_path, "print(1)\n"), *args])
+    assert result.exit_code == 2, result.output
+    assert "is not a valid id" in result.output
 
 
 def test_a_bad_policy_file_is_a_usage_error(tmp_path: Path) -> None:

@@ -10,13 +10,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
 from airlock import Harness, ModelResult
 from airlock.frontends.mcp import mcp_tool
 from airlock.harness import NoToolsWarning
-from airlock.policies import Principal, parse_policy
+from airlock.policies import Principal, network, parse_policy, read
 from airlock.sandbox.testing import ScriptedBackend
-from airlock.tools import MemoryAuditStore, SQLiteLedgerStore, approve_preview
+from airlock.tools import MemoryAuditStore, Registry, SQLiteLedgerStore, approve_preview
 from tests.airlock.session_world import World
 from tests.tools.test_reach_forms import Fetched, web_registry
 
@@ -98,6 +99,61 @@ def test_a_tool_that_reaches_the_network_is_not_advertised_read_only(tmp_path: P
     closed = mcp_tool(plain).annotations
     assert closed is not None
     assert (closed.read_only_hint, closed.open_world_hint) == (True, False)
+
+
+ITEM_POLICY = """
+version = 1
+
+[principals."*"]
+scopes = ["api.read"]
+effects = ["read(api:item/*)", "network(api.example.com)"]
+"""
+
+
+class Item(BaseModel):
+    ok: bool
+
+
+# adapter destinations, declared network effects -> (read_only, open_world) of the tool and
+# of execute_code, whose programs may call it: an adapter's service is the network too
+HINT_ROWS = [
+    (("http://127.0.0.1:8400",), (), (False, True)),  # a REST adapter's service
+    (("api.example.com",), (), (False, True)),
+    ((), ("api.example.com",), (False, True)),
+    ((), (), (True, False)),
+]
+
+
+@pytest.mark.parametrize(("hosts", "declared", "hints"), HINT_ROWS)
+def test_a_tool_whose_adapter_has_destinations_is_not_advertised_read_only(
+    hosts: tuple[str, ...], declared: tuple[str, ...], hints: tuple[bool, bool]
+) -> None:
+    registry = Registry()
+
+    @registry.tool(
+        effects=[read("api:item/*"), *map(network, declared)],
+        scope="api.read",
+        callers={"direct", "code"},
+        destinations=hosts,
+    )
+    def api_item_get() -> Item:
+        """Read an item. Use it to test. It changes nothing."""
+        return Item(ok=True)
+
+    harness = Harness(
+        registry,
+        parse_policy(ITEM_POLICY, source="item"),
+        ScriptedBackend([]),
+        audit=MemoryAuditStore(),
+    )
+    principal = Principal(user_id="bob", tenant_id="acme", scopes=frozenset({"api.read"}))
+    tools = {t.name: t for t in harness.session(principal).tools()}
+    for name in ("api_item_get", "execute_code"):
+        tool = tools[name]
+        assert (tool.read_only, tool.open_world) == hints, name
+        annotations = mcp_tool(tool).annotations
+        assert annotations is not None
+        assert (annotations.read_only_hint, annotations.open_world_hint) == hints, name
 
 
 def test_execute_code_without_network_tools_is_read_only(web: Web) -> None:

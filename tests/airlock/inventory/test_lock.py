@@ -671,6 +671,41 @@ def test_a_bad_lock_file_is_a_usage_error(tmp_path: Path, content: str | None, r
     assert reason in result.output
 
 
+# what stands where the lock file goes -> whether --lock writes it; either way nothing else
+# is left beside it (no temporary file, complete or not)
+LOCK_TARGETS = [
+    ("nothing", True),
+    ("an older lock file", True),
+    ("an empty directory", False),
+    ("a directory with a file in it", False),
+]
+
+
+@pytest.mark.parametrize(("target", "written"), LOCK_TARGETS)
+def test_a_lock_write_leaves_nothing_else_behind(
+    tmp_path: Path, target: str, written: bool
+) -> None:
+    lock = tmp_path / "effects.lock"
+    if target == "an older lock file":
+        lock.write_text("old")
+    elif target != "nothing":
+        lock.mkdir()
+        if "file" in target:
+            (lock / "kept").write_text("kept")
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    result = _cli(POLICY_ARG, "--all", "--lock", str(lock))
+    after = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    if written:
+        assert result.exit_code == 0, result.output
+        assert read_lock(lock).selection.every_principal
+        assert after == [Path("effects.lock")]
+    else:
+        assert result.exit_code == 2, result.output
+        assert "error (lock_file)" in result.output
+        assert "cannot write the lock file" in result.output
+        assert after == before
+
+
 _MODEL = f'"locked_as": "{ANTHROPIC_URL}"'
 
 # an edit of a good lock's text -> what the refusal says

@@ -121,6 +121,8 @@ def test_the_billing_service_is_each_tools_network_destination() -> None:
     assert destination == DEMO_BASE_URL
     for subject in _inventory().subjects:
         assert {t.destinations for t in subject.tools} == {(destination,)}
+        # A read through the adapter reaches the network: never listed as a closed read.
+        assert all(t.network for t in subject.tools)
         assert f"network({destination})" in subject.composed.from_code.effects
         network = next(t for t in subject.composed.totals if t.kind == "network")
         assert network.patterns == (f"network({destination})",)
