@@ -58,7 +58,8 @@ async def execute(
     read's, whose caller asks it afterwards whether the handler ever started).
 
     Raises:
-        NotSent: the ``claimed`` thread met the tool's bound as it was about to start.
+        NotSent: the ``claimed`` thread met the tool's bound as it was about to start, or
+            the run had no time left for the ``claimed`` call.
         ToolError: ``timeout`` (outcome ``error`` when a sync handler never started);
             ``denied`` when the handler reached what the tool does not declare (even if it
             caught the refusal); the handler's own error; ``upstream`` with outcome
@@ -70,6 +71,8 @@ async def execute(
     budget, left = spec.timeout, ctx.deadline - now  # (ctx.remaining(), on the same reading)
     if left < budget:  # (min(), without the call)
         budget = left
+    if budget <= 0 and claimed is not None:  # (its step is claimed: the claim is given back)
+        raise NotSent("not sent: its run's time was used up", because="its run's time was used up")
     if budget <= 0:
         raise ToolTimeoutError(
             "the run's time budget is used up; finish with what you have",

@@ -76,7 +76,13 @@ def release(sender: Sender, claimed: Preview, why: str, *, what: str = "resend")
 
 
 def _give_back(
-    sender: Sender, claimed: Preview, why: str, *, read: bool = False, quiet: bool = False
+    sender: Sender,
+    claimed: Preview,
+    why: str,
+    *,
+    read: bool = False,
+    quiet: bool = False,
+    because: str = "the host was too busy to start it",
 ) -> ToolError | None:
     """Undo the claim of ``claimed``, whose call never ran (``why``, see :func:`release`),
     record that in the audit log (``execute``, outcome ``error``, code ``upstream``: nothing
@@ -84,7 +90,8 @@ def _give_back(
     approved step waits to be committed (``read``: run) again; an ``unknown`` one is still
     undecided (outcome ``unknown``). ``None`` when the ledger did not take the claim back.
     ``quiet``: the call was cancelled or interrupted, which must propagate as it is: an audit
-    log that fails then (closed at shutdown) is not raised. A step approved again has the
+    log that fails then (closed at shutdown) is not raised. ``because`` is why it never ran,
+    as the caller is told. A step approved again has the
     withdrawals that waited for its send to end (:func:`withdraw_proposal`) denied now: the
     error is then ``denied``."""
     back = release(sender, claimed, why)
@@ -102,17 +109,16 @@ def _give_back(
             "do not retry it",
             reason="policy",
         )
-    busy = "the host was too busy to start it"
     if read:  # (a read changes nothing, whatever state it was claimed from)
-        message = f"the read did not run: {busy}; nothing was fetched, run it again later"
+        message = f"the read did not run: {because}; nothing was fetched, run it again later"
     elif back.state == "approved":
         message = (
-            f"the change was not sent: {busy}. Nothing was changed and the write is still "
+            f"the change was not sent: {because}. Nothing was changed and the write is still "
             "approved: commit it again later"
         )
     else:
         message = (
-            f"this resend was not sent: {busy}. An earlier send may have acted, so the write "
+            f"this resend was not sent: {because}. An earlier send may have acted, so the write "
             "is still unknown: commit again later (same key) or wait for reconcile"
         )
     undecided = back.state == "unknown" and not read  # (an earlier send may have acted)
@@ -134,4 +140,7 @@ def given_back(
     why = unsent_why(thread, exc)
     if why is None:
         return None
-    return _give_back(sender, claimed, why, read=read, quiet=not isinstance(exc, Exception))
+    quiet = not isinstance(exc, Exception)
+    if isinstance(exc, NotSent):
+        return _give_back(sender, claimed, why, read=read, quiet=quiet, because=exc.because)
+    return _give_back(sender, claimed, why, read=read, quiet=quiet)

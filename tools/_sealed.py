@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import hmac
+import logging
 import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -32,6 +33,8 @@ from airlock.tools._spec import ToolSpec
 __all__ = ["SEAL_PREFIX", "SealedSender", "SecretVault", "sealed_fields"]
 
 SEAL_PREFIX: Final = "secret:"
+
+_log = logging.getLogger("airlock.writes")
 
 
 def sealed_fields(spec: ToolSpec) -> frozenset[str]:
@@ -131,3 +134,14 @@ class SealedSender(Sender):
                 raise self.ambiguous(claimed, "its secret is not held by this process")
             claimed = dataclasses.replace(claimed, effect=effect)
         return await super().send(spec, claimed, resolved_by=resolved_by, actor=actor)
+
+    def forget_if_settled(self, preview_id: str) -> None:
+        """Let go of ``preview_id``'s sealed values once its step is settled (or gone).
+        Housekeeping after a call: a ledger failing here keeps them (logged) and never takes
+        the place of how the call ended, a cancellation included."""
+        try:
+            current = self.ledger.preview(preview_id)
+            if current is None or current.state in ("committed", "failed", "denied"):
+                self.vault.release(preview_id)
+        except Exception:
+            _log.warning("could not let go of the sealed values of %s", preview_id, exc_info=True)

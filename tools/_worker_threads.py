@@ -213,8 +213,13 @@ def refusal(spec: ToolSpec, fn: Callable[..., Any]) -> UpstreamError | None:
 
 
 class NotSent(Exception):
-    """A ``claimed`` call's thread refused as it was about to start (:class:`WorkerThread`):
-    its code did not run, nor will (its caller gives the step's claim back)."""
+    """A ``claimed`` call refused as it was about to start: its thread met the tool's bound
+    (:class:`WorkerThread`), or its run had no time left (``execute``). Its code did not run,
+    nor will (its caller gives the step's claim back); ``because`` says why, to the caller."""
+
+    def __init__(self, message: str, *, because: str = "the host was too busy to start it"):
+        super().__init__(message)
+        self.because = because
 
 
 def _refusal(name: str) -> UpstreamError | None:

@@ -42,7 +42,6 @@ resolves it by querying the system of record or resending with the same key, nev
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -371,12 +370,6 @@ class WritePath(Withdrawals):
             approval = self.ledger.approval(preview.id)
         raise ConflictError(f"preview {preview_id!r} keeps changing; try again")
 
-    def _forget_if_settled(self, preview_id: str) -> None:
-        with contextlib.suppress(Exception):  # a failing ledger keeps them; the call's end stands
-            current = self.ledger.preview(preview_id)
-            if current is None or current.state in ("committed", "failed", "denied"):
-                self._vault.release(preview_id)
-
     # -- reconcile -----------------------------------------------------------------------
 
     async def reconcile(self) -> list[Resolution]:
@@ -388,6 +381,9 @@ class WritePath(Withdrawals):
         ledger row does not read back is skipped, reported ``unresolved``.
         """
         return await resolve_all(self._sender, self.registry, settled=self._forget_if_settled)
+
+    def _forget_if_settled(self, preview_id: str) -> None:
+        self._sender.forget_if_settled(preview_id)
 
     def _spec(self, preview: Preview, *, read: bool = False) -> ToolSpec:
         spec = self.registry.get(preview.tool)

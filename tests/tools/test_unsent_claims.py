@@ -493,3 +493,30 @@ async def test_an_approved_read_run_after_its_runs_time_was_used_up_stays_approv
     _assert_still_approved_and_unrun(world, asked)
     receipt = await world.writes.run_read(asked.id, asked.fingerprint, ctx())  # as told
     assert receipt.data["url"] == URL
+
+
+async def test_an_approved_read_whose_run_time_ran_out_as_it_was_claimed_stays_approved(
+    world: World,
+) -> None:
+    asked = await approved_read(world)
+    sender = world.writes._sender
+    claim = sender.claim
+
+    def slow_claim(*args: Any, **kwargs: Any) -> Any:
+        time.sleep(0.05)  # a ledger write that takes its time (a busy disk, a locked database)
+        return claim(*args, **kwargs)
+
+    sender.claim = slow_claim  # type: ignore[method-assign]
+    # Time left as it is asked for, none once its step is claimed.
+    short = dataclasses.replace(ctx(), deadline=time.monotonic() + 0.02)
+
+    with pytest.raises(ToolError) as raised:
+        await world.writes.run_read(asked.id, asked.fingerprint, short)
+
+    wire = raised.value.to_wire()
+    assert (wire["code"], wire["retryable"], wire["outcome"]) == ("upstream", True, "error")
+    assert "its run's time was used up" in wire["message"]
+    _assert_still_approved_and_unrun(world, asked)
+    sender.claim = claim  # type: ignore[method-assign]
+    receipt = await world.writes.run_read(asked.id, asked.fingerprint, ctx())  # as told
+    assert receipt.data["url"] == URL

@@ -172,7 +172,7 @@ LEDGER_FAILURES = [
 
 @pytest.mark.parametrize(("what", "failure"), LEDGER_FAILURES)
 async def test_a_cancelled_wait_stays_a_cancellation_when_the_ledger_fails(
-    tmp_path: Path, what: str, failure: str
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, what: str, failure: str
 ) -> None:
     if what == "commit":
         rig = HangingRig(tmp_path, timeout=5.0)
@@ -197,6 +197,8 @@ async def test_a_cancelled_wait_stays_a_cancellation_when_the_ledger_fails(
 
         assert isinstance(raised, anyio.get_cancelled_exc_class()), raised
         assert sent() == 0
+        # Its sealed values are kept (the ledger cannot say the step settled), and said so.
+        assert "could not let go of the sealed values" in caplog.text
     finally:
         with contextlib.suppress(Exception):
             close()
