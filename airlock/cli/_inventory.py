@@ -245,7 +245,7 @@ def inventory(
         if check is not None:
             old = read_lock(check)
             if not (every or principal or role or tenant is not None):
-                selection = old.selection
+                selection = old.selection.as_meant()
             loaded = load_inventory(registry, policy, selection=selection)
             changes = compare_locks(old, lock_from_inventory(loaded.inventory, selection))
             typer.echo(render_changes(changes), nl=False)

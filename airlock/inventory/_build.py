@@ -236,7 +236,7 @@ def _broader(spec: ToolSpec, hosts: Sequence[str], granted: Iterable[str]) -> tu
     reasons.extend(
         f"network({pattern}) spans every level below its prefix"
         for pattern in sorted(granted)
-        if "**" in pattern
+        if "**" in pattern or pattern == "*"  # (a URL's "*" allows every URL too)
     )
     if len(hosts) > 1:
         reasons.append(f"reaches {len(hosts)} network destinations: {', '.join(hosts)}")

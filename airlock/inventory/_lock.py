@@ -71,6 +71,7 @@ from airlock.inventory._model import (
     SandboxEffects,
     SubjectKind,
 )
+from airlock.inventory._subjects import ANY_PRINCIPAL
 from airlock.tools import Caller
 
 __all__ = [
@@ -106,6 +107,13 @@ class Selection(_Record):
     principals: tuple[str, ...] = Field(description="Principals named on the command line.")
     roles: tuple[str, ...] = Field(description="Roles named on the command line.")
     tenant: str | None = Field(description="Tenant given on the command line.")
+
+    def as_meant(self) -> Selection:
+        """This selection as it was meant when written: a lock written while an empty
+        ``--tenant=`` still meant none given, and an empty ``--principal=`` every principal
+        (``*``), holds ``""`` for them, an id the command line now refuses."""
+        principals = tuple(p or ANY_PRINCIPAL for p in self.principals)
+        return self.model_copy(update={"tenant": self.tenant or None, "principals": principals})
 
 
 class LockedTool(_Record):
@@ -211,7 +219,7 @@ def write_lock(lock: EffectLock, path: Path) -> None:
     """
     # A name of its own beside ``path`` (created here, never an existing file), removed
     # again when anything fails: a failed write leaves nothing behind.
-    temporary = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
+    temporary = path.with_name(f".{path.name[:200]}.{secrets.token_hex(8)}.tmp")  # (NAME_MAX)
     created = False
     try:
         descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)

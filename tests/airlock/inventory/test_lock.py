@@ -31,6 +31,7 @@ from airlock.inventory import (
     read_lock,
     render_changes,
     sandbox_effects,
+    write_lock,
 )
 from airlock.policies import Effect, network, parse_policy, read
 from airlock.tools import Registry, ToolSpec, WriteContract, requires
@@ -678,6 +679,7 @@ LOCK_TARGETS = [
     ("an older lock file", True),
     ("an empty directory", False),
     ("a directory with a file in it", False),
+    ("nothing, by a name as long as a name can be", True),
 ]
 
 
@@ -685,10 +687,12 @@ LOCK_TARGETS = [
 def test_a_lock_write_leaves_nothing_else_behind(
     tmp_path: Path, target: str, written: bool
 ) -> None:
-    lock = tmp_path / "effects.lock"
+    long_name = "as long as a name can be" in target
+    name = "e" * (255 - len(".lock")) + ".lock" if long_name else "effects.lock"
+    lock = tmp_path / name
     if target == "an older lock file":
         lock.write_text("old")
-    elif target != "nothing":
+    elif not target.startswith("nothing"):
         lock.mkdir()
         if "file" in target:
             (lock / "kept").write_text("kept")
@@ -698,7 +702,7 @@ def test_a_lock_write_leaves_nothing_else_behind(
     if written:
         assert result.exit_code == 0, result.output
         assert read_lock(lock).selection.every_principal
-        assert after == [Path("effects.lock")]
+        assert after == [Path(name)]
     else:
         assert result.exit_code == 2, result.output
         assert "error (lock_file)" in result.output
@@ -749,3 +753,35 @@ def test_a_new_tenants_credential_is_growth_for_a_principal_in_any_tenant() -> N
     assert grown == {
         ("principal:*", name, "new_credential", "BILLING_KEY_INITECH") for name in (GET, LIST)
     }
+
+
+# a lock's selection as an earlier version wrote it -> as --check reads it
+EARLIER_SELECTIONS = [
+    ({"tenant": ""}, {"tenant": None}),  # an empty --tenant= then meant none given
+    ({"principals": ["alice", ""]}, {"principals": ("alice", "*")}),  # "" then meant "*"
+    ({"tenant": "acme", "principals": ["alice"]}, {"tenant": "acme", "principals": ("alice",)}),
+]
+
+
+@pytest.mark.parametrize(("written", "meant"), EARLIER_SELECTIONS)
+def test_a_lock_written_with_empty_ids_is_checked_as_it_was_meant(
+    written: dict[str, Any], meant: dict[str, Any]
+) -> None:
+    base = {"every_principal": False, "principals": [], "roles": [], "tenant": None}
+    selection = Selection.model_validate({**base, **written}).as_meant()
+    assert {key: getattr(selection, key) for key in meant} == meant
+
+
+def test_check_reads_an_earlier_lock_written_with_an_empty_tenant(tmp_path: Path) -> None:
+    lock = tmp_path / "effects.lock"
+    assert _cli(POLICY_ARG, "--all", "--lock", str(lock)).exit_code == 0
+    written = read_lock(lock)
+    earlier = written.model_copy(update={"selection": written.selection.model_copy(
+        update={"tenant": ""}
+    )})  # fmt: skip
+    write_lock(earlier, lock)
+
+    result = _cli(POLICY_ARG, "--check", str(lock))
+
+    assert result.exit_code == 0, result.output
+    assert "unchanged" in result.output

@@ -88,17 +88,20 @@ def test_the_rendered_reach_says_network() -> None:
 
 # the grant's network patterns -> the network labels of every summary of the URL tool: the
 # patterns a call may match, never the declaration's own ``network(**)``
+# granted patterns -> the summaries' labels, and those said to span every level below
 URL_GRANTS = [
     (("https://docs.example.com/**", "*.python.org"),
-     ("network(*.python.org)", "network(https://docs.example.com/**)")),
-    (("docs.example.com",), ("network(docs.example.com)",)),
-    (("**",), ("network(**)",)),  # a grant of every destination: then it is every one
+     ("network(*.python.org)", "network(https://docs.example.com/**)"),
+     ("network(https://docs.example.com/**)",)),
+    (("docs.example.com",), ("network(docs.example.com)",), ()),
+    (("**",), ("network(**)",), ("network(**)",)),  # every destination: then it is every one
+    (("*",), ("network(*)",), ("network(*)",)),  # a URL's "*" allows every URL as well
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize(("granted", "labels"), URL_GRANTS)
+@pytest.mark.parametrize(("granted", "labels", "spanning"), URL_GRANTS)
 def test_a_url_tools_summaries_hold_the_granted_patterns(
-    granted: tuple[str, ...], labels: tuple[str, ...]
+    granted: tuple[str, ...], labels: tuple[str, ...], spanning: tuple[str, ...]
 ) -> None:
     grant = Grant(
         scopes=frozenset({"web.read"}),
@@ -116,9 +119,7 @@ def test_a_url_tools_summaries_hold_the_granted_patterns(
     (total,) = [t for t in composed.totals if t.kind == "network"]
     assert (total.tools, total.patterns) == (1, labels)
     spans = [r for b in composed.broader_than_scope for r in b.reasons if "spans every" in r]
-    assert spans == [
-        f"{label} spans every level below its prefix" for label in labels if "**" in label
-    ]
+    assert spans == [f"{label} spans every level below its prefix" for label in spanning]
 
 
 # effects, adapter destinations -> whether a call reaches the network: the inventory's flag
