@@ -19,7 +19,8 @@ def percentile(samples: Sequence[float], q: float) -> float:
     if not samples:
         raise ValueError("no samples: nothing was measured")
     ordered = sorted(samples)
-    rank = math.ceil(q / 100 * len(ordered))  # (1-based; 0 for q = 0: the smallest)
+    # (1-based; 0 for q = 0: the smallest; rounded first: 99.9 / 100 * 1000 is 999.0000000001)
+    rank = math.ceil(round(q / 100 * len(ordered), 9))
     return ordered[min(len(ordered), max(rank, 1)) - 1]
 
 

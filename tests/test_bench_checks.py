@@ -24,6 +24,7 @@ PERCENTILES = [
     (1, 99, 1),
     (5, 0, 1),
     (5, 100, 5),
+    (1000, 99.9, 999),
 ]
 
 
@@ -74,3 +75,13 @@ def test_one_principal_may_use_its_container_again_and_others_theirs() -> None:
     for value, principal in [([1, C1], ALICE), ([1, C1], ALICE), ([1, C2], BOB)]:
         served.check(_result(value), principal)
     assert served.principals == {C1: "alice", C2: "bob"}
+
+
+def test_under_gvisor_a_run_that_cannot_tell_its_container_passes_unchecked() -> None:
+    served = ServedBy("runsc")
+    for principal in (ALICE, BOB):
+        served.check(_result([1, ""]), principal)
+    assert served.principals == {}
+    served.check(_result([1, C1]), ALICE)  # one that can tell is still checked
+    with pytest.raises(SystemExit, match="served two principals"):
+        served.check(_result([1, C1]), BOB)
