@@ -52,6 +52,7 @@ from airlock.policies import (
     Principal,
     approval_cases,
     coverage,
+    network,
     refusal,
 )
 from airlock.tools import Caller, ToolDefinition, ToolSpec
@@ -236,7 +237,7 @@ def _broader(spec: ToolSpec, hosts: Sequence[str], granted: Iterable[str]) -> tu
     reasons.extend(
         f"network({pattern}) spans every level below its prefix"
         for pattern in sorted(granted)
-        if "**" in pattern or pattern == "*"  # (a URL's "*" allows every URL too)
+        if "**" in pattern or _any_host_at_any_depth(pattern)
     )
     if len(hosts) > 1:
         reasons.append(f"reaches {len(hosts)} network destinations: {', '.join(hosts)}")
@@ -244,6 +245,15 @@ def _broader(spec: ToolSpec, hosts: Sequence[str], granted: Iterable[str]) -> tu
         f"network destination {host!r} is a pattern, not one host" for host in hosts if "*" in host
     )
     return tuple(reasons)
+
+
+def _any_host_at_any_depth(pattern: str) -> bool:
+    """Whether the URL grant ``pattern`` lets a call name any host at any depth (``*``,
+    ``*://*``, ``https://*``): it covers a made-up deep URL of its own scheme."""
+    scheme, _, rest = pattern.partition("://")
+    scheme = scheme if rest and "*" not in scheme else "https"
+    probe = network(f"{scheme}://a.b.c.example.org/x/y/z")
+    return Grant(effects=(network(pattern),)).covers(probe)
 
 
 def _labels(tool: ToolEntry) -> set[str]:

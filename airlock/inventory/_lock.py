@@ -219,7 +219,9 @@ def write_lock(lock: EffectLock, path: Path) -> None:
     """
     # A name of its own beside ``path`` (created here, never an existing file), removed
     # again when anything fails: a failed write leaves nothing behind.
-    temporary = path.with_name(f".{path.name[:200]}.{secrets.token_hex(8)}.tmp")  # (NAME_MAX)
+    # (within NAME_MAX, which counts bytes: a name's first 200, cut where they fall)
+    short = os.fsdecode(os.fsencode(path.name)[:200])
+    temporary = path.with_name(f".{short}.{secrets.token_hex(8)}.tmp")
     created = False
     try:
         descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)

@@ -680,6 +680,7 @@ LOCK_TARGETS = [
     ("an empty directory", False),
     ("a directory with a file in it", False),
     ("nothing, by a name as long as a name can be", True),
+    ("nothing, by a name as long as a name can be, in two-byte letters", True),
 ]
 
 
@@ -687,8 +688,10 @@ LOCK_TARGETS = [
 def test_a_lock_write_leaves_nothing_else_behind(
     tmp_path: Path, target: str, written: bool
 ) -> None:
+    letter = "é" if "two-byte" in target else "e"  # (NAME_MAX counts bytes)
     long_name = "as long as a name can be" in target
-    name = "e" * (255 - len(".lock")) + ".lock" if long_name else "effects.lock"
+    room = (255 - len(".lock")) // len(letter.encode())
+    name = letter * room + ".lock" if long_name else "effects.lock"
     lock = tmp_path / name
     if target == "an older lock file":
         lock.write_text("old")

@@ -96,6 +96,9 @@ URL_GRANTS = [
     (("docs.example.com",), ("network(docs.example.com)",), ()),
     (("**",), ("network(**)",), ("network(**)",)),  # every destination: then it is every one
     (("*",), ("network(*)",), ("network(*)",)),  # a URL's "*" allows every URL as well
+    (("*://*",), ("network(*://*)",), ("network(*://*)",)),
+    (("https://*",), ("network(https://*)",), ("network(https://*)",)),  # every https URL
+    (("*.python.org",), ("network(*.python.org)",), ()),
 ]  # fmt: skip
 
 
