@@ -334,6 +334,7 @@ def test_sigterm_stops_serving_and_removes_the_sandbox_containers(
             == [str(process.pid)]
         ]
 
+    began = int(time.time()) - 1
     try:
         deadline = time.monotonic() + 60
         while "running" not in containers():
@@ -342,11 +343,42 @@ def test_sigterm_stops_serving_and_removes_the_sandbox_containers(
             time.sleep(0.2)
         process.send_signal(signal.SIGTERM)
         assert process.wait(30) == 0
+        exited_ns = time.time_ns()
     finally:
         if process.poll() is None:
             process.kill()
             process.wait(10)
     assert containers() == []
+    # Gone by the server's own hand: another test process's reaper removes a dead owner's
+    # containers too, but only after the owner exited.
+    created, destroyed = _lifecycle(client, process.pid, since=began)
+    assert created
+    assert all(destroyed.get(cid, exited_ns + 1) <= exited_ns for cid in created)
+
+
+def _lifecycle(
+    client: docker.DockerClient, pid: int, *, since: int
+) -> tuple[set[str], dict[str, int]]:
+    """The containers the process ``pid`` created since ``since`` (epoch seconds), and when
+    each was destroyed (epoch nanoseconds), from the engine's events."""
+    created: set[str] = set()
+    destroyed: dict[str, int] = {}
+    events = client.events(
+        since=since,
+        until=int(time.time()) + 1,
+        filters={"type": "container", "label": OWNER_LABEL},
+        decode=True,
+    )
+    for event in events:
+        actor = event.get("Actor") or {}
+        owner = (actor.get("Attributes") or {}).get(OWNER_LABEL, "")
+        if owner.split("/")[1:2] != [str(pid)]:
+            continue
+        if event.get("Action") == "create":
+            created.add(actor["ID"])
+        elif event.get("Action") == "destroy":
+            destroyed[actor["ID"]] = int(event["timeNano"])
+    return created, destroyed
 
 
 class PausingSurface(TwoTools):
