@@ -124,11 +124,12 @@ warms up. The base image has none."""
 ARTIFACT_CHUNK_BYTES: Final = 256 * 1024
 """Bytes of a file in one ``artifact`` frame (before base64)."""
 ARTIFACT_NAME: Final = (
-    r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}(/[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}){0,7}$"
+    r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}(/[A-Za-z0-9_][A-Za-z0-9._-]{0,127}){0,7}$"
 )
 """An artifact's name: its path under :data:`OUT_DIR`, up to eight parts of letters, digits,
-``.``, ``_`` and ``-``, none starting with a dot. The guest turns any other name into one
-(``a b.png`` -> ``a_b.png``); the host refuses any other."""
+``.``, ``_`` and ``-``, none starting with a dot or a dash (a file named ``--force`` in a
+user's directory reads as an option to the commands run there). The guest turns any other
+name into one (``a b.png`` -> ``a_b.png``, ``-rf`` -> ``_rf``); the host refuses any other."""
 
 WARM_UP_IMPORTS: Final = frozenset(
     {

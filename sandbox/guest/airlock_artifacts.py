@@ -82,7 +82,7 @@ def clean_part(part: str) -> str:
     import re  # where a program leaves files; its patterns are cached by re
 
     cleaned = re.sub(_UNSAFE, "_", part)[:_PART_CHARS] or "_"
-    return "_" + cleaned[1:] if cleaned[0] == "." else cleaned
+    return "_" + cleaned[1:] if cleaned[0] in ".-" else cleaned
 
 
 class _Numbering:

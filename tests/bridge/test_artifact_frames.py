@@ -98,6 +98,8 @@ HOSTILE_NAMES = [
     ("absolute", "/etc/passwd"),
     ("hidden", ".bashrc"),
     ("hidden_part", "a/.ssh/id"),
+    ("option", "--remove-files"),
+    ("option_part", "a/-rf"),
     ("empty_part", "a//b"),
     ("trailing_slash", "dir/"),
     ("backslash", "a\\b"),

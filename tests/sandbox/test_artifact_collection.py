@@ -31,7 +31,9 @@ NAMES = [
     ("caf\u00e9.csv", "caf_.csv"),
     ("semi;colon&amp", "semi_colon_amp"),
     ("x" * 200, "x" * 128),
-    ("-dash", "-dash"),
+    ("-dash", "_dash"),  # not an option to the commands run where it is copied
+    ("--remove-files", "_-remove-files"),
+    ("in-between-", "in-between-"),
 ]
 
 
