@@ -116,8 +116,8 @@ class SandboxProfile(BaseModel):
         default=32 * _MIB,
         ge=_MIB,
         le=1024 * _MIB,
-        description="Size of /out (tmpfs, noexec,nosuid,nodev), where a program leaves files "
-        "for the host (artifacts); also the most bytes of artifacts one run returns.",
+        description="The most bytes of files (artifacts) one run returns, left in /out (tmpfs, "
+        "noexec,nosuid,nodev), which holds this and a page more for each file allowed.",
     )
     artifact_limit_files: int = Field(
         default=64,

@@ -49,6 +49,7 @@ def container_settings(profile: SandboxProfile) -> tuple[object, ...]:
         profile.seccomp_allowed,
         profile.runtime,
         profile.artifact_limit_bytes,
+        profile.artifact_limit_files,  # (the size and inodes of /out)
     )
 
 
@@ -62,8 +63,18 @@ def tmpfs_files(size_bytes: int) -> int:
     return max(1024, size_bytes // 1024)
 
 
-def _tmpfs(size_bytes: int, *, at_least: int = 0) -> str:
-    files = max(tmpfs_files(size_bytes), at_least)
+def _out_bytes(profile: SandboxProfile) -> int:
+    """The size of ``/out``: the artifact limit, and a page more for each file it allows and
+    one for the runner's check. A file takes whole pages, so files that hold the limit's
+    bytes or less would otherwise fill ``/out`` (and a full ``/out`` fails the run: a file
+    in it may have been cut short); the bytes themselves are counted against the limit."""
+    # 4 KiB whatever the host's pages, so that the size, which the effect inventory and its
+    # lock report, is the same on every machine (a kernel of 64 KiB pages keeps the edge).
+    return profile.artifact_limit_bytes + (profile.artifact_limit_files + 1) * 4096
+
+
+def _tmpfs(size_bytes: int, *, files: int | None = None) -> str:
+    files = tmpfs_files(size_bytes) if files is None else files
     return f"rw,noexec,nosuid,nodev,nr_inodes={files},size={size_bytes},mode=1777"
 
 
@@ -124,7 +135,11 @@ def container_config(
             "/tmp": _tmpfs(profile.tmpfs_bytes),
             # Room for every file the artifact limit allows, each in directories of its own.
             wire.OUT_DIR: _tmpfs(
-                profile.artifact_limit_bytes, at_least=profile.artifact_limit_files * _OUT_DEPTH
+                _out_bytes(profile),
+                files=max(
+                    tmpfs_files(profile.artifact_limit_bytes),
+                    profile.artifact_limit_files * _OUT_DEPTH,
+                ),
             ),
         },
         "mounts": [_bind(i) for i in inputs],

@@ -257,7 +257,8 @@ class SandboxLimits(_Record):
     )
     artifact_bytes: int = Field(
         default=0,
-        description="Size of /out, and the most bytes of files (artifacts) one run returns.",
+        description="The most bytes of files (artifacts) one run returns "
+        "(/out holds this and a page per file more).",
     )
     artifact_files: int = Field(
         default=0, description="Most files one run may leave in /out for the host."

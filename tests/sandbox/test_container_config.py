@@ -35,7 +35,9 @@ def test_config_carries_every_hardening_setting() -> None:
     assert config["tmpfs"] == {
         # A file or directory per KiB of room at most (test_limits.py: file_count_fill).
         "/tmp": f"rw,noexec,nosuid,nodev,nr_inodes=16384,size={profile.tmpfs_bytes},mode=1777",
-        "/out": f"rw,noexec,nosuid,nodev,nr_inodes=32768,size={2**25},mode=1777",
+        # The limit, and a page more for each of its 64 files (each takes whole pages) and
+        # one more for the runner's check: files that hold the limit's bytes fit.
+        "/out": f"rw,noexec,nosuid,nodev,nr_inodes=32768,size={2**25 + 65 * 4096},mode=1777",
     }
     assert config["mounts"] == []  # inputs only when a run is given some
     uid, gid = (int(n) for n in config["user"].split(":"))  # one of its own (test_users.py)
@@ -171,7 +173,7 @@ def test_the_description_says_what_the_config_says() -> None:
             path="/out",
             kind="tmpfs",
             options="rw,noexec,nosuid,nodev,nr_inodes=4096",
-            size_bytes=2**22,
+            size_bytes=2**22 + 65 * 4096,  # a page more for each file the limit allows, and one
         ),
         ContainerMount(path=GUEST_MOUNT, kind="bind", options="ro", size_bytes=None),
         ContainerMount(

@@ -332,14 +332,43 @@ LIMITS = [
         {"artifact_limit_bytes": 2**20},
         "the program filled /out; the artifact limit is 1.0 MiB and 64 files",
     ),
-    (  # the ENOSPC caught: the file cut short is not sent either
+    (  # the ENOSPC caught: the file cut short is past the limit, and not sent either
         "tmpfs_full_caught",
         "try:\n    open('/out/big.bin', 'wb').write(b'x' * 3 * 2**20)\n"
+        "except OSError as e:\n    print('caught', e)\n'finished'\n",
+        {"artifact_limit_bytes": 2**20},
+        "the files in /out hold 1.3 MiB (1314816 bytes); the limit is 1.0 MiB",
+    ),
+    (  # no inode left (directories hold no file): a file may have failed to be made
+        "inodes_full",
+        "import os\ntry:\n    for n in range(5000):\n        os.mkdir(f'/out/d{n}')\n"
         "except OSError as e:\n    print('caught', e)\n'finished'\n",
         {"artifact_limit_bytes": 2**20},
         "the program filled /out; the artifact limit is 1.0 MiB and 64 files",
     ),
 ]
+
+AT_THE_LIMIT = [
+    ("one_file_of_the_limit", "open('/out/all.bin', 'wb').write(b'x' * 2**20)\n", 1),
+    (  # each file takes whole pages: 64 of them hold more pages than bytes
+        "every_file_just_under_a_page_boundary",
+        "for n in range(64):\n    open(f'/out/f{n}.bin', 'wb').write(b'x' * (2**14 - 1))\n",
+        64,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "program", "files"), AT_THE_LIMIT, ids=[c[0] for c in AT_THE_LIMIT]
+)
+def test_files_that_hold_the_limit_come_back(
+    runc: RuntimeSandbox, tmp_path: Path, case: str, program: str, files: int
+) -> None:
+    store = tmp_path / "run"
+    result = run(runc, program + "'done'\n", artifacts=store, artifact_limit_bytes=2**20)
+    assert (result.status, result.value) == ("ok", "done"), result.error
+    assert len(result.artifacts) == files
+    assert sum(path.stat().st_size for path in store.rglob("*") if path.is_file()) <= 2**20
 
 
 @pytest.mark.parametrize(
