@@ -25,7 +25,10 @@ of load falls on every case alike; a reuse case runs once, after them):
 - warm run: one principal, one run at a time, the machine otherwise as it is: a reused
   container with runs issued back to back, and issued 20 ms after the previous result (as
   between a model's turns: the container is ready for the next program again), and a pooled
-  fresh container (the pool refilled before each run). Beside them, what the first step of
+  fresh container (the pool refilled before each run). Against each reused row, its floor
+  (``bench/_floor.py``): the same request -> result with a ``python3`` waiting in a container
+  of the same image, nothing of airlock in between, in blocks taking turns with the reused
+  rows' so that they see the same machine. Beside them, what the first step of
   each paused run alone took (building its :class:`ToolSession`, a few microseconds of the
   host's own code), against the same step made again right after that run: after a pause,
   every step a run takes costs more than when its code was just used, on a machine whose
@@ -65,6 +68,7 @@ from airlock.tools import Registry
 from bench._args import at_least, counts, positive_seconds
 from bench._bare_docker import CONTAINER_OF_RUN, run_bare
 from bench._busy import busy_processes
+from bench._floor import floor
 from bench._table import percentile, print_table
 
 PROGRAM = "import os\nlen(os.listdir('/tmp')) + 1\n"
@@ -90,6 +94,11 @@ def _new_principal() -> Principal:
 def _check(result: RunResult) -> None:
     if not result.ok or result.value != 1:
         raise SystemExit(f"a run failed or was not clean: {result!r}")
+
+
+def _check_floor(value: object) -> None:
+    if value != 1:
+        raise SystemExit(f"the floor's run answered {value!r}, not 1")
 
 
 class ServedBy:
@@ -207,6 +216,8 @@ that both see the same load."""
 FRESH = "pooled fresh container"
 BACK_TO_BACK = "reused container, back to back"
 PAUSED = f"reused, {WARM_PAUSE_S * 1000:g} ms apart (ready again)"
+FLOOR_BACK_TO_BACK = "floor: waiting python3, back to back"
+FLOOR_PAUSED = f"floor, {WARM_PAUSE_S * 1000:g} ms apart"
 SESSION_PAUSED = f"a ToolSession built {WARM_PAUSE_S * 1000:g} ms after a run"
 SESSION_AT_ONCE = "the same, built right after"
 
@@ -218,29 +229,50 @@ async def warm(runs: int, profile: SandboxProfile) -> dict[str, list[float]]:
     refilled and settled before each. With each paused run, its first step alone (building
     its session), and the same step made again right after the run."""
     owner = Principal(user_id="warm", tenant_id="bench")
+    names = (FRESH, BACK_TO_BACK, PAUSED, FLOOR_BACK_TO_BACK, FLOOR_PAUSED)
     samples: dict[str, list[float]] = {
-        name: [] for name in (FRESH, BACK_TO_BACK, PAUSED, SESSION_AT_ONCE, SESSION_PAUSED)
+        name: [] for name in (*names, SESSION_AT_ONCE, SESSION_PAUSED)
     }
-    async with DockerBackend(image=IMAGE, profile=profile, pool_size=1, reuse=True) as backend:
+    async with (
+        DockerBackend(image=IMAGE, profile=profile, pool_size=1, reuse=True) as backend,
+        floor(IMAGE, profile.runtime) as bare,
+    ):
         for _ in range(20):
             _check(await backend.run(PROGRAM, tools=_session(owner)))
+            _check_floor(await bare.run(PROGRAM))
+
+        async def sandboxed(name: str, pause: float) -> None:
+            began = time.perf_counter()
+            session = _session(owner)
+            built = time.perf_counter()
+            _check(await backend.run(PROGRAM, tools=session))
+            samples[name].append(time.perf_counter() - began)
+            if pause:
+                again = time.perf_counter()
+                _session(owner)
+                samples[SESSION_AT_ONCE].append(time.perf_counter() - again)
+                samples[SESSION_PAUSED].append(built - began)
+
+        async def floored(name: str, pause: float) -> None:
+            began = time.perf_counter()
+            _check_floor(await bare.run(PROGRAM))
+            samples[name].append(time.perf_counter() - began)
+
+        blocks = (
+            (BACK_TO_BACK, 0.0, sandboxed),
+            (PAUSED, WARM_PAUSE_S, sandboxed),
+            (FLOOR_BACK_TO_BACK, 0.0, floored),
+            (FLOOR_PAUSED, WARM_PAUSE_S, floored),
+        )
         while len(samples[PAUSED]) < runs:
-            for name, pause in ((BACK_TO_BACK, 0.0), (PAUSED, WARM_PAUSE_S)):
+            for name, pause, one in blocks:
                 # A back-to-back block's first run follows a pause: it is not counted.
                 for n in range(min(WARM_BLOCK, runs - len(samples[name])) + (not pause)):
                     if pause:
                         await asyncio.sleep(pause)
-                    began = time.perf_counter()
-                    session = _session(owner)
-                    built = time.perf_counter()
-                    _check(await backend.run(PROGRAM, tools=session))
-                    if pause or n:
-                        samples[name].append(time.perf_counter() - began)
-                    if pause:
-                        again = time.perf_counter()
-                        _session(owner)
-                        samples[SESSION_AT_ONCE].append(time.perf_counter() - again)
-                        samples[SESSION_PAUSED].append(built - began)
+                    await one(name, pause)
+                    if not (pause or n):
+                        samples[name].pop()
     async with DockerBackend(image=IMAGE, profile=profile, pool_size=1) as backend:
         for _ in range(min(runs, 50)):
             await backend.pool.wait_ready(1, timeout=300)
@@ -372,6 +404,19 @@ async def _measure(args: argparse.Namespace) -> None:
         [
             (name, [s * 1000 for s in warm_samples[name]], "" if name == FRESH else FRESH)
             for name in (FRESH, BACK_TO_BACK, PAUSED)
+        ],
+        "ms",
+    )
+    print_table(
+        "the warm run against its floor, at the same moments",
+        [
+            (name, [s * 1000 for s in warm_samples[name]], floor_name)
+            for name, floor_name in (
+                (FLOOR_BACK_TO_BACK, ""),
+                (BACK_TO_BACK, FLOOR_BACK_TO_BACK),
+                (FLOOR_PAUSED, ""),
+                (PAUSED, FLOOR_PAUSED),
+            )
         ],
         "ms",
     )

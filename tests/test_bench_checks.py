@@ -6,12 +6,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import docker
 import pytest
 
 from airlock.policies import Principal
 from airlock.sandbox import RunResult
+from bench._floor import floor
 from bench._table import percentile
-from bench.throughput import ServedBy
+from bench.throughput import PROGRAM, ServedBy
+from tests.conftest import IMAGE, require_docker
 
 # (samples 1..n, q, the nearest rank's sample)
 PERCENTILES = [
@@ -85,3 +88,26 @@ def test_under_gvisor_a_run_that_cannot_tell_its_container_passes_unchecked() ->
     served.check(_result([1, C1]), ALICE)  # one that can tell is still checked
     with pytest.raises(SystemExit, match="served two principals"):
         served.check(_result([1, C1]), BOB)
+
+
+def _floor_containers(client: docker.DockerClient) -> set[str]:
+    listed = client.containers.list(all=True, filters={"name": "airlock-bench-floor-"})
+    return {container.id for container in listed}
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.mark.docker
+@pytest.mark.anyio
+async def test_the_warm_runs_floor_answers_as_a_sandboxed_run_and_leaves_nothing() -> None:
+    require_docker()
+    client = docker.from_env()
+    before = _floor_containers(client)
+    async with floor(IMAGE) as bare:
+        assert [await bare.run(PROGRAM) for _ in range(3)] == [1, 1, 1]
+        assert await bare.run("x = 20\nx * 2 + 2\n") == 42
+        assert len(_floor_containers(client) - before) == 1
+    assert _floor_containers(client) == before
