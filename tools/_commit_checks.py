@@ -18,9 +18,11 @@ from airlock.tools._errors import (
     DeniedError,
     NeedsApprovalError,
     PreviewExpiredError,
+    ReceiptMismatchError,
 )
 from airlock.tools._ledger import LedgerStore, StepStateError, own_receipt
 from airlock.tools._preview import Approval, Preview, Receipt
+from airlock.tools._reconcile import needs_resolving
 from airlock.tools._sealed import SecretVault, sealed_fields
 from airlock.tools._sender import Sender
 from airlock.tools._spec import ToolSpec
@@ -125,18 +127,29 @@ def fingerprint_holds(preview: Preview, given: str, approval: Approval | None) -
 def claim_for_commit(
     sender: Sender, spec: ToolSpec, preview: Preview, approval: Approval | None, *, now: float
 ) -> Preview | Receipt | None:
-    """Claim an approved (or ``unknown``) step for this process: the claimed step, a
-    replayed receipt, or ``None`` when another process moved it first (look again).
+    """Claim an approved step for this process, or resend one whose earlier send has no
+    definite answer (``unknown``, or ``sending`` by a sender gone or that could not record
+    how its send ended: :func:`~airlock.tools._reconcile.needs_resolving`): the claimed
+    step, a replayed receipt, or ``None`` when another process moved it first (look again).
 
     Raises:
         ToolError: the step cannot be sent: ``needs_approval``, ``denied``, or ``conflict``
-            (in flight elsewhere: :class:`CommitInFlightError`, retryable, outcome
-            ``unknown``; or failed before); ``upstream`` (retryable, the step untouched) when
-            the tool has too many sync calls running past their timeouts.
+            (in flight: :class:`CommitInFlightError`, retryable, outcome ``unknown``; the
+            system answered for another change under its key: :class:`ReceiptMismatchError`,
+            outcome ``unknown``, for an operator; or failed before); ``upstream`` (retryable,
+            the step untouched) when the tool has too many sync calls running past their
+            timeouts.
     """
     state = preview.state
+    if state == "unknown" and (preview.error or "").startswith("receipt_mismatch"):
+        # The key answers for another change (Sender.mismatched): the same key fetches the
+        # same answer, or, if the system changed meanwhile, a commit nobody looked at.
+        raise ReceiptMismatchError(detail=preview.error)
+    # A ``sending`` step whose sender cannot finish it (this live process, when its ledger
+    # refused both the receipt and the ``unknown`` mark) would answer "in flight" forever.
+    stale = state == "sending" and needs_resolving(preview, now)
     sends = spec.handler if spec.write is None else spec.write.commit  # (an approved read's)
-    busy = refusal(spec, sends) if state in ("approved", "unknown") else None
+    busy = refusal(spec, sends) if state in ("approved", "unknown") or stale else None
     if busy is not None:  # its sync calls run on past their timeouts: nothing claimed
         raise busy
     try:
@@ -148,6 +161,9 @@ def claim_for_commit(
             return sender.claim(spec, preview, how="claimed by commit", consume=True, now=now)
         if state == "unknown":
             return sender.claim(spec, preview, how="claimed to resend by commit retry", now=now)
+        if stale:
+            how = "claimed to resend by commit retry: its sender is gone or stuck past its lease"
+            return sender.claim(spec, preview, how=how, now=now)
     except StepStateError:
         return None
     if state == "prepared":

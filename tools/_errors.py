@@ -7,7 +7,8 @@
         ├── DeniedError               denied            .reason: scope | effect | spend | policy
         ├── NotFoundError             not_found         missing, or another tenant's record
         ├── ConflictError             conflict          .requires: evidence a call lacks
-        │   └── CommitInFlightError   conflict          another commit is sending it  retryable
+        │   ├── CommitInFlightError   conflict          another commit is sending it  retryable
+        │   └── ReceiptMismatchError  conflict          another change's answer under its key
         ├── RateLimitedError          rate_limited      .retry_after seconds        retryable
         ├── UpstreamError             upstream          the system behind the tool   retryable
         │   └── PermanentUpstreamError upstream         fails the same way every time
@@ -28,7 +29,8 @@
         ├── LedgerReadOnlyError       ledger_readonly      the file or its folder is read-only
         ├── LedgerLockedError         ledger_locked        held by another process  retryable
         ├── LedgerIOError             ledger_io            the disk failed or is full  retryable
-        └── LedgerReplacedError       ledger_replaced      deleted or replaced while open
+        ├── LedgerReplacedError       ledger_replaced      deleted or replaced while open
+        └── LedgerClosedError         ledger_closed        closed by this process
 
 ``code`` and ``retryable`` (the same request may succeed later unchanged) are class facts;
 two codes have two classes each, told apart by the wire form's ``retryable`` in
@@ -73,6 +75,7 @@ __all__ = [
     "ErrorCode",
     "FieldIssue",
     "InvalidInputError",
+    "LedgerClosedError",
     "LedgerCorruptError",
     "LedgerError",
     "LedgerErrorCode",
@@ -90,6 +93,7 @@ __all__ = [
     "PreviewExpiredError",
     "ProtocolError",
     "RateLimitedError",
+    "ReceiptMismatchError",
     "ResultTooLargeError",
     "ToolError",
     "ToolTimeoutError",
@@ -331,6 +335,19 @@ class CommitInFlightError(ConflictError):
     default_message = "a commit of this change is in flight; ask again shortly"
 
 
+class ReceiptMismatchError(ConflictError):
+    """The system of record answers for another change under this change's key: the step is
+    ``unknown``, never committed on that answer, and no commit sends it again (the same key
+    would only fetch the same answer, or act with nobody having looked): an operator looks at
+    the system of record, and ``airlock reconcile`` settles the step against it."""
+
+    default_outcome = "unknown"
+    default_message = (
+        "the system of record answers for another change under this change's key; it is "
+        "not recorded as committed. Do not retry: an operator must look at it"
+    )
+
+
 class RateLimitedError(ToolError):
     """Too many calls; wait :attr:`retry_after` seconds (when known) and try again."""
 
@@ -568,6 +585,7 @@ LedgerErrorCode = Literal[
     "ledger_locked",
     "ledger_io",
     "ledger_replaced",
+    "ledger_closed",
 ]
 
 
@@ -636,6 +654,14 @@ class LedgerReplacedError(LedgerError):
     code = "ledger_replaced"
 
 
+class LedgerClosedError(LedgerError):
+    """This process closed the store (an application shutting down) while an operation still
+    used it: nothing more can be recorded in it, and what that operation did is as its
+    caller is told (an ``ambiguous_write`` stays one)."""
+
+    code = "ledger_closed"
+
+
 LEDGER_ERRORS: dict[LedgerErrorCode, type[LedgerError]] = {
     cls.code: cls
     for cls in (
@@ -647,6 +673,7 @@ LEDGER_ERRORS: dict[LedgerErrorCode, type[LedgerError]] = {
         LedgerLockedError,
         LedgerIOError,
         LedgerReplacedError,
+        LedgerClosedError,
     )
 }
 """Every :class:`LedgerError` class by its code."""

@@ -35,6 +35,7 @@ from psycopg import errors
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from airlock.tools._errors import (
+    LedgerClosedError,
     LedgerCorruptError,
     LedgerError,
     LedgerIOError,
@@ -235,7 +236,13 @@ class PostgresDatabase:
     def _current(self) -> ConnectionPool[Connection]:
         with self._lock:
             if self._pool is None:
-                raise RuntimeError(f"the database {redact_url(self.url)} is closed")
+                where = redact_url(self.url)
+                raise LedgerClosedError(
+                    f"{self.label} at {where!r} is closed: this process closed it, and "
+                    "nothing more can be recorded in it",
+                    path=where,
+                    store=self.label,
+                )
             if os.getpid() != self._pid:  # a forked child must not share the parent's sockets
                 self._pid = os.getpid()
                 self._pool = self._open()

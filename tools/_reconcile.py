@@ -14,8 +14,8 @@ left so changed nothing: it ends ``failed``. A step whose ledger row does not re
 reported ``unresolved`` and left for a person; one whose row another process holds locked,
 or whose answer cannot be kept, is reported ``unresolved`` for a later pass; the others are
 resolved all the same. A store that fails as a whole (unreachable, read-only, not a
-database, replaced, its disk failed, or an audit store refusing appends) stops the pass with
-its error: every step would fail alike.
+database, replaced, its disk failed, closed by this process, or an audit store refusing
+appends) stops the pass with its error: every step would fail alike.
 A query, like a send, runs under the tool's timeout: one that gets no answer leaves its step
 ``unknown``, and reconcile goes on. A sync query or resend that certainly never started (its
 tool met its bound of threads as it was about to start, or its timeout passed while it waited
@@ -39,6 +39,7 @@ from airlock.tools._audit_chain import AuditStoreError
 from airlock.tools._egress import checked_invoke, reach_of
 from airlock.tools._errors import (
     AmbiguousWriteError,
+    LedgerClosedError,
     LedgerCorruptError,
     LedgerError,
     LedgerIOError,
@@ -78,6 +79,7 @@ STORE_WIDE: tuple[type[Exception], ...] = (
     LedgerReadOnlyError,
     LedgerReplacedError,
     LedgerIOError,
+    LedgerClosedError,
     AuditStoreError,
 )
 """Errors of a store as a whole (the ledger, or the audit store: it shares their classes),

@@ -26,7 +26,13 @@ import anyio
 from airlock.tools._audit import AdmissionDecision, CallOutcome, Stage
 from airlock.tools._audit_log import AuditLog
 from airlock.tools._egress import CallCheck, checked_invoke, reach_of
-from airlock.tools._errors import AmbiguousWriteError, ConflictError, ToolError, UpstreamError
+from airlock.tools._errors import (
+    AmbiguousWriteError,
+    ConflictError,
+    ReceiptMismatchError,
+    ToolError,
+    UpstreamError,
+)
 from airlock.tools._in_flight import in_flight_here
 from airlock.tools._ledger import LedgerStore, StepStateError
 from airlock.tools._not_sent import given_back
@@ -316,25 +322,21 @@ class Sender:
             detail=why,
         )
 
-    def mismatched(self, claimed: Preview, why: str) -> ConflictError:
+    def mismatched(self, claimed: Preview, why: str) -> ReceiptMismatchError:
         """Mark the step ``unknown`` (its key answers for another change: never ``committed``
-        on that answer, never ``failed``, which would free the key) and build the error."""
+        on that answer, never ``failed``, which would free the key) and build the error; no
+        commit resends it (:func:`~airlock.tools._commit_checks.claim_for_commit`)."""
         self.mark_unknown(
             claimed,
             how=f"answer not stored as its receipt, look at the system of record: {why}",
             error=f"receipt_mismatch: {why}"[:200],
         )
         self.audit(claimed, "execute", "allow", claimed.rule, "unknown", "conflict", why)
-        return ConflictError(
-            "the system of record answers for another change under this change's key; it "
-            "is not recorded as committed. Do not retry: an operator must look at it",
-            outcome="unknown",
-            detail=why,
-        )
+        return ReceiptMismatchError(detail=why)
 
     def mark_unknown(self, claimed: Preview, *, how: str, error: str) -> None:
         """Mark the step ``unknown`` if the ledger lets us. If not, it stays ``sending`` until
-        reconcile takes it over: past its lease, or while this process runs, minutes past it
+        a commit retry or reconcile takes it over, once its sender is seen gone or stuck
         (:func:`~airlock.tools._reconcile.needs_resolving`); what the caller is told stands."""
         try:
             self.mark(claimed, "unknown", how=how, error=error)

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from airlock.tools._errors import (
+    LedgerClosedError,
     LedgerError,
     LedgerNotADatabaseError,
     LedgerReadOnlyError,
@@ -48,6 +49,7 @@ E = TypeVar("E", bound=LedgerError)
 _FOLDER_MODE = 0o700
 _FILE_MODE = 0o600
 _log = logging.getLogger("airlock.ledger")
+_CLOSED = "is closed: this process closed it, and nothing more can be recorded in it"
 
 
 class SQLiteConnection:
@@ -309,10 +311,9 @@ class SQLiteConnection:
         except sqlite3.Error as exc:
             raise store_error(exc, path=self._path, store=self._label) from exc
 
-    def _connection(self) -> sqlite3.Connection:
-        # Called with the lock held.
+    def _connection(self) -> sqlite3.Connection:  # called with the lock held
         if self._conn is None:
-            raise RuntimeError(f"{self._label} {self._path} is closed")
+            raise self._error(LedgerClosedError, _CLOSED)
         if os.getpid() != self._pid:  # a forked child must not share the parent's handle
             self._pid = os.getpid()
             _INHERITED.append(self._conn)
@@ -324,7 +325,7 @@ class SQLiteConnection:
         """``fn(connection)`` under the lock, outside any explicit transaction.
 
         Raises:
-            RuntimeError: the store is closed.
+            LedgerClosedError: this process closed the store.
             LedgerError: SQLite failed, or the file was deleted or replaced since it opened.
         """
         with self._lock, self._mapped():
@@ -338,7 +339,7 @@ class SQLiteConnection:
         mode lets them write while it reads).
 
         Raises:
-            RuntimeError: the store is closed.
+            LedgerClosedError: this process closed the store.
             LedgerError: SQLite failed, or the file was deleted or replaced since it opened.
         """
         with self._lock, self._mapped():
@@ -358,7 +359,7 @@ class SQLiteConnection:
         committed when the block ends, rolled back when it raises.
 
         Raises:
-            RuntimeError: the store is closed.
+            LedgerClosedError: this process closed the store.
             LedgerError: SQLite failed (``ledger_locked`` when another process held the lock
                 past ``busy_timeout``), or the file was deleted or replaced since it opened.
         """

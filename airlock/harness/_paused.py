@@ -28,11 +28,13 @@ from airlock.policies import Principal
 from airlock.tools import (
     CallContext,
     DeniedError,
+    LedgerError,
     LedgerStore,
     NeedsApprovalError,
     NotFoundError,
     Preview,
     Receipt,
+    ReceiptMismatchError,
     StepState,
     ToolError,
     WritePath,
@@ -43,8 +45,8 @@ __all__ = ["PausedWrites", "PendingWrite"]
 _log = logging.getLogger("airlock.harness")
 _WAITING: Final[frozenset[StepState]] = frozenset({"prepared", "approved", "sending", "unknown"})
 """States of a write the session still has to finish (commit, or learn it was denied)."""
-_SENDS: Final[frozenset[StepState]] = frozenset({"approved", "unknown"})
-"""States of a write that finishing sends (or resends)."""
+_SENDS: Final[frozenset[StepState]] = frozenset({"approved", "sending", "unknown"})
+"""States of a write that finishing may send (or resend: ``sending`` left by its sender)."""
 UNKNOWN_TRIES: Final = 3
 """Settles that resend a write whose send got no definite answer (state ``unknown``), with
 its key, before the session stops: the model is told the outcome is unknown, and nothing
@@ -139,8 +141,13 @@ class PausedWrites:
                 self._pending.pop(preview.id, None)
                 return denied_answer(current, withdrawn=self._writes.was_withdrawn(preview.id))
             except ToolError as exc:
+                try:  # a ledger that fails to say (closed at shutdown) must not hide exc
+                    state = self.own(preview_id).state
+                except LedgerError:
+                    raise exc  # noqa: B904 (exc keeps its cause; this failure is its context)
                 expired = exc.code == "preview_expired" and exc.outcome == "error"
-                if expired or self.own(preview_id).state not in _WAITING:
+                # A receipt mismatch is final: no commit resends it, an operator looks at it.
+                if expired or state not in _WAITING or isinstance(exc, ReceiptMismatchError):
                     self._pending.pop(preview.id, None)  # final: nothing left to resume
                 raise
         self._pending.pop(preview.id, None)
@@ -265,10 +272,10 @@ class PausedWrites:
         try:
             result = await self.finish(pending.preview_id)
         except ToolError as exc:
-            if pending.preview_id not in self._pending:
-                return failure(
-                    exc.code, exc.message, retryable=exc.retryable, preview_id=pending.preview_id
-                )
+            if pending.preview_id not in self._pending:  # final (unknown: a receipt mismatch)
+                told = {"outcome": "unknown"} if exc.outcome == "unknown" else {}
+                told["preview_id"] = pending.preview_id
+                return failure(exc.code, exc.message, retryable=exc.retryable, extra=told)
             after = ledger.preview(pending.preview_id)
             if after is None or after.state != "unknown":
                 return None  # in flight elsewhere, or worth another try: not final yet
@@ -344,17 +351,17 @@ class PausedWrites:
         """
         ledger = self._ledger()
         preview = ledger.preview(preview_id) if ledger is not None else None
-        if (
-            preview is None
-            or preview.run_id != self.run_id
-            or (preview.principal.user_id, preview.principal.tenant_id)
-            != (self.principal.user_id, self.principal.tenant_id)
-        ):
+        if preview is None or preview.run_id != self.run_id or not self._mine(preview):
             raise NotFoundError(
                 f"no write {preview_id[:64]!r} in this session; resume one it paused",
                 detail=f"preview {preview_id[:64]!r} missing or of another run or principal",
             )
         return preview
+
+    def _mine(self, preview: Preview) -> bool:
+        """Whether ``preview`` is of this session's principal (its user and tenant)."""
+        theirs, mine = preview.principal, self.principal
+        return (theirs.user_id, theirs.tenant_id) == (mine.user_id, mine.tenant_id)
 
     def _ledger(self) -> LedgerStore | None:
         return None if self._writes is None else self._writes.ledger
@@ -386,10 +393,6 @@ class PausedWrites:
             return []
         found = ledger.previews(states=_WAITING, run_id=self.run_id, limit=10_000)
         for preview in reversed(found):  # the ledger answers newest first
-            same = (preview.principal.user_id, preview.principal.tenant_id) == (
-                self.principal.user_id,
-                self.principal.tenant_id,
-            )
-            if same:
+            if self._mine(preview):
                 self._pending.setdefault(preview.id, PendingWrite.of(preview))
         return self.waiting()

@@ -17,6 +17,7 @@ import pytest
 from airlock.tools import (
     LEDGER_ERRORS,
     Batch,
+    LedgerClosedError,
     LedgerError,
     LedgerNotADatabaseError,
     LedgerReplacedError,
@@ -200,8 +201,43 @@ def test_every_ledger_operation_is_in_the_table() -> None:
 
 
 def test_every_ledger_error_code_is_produced() -> None:
-    codes = {code for _, _, code, _ in INJECTED} | {"ledger_replaced"}
+    codes = {code for _, _, code, _ in INJECTED} | {"ledger_replaced", "ledger_closed"}
     assert codes == set(LEDGER_ERRORS)
+
+
+def _closed(store: str, path: Path) -> Callable[[str], object]:
+    """Each operation of ``store`` (``"the ledger"``, ``"the audit store"``), once closed."""
+    if store == "the ledger":
+        ledger = SQLiteLedgerStore(path)
+        ledger.close()
+        return lambda call: LEDGER_CALLS[call](ledger)
+    audit = SQLiteAuditStore(path)
+    audit.close()
+    return lambda call: AUDIT_CALLS[call](audit)
+
+
+@pytest.mark.parametrize(
+    ("store", "call"),
+    [("the ledger", call) for call in sorted(LEDGER_CALLS)]
+    + [("the audit store", call) for call in sorted(AUDIT_CALLS)],
+)
+def test_a_store_this_process_closed_refuses_with_a_ledger_error(
+    tmp_path: Path, store: str, call: str
+) -> None:
+    path = tmp_path / "store.db"
+    with pytest.raises(LedgerClosedError) as raised:  # (an application shutting down)
+        _closed(store, path)(call)
+    error = raised.value
+    assert (error.code, error.retryable, error.path, error.store) == (
+        "ledger_closed",
+        False,
+        str(path),
+        store,
+    )
+    assert str(error) == (
+        f"{store} {str(path)!r} is closed: this process closed it, and nothing more can be "
+        "recorded in it"
+    )
 
 
 @pytest.mark.parametrize(

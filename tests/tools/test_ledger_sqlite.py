@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from airlock.tools import (
+    LedgerClosedError,
     LedgerReadOnlyError,
     Preview,
     SQLiteLedgerStore,
@@ -196,7 +197,7 @@ def test_in_memory_store_works_and_closed_store_refuses() -> None:
     memory.add_preview(make_preview())
     assert len(memory.previews()) == 1
     memory.close()
-    with pytest.raises(RuntimeError):
+    with pytest.raises(LedgerClosedError, match="is closed: this process closed it"):
         memory.previews()
 
 

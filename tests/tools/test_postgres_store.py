@@ -13,7 +13,7 @@ import pytest
 from psycopg import errors
 
 from airlock.policies import UsageError
-from airlock.tools import LedgerError
+from airlock.tools import LedgerClosedError, LedgerError
 from airlock.tools._postgres_connection import _MAPPED, map_postgres_errors
 from airlock.tools.postgres import (
     MigrationError,
@@ -109,8 +109,9 @@ def test_the_ledger_and_audit_store_can_share_one_pool(url: str, tmp_path: Path)
     audit.close()
     assert ledger.previews() == []  # the owner of the pool closes it, not the stores
     database.close()
-    with pytest.raises(RuntimeError, match="closed"):
+    with pytest.raises(LedgerClosedError, match="closed") as closed:
         ledger.previews()
+    assert (closed.value.code, closed.value.retryable) == ("ledger_closed", False)
 
 
 def test_a_password_never_appears_in_what_is_shown() -> None:

@@ -15,6 +15,7 @@ import pytest
 
 from airlock.tools import (
     AmbiguousWriteError,
+    LedgerClosedError,
     LedgerIOError,
     LedgerLockedError,
     LedgerNotADatabaseError,
@@ -165,6 +166,7 @@ STORE_WIDE: list[tuple[str, Exception]] = [
     ("a ledger that is not a database", LedgerNotADatabaseError("not one", path="db")),
     ("a ledger replaced while open", LedgerReplacedError("replaced", path="db")),
     ("a disk that failed", LedgerIOError("disk full", path="db")),
+    ("a ledger this process closed", LedgerClosedError("closed", path="db")),
     ("an audit store that refuses appends", AuditStoreError("the tail is not the head")),
 ]
 FAILING_AT: dict[str, Callable[[World, str, Exception], None]] = {

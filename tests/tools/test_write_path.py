@@ -449,10 +449,17 @@ async def test_commit_refuses_a_step_that_is_not_ready(world: World, state: str,
     preview = await world.prepare("inv_9", approvals=ASK)
     if state == "denied":
         world.writes.deny(preview.id, approver="bob", reason="not this one")
-    elif state == "sending":
+    elif state == "sending":  # claimed by a sender on another host, inside its lease
         world.writes.approve(preview.id, approver="bob")
         world.ledger.transition(
-            preview.id, expect={"approved"}, to="sending", at=world.clock(), actor="x", how="t"
+            preview.id,
+            expect={"approved"},
+            to="sending",
+            at=world.clock(),
+            actor="elsewhere@1.000@:4242",
+            how="t",
+            owner="elsewhere@1.000@:4242",
+            lease_until=world.clock() + 60,
         )
     with pytest.raises(ToolError) as refused:
         await world.writes.commit(preview.id, preview.fingerprint, ALICE)
