@@ -73,6 +73,8 @@ class PageView:
     error: str | None = None
     skipped: Sequence[str] = ()
     """Previews and batches left out because their rows do not read back."""
+    left_out: Sequence[str] = ()
+    """What the page's limits left out, one sentence each."""
     now: float
 
 
@@ -252,6 +254,11 @@ def render_page(view: PageView) -> str:
             f'<p class="error" id="skipped">{len(view.skipped)} record(s) of the ledger do not '
             "read back (changed by hand, or a bad restore) and are not shown: "
             f"{escape(shown)}; `airlock approvals show ID` says what is wrong.</p>"
+        )
+    if view.left_out:
+        banners += (
+            '<p class="warning" id="left-out">Not everything is shown: '
+            f"{escape('; '.join(view.left_out))}.</p>"
         )
     how = (
         "An approval here commits the write at once, once, and shows its receipt."

@@ -19,6 +19,8 @@ and no build step. Who may use it and as whom::
                    too (:mod:`airlock.cli._approval_server`)
     ledger fails   a post says the error's code on the page, the page itself is a 503 naming
                    it; a row that does not read back hides only itself (and is named)
+    ledger locked  every ledger call runs on a worker thread: one waiting out another process's
+                   lock (AIRLOCK_BUSY_TIMEOUT) holds up no other request, nor the deadlines
 
 Approving records the person's approval of the fingerprint shown; with the tools
 (``--registry``) the page commits it at once through the write path's claim, so a harness
@@ -32,6 +34,7 @@ import hmac
 import secrets
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from urllib.parse import parse_qs
 
 import anyio
@@ -39,8 +42,8 @@ import anyio
 from airlock._extras import requires_extra
 from airlock.cli._approval_html import PageView, render_page, render_refusal
 from airlock.cli._approval_server import page_server
-from airlock.cli._approval_view import read_ledger
-from airlock.cli._approver import Approver
+from airlock.cli._approval_view import approved_now, read_ledger, undecided, undecided_of_batch
+from airlock.cli._approver import Approver, off_loop
 from airlock.cli._page_sessions import SESSION_TTL, PageSessions
 from airlock.tools import ConflictError, LedgerError, ToolError, batch_items
 
@@ -204,7 +207,7 @@ class ApprovalPage:
             return _page(401, "not allowed", "open the link `airlock approvals serve` printed")
         now = self.clock()
         try:
-            read = read_ledger(self.approver, now=now)
+            read = await off_loop(partial(read_ledger, self.approver, now=now))
         except LedgerError as exc:  # the message after a post waits for the next page
             return _page(503, "the ledger cannot be read", _failed(exc))
         flash = self._sessions.told(session)
@@ -219,6 +222,7 @@ class ApprovalPage:
             receipts=read.receipts,
             batches=read.batches,
             skipped=read.skipped,
+            left_out=read.left_out,
             self_approval=self.approver.self_approval,
             warning=None if self.token else NO_TOKEN_WARNING.format(name=self.approver.name),
             notice=flash[1] if flash and flash[0] == "notice" else None,
@@ -235,10 +239,10 @@ class ApprovalPage:
         preview_id, fingerprint = fields.get("preview_id", ""), fields.get("fingerprint", "")
         before: list[str] = []
         try:
-            before = self._undecided([preview_id])
+            before = await off_loop(partial(undecided, self.approver.ledger, [preview_id]))
             done = await self.approver.approve(preview_id, fingerprint=fingerprint)
         except (ToolError, LedgerError) as exc:
-            return self._back(session, "error", self._failed_after(exc, before))
+            return self._back(session, "error", await self._failed_after(exc, before))
         text = f"approved {preview_id} as {self.approver.name}"
         if done.receipt is not None:
             text += f"; committed once, receipt {done.receipt.data}"
@@ -256,16 +260,16 @@ class ApprovalPage:
         batch_id, fingerprint = fields.get("batch_id", ""), fields.get("fingerprint", "")
         before: list[str] = []
         try:
-            batch = self.approver.ledger.batch(batch_id)
-            before = self._undecided(batch.items if batch is not None else [])
+            before = await off_loop(partial(undecided_of_batch, self.approver.ledger, batch_id))
             items = await self.approver.approve_batch(batch_id, fingerprint=fingerprint)
         except (ToolError, LedgerError) as exc:
-            return self._back(session, "error", self._failed_after(exc, before))
+            return self._back(session, "error", await self._failed_after(exc, before))
         states: dict[str, int] = {}
         for item in items:
             states[item.state] = states.get(item.state, 0) + 1
         counts = ", ".join(f"{n} {state}" for state, n in sorted(states.items()))
-        if self._approved_now(before) == []:  # every item expired or was decided meanwhile
+        # Nothing approved now: every item expired or was decided meanwhile.
+        if await off_loop(partial(approved_now, self.approver, before)) == []:
             return self._back(
                 session, "error", f"nothing of batch {batch_id} was approved: {counts}"
             )
@@ -281,7 +285,7 @@ class ApprovalPage:
         session, fields = form
         preview_id, reason = fields.get("preview_id", ""), fields.get("reason", "")
         try:
-            self.approver.deny(preview_id, reason=reason)
+            await off_loop(partial(self.approver.deny, preview_id, reason=reason))
         except (ToolError, LedgerError) as exc:
             return self._back(session, "error", _failed(exc))
         return self._back(session, "notice", f"denied {preview_id}: {reason[:200]}")
@@ -295,11 +299,14 @@ class ApprovalPage:
         batch_id, reason = fields.get("batch_id", ""), fields.get("reason", "")
         denied = 0
         try:
-            for item in batch_items(self.approver.ledger, batch_id, now=self.clock()):
+            items = await off_loop(
+                partial(batch_items, self.approver.ledger, batch_id, now=self.clock())
+            )
+            for item in items:
                 if item.state != "waiting":
                     continue
                 try:
-                    self.approver.deny(item.preview_id, reason=reason)
+                    await off_loop(partial(self.approver.deny, item.preview_id, reason=reason))
                 except ConflictError:
                     continue  # approved or expired since it was read: stays as it is
                 denied += 1
@@ -309,37 +316,12 @@ class ApprovalPage:
         note = f"denied {denied} waiting item(s) of batch {batch_id}: {reason[:200]}"
         return self._back(session, "notice", note)
 
-    # -- what an approval that failed left behind ------------------------------------------
+    # -- what an approval that failed left behind -----------------------------------------
 
-    def _undecided(self, preview_ids: Sequence[str]) -> list[str]:
-        """Those of ``preview_ids`` without an approval yet, read before approving them."""
-        store = self.approver.ledger
-        return [pid for pid in preview_ids if store.approval(pid) is None]
-
-    def _approved_now(self, undecided: Sequence[str]) -> list[str] | None:
-        """Those of ``undecided`` that this approver's approval stands on now (approved,
-        committed, or its commit in flight or undecided): what the post did, whatever failed
-        after; ``None`` when the ledger cannot say."""
-        store = self.approver.ledger
-        found = []
-        try:
-            for pid in undecided:
-                approval, preview = store.approval(pid), store.preview(pid)
-                if (
-                    approval is not None
-                    and approval.approver == self.approver.name
-                    and preview is not None
-                    and preview.state in ("approved", "sending", "unknown", "committed")
-                ):
-                    found.append(pid)
-        except LedgerError:
-            return None
-        return found
-
-    def _failed_after(self, exc: ToolError | LedgerError, undecided: Sequence[str]) -> str:
+    async def _failed_after(self, exc: ToolError | LedgerError, before: Sequence[str]) -> str:
         """``exc`` as the page says it, and which approvals stand all the same."""
         text = _failed(exc)
-        stands = self._approved_now(undecided)
+        stands = await off_loop(partial(approved_now, self.approver, before))
         if stands:
             which = ", ".join(stands) if len(stands) <= 3 else f"{len(stands)} items"
             text += f"; your approval of {which} stands: the page shows where each is now"

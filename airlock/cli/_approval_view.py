@@ -4,6 +4,11 @@ A row that does not read back (changed by hand, a bad restore: ``ledger_corrupt`
 itself: the page lists the others and names what it left out, so one damaged preview cannot
 keep a person from deciding on the rest. Any other ledger failure (locked, replaced) is the
 caller's to report: the page cannot say what waits.
+
+What a limit leaves out is said (:attr:`LedgerRead.left_out`), never dropped silently. The
+batches shown are those with an item waiting, found by their items among the waiting
+previews: an old open batch behind many decided ones is found too (the newest
+``_BATCH_PAGES[-1]`` batches are looked through at most).
 """
 
 from __future__ import annotations
@@ -14,7 +19,9 @@ from dataclasses import dataclass, field
 from airlock.cli._approval_html import BatchView
 from airlock.cli._approver import Approver
 from airlock.tools import (
+    Batch,
     LedgerCorruptError,
+    LedgerError,
     LedgerStore,
     Preview,
     Receipt,
@@ -24,10 +31,17 @@ from airlock.tools import (
     spend_totals,
 )
 
-__all__ = ["LedgerRead", "read_ledger"]
+__all__ = ["LedgerRead", "approved_now", "read_ledger", "undecided", "undecided_of_batch"]
 
 _PREVIEWS = 200
+"""Previews listed at most, waiting alone and approved each."""
+_PREPARED = 2_000
+"""Previews in ``prepared`` read at most: expired ones stay ``prepared`` and are read too."""
 _BATCHES = 50
+"""Batches listed at most."""
+_BATCH_PAGES = (100, 1_000, 10_000)
+"""How many of the newest batches are read, in turn, until every waiting preview's batch is
+found: each step is asked only when the one before did not find them all."""
 _RECEIPTS = 50
 
 
@@ -41,6 +55,8 @@ class LedgerRead:
     batches: Sequence[BatchView]
     skipped: Sequence[str] = field(default_factory=tuple)
     """Ids of the previews and batches (or the listing) left out, as the page names them."""
+    left_out: Sequence[str] = field(default_factory=tuple)
+    """What the page's limits left out, one sentence each ("3 more batches ...")."""
 
 
 def read_ledger(approver: Approver, *, now: float) -> LedgerRead:
@@ -52,35 +68,56 @@ def read_ledger(approver: Approver, *, now: float) -> LedgerRead:
     """
     store = approver.ledger
     skipped: list[str] = []
-    batches = _open_batches(approver, now, skipped)
-    in_batches = {item.preview_id for b in batches for item, _ in b.items}
-    waiting = [
-        p
-        for p in _previews(store, {"prepared"}, skipped)
-        if not p.expired(now) and p.id not in in_batches
-    ]
-    approved = _previews(store, {"approved", "sending", "unknown"}, skipped)
+    left_out: list[str] = []
+    prepared, cut = _previews(store, {"prepared"}, skipped, limit=_PREPARED)
+    if cut:
+        left_out.append(
+            f"more than {_PREPARED} previews are in 'prepared' (waiting, or expired): the "
+            f"{_PREPARED} newest were read, and older ones still waiting are not shown"
+        )
+    live = [p for p in prepared if not p.expired(now)]
+    batches, unshown = _open_batches(store, now, {p.id for p in live}, skipped, left_out)
+    in_batches = {item.preview_id for b in batches for item, _ in b.items} | unshown
+    alone = [p for p in live if p.id not in in_batches]
+    if len(alone) > _PREVIEWS:
+        left_out.append(
+            f"{len(alone) - _PREVIEWS} more waiting preview(s) are not shown: the "
+            f"{_PREVIEWS} newest are; decide on those, then reload"
+        )
+    approved, cut = _previews(store, {"approved", "sending", "unknown"}, skipped, limit=_PREVIEWS)
+    if cut:
+        left_out.append(
+            f"more than {_PREVIEWS} previews are approved and not committed: the "
+            f"{_PREVIEWS} newest are listed"
+        )
     try:
         receipts = store.receipts(limit=_RECEIPTS)
     except LedgerCorruptError:
         receipts = []
         skipped.append("the receipts")
     return LedgerRead(
-        waiting=waiting, approved=approved, receipts=receipts, batches=batches, skipped=skipped
+        waiting=alone[:_PREVIEWS],
+        approved=approved[:_PREVIEWS],
+        receipts=receipts,
+        batches=batches,
+        skipped=skipped,
+        left_out=left_out,
     )
 
 
 def _previews(
-    store: LedgerStore, states: Collection[StepState], skipped: list[str]
-) -> list[Preview]:
-    """The previews in ``states``, newest first, without those that do not read back (their
-    ids go to ``skipped``)."""
+    store: LedgerStore, states: Collection[StepState], skipped: list[str], *, limit: int
+) -> tuple[list[Preview], bool]:
+    """The newest previews in ``states`` (up to ``limit``), without those that do not read
+    back (their ids go to ``skipped``), and whether there are more than ``limit``."""
     try:
-        return store.previews(states=states, limit=_PREVIEWS)
+        found = store.previews(states=states, limit=limit + 1)
+        return found[:limit], len(found) > limit
     except LedgerCorruptError:
         pass  # one row does not read back: read them one by one, and leave it out
+    steps = store.steps(states=states, limit=limit + 1)
     found = []
-    for step in store.steps(states=states, limit=_PREVIEWS):
+    for step in steps[:limit]:
         try:
             preview = store.preview(step.id)
         except LedgerCorruptError:
@@ -88,29 +125,101 @@ def _previews(
             continue
         if preview is not None:
             found.append(preview)
-    return found
+    return found, len(steps) > limit
 
 
-def _open_batches(approver: Approver, now: float, skipped: list[str]) -> list[BatchView]:
-    """Batches with an item still waiting, newest first, each item with its preview."""
-    store = approver.ledger
-    try:
-        batches = store.batches(limit=_BATCHES)
-    except LedgerCorruptError:
-        skipped.append("the list of batches")
-        return []
-    found = []
-    for batch in batches:
+def _open_batches(
+    store: LedgerStore, now: float, live: set[str], skipped: list[str], left_out: list[str]
+) -> tuple[list[BatchView], set[str]]:
+    """The newest batches with an item waiting (of ``live``, the waiting previews' ids), each
+    item with its preview; and the waiting items of those the limit leaves out, which are not
+    to be listed alone either (the page says how many there are)."""
+    unplaced = set(live)  # waiting previews whose batch, if any, is not found yet
+    found: list[BatchView] = []
+    unshown: set[str] = set()
+    more = 0
+    for limit in _BATCH_PAGES:
         try:
-            items = batch_items(store, batch.id, now=now)
-            if not any(item.state == "waiting" for item in items):
+            batches = store.batches(limit=limit)
+        except LedgerCorruptError:
+            skipped.append("the list of batches")
+            return found, unshown
+        for batch in batches:
+            waiting = unplaced.intersection(batch.items)
+            if not waiting:
+                continue  # nothing of it waits, or it was found on an earlier step
+            unplaced -= waiting
+            if len(found) >= _BATCHES:
+                more += 1
+                unshown |= waiting
                 continue
-            shown = [(item, store.preview(item.preview_id)) for item in items]
-        except (ToolError, LedgerCorruptError):
-            # An item does not read back, or it changed behind the write path's back:
-            # `approvals show` says which; its items that read back are listed alone.
-            skipped.append(batch.id)
-            continue
-        waiting = [p for item, p in shown if p is not None and item.state == "waiting"]
-        found.append(BatchView(batch=batch, items=shown, waiting_spend=spend_totals(waiting)))
+            view = _batch_view(store, batch, now, skipped)
+            if view is not None:
+                found.append(view)
+        if len(batches) < limit or not unplaced:
+            break  # every batch was read, or every waiting preview's batch was found
+    else:
+        left_out.append(
+            f"only the newest {_BATCH_PAGES[-1]} batches were read: a waiting preview listed "
+            "alone may be an item of an older one (`airlock approvals show ID` says)"
+        )
+    if more:
+        left_out.append(
+            f"{more} more batch(es) with {len(unshown)} item(s) waiting are not shown: the "
+            f"{_BATCHES} newest are; decide on those, then reload"
+        )
+    return found, unshown
+
+
+def _batch_view(
+    store: LedgerStore, batch: Batch, now: float, skipped: list[str]
+) -> BatchView | None:
+    """``batch`` as the page shows it; ``None`` (its id in ``skipped``) when it does not read
+    back, or when nothing of it waits any more."""
+    try:
+        items = batch_items(store, batch.id, now=now)
+        if not any(item.state == "waiting" for item in items):
+            return None  # decided or expired since the waiting previews were read
+        shown = [(item, store.preview(item.preview_id)) for item in items]
+    except (ToolError, LedgerCorruptError):
+        # An item does not read back, or it changed behind the write path's back:
+        # `approvals show` says which; its items that read back are listed alone.
+        skipped.append(batch.id)
+        return None
+    waiting = [p for item, p in shown if p is not None and item.state == "waiting"]
+    return BatchView(batch=batch, items=shown, waiting_spend=spend_totals(waiting))
+
+
+# -- what an approval that failed left behind ------------------------------------------------
+
+
+def undecided(store: LedgerStore, preview_ids: Sequence[str]) -> list[str]:
+    """Those of ``preview_ids`` without an approval yet, read before approving them."""
+    return [pid for pid in preview_ids if store.approval(pid) is None]
+
+
+def undecided_of_batch(store: LedgerStore, batch_id: str) -> list[str]:
+    """The items of the batch without an approval yet (none when there is no such batch)."""
+    batch = store.batch(batch_id)
+    return undecided(store, batch.items if batch is not None else [])
+
+
+def approved_now(approver: Approver, preview_ids: Sequence[str]) -> list[str] | None:
+    """Those of ``preview_ids`` (undecided before a post) that ``approver``'s approval stands
+    on now (approved, committed, or its commit in flight or undecided): what the post did,
+    whatever failed after; ``None`` when the ledger cannot say."""
+    store = approver.ledger
+    found = []
+    try:
+        for pid in preview_ids:
+            approval, preview = store.approval(pid), store.preview(pid)
+            if (
+                approval is not None
+                and approval.approver == approver.name
+                and preview is not None
+                and preview.state in ("approved", "sending", "unknown", "committed")
+            ):
+                found.append(pid)
+    except LedgerError:
+        return None
     return found

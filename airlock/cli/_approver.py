@@ -18,13 +18,18 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
+from typing import TypeVar
+
+import anyio.to_thread
 
 from airlock.harness import CommitAuthority
 from airlock.policies import Policy, Principal, UsageError
 from airlock.tools import (
     Approval,
+    Batch,
     BatchItem,
     ConflictError,
     DeniedError,
@@ -40,7 +45,17 @@ from airlock.tools import (
     deny_preview,
 )
 
-__all__ = ["Approved", "Approver"]
+__all__ = ["Approved", "Approver", "off_loop"]
+
+T = TypeVar("T")
+
+
+async def off_loop(call: Callable[[], T]) -> T:
+    """``call()`` on a worker thread. A ledger call waits up to its busy timeout while another
+    process holds the ledger locked; on the event loop that wait would stop the whole server
+    (every other request, and the deadlines of slow clients) with it. Not abandoned when the
+    caller is cancelled: it ends within the busy timeout, and its change is then recorded."""
+    return await anyio.to_thread.run_sync(call)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -121,22 +136,28 @@ class Approver:
                 (the approval stays recorded, and a harness may still commit it).
         """
         if self.writes is None:
-            approval = approve_preview(
-                self.ledger,
+            approval = await off_loop(
+                partial(
+                    approve_preview,
+                    self.ledger,
+                    preview_id,
+                    approver=self.name,
+                    now=time.time(),
+                    fingerprint=fingerprint,
+                    reason=reason,
+                    self_approval=self.self_approval,
+                )
+            )
+            return Approved(approval=approval)
+        approval = await off_loop(
+            partial(
+                self.writes.approve,
                 preview_id,
                 approver=self.name,
-                now=time.time(),
                 fingerprint=fingerprint,
                 reason=reason,
                 self_approval=self.self_approval,
             )
-            return Approved(approval=approval)
-        approval = self.writes.approve(
-            preview_id,
-            approver=self.name,
-            fingerprint=fingerprint,
-            reason=reason,
-            self_approval=self.self_approval,
         )
         return await self.commit(approval)
 
@@ -153,7 +174,7 @@ class Approver:
                 be judged (it stays as it is).
         """
         assert self.writes is not None
-        preview = self.ledger.preview(approval.preview_id)
+        preview = await off_loop(partial(self.ledger.preview, approval.preview_id))
         assert preview is not None
         spec = self.writes.registry.get(preview.tool)
         if spec is not None and spec.write is None:
@@ -162,13 +183,13 @@ class Approver:
             # Its Secret() values live only in the process that prepared it; a commit here
             # would fail the write that process can still send.
             return Approved(approval=approval)
-        [refused] = self._judge([preview], preview.principal)
+        [refused] = await off_loop(partial(self._judge, [preview], preview.principal))
         if refused is not None:
             raise refused
         try:
             receipt = await self.writes.commit(preview.id, approval.fingerprint, preview.principal)
         except ConflictError:
-            current = self.ledger.preview(preview.id)
+            current = await off_loop(partial(self.ledger.preview, preview.id))
             if current is None or current.state != "sending":
                 raise
             return Approved(approval=approval, in_flight=True)
@@ -184,6 +205,12 @@ class Approver:
             ToolError: as :func:`~airlock.tools.approve_batch`; ``denied`` when the approver
                 is the principal whose program proposed the batch and self-approval is off.
         """
+        items = await off_loop(partial(self._approve_batch, batch_id, fingerprint, reason))
+        committed = await self.commit_batch(batch_id)
+        return items if committed is None else committed
+
+    def _approve_batch(self, batch_id: str, fingerprint: str, reason: str) -> tuple[BatchItem, ...]:
+        """The ledger's part of :meth:`approve_batch` (a worker thread's)."""
         batch = self.ledger.batch(batch_id)
         who = None if batch is None else batch.principal
         asked = () if who is None else (who.user_id, f"{who.user_id}@{who.tenant_id}")
@@ -192,7 +219,7 @@ class Approver:
                 f"{self.name!r} proposed batch {batch_id!r} and cannot approve it; ask "
                 "another person, or set self_approval = true in the policy"
             )
-        items = approve_batch(
+        return approve_batch(
             self.ledger,
             batch_id,
             approver=self.name,
@@ -201,8 +228,6 @@ class Approver:
             reason=reason,
             self_approval=self.self_approval,
         )
-        committed = await self.commit_batch(batch_id)
-        return items if committed is None else committed
 
     async def commit_batch(self, batch_id: str) -> tuple[BatchItem, ...] | None:
         """Commit every approved item of the batch once, for the principal whose program
@@ -216,8 +241,31 @@ class Approver:
             ToolError: as :meth:`~airlock.tools.WritePath.commit_batch`; ``conflict`` when an
                 item's effects cannot be judged (then nothing is sent).
         """
+        if self.writes is None:
+            return None
+        judged = await off_loop(partial(self._judge_batch, batch_id))
+        if judged is None:
+            return None
+        batch, to_send, held = judged
+        if not held:
+            return await self.writes.commit_batch(batch_id, batch.principal)
+        for preview in to_send:  # those judged again and still allowed, as commit_batch would
+            if preview.id not in held:
+                with contextlib.suppress(ToolError):  # its state says how it ended
+                    await self.writes.commit(preview.id, preview.fingerprint, batch.principal)
+        return await off_loop(partial(batch_items, self.ledger, batch_id, now=time.time()))
+
+    def _judge_batch(self, batch_id: str) -> tuple[Batch, list[Preview], set[str]] | None:
+        """The ledger's part of :meth:`commit_batch` before it sends (a worker thread's): the
+        batch, its items to send, and those the policy no longer allows (now denied); ``None``
+        when it is left to the session that asked (or there is no such batch).
+
+        Raises:
+            ConflictError: as :meth:`_judge`.
+        """
+        assert self.writes is not None
         batch = self.ledger.batch(batch_id)
-        if self.writes is None or batch is None:
+        if batch is None:
             return None
         previews = [p for p in map(self.ledger.preview, batch.items) if p is not None]
         to_send = [p for p in previews if p.state in ("approved", "unknown")]
@@ -225,13 +273,7 @@ class Approver:
             return None
         refused = self._judge(previews, batch.principal)
         held = {p.id for p, why in zip(previews, refused, strict=True) if why is not None}
-        if not held:
-            return await self.writes.commit_batch(batch_id, batch.principal)
-        for preview in to_send:  # those judged again and still allowed, as commit_batch would
-            if preview.id not in held:
-                with contextlib.suppress(ToolError):  # its state says how it ended
-                    await self.writes.commit(preview.id, preview.fingerprint, batch.principal)
-        return batch_items(self.ledger, batch_id, now=time.time())
+        return batch, to_send, held
 
     def _judge(self, previews: Sequence[Preview], principal: Principal) -> list[DeniedError | None]:
         """Each preview judged by the policy's grant and rules for ``principal`` now, as a
