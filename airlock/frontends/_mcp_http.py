@@ -14,7 +14,8 @@ handshake versions; the SDK's client then falls back to the handshake by itself.
 Each POST body that passes the gate is read and checked as a line over stdio is
 (``_mcp_http_bodies``): a request the SDK would take for a notification and never answer (an
 id that is null, a decimal number or an object), a batch or params that are no object get the
-JSON-RPC error stdio answers with, as HTTP 400; a body over 16 MiB, 413.
+JSON-RPC error stdio answers with, as HTTP 400; a body over 4 MiB (a stdio line's limit,
+``MAX_LINE_BYTES``), 413, at once when its Content-Length says so.
 
 Connections are limited whoever makes them (``_mcp_connections``): a deadline for each
 request's head and body, a cap on open connections that closes the one idle longest, and a

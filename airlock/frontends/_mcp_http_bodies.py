@@ -5,10 +5,12 @@ object as a notification: it answers 202 and never the request, so the client wa
 A batch, or params that are no object, it refuses with a dump of pydantic's errors. So each
 POST body is read first (at most :data:`~airlock.frontends._mcp_lines.MAX_LINE_BYTES`, as a
 line over stdio) and checked as a stdio line is (:func:`~airlock.frontends._mcp_lines.checked`):
-what that refuses is answered here, HTTP 400 with the JSON-RPC error of stdio (``-32700`` or
-``-32600``, the request's id when it can be used, else null, a one-line reason); a body over
-the limit is read to its end unkept and answered 413, ``-32700``. Every other body goes to
-the SDK unchanged, which parses it once more, as over stdio.
+what that refuses is answered here, HTTP 400 with the JSON-RPC error of stdio (``-32700``,
+``-32600`` or ``-32602``, the request's id when it can be used, else null, a one-line
+reason). A body over the limit is answered 413, ``-32700``, as JSON-RPC rather than the SDK's
+plain text: at once when its Content-Length says so (unread: the server drops it as it
+comes), else once it ends, read to its end unkept. Every other body goes to the SDK
+unchanged, which parses it once more, as over stdio.
 
 The body arrives within the connection limits' deadline (``airlock._http_limits``) or the
 connection is closed, and only a request with the bearer token gets here.
@@ -31,14 +33,22 @@ _JSON: Final = (b"content-type", b"application/json")
 class CheckedBodies:
     """ASGI middleware: the body of each HTTP POST is read whole (at most ``max_bytes``) and
     checked before ``app`` sees it; a refused one is answered here (400, or 413 over
-    ``max_bytes``), any other given to ``app`` as it came."""
+    ``max_bytes``), any other given to ``app`` as it came. A request of any method whose
+    Content-Length is over ``max_bytes`` is answered 413 without reading its body."""
 
     def __init__(self, app: ASGIApp, *, max_bytes: int = MAX_LINE_BYTES) -> None:
         self._app = app
         self._max_bytes = max_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope.get("method") != "POST":
+        if scope["type"] != "http":
+            await self._app(scope, receive, send)
+            return
+        if _declared_size(scope) > self._max_bytes:
+            # Never read: uvicorn drops the body as it arrives and keeps the connection.
+            await _answer(send, 413, oversized("", ""))
+            return
+        if scope.get("method") != "POST":
             await self._app(scope, receive, send)
             return
         read = await _read(receive, self._max_bytes)
@@ -62,6 +72,17 @@ class CheckedBodies:
             return {"type": "http.request", "body": read, "more_body": False}
 
         await self._app(scope, replay, send)
+
+
+def _declared_size(scope: Scope) -> int:
+    """The body's size its Content-Length gives (0 without one; h11 refuses a bad one)."""
+    for key, value in scope.get("headers", []):
+        if key == b"content-length":
+            try:
+                return int(value)
+            except ValueError:  # pragma: no cover  # h11 answers it 400 first
+                return 0
+    return 0
 
 
 async def _read(receive: Receive, max_bytes: int) -> bytes | tuple[bytes, bytes] | None:

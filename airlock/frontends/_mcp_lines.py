@@ -7,12 +7,14 @@ with nothing, so a client waiting on that line's id waits forever. The lines are
 (``_mcp_stdin``) and checked here with the same validator: what it refuses is answered as
 JSON-RPC 2.0 says, ``-32700`` when the server cannot parse the JSON, ``-32600`` when the JSON
 is no message the server takes (an id that is neither a string nor an integer, params that
-are no object), with the request's id when it can be read and null otherwise. A line that
-opens a JSON array (a batch) is answered once, ``-32600`` with id null, unparsed: one line is
-one answer and one log line, so a line of many small requests cannot flood stdout, the log
-or the memory. A line over :data:`MAX_LINE_BYTES` is dropped as it arrives, a buffer at a time, and
-answered ``-32700``. Every other line goes to the SDK as it is, which parses it once more:
-the price of keeping its reader rather than writing another.
+are no object), with the request's id when it can be read and null otherwise. Params of
+the wrong shape for a method the server answers (a call's name that is no string) get
+``-32602`` naming the field, which the SDK answers without ("Invalid request parameters").
+A line that opens a JSON array (a batch) is answered once, ``-32600`` with id null,
+unparsed: one line is one answer and one log line, so a line of many small requests cannot
+flood stdout, the log or the memory. A line over :data:`MAX_LINE_BYTES` is dropped as it
+arrives, a buffer at a time, and answered ``-32700``. Every other line goes to the SDK as it
+is, which parses it once more: the price of keeping its reader rather than writing another.
 """
 
 from __future__ import annotations
@@ -22,15 +24,17 @@ import re
 from typing import Final
 
 import mcp_types as types
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from airlock.frontends._call_arguments import json_type
 
 __all__ = ["MAX_LINE_BYTES", "PEEK_BYTES", "checked", "oversized", "refusals"]
 
-MAX_LINE_BYTES: Final = 16 * 2**20
-"""The longest line read (one JSON-RPC message per line; a program in execute_code can be
-long)."""
+MAX_LINE_BYTES: Final = 4 * 2**20
+"""The longest line read over stdio and the largest POST body over HTTP: one JSON-RPC
+message (a program in execute_code can be long). It is the SDK's own limit of HTTP bodies,
+and it bounds what a parse costs: a message can take some 70 times its size once parsed (a
+body of ``[{},{},...]``: about 260 MB, and most of a second of the loop, at 4 MiB)."""
 PEEK_BYTES: Final = 4096
 """How much of each end of an unreadable line is searched for its id."""
 _WHITESPACE: Final = re.compile(r"[ \t\n\r]*")
@@ -41,6 +45,14 @@ _LAST_ID: Final = re.compile(
     r'"id"[ \t\n\r]*:[ \t\n\r]*(-?[0-9]+|"(?:[^"\\]|\\.)*")[ \t\n\r]*\}[ \t\n\r]*\Z'
 )
 _DECODER: Final = json.JSONDecoder()
+# The params of each method the server has a handler for (``mcp._server``), as the SDK
+# validates them before calling it.
+_PARAMS: Final[dict[str, type[BaseModel]]] = {
+    "tools/call": types.CallToolRequestParams,
+    "tools/list": types.PaginatedRequestParams,
+    "resources/list": types.PaginatedRequestParams,
+    "resources/read": types.ReadResourceRequestParams,
+}
 
 
 def refusals(text: str) -> list[types.JSONRPCError] | None:
@@ -74,12 +86,34 @@ def checked(text: str) -> types.JSONRPCMessage | list[types.JSONRPCError]:
         if isinstance(parsed, dict) and "id" in parsed:
             reason = f"the id must be a string or an integer, not {json_type(parsed['id'])}"
             return [_error(None, types.INVALID_REQUEST, reason)]
+    if isinstance(message, types.JSONRPCRequest):
+        wrong = _wrong_params(message)
+        if wrong is not None:
+            return [wrong]
     return message
 
 
+def _wrong_params(request: types.JSONRPCRequest) -> types.JSONRPCError | None:
+    """The answer to a request whose params the SDK refuses for its method, naming the
+    first wrong field; None when they fit (or the SDK does not check them before a handler)."""
+    model = _PARAMS.get(request.method)
+    if model is None:
+        return None
+    try:
+        # As the SDK does: no params are read as {}, so a required field is still missing.
+        model.model_validate(request.params or {}, by_name=False)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False, include_input=False, include_context=False)[0]
+        where = ".".join(str(part) for part in ("params", *first["loc"]))
+        reason = f"{where}: {first['msg']}"
+        return _error(_usable_id(request.id), types.INVALID_PARAMS, reason[:200])
+    return None
+
+
 def oversized(head: str, tail: str) -> types.JSONRPCError:
-    """The answer to a line over :data:`MAX_LINE_BYTES`, given its first and last bytes."""
-    reason = f"a line over {MAX_LINE_BYTES // 2**20} MiB was dropped; send less in one message"
+    """The answer to a line (or an HTTP body) over :data:`MAX_LINE_BYTES`, given its first
+    and last bytes."""
+    reason = f"a message over {MAX_LINE_BYTES // 2**20} MiB was dropped; send less in one message"
     return _error(_id_at_ends(head, tail), types.PARSE_ERROR, reason)
 
 

@@ -14,6 +14,13 @@ request read from it is answered, or cancelled by the client's ``notifications/c
 (which the SDK never answers); a duplicate id waits for an answer each. The SDK cancels the
 requests still running when its lines end, so a request that is never answered (a listen)
 keeps the server up until it is stopped.
+
+Either way at most :data:`MAX_OPEN_REQUESTS` requests read wait for their answers: beyond,
+no line is read until one is answered or cancelled. A client that writes requests and reads
+no answers would otherwise have every line it sends taken as a task holding its answer, and
+the server's memory grow as fast as it writes; instead the pipe fills and the client waits.
+A client with as many requests open that are answered only once it sends something (a listen
+it would cancel) waits too: the cancel is not read.
 """
 
 from __future__ import annotations
@@ -33,8 +40,10 @@ from mcp.shared.message import SessionMessage
 
 from airlock.frontends._mcp_lines import MAX_LINE_BYTES, PEEK_BYTES, checked, oversized
 
-__all__ = ["Answers", "StdinLines", "stdin_lines"]
+__all__ = ["MAX_OPEN_REQUESTS", "Answers", "StdinLines", "stdin_lines"]
 
+MAX_OPEN_REQUESTS: Final = 64
+"""Requests read from stdin that may wait for their answers at once; no line is read beyond."""
 _FILE_CHUNK: Final = 2**16
 _log = logging.getLogger("airlock.mcp")
 
@@ -51,18 +60,28 @@ class StdinLines:
     """The lines of stdin that the SDK can read; the others are answered here.
 
     ``wait_for_answers``: the lines end only once every request read is answered (a file's
-    end); answers are seen through :meth:`noting`.
+    end). No line is read while ``max_open`` requests wait for their answers. Answers are
+    seen through :meth:`noting`.
     """
 
-    def __init__(self, reader: asyncio.StreamReader, *, wait_for_answers: bool = False) -> None:
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        *,
+        wait_for_answers: bool = False,
+        max_open: int = MAX_OPEN_REQUESTS,
+    ) -> None:
         self._reader = reader
         self._answers: Answers | None = None
         self._attached = asyncio.Event()
         self._wait = wait_for_answers
+        self._max_open = max_open
         # Ids as the SDK correlates them ("7" is 7); a count each, as the SDK answers each
         # request of a duplicate id.
         self._unanswered: Counter[int | str] = Counter()
         self._all_answered = asyncio.Event()
+        self._room = asyncio.Event()
+        self._room.set()
 
     def answer_with(self, answers: Answers) -> None:
         """Send the answers to unreadable lines to ``answers`` (the SDK's write stream, which
@@ -92,12 +111,18 @@ class StdinLines:
             self._unanswered.pop(key, None)
         if not self._unanswered:
             self._all_answered.set()
+        if self._unanswered.total() < self._max_open:
+            self._room.set()
 
     def __aiter__(self) -> StdinLines:
         return self
 
     async def __anext__(self) -> str:
         while True:
+            # Not read, the next lines stay in the pipe: the client's writes wait for room.
+            while self._unanswered.total() >= self._max_open:
+                self._room.clear()
+                await self._room.wait()
             try:
                 line = await self._reader.readuntil(b"\n")
             except asyncio.IncompleteReadError as exc:
@@ -112,8 +137,7 @@ class StdinLines:
             text = line.decode("utf-8", errors="replace")
             found = checked(text)
             if not isinstance(found, list):
-                if self._wait:
-                    self._expect(found)
+                self._expect(found)
                 return text
             for error in found:
                 await self._answer(error)

@@ -53,6 +53,7 @@ with requires_extra("mcp", feature="the MCP server (airlock serve --mcp)"):
         sessions_per_client,
     )
     from airlock.frontends._mcp_http import LOOPBACK, check_token, listen_loopback, serve_asgi
+    from airlock.frontends._mcp_lines import MAX_LINE_BYTES
     from airlock.frontends._mcp_read_budget import ReadBudget
     from airlock.frontends._mcp_resources import (
         MAX_RESOURCE_BYTES,
@@ -357,6 +358,9 @@ async def serve_http(
         host=LOOPBACK,
         max_sessions=max_sessions,
         session_idle_timeout=idle_timeout,
+        # The limit of a stdio line, which the bodies were checked against before the SDK
+        # sees them (it answers a body over its own in plain text).
+        max_request_body_size=MAX_LINE_BYTES,
     )
     await serve_asgi(
         app, port=port, token=token, limits=(max_sessions, idle_timeout), listener=listener

@@ -538,7 +538,13 @@ async def test_an_unfinished_line_over_the_limit_at_the_end_is_dropped() -> None
     assert (error.error.code, error.id) == (types.PARSE_ERROR, 7)
 
 
-def test_the_stdio_server_answers_a_line_over_16_mib_and_serves_on() -> None:
+def _ping_of(size: int, request_id: int) -> bytes:
+    """A ping line of ``size`` bytes, its newline left out."""
+    head = b'{"jsonrpc":"2.0","id":%d,"method":"ping","params":{"a":"' % request_id
+    return head + b"x" * (size - len(head) - 3) + b'"}}'
+
+
+def test_the_stdio_server_answers_a_line_over_the_limit_and_serves_on() -> None:
     server = (
         "import anyio\n"
         "from airlock.frontends.mcp import build_mcp_server, serve_stdio\n"
@@ -558,7 +564,8 @@ def test_the_stdio_server_answers_a_line_over_16_mib_and_serves_on() -> None:
     lines = [
         json.dumps(hello).encode(),
         b'{"jsonrpc":"2.0","method":"notifications/initialized"}',
-        request(b'{"x":"' + b"a" * (MAX_LINE_BYTES + 2**20) + b'"}'),
+        _ping_of(MAX_LINE_BYTES + 1, 7),
+        _ping_of(MAX_LINE_BYTES, 8),  # the longest line taken
         b"{not json",
         PROBE,
     ]
@@ -590,8 +597,9 @@ def test_the_stdio_server_answers_a_line_over_16_mib_and_serves_on() -> None:
             process.wait(10)
     by_id = {a["id"]: a for a in answers if "error" in a}
     assert by_id[7]["error"]["code"] == types.PARSE_ERROR
-    assert "over 16 MiB" in by_id[7]["error"]["message"]
+    assert "over 4 MiB" in by_id[7]["error"]["message"]
     assert by_id[None]["error"]["code"] == types.PARSE_ERROR
+    assert {"jsonrpc": "2.0", "id": 8, "result": {}} in answers
     [probe] = [a for a in answers if a["id"] == "probe"]
     assert [t["name"] for t in probe["result"]["tools"]] == [INVOICE_TOOL.name]
     assert b"an MCP line that cannot be read" in stderr

@@ -104,7 +104,7 @@ def test_stdin_from_a_regular_file_is_answered_line_by_line(tmp_path: Path) -> N
     assert errors == [(code, request_id) for _, code, request_id in FILE_LINES]
     [probe] = [a for a in answers if a["id"] == "probe"]
     assert [t["name"] for t in probe["result"]["tools"]] == [INVOICE_TOOL.name]
-    assert "over 16 MiB" in json.dumps(answers)
+    assert "over 4 MiB" in json.dumps(answers)
 
 
 def _request(request_id: int | str) -> bytes:
