@@ -31,7 +31,15 @@ from airlock.tools import (
     spend_totals,
 )
 
-__all__ = ["LedgerRead", "approved_now", "read_ledger", "undecided", "undecided_of_batch"]
+__all__ = [
+    "BatchesRead",
+    "LedgerRead",
+    "approved_now",
+    "read_batches",
+    "read_ledger",
+    "undecided",
+    "undecided_of_batch",
+]
 
 _PREVIEWS = 200
 """Previews listed at most, waiting alone and approved each."""
@@ -43,6 +51,8 @@ _BATCH_PAGES = (100, 1_000, 10_000)
 """How many of the newest batches are read, in turn, until every waiting preview's batch is
 found: each step is asked only when the one before did not find them all."""
 _RECEIPTS = 50
+_RELOAD = "decide on those, then reload"
+"""What the page tells a person to do about what its limits left out."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -76,13 +86,16 @@ def read_ledger(approver: Approver, *, now: float) -> LedgerRead:
             f"{_PREPARED} newest were read, and older ones still waiting are not shown"
         )
     live = [p for p in prepared if not p.expired(now)]
-    batches, unshown = _open_batches(store, now, {p.id for p in live}, skipped, left_out)
+    # _BATCHES read now, not bound as a default: a test lowers it.
+    batches, unshown = _open_batches(
+        store, now, {p.id for p in live}, skipped, left_out, limit=_BATCHES, then=_RELOAD
+    )
     in_batches = {item.preview_id for b in batches for item, _ in b.items} | unshown
     alone = [p for p in live if p.id not in in_batches]
     if len(alone) > _PREVIEWS:
         left_out.append(
             f"{len(alone) - _PREVIEWS} more waiting preview(s) are not shown: the "
-            f"{_PREVIEWS} newest are; decide on those, then reload"
+            f"{_PREVIEWS} newest are; {_RELOAD}"
         )
     approved, cut = _previews(store, {"approved", "sending", "unknown"}, skipped, limit=_PREVIEWS)
     if cut:
@@ -129,18 +142,26 @@ def _previews(
 
 
 def _open_batches(
-    store: LedgerStore, now: float, live: set[str], skipped: list[str], left_out: list[str]
+    store: LedgerStore,
+    now: float,
+    live: set[str],
+    skipped: list[str],
+    left_out: list[str],
+    *,
+    limit: int,
+    then: str,
 ) -> tuple[list[BatchView], set[str]]:
-    """The newest batches with an item waiting (of ``live``, the waiting previews' ids), each
-    item with its preview; and the waiting items of those the limit leaves out, which are not
-    to be listed alone either (the page says how many there are)."""
+    """The newest ``limit`` batches with an item waiting (of ``live``, the waiting previews'
+    ids), each item with its preview; and the waiting items of those the limit leaves out,
+    which are not to be listed alone either (``left_out`` says how many there are, and
+    ``then`` what to do about them)."""
     unplaced = set(live)  # waiting previews whose batch, if any, is not found yet
     found: list[BatchView] = []
     unshown: set[str] = set()
     more = 0
-    for limit in _BATCH_PAGES:
+    for page in _BATCH_PAGES:
         try:
-            batches = store.batches(limit=limit)
+            batches = store.batches(limit=page)
         except LedgerCorruptError:
             skipped.append("the list of batches")
             return found, unshown
@@ -149,14 +170,14 @@ def _open_batches(
             if not waiting:
                 continue  # nothing of it waits, or it was found on an earlier step
             unplaced -= waiting
-            if len(found) >= _BATCHES:
+            if len(found) >= limit:
                 more += 1
                 unshown |= waiting
                 continue
             view = _batch_view(store, batch, now, skipped)
             if view is not None:
                 found.append(view)
-        if len(batches) < limit or not unplaced:
+        if len(batches) < page or not unplaced:
             break  # every batch was read, or every waiting preview's batch was found
     else:
         left_out.append(
@@ -166,19 +187,19 @@ def _open_batches(
     if more:
         left_out.append(
             f"{more} more batch(es) with {len(unshown)} item(s) waiting are not shown: the "
-            f"{_BATCHES} newest are; decide on those, then reload"
+            f"{limit} newest are; {then}"
         )
     return found, unshown
 
 
 def _batch_view(
-    store: LedgerStore, batch: Batch, now: float, skipped: list[str]
+    store: LedgerStore, batch: Batch, now: float, skipped: list[str], *, open_only: bool = True
 ) -> BatchView | None:
     """``batch`` as the page shows it; ``None`` (its id in ``skipped``) when it does not read
-    back, or when nothing of it waits any more."""
+    back, or (``open_only``) when nothing of it waits any more."""
     try:
         items = batch_items(store, batch.id, now=now)
-        if not any(item.state == "waiting" for item in items):
+        if open_only and not any(item.state == "waiting" for item in items):
             return None  # decided or expired since the waiting previews were read
         shown = [(item, store.preview(item.preview_id)) for item in items]
     except (ToolError, LedgerCorruptError):
@@ -188,6 +209,47 @@ def _batch_view(
         return None
     waiting = [p for item, p in shown if p is not None and item.state == "waiting"]
     return BatchView(batch=batch, items=shown, waiting_spend=spend_totals(waiting))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BatchesRead:
+    """The batches ``airlock approvals list`` shows, and what it could not read or show."""
+
+    batches: Sequence[BatchView]
+    skipped: Sequence[str] = field(default_factory=tuple)
+    """Ids of the batches (or the listing) that do not read back."""
+    left_out: Sequence[str] = field(default_factory=tuple)
+    """What ``limit`` left out, one sentence each."""
+
+
+def read_batches(store: LedgerStore, *, now: float, limit: int, every: bool) -> BatchesRead:
+    """The newest ``limit`` batches with an item waiting, found as the page finds them (by
+    their items among the waiting previews); with ``every``, the newest ``limit`` batches
+    whatever their items' states.
+
+    Raises:
+        LedgerError: the ledger cannot be read (other than a row that does not read back).
+    """
+    skipped: list[str] = []
+    left_out: list[str] = []
+    if every:
+        try:
+            batches = store.batches(limit=limit)
+        except LedgerCorruptError:
+            return BatchesRead(batches=(), skipped=("the list of batches",))
+        views = [_batch_view(store, b, now, skipped, open_only=False) for b in batches]
+        return BatchesRead(batches=[v for v in views if v is not None], skipped=skipped)
+    prepared, cut = _previews(store, {"prepared"}, skipped, limit=_PREPARED)
+    if cut:
+        left_out.append(
+            f"more than {_PREPARED} previews are in 'prepared' (waiting, or expired): the "
+            f"{_PREPARED} newest were read, and a batch of older ones is not shown"
+        )
+    live = {p.id for p in prepared if not p.expired(now)}
+    found, _ = _open_batches(
+        store, now, live, skipped, left_out, limit=limit, then="pass a larger --limit"
+    )
+    return BatchesRead(batches=found, skipped=skipped, left_out=left_out)
 
 
 # -- what an approval that failed left behind ------------------------------------------------

@@ -3,6 +3,7 @@ approves writes, and the operator who resolves writes a crash left undecided."""
 
 from __future__ import annotations
 
+import hmac
 import json
 import time
 from functools import partial
@@ -16,8 +17,9 @@ from rich.text import Text
 
 from airlock.cli._approval_ledger import LedgerOption, default_ledger
 from airlock.cli._approval_ledger import open_approval_ledger as _open
+from airlock.cli._approval_view import read_batches
 from airlock.cli._approver import Approver
-from airlock.cli._batches import approve_batch_command, show_batch
+from airlock.cli._batches import COMMIT_HERE, age, approve_batch_command, print_batches, show_batch
 from airlock.cli._inventory import usage_errors
 from airlock.cli._literal import json_text, literal, table
 from airlock.cli._settings import login_name
@@ -26,6 +28,8 @@ from airlock.inventory import load_tool_registry
 from airlock.policies import load_policy
 from airlock.tools import (
     BATCH_PREFIX,
+    Approval,
+    ConflictError,
     InvalidInputError,
     Preview,
     ToolError,
@@ -59,41 +63,40 @@ def _time(ts: float) -> str:
     return utc_time(ts)
 
 
-def _age(seconds: float) -> str:
-    seconds = max(0.0, seconds)
-    if seconds < 120:
-        return f"{seconds:.0f}s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f}m"
-    return f"{seconds / 3600:.1f}h"
-
-
 @approvals_app.command("list")
 def list_pending(
     ledger: LedgerOption = None,
     all_states: Annotated[
-        bool, typer.Option("--all", help="Every preview, not only those waiting.")
+        bool, typer.Option("--all", help="Every preview and batch, not only those waiting.")
     ] = False,
-    limit: Annotated[int, typer.Option(min=1, help="Show at most this many.")] = 100,
+    limit: Annotated[
+        int, typer.Option(min=1, help="Show at most this many previews, and as many batches.")
+    ] = 100,
 ) -> None:
-    """List previews waiting for approval: principal, tool, effect summary, age, expiry."""
+    """List previews waiting for approval (principal, tool, effect summary, age, expiry), then
+    the batches with an item waiting (items waiting of all, the fingerprint to approve with)."""
     store = _open(ledger, readonly=True)
+    now = time.time()
     try:
         previews = store.previews(states=None if all_states else {"prepared"}, limit=limit)
+        batches = read_batches(store, now=now, limit=limit, every=all_states)
     finally:
         store.close()
-    now = time.time()
     title = "previews" if all_states else "previews waiting for approval"
     shown = table("id", "state", "principal", "tool", "effect", "age", "expires in", title=title)
     for p in previews:
-        expiry = "expired" if p.expired(now) else _age(p.expires - now)
+        expiry = "expired" if p.expired(now) else age(p.expires - now)
         principal = f"{p.principal.user_id}@{p.principal.tenant_id}"
         shown.add_row(
             *map(literal, (p.id, p.state, principal, p.tool, p.summary)),
-            _age(now - p.created),
+            age(now - p.created),
             expiry,
         )
-    Console(width=220).print(shown if previews else "nothing waits for approval")
+    if previews:
+        Console(width=220).print(shown)
+    print_batches(batches, every=all_states, now=now)
+    if not previews and not batches.batches:
+        Console().print("nothing waits for approval")
 
 
 @approvals_app.command("show")
@@ -198,7 +201,9 @@ def approve(
     ] = None,
 ) -> None:
     """Approve a preview's fingerprint; the harness that asked then commits it once (or this
-    command does, with --commit, unless the policy no longer allows it: then it is denied)."""
+    command does, with --commit, unless the policy no longer allows it: then it is denied).
+    With --commit, one approved before with this fingerprint is committed (its session may
+    have ended)."""
     if fingerprint is None:
         raise _fail(
             InvalidInputError(
@@ -244,19 +249,27 @@ def approve(
             registry=registry,
             policy=rules,
         )
-        done = anyio.run(
-            partial(person.approve, preview_id, fingerprint=fingerprint, reason=reason)
-        )
+        try:
+            before = None
+            done = anyio.run(
+                partial(person.approve, preview_id, fingerprint=fingerprint, reason=reason)
+            )
+        except ConflictError:
+            before = _approved_before(person, preview_id, fingerprint) if commit else None
+            if before is None:
+                raise
+            done = anyio.run(person.commit, before)  # approved, and left by a session gone
     except ToolError as exc:
         raise _fail(exc) from None
     finally:
         store.close()
     console = Console()
     approval = done.approval
+    how = "already approved" if before is not None else "approved"
     console.print(
         literal(
-            f"approved {preview_id} (fingerprint {approval.fingerprint[:16]}…) "
-            f"as {approval.approver}"
+            f"{how} {preview_id} (fingerprint {approval.fingerprint[:16]}…) "
+            f"{'by' if before is not None else 'as'} {approval.approver}"
         )
     )
     if done.in_flight:
@@ -265,6 +278,26 @@ def approve(
         how = "already committed" if done.receipt.replayed else "committed"
         console.print(f"{how}; receipt:", highlight=False)
         console.print(json_text(done.receipt.data), soft_wrap=True)
+    elif not commit:
+        console.print(COMMIT_HERE.format(it="it"), highlight=False)
+
+
+def _approved_before(person: Approver, preview_id: str, fingerprint: str) -> Approval | None:
+    """The approval of ``fingerprint`` a person gave the preview before, which no commit used
+    yet, for ``approve --commit`` to commit as the session that asked would have (it may have
+    ended); ``None`` when there is none, or ``person`` asked for the write and the policy does
+    not allow self-approval."""
+    preview, approval = person.ledger.preview(preview_id), person.ledger.approval(preview_id)
+    if preview is None or approval is None or preview.state != "approved":
+        return None
+    asked = preview.principal.user_id, f"{preview.principal.user_id}@{preview.principal.tenant_id}"
+    if not person.self_approval and person.name in asked:
+        return None
+    # As bytes: compare_digest refuses a str with non-ASCII characters.
+    same = hmac.compare_digest(
+        fingerprint.encode("utf-8", "surrogatepass"), approval.fingerprint.encode()
+    )
+    return approval if same else None
 
 
 @approvals_app.command("deny")

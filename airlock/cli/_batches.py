@@ -1,5 +1,6 @@
 """``airlock approvals approve pb_...`` and ``show pb_...``: a batch of writes a program
-proposed, approved with its one fingerprint, item by item reported."""
+proposed, approved with its one fingerprint, item by item reported; and the batches
+``approvals list`` shows."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import anyio
 from rich.console import Console
 from rich.text import Text
 
+from airlock.cli._approval_view import BatchesRead
 from airlock.cli._approver import Approver
 from airlock.cli._literal import json_text, literal, table
 from airlock.policies import Policy
@@ -21,7 +23,24 @@ from airlock.tools import (
     spend_totals,
 )
 
-__all__ = ["approve_batch_command", "show_batch"]
+__all__ = ["COMMIT_HERE", "age", "approve_batch_command", "print_batches", "show_batch"]
+
+COMMIT_HERE = (
+    "the session that asked commits {it} when it resumes or settles; if it has ended, "
+    "`--commit --registry MODULE:OBJECT --policy FILE` commits {it} here"
+)
+"""Said after an approval this command does not commit: a chat or a server that has ended
+never will (``{it}``: "it" or "them")."""
+
+
+def age(seconds: float) -> str:
+    """A span of time in short: ``42s``, ``17m``, ``3.5h`` (a negative one as ``0s``)."""
+    seconds = max(0.0, seconds)
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m"
+    return f"{seconds / 3600:.1f}h"
 
 
 def approve_batch_command(
@@ -62,7 +81,10 @@ def approve_batch_command(
             f"{approved} of {len(items)} item(s) approved now"
         )
     )
-    if registry is not None:
+    if registry is None:
+        if any(item.state == "approved" for item in items):
+            Console().print(COMMIT_HERE.format(it="them"), highlight=False)
+    else:
         person = Approver.of_registry(
             approver, store, self_approval=self_approval, registry=registry, policy=policy
         )
@@ -120,3 +142,26 @@ def _print_items(items: tuple[BatchItem, ...]) -> None:
         receipt = str((item.receipt or {}).get("id", "")) if item.receipt else ""
         shown.add_row(*map(literal, (item.preview_id, item.state, item.summary, receipt)))
     Console().print(shown)
+
+
+def print_batches(read: BatchesRead, *, every: bool, now: float) -> None:
+    """The batches of ``read`` as a table (``every``: all of them, else those with an item
+    waiting), and on stderr what could not be read or was left out."""
+    title = "batches" if every else "batches waiting for approval"
+    shown = table("id", "principal", "waiting", "fingerprint", "age", title=title)
+    for view in read.batches:
+        batch = view.batch
+        waiting = sum(1 for item, _ in view.items if item.state == "waiting")
+        principal = f"{batch.principal.user_id}@{batch.principal.tenant_id}"
+        shown.add_row(
+            *map(literal, (batch.id, principal, f"{waiting} of {len(view.items)}")),
+            batch.fingerprint,
+            age(now - batch.created),
+        )
+    if read.batches:
+        Console(width=220).print(shown)
+    errors = Console(stderr=True, soft_wrap=True)
+    if read.skipped:
+        errors.print(literal(f"left out (does not read back): {', '.join(read.skipped)}"))
+    for sentence in read.left_out:
+        errors.print(literal(sentence))

@@ -30,6 +30,7 @@ from airlock.cli._copy_out import (
     print_artifacts,
     print_refused,
 )
+from airlock.cli._inventory import usage_errors
 from airlock.cli._literal import json_text, literal
 from airlock.cli._settings import Settings
 from airlock.harness import EXECUTE_CODE, database_url, open_audit_store
@@ -52,7 +53,14 @@ from airlock.sandbox import (
 )
 from airlock.tools import AuditLog, AuditStore, Caller, SQLiteAuditStore, audit_event
 
-__all__ = ["copy_artifacts", "doctor", "parse_size", "profile_options", "run"]
+__all__ = [
+    "RestrictedDataImage",
+    "copy_artifacts",
+    "doctor",
+    "parse_size",
+    "profile_options",
+    "run",
+]
 
 _RUNTIMES: tuple[ContainerRuntime, ...] = get_args(ContainerRuntime)
 _IMAGES: tuple[str, ...] = get_args(SandboxProfile.model_fields["image"].annotation)
@@ -98,6 +106,16 @@ def _print_result(console: Console, result: RunResult) -> None:
         console.print(literal(result.error.traceback, "dim", lines=True), highlight=False)
 
 
+class RestrictedDataImage(UsageError):
+    """The data image chosen with restricted programs: it runs full mode only."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "the data image runs programs in full mode only: pass --mode full "
+            '(language_mode = "full" in a policy)'
+        )
+
+
 def profile_options(
     base: SandboxProfile | None = None,
     *,
@@ -112,6 +130,7 @@ def profile_options(
 
     Raises:
         typer.BadParameter: an option's value is not one the profile takes.
+        RestrictedDataImage: the data image with restricted programs (named either way).
     """
     values: dict[str, Any] = base.model_dump(exclude_unset=True) if base is not None else {}
     if image is not None:
@@ -128,6 +147,8 @@ def profile_options(
         values["language_mode"] = mode
     if runtime is not None:
         values["runtime"] = _runtime(runtime)
+    if values.get("image") == "data" and values.get("language_mode") == "restricted":
+        raise RestrictedDataImage()  # said in one line, not as the profile's validation error
     try:
         return SandboxProfile.model_validate(values)
     except ValueError as exc:
@@ -187,9 +208,10 @@ def run(
     Exits 1 when the program failed or hit a limit, or a file was not copied to --out (each
     is named), 2 when an input is refused, 3 when the sandbox is unavailable.
     """
-    profile = profile_options(
-        image=image, timeout=timeout, memory=memory, mode=mode, runtime=runtime
-    )
+    with usage_errors():
+        profile = profile_options(
+            image=image, timeout=timeout, memory=memory, mode=mode, runtime=runtime
+        )
     given = _named_inputs(inputs or [])
     settings = Settings.from_env()
     console = Console(stderr=False)

@@ -15,7 +15,7 @@ from typing import Annotated, Final
 
 import typer
 
-from airlock.cli._run import profile_options
+from airlock.cli._run import RestrictedDataImage, profile_options
 from airlock.policies import SandboxProfile, UsageError
 
 __all__ = [
@@ -91,21 +91,30 @@ class SandboxOptions:
                 image where the policy runs the base one).
             typer.BadParameter: an option's value is not one the profile takes.
         """
-        chosen = self.profile(base)
+        try:
+            chosen = self.profile(base)
+        except RestrictedDataImage:
+            # --image data where the policy runs restricted programs on the base image:
+            # that widens its image (serve and chat have no --mode to mend).
+            raise self._widens("image", base, policy) from None
         for name in SandboxProfile.model_fields:
             was, now = getattr(base, name), getattr(chosen, name)
             if was == now or (name in _LOWER_IS_NARROWER and now < was):
                 continue
             if name == "image" and now == "base":
                 continue  # the standard library only: less native code than the data image
-            flag, given, setting = self._cause(name)
-            raise UsageError(
-                f"{flag} {given} widens the policy's sandbox ({setting} in {policy} is "
-                f"{getattr(base, setting)}): serve and chat run programs under the profile "
-                "`airlock inventory` reports and locks, so a flag may only narrow it; set "
-                f"{setting} in the [sandbox] table of {policy} instead (then refresh the lock)"
-            )
+            raise self._widens(name, base, policy)
         return chosen
+
+    def _widens(self, name: str, base: SandboxProfile, policy: Path) -> UsageError:
+        """The error of a flag that widens the setting ``name`` of ``base``."""
+        flag, given, setting = self._cause(name)
+        return UsageError(
+            f"{flag} {given} widens the policy's sandbox ({setting} in {policy} is "
+            f"{getattr(base, setting)}): serve and chat run programs under the profile "
+            "`airlock inventory` reports and locks, so a flag may only narrow it; set "
+            f"{setting} in the [sandbox] table of {policy} instead (then refresh the lock)"
+        )
 
     def _cause(self, name: str) -> tuple[str, str, str]:
         """The flag that changed the setting ``name``, its value, and the setting to name."""

@@ -13,12 +13,14 @@ addresses, e-mails and internal notes are dropped). Transport rules belong to th
 Build them with :func:`build_billing_registry` (or :func:`register_billing_tools` on an
 existing registry). The registry gets no write path here: the harness attaches one on its
 ledger (``WritePath(registry, ledger)``). :func:`demo_registry` is the demo's registry, for
-``--registry examples.billing:demo_registry`` with the policy in ``DEMO_POLICY``.
+``--registry examples.billing:demo_registry`` with the policy in ``DEMO_POLICY`` (the service
+at ``BILLING_URL``, by default ``DEMO_BASE_URL``).
 """
 
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal
@@ -46,6 +48,7 @@ from airlock.tools import (
 from examples.billing.seed import TENANTS
 
 __all__ = [
+    "BILLING_URL_ENV",
     "DEMO_BASE_URL",
     "DEMO_POLICY",
     "Invoice",
@@ -61,7 +64,9 @@ __all__ = [
 ]
 
 DEMO_BASE_URL: Final = "http://127.0.0.1:8400"
-"""Where the demo registry expects the billing service."""
+"""Where the demo registry expects the billing service unless ``BILLING_URL`` says."""
+BILLING_URL_ENV: Final = "BILLING_URL"
+"""The environment variable :func:`demo_registry` reads the service's base URL from."""
 DEMO_POLICY: Final = Path(__file__).with_name("demo_policy.toml")
 """The demo's policy file (packaged): who may read invoices, and when a refund asks a person."""
 
@@ -408,15 +413,28 @@ def demo_credentials() -> dict[str, Credential]:
 
 
 def demo_registry() -> Registry:
-    """The demo's registry: the three billing tools over the service at
-    :data:`DEMO_BASE_URL`, with :func:`demo_credentials`.
+    """The demo's registry: the three billing tools over the service at the URL in the
+    environment variable ``BILLING_URL`` (unset or empty: :data:`DEMO_BASE_URL`, where
+    ``python -m examples.billing`` listens; ``http://127.0.0.1:N`` for ``--port N``), with
+    :func:`demo_credentials`. The URL is each tool's network destination, so the inventory
+    (and its lock) names the one the registry was built with.
 
     Loadable as ``--registry examples.billing:demo_registry`` (with ``--policy``
     ``examples/billing/demo_policy.toml``, :data:`DEMO_POLICY`). Building it reads no secret
     and opens no connection; a call needs the service running there and the tenant's
     ``BILLING_TOKEN_<TENANT>`` set.
+
+    Raises:
+        ValueError: ``BILLING_URL`` is not ``http(s)://host[:port]``.
     """
-    return build_billing_registry(DEMO_BASE_URL, demo_credentials())
+    base_url = os.environ.get(BILLING_URL_ENV) or DEMO_BASE_URL
+    try:
+        return build_billing_registry(base_url, demo_credentials())
+    except ValueError:
+        raise ValueError(
+            f"{BILLING_URL_ENV}={base_url!r} must be http(s)://host[:port]: the base_url "
+            "`python -m examples.billing` prints"
+        ) from None
 
 
 def _credential_names(credentials: CredentialSource) -> tuple[str, ...]:

@@ -17,7 +17,7 @@ from mcp.shared.exceptions import MCPError
 from typer.testing import CliRunner
 
 from airlock.cli import app
-from airlock.cli._run import profile_options
+from airlock.cli._run import RestrictedDataImage, profile_options
 from airlock.cli._serve import SandboxOptions
 from airlock.frontends.mcp import build_mcp_server
 from airlock.harness import ModelResult
@@ -143,7 +143,8 @@ def test_the_options_change_the_policy_profile_and_keep_what_they_leave_out() ->
     assert (chosen.timeout_s, chosen.memory_bytes, chosen.pids_limit) == (120, 2**31, 40)
     assert (chosen.image, chosen.language_mode) == ("data", "full")
     restricted = SandboxProfile(language_mode="restricted")
-    with pytest.raises(typer.BadParameter, match="full mode only"):
+    # One line (exit 2 on the command line), not the profile's validation error.
+    with pytest.raises(RestrictedDataImage, match="full mode only: pass --mode full"):
         profile_options(restricted, image="data")
     with pytest.raises(typer.BadParameter, match="--image must be one of base, data"):
         profile_options(image="gpu")
