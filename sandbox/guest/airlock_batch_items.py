@@ -8,7 +8,8 @@ Standard library only; shipped in the image next to the runner. The host ends a 
 several frames, one after another. An item that does not bind (or is not a dict), one whose
 arguments the host's frame rules refuse, and one whose frame alone is over the bytes, is an
 ``InvalidInput`` naming the item's index: raised, or with ``return_errors=True`` put in the
-item's place while the other items are called.
+item's place while the other items are called. An item the host fails is raised naming its
+index too (its message, its issues' fields), as the host's error in its place otherwise.
 """
 
 from __future__ import annotations
@@ -59,12 +60,13 @@ def bind_items(
 
 def in_batch(error: errors.InvalidInput, index: int) -> errors.InvalidInput:
     """``error`` of one item, as the batch's: its message and fields name ``index``."""
-    issues = [
-        {**issue, "field": f"{index}.{issue['field']}" if issue.get("field") else str(index)}
-        for issue in error.issues
-        if isinstance(issue, dict)
-    ]
+    issues = [_issue_of(issue, index) for issue in error.issues if isinstance(issue, dict)]
     return errors.InvalidInput(f"item {index}: {error.message}", issues=issues)
+
+
+def _issue_of(issue: dict[str, Any], index: int) -> dict[str, Any]:
+    """An issue of one item's, as the batch's: its field starts with ``index``."""
+    return {**issue, "field": f"{index}.{issue['field']}" if issue.get("field") else str(index)}
 
 
 def send_batches(
@@ -108,11 +110,24 @@ def send_batches(
             if entry.get("ok"):
                 results[n] = entry.get("value")
                 continue
-            error = errors.error_from_wire(entry.get("error"))
-            if not return_errors:
-                raise error
-            results[n] = error
+            if not return_errors:  # raised, it names its item as the guest's refusals do
+                raise errors.error_from_wire(_of_item(entry.get("error"), n))
+            results[n] = errors.error_from_wire(entry.get("error"))
     return results
+
+
+def _of_item(error: Any, index: int) -> Any:
+    """The host's ``error`` (wire form) of the batch's item ``index``, as :func:`in_batch`
+    names it: its message, and each issue's field, start with the index."""
+    if not isinstance(error, dict):
+        return error
+    named = {**error, "message": f"item {index}: {error.get('message', '')}"}
+    if isinstance(error.get("issues"), list):
+        named["issues"] = [
+            _issue_of(issue, index) if isinstance(issue, dict) else issue
+            for issue in error["issues"]
+        ]
+    return named
 
 
 def _send(
@@ -147,7 +162,8 @@ def _refuse_unsendable(tool: str, todo: list[int], bound: list[Any]) -> None:
     frame would (none: return); one pass over the items' JSON when they fit together."""
     items = frames.to_json([bound[n] for n in todo]).encode()
     room = frames.max_call_bytes() - len(frames.to_json(_EMPTY | {"tool": tool}))
-    if len(items) <= room and not frames.suspect(items):
+    # The items' list sits in the frame's object: one level their own text does not show.
+    if len(items) <= room and not frames.suspect(items, 1):
         return
     for n in todo:
         message = {**_EMPTY, "tool": tool, "items": [bound[n]]}

@@ -35,6 +35,12 @@ def loop_call(loop: asyncio.AbstractEventLoop, call_id: int, on_cancel: OnCancel
         asyncio = sys.modules["asyncio"]
 
         class LoopCall(asyncio.Future):  # type: ignore[name-defined,misc]
+            """A call's future, and a coroutine that awaits it (registered as one below):
+            ``gather``, ``wait_for`` and ``shield`` take it as the future it is, no task
+            in between; ``create_task``, a ``TaskGroup`` and ``asyncio.run`` step it as a
+            coroutine. Its frame left when it was made either way (``.aio`` sends at once).
+            """
+
             __slots__ = ("_airlock_call", "_airlock_on_cancel")
 
             def cancel(self, msg: Any = None) -> bool:
@@ -43,6 +49,23 @@ def loop_call(loop: asyncio.AbstractEventLoop, call_id: int, on_cancel: OnCancel
                 self._airlock_on_cancel(self._airlock_call)
                 return True
 
+            # A task steps it as ``await future`` would: a fresh iterator each step yields
+            # the future while it is pending and returns its result once it is done.
+            def send(self, value: Any) -> Any:
+                return self.__await__().send(value)
+
+            def throw(self, *exc: Any) -> Any:
+                # Thrown into (its task cancelled before its first step): nothing awaits
+                # the call any more, so the host cancels it too.
+                self.cancel()
+                return self.__await__().throw(*exc)
+
+            def close(self) -> None:
+                self.cancel()  # (done: nothing)
+
+        import _collections_abc  # loaded: os imports it
+
+        _collections_abc.Coroutine.register(LoopCall)
         _loop_call_type = LoopCall
     future = _loop_call_type(loop=loop)
     future._airlock_call = call_id

@@ -166,12 +166,13 @@ def encode_call(message: dict[str, Any]) -> bytes:
     return frame
 
 
-def suspect(body: bytes) -> bool:
+def suspect(body: bytes, level: int = 0) -> bool:
     """Whether the JSON ``body`` may break the host's nesting or integer rule (``False``: it
-    does not): two passes at C speed spare most frames the walk of :func:`unfit`."""
-    return body.count(b"[") + body.count(b"{") > wire.MAX_DEPTH or _LONG_NUMBER in body.translate(
-        _DIGITS
-    )
+    does not): two passes at C speed spare most frames the walk of :func:`unfit`.
+    ``level``: the levels of the frame around ``body`` (as for :func:`unfit`), which its own
+    brackets do not show: a value two levels down in its frame breaks the rule at 63."""
+    brackets = body.count(b"[") + body.count(b"{")
+    return brackets + level > wire.MAX_DEPTH or _LONG_NUMBER in body.translate(_DIGITS)
 
 
 def unfit(value: Any, level: int = 0) -> tuple[str, str] | None:

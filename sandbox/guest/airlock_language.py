@@ -31,6 +31,7 @@ if TYPE_CHECKING:
         item_guard,
         iteration_guard,
         module_allowed,
+        reading_builtins,
         refusal,
         substitute,
     )
@@ -43,6 +44,7 @@ else:  # in the image, the guest's modules sit side by side on the runner's path
         item_guard,
         iteration_guard,
         module_allowed,
+        reading_builtins,
         refusal,
         substitute,
     )
@@ -232,7 +234,6 @@ def restricted_globals(
             "dir": dir,
             "enumerate": enumerate,
             "filter": filter,
-            "getattr": guarded_getattr,
             "iter": iter,
             "list": list,
             "map": map,
@@ -247,6 +248,7 @@ def restricted_globals(
             "zip": zip,
         }
     )
+    builtins.update(reading_builtins(guarded_getattr))
     return {
         "__builtins__": builtins,
         "__name__": PROGRAM_MODULE,

@@ -304,6 +304,32 @@ def _refuse_item(value: object, ob: object, allowed_imports: frozenset[str]) -> 
         )
 
 
+def reading_builtins(guarded_getattr: Callable[..., Any]) -> dict[str, Any]:
+    """What a restricted program gets beside RestrictedPython's builtins to read attributes
+    and handle asyncio's errors: ``getattr`` (``guarded_getattr``), a ``hasattr`` that asks
+    it, and the exceptions asyncio raises (``asyncio.timeout`` raises ``TimeoutError``, a
+    ``TaskGroup`` an ``ExceptionGroup``); plain classes, which make no class and reach no
+    object. ``type`` is not among them (called with three arguments it makes a class), and
+    ``except*`` stays refused (RestrictedPython refuses ``TryStar``): a group's errors are
+    read from its ``exceptions``."""
+
+    def guarded_hasattr(ob: Any, name: str) -> bool:
+        # Answers False, as Python's hasattr does, for any name the guarded getattr refuses
+        # (a "_" name, a module the program cannot import): it tells no more than reading
+        # the attribute would. Only AttributeError means "no": others raise, as in Python.
+        try:
+            guarded_getattr(ob, name)
+        except AttributeError:
+            return False
+        return True
+
+    return {
+        "getattr": guarded_getattr,
+        "hasattr": guarded_hasattr,
+        **{kind.__name__: kind for kind in (TimeoutError, ExceptionGroup, BaseExceptionGroup)},
+    }
+
+
 def evaluators() -> tuple[object, ...]:
     """Standard library callables that evaluate strings as Python outside the guards."""
     import functools
@@ -325,6 +351,7 @@ __all__ = [
     "iteration_guard",
     "make_dataclass",
     "module_allowed",
+    "reading_builtins",
     "refusal",
     "substitute",
 ]

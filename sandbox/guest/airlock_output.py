@@ -184,7 +184,7 @@ def too_large(
             "size_bytes": len(text),
         }
     # The done frame holds the value two levels down: {"type": "done", "result": {"value"}}.
-    found = frames.unfit(value, 2) if frames.suspect(text.encode()) else None
+    found = frames.unfit(value, 2) if frames.suspect(text.encode(), 2) else None
     if found is not None:
         where = f" at {found[0]!r}" if found[0] else ""
         return {"type": "InvalidResult", "message": f"the final value{where} {found[1]}"}

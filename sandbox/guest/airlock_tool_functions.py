@@ -9,16 +9,20 @@ integer too long, too deep a value). A parameter whose name is not a Python name
 input's alias such as ``from``) is passed by keyword only, ``**{"from": 1}``.
 
 ``f.aio(...)`` made on a running event loop is sent in the loop's turn; made where no loop
-runs, it is sent when first awaited (by whichever loop awaits it). ``f.batch(items)`` sends at
-most the ``run`` frame's ``max_batch_items`` items a frame (fewer when their bytes would pass
-its ``max_call_frame_bytes``), a longer list in several frames one after another; an item
-that does not bind (or is not a dict), or whose frame alone is over the bytes, is
-``InvalidInput`` naming its index, raised, or in its place with ``return_errors=True`` while
-the others are called. Every call waits for one of the run's ``max_in_flight`` slots
-(``airlock_outbox``).
+runs, it is sent when first awaited (by whichever loop awaits it). Either way it is a
+coroutine (``asyncio.iscoroutine``), so ``create_task``, a ``TaskGroup`` and ``asyncio.run``
+take it, and ``gather`` and ``wait_for`` take a loop's call as the future it also is.
+``f.batch(items)`` sends at most the ``run`` frame's ``max_batch_items`` items a frame (fewer
+when their bytes would pass its ``max_call_frame_bytes``), a longer list in several frames one
+after another; an item that does not bind (or is not a dict), or whose frame alone is over
+the bytes, is ``InvalidInput`` naming its index, raised, or in its place with
+``return_errors=True`` while the others are called. Every call waits for one of the run's
+``max_in_flight`` slots (``airlock_outbox``).
 """
 
 from __future__ import annotations
+
+import _collections_abc  # loaded with os: where an _AwaitedCall is registered a Coroutine
 
 TYPE_CHECKING = False  # typing's, which the guest does not import (see airlock.sandbox.guest)
 if TYPE_CHECKING:
@@ -116,7 +120,12 @@ class ToolFunction:
         loop = asyncio._get_running_loop()
         if loop is None:  # a future here would belong to no loop that can await it
             return _AwaitedCall(self._connection, message)
-        return _submit(self._connection, message, loop)
+        # Sent now, and a coroutine as well: a loop's own call is both (LoopCall); a future a
+        # reader thread settles (another loop watches the socket) is wrapped in one.
+        call = _submit(self._connection, message, loop)
+        if isinstance(call, _collections_abc.Coroutine):
+            return call
+        return _AwaitedCall(self._connection, message, call)
 
     def batch(self, items: list[dict[str, Any]], *, return_errors: bool = False) -> list[Any]:
         """Many calls of this tool, ``max_batch_items`` to a frame (fewer when the frame would
@@ -133,21 +142,55 @@ class ToolFunction:
 
 
 class _AwaitedCall:
-    """An awaitable call made where no event loop ran: sent when first awaited, on the loop
-    that awaits it (``asyncio.gather`` and ``wait_for`` take it as they take a coroutine)."""
+    """An awaitable call made where no event loop ran, and a coroutine (registered as one
+    below): sent when first awaited or stepped, on the loop that runs it (``asyncio.run``,
+    ``create_task``, ``gather`` and ``wait_for`` take it as they take a coroutine). Thrown
+    into or closed before that (its task cancelled first), it sends nothing."""
 
-    def __init__(self, connection: Connection, message: dict[str, Any]) -> None:
+    def __init__(self, connection: Connection, message: dict[str, Any], future: Any = None) -> None:
         self._connection = connection
         self._message = message
-        self._future: Any = None
+        self._future: Any = future  # (given: sent already)
+        self._closed = False
 
-    def __await__(self) -> Generator[Any, None, Any]:
+    def _call(self) -> Any:
+        """The call's future, sent now on the running loop unless it was already."""
         if self._future is None:
+            if self._closed:
+                raise RuntimeError("cannot reuse already awaited coroutine")
             import asyncio
 
-            loop = asyncio.get_running_loop()
-            self._future = _submit(self._connection, self._message, loop)
-        return (yield from self._future.__await__())
+            self._future = _submit(self._connection, self._message, asyncio.get_running_loop())
+        return self._future
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        return (yield from self._call().__await__())
+
+    # A task steps it as ``await`` would: a fresh iterator of the future each step yields
+    # the future while it is pending and returns its result once it is done.
+    def send(self, value: Any) -> Any:
+        return self._call().__await__().send(value)
+
+    def throw(self, *exc: Any) -> Any:
+        if self._future is None:  # never sent: as a coroutine that never ran, it ends here
+            self._closed = True
+            return _unstarted().throw(*exc)
+        self._future.cancel()  # nothing awaits the call any more: the host cancels it too
+        return self._future.__await__().throw(*exc)
+
+    def close(self) -> None:
+        if self._future is None:
+            self._closed = True
+        else:
+            self._future.cancel()  # (done: nothing)
+
+
+_collections_abc.Coroutine.register(_AwaitedCall)
+
+
+def _unstarted() -> Generator[None, None, None]:
+    """A generator that has not run: what is thrown into it is raised as it was given."""
+    yield
 
 
 def _submit(connection: Connection, message: dict[str, Any], loop: Any) -> Any:

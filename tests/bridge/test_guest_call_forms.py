@@ -196,6 +196,36 @@ def test_a_batch_item_that_does_not_bind_is_its_own_invalid_input(
     assert called == sum(1 for p in placed if isinstance(p, int))
 
 
+# (case, the items, the error raised: its type, the item its message names, its issues' fields)
+REFUSED = [
+    ("schema", [GOOD, {"record_id": "rec_x"}], errors.InvalidInput, 1, ["1.record_id"]),
+    ("not_found", [GOOD, GOOD, {"record_id": "rec_999999"}], errors.NotFound, 2, None),
+    ("another_tenants", [{"record_id": "rec_999"}, GOOD], errors.NotFound, 0, None),
+    ("past_one_frame", [GOOD] * 11 + [{"record_id": "rec_x"}], errors.InvalidInput, 11,
+     ["11.record_id"]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("case", "items", "kind", "index", "fields"), REFUSED, ids=[row[0] for row in REFUSED]
+)
+def test_a_batch_item_the_host_refuses_is_raised_naming_its_index(
+    tmp_path: Path, case: str, items: list[Any], kind: type, index: int, fields: list[str] | None
+) -> None:
+    with bridge(tmp_path, limits=LIMITS) as (tools, connection, _, host):
+        connection.take_limits(run_frame(LIMITS))
+        with pytest.raises(kind) as caught:
+            tools.records_item_get.batch(items)
+        placed = tools.records_item_get.batch(items, return_errors=True)[index]
+    assert host.outcome == {"type": "done", "result": None}
+    error = caught.value
+    assert error.message == f"item {index}: {placed.message}", case
+    assert (error.code, error.retryable) == (placed.code, placed.retryable)
+    if fields is not None:
+        assert [issue["field"] for issue in error.issues] == fields
+        assert [i["reason"] for i in error.issues] == [i["reason"] for i in placed.issues]
+
+
 @pytest.fixture
 def call_bytes() -> Iterator[int]:
     """The guest held to ``LIMITS.max_call_frame_bytes``, as its ``run`` frame holds it."""

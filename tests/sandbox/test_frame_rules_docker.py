@@ -22,6 +22,13 @@ PROGRAMS = [
     ("value_2**128", "2**128\n", None, "error", "InvalidResult", ""),
     ("value_70_deep", "v = 1\nfor _ in range(70):\n    v = [v]\nv\n", None, "error",
      "InvalidResult", ""),
+    # 63 and 64 levels (the done frame's two around them: 65, 66) ended as protocol_error.
+    ("value_62_deep", "v = 'went on'\nfor _ in range(62):\n    v = [v]\nv\n", None, "ok", None,
+     ""),
+    ("value_63_deep", "v = 1\nfor _ in range(63):\n    v = [v]\nv\n", None, "error",
+     "InvalidResult", ""),
+    ("value_64_deep_in_result", "v = 1\nfor _ in range(64):\n    v = [v]\nresult(v)\n", None,
+     "error", "InvalidResult", ""),
     ("arg_10**31", CAUGHT.format(arg="10**31"), None, "ok", None, "typed invalid_input\n"),
     ("arg_1.1MB_string", CAUGHT.format(arg="'x' * 1_100_000"), None, "ok", None,
      "typed invalid_input\n"),
@@ -58,4 +65,7 @@ def test_the_guest_refuses_what_the_host_would(
     assert (result.error.type if result.error else None) == error_type, case
     assert result.stdout == stdout, case
     if status == "ok":
-        assert result.value == "went on"
+        value, levels = result.value, 0
+        while isinstance(value, list):  # the deep value came back whole
+            value, levels = value[0], levels + 1
+        assert (value, levels) == ("went on", 62 if case == "value_62_deep" else 0)

@@ -21,6 +21,7 @@ from tests.sandbox.test_guest_runner import run_in_process
 
 frames = load_guest("airlock_frames")
 errors = load_guest("airlock_errors")
+output = load_guest("airlock_output")
 
 
 def _nested(levels: int, leaf: Any = 1, *, kind: str = "list") -> Any:
@@ -84,6 +85,37 @@ def test_the_guest_refuses_a_final_value_as_the_host_would(case: str, value: Any
     assert (frames.unfit(value, 2) is not None) == refused, case
 
 
+# The done frame holds the value two levels down: 62 levels of its own fit, 63 do not.
+EDGES = [(f"{kind}_{n}", _nested(n, kind=kind)) for kind in ("list", "dict") for n in range(61, 66)]
+
+
+@pytest.mark.parametrize(("case", "value"), VALUES + EDGES, ids=[r[0] for r in VALUES + EDGES])
+def test_a_final_value_the_host_refuses_is_an_invalid_result(case: str, value: Any) -> None:
+    # The whole check the runner makes (its quick pass first), not the walk alone: a value
+    # 63 or 64 levels deep passed the quick pass, and the host ended the run on its frame.
+    refused = _host_refuses({"type": "done", "result": {"status": "ok", "value": value}})
+    text = frames.to_json(value)
+    error = output.too_large(value, text, len(text), output.VALUE_ELEMENTS)
+    assert (error is not None) == refused, case
+    if refused:
+        assert error["type"] == "InvalidResult", case
+
+
+@pytest.mark.parametrize("levels", [61, 62])
+def test_a_batch_split_in_frames_checks_its_items_at_their_level(levels: int) -> None:
+    # The items' list sits in the frame's object: its text shows one level fewer than the
+    # frame has (62 levels in an item's argument: 64 brackets, a frame 65 deep).
+    batch_items = load_guest("airlock_batch_items")
+    bound = [{"a": _nested(levels)}]
+    message = {"type": "batch", "tool": "t", "items": bound, "id": 7}
+    if not _host_refuses(message):
+        batch_items._refuse_unsendable("t", [0], bound)
+        return
+    with pytest.raises(errors.InvalidInput) as caught:
+        batch_items._refuse_unsendable("t", [0], bound)
+    assert caught.value.issues[0]["field"].startswith("0.a.")
+
+
 @pytest.mark.parametrize("extra", [0, 1])
 def test_a_call_frame_over_the_byte_limit_is_refused(extra: int) -> None:
     frames.limit_calls(1000)
@@ -106,12 +138,28 @@ def test_the_default_call_limit_is_the_hosts() -> None:
 
 CAUGHT = "try:\n    {call}\nexcept tools.ToolError as e:\n    result([e.code, e.issues])\n"
 DEEP = "v = 1\nfor _ in range(70):\n    v = [v]\n"
+
+
+def _deep(levels: int, end: str) -> str:
+    return f"v = 1\nfor _ in range({levels}):\n    v = {{'k': v}}\n{end}"
+
+
+ENDS = {"final": "v\n", "result": "result(v)\n'not this'\n"}  # the value's two ways out
+
+
 # (case, program, status, final value, error type, calls the host received)
 PROGRAMS = [
     ("value_fits", f"{BIG - 1}\n", "ok", BIG - 1, None, 0),
     ("value_big_int", "2**128\n", "error", None, "InvalidResult", 0),
     ("value_deep", DEEP + "v\n", "error", None, "InvalidResult", 0),
     ("value_deep_in_result", DEEP + "result({'v': v})\n", "error", None, "InvalidResult", 0),
+    # 63 and 64 levels (with the done frame's two: 65, 66) ended the run as protocol_error.
+    *[
+        (f"value_{n}_deep_{way}", _deep(n, end), *verdict)
+        for n, verdict in [(62, ("ok", _nested(62, kind="dict"), None, 0))]
+        + [(n, ("error", None, "InvalidResult", 0)) for n in (63, 64, 65)]
+        for way, end in ENDS.items()
+    ],
     ("call_fits", "tools.t(arg=10**29)\n", "ok", "answered", None, 1),
     (
         "call_big_int",
