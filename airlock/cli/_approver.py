@@ -190,6 +190,13 @@ class Approver:
             receipt = await self.writes.commit(preview.id, approval.fingerprint, preview.principal)
         except ConflictError:
             current = await off_loop(partial(self.ledger.preview, preview.id))
+            if current is not None and current.state == "committed":
+                # The session that asked committed it since it answered "in flight": its
+                # receipt, replayed, not a conflict.
+                receipt = await self.writes.commit(
+                    preview.id, approval.fingerprint, preview.principal
+                )
+                return Approved(approval=approval, receipt=receipt)
             if current is None or current.state != "sending":
                 raise
             return Approved(approval=approval, in_flight=True)
