@@ -2,14 +2,13 @@
 ``propose`` frames checked, counted against the run's limits, admitted through the registry
 as ``caller="code"`` and answered through the run's :class:`ResultWriter`.
 
-Every call gets a context the host built from the run's :class:`ToolSession`: the principal,
-grant and deadline come from the host, never from a frame. A ``propose`` frame is a program's
-proposal of a write: it becomes :meth:`ToolSession.propose
-<airlock.bridge.ToolSession.propose>` (admitted and prepared on the host, never committed),
-answered like a call. Calls run at once, until they first wait (:class:`CallRunner`); at most
-``max_concurrency`` run at a time, the others wait for their turn in order of arrival. A
-batch's items share the event loop's turns (:class:`SharedTurns`); they run in one worker
-until one of them waits, then in a few.
+Every call gets a context the host built from the run's :class:`ToolSession`: the principal, grant
+and deadline come from the host, never from a frame. A ``propose`` frame is a program's proposal of
+a write: it becomes :meth:`ToolSession.propose <airlock.bridge.ToolSession.propose>` (admitted and
+prepared on the host, never committed), answered like a call. Calls run at once, until they first
+wait (:class:`CallRunner`); at most ``max_concurrency`` run at a time, the others wait for their
+turn in order of arrival. A batch's items share the event loop's turns (:class:`SharedTurns`); they
+run in one worker until one of them waits, then in a few.
 
 Arguments over the call budget (:class:`ArgumentsOverBudget`, in place of a call's, a
 proposal's or a batch item's as the frame was decoded) are answered ``invalid_input`` without
@@ -113,7 +112,7 @@ class CallDispatcher:
         if not isinstance(args, dict):
             what = "a proposal's" if propose else "a call's"
             raise protocol_stop(f"{what} 'args' must be an object")
-        self._count_in(call_id, 1)
+        self._count_in(call_id, tool, 1)
         if type(args) is ArgumentsOverBudget:
             self._calls.submit(self._answer_refusal(call_id, tool))
         elif propose:
@@ -134,7 +133,7 @@ class CallDispatcher:
             )
         # An empty batch calls nothing, yet costs the host a frame and an answer: one call,
         # so the call budget bounds such frames too (the guest sends none).
-        self._count_in(call_id, len(items) or 1)
+        self._count_in(call_id, tool, len(items) or 1)
         self._calls.submit(self._answer_batch(call_id, tool, items))
 
     def cancel(self, frame: Mapping[str, Any]) -> None:
@@ -168,21 +167,22 @@ class CallDispatcher:
         self._seen_ids.add(call_id)
         return call_id, tool
 
-    def _count_in(self, call_id: int, count: int) -> None:
-        """Count call ``call_id`` (``count`` calls) in, within the limits; it is in flight."""
+    def _count_in(self, call_id: int, tool: str, count: int) -> None:
+        """Count call ``call_id`` (``count`` calls of ``tool``) in, within the limits."""
         if self.in_flight >= self._limits.max_in_flight:
             raise limit_stop(
                 "in_flight",
                 f"{self.in_flight + 1} calls were waiting for results at once; the limit "
                 f"is {self._limits.max_in_flight}",
+                tool=tool,
             )
-        session = self._session
-        if session is not None:
+        if (session := self._session) is not None:
             if session.calls + count > self._limits.max_calls:
                 raise limit_stop(
                     "calls",
                     f"the program asked for {session.calls + count} tool calls; "
                     f"the limit is {self._limits.max_calls} per program",
+                    tool=tool,
                 )
             session.calls += count
         self.in_flight += 1

@@ -13,11 +13,13 @@ __all__ = ["RunStop", "limit_stop", "protocol_stop"]
 
 
 class RunStop(Exception):
-    """The run must end, as ``end`` says."""
+    """The run must end, as ``end`` says; ``tool`` is the tool the frame that ended it named
+    (a call's over a limit), recorded with the end; empty when no frame named one."""
 
-    def __init__(self, end: RunEnd) -> None:
+    def __init__(self, end: RunEnd, *, tool: str = "") -> None:
         super().__init__(end.message)
         self.end = end
+        self.tool = tool
 
 
 def protocol_stop(message: str) -> RunStop:
@@ -25,6 +27,7 @@ def protocol_stop(message: str) -> RunStop:
     return RunStop(RunEnd("protocol_error", None, message))
 
 
-def limit_stop(limit: RunLimit, message: str) -> RunStop:
-    """The run reached ``limit``: it ends with ``limit_exceeded``."""
-    return RunStop(RunEnd("limit_exceeded", limit, message))
+def limit_stop(limit: RunLimit, message: str, *, tool: str = "") -> RunStop:
+    """The run reached ``limit``: it ends with ``limit_exceeded``; ``tool``: the tool the
+    call over the limit named."""
+    return RunStop(RunEnd("limit_exceeded", limit, message), tool=tool)

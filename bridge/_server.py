@@ -111,7 +111,7 @@ class _RunServer:
                     raise
                 raise _deadline_passed() from None
         except RunStop as stop:
-            return await self._end(stop.end)
+            return await self._end(stop.end, stop.tool)
         finally:
             self._finished = True
             self._inbox.close()
@@ -235,7 +235,7 @@ class _RunServer:
             # Bounded by its own budget (``max_done_bytes``, checked as it arrived): the
             # output caps, JSON-escaped up to six times over, may well be past bytes_in.
             return False
-        self._count_bytes_in(size)
+        self._count_bytes_in(size, frame)
         # The limit is a body's (as the guest measures it and the contract says), not the
         # body's and its header's: a call the guest let go at the limit ended the run.
         if kind == wire.CALL and size - _HEADER_BYTES <= self._limits.max_call_frame_bytes:
@@ -244,13 +244,14 @@ class _RunServer:
             self._handle(frame, size)
         return True
 
-    def _count_bytes_in(self, size: int) -> None:
+    def _count_bytes_in(self, size: int, frame: dict[str, Any] | None = None) -> None:
         self._bytes_in += size
         if self._bytes_in > self._limits.max_bytes_in:
             raise limit_stop(
                 "bytes",
                 f"the program sent {self._bytes_in} bytes through the bridge; the "
                 f"limit is {self._limits.max_bytes_in} bytes",
+                tool=_called_tool(frame),
             )
 
     async def _slow_frame(self, item: Any, size: int, *, decoded: bool) -> dict[str, Any] | None:
@@ -314,7 +315,7 @@ class _RunServer:
                 f"cancelled calls; the limit is {self._limits.max_log_frames} per program",
             )
 
-    async def _end(self, end: RunEnd) -> RunEnd:
+    async def _end(self, end: RunEnd, tool: str) -> RunEnd:
         self._results.flush()  # results already answered go before the abort
         self._results.ended = end
         with contextlib.suppress(ConnectionError, OSError, RuntimeError):
@@ -322,8 +323,18 @@ class _RunServer:
                 encode_frame({"type": wire.ABORT, "code": end.code, "message": end.message})
             )
         if self._session is not None:
-            self._session.record_end(end)
+            self._session.record_end(end, tool=tool)
         return end
+
+
+def _called_tool(frame: dict[str, Any] | None) -> str:
+    """The tool a call, batch or proposal frame names, when it names one as a call must
+    (checked later, as it is dispatched); else empty."""
+    tool = frame.get("tool") if frame is not None and frame["type"] in _CALL_FRAMES else None
+    return tool if isinstance(tool, str) and 0 < len(tool) <= wire.MAX_TOOL_NAME_CHARS else ""
+
+
+_CALL_FRAMES: Final = frozenset({wire.CALL, wire.BATCH, wire.PROPOSE})
 
 
 async def serve_run(

@@ -334,12 +334,13 @@ class ToolSession:
             )
         )
 
-    def record_end(self, end: RunEnd) -> None:
-        """Append the bridge's ending of this run to the audit log."""
+    def record_end(self, end: RunEnd, *, tool: str = "") -> None:
+        """Append the bridge's ending of this run to the audit log; ``tool``: the tool the
+        call that ended it named (one over a limit), as its frame named it."""
         self.registry.audit.record(
             audit_event(
                 self.authority.context("code", f"{self.call_prefix or self.run_id}:end"),
-                "",
+                tool,
                 stage="bridge",
                 decision="deny",
                 rule=end.limit or end.code,

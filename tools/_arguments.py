@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
@@ -67,15 +68,35 @@ def encode_arguments(args: object, *, max_bytes: int) -> bytes:
         if raw.find(b"NaN") >= 0 or raw.find(b"Infinity") >= 0:
             json.dumps(args, allow_nan=False)
     except (pydantic_core.PydanticSerializationError, TypeError, ValueError) as exc:
-        raise InvalidInputError(
-            issues=(FieldIssue("", "arguments must be plain JSON values (no NaN)"),),
-            detail=str(exc)[:200],
-        ) from None
+        where = _lone_surrogate_at(args)
+        issue = FieldIssue("", "arguments must be plain JSON values (no NaN)")
+        if where is not None:  # (the NaN check never sees it: json.dumps escapes it)
+            issue = FieldIssue(where, "the text holds a lone surrogate (not valid Unicode)")
+        raise InvalidInputError(issues=(issue,), detail=str(exc)[:200]) from None
     if len(raw) > max_bytes:
         raise InvalidInputError(
             issues=(FieldIssue("", f"arguments are {len(raw)} bytes; the limit is {max_bytes}"),)
         )
     return raw
+
+
+def _lone_surrogate_at(args: Mapping[Any, Any]) -> str | None:
+    """The dotted path of the first text (value or name) in ``args`` holding a lone surrogate
+    (UTF-8 cannot encode it), written ``\\ud800`` so that the error itself is JSON; or None."""
+    stack: list[tuple[object, str]] = [(args, "")]
+    seen: set[int] = set()  # (a dict may hold itself: to_json refuses it for that)
+    while stack:  # (a stack of its own: arguments may nest deeper than Python recurses)
+        item, path = stack.pop()
+        if isinstance(item, str):
+            if not item.isascii() and re.search("[\ud800-\udfff]", item):
+                return path[:100]
+        elif isinstance(item, (Mapping, list, tuple)) and id(item) not in seen:
+            seen.add(id(item))
+            for key, value in item.items() if isinstance(item, Mapping) else enumerate(item):
+                name = str(key).encode(errors="backslashreplace").decode()
+                where = f"{path}.{name}" if path else name
+                stack += [(value, where), (key, where)]
+    return None
 
 
 def validate_arguments(model: type[BaseModel], raw: bytes) -> BaseModel:

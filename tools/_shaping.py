@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from collections.abc import Iterable
+from typing import Any, Final
 
 from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticSerializationError, SchemaSerializer
@@ -20,7 +22,8 @@ def shape_result(model: type[BaseModel], result: Any, *, max_bytes: int) -> JSON
     Raises:
         UpstreamError: the handler returned something that does not fit ``model``, or that
             cannot be written as JSON (nested deeper than the serializer goes, text holding
-            a lone surrogate); the handler ran, so the outcome is ``unknown``.
+            a lone surrogate, a float that is NaN or an infinity); the handler ran, so the
+            outcome is ``unknown``.
         ResultTooLargeError: the projected result is over ``max_bytes``; never truncated.
     """
     return shape_with(
@@ -68,7 +71,7 @@ def _projected(
             detail=f"result does not fit {model.__name__}: {exc}",
         ) from None
     try:
-        size = len(serializer.to_json(shaped))
+        written = serializer.to_json(shaped)
     except (PydanticSerializationError, ValueError, RecursionError) as exc:
         # The same answer fails the same way every time: retrying it is no use.
         raise PermanentUpstreamError(
@@ -76,9 +79,77 @@ def _projected(
             outcome="unknown",
             detail=f"result of {model.__name__} cannot be written as JSON: {exc}"[:500],
         ) from None
+    size = len(written)
+    # The serializer writes NaN and infinities as null (or, as a model's config asks, NaN or
+    # "NaN"): only then is there a float to look for. (find(), not `in`: see _arguments.)
+    if written.find(b"null") >= 0 or written.find(b"NaN") >= 0 or written.find(b"Infinity") >= 0:
+        _refuse_non_finite(model, serializer, shaped)
     if size > max_bytes:
         raise ResultTooLargeError(size_bytes=size, limit_bytes=max_bytes)
     return shaped
+
+
+def _refuse_non_finite(model: type[BaseModel], serializer: SchemaSerializer, shaped: Any) -> None:
+    """Raise if ``shaped`` holds a float that is NaN or an infinity: JSON cannot carry one,
+    and writing it as null (or as text) would change the tool's answer without a word.
+
+    Raises:
+        PermanentUpstreamError: saying where such a float is; the same answer fails the
+            same way every time.
+    """
+    path = _non_finite_at(serializer.to_python(shaped))
+    if path is None:
+        return
+    where = f" at {path}" if path else ""
+    raise PermanentUpstreamError(
+        f"the tool's result holds NaN or infinity{where}, which JSON cannot carry; "
+        "do not retry this call",
+        outcome="unknown",
+        detail=f"result of {model.__name__} holds NaN or infinity{where}"[:500],
+    )
+
+
+_PATH_CHARS: Final = 200
+"""The longest field path an error names (a key may be long)."""
+
+
+def _non_finite_at(value: object) -> str | None:
+    """The dotted path (``items.3.price``) of a float in ``value`` (a value or a dict's key)
+    that is NaN or an infinity; ``None`` if there is none. Walked with a stack of its own (a
+    result may be nested deeper than Python recurses), which holds only containers: the
+    scalars most results are made of cost a type look-up each, and no path."""
+    if isinstance(value, float):  # (a root model's value)
+        return None if math.isfinite(value) else ""
+    stack: list[tuple[Any, tuple[object, ...]]] = []
+    if isinstance(value, _CONTAINERS):
+        stack.append((value, ()))
+    while stack:
+        item, path = stack.pop()
+        pairs: Iterable[tuple[Any, Any]]
+        if isinstance(item, dict):
+            for key in item:  # (JSON would write such a key as the text "NaN")
+                if isinstance(key, float) and not math.isfinite(key):
+                    return _dotted((*path, key))
+            pairs = item.items()
+        else:
+            pairs = enumerate(item)
+        for key, inner in pairs:
+            if type(inner) in _NO_FLOAT:
+                continue
+            if isinstance(inner, float):
+                if not math.isfinite(inner):
+                    return _dotted((*path, key))
+            elif isinstance(inner, _CONTAINERS):
+                stack.append((inner, (*path, key)))
+    return None
+
+
+def _dotted(path: tuple[object, ...]) -> str:
+    return ".".join(str(part) for part in path)[:_PATH_CHARS]
+
+
+_NO_FLOAT: Final = frozenset({str, int, bool, type(None)})
+_CONTAINERS: Final = (dict, list, tuple, set, frozenset)
 
 
 _JSON_SCALARS = (str, int, bool)
