@@ -334,8 +334,9 @@ _PREAMBLE = f'''\
 """Tools a program can call as `tools.NAME(...)`. Every call is checked on the host.
 
 - `tools.NAME(**args)` calls and returns the result (a dict).
-- `await tools.NAME.aio(**args)` is the same call as an awaitable: fan out independent
-  calls with `asyncio.gather(...)`. At most {MAX_IN_FLIGHT} calls wait for results at once
+- `await tools.NAME.aio(**args)` is the same call as a coroutine, sent at once: fan out
+  independent calls with `asyncio.gather(...)` (or tasks; `asyncio.wait` takes only
+  tasks). At most {MAX_IN_FLIGHT} calls wait for results at once
   (the run's `max_in_flight`, counting calls from every thread); the rest are sent as
   results come (a call from a thread waits its turn), so a gather of any size is fine.
   Cancelling one (`asyncio.wait_for` timing out) cancels it on the host too.

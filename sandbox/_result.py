@@ -88,7 +88,10 @@ class RunResult(BaseModel):
     )
     pooled: bool = Field(default=False, description="Whether a warm pooled container ran it.")
     tool_calls: int = Field(
-        default=0, description="Tool calls the program made (batch items count)."
+        default=0,
+        description="Tool calls the bridge took from the program (a batch's items each; "
+        "calls it cancelled before they started too, which never ran; not names it was "
+        "refused inside the sandbox).",
     )
     artifacts: tuple[ArtifactRef, ...] = Field(
         default=(),
