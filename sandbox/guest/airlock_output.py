@@ -214,7 +214,11 @@ def limit_of(exc: BaseException, out_dir: str) -> str | None:
     ``artifacts`` when ``out_dir`` is the full one), or ``None``."""
     if isinstance(exc, MemoryError):
         return "memory"
-    if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+    try:  # (the program's subclass may make errno raise)
+        no_space = isinstance(exc, OSError) and exc.errno == errno.ENOSPC
+    except BaseException:
+        return None
+    if no_space:
         return "artifacts" if is_full(out_dir) else "disk"
     return None
 
@@ -238,6 +242,44 @@ def usage() -> tuple[float, int]:
     return cpu, peak_kib * 1024
 
 
+def failure_of(
+    exc: BaseException, filename: str, *, tool_errors: tuple[type, Any]
+) -> dict[str, Any]:
+    """A failed program's error: its exception's type name, message and traceback (its own
+    lines, :func:`program_traceback`), and the ``code`` of a tool error it did not catch
+    (``tool_errors``: the class, and the codes the host knows). The exception is the
+    program's: its class may make what these read raise (``__str__``, a metaclass's
+    ``__name__``, an exception group's ``exceptions``, ``code``); what cannot be read is said
+    so, and the runner still reports."""
+    name = type.__dict__["__name__"].__get__(type(exc))  # (past any metaclass's __name__)
+    failure: dict[str, Any] = {"type": name}
+    try:
+        code = exc.code if isinstance(exc, tool_errors[0]) else None  # type: ignore[attr-defined]
+        if type(code) is str and code in tool_errors[1]:
+            failure["code"] = code
+    except BaseException:
+        pass
+    try:
+        message = str(exc)[:TRACEBACK_LIMIT]
+    except BaseException:
+        message = f"(the {name}'s message could not be read)"
+    try:
+        trace = program_traceback(exc, filename)
+    except BaseException:
+        trace = f"{name}: (its traceback could not be read)"
+    return {**failure, "message": message, "traceback": trace}
+
+
+def exit_status_of(exc: SystemExit) -> int:
+    """The exit status a program's ``sys.exit(code)`` asks for: ``code`` when it is an int,
+    0 for None, else 1; 1 when its class (the program's) makes ``code`` raise."""
+    try:
+        code = exc.code
+    except BaseException:
+        return 1
+    return int.__index__(code) if isinstance(code, int) else (0 if code is None else 1)
+
+
 def program_traceback(exc: BaseException, filename: str) -> str:
     """The lines of ``exc``'s traceback in the program's code (``filename``), and the
     exception, at most :data:`TRACEBACK_LIMIT` characters."""
@@ -256,6 +298,8 @@ __all__ = [
     "VALUE_ELEMENTS",
     "VALUE_LIMIT",
     "StreamCapture",
+    "exit_status_of",
+    "failure_of",
     "is_full",
     "isolate_descriptors",
     "limit_of",

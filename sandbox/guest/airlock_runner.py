@@ -76,10 +76,11 @@ if TYPE_CHECKING:
         run_program,
     )
     from airlock.sandbox.guest.airlock_output import (
-        TRACEBACK_LIMIT,
         VALUE_ELEMENTS,
         VALUE_LIMIT,
         StreamCapture,
+        exit_status_of,
+        failure_of,
         isolate_descriptors,
         limit_of,
         program_traceback,
@@ -110,10 +111,11 @@ else:
         run_program,
     )
     from airlock_output import (
-        TRACEBACK_LIMIT,
         VALUE_ELEMENTS,
         VALUE_LIMIT,
         StreamCapture,
+        exit_status_of,
+        failure_of,
         isolate_descriptors,
         limit_of,
         program_traceback,
@@ -238,19 +240,13 @@ def execute(
         # The host has ended the run and will destroy the container; nothing to report.
         os._exit(0)
     except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        code = exit_status_of(exc)
         if code:
             result.update(status="error", exit_status=code)
             result["error"] = {"type": "SystemExit", "message": f"exit status {code}"}
     except BaseException as exc:
         limit = limit_of(exc, wire.OUT_DIR)
-        error = {
-            "type": type(exc).__name__,
-            "message": str(exc)[:TRACEBACK_LIMIT],
-            "traceback": program_traceback(exc, PROGRAM_FILENAME),
-        }
-        if isinstance(exc, ToolError) and exc.code in ERRORS:
-            error["code"] = exc.code  # a tool error the program did not catch
+        error = failure_of(exc, PROGRAM_FILENAME, tool_errors=(ToolError, ERRORS))
         result.update(
             status="limit_exceeded" if limit else "error",
             exit_status=1,
