@@ -22,10 +22,12 @@ from airlock.tools._errors import (
 )
 from airlock.tools._ledger import LedgerStore, StepStateError, own_receipt
 from airlock.tools._preview import Approval, Preview, Receipt
+from airlock.tools._receipt_check import MISMATCH_HOW
 from airlock.tools._reconcile import needs_resolving
 from airlock.tools._sealed import SecretVault, sealed_fields
 from airlock.tools._sender import Sender
 from airlock.tools._spec import ToolSpec
+from airlock.tools._step_owner import owner_token
 from airlock.tools._worker_threads import refusal
 
 __all__ = ["checked_for_commit", "claim_for_commit", "fingerprint_holds", "refuse_lost_secret"]
@@ -124,6 +126,21 @@ def fingerprint_holds(preview: Preview, given: str, approval: Approval | None) -
     return same
 
 
+def _stuck_here(ledger: LedgerStore, spec: ToolSpec, preview: Preview, now: float) -> bool:
+    """Whether a ``sending`` write is this process's own send that ended without recording
+    how (its ledger refused both the receipt and the ``unknown`` mark), past its lease: it
+    would answer "in flight" forever, and this process alone knows its send is over. Another
+    process's send, which may still wait for its answer (on another host, by another clock),
+    and an approved read (reconcile ends an interrupted one ``failed``) are left to
+    reconcile, as is a step last marked for a receipt mismatch (a claim clears its error)."""
+    if spec.write is None or preview.owner != owner_token():
+        return False
+    if not needs_resolving(preview, now):
+        return False
+    marks = [event.how for event in ledger.history(preview.id) if event.to_state == "unknown"]
+    return not (marks and marks[-1].startswith(MISMATCH_HOW))
+
+
 def claim_for_commit(
     sender: Sender, spec: ToolSpec, preview: Preview, approval: Approval | None, *, now: float
 ) -> Preview | Receipt | None:
@@ -145,9 +162,7 @@ def claim_for_commit(
         # The key answers for another change (Sender.mismatched): the same key fetches the
         # same answer, or, if the system changed meanwhile, a commit nobody looked at.
         raise ReceiptMismatchError(detail=preview.error)
-    # A ``sending`` step whose sender cannot finish it (this live process, when its ledger
-    # refused both the receipt and the ``unknown`` mark) would answer "in flight" forever.
-    stale = state == "sending" and needs_resolving(preview, now)
+    stale = state == "sending" and _stuck_here(sender.ledger, spec, preview, now)
     sends = spec.handler if spec.write is None else spec.write.commit  # (an approved read's)
     busy = refusal(spec, sends) if state in ("approved", "unknown") or stale else None
     if busy is not None:  # its sync calls run on past their timeouts: nothing claimed

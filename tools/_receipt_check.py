@@ -18,7 +18,12 @@ from collections.abc import Mapping
 from airlock.tools._arguments import secret_fields_of
 from airlock.tools._write_contract import WriteContract
 
-__all__ = ["receipt_mismatch"]
+__all__ = ["MISMATCH_HOW", "receipt_mismatch"]
+
+MISMATCH_HOW = "answer not stored as its receipt"
+"""How the ledger's history begins a step's ``unknown`` mark for an answer that
+:func:`receipt_mismatch` refused (its key answers for another change): a claim clears the
+step's error, the history keeps it."""
 
 _SHOWN = 5
 

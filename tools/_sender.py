@@ -37,7 +37,7 @@ from airlock.tools._in_flight import in_flight_here
 from airlock.tools._ledger import LedgerStore, StepStateError
 from airlock.tools._not_sent import given_back
 from airlock.tools._preview import Preview, Receipt, ResolvedBy, StepState
-from airlock.tools._receipt_check import receipt_mismatch
+from airlock.tools._receipt_check import MISMATCH_HOW, receipt_mismatch
 from airlock.tools._shaping import shape_result
 from airlock.tools._spec import ToolSpec
 from airlock.tools._step_effect import contract_of, effect_of
@@ -328,7 +328,7 @@ class Sender:
         commit resends it (:func:`~airlock.tools._commit_checks.claim_for_commit`)."""
         self.mark_unknown(
             claimed,
-            how=f"answer not stored as its receipt, look at the system of record: {why}",
+            how=f"{MISMATCH_HOW}, look at the system of record: {why}",
             error=f"receipt_mismatch: {why}"[:200],
         )
         self.audit(claimed, "execute", "allow", claimed.rule, "unknown", "conflict", why)

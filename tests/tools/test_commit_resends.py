@@ -147,3 +147,63 @@ async def test_a_commit_never_resends_a_step_whose_key_answers_for_another_chang
     assert stored.error is not None
     assert stored.error.startswith("receipt_mismatch: ")
     assert rig.ledger.receipt(preview.key) is None
+
+
+def _claim_as(rig: Rig, preview: Preview, owner: str, expect: str) -> None:
+    """The step claimed for a send by ``owner`` (a process's mark), with the usual lease."""
+    rig.ledger.transition(
+        preview.id,
+        expect={expect},
+        to="sending",
+        at=rig.clock(),
+        actor=owner,
+        how="claimed by reconcile",
+        owner=owner,
+        lease_until=rig.clock() + 35,
+    )
+
+
+async def _another_hosts_send(rig: Rig) -> Preview:
+    preview = await rig.prepare("inv_15")
+    _claim_as(rig, preview, "elsewhere@1.000@:4242", "approved")
+    return preview
+
+
+async def _mismatched_then_claimed_here(rig: Rig) -> Preview:
+    preview = await rig.prepare("inv_16")
+    rig.commit_instead = _other_amount
+    with pytest.raises(ReceiptMismatchError):
+        await rig.writes.commit(preview.id, preview.fingerprint, ALICE)
+    rig.commit_instead = None
+    _claim_as(rig, preview, owner_token(), "unknown")  # a reconcile here that never ended
+    claimed = rig.ledger.preview(preview.id)
+    assert claimed is not None
+    assert claimed.error is None  # a claim clears it: the history keeps the mismatch
+    return preview
+
+
+# (case, a step left 'sending' that only reconcile may take over)
+LEFT_TO_RECONCILE = [
+    # Its sender may still wait for the answer, by another clock: "in flight", as before.
+    ("another_hosts_send", _another_hosts_send),
+    ("a_mismatch_claimed_again_here", _mismatched_then_claimed_here),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "left"), LEFT_TO_RECONCILE, ids=[row[0] for row in LEFT_TO_RECONCILE]
+)
+async def test_a_commit_leaves_these_steps_sending_to_reconcile(
+    rig: Rig, case: str, left: Any
+) -> None:
+    preview = await left(rig)
+    sent = rig.system.sends()
+    rig.clock.advance(LEASE_AND_GRACE_PAST)
+
+    with pytest.raises(CommitInFlightError):
+        await rig.writes.commit(preview.id, preview.fingerprint, ALICE)
+
+    assert rig.system.sends() == sent
+    stored = rig.ledger.preview(preview.id)
+    assert stored is not None
+    assert stored.state == "sending"

@@ -28,6 +28,8 @@ from airlock.tools import (
 )
 from airlock.tools import _worker_threads as worker_threads
 from airlock.tools._audit_log import AuditLog
+from airlock.tools._errors import CommitInFlightError
+from airlock.tools._step_owner import owner_token
 from airlock.tools._worker_threads import MOST_OUTLIVING
 from tests.tools.ledger_records import make_approval, make_preview
 from tests.tools.stores import Backend
@@ -512,3 +514,24 @@ async def test_an_approved_read_of_a_run_out_of_time_stays_approved(
     sender.claim = claim  # type: ignore[method-assign]
     receipt = await world.writes.run_read(asked.id, asked.fingerprint, ctx())  # as told
     assert receipt.data["url"] == URL
+
+
+async def test_an_approved_read_left_sending_here_is_not_run_again(world: World) -> None:
+    """An interrupted approved read that this process left ``sending``, its lease long past,
+    is reconcile's to end (``failed``: a read changed nothing): a commit never runs it a
+    second time under its approval."""
+    asked = await approved_read(world)
+    world.ledger.transition(
+        asked.id,
+        expect={"approved"},
+        to="sending",
+        at=time.time() - 2000,
+        actor=owner_token(),
+        how="claimed by commit",
+        owner=owner_token(),
+        lease_until=time.time() - 1000,
+    )
+    with pytest.raises(CommitInFlightError):
+        await world.writes.run_read(asked.id, asked.fingerprint, ctx())
+    assert world.fetched.urls == []
+    assert _stored(world.ledger, asked).state == "sending"
