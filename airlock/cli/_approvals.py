@@ -280,13 +280,21 @@ def approve(
         console.print(json_text(done.receipt.data), soft_wrap=True)
     elif not commit:
         console.print(COMMIT_HERE.format(it="it"), highlight=False)
+    else:
+        Console(stderr=True).print(
+            "not committed here: an approved read, or a write holding Secret() values, runs "
+            "only in the session that asked (it alone has them); if that session has ended, "
+            "nothing will run it",
+            highlight=False,
+        )
+        raise typer.Exit(code=1)
 
 
 def _approved_before(person: Approver, preview_id: str, fingerprint: str) -> Approval | None:
-    """The approval of ``fingerprint`` a person gave the preview before, which no commit used
-    yet, for ``approve --commit`` to commit as the session that asked would have (it may have
-    ended); ``None`` when there is none, or ``person`` asked for the write and the policy does
-    not allow self-approval."""
+    """The approval of ``fingerprint`` the preview was given before (by a person, or by the
+    policy's rule), which no commit used yet, for ``approve --commit`` to commit as the
+    session that asked would have (it may have ended); ``None`` when there is none, or
+    ``person`` asked for the write and the policy does not allow self-approval."""
     preview, approval = person.ledger.preview(preview_id), person.ledger.approval(preview_id)
     if preview is None or approval is None or preview.state != "approved":
         return None

@@ -149,7 +149,8 @@ def _tell_waiting(left: _Left, *, registry: str, policy: Path, ledger: Path | No
     errors.print(
         f"the chat ended with {what} waiting for approval, and no session is left to commit "
         "them: review each (`airlock approvals show ID`), then approve and commit it here "
-        "with the command on its line"
+        "with the command on its line (an approved read, or a write holding a secret, only "
+        "its own session could run: the command approves it and says so)"
     )
     for ident, fingerprint in waiting:
         command = ["airlock", "approvals", "approve", ident, "--fingerprint", fingerprint]

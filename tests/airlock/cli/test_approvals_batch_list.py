@@ -105,7 +105,9 @@ def test_nothing_waits_only_when_no_preview_and_no_batch_waits(world: ProposalWo
 
 
 def test_the_limit_bounds_the_batches_and_says_what_it_left_out(world: ProposalWorld) -> None:
-    older, newer = _batch(world, "inv_1"), _batch(world, "inv_2")
+    older = _batch(world, "inv_1")
+    world.clock.advance(1)  # (the world's clock stands still: one created after the other)
+    newer = _batch(world, "inv_2")
     output = _list(world, "--limit", "1")
     assert newer.id in output
     assert older.id not in output
