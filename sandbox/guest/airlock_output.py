@@ -212,10 +212,12 @@ def value_elements(value: Any) -> int:
 def limit_of(exc: BaseException, out_dir: str) -> str | None:
     """The limit an exception of the program's shows it hit (``memory``, ``disk``, or
     ``artifacts`` when ``out_dir`` is the full one), or ``None``."""
-    if isinstance(exc, MemoryError):
+    kind = type(exc)  # (not isinstance: the program's class may make __class__ raise)
+    if issubclass(kind, MemoryError):
         return "memory"
-    try:  # (the program's subclass may make errno raise)
-        no_space = isinstance(exc, OSError) and exc.errno == errno.ENOSPC
+    try:  # (the program's subclass may make errno raise, or be no int)
+        number = exc.errno if issubclass(kind, OSError) else None  # type: ignore[attr-defined]
+        no_space = type(number) is int and number == errno.ENOSPC
     except BaseException:
         return None
     if no_space:
@@ -251,7 +253,9 @@ def failure_of(
     program's: its class may make what these read raise (``__str__``, a metaclass's
     ``__name__``, an exception group's ``exceptions``, ``code``); what cannot be read is said
     so, and the runner still reports."""
-    name = type.__dict__["__name__"].__get__(type(exc))  # (past any metaclass's __name__)
+    # Past any metaclass's __name__, and as a plain str (a class's name may be a str
+    # subclass of the program's, whose methods are its own).
+    name = _plain(type.__dict__["__name__"].__get__(type(exc)))[:_NAME_CHARS]
     failure: dict[str, Any] = {"type": name}
     try:
         code = exc.code if isinstance(exc, tool_errors[0]) else None  # type: ignore[attr-defined]
@@ -260,7 +264,7 @@ def failure_of(
     except BaseException:
         pass
     try:
-        message = str(exc)[:TRACEBACK_LIMIT]
+        message = _plain(str(exc))[:TRACEBACK_LIMIT]
     except BaseException:
         message = f"(the {name}'s message could not be read)"
     try:
@@ -270,14 +274,27 @@ def failure_of(
     return {**failure, "message": message, "traceback": trace}
 
 
+_NAME_CHARS = 200
+"""The most characters of an exception's type name a result carries."""
+
+
+def _plain(text: str) -> str:
+    """``text`` as a plain str: a str subclass's own ``__getitem__`` or ``__format__`` (the
+    program's) would run on every later use."""
+    return str.__str__(text)
+
+
 def exit_status_of(exc: SystemExit) -> int:
-    """The exit status a program's ``sys.exit(code)`` asks for: ``code`` when it is an int,
-    0 for None, else 1; 1 when its class (the program's) makes ``code`` raise."""
+    """The exit status a program's ``sys.exit(code)`` asks for: ``code`` when it is an int
+    from 0 to 255, 0 for None, else 1 (an int of 5,000 digits cannot even be written out);
+    1 when its class (the program's) makes ``code`` raise."""
     try:
         code = exc.code
+        if type(code) is int:  # (not isinstance: an object may claim int as its __class__)
+            return code if 0 <= code <= 255 else 1
+        return 0 if code is None else 1
     except BaseException:
         return 1
-    return int.__index__(code) if isinstance(code, int) else (0 if code is None else 1)
 
 
 def program_traceback(exc: BaseException, filename: str) -> str:

@@ -38,8 +38,33 @@ TOOL_CODE_RAISES = (  # (read as it is made; only the runner's reading of it rai
     "        return 'tool_error'\nraise T('x')\n"
 )
 
+FAKE_INT = (
+    "class F:\n    @property\n    def __class__(self):\n        return int\n"
+    "class X(SystemExit):\n    @property\n    def code(self):\n        return F()\n"
+    "raise X(3)\n"
+)
+CLASS_RAISES = (
+    "class E(Exception):\n    @property\n    def __class__(self):\n"
+    "        raise RuntimeError('no')\nraise E('x')\n"
+)
+NAME_SUBCLASS = (
+    "class S(str):\n    def __format__(self, spec):\n        raise RuntimeError('no')\n"
+    "    def __getitem__(self, i):\n        return object()\n"
+    "class E(Exception):\n    def __str__(self):\n        return S('odd')\n"
+    "E.__name__ = S('Named')\nraise E()\n"
+)
+HUGE_NAME = "class E(Exception):\n    pass\nE.__name__ = 'N' * 2**20\nraise E('x')\n"
+
 # (case, program, mode, the error's type, its message)
 FAILURES = [
+    ("exit_with_an_int_too_long_to_write", "raise SystemExit(10 ** 5000)\n", "restricted",
+     "SystemExit", "exit status 1"),
+    ("exit_with_a_large_int", "raise SystemExit(10 ** 100)\n", "restricted", "SystemExit",
+     "exit status 1"),
+    ("exit_with_a_fake_int", FAKE_INT, "full", "SystemExit", "exit status 1"),
+    ("class_property_raises", CLASS_RAISES, "full", "E", "x"),
+    ("name_and_message_str_subclasses", NAME_SUBCLASS, "full", "Named", "odd"),
+    ("huge_type_name", HUGE_NAME, "full", "N" * 200, "x"),
     ("group_with_bad_exceptions", GROUP_BAD_EXCEPTIONS, "restricted", "E", "m (1 sub-exception)"),
     ("group_with_bad_exceptions_full", GROUP_BAD_EXCEPTIONS, "full", "E", "m (1 sub-exception)"),
     ("str_raises", STR_RAISES, "full", "E", "(the E's message could not be read)"),
