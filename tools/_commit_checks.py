@@ -20,6 +20,7 @@ from airlock.tools._errors import (
     PreviewExpiredError,
     ReceiptMismatchError,
 )
+from airlock.tools._in_flight import mismatched_here
 from airlock.tools._ledger import LedgerStore, StepStateError, own_receipt
 from airlock.tools._preview import Approval, Preview, Receipt
 from airlock.tools._receipt_check import MISMATCH_HOW
@@ -133,7 +134,7 @@ def _stuck_here(ledger: LedgerStore, spec: ToolSpec, preview: Preview, now: floa
     process's send, which may still wait for its answer (on another host, by another clock),
     and an approved read (reconcile ends an interrupted one ``failed``) are left to
     reconcile, as is a step last marked for a receipt mismatch (a claim clears its error)."""
-    if spec.write is None or preview.owner != owner_token():
+    if spec.write is None or preview.owner != owner_token() or mismatched_here(preview.id):
         return False
     if not needs_resolving(preview, now):
         return False

@@ -14,10 +14,11 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-__all__ = ["in_flight_here", "sending_here"]
+__all__ = ["in_flight_here", "mark_mismatched", "mismatched_here", "sending_here"]
 
 _LOCK = threading.Lock()
 _SENDING: Counter[str] = Counter()
+_MISMATCHED: set[str] = set()
 
 
 @contextmanager
@@ -38,3 +39,17 @@ def sending_here(preview_id: str) -> bool:
     """Whether a send of ``preview_id`` runs in this process now."""
     with _LOCK:
         return _SENDING[preview_id] > 0
+
+
+def mark_mismatched(preview_id: str) -> None:
+    """Remember that a send of ``preview_id`` here got another change's answer under its key:
+    should the ledger refuse to record it (the step then stays ``sending``, its history
+    silent), this process still never resends it."""
+    with _LOCK:
+        _MISMATCHED.add(preview_id)
+
+
+def mismatched_here(preview_id: str) -> bool:
+    """Whether a send of ``preview_id`` in this process got another change's answer."""
+    with _LOCK:
+        return preview_id in _MISMATCHED

@@ -33,7 +33,7 @@ from airlock.tools._errors import (
     ToolError,
     UpstreamError,
 )
-from airlock.tools._in_flight import in_flight_here
+from airlock.tools._in_flight import in_flight_here, mark_mismatched
 from airlock.tools._ledger import LedgerStore, StepStateError
 from airlock.tools._not_sent import given_back
 from airlock.tools._preview import Preview, Receipt, ResolvedBy, StepState
@@ -324,8 +324,8 @@ class Sender:
 
     def mismatched(self, claimed: Preview, why: str) -> ReceiptMismatchError:
         """Mark the step ``unknown`` (its key answers for another change: never ``committed``
-        on that answer, never ``failed``, which would free the key) and build the error; no
-        commit resends it (:func:`~airlock.tools._commit_checks.claim_for_commit`)."""
+        on it, nor ``failed``, which would free the key) and build the error; never resent."""
+        mark_mismatched(claimed.id)  # (should the ledger refuse the mark)
         self.mark_unknown(
             claimed,
             how=f"{MISMATCH_HOW}, look at the system of record: {why}",

@@ -182,11 +182,33 @@ async def _mismatched_then_claimed_here(rig: Rig) -> Preview:
     return preview
 
 
+async def _mismatch_the_ledger_did_not_record(rig: Rig, monkeypatch: pytest.MonkeyPatch) -> Preview:
+    preview = await rig.prepare("inv_17")
+    rig.commit_instead = _other_amount
+    with _ledger_refusing_the_outcome(rig, monkeypatch), pytest.raises(ReceiptMismatchError):
+        await rig.writes.commit(preview.id, preview.fingerprint, ALICE)
+    rig.commit_instead = None
+    left = rig.ledger.preview(preview.id)
+    assert left is not None
+    assert (left.state, left.owner, left.error) == ("sending", owner_token(), None)
+    return preview
+
+
+async def _another_hosts(rig: Rig, monkeypatch: pytest.MonkeyPatch) -> Preview:
+    return await _another_hosts_send(rig)
+
+
+async def _claimed_again_here(rig: Rig, monkeypatch: pytest.MonkeyPatch) -> Preview:
+    return await _mismatched_then_claimed_here(rig)
+
+
 # (case, a step left 'sending' that only reconcile may take over)
 LEFT_TO_RECONCILE = [
     # Its sender may still wait for the answer, by another clock: "in flight", as before.
-    ("another_hosts_send", _another_hosts_send),
-    ("a_mismatch_claimed_again_here", _mismatched_then_claimed_here),
+    ("another_hosts_send", _another_hosts),
+    ("a_mismatch_claimed_again_here", _claimed_again_here),
+    # Its history says nothing of the mismatch: this process remembers it.
+    ("a_mismatch_the_ledger_did_not_record", _mismatch_the_ledger_did_not_record),
 ]
 
 
@@ -194,9 +216,9 @@ LEFT_TO_RECONCILE = [
     ("case", "left"), LEFT_TO_RECONCILE, ids=[row[0] for row in LEFT_TO_RECONCILE]
 )
 async def test_a_commit_leaves_these_steps_sending_to_reconcile(
-    rig: Rig, case: str, left: Any
+    rig: Rig, monkeypatch: pytest.MonkeyPatch, case: str, left: Any
 ) -> None:
-    preview = await left(rig)
+    preview = await left(rig, monkeypatch)
     sent = rig.system.sends()
     rig.clock.advance(LEASE_AND_GRACE_PAST)
 
