@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 
 import anyio
+import typer
 from rich.console import Console
 from rich.text import Text
 
@@ -89,12 +90,15 @@ def approve_batch_command(
             approver, store, self_approval=self_approval, registry=registry, policy=policy
         )
         committed = anyio.run(person.commit_batch, batch_id)
-        if committed is None:
-            Console().print(
-                "the session that asked commits them: an item holds a secret only it has",
+        if committed is None:  # as for one preview (approvals approve): said, and exit 1
+            _print_items(items)
+            Console(stderr=True).print(
+                "not committed here: an item holds a Secret() value only the session that "
+                "asked has (it commits them all); if that session has ended, nothing will",
                 highlight=False,
             )
-        items = items if committed is None else committed
+            raise typer.Exit(code=1)
+        items = committed
     _print_items(items)
 
 

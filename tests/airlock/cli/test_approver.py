@@ -180,7 +180,9 @@ def test_approve_commit_of_a_sealed_batch_says_the_session_commits_it(
     ledger = str(harness.ledger.path)
     args = ["approve", batch_id, "--ledger", ledger, "--fingerprint", fingerprint, "--as", "bob"]
     done = runner.invoke(approvals_app, [*args, *tools])
-    assert done.exit_code == 0, done.output
-    assert "the session that asked commits" in done.output
+    # Approved, not committed here: what was asked (--commit) was not done, as for a preview.
+    assert done.exit_code == 1, done.output
+    said = " ".join(done.output.split())  # (as the console wrapped it)
+    assert "not committed here: an item holds a Secret() value only the session" in said
     settled = anyio.run(harness.commit_batch, batch_id, ALICE)
     assert [i.state for i in settled] == ["committed"]
