@@ -26,7 +26,6 @@ this file changing with it.
 from __future__ import annotations
 
 import doctest
-import fcntl
 import json
 import os
 import queue
@@ -34,7 +33,6 @@ import re
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -894,54 +892,41 @@ def _environment(tmp_path: Path) -> dict[str, str]:
     return env
 
 
-BILLING_PORT: Final = 8400
-"""The port ``python -m examples.billing`` and ``examples.billing:demo_registry`` use."""
-
-
 @contextmanager
 def billing_service(workdir: Path, env: dict[str, str]) -> Iterator[dict[str, str]]:
-    """The README's ``python -m examples.billing`` on its fixed port, for as long as the
-    block runs; yields ``BILLING_TOKEN_<TENANT>`` for every tenant.
-
-    The port is fixed, so concurrent runs of this test take turns (a file lock).
-    """
-    lock_path = Path(tempfile.gettempdir()) / f"airlock-docs-billing-{BILLING_PORT}.lock"
-    with lock_path.open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        process = subprocess.Popen(
-            [str(BIN / "python"), "-m", "examples.billing", "--port", str(BILLING_PORT)],
-            cwd=workdir,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
+    """The README's ``python -m examples.billing`` on a free port, for as long as the block
+    runs; yields ``BILLING_URL`` (where ``examples.billing:demo_registry`` then reaches it, as
+    the README says to do when its port 8400 is taken) and ``BILLING_TOKEN_<TENANT>`` for
+    every tenant. A free port, so a process holding 8400 (the README's own service, say) or
+    another run of this test does not stand in its way."""
+    process = subprocess.Popen(
+        [str(BIN / "python"), "-m", "examples.billing", "--port", "0"],
+        cwd=workdir,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        first = process.stdout.readline()
         try:
-            assert process.stdout is not None
-            first = process.stdout.readline()
-            try:
-                started = json.loads(first)
-            except json.JSONDecodeError:
-                process.wait(timeout=10)
-                rest = process.stdout.read()
-                pytest.fail(
-                    f"the billing service did not start on {BILLING_PORT}: {first}{rest}\n"
-                    f"(the README's blocks need port {BILLING_PORT}: if another process holds "
-                    "it, such as the README's own `python -m examples.billing &`, stop it and "
-                    "run this test again)"
-                )
-            yield {
-                f"BILLING_TOKEN_{tenant.upper()}": token
-                for tenant, token in started["tokens"].items()
-            }
-        finally:
-            process.terminate()
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            started = json.loads(first)
+        except json.JSONDecodeError:
+            process.wait(timeout=10)
+            rest = process.stdout.read()
+            pytest.fail(f"the billing service did not start: {first}{rest}")
+        yield {"BILLING_URL": started["base_url"]} | {
+            f"BILLING_TOKEN_{tenant.upper()}": token for tenant, token in started["tokens"].items()
+        }
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 def _runnable(steps: list[Step]) -> int:
