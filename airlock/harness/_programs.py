@@ -375,10 +375,9 @@ class SessionPrograms:
         return self._kept
 
     async def close(self) -> None:
-        """Release the kept container, if there is one."""
+        """Release the kept container, if there is one; kept, closed, it starts no other."""
         if self._kept is not None:
             await self._kept.close()
-            self._kept = None
 
 
 def _refuse_files_if_restricted(inputs: Inputs | None, profile: SandboxProfile) -> None:

@@ -73,7 +73,7 @@ from airlock.harness._results import (
 from airlock.harness._session_audit import SessionAudit
 from airlock.harness._usable import needs_ledger, usable
 from airlock.harness._write_notes import WRITE_KEPT, write_notes
-from airlock.policies import ApprovalPolicy, Grant, Principal, SandboxProfile
+from airlock.policies import ApprovalPolicy, Grant, Principal, SandboxProfile, UsageError
 from airlock.sandbox import (
     Inputs,
     RunInput,
@@ -157,6 +157,7 @@ class Session(ApprovalPause):
         self._direct = self._usable_names("direct")
         self._code = self._usable_names("code")
         self._proposable = self._proposable_names()
+        self._closed = False
         self._programs = SessionPrograms(
             registry=registry,
             sandbox=sandbox,
@@ -278,6 +279,8 @@ class Session(ApprovalPause):
     async def _call(
         self, name: str, arguments: dict[str, Any], *, inputs: Inputs | None = None
     ) -> ModelResult:
+        if self._closed:  # (a call it cut short was answered sandbox_unavailable)
+            raise UsageError("this session is closed; open another with Harness.session()")
         call_id = await self._calls.admit(str(name))
         if isinstance(call_id, ModelResult):
             return call_id  # the budget is used up
@@ -329,7 +332,9 @@ class Session(ApprovalPause):
         return self._calls.account(told, keep=keep, says=says)
 
     async def close(self) -> None:
-        """Release what the session holds (its kept container, in session mode)."""
+        """Release what the session holds (its kept container, in session mode). A call
+        after it raises ``UsageError``; one it cuts short answers ``sandbox_unavailable``."""
+        self._closed = True
         await self._programs.close()
 
     def _context(self, call_id: str) -> CallContext:

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from airlock.policies import SandboxProfile
+from airlock.policies import SandboxProfile, UsageError
 from airlock.sandbox import DockerBackend
+from airlock.sandbox._owner import OWNER_LABEL
 from tests.airlock.session_world import ALICE, World
 from tests.conftest import IMAGE, require_docker
 
@@ -43,5 +44,38 @@ async def test_a_session_whose_backend_closed_answers_sandbox_unavailable(
         assert json.loads(answer.content)["error"] == "sandbox_unavailable"
     finally:
         await session.close()
+        await backend.close()
+        world.close()
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("keep_state", [s[1] for s in SESSIONS], ids=[s[0] for s in SESSIONS])
+async def test_a_closed_session_refuses_its_next_call_and_starts_no_container(
+    tmp_path: Path, keep_state: bool
+) -> None:
+    """The session was closed by its application, not its backend: a call after it is the
+    application's mistake (a kept session's next call used to start a new container, its
+    earlier names gone, that nothing would close)."""
+    require_docker()
+    backend = DockerBackend(image=IMAGE, profile=SandboxProfile(timeout_s=10))
+    await backend.start()
+    world = World(tmp_path, backend)
+    session = world.session(ALICE, keep_state=keep_state)
+    try:
+        first = await session.call("execute_code", {"code": "x = 41\nx + 1"})
+        assert not first.is_error, first.content
+        await session.close()
+        mine = {"label": f"{OWNER_LABEL}={backend._owner}"}
+        before = backend.client.containers.list(all=True, filters=mine)
+
+        with pytest.raises(UsageError, match="this session is closed"):
+            await session.call("execute_code", {"code": "x"})
+        with pytest.raises(UsageError, match="this session is closed"):
+            await session.execute_code("x")
+
+        after = backend.client.containers.list(all=True, filters=mine)
+        assert [c.id for c in after] == [c.id for c in before]
+        await session.close()  # a second close is harmless
+    finally:
         await backend.close()
         world.close()
