@@ -122,7 +122,7 @@ class BudgetMeter:
         budget = self.budget
         if limit == "time":
             spent = budget.seconds - self.remaining()
-            used = f"time budget of {budget.seconds:g} s is used up ({spent:.0f} s have passed)"
+            used = f"time budget of {budget.seconds:g} s is used up ({spent:.1f} s have passed)"
         elif limit == "calls":
             used = f"budget of {budget.calls} tool calls is used up ({self.calls} made)"
         else:

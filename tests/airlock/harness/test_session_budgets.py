@@ -7,6 +7,7 @@ cut short says so."""
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +17,7 @@ import anyio
 import pytest
 
 from airlock import Budget, Harness, ModelResult, Session
+from airlock.harness._budget import BudgetMeter
 from airlock.policies import SandboxProfile, parse_policy
 from airlock.sandbox import DockerBackend, RunResult
 from airlock.sandbox.testing import ScriptedBackend
@@ -292,3 +294,10 @@ async def test_a_real_program_stopped_at_the_session_time_answers_limit_time(
         await backend.close()
     found = body(answer)
     assert (answer.code, found["limit"]) == ("limit_exceeded", "time"), answer.content
+
+
+def test_a_used_up_time_budget_says_the_time_that_passed_as_it_says_the_budget() -> None:
+    """A budget under a second used to say "0 s have passed" of a budget of 0.3 s."""
+    meter = BudgetMeter(Budget(seconds=0.3), started=time.monotonic() - 0.5)
+    said = meter.used_up_message("time")
+    assert re.search(r"time budget of 0\.3 s is used up \(0\.[5-9] s have passed\)", said), said
