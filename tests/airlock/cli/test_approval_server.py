@@ -161,8 +161,13 @@ def test_at_the_cap_an_idle_connection_gives_way_and_a_busy_one_does_not(
         if first_is == "answering":  # its form's body is on its way: 2 bytes of 100 so far
             first.sendall(_post(page.base, session, 100, b"cs"))
         with socket.create_connection((LOOPBACK, port)) as second:
-            second.sendall(f"GET {page.base} HTTP/1.1\r\nHost: {LOOPBACK}\r\n".encode())
-            second.sendall(f"Cookie: {COOKIE}={session}\r\n\r\n".encode())
+            try:
+                second.sendall(f"GET {page.base} HTTP/1.1\r\nHost: {LOOPBACK}\r\n".encode())
+                second.sendall(f"Cookie: {COOKIE}={session}\r\n\r\n".encode())
+            except (BrokenPipeError, ConnectionResetError):
+                # Closed before all of its head was written: the new one past the cap is
+                # closed at once, which is what is asked when the first one is busy.
+                assert not served, case
             second.settimeout(PATIENCE)
             answer = second.recv(4096) if served else _answer_until_closed(second)
         assert answer.startswith(b"HTTP/1.1 200") if served else answer == b""
