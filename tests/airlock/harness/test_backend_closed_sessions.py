@@ -7,10 +7,13 @@ sandbox closed by its backend used to refuse the call as the caller's mistake, a
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
 
+from airlock import Session
 from airlock.policies import SandboxProfile, UsageError
 from airlock.sandbox import DockerBackend
 from airlock.sandbox._owner import OWNER_LABEL
@@ -23,29 +26,38 @@ pytestmark = pytest.mark.docker
 SESSIONS = [("plain", False), ("kept", True)]
 
 
+@asynccontextmanager
+async def _ran_once(
+    root: Path, keep_state: bool, program: str
+) -> AsyncIterator[tuple[DockerBackend, Session]]:
+    """A session of a backend of its own that ran ``program`` once; all closed after."""
+    require_docker()
+    backend = DockerBackend(image=IMAGE, profile=SandboxProfile(timeout_s=10))
+    await backend.start()
+    world = World(root, backend)
+    session = world.session(ALICE, keep_state=keep_state)
+    try:
+        first = await session.call("execute_code", {"code": program})
+        assert not first.is_error, first.content
+        yield backend, session
+    finally:
+        await session.close()
+        await backend.close()
+        world.close()
+
+
 @pytest.mark.anyio
 @pytest.mark.parametrize("keep_state", [s[1] for s in SESSIONS], ids=[s[0] for s in SESSIONS])
 async def test_a_session_whose_backend_closed_answers_sandbox_unavailable(
     tmp_path: Path, keep_state: bool
 ) -> None:
-    require_docker()
-    backend = DockerBackend(image=IMAGE, profile=SandboxProfile(timeout_s=10))
-    await backend.start()
-    world = World(tmp_path, backend)
-    session = world.session(ALICE, keep_state=keep_state)
-    try:
-        first = await session.call("execute_code", {"code": "x = 1\n2"})
-        assert not first.is_error, first.content
+    async with _ran_once(tmp_path, keep_state, "x = 1\n2") as (backend, session):
         await backend.close()
 
         answer = await session.call("execute_code", {"code": "3"})
 
         assert (answer.code, answer.retryable) == ("sandbox_unavailable", False)
         assert json.loads(answer.content)["error"] == "sandbox_unavailable"
-    finally:
-        await session.close()
-        await backend.close()
-        world.close()
 
 
 @pytest.mark.anyio
@@ -56,14 +68,7 @@ async def test_a_closed_session_refuses_its_next_call_and_starts_no_container(
     """The session was closed by its application, not its backend: a call after it is the
     application's mistake (a kept session's next call used to start a new container, its
     earlier names gone, that nothing would close)."""
-    require_docker()
-    backend = DockerBackend(image=IMAGE, profile=SandboxProfile(timeout_s=10))
-    await backend.start()
-    world = World(tmp_path, backend)
-    session = world.session(ALICE, keep_state=keep_state)
-    try:
-        first = await session.call("execute_code", {"code": "x = 41\nx + 1"})
-        assert not first.is_error, first.content
+    async with _ran_once(tmp_path, keep_state, "x = 41\nx + 1") as (backend, session):
         await session.close()
         mine = {"label": f"{OWNER_LABEL}={backend._owner}"}
         before = backend.client.containers.list(all=True, filters=mine)
@@ -75,7 +80,4 @@ async def test_a_closed_session_refuses_its_next_call_and_starts_no_container(
 
         after = backend.client.containers.list(all=True, filters=mine)
         assert [c.id for c in after] == [c.id for c in before]
-        await session.close()  # a second close is harmless
-    finally:
-        await backend.close()
-        world.close()
+        # (a second close, by _ran_once, is harmless)
