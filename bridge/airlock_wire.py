@@ -116,6 +116,10 @@ OUT_DIR: Final = "/out"
 RUN_WAITING: Final = "run-waiting"
 """Given to the runner after the socket's path when a run is already waiting for its
 container: a base image's runner then does not warm up for the one program it will run."""
+WARM_WHEN_IDLE: Final = "warm-when-idle"
+"""Given to the runner after the socket's path when the pool starts its container while runs
+find the pool empty: a base image's runner then does not warm up before ``hello``, but once it
+has waited idle after it (the burst is over), and stops at the step where its run came."""
 IMAGE_MANIFEST: Final = "image.json"
 """A file beside the runner in images that add packages (the data image): what the image is
 (``{"image", "packages", "warm_imports"}``); the runner imports ``warm_imports`` while it

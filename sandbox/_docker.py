@@ -30,7 +30,6 @@ import time
 import weakref
 from collections.abc import Awaitable, Mapping
 from pathlib import Path
-from types import TracebackType
 from typing import Final, Self
 
 import docker
@@ -167,12 +166,7 @@ class DockerBackend:
         await self.start()
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
     def image_for(self, profile: SandboxProfile) -> str:
@@ -192,9 +186,11 @@ class DockerBackend:
         self._images_found.add(image)
 
     async def _start_container(
-        self, profile: SandboxProfile | None = None, inputs: tuple[RunInput, ...] | None = None
-    ) -> SandboxContainer:
-        """A started container: for the pool (no arguments), or for a run waiting for it."""
+        self, profile: SandboxProfile | None = None, inputs: tuple[RunInput, ...] | None = None,
+        *, warm: bool = False,
+    ) -> SandboxContainer:  # fmt: skip
+        """A started container: for the pool (no profile, no inputs; ``warm``: warmed up
+        before it is ready), or for a run waiting for it."""
         self._refuse_if_closed()
         pooled = inputs is None
         if inputs is None:  # the backend's own inputs, checked again
@@ -212,7 +208,7 @@ class DockerBackend:
                 labels={LABEL: "1", **self._owner_labels},
                 socket_root=self._sockets(),
                 inputs=inputs,
-                run_waiting=not pooled,
+                warm_up=("first" if warm else "when_idle") if pooled else "never",
             ),
             discard=lambda launched: self._destroy_later(started(launched)),
         )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from docker.types import LogConfig, Mount, Ulimit
 
@@ -21,6 +21,7 @@ from airlock.sandbox._users import container_user
 
 __all__ = [
     "GUEST_MOUNT",
+    "WarmUp",
     "container_config",
     "container_settings",
     "mounted",
@@ -33,6 +34,17 @@ _OUT_DEPTH: Final = 9
 runner collects from (deeper ones it skips)."""
 GUEST_MOUNT: Final = wire.SOCKET_DIR
 """Where the bridge socket's host directory is mounted (read-only)."""
+
+WarmUp = Literal["first", "when_idle", "never"]
+"""When a container's runner warms up: ``first``, before it says hello (a pooled container);
+``when_idle``, once it has waited idle after hello (a pooled container started while runs find
+the pool empty: it is taken at once, or warms up once the burst is over); ``never`` (a run
+waits for it: its one program is on its way)."""
+_WARM_UP_FLAGS: Final[dict[WarmUp, tuple[str, ...]]] = {
+    "first": (),
+    "when_idle": (wire.WARM_WHEN_IDLE,),
+    "never": (wire.RUN_WAITING,),
+}
 
 
 def container_settings(profile: SandboxProfile) -> tuple[object, ...]:
@@ -114,16 +126,15 @@ def container_config(
     socket_dir: Path,
     labels: dict[str, str],
     inputs: tuple[RunInput, ...] = (),
-    run_waiting: bool = False,
+    warm_up: WarmUp = "first",
 ) -> dict[str, Any]:
     """Keyword arguments for ``containers.run``: the hardened profile, nothing optional, and
     the run's ``inputs`` bind-mounted read-only and alone, without the mounts under them (the
     engine refuses a source that does not exist, rather than creating it as ``-v`` would).
-    ``run_waiting``: the container is started for a run that waits for it, so its runner
-    does not warm up for later ones."""
+    ``warm_up``: when its runner warms up (:data:`WarmUp`)."""
     return {
         "image": image,
-        "command": [f"{GUEST_MOUNT}/{wire.SOCKET_NAME}", *([wire.RUN_WAITING] * run_waiting)],
+        "command": [f"{GUEST_MOUNT}/{wire.SOCKET_NAME}", *_WARM_UP_FLAGS[warm_up]],
         "detach": True,
         "network_mode": "none",
         # No interface but loopback either way; disabled, the engine does not build a network

@@ -40,7 +40,7 @@ from airlock.sandbox._errors import (
     SocketPathTooLong,
     map_docker_errors,
 )
-from airlock.sandbox._hardening import container_config
+from airlock.sandbox._hardening import WarmUp, container_config
 from airlock.sandbox._inputs import RunInput
 from airlock.sandbox._masked import run_masked
 from airlock.sandbox._owner import remove_container
@@ -101,10 +101,10 @@ async def launch(
     labels: dict[str, str],
     socket_root: Path,
     inputs: tuple[RunInput, ...] = (),
-    run_waiting: bool = False,
+    warm_up: WarmUp = "first",
 ) -> Launched:
     """Start a container (with ``inputs`` mounted) and wait until its runner says hello;
-    ``run_waiting``: for a run that waits for it (its runner does not warm up first).
+    ``warm_up``: when its runner warms up (see :data:`WarmUp`).
 
     Raises:
         SocketPathTooLong: the socket's path under ``socket_root`` is too long to bind.
@@ -135,7 +135,7 @@ async def launch(
             socket_dir=socket_dir,
             labels=labels,
             inputs=inputs,
-            run_waiting=run_waiting,
+            warm_up=warm_up,
         )
         create = asyncio.ensure_future(
             on_engine_thread(_run_detached, client, config, unanswered.append)

@@ -11,11 +11,13 @@ Life of a runner (one per container, one program per runner):
    stdin, stdout and stderr at ``/dev/null`` and close every other descriptor but the
    bridge's: the container's own streams are drained by the engine, so a program that could
    still write to them would bypass the output cap at the engine's expense;
-2. warm up: import what a default profile allows (``airlock_wire.WARM_UP_IMPORTS``) and
-   what the image's manifest names (the data image: numpy, pandas, pyarrow, matplotlib; see
-   ``airlock_image``), then compile and run a small program through the exact path a real
-   one takes, so the first real run pays no first-time costs (not a base image's runner
-   started for a run already waiting, ``airlock_wire.RUN_WAITING``: no idle time to hide it);
+2. warm up (``airlock_warm_up``): import what a default profile allows
+   (``airlock_wire.WARM_UP_IMPORTS``) and what the image's manifest names (the data image:
+   numpy, pandas, pyarrow, matplotlib; see ``airlock_image``), then compile and run a small
+   program through the exact path a real one takes, so the first real run pays no first-time
+   costs (not a base image's runner started for a run already waiting,
+   ``airlock_wire.RUN_WAITING``, nor one the pool started while runs find it empty,
+   ``airlock_wire.WARM_WHEN_IDLE``, which warms up after ``hello`` once it has waited idle);
 3. send ``hello`` (protocol version, pid) and wait for one ``run`` frame;
 4. run the program with stdout/stderr captured at the file-descriptor level and capped (a
    program with top-level ``await`` runs on an event loop of its own), ended (exit) if the
@@ -57,7 +59,6 @@ if TYPE_CHECKING:
     from airlock.sandbox.guest import airlock_image as image
     from airlock.sandbox.guest import airlock_kept_program as kept_program  # noqa: F401
     from airlock.sandbox.guest import airlock_zygote as zygote  # noqa: F401
-    from airlock.sandbox.guest.airlock_asyncio import import_asyncio
     from airlock.sandbox.guest.airlock_bridge import Connection, Tools
     from airlock.sandbox.guest.airlock_confine import confine
     from airlock.sandbox.guest.airlock_errors import ERRORS, RunAborted, ToolError
@@ -88,6 +89,7 @@ if TYPE_CHECKING:
         usage,
     )
     from airlock.sandbox.guest.airlock_spare import ProgramStart
+    from airlock.sandbox.guest.airlock_warm_up import warm_up, warm_up_when_idle
 else:
     # The interpreter runs isolated (-I -S): nothing is on the path but the standard
     # library. The guest's modules (airlock_wire among them) and packages sit beside us.
@@ -96,7 +98,6 @@ else:
     import airlock_deadline as deadline
     import airlock_image as image
     import airlock_wire as wire
-    from airlock_asyncio import import_asyncio
     from airlock_bridge import Connection, Tools
     from airlock_confine import confine
     from airlock_errors import ERRORS, RunAborted, ToolError
@@ -122,6 +123,7 @@ else:
         too_large,
         usage,
     )
+    from airlock_warm_up import warm_up, warm_up_when_idle
 
 _OUTPUT_LIMIT = 1024 * 1024
 """Bytes of stdout and of stderr a program may write, unless its ``run`` frame says."""
@@ -309,38 +311,6 @@ def _finalize(
     return result
 
 
-_WARM_UP_PROGRAM = """
-import json, math, re, collections, itertools, functools, statistics, datetime, asyncio
-rows = [{"id": i, "total": i * 3} for i in range(50)]
-print(len(rows))
-json.dumps(sorted(rows, key=lambda r: -r["total"])[:3])
-"""
-
-
-def warm_up(allowed_imports: frozenset[str], image_imports: list[str] | None = None) -> None:
-    """Import ``allowed_imports`` and the image's own ``image_imports``, then run a small
-    program through the real path, in both modes (and, in an image with packages, one that
-    uses them, in full mode), and discard the results."""
-    import_asyncio()  # first: programs' "import asyncio" then finds it loaded without ssl
-    for name in sorted(allowed_imports):
-        __import__(name)
-    for name in image_imports or ():
-        __import__(name)
-    programs = [("restricted", _WARM_UP_PROGRAM), ("full", _WARM_UP_PROGRAM)]
-    if image_imports:
-        programs.append(("full", image.WARM_UP_DATA_PROGRAM))
-    for mode, program in programs:
-        execute(
-            {
-                "program": program,
-                "mode": mode,
-                "allowed_imports": sorted(allowed_imports),
-                "output_limit": 4096,
-            },
-            finish=lambda _result: None,
-        )
-
-
 def main(argv: list[str]) -> int:
     socket_path = argv[1] if len(argv) > 1 else f"{wire.SOCKET_DIR}/{wire.SOCKET_NAME}"
     os.environ.clear()
@@ -350,11 +320,14 @@ def main(argv: list[str]) -> int:
     image_imports = image.prepare(image.read_manifest(_GUEST_DIR, wire.IMAGE_MANIFEST))
     # An image's packages are imported here whatever comes: they read the environment,
     # which is emptied before any program runs.
-    warmed = wire.RUN_WAITING not in argv[2:] or bool(image_imports)
+    later = {wire.RUN_WAITING, wire.WARM_WHEN_IDLE} & set(argv[2:])
+    warmed = not later or bool(image_imports)
     if warmed:
-        warm_up(wire.WARM_UP_IMPORTS, image_imports)
+        warm_up(execute, wire.WARM_UP_IMPORTS, image_imports)
     image.settle()
     connection.send({"type": wire.HELLO, "version": wire.PROTOCOL_VERSION, "pid": os.getpid()})
+    if not warmed and wire.WARM_WHEN_IDLE in later:
+        warmed = warm_up_when_idle(connection, execute, wire.WARM_UP_IMPORTS)
     request = connection.recv()
     if request.get("type") != wire.RUN:
         return 3
@@ -371,8 +344,8 @@ def main(argv: list[str]) -> int:
             import airlock_kept_program as kept_program
             import airlock_zygote as zygote
         backstops.drop()  # the zygote ends its programs and itself
-        if not warmed:
-            warm_up(wire.WARM_UP_IMPORTS, image_imports)
+        if not warmed:  # its programs' processes fork from this one
+            warm_up(execute, wire.WARM_UP_IMPORTS)
         return zygote.serve(connection, socket_path, request, _run_kept, kept_program.prepare)
     # The second seccomp layer, before any of the program's code runs; no layer, no run.
     confine(request.get("mode"), refuse=finish)

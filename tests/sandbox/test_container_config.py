@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from airlock.bridge import ToolSession
-from airlock.bridge.airlock_wire import RUN_WAITING, SOCKET_NAME
+from airlock.bridge.airlock_wire import RUN_WAITING, SOCKET_NAME, WARM_WHEN_IDLE
 from airlock.policies import ContainerRuntime, SandboxProfile
 from airlock.sandbox import (
     UNKNOWN_DIGEST,
@@ -19,10 +19,12 @@ from airlock.sandbox import (
     read_image_digest,
     resolve_inputs,
 )
-from airlock.sandbox._hardening import GUEST_MOUNT, container_config
+from airlock.sandbox._hardening import GUEST_MOUNT, WarmUp, container_config
+from airlock.sandbox._pool import DEMAND_S
 from airlock.sandbox._users import FIRST_UID
 from tests.bridge.records import ALICE, GRANT, build_registry
 from tests.conftest import IMAGE, require_docker
+from tests.sandbox.guest_image import load_guest
 from tests.sandbox.runtimes import RUNTIMES, require_runtime
 
 
@@ -65,14 +67,15 @@ def test_config_carries_every_hardening_setting() -> None:
     assert "devices" not in config
 
 
-def test_only_a_container_started_for_a_waiting_run_tells_its_runner_so() -> None:
-    socket_path = f"{GUEST_MOUNT}/{SOCKET_NAME}"
-    pooled = container_config(SandboxProfile(), image="i", socket_dir=Path("/s"), labels={})
-    waited_for = container_config(
-        SandboxProfile(), image="i", socket_dir=Path("/s"), labels={}, run_waiting=True
+@pytest.mark.parametrize(
+    ("warm_up", "flags"),
+    [("first", []), ("when_idle", [WARM_WHEN_IDLE]), ("never", [RUN_WAITING])],
+)
+def test_a_container_tells_its_runner_when_to_warm_up(warm_up: WarmUp, flags: list[str]) -> None:
+    config = container_config(
+        SandboxProfile(), image="i", socket_dir=Path("/s"), labels={}, warm_up=warm_up
     )
-    assert pooled["command"] == [socket_path]
-    assert waited_for["command"] == [socket_path, RUN_WAITING]
+    assert config["command"] == [f"{GUEST_MOUNT}/{SOCKET_NAME}", *flags]
 
 
 @pytest.mark.docker
@@ -88,6 +91,27 @@ def test_a_pooled_runner_warms_up_and_one_started_for_a_waiting_run_does_not() -
 
     assert asyncio.run(warmed(1)) is True
     assert asyncio.run(warmed(0)) is False
+
+
+@pytest.mark.docker
+def test_a_container_the_pool_started_during_a_burst_is_warm_once_the_burst_is_over() -> None:
+    require_docker()
+    program = "import sys\n'asyncio' in sys.modules\n"
+    full = SandboxProfile(language_mode="full")
+
+    async def after_a_burst() -> list[object]:
+        async with DockerBackend(image=IMAGE, profile=full, pool_size=1) as backend:
+            await backend.pool.wait_ready(1, timeout=60)
+            # Two at once: the second finds the pool empty, so the refill does not warm up
+            # before it is ready...
+            burst = await asyncio.gather(backend.run(program), backend.run(program))
+            await backend.pool.wait_ready(1, timeout=60)
+            await asyncio.sleep(DEMAND_S + load_guest("airlock_warm_up").IDLE_MS / 1000 + 3.0)
+            # ...but once it has waited idle.
+            return [*(r.value for r in burst), (await backend.run(program)).value]
+
+    values = asyncio.run(after_a_burst())
+    assert values[2] is True, values
 
 
 # What a runner in the image does not import before a program that needs none of it: the

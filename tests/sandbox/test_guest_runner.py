@@ -12,6 +12,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from typing import Any
 import pytest
 
 from airlock.bridge import PROTOCOL_VERSION, program_error
-from airlock.bridge.airlock_wire import ERRORS, RUN_WAITING
+from airlock.bridge.airlock_wire import ERRORS, RUN_WAITING, WARM_WHEN_IDLE
 from airlock.policies import SandboxProfile
 from tests.bridge.error_examples import EXAMPLES
 from tests.sandbox.guest_image import RUNNER, load_guest, load_runner
@@ -31,6 +32,7 @@ Answer = Callable[[dict[str, Any]], dict[str, Any]]
 
 runner = load_runner()
 language = load_guest("airlock_language")
+warm_up = load_guest("airlock_warm_up")
 
 
 def run_in_process(
@@ -44,13 +46,16 @@ def run_in_process(
     hello: list[dict[str, Any]] | None = None,
     refused: list[str] | None = None,
     run_waiting: bool = False,
+    flags: tuple[str, ...] = (),
+    run_after_s: float = 0.0,
 ) -> dict[str, Any]:
     """Run the real runner as a child process connected over a Unix socket.
 
     The test plays the host: the run offers ``tools`` (each with one ``arg`` parameter),
     ``answer`` answers their calls, the runner's hello frame is appended to ``hello`` and the
     tool names it reports refused to ``refused``. ``run_waiting``: the runner is started as
-    for a run that waits for its container.
+    for a run that waits for its container; ``flags`` are more of the runner's arguments. The
+    run frame is sent ``run_after_s`` after the runner's hello.
     """
     with tempfile.TemporaryDirectory() as tmp:
         path = str(Path(tmp) / "bridge.sock")
@@ -58,7 +63,7 @@ def run_in_process(
         listener.bind(path)
         listener.listen(1)
         command = [sys.executable, "-I", str(RUNNER), path]
-        child = subprocess.Popen(command + [RUN_WAITING] * run_waiting, env={})
+        child = subprocess.Popen(command + [RUN_WAITING] * run_waiting + [*flags], env={})
         conn: socket.socket | None = None
         try:
             listener.settimeout(30)
@@ -78,6 +83,7 @@ def run_in_process(
             assert greeting["type"] == "hello"
             if hello is not None:
                 hello.append(greeting)
+            time.sleep(run_after_s)
             stubs = [{"name": name, "doc": "", "params": [{"name": "arg"}]} for name in tools]
             send(
                 {"type": "run", "program": program, "mode": mode,
@@ -224,7 +230,7 @@ def test_hello_carries_the_hosts_protocol_version() -> None:
 def test_the_warm_up_program_runs_with_the_warm_up_imports(mode: str) -> None:
     # A warm-up refused in restricted mode would warm nothing, silently.
     imports = load_guest("airlock_wire").WARM_UP_IMPORTS
-    result = run_in_process(runner._WARM_UP_PROGRAM, mode=mode, allowed_imports=imports)
+    result = run_in_process(warm_up.PROGRAM, mode=mode, allowed_imports=imports)
     assert result["status"] == "ok", result["error"]
     assert result["stdout"] == "50\n"
 
@@ -250,6 +256,49 @@ def test_a_runner_started_for_a_waiting_run_loads_only_what_it_needs() -> None:
 def test_a_runner_for_the_pool_warms_up_with_asyncio_and_without_ssl() -> None:
     result = run_in_process(LOADED.format(names=("asyncio", "ssl")), "full")
     assert result["value"] == ["asyncio"]
+
+
+def test_a_runner_the_pool_started_while_emptied_warms_up_only_once_idle() -> None:
+    # Taken half a second after its hello (in a burst, most are taken sooner), it has not
+    # begun to warm up (a warm-up begun 0.1 s after it made tight gVisor deadlines wait for
+    # asyncio's import) and loads only what its program needs...
+    soon = run_in_process(
+        LOADED.format(names=NOT_LOADED_FOR_ONE_PROGRAM),
+        "full",
+        flags=(WARM_WHEN_IDLE,),
+        run_after_s=0.5,
+    )
+    assert (soon["status"], soon["value"]) == ("ok", []), soon["error"]
+    # ...and once the burst is over, it warms up as a pooled runner does before its hello.
+    later = run_in_process(
+        LOADED.format(names=("asyncio", "ssl")),
+        "full",
+        flags=(WARM_WHEN_IDLE,),
+        run_after_s=warm_up.IDLE_MS / 1000 + 1.5,
+    )
+    assert later["value"] == ["asyncio"]
+
+
+@pytest.mark.parametrize(("run_comes", "warmed", "executed"), [
+    (False, True, ["restricted", "full"]),
+    (True, False, ["restricted"]),  # the run came while the first program warmed up
+])  # fmt: skip
+def test_a_warm_up_when_idle_stops_at_the_step_after_its_run_came(
+    run_comes: bool, warmed: bool, executed: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(warm_up, "IDLE_MS", 0)
+    modes: list[str] = []
+    host, guest = socket.socketpair()
+    with host, guest:
+
+        def execute(request: dict[str, Any], finish: Callable[..., object]) -> dict[str, Any]:
+            modes.append(request["mode"])
+            if run_comes:
+                host.send(b"r")
+            return {}
+
+        assert warm_up.warm_up_when_idle(guest, execute, ["json"]) is warmed
+    assert modes == executed
 
 
 AWAITING_PROGRAMS = {

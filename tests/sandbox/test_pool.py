@@ -8,15 +8,16 @@ from __future__ import annotations
 
 import asyncio
 import time
+from types import SimpleNamespace
 from typing import cast
 
 import pytest
 
-from airlock.sandbox import EngineUnavailable, ImageMissing, SandboxError, SandboxFailure
+from airlock.sandbox import EngineUnavailable, ImageMissing, SandboxError, SandboxFailure, _pool
 from airlock.sandbox._container import SandboxContainer
 from airlock.sandbox._errors import SandboxClosed, SocketPathTooLong
 from airlock.sandbox._inputs import InputRefused
-from airlock.sandbox._pool import WarmPool
+from airlock.sandbox._pool import DEMAND_S, WarmPool
 
 
 @pytest.fixture
@@ -36,14 +37,16 @@ class _Container:
 class _Starts:
     """Fails the first ``failures`` starts with ``error``, then starts containers."""
 
-    def __init__(self, error: SandboxError | InputRefused, failures: int) -> None:
+    def __init__(self, error: SandboxError | InputRefused | None = None, failures: int = 0) -> None:
         self.error = error
         self.failures = failures
         self.calls = 0
+        self.warm: list[bool] = []
 
-    async def __call__(self) -> SandboxContainer:
+    async def __call__(self, *, warm: bool) -> SandboxContainer:
         self.calls += 1
-        if self.calls <= self.failures:
+        self.warm.append(warm)
+        if self.error is not None and self.calls <= self.failures:
             raise self.error
         return cast(SandboxContainer, _Container())
 
@@ -99,4 +102,30 @@ async def test_a_retryable_failure_is_tried_again(error: SandboxError | InputRef
     pool = WarmPool(starts, size=1)
     await pool.wait_ready(1, timeout=5.0)
     assert (starts.calls, pool.ready, pool.stopped_by) == (2, 1, None)
+    await pool.close()
+
+
+@pytest.mark.anyio
+async def test_the_pool_warms_its_containers_unless_runs_find_it_empty(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    now = [1000.0]
+    # The pool's clock alone: the event loop's own goes on, so the waits below time out.
+    monkeypatch.setattr(_pool, "time", SimpleNamespace(monotonic=lambda: now[0]))
+    starts = _Starts()
+    pool = WarmPool(starts, size=1)
+    pool.fill()
+    await pool.wait_ready(1, timeout=5.0)
+    assert pool.take() is not None  # found: its refill warms up
+    await pool.wait_ready(1, timeout=5.0)
+    assert starts.warm == [True, True]
+    assert pool.take() is not None
+    assert pool.take() is None  # a run found it empty: the refill it began does not warm up
+    await pool.wait_ready(1, timeout=5.0)
+    assert pool.take() is not None  # within DEMAND_S of that: nor does the next
+    await pool.wait_ready(1, timeout=5.0)
+    now[0] += DEMAND_S
+    assert pool.take() is not None  # DEMAND_S later: warm again
+    await pool.wait_ready(1, timeout=5.0)
+    assert starts.warm == [True, True, False, False, True]
     await pool.close()
