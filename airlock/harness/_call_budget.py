@@ -100,13 +100,19 @@ class CallBudget:
         return self.meter.result_cap()
 
     def account(
-        self, result: ModelResult, *, keep: KeptNotes = nothing_kept, says: str = PROGRAM_KEPT
+        self,
+        result: ModelResult,
+        *,
+        keep: KeptNotes = nothing_kept,
+        says: str = PROGRAM_KEPT,
+        smaller: str | None = None,
     ) -> ModelResult:
         """``result`` as the model may be given it, counted against the byte budget.
 
-        Over the per-result cap: ``result_too_large`` (see :func:`sized`). What is left of
-        the session's bytes cannot hold it (or its refusal): ``limit_exceeded`` (limit
-        ``bytes``), which may take the count past the budget by itself, once. Once the
+        Over the per-result cap: ``result_too_large`` (see :func:`sized`; ``smaller`` says how
+        to make it smaller). What is left of the session's bytes cannot hold it (or its
+        refusal): ``limit_exceeded`` (limit ``bytes``), which may take the count past the
+        budget by itself, once. Once the
         bytes are used up: a short ``limit_exceeded``, counted as nothing (an application
         may poll :meth:`~airlock.Session.resume`: its answers must not grow the count).
         Each refusal keeps the notes of ``keep`` (``says`` tells what they are): the first
@@ -116,7 +122,7 @@ class CallBudget:
         left = meter.budget.bytes - meter.bytes
         if left <= 0:
             return self._used_up(result, keep, says)
-        answer = sized(result, meter.budget.result_bytes, keep=keep, says=says)
+        answer = sized(result, meter.budget.result_bytes, keep=keep, says=says, smaller=smaller)
         if byte_size(answer.content) > left:
             size = byte_size(result.content)
             said = meter.too_little_left_message(size)

@@ -20,6 +20,7 @@ from airlock.tools import LedgerError, ResultTooLargeError, ToolError
 __all__ = [
     "HARNESS_CODES",
     "PROGRAM_KEPT",
+    "PROGRAM_SMALLER",
     "HarnessCode",
     "KeptNotes",
     "byte_size",
@@ -115,6 +116,11 @@ PROGRAM_KEPT: Final = (
     "again for that"
 )
 """What a refusal that keeps a program's notes says of them."""
+PROGRAM_SMALLER: Final = (
+    "have the program return a summary, or fewer records and fields, and print less: what it "
+    "prints comes back too"
+)
+"""How a program's answer over the cap is made smaller (a tool's says: ask for less)."""
 
 
 def sized(
@@ -123,6 +129,7 @@ def sized(
     *,
     keep: KeptNotes = nothing_kept,
     says: str = PROGRAM_KEPT,
+    smaller: str | None = None,
 ) -> ModelResult:
     """``result`` when its content fits ``cap`` bytes; otherwise ``result_too_large`` with
     the size (never a silently cut result), which keeps ``result.artifacts``.
@@ -130,11 +137,13 @@ def sized(
     ``keep()`` are notes the refusal carries all the same (what a program proposed and the
     files it left exist whatever its value was; a write's preview waits whatever its answer
     was), most complete first: the first that fits ``cap``, else the last, which the caller
-    keeps small and bounded. ``says`` is what the refusal's message says of them."""
+    keeps small and bounded. ``says`` is what the refusal's message says of them; ``smaller``,
+    how to make the answer smaller (else a tool's advice: ask for less)."""
     size = byte_size(result.content)
     if size <= cap:
         return result
-    error = ResultTooLargeError(size_bytes=size, limit_bytes=cap)
+    said = smaller and f"the result is {size} bytes, over the {cap} byte limit; {smaller}"
+    error = ResultTooLargeError(said, size_bytes=size, limit_bytes=cap)
     refused = from_tool_error(error)
     fields = {"size_bytes": size, "limit_bytes": cap}
     refused = refusal(refused, keep, f"{error.message}; {says}", fields=fields, cap=cap)

@@ -63,6 +63,7 @@ from airlock.harness._paused import PausedWrites
 from airlock.harness._programs import SessionPrograms
 from airlock.harness._results import (
     PROGRAM_KEPT,
+    PROGRAM_SMALLER,
     KeptNotes,
     failure,
     from_ledger_error,
@@ -329,7 +330,8 @@ class Session(ApprovalPause):
         if withheld is not None:
             return self._calls.account(withheld)
         told = self._paused.with_settled(result, cap=self._calls.cap())
-        return self._calls.account(told, keep=keep, says=says)
+        smaller = PROGRAM_SMALLER if name == EXECUTE_CODE else None
+        return self._calls.account(told, keep=keep, says=says, smaller=smaller)
 
     async def close(self) -> None:
         """Release what the session holds (its kept container, in session mode). A call

@@ -122,6 +122,27 @@ def test_execute_code_describes_limits_and_what_a_program_cannot_do(world: World
         assert phrase in text
 
 
+@pytest.mark.parametrize(
+    ("call", "advice"),
+    [
+        (("execute_code", {"code": "pass"}), "print less: what it prints comes back too"),
+        (("billing_export_make", {"size": 600}), "ask for fewer records or narrower fields"),
+    ],
+    ids=["program", "tool"],
+)
+async def test_an_answer_over_the_cap_says_how_its_kind_is_made_smaller(
+    tmp_path: Path, call: tuple[str, dict[str, Any]], advice: str
+) -> None:
+    run = ok_result("x" * 300, stdout="y" * 300)  # neither alone over the cap
+    world = World(tmp_path, ScriptedBackend([run]), budget=Budget(result_bytes=512))
+    try:
+        result = await world.session().call(*call)
+    finally:
+        world.close()
+    assert result.code == "result_too_large", result.content
+    assert body(result)["message"].endswith(advice)
+
+
 def test_write_tool_is_listed_with_strict_schema_and_hints(world: World) -> None:
     tools = {t.name: t for t in world.session().tools()}
     refund = tools["billing_refund_create"]
