@@ -12,8 +12,8 @@ cancels them (a start removes what it created when cancelled).
 A container the pool starts warms up before it is ready, unless runs have found the pool empty
 within :data:`DEMAND_S`: its container is then taken as soon as it is ready, and a warm-up
 (about 37 ms of CPU, in the base image) would only compete with the runs in flight for a
-processor (``bench/throughput.py``: a new principal per run with a pool of 2 ran at the rate
-of no pool only without it). Such a container warms up once it has waited idle for a second
+processor (``bench/throughput.py``: with it, a new principal per run was slower with a pool
+of 2 than with none). Such a container warms up once it has waited idle for a second
 (``airlock_warm_up``), so the runs after the burst find it warm.
 """
 
