@@ -112,9 +112,9 @@ class CallBudget:
         Over the per-result cap: ``result_too_large`` (see :func:`sized`; ``smaller`` says how
         to make it smaller). What is left of the session's bytes cannot hold it (or its
         refusal): ``limit_exceeded`` (limit ``bytes``), which may take the count past the
-        budget by itself, once. Once the
-        bytes are used up: a short ``limit_exceeded``, counted as nothing (an application
-        may poll :meth:`~airlock.Session.resume`: its answers must not grow the count).
+        budget by itself, once. Once the bytes are used up: a short ``limit_exceeded``,
+        counted as nothing (an application may poll :meth:`~airlock.Session.resume`: its
+        answers must not grow the count).
         Each refusal keeps the notes of ``keep`` (``says`` tells what they are): the first
         that fits, else the last, which the caller keeps small and bounded; used up, the
         first within :data:`_SHORT` bytes, else the last."""

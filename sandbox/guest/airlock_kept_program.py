@@ -13,7 +13,6 @@ the run), and receives its ``run`` frame on its connection, adds its mode's laye
 from __future__ import annotations
 
 import os
-import select
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +27,7 @@ if TYPE_CHECKING:
     from airlock.sandbox.guest.airlock_language import compile_program
     from airlock.sandbox.guest.airlock_output import StreamCapture
     from airlock.sandbox.guest.airlock_spare import ProgramStart
+    from airlock.sandbox.guest.airlock_warm_up import readable
 else:
     import airlock_artifacts as artifacts
     import airlock_clearing as clearing
@@ -38,6 +38,7 @@ else:
     from airlock_kept_file import clear_way
     from airlock_language import compile_program
     from airlock_output import StreamCapture
+    from airlock_warm_up import readable
 
 Execute = Callable[..., dict[str, Any]]
 """The runner's ``execute(request, finish, tools, kept, captures)``."""
@@ -83,9 +84,9 @@ def run(
     # waits less for this process than for its warm-up), and the predecessor's result may
     # still be on its way to the caller (a warm-up would compete with it for a processor).
     mode = "full" if ahead.get("mode") == "full" else "restricted"
-    if not _readable(connection, _PROGRAM_SOON_MS):
+    if not readable(connection, _PROGRAM_SOON_MS):
         compile_program(_WARM_UP, mode, wire.WARM_UP_IMPORTS)
-    if not _readable(connection, 0):
+    if not readable(connection, 0):
         warm = {
             "program": _WARM_UP,
             "mode": mode,
@@ -123,13 +124,6 @@ def _own_null() -> None:
             os.dup2(null, fd)
     finally:
         os.close(null)
-
-
-def _readable(connection: Connection, wait_ms: int) -> bool:
-    """Whether the host has sent something on ``connection``, within ``wait_ms``."""
-    waiting = select.poll()  # poll, not select: gVisor refuses select() to the runner
-    waiting.register(connection.fileno(), select.POLLIN)
-    return bool(waiting.poll(wait_ms))
 
 
 __all__ = ["SCRATCH", "Execute", "prepare", "run"]

@@ -61,16 +61,16 @@ def warm_up_when_idle(
 ) -> bool:
     """:func:`warm_up` (no image packages) once nothing has come on ``connection`` for
     :data:`IDLE_MS`, step by step until something comes; whether it warmed up all the way."""
-    if _readable(connection, IDLE_MS):
+    if readable(connection, IDLE_MS):
         return False
     for step in _steps(execute, allowed_imports, ()):
-        if _readable(connection, 0):
+        if readable(connection, 0):
             return False
         step()
     return True
 
 
-def _readable(connection: Connection, wait_ms: int) -> bool:
+def readable(connection: Connection, wait_ms: int) -> bool:
     """Whether the host has sent something on ``connection`` (or hung up) within ``wait_ms``."""
     waiting = select.poll()  # poll, not select: gVisor refuses select() to the runner
     waiting.register(connection.fileno(), select.POLLIN)
@@ -104,4 +104,4 @@ def _running(execute: Execute, request: dict[str, Any]) -> Callable[[], object]:
     return lambda: execute(request, finish=lambda _result: None)
 
 
-__all__ = ["IDLE_MS", "PROGRAM", "warm_up", "warm_up_when_idle"]
+__all__ = ["IDLE_MS", "PROGRAM", "readable", "warm_up", "warm_up_when_idle"]
