@@ -150,9 +150,10 @@ class ProgramLinks:
     :meth:`prepare` sends the runner (on its ``control`` connection) the next program's
     one-time token, with what the host expects of that program (``keep``, and the language
     ``mode``, which its process warms up), and accepts in the background the connection that
-    process opens with the token. The runner ends what the previous program left as soon as
-    its process exits, forks the next process when the token comes (sent once the previous
-    result has been handed on) and says ``hello`` for it, so a run (:meth:`take`) finds it
+    process opens with the token. When the token comes (sent once the previous result has
+    been handed on), the runner ends what the previous program left (its process, having
+    reported, waits for that; one that exited without reporting was cleared after at once),
+    forks the next process and says ``hello`` for it, so a run (:meth:`take`) finds it
     connected, checked and warm. It watches ``control`` for the runner's end, without
     reading it. ``on_ready`` is called as each program's connection comes, before its run
     takes it (between programs, off the run's path).

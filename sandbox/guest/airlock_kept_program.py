@@ -8,11 +8,13 @@ stdout and stderr and reads what the earlier programs kept (``airlock_kept``). O
 zygote has said ``hello`` for it, it waits a moment for its program, then warms up (a fresh
 process pays for its first touch of each page it shares with the zygote: here, rather than in
 the run), and receives its ``run`` frame on its connection, adds its mode's layer and runs it.
+Once it has reported, it waits for the zygote to end it (:func:`_wait_to_be_ended`).
 """
 
 from __future__ import annotations
 
 import os
+import select
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -110,7 +112,23 @@ def run(
     tools = Tools(connection, request.get("tools") or [])
     result = execute(request, finish, tools, kept, captures)
     artifacts.deliver(connection.send, request, result)
-    finish(result)
+    connection.send({"type": wire.DONE, "result": result})
+    _wait_to_be_ended()
+
+
+def _wait_to_be_ended() -> None:
+    """Stay, once the program has reported, until the zygote ends this process: when it
+    clears the container for the next program (whose token the host sends once it has
+    handed this result on), or by the program's deadline. Exiting now would tear down this
+    process's memory and wake the zygote to clear the container, each on a processor the
+    host needs to take the result: on a loaded machine, that was half of a warm run. What
+    the program left running runs on until then, as its child processes did already (the
+    host reads nothing more on this connection)."""
+    try:
+        while True:
+            select.poll().poll()  # (no descriptor: only a signal wakes it)
+    finally:
+        os._exit(0)  # a handler of the program's raised
 
 
 def _own_null() -> None:

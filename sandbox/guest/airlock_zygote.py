@@ -29,8 +29,11 @@ how the next result is sent. So the runner, once warm, becomes a *zygote*:
    and starts capturing its output; then it receives its ``run`` frame (the program) on its
    own connection, tells the zygote that its program came and by when it must end (the
    ``run`` frame's ``deadline_s``, ``airlock_deadline``), adds its mode's layer and runs the
-   program; the host closes the connection after ``done``. A program still running by then
-   (its host killed or stuck) is ended with whatever it started, as one that exited.
+   program; the host closes the connection after ``done``. A process that reported does not
+   exit (its exit, and the clearing it would wake, would compete with the host's taking of
+   the result for a processor): the next frame's clearing ends it with whatever it started.
+   One that exits (its program did not report) is cleared after at once, and one still
+   running at its deadline (its host killed or stuck) is ended then, as one that exited.
 
 The zygote is the container's init (pid 1): no program can signal it away, and every orphan
 becomes its child, to be reaped. It is not dumpable, so no other process of the same user
@@ -206,8 +209,9 @@ def serve(
     holds nothing but the next program's process, forked after every other process was ended
     and ``before_program(ahead)`` prepared the container, and say ``hello`` with the token on
     its connection. That process runs ``run_program`` (see :data:`RunProgram`) and receives
-    its program on the connection. Whatever a program left is ended as soon as its process
-    exits; the next process is forked when the next frame comes. Returns the runner's exit
+    its program on the connection. Whatever a program left is ended when the next frame
+    comes (a process that reported waits for that), or sooner: once its process exits, or
+    its deadline passes; the next process is forked then. Returns the runner's exit
     status once the host closes ``control`` (0), or when the container could not be cleared
     (5) or the frame holds no token (3)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -266,10 +270,10 @@ def serve(
             if not isinstance(event, str):
                 request = event
                 break
-            # The program's process exited, or its deadline passed (a host killed or stuck
-            # ends nothing): end whatever it left now. The next process is forked when its
-            # token comes: the host sends it once it has handed on this program's result,
-            # which a fork would compete with for a processor.
+            # The program's process exited without reporting, or its deadline passed (a host
+            # killed or stuck ends nothing): end whatever it left now. The next process is
+            # forked when its token comes: the host sends it once it has handed on this
+            # program's result, which a fork would compete with for a processor.
             if running is not None:
                 running.countdown.close()
                 running = None

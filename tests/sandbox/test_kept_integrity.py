@@ -367,6 +367,46 @@ async def test_kept_names_come_back_and_patches_do_not(backend: DockerBackend) -
     assert (second.status, second.value) == ("ok", [3, "1", "file", False, False, 4.0, 2]), second
 
 
+_PID_AND_START = (
+    "import os\n[os.getpid(), int(open('/proc/self/stat').read().rsplit(')', 1)[1].split()[19])]"
+)
+"""A program that answers its process's pid and start time (clock ticks)."""
+
+
+@pytest.mark.docker
+@pytest.mark.anyio
+async def test_a_program_that_reported_is_ended_once_the_next_ones_token_comes(
+    backend: DockerBackend,
+) -> None:
+    """Its process stays while the host takes its result (its exit, and the clearing that
+    would wake, compete with that for a processor), with what it left running; the next
+    program's token, sent once the result was handed on, ends them all."""
+    kept = backend.keep(ALICE, idle_timeout=60)
+    try:
+        first = await kept.run(
+            "import os, threading, time\n"
+            "threading.Thread(target=time.sleep, args=(3600,), daemon=True).start()\n"
+            "os.getpid()"
+        )
+        container = kept._container
+        assert container is not None
+        # Without yielding to the loop: the host sends the next token in its next turn.
+        time.sleep(0.3)
+        held = _pids(container.id)
+        second = await kept.run(_PID_AND_START)
+        await _only_the_runner(kept, since=second.value[1])
+        after = await asyncio.to_thread(_pids, container.id)
+    finally:
+        await kept.close()
+    assert first.status == "ok", first
+    assert [threads for pid, threads, _, _ in held if pid == first.value] == [NEXT_THREADS + 1], (
+        held
+    )
+    assert second.status == "ok", second
+    assert first.value != second.value[0]
+    assert first.value not in [pid for pid, *_ in after], after
+
+
 @pytest.mark.docker
 @pytest.mark.anyio
 async def test_a_program_that_stops_reading_holds_up_neither_the_next_nor_close(
