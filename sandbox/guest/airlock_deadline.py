@@ -42,6 +42,10 @@ _LONGEST_S = 10.0**8
 """Longer than any deadline (and than ``faulthandler`` takes)."""
 _REPORT = struct.Struct("<d")
 """A kept program's deadline on its pipe to the zygote: seconds, one write (atomic)."""
+REPORTED_GRACE_S = 0.01
+"""How long after a kept program's process stopped itself, having reported, the zygote ends
+it and what the program left, if the host's next token has not come first (it comes once
+the host has handed the result on: well within this, unless the host is held up)."""
 
 
 def _seconds(value: object) -> float | None:
@@ -159,13 +163,20 @@ class Countdown:
         if len(data) == _REPORT.size:
             (seconds,) = _REPORT.unpack(data)
             if _seconds(seconds) is not None:  # (neither NaN nor infinite)
-                self.ends_at = time.monotonic() + seconds
+                ends_at = time.monotonic() + seconds
+                self.ends_at = ends_at if self.ends_at is None else min(self.ends_at, ends_at)
 
     def wait_ms(self) -> int:
         """How long the zygote may wait before it ends the program (``-1``: no deadline)."""
         if self.ends_at is None:
             return -1
         return max(int((self.ends_at - time.monotonic()) * 1000) + 1, 0)
+
+    def reported(self) -> None:
+        """The program's process reported and stopped: the program ends within
+        :data:`REPORTED_GRACE_S` (never later than its deadline)."""
+        soon = time.monotonic() + REPORTED_GRACE_S
+        self.ends_at = soon if self.ends_at is None else min(self.ends_at, soon)
 
     @property
     def passed(self) -> bool:
@@ -179,4 +190,4 @@ class Countdown:
             os.close(pipe)
 
 
-__all__ = ["Backstops", "Countdown", "report"]
+__all__ = ["REPORTED_GRACE_S", "Backstops", "Countdown", "report"]

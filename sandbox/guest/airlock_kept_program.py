@@ -14,7 +14,7 @@ Once it has reported, it waits for the zygote to end it (:func:`_wait_to_be_ende
 from __future__ import annotations
 
 import os
-import select
+import signal
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -117,18 +117,18 @@ def run(
 
 
 def _wait_to_be_ended() -> None:
-    """Stay, once the program has reported, until the zygote ends this process: when it
-    clears the container for the next program (whose token the host sends once it has
-    handed this result on), or by the program's deadline. Exiting now would tear down this
-    process's memory and wake the zygote to clear the container, each on a processor the
-    host needs to take the result: on a loaded machine, that was half of a warm run. What
-    the program left running runs on until then, as its child processes did already (the
-    host reads nothing more on this connection)."""
+    """Stop, once the program has reported, until the zygote ends this process. Stopped (every
+    thread of it), nothing the program left in this process runs on; the zygote, woken by
+    the stop, ends the process and what the program left elsewhere when the next token comes
+    (the host sends it once it has handed this result on), and ``REPORTED_GRACE_S``
+    (``airlock_deadline``) after the stop at the latest. Exiting now instead would tear down
+    this process's memory, and the zygote clear the container, each on a processor the host
+    needs to take the result: on a loaded machine, that was half of a warm run."""
     try:
-        while True:
-            select.poll().poll()  # (no descriptor: only a signal wakes it)
+        while True:  # (continued by a process the program left: stopped again)
+            os.kill(os.getpid(), signal.SIGSTOP)
     finally:
-        os._exit(0)  # a handler of the program's raised
+        os._exit(0)  # the stop was refused, or a handler of the program's raised
 
 
 def _own_null() -> None:

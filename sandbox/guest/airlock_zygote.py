@@ -31,9 +31,11 @@ how the next result is sent. So the runner, once warm, becomes a *zygote*:
    ``run`` frame's ``deadline_s``, ``airlock_deadline``), adds its mode's layer and runs the
    program; the host closes the connection after ``done``. A process that reported does not
    exit (its exit, and the clearing it would wake, would compete with the host's taking of
-   the result for a processor): the next frame's clearing ends it with whatever it started.
-   One that exits (its program did not report) is cleared after at once, and one still
-   running at its deadline (its host killed or stuck) is ended then, as one that exited.
+   the result for a processor): it stops itself, every thread of it, and the next frame's
+   clearing ends it with whatever it started, or ``REPORTED_GRACE_S`` (``airlock_deadline``)
+   after its stop at the latest. One that exits (its program did not report) is cleared
+   after at once, and one still running at its deadline (its host killed or stuck) is ended
+   then, as one that exited.
 
 The zygote is the container's init (pid 1): no program can signal it away, and every orphan
 becomes its child, to be reaped. It is not dumpable, so no other process of the same user
@@ -209,9 +211,10 @@ def serve(
     holds nothing but the next program's process, forked after every other process was ended
     and ``before_program(ahead)`` prepared the container, and say ``hello`` with the token on
     its connection. That process runs ``run_program`` (see :data:`RunProgram`) and receives
-    its program on the connection. Whatever a program left is ended when the next frame
-    comes (a process that reported waits for that), or sooner: once its process exits, or
-    its deadline passes; the next process is forked then. Returns the runner's exit
+    its program on the connection. Whatever a program left is ended once its process exits,
+    or its deadline passes, or the next frame comes, or a moment after its process stopped
+    itself, having reported (it waits for one of these); the next process is forked when
+    the next frame comes. Returns the runner's exit
     status once the host closes ``control`` (0), or when the container could not be cleared
     (5) or the frame holds no token (3)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -271,7 +274,8 @@ def serve(
                 request = event
                 break
             # The program's process exited without reporting, or its deadline passed (a host
-            # killed or stuck ends nothing): end whatever it left now. The next process is
+            # killed or stuck ends nothing; a process that reported stopped itself, and its
+            # deadline is a moment after): end whatever it left now. The next process is
             # forked when its token comes: the host sends it once it has handed on this
             # program's result, which a fork would compete with for a processor.
             if running is not None:
@@ -293,7 +297,8 @@ def _next_event(
     """What happens next: the process of the program ``running`` exited (``"exited"``) or
     its program's deadline passed (``"overdue"``), or the next ``run`` frame came (the
     frame); ``None`` when the host closed ``control`` or sent anything else. Children are
-    reaped meanwhile, and the program's report of its deadline is read as it comes."""
+    reaped meanwhile, the program's report of its deadline is read as it comes, and its
+    process's stop (it reported) brings its deadline near."""
     # poll, not select: gVisor refuses select() to this process.
     waiting = select.poll()
     waiting.register(control.fileno(), select.POLLIN)
@@ -318,8 +323,14 @@ def _next_event(
                 return "overdue"
         if wake in ready:
             _drain(wake)
-            if running is not None and _exited(running.pid):
-                return "exited"
+            if running is not None:
+                state = _state(running.pid)
+                if state == "exited":
+                    return "exited"
+                if state == "stopped" and countdown is not None:
+                    # It reported and stopped itself (airlock_kept_program): ended soon,
+                    # when the host's next token comes, and at the latest by then.
+                    countdown.reported()
             _reap()
         if control.fileno() in ready:
             try:
@@ -331,12 +342,16 @@ def _next_event(
             return request
 
 
-def _exited(child: int) -> bool:
+def _state(child: int) -> str | None:
+    """``"exited"`` (reaped now, or gone), ``"stopped"`` (a stop not seen before), or
+    ``None`` (running, or a stop seen already)."""
     try:
-        done, _ = os.waitpid(child, os.WNOHANG)
+        pid, status = os.waitpid(child, os.WNOHANG | os.WUNTRACED)
     except ChildProcessError:
-        return True
-    return done == child
+        return "exited"
+    if pid != child:
+        return None
+    return "stopped" if os.WIFSTOPPED(status) else "exited"
 
 
 __all__ = ["clear_processes", "other_processes", "serve"]

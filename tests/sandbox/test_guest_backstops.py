@@ -176,3 +176,32 @@ def test_a_kept_programs_deadline_passes() -> None:
     countdown.read()
     time.sleep(0.06)
     assert (countdown.passed, countdown.wait_ms()) == (True, 0)
+
+
+# (case, the deadline_s reported, whether the process stopped before the report was read)
+STOPS = [
+    ("after_the_report", 30.0, False),
+    ("before_the_report", 30.0, True),
+    ("no_deadline", None, False),
+    ("deadline_sooner", 0.001, False),
+]
+
+
+@pytest.mark.parametrize(("case", "deadline_s", "stopped_first"), STOPS, ids=[r[0] for r in STOPS])
+def test_a_kept_program_that_reported_ends_a_moment_later_never_past_its_deadline(
+    case: str, deadline_s: float | None, stopped_first: bool
+) -> None:
+    read_end, write_end = os.pipe()
+    countdown = deadline.Countdown(read_end)
+    deadline.report(write_end, deadline_s)
+    if stopped_first:
+        countdown.reported()
+        countdown.read()
+    else:
+        countdown.read()
+        countdown.reported()
+    assert countdown.ends_at is not None
+    assert countdown.ends_at <= time.monotonic() + deadline.REPORTED_GRACE_S
+    if deadline_s is not None:  # never past its deadline
+        assert countdown.ends_at <= time.monotonic() + deadline_s
+    assert 0 <= countdown.wait_ms() <= deadline.REPORTED_GRACE_S * 1000 + 1
