@@ -152,11 +152,11 @@ class ProgramLinks:
     ``mode``, which its process warms up), and accepts in the background the connection that
     process opens with the token. When the token comes (sent once the previous result has
     been handed on), the runner ends what the previous program left (its process, having
-    reported, waits for that; one that exited without reporting was cleared after at once),
-    forks the next process and says ``hello`` for it, so a run (:meth:`take`) finds it
-    connected, checked and warm. It watches ``control`` for the runner's end, without
-    reading it. ``on_ready`` is called as each program's connection comes, before its run
-    takes it (between programs, off the run's path).
+    reported, stopped itself to wait for that, or for 10 ms at most; one that exited without
+    reporting was cleared after at once), forks the next process and says ``hello`` for it,
+    so a run (:meth:`take`) finds it connected, checked and warm. It watches ``control`` for
+    the runner's end, without reading it. ``on_ready`` is called as each program's
+    connection comes, before its run takes it (between programs, off the run's path).
     """
 
     def __init__(

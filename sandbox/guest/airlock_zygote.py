@@ -213,10 +213,9 @@ def serve(
     its connection. That process runs ``run_program`` (see :data:`RunProgram`) and receives
     its program on the connection. Whatever a program left is ended once its process exits,
     or its deadline passes, or the next frame comes, or a moment after its process stopped
-    itself, having reported (it waits for one of these); the next process is forked when
-    the next frame comes. Returns the runner's exit
-    status once the host closes ``control`` (0), or when the container could not be cleared
-    (5) or the frame holds no token (3)."""
+    itself, having reported; the next process is forked when the next frame comes. Returns
+    the runner's exit status once the host closes ``control`` (0), or when the container
+    could not be cleared (5) or the frame holds no token (3)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _not_dumpable()
     wake = os.pipe()
@@ -328,8 +327,8 @@ def _next_event(
                 if state == "exited":
                     return "exited"
                 if state == "stopped" and countdown is not None:
-                    # It reported and stopped itself (airlock_kept_program): ended soon,
-                    # when the host's next token comes, and at the latest by then.
+                    # It reported and stopped itself (airlock_kept_program): ended when
+                    # the host's next token comes, or REPORTED_GRACE_S from now at the latest.
                     countdown.reported()
             _reap()
         if control.fileno() in ready:
