@@ -33,6 +33,7 @@ from airlock.sandbox._engine import (
 from airlock.sandbox._errors import (
     EngineUnavailable,
     ImageMissing,
+    RunnerExited,
     SandboxClosed,
     SandboxError,
     SandboxFailure,
@@ -99,6 +100,7 @@ __all__ = [
     "RunInput",
     "RunResult",
     "RunStatus",
+    "RunnerExited",
     "SandboxBackend",
     "SandboxClosed",
     "SandboxError",

@@ -11,6 +11,8 @@
             │                      (retryable)
             ├── SandboxRefused     the engine refused the container's settings as invalid
             │                      (every start would be refused the same)
+            ├── RunnerExited       a kept container's runner was gone before the program
+            │                      reached it (a kept sandbox starts another for it)
             └── StartTimedOut      no container was ready within the run's deadline
                                    (retryable)
 
@@ -31,6 +33,7 @@ from airlock.policies import AirlockError
 __all__ = [
     "EngineUnavailable",
     "ImageMissing",
+    "RunnerExited",
     "SandboxClosed",
     "SandboxError",
     "SandboxFailure",
@@ -96,6 +99,15 @@ class SandboxFailure(SandboxError):
 
     code = "sandbox_failure"
     retryable = True
+
+
+class RunnerExited(SandboxFailure):
+    """A kept container's runner exited before it opened the program's connection: the
+    program never reached the container (a :class:`~airlock.sandbox.KeptSandbox` runs it in
+    a new one; the state kept in this one is gone). Raised when that new one's runner did
+    the same; a retry starts another."""
+
+    code = "sandbox_runner_exited"
 
 
 class SandboxRefused(SandboxFailure):

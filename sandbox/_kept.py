@@ -10,7 +10,8 @@ or imported modules (the guest's ``airlock_kept`` says exactly which).
 
 The container goes away after ``idle_timeout`` seconds without a program, after a program hits
 a limit or breaks the protocol, and on :meth:`close`; the next program then starts a new
-container with empty state, and :attr:`starts` counts up. Every wait is bounded: a program
+container with empty state, and :attr:`starts` counts up. So does a program that finds the
+container ended since the last one (its runner gone before the program reached it). Every wait is bounded: a program
 waiting for the one before it counts that wait against its own deadline, and :meth:`close`
 does not wait for a program in flight: it removes the container under it, and that
 program's run, and any waiting for it, raise :class:`SandboxClosed` within a bounded time.
@@ -30,7 +31,7 @@ from airlock.bridge import ToolSession
 from airlock.policies import Principal, SandboxProfile, UsageError
 from airlock.sandbox._closing import cut_off_by_close, destroy
 from airlock.sandbox._container import LEAST_LEFT_S, SandboxContainer
-from airlock.sandbox._errors import SandboxClosed, SandboxFailure
+from airlock.sandbox._errors import RunnerExited, SandboxClosed, SandboxFailure
 from airlock.sandbox._program_size import refuse_oversized
 from airlock.sandbox._result import ProgramError, RunResult
 
@@ -196,44 +197,38 @@ class KeptSandbox:
         if container is not None and not container.alive:
             self._drop_later()
             container = None
-        if container is None:
-            waited = time.perf_counter() - began
-            if profile.timeout_s - waited < LEAST_LEFT_S:  # no container starts that fast
-                return _timed_out(
-                    f"this program's deadline of {profile.timeout_s:g} s was over before "
-                    "a container could start for it; it did not run",
-                    waited,
+        kept_one = container is not None
+        while True:
+            if container is None:
+                started = await self._start_for(profile, began)
+                if isinstance(started, RunResult):
+                    return started
+                container = started
+            try:
+                result = await container.run(
+                    program,
+                    profile=profile,
+                    pooled=False,
+                    tools=tools,
+                    keep=True,
+                    clean=self.clean,
+                    artifacts=artifacts,
+                    began=began,  # waiting for the one before and for a start counts against it
                 )
-            # Waited for by what is left of this run's deadline, not by the kept profile's:
-            # the harness shortens a run's to what its session has left.
-            left_s = {"timeout_s": profile.timeout_s - waited}
-            container = await self._start(self.profile.model_copy(update=left_s))
-            if self._closed:
-                # close() came during the start (which may take many seconds) and found
-                # no container to remove: this one is nobody's, and nothing runs in it.
-                # Removed off the run's path (close() waits for it): the run returns by
-                # its deadline, and releases the lock close() waits for, at once.
-                self._remove_later(container)
-                raise self._cut_off("while its container started")
-            self._container = container
-            self.starts += 1
-        try:
-            result = await container.run(
-                program,
-                profile=profile,
-                pooled=False,
-                tools=tools,
-                keep=True,
-                clean=self.clean,
-                artifacts=artifacts,
-                began=began,  # waiting for the one before and for a start count against it
-            )
-        except BaseException:
-            if self._closed:
-                self._removed_by_close(container)
-            else:
+            except RunnerExited:
+                if self._closed or not kept_one:
+                    self._ended_under(container)
+                    raise
+                # The container ended between programs (under gVisor, what the one before
+                # left can run it out of memory): this program never reached it, and runs
+                # in a new one.
                 self._drop_later()
-            raise
+                container, kept_one = None, False
+                continue
+            except BaseException:
+                self._ended_under(container)
+                raise
+            break
         died = result.error is not None and result.error.type == "RunnerDied"
         if self._closed:
             # The conversation is over, no idle timer may keep it.
@@ -243,6 +238,40 @@ class KeptSandbox:
         else:
             self._timer = asyncio.get_running_loop().call_later(self.idle_timeout, self._expire)
         return result.model_copy(update={"duration_s": time.perf_counter() - began})
+
+    async def _start_for(
+        self, profile: SandboxProfile, began: float
+    ) -> SandboxContainer | RunResult:
+        """A new container for the run that ``began`` (a ``time.perf_counter()``), within
+        what is left of its deadline; the run's result when too little is left."""
+        waited = time.perf_counter() - began
+        if profile.timeout_s - waited < LEAST_LEFT_S:  # no container starts that fast
+            return _timed_out(
+                f"this program's deadline of {profile.timeout_s:g} s was over before "
+                "a container could start for it; it did not run",
+                waited,
+            )
+        # Waited for by what is left of this run's deadline, not by the kept profile's:
+        # the harness shortens a run's to what its session has left.
+        left_s = {"timeout_s": profile.timeout_s - waited}
+        container = await self._start(self.profile.model_copy(update=left_s))
+        if self._closed:
+            # close() came during the start (which may take many seconds) and found
+            # no container to remove: this one is nobody's, and nothing runs in it.
+            # Removed off the run's path (close() waits for it): the run returns by
+            # its deadline, and releases the lock close() waits for, at once.
+            self._remove_later(container)
+            raise self._cut_off("while its container started")
+        self._container = container
+        self.starts += 1
+        return container
+
+    def _ended_under(self, container: SandboxContainer) -> None:
+        """After a run that raised: the container goes (close's removal of it, if closed)."""
+        if self._closed:
+            self._removed_by_close(container)
+        else:
+            self._drop_later()
 
     def _cancel_timer(self) -> None:
         if self._timer is not None:

@@ -28,7 +28,7 @@ from docker.models.containers import Container
 from airlock.bridge import FrameError, RunEnd, ToolSession, encode_frame, read_frame
 from airlock.bridge import airlock_wire as wire
 from airlock.sandbox._engine_thread import on_engine_thread
-from airlock.sandbox._errors import SandboxFailure, map_docker_errors
+from airlock.sandbox._errors import RunnerExited, SandboxFailure, map_docker_errors
 from airlock.sandbox._runtime import is_runner_peer
 
 __all__ = [
@@ -228,7 +228,7 @@ class ProgramLinks:
         program in flight until :meth:`release`.
 
         Raises:
-            SandboxFailure: the runner ended its control connection before the connection
+            RunnerExited: the runner ended its control connection before the connection
                 came (it exited: the container is of no further use).
         """
         ahead, self._next = self._next, None
@@ -252,7 +252,7 @@ class ProgramLinks:
                 # An exited runner opens no connection: waiting on would only use up the
                 # run's deadline.
                 _discard(ahead)
-                raise SandboxFailure(
+                raise RunnerExited(
                     f"the kept runner of container {self._container_id[:12]!r} exited before "
                     "it opened the program's connection (it could not end the previous "
                     "program's processes, or it was killed); the next run starts a new container"
@@ -280,7 +280,7 @@ class ProgramLinks:
         program's in the loop's next turn (unless a run comes first and does).
 
         Raises:
-            SandboxFailure: the runner exited before the program's connection came.
+            RunnerExited: the runner exited before the program's connection came.
         """
         self._cancel_soon()  # this run prepares its process itself, now
         self.prepare(keep=keep, mode=mode)  # the container's first program

@@ -18,6 +18,7 @@ import airlock.sandbox
 from airlock.sandbox import (
     EngineUnavailable,
     ImageMissing,
+    RunnerExited,
     SandboxError,
     SandboxFailure,
     SandboxRefused,
@@ -78,6 +79,7 @@ CODES = {
     ImageMissing: ("sandbox_image_missing", False),
     SandboxFailure: ("sandbox_failure", True),
     SandboxRefused: ("sandbox_refused", False),
+    RunnerExited: ("sandbox_runner_exited", True),
 }
 
 

@@ -411,6 +411,27 @@ async def test_what_a_program_left_stops_when_it_reports_whatever_the_host_does(
 
 @pytest.mark.docker
 @pytest.mark.anyio
+async def test_a_program_that_finds_its_container_ended_since_the_last_runs_in_a_new_one(
+    backend: DockerBackend,
+) -> None:
+    """The container ended between programs, and the host has not seen it yet (its loop
+    held up): the next program never reached it, and runs in a new container."""
+    kept = backend.keep(ALICE, idle_timeout=60)
+    try:
+        first = await kept.run("n = 1\n'first'")
+        container = kept._container
+        assert container is not None
+        docker.from_env().api.kill(container.id)  # (a blocking call: the loop sees nothing)
+        time.sleep(0.5)
+        second = await kept.run("'n' in globals()")
+    finally:
+        await kept.close()
+    assert first.status == "ok", first
+    assert (second.status, second.value, kept.starts) == ("ok", False, 2), second
+
+
+@pytest.mark.docker
+@pytest.mark.anyio
 async def test_a_program_that_stops_reading_holds_up_neither_the_next_nor_close(
     backend: DockerBackend,
 ) -> None:

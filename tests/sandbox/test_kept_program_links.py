@@ -191,4 +191,4 @@ async def test_a_runner_that_exits_fails_the_wait_at_once_with_a_typed_error(whe
     assert took < 1.0, took
     assert "exited" in str(raised.value), raised.value
     assert "'c0ffee'" in str(raised.value), raised.value
-    assert (raised.value.code, raised.value.retryable) == ("sandbox_failure", True)
+    assert (raised.value.code, raised.value.retryable) == ("sandbox_runner_exited", True)

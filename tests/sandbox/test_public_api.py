@@ -36,6 +36,7 @@ PUBLIC_API = [
     "RunInput",
     "RunResult",
     "RunStatus",
+    "RunnerExited",
     "SandboxBackend",
     "SandboxClosed",
     "SandboxError",
