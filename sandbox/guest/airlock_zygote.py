@@ -329,6 +329,8 @@ def _next_event(
                 if state == "stopped" and countdown is not None:
                     # It reported and stopped itself (airlock_kept_program): ended when
                     # the host's next token comes, or REPORTED_GRACE_S from now at the latest.
+                    # (A program that stops its own process before it reports is taken at its
+                    # word: ended too, its run told its process ended before it reported.)
                     countdown.reported()
             _reap()
         if control.fileno() in ready:
