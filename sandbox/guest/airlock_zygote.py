@@ -344,15 +344,16 @@ def _next_event(
 
 
 def _state(child: int) -> str | None:
-    """``"exited"`` (reaped now, or gone), ``"stopped"`` (a stop not seen before), or
+    """``"exited"`` (reaped now, or gone), ``"stopped"`` (a stop not seen before, or a
+    continue after one: a process the program left may continue it before this looks), or
     ``None`` (running, or a stop seen already)."""
     try:
-        pid, status = os.waitpid(child, os.WNOHANG | os.WUNTRACED)
+        pid, status = os.waitpid(child, os.WNOHANG | os.WUNTRACED | os.WCONTINUED)
     except ChildProcessError:
         return "exited"
     if pid != child:
         return None
-    return "stopped" if os.WIFSTOPPED(status) else "exited"
+    return "stopped" if os.WIFSTOPPED(status) or os.WIFCONTINUED(status) else "exited"
 
 
 __all__ = ["clear_processes", "other_processes", "serve"]

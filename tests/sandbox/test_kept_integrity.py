@@ -370,7 +370,7 @@ async def test_kept_names_come_back_and_patches_do_not(backend: DockerBackend) -
 # Marks the time in /tmp (kept for the next program) every millisecond, from a thread and a
 # child process it leaves, and answers the time it ends at.
 _MARKS_ON = """
-import os, threading, time
+import os, signal, threading, time
 def mark(path):
     while True:
         with open(path + ".new", "w") as file:
@@ -383,19 +383,29 @@ if os.fork() == 0:
 time.sleep(0.05)
 time.time()
 """
+_CONTINUES = _MARKS_ON.replace(
+    "time.sleep(0.05)",
+    "parent = os.getpid()\n"
+    "if os.fork() == 0:\n"
+    "    while True:\n"
+    "        os.kill(parent, signal.SIGCONT)\n"
+    "time.sleep(0.05)",
+)
+"""The same, with a child that keeps continuing the program's process once it stops."""
 
 
 @pytest.mark.docker
 @pytest.mark.anyio
+@pytest.mark.parametrize("program", [_MARKS_ON, _CONTINUES], ids=["marks", "continued"])
 async def test_what_a_program_left_stops_when_it_reports_whatever_the_host_does(
-    backend: DockerBackend,
+    backend: DockerBackend, program: str
 ) -> None:
     """Its process stops (every thread of it) as it reports, and its runner ends what it
     left a moment later, without waiting for the host to send the next program's token,
     which a host busy with other work sends late."""
     kept = backend.keep(ALICE, idle_timeout=60)
     try:
-        first = await kept.run(_MARKS_ON)
+        first = await kept.run(program)
         time.sleep(0.5)  # the host's loop held up: no token goes out meanwhile
         second = await kept.run(
             "[float(open('/tmp/thread').read()), float(open('/tmp/child').read())]"
