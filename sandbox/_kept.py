@@ -11,10 +11,11 @@ or imported modules (the guest's ``airlock_kept`` says exactly which).
 The container goes away after ``idle_timeout`` seconds without a program, after a program hits
 a limit or breaks the protocol, and on :meth:`close`; the next program then starts a new
 container with empty state, and :attr:`starts` counts up. So does a program that finds the
-container ended since the last one (its runner gone before the program reached it). Every wait is bounded: a program
-waiting for the one before it counts that wait against its own deadline, and :meth:`close`
-does not wait for a program in flight: it removes the container under it, and that
-program's run, and any waiting for it, raise :class:`SandboxClosed` within a bounded time.
+container ended since the last one (its runner gone before the program reached it). Every
+wait is bounded: a program waiting for the one before it counts that wait against its own
+deadline, and :meth:`close` does not wait for a program in flight: it removes the container
+under it, and that program's run, and any waiting for it, raise :class:`SandboxClosed`
+within a bounded time.
 """
 
 from __future__ import annotations

@@ -29,6 +29,7 @@ from airlock.bridge import FrameError, RunEnd, ToolSession, encode_frame, read_f
 from airlock.bridge import airlock_wire as wire
 from airlock.sandbox._engine_thread import on_engine_thread
 from airlock.sandbox._errors import RunnerExited, SandboxFailure, map_docker_errors
+from airlock.sandbox._runner_end import hung_up, watch_end
 from airlock.sandbox._runtime import is_runner_peer
 
 __all__ = [
@@ -183,7 +184,7 @@ class ProgramLinks:
         """The :meth:`prepare` due once the last result has gone on its way."""
         self._ended = asyncio.Event()
         """Set once the runner ended the control connection (it exited)."""
-        _watch_end(control, self._ended)
+        watch_end(control, self._ended)
 
     @property
     def usable(self) -> bool:
@@ -252,17 +253,26 @@ class ProgramLinks:
                 # An exited runner opens no connection: waiting on would only use up the
                 # run's deadline.
                 _discard(ahead)
-                raise RunnerExited(
-                    f"the kept runner of container {self._container_id[:12]!r} exited before "
-                    "it opened the program's connection (it could not end the previous "
-                    "program's processes, or it was killed); the next run starts a new container"
-                )
+                raise self._runner_exited()
         if ahead.cancelled() or ahead.exception() is not None:
             return None
+        if hung_up(self._control):
+            # The runner ended after the connection came (the container was killed between
+            # programs) and the loop has not heard of it yet: the program must not be sent
+            # into it, to be told its runner died.
+            _discard(ahead)
+            raise self._runner_exited()
         link = ahead.result()
         if link is not None:
             self._serving = link[1]
         return link
+
+    def _runner_exited(self) -> RunnerExited:
+        return RunnerExited(
+            f"the kept runner of container {self._container_id[:12]!r} exited before it "
+            "opened the program's connection, or as it did (it could not end the previous "
+            "program's processes, or it was killed); the next run starts a new container"
+        )
 
     async def serve(
         self,
@@ -332,47 +342,6 @@ class ProgramLinks:
         self._cancel_soon()
         _discard(self._next)
         self._next = None
-
-
-class _EndWatch(asyncio.Protocol):
-    """Stands between the control connection's transport and its stream's protocol, passing
-    everything on, and sets ``ended`` when the runner ends the connection. Nothing reads
-    that connection while a kept container waits for its next program's (a stream tells of
-    its end only to a reader), and reading it here would take what a run reads."""
-
-    def __init__(self, inner: asyncio.Protocol, ended: asyncio.Event) -> None:
-        self._inner = inner
-        self._ended = ended
-
-    def data_received(self, data: bytes) -> None:
-        self._inner.data_received(data)
-
-    def eof_received(self) -> bool | None:
-        self._ended.set()
-        return self._inner.eof_received()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._ended.set()
-        self._inner.connection_lost(exc)
-
-    def pause_writing(self) -> None:
-        self._inner.pause_writing()
-
-    def resume_writing(self) -> None:
-        self._inner.resume_writing()
-
-
-def _watch_end(control: asyncio.StreamWriter, ended: asyncio.Event) -> None:
-    """Have ``ended`` set when the runner ends ``control``."""
-    if control.is_closing():
-        ended.set()
-        return
-    transport = control.transport
-    inner = transport.get_protocol()
-    # A stream's protocol is a plain one (a buffered one is fed otherwise and is left as it
-    # is: runs then wait for a program's connection until their deadline, as they did).
-    if isinstance(inner, asyncio.Protocol):
-        transport.set_protocol(_EndWatch(inner, ended))
 
 
 def _retrieved(ahead: asyncio.Task[Link | None]) -> None:

@@ -421,14 +421,18 @@ async def test_what_a_program_left_stops_when_it_reports_whatever_the_host_does(
 
 @pytest.mark.docker
 @pytest.mark.anyio
+@pytest.mark.parametrize("connected_ahead", [False, True], ids=["clearing", "connected_ahead"])
 async def test_a_program_that_finds_its_container_ended_since_the_last_runs_in_a_new_one(
-    backend: DockerBackend,
+    backend: DockerBackend, connected_ahead: bool
 ) -> None:
-    """The container ended between programs, and the host has not seen it yet (its loop
-    held up): the next program never reached it, and runs in a new container."""
+    """The container ended between programs (as its runner cleared it, or once the next
+    program's process had connected ahead), and the host has not seen it yet (its loop held
+    up): the next program never reached it, and runs in a new container."""
     kept = backend.keep(ALICE, idle_timeout=60)
     try:
         first = await kept.run("n = 1\n'first'")
+        if connected_ahead:
+            await asyncio.sleep(1.0)
         container = kept._container
         assert container is not None
         docker.from_env().api.kill(container.id)  # (a blocking call: the loop sees nothing)

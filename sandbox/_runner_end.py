@@ -1,0 +1,65 @@
+"""The end of a kept runner's control connection, which the host holds while the container
+waits for its next program and reads nothing on: watched for (:func:`watch_end`), and
+checked at the moment a run needs to know (:func:`hung_up`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import select
+
+__all__ = ["hung_up", "watch_end"]
+
+
+class _EndWatch(asyncio.Protocol):
+    """Stands between the control connection's transport and its stream's protocol, passing
+    everything on, and sets ``ended`` when the runner ends the connection. Nothing reads
+    that connection while a kept container waits for its next program's (a stream tells of
+    its end only to a reader), and reading it here would take what a run reads."""
+
+    def __init__(self, inner: asyncio.Protocol, ended: asyncio.Event) -> None:
+        self._inner = inner
+        self._ended = ended
+
+    def data_received(self, data: bytes) -> None:
+        self._inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        self._ended.set()
+        return self._inner.eof_received()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._ended.set()
+        self._inner.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        self._inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self._inner.resume_writing()
+
+
+def watch_end(control: asyncio.StreamWriter, ended: asyncio.Event) -> None:
+    """Have ``ended`` set when the runner ends ``control``."""
+    if control.is_closing():
+        ended.set()
+        return
+    transport = control.transport
+    inner = transport.get_protocol()
+    # A stream's protocol is a plain one (a buffered one is fed otherwise and is left as it
+    # is: runs then wait for a program's connection until their deadline, as they did).
+    if isinstance(inner, asyncio.Protocol):
+        transport.set_protocol(_EndWatch(inner, ended))
+
+
+def hung_up(control: asyncio.StreamWriter) -> bool:
+    """Whether the runner has ended ``control``, as the kernel says now: the loop hears of it
+    only in a later turn. (Nothing is read: the runner sends nothing on it meanwhile.)"""
+    if control.is_closing():
+        return True
+    sock = control.get_extra_info("socket")
+    if sock is None:
+        return True
+    waiting = select.poll()
+    waiting.register(sock.fileno(), getattr(select, "POLLRDHUP", 0))  # (and HUP, ERR: always)
+    return bool(waiting.poll(0))
