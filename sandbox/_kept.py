@@ -198,38 +198,51 @@ class KeptSandbox:
         if container is not None and not container.alive:
             self._drop_later()
             container = None
-        kept_one = container is not None
-        while True:
-            if container is None:
-                started = await self._start_for(profile, began)
-                if isinstance(started, RunResult):
-                    return started
-                container = started
+        args = (program, profile, tools, artifacts, began)
+        if container is not None:
             try:
-                result = await container.run(
-                    program,
-                    profile=profile,
-                    pooled=False,
-                    tools=tools,
-                    keep=True,
-                    clean=self.clean,
-                    artifacts=artifacts,
-                    began=began,  # waiting for the one before and for a start counts against it
-                )
+                return self._after(await self._run_in(container, *args), container, began)
             except RunnerExited:
-                if self._closed or not kept_one:
-                    self._ended_under(container)
+                if self._closed:
                     raise
                 # The container ended between programs (under gVisor, what the one before
                 # left can run it out of memory): this program never reached it, and runs
                 # in a new one.
+        started = await self._start_for(profile, began)
+        if isinstance(started, RunResult):
+            return started
+        return self._after(await self._run_in(started, *args), started, began)
+
+    async def _run_in(
+        self,
+        container: SandboxContainer,
+        program: str,
+        profile: SandboxProfile,
+        tools: ToolSession | None,
+        artifacts: Path | None,
+        began: float,
+    ) -> RunResult:
+        """Run the program in ``container``; a run that raises leaves it to go."""
+        try:
+            return await container.run(
+                program,
+                profile=profile,
+                pooled=False,
+                tools=tools,
+                keep=True,
+                clean=self.clean,
+                artifacts=artifacts,
+                began=began,  # waiting for the one before and for a start counts against it
+            )
+        except BaseException:
+            if self._closed:
+                self._removed_by_close(container)
+            else:
                 self._drop_later()
-                container, kept_one = None, False
-                continue
-            except BaseException:
-                self._ended_under(container)
-                raise
-            break
+            raise
+
+    def _after(self, result: RunResult, container: SandboxContainer, began: float) -> RunResult:
+        """Keep ``container`` for the next program, or let it go, by how the run ended."""
         died = result.error is not None and result.error.type == "RunnerDied"
         if self._closed:
             # The conversation is over, no idle timer may keep it.
@@ -266,13 +279,6 @@ class KeptSandbox:
         self._container = container
         self.starts += 1
         return container
-
-    def _ended_under(self, container: SandboxContainer) -> None:
-        """After a run that raised: the container goes (close's removal of it, if closed)."""
-        if self._closed:
-            self._removed_by_close(container)
-        else:
-            self._drop_later()
 
     def _cancel_timer(self) -> None:
         if self._timer is not None:
