@@ -35,8 +35,14 @@ class BridgeSocket:
         return self._sock.fileno()
 
     def close(self) -> None:
-        """Close this end of the bridge (a kept program's process closes the zygote's)."""
+        """Close this end of the bridge (a kept program's process closes the zygote's), and
+        let go of its read buffers. A kept container's zygote opens a connection for each
+        program and closes its end: the connection (a cycle with its outbox) then waits for
+        the collector, which the zygote's few allocations wake only every few dozen
+        programs, and its buffer of ``_RECV_BYTES`` would wait with it."""
         self._sock.close()
+        self._received = bytearray()
+        self._scratch = memoryview(bytearray())
 
     def wait_closed(self, timeout_s: float) -> None:
         """Wait, at most ``timeout_s``, until the host closes the bridge; what it still sends
