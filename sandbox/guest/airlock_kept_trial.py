@@ -22,6 +22,7 @@ child runs none of their code, and takes no lock of theirs.
 from __future__ import annotations
 
 import contextlib
+import mmap
 import os
 import resource
 import select
@@ -130,10 +131,9 @@ def _outcomes(read_end: int, count: int, end: float) -> list[str]:
 def _run_child(steps: Sequence[Callable[[], object]], write_end: int, budget: int) -> None:
     """The child: let go of every descriptor but ``write_end``, bound its memory, run the
     steps holding what each returns, and write a record for each (see :func:`_outcomes`)."""
-    for fd in [int(fd) for fd in os.listdir("/proc/self/fd")]:
-        if fd != write_end:
-            with contextlib.suppress(OSError):  # (the listing's own, closed already)
-                os.close(fd)
+    files = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    os.closerange(0, write_end)
+    os.closerange(write_end + 1, files if files != resource.RLIM_INFINITY else 1 << 20)
     mapped = _mapped_bytes()
     for limit in (resource.RLIMIT_AS, resource.RLIMIT_DATA):
         # Both: gVisor and Linux differ in which they hold mappings to. A child that could not
@@ -158,10 +158,37 @@ def _run_child(steps: Sequence[Callable[[], object]], write_end: int, budget: in
 
 
 def _mapped_bytes() -> int:
-    """This process's mapped memory (its size: what ``RLIMIT_AS`` counts)."""
-    with open("/proc/self/statm", "rb") as statm:
-        pages = int(statm.read().split()[0])
-    return pages * os.sysconf("SC_PAGE_SIZE")
+    """This process's mapped memory (what ``RLIMIT_AS`` counts): the least limit under which
+    one page more still fits, less that page, found by halving.
+
+    Neither this nor :func:`_run_child` reads ``/proc/self``: gVisor keeps the ``/proc``
+    directory of every process that ever opened its own (about 0.1 MiB of its kernel's memory,
+    charged to the container) long after the process is gone, and a kept session forks a
+    child for each program whose names it restores."""
+    page = mmap.PAGESIZE
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    restore = (soft, hard)  # (made before the limit is lowered: restoring allocates nothing)
+    low, high = 0, (1 << 47) if hard == resource.RLIM_INFINITY else hard // page * page
+
+    def fits(limit: int) -> bool:
+        resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+        try:
+            mmap.mmap(-1, page).close()
+            return True
+        except (OSError, MemoryError):  # (the interpreter's own allocation too: a page more)
+            return False
+        finally:
+            resource.setrlimit(resource.RLIMIT_AS, restore)
+
+    if not fits(high):
+        return high
+    while high - low > page:
+        middle = (low + high) // 2 // page * page
+        if fits(middle):
+            high = middle
+        else:
+            low = middle
+    return high - page
 
 
 def memory_budget() -> int:
