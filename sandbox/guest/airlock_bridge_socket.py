@@ -39,7 +39,9 @@ class BridgeSocket:
         let go of its read buffers. A kept container's zygote opens a connection for each
         program and closes its end: the connection (a cycle with its outbox) then waits for
         the collector, which the zygote's few allocations wake only every few dozen
-        programs, and its buffer of ``_RECV_BYTES`` would wait with it."""
+        programs, and its buffer of ``_RECV_BYTES`` would wait with it. (Nothing reads a
+        connection it closed; a read would raise ``ValueError``, which readers take for a
+        closed bridge.)"""
         self._sock.close()
         self._received = bytearray()
         self._scratch = memoryview(bytearray())

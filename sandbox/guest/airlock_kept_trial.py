@@ -175,7 +175,7 @@ def _mapped_bytes() -> int:
         try:
             mmap.mmap(-1, page).close()
             return True
-        except (OSError, MemoryError):  # (the interpreter's own allocation too: a page more)
+        except (OSError, MemoryError):  # (the probe's own object may need an arena more)
             return False
         finally:
             resource.setrlimit(resource.RLIMIT_AS, restore)
