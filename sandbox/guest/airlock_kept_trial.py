@@ -166,8 +166,8 @@ def _mapped_bytes() -> int:
     charged to the container) long after the process is gone, and a kept session forks a
     child for each program whose names it restores."""
     page = mmap.PAGESIZE
-    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-    restore = (soft, hard)  # (made before the limit is lowered: restoring allocates nothing)
+    restore = resource.getrlimit(resource.RLIMIT_AS)  # (restoring it allocates nothing)
+    hard = restore[1]
     low, high = 0, (1 << 47) if hard == resource.RLIM_INFINITY else hard // page * page
 
     def fits(limit: int) -> bool:

@@ -24,11 +24,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from airlock.policies import ContainerRuntime, SandboxProfile
 from airlock.sandbox import DockerBackend
 from tests.bridge.records import ALICE
-from tests.conftest import IMAGE
-from tests.sandbox.runtimes import RUNTIMES, require_runtime
+from tests.sandbox.runtimes import RUNTIMES, started_backend
 
 MiB = 1024 * 1024
 WARM_PROGRAMS = 20
@@ -47,15 +45,8 @@ def anyio_backend() -> str:
 
 @pytest.fixture(params=RUNTIMES)
 async def backend(request: pytest.FixtureRequest) -> AsyncIterator[DockerBackend]:
-    runtime: ContainerRuntime = request.param
-    require_runtime(runtime)
-    profile = SandboxProfile(language_mode="full", timeout_s=10, runtime=runtime)
-    backend = DockerBackend(image=IMAGE, profile=profile, pool_size=0)
-    await backend.start()
-    try:
+    async with started_backend(request.param, timeout_s=10) as backend:
         yield backend
-    finally:
-        await backend.close()
 
 
 @pytest.mark.anyio
