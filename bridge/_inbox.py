@@ -59,7 +59,7 @@ class FrameInbox(asyncio.BufferedProtocol):
         self._body_size = 0  # what its header claims
         self._piece = memoryview(b"")  # where the socket reads the body's next bytes
         self._transport: asyncio.Transport | None = None
-        self._previous: asyncio.BaseProtocol | None = None
+        self._previous: asyncio.Protocol | None = None
         self._held = memoryview(b"")  # bytes given by :meth:`feed`, not yet in the buffer
         self._held_at = 0
         self._paused = False
@@ -75,12 +75,16 @@ class FrameInbox(asyncio.BufferedProtocol):
         """Read ``writer``'s socket from now on, starting with what ``reader`` had buffered;
         ``False`` (and nothing changed) when it has no socket transport to take, and the
         caller reads ``reader`` into :meth:`get_buffer` instead. ``reader`` is left at its
-        end; ``writer`` writes as before."""
+        end; ``writer`` writes as before.
+
+        The transport's protocol is the stream's own, or a plain one that stands in front of
+        it and passes what it receives on (a watch of the connection's end): either is told
+        of the end as before (its ``eof_received`` and ``connection_lost``)."""
         transport = writer.transport
         if not isinstance(transport, asyncio.Transport) or transport.is_closing():
             return False
         previous = transport.get_protocol()
-        if not isinstance(previous, asyncio.StreamReaderProtocol):
+        if not isinstance(previous, asyncio.Protocol):  # (a buffered one reads elsewhere)
             return False
         transport.pause_reading()  # until what the reader holds has gone first
         self._transport, self._previous = transport, previous
@@ -130,6 +134,8 @@ class FrameInbox(asyncio.BufferedProtocol):
 
     def eof_received(self) -> bool:
         self._stop(clean=True)
+        if self._previous is not None:  # (what it answers is the stream's: this one keeps it)
+            self._previous.eof_received()
         return True  # keep the transport open: results and the abort frame may still go
 
     def connection_lost(self, exc: Exception | None) -> None:

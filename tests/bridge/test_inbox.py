@@ -205,6 +205,57 @@ async def test_frames_a_reader_buffered_before_the_run_are_served_first() -> Non
         host.close()
 
 
+class _EndWatch(asyncio.Protocol):
+    """Stands in front of a stream's protocol, passing everything on, and notes the end (as
+    the sandbox's watch of a runner's control connection does)."""
+
+    def __init__(self, inner: asyncio.Protocol) -> None:
+        self.inner = inner
+        self.ends: list[str] = []
+
+    def data_received(self, data: bytes) -> None:
+        self.inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        self.ends.append("eof")
+        return self.inner.eof_received()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.ends.append("lost")
+        self.inner.connection_lost(exc)
+
+
+async def test_a_connection_watched_for_its_end_is_read_in_callbacks_too() -> None:
+    host, guest = socket.socketpair()
+    try:
+        reader, writer = await asyncio.open_unix_connection(sock=host)
+        transport = writer.transport
+        watch = _EndWatch(transport.get_protocol())  # type: ignore[arg-type]
+        transport.set_protocol(watch)
+        guest.sendall(encode_frame({"type": "call", "id": 1, "tool": "records_item_get",
+                                    "args": {"record_id": "rec_1"}}))  # fmt: skip
+        inbox = FrameInbox(max_bytes=1 << 20, on_data=lambda: None, on_end=lambda: None)
+        assert await inbox.take_over(reader, writer)
+        assert transport.get_protocol() is inbox
+        async with asyncio.timeout(5):
+            while (frame := inbox.next_frame()) is None:
+                await asyncio.sleep(0.01)
+        assert frame[0].startswith(b'{"type":"call","id":1')
+        guest.shutdown(socket.SHUT_WR)
+        async with asyncio.timeout(5):
+            while not inbox.ended:
+                await asyncio.sleep(0.01)
+        assert inbox.clean
+        assert watch.ends == ["eof"]  # the watch still learns how the connection ended
+        writer.close()
+        async with asyncio.timeout(5):
+            await writer.wait_closed()
+        assert watch.ends == ["eof", "lost"]
+    finally:
+        guest.close()
+        host.close()
+
+
 CUT = [
     ("inside_a_header", b"\x00\x00"),
     ("inside_a_body", struct.pack(">I", 50) + b'{"type":'),
