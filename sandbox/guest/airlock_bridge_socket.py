@@ -8,6 +8,7 @@ read means, is the connection's (``airlock_connection``, which builds on this).
 from __future__ import annotations
 
 import _socket
+import select
 import time
 
 TYPE_CHECKING = False  # typing's, which the guest does not import (see airlock.sandbox.guest)
@@ -29,6 +30,8 @@ class BridgeSocket:
         self._sock.connect(path)
         self._received = bytearray()  # read from the socket, not yet a whole frame
         self._scratch = memoryview(bytearray(_RECV_BYTES))
+        self._readable = select.poll()
+        self._readable.register(self._sock.fileno(), select.POLLIN)
 
     def fileno(self) -> int:
         """The bridge socket's descriptor (the runner keeps it open, and closes the rest)."""
@@ -69,7 +72,16 @@ class BridgeSocket:
             self._fill(0)
 
     def _fill(self, flags: int) -> None:
-        # Whatever the socket holds, up to the scratch buffer, in one system call.
+        # Whatever the socket holds, up to the scratch buffer, in one system call. A blocking
+        # read waits in poll(), not in recv(): Linux wakes a reader asleep in recv() on a Unix
+        # socket each time the host reads what this end sent (the room made wakes every
+        # waiter of the socket, whatever it waits for), a second wake-up for each call;
+        # poll() wakes for bytes only.
+        if not flags:
+            if not self._scratch:  # closed (see close()): its descriptor may be another's now
+                raise ValueError("the bridge socket is closed")
+            self._readable.poll()
+            flags = _socket.MSG_DONTWAIT
         count = self._sock.recv_into(self._scratch, _RECV_BYTES, flags)
         if not count:
             raise ConnectionError("the host closed the bridge")
@@ -81,11 +93,7 @@ class BridgeSocket:
 
     def _fill_within(self, seconds: float) -> bool:
         """Whether bytes came within ``seconds`` (read, as :meth:`_fill`; ``False``: none)."""
-        import select  # one C module, for the few calls that wait this way
-
-        poll = select.poll()
-        poll.register(self._sock.fileno(), select.POLLIN)
-        if not poll.poll(seconds * 1000):
+        if not self._readable.poll(seconds * 1000):
             return False
         try:
             self._fill(_socket.MSG_DONTWAIT)
