@@ -84,7 +84,8 @@ class CallDispatcher:
         self._results = results
         self._turns = Turns(limits.max_concurrency)
         # Each call counts itself out of in_flight as it ends (_end), or its cancel does.
-        self._calls = CallRunner(on_done=lambda: None)
+        self.runner = CallRunner(on_done=lambda: None)
+        """Runs the calls (``busy`` while some wait to start or run)."""
         self._items = SharedTurns()  # the loop's turns, for the items of the run's batches
         self._seen_ids: set[int] = set()
         self._refused = 0
@@ -95,18 +96,16 @@ class CallDispatcher:
         self._live: dict[int, asyncio.Task[Any] | None] = {}
 
     @property
-    def busy(self) -> bool:
-        """Calls are waiting to start, or running."""
-        return self._calls.busy
-
-    @property
     def run_id(self) -> str:
         return self._session.run_id if self._session else "-"
 
     # -- frames -----------------------------------------------------------------------------
 
-    def call(self, frame: Mapping[str, Any], *, propose: bool = False) -> None:
-        """Start the call (or with ``propose``, the proposal) a frame asks for."""
+    def call(
+        self, frame: Mapping[str, Any], *, propose: bool = False, at_once: bool = True
+    ) -> None:
+        """Start the call (or with ``propose``, the proposal) a frame asks for (``at_once``: as
+        :meth:`CallRunner.submit` says)."""
         call_id, tool = self._call_header(frame)
         args = frame.get("args")
         if not isinstance(args, dict):
@@ -114,11 +113,11 @@ class CallDispatcher:
             raise protocol_stop(f"{what} 'args' must be an object")
         self._count_in(call_id, tool, 1)
         if type(args) is ArgumentsOverBudget:
-            self._calls.submit(self._answer_refusal(call_id, tool))
+            self.runner.submit(self._answer_refusal(call_id, tool), at_once=at_once)
         elif propose:
-            self._calls.submit(self._answer_proposal(call_id, tool, args))
+            self.runner.submit(self._answer_proposal(call_id, tool, args), at_once=at_once)
         else:
-            self._calls.submit(self._answer_call(call_id, tool, args))
+            self.runner.submit(self._answer_call(call_id, tool, args), at_once=at_once)
 
     def batch(self, frame: Mapping[str, Any]) -> None:
         """Start the calls of one ``batch`` frame, answered together."""
@@ -134,7 +133,7 @@ class CallDispatcher:
         # An empty batch calls nothing, yet costs the host a frame and an answer: one call,
         # so the call budget bounds such frames too (the guest sends none).
         self._count_in(call_id, tool, len(items) or 1)
-        self._calls.submit(self._answer_batch(call_id, tool, items))
+        self.runner.submit(self._answer_batch(call_id, tool, items))
 
     def cancel(self, frame: Mapping[str, Any]) -> None:
         """Give up a call the program cancelled (an id not in flight changes nothing)."""
@@ -390,10 +389,10 @@ class CallDispatcher:
     async def cancel_pending(self) -> None:
         """Drop the calls not started yet and cancel the running ones, waiting for them
         :data:`_CANCEL_GRACE_S` at most."""
-        self._calls.cancel()
-        if self._calls.tasks:
+        self.runner.cancel()
+        if self.runner.tasks:
             # A handler that swallows its cancellation must not hold the run open.
-            _, stuck = await asyncio.wait(list(self._calls.tasks), timeout=_CANCEL_GRACE_S)
+            _, stuck = await asyncio.wait(list(self.runner.tasks), timeout=_CANCEL_GRACE_S)
             if stuck:
                 _log.warning(
                     "%d tool calls of run %s ignored their cancellation", len(stuck), self.run_id

@@ -68,16 +68,18 @@ class CallRunner:
         """Calls are waiting to start, or running."""
         return bool(self._queue or self.tasks)
 
-    def submit(self, call: Call) -> None:
-        """Run ``call`` after those already submitted: at once, when the runner is idle and
-        no task is running (the callback that received the call's frame). After
-        :meth:`cancel`, ``call`` is dropped unstarted."""
+    def submit(self, call: Call, *, at_once: bool = True) -> None:
+        """Run ``call`` after those already submitted: at once, when ``at_once``, the runner
+        is idle and no task is running (the callback that received the call's frame), else
+        in the runner's task on the loop's next turn. After :meth:`cancel`, ``call`` is
+        dropped unstarted."""
         if self._cancelled:  # the run is over: nothing may run on the runner it cancelled
             call.close()
             return
         idle = self._idle
         if (
-            idle is not None
+            at_once
+            and idle is not None
             and not self._queue
             and asyncio.current_task(idle.get_loop()) is None  # (the loop given: no look-up)
             and self._run_now(call, idle)

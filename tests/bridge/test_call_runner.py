@@ -289,6 +289,30 @@ async def test_a_call_from_a_callback_runs_at_once_as_a_step_of_the_idle_runner(
     assert seen == [runner_task, ["first", "inline"]]
 
 
+async def test_a_call_not_run_at_once_runs_in_the_runners_task_on_the_next_turn() -> None:
+    # A burst's calls after its first (the frames after the first of a turn).
+    log = Log()
+    runner = CallRunner(on_done=log.count)
+    await _idle_runner(runner, log)
+    (runner_task,) = runner.tasks
+    seen: list[object] = []
+
+    async def call() -> None:
+        seen.append(asyncio.current_task())
+        log.ended.append("queued")
+
+    def callback() -> None:
+        runner.submit(call(), at_once=False)
+        seen.append(list(log.ended))  # not run yet: it waits for the runner's turn
+
+    asyncio.get_running_loop().call_soon(callback)
+    async with asyncio.timeout(5):
+        while len(seen) < 2:
+            await asyncio.sleep(0)
+    assert seen == [["first"], runner_task]
+    assert log.ended == ["first", "queued"]
+
+
 async def test_a_call_from_a_callback_that_waits_is_carried_on_by_the_runner() -> None:
     log = Log()
     runner = CallRunner(on_done=log.count)
