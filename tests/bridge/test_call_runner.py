@@ -267,7 +267,21 @@ async def _idle_runner(runner: CallRunner, log: Log) -> None:
             await asyncio.sleep(0)
 
 
-async def test_a_call_from_a_callback_runs_at_once_as_a_step_of_the_idle_runner() -> None:
+FROM_A_CALLBACK = [
+    # at_once; what was seen in order: "task" (the call ran, in the runner's task), and what
+    # had run when the callback that submitted it returned
+    (
+        True,
+        ["task", ["first", "call"]],
+    ),  # a frame's call: a step of the idle runner, then and there
+    (False, [["first"], "task"]),  # a burst's after its first: in the runner's task, next turn
+]
+
+
+@pytest.mark.parametrize(("at_once", "order"), FROM_A_CALLBACK, ids=["at_once", "next_turn"])
+async def test_a_call_from_a_callback_runs_in_the_runners_task(
+    at_once: bool, order: list[object]
+) -> None:
     log = Log()
     runner = CallRunner(on_done=log.count)
     await _idle_runner(runner, log)
@@ -275,42 +289,19 @@ async def test_a_call_from_a_callback_runs_at_once_as_a_step_of_the_idle_runner(
     seen: list[object] = []
 
     async def call() -> None:
-        seen.append(asyncio.current_task())
-        log.ended.append("inline")
+        seen.append("task" if asyncio.current_task() is runner_task else "another task")
+        log.ended.append("call")
 
     def callback() -> None:  # as the frame's callback submits it
-        runner.submit(call())
-        seen.append(list(log.ended))  # done before the callback returned
+        runner.submit(call(), at_once=at_once)
+        seen.append(list(log.ended))
 
     asyncio.get_running_loop().call_soon(callback)
     async with asyncio.timeout(5):
         while len(seen) < 2:
             await asyncio.sleep(0)
-    assert seen == [runner_task, ["first", "inline"]]
-
-
-async def test_a_call_not_run_at_once_runs_in_the_runners_task_on_the_next_turn() -> None:
-    # A burst's calls after its first (the frames after the first of a turn).
-    log = Log()
-    runner = CallRunner(on_done=log.count)
-    await _idle_runner(runner, log)
-    (runner_task,) = runner.tasks
-    seen: list[object] = []
-
-    async def call() -> None:
-        seen.append(asyncio.current_task())
-        log.ended.append("queued")
-
-    def callback() -> None:
-        runner.submit(call(), at_once=False)
-        seen.append(list(log.ended))  # not run yet: it waits for the runner's turn
-
-    asyncio.get_running_loop().call_soon(callback)
-    async with asyncio.timeout(5):
-        while len(seen) < 2:
-            await asyncio.sleep(0)
-    assert seen == [["first"], runner_task]
-    assert log.ended == ["first", "queued"]
+    assert seen == order
+    assert log.ended == ["first", "call"]
 
 
 async def test_a_call_from_a_callback_that_waits_is_carried_on_by_the_runner() -> None:
