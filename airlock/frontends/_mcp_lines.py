@@ -13,8 +13,10 @@ the wrong shape for a method the server answers (a call's name that is no string
 A line that opens a JSON array (a batch) is answered once, ``-32600`` with id null,
 unparsed: one line is one answer and one log line, so a line of many small requests cannot
 flood stdout, the log or the memory. A line over :data:`MAX_LINE_BYTES` is dropped as it
-arrives, a buffer at a time, and answered ``-32700``. Every other line goes to the SDK as it
-is, which parses it once more: the price of keeping its reader rather than writing another.
+arrives, a buffer at a time, and answered ``-32700``; so is one of more objects, arrays and
+members than :data:`MAX_MESSAGE_NODES`, unparsed (its id read from either end). Every other
+line goes to the SDK as it is, which parses it once more: the price of keeping its reader
+rather than writing another.
 """
 
 from __future__ import annotations
@@ -28,16 +30,27 @@ from pydantic import BaseModel, ValidationError
 
 from airlock.frontends._call_arguments import json_type
 
-__all__ = ["MAX_LINE_BYTES", "PEEK_BYTES", "checked", "oversized", "refusals"]
+__all__ = ["MAX_LINE_BYTES", "MAX_MESSAGE_NODES", "PEEK_BYTES", "checked", "oversized", "refusals"]
 
 MAX_LINE_BYTES: Final = 4 * 2**20
 """The longest line read over stdio and the largest POST body over HTTP: one JSON-RPC
-message (a program in execute_code can be long). It is the SDK's own limit of HTTP bodies,
-and it bounds what a parse costs: a message can take some 70 times its size once parsed (a
-body of ``[{},{},...]``: about 260 MB, and most of a second of the loop, at 4 MiB)."""
+message (a program in execute_code can be long). It is the SDK's own limit of HTTP bodies.
+Within it, :data:`MAX_MESSAGE_NODES` bounds what a parse costs."""
+MAX_MESSAGE_NODES: Final = 50_000
+"""The most objects, arrays and object members one message may hold; a message with more is
+answered ``-32700`` unparsed. They are what the SDK's parse costs most: 0.2 to 0.8 us of
+the event loop and 130 to 200 bytes each, against under 0.1 us for a number or a short
+string. 4 MiB of ``[[],[],...]`` took 0.9 to 1.2 s of the loop and 170 MiB to parse (of
+``{"0":0,"1":0,...}``, 0.2 s and 75 MiB), while the server's other conversations waited; at
+this bound a message takes about 13 ms and 10 MiB at most. A model's tool call holds a few
+hundred; a program or a long text is one string, whatever it holds."""
 PEEK_BYTES: Final = 4096
 """How much of each end of an unreadable line is searched for its id."""
 _WHITESPACE: Final = re.compile(r"[ \t\n\r]*")
+_STRING: Final = re.compile(r'"[^"\\]*+(?:\\.[^"\\]*+)*+(?:"|\\?\Z)', re.DOTALL)
+"""A JSON string, or an unterminated one to the end. A match begun never fails and never
+backtracks (nothing kept to go back to): each character is looked at once, however the
+quotes and backslashes fall."""
 _BLANK: Final = " \t\n\r"
 # The id as a line's last member: a string or an integer, then the object's end. No string
 # can end there (it would need a closing quote), so this is a member of the top object.
@@ -71,6 +84,13 @@ def checked(text: str) -> types.JSONRPCMessage | list[types.JSONRPCError]:
         # cost a parse of each (and once, an answer and a log line each).
         reason = "batches are not supported: send one JSON-RPC message at a time"
         return [_error(None, types.INVALID_REQUEST, reason)]
+    if _nodes_at_most(text) > MAX_MESSAGE_NODES:
+        reason = (
+            f"a message of more than {MAX_MESSAGE_NODES:,} objects, arrays and members was "
+            "not read; send less in one message"
+        )
+        found = _id_at_ends(text[:PEEK_BYTES], text[-PEEK_BYTES:])
+        return [_error(found, types.PARSE_ERROR, reason)]
     try:
         message = types.jsonrpc_message_adapter.validate_json(text, by_name=False)
     except ValidationError as exc:
@@ -108,6 +128,19 @@ def _wrong_params(request: types.JSONRPCRequest) -> types.JSONRPCError | None:
         reason = f"{where}: {first['msg']}"
         return _error(_usable_id(request.id), types.INVALID_PARAMS, reason[:200])
     return None
+
+
+def _nodes_at_most(text: str) -> int:
+    """The objects, arrays and members the JSON ``text`` holds (its ``{``, ``[`` and ``:``
+    outside its strings), or more. Those inside its strings are counted too while the count
+    stays within :data:`MAX_MESSAGE_NODES` (three passes at C speed, nothing copied); past
+    it, the strings are taken out first: a long text full of brackets is one string, cheap
+    to parse."""
+    found = text.count("{") + text.count("[") + text.count(":")
+    if found <= MAX_MESSAGE_NODES:
+        return found
+    bare = _STRING.sub("", text)
+    return bare.count("{") + bare.count("[") + bare.count(":")
 
 
 def oversized(head: str, tail: str) -> types.JSONRPCError:

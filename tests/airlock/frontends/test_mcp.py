@@ -482,6 +482,8 @@ def request(body: bytes) -> bytes:
         (request(b'{"a":' + b"[" * 300 + b"]" * 300 + b"}"), [(types.PARSE_ERROR, 7)]),
         (request(b'{"a":' + b"[" * 100_000 + b"]" * 100_000 + b"}"), [(types.PARSE_ERROR, 7)]),
         (request(b'{"a":' + b"1" * 5000 + b"}"), [(types.PARSE_ERROR, 7)]),
+        # More objects, arrays and members than a message may hold: refused unparsed.
+        (request(b'{"a":[' + b"[]," * 60_000 + b"[]]}"), [(types.PARSE_ERROR, 7)]),
         # A response's id is never answered: the client would take it for its own request's.
         (b'{"jsonrpc":"2.0","id":5,"result":[1]}', [(types.INVALID_REQUEST, None)]),
         # The TypeScript SDK writes the id last.

@@ -64,6 +64,13 @@ BODIES: list[tuple[str, bytes, int, int | None, object]] = [
         -32700,
         None,
     ),
+    (
+        "more objects, arrays and members than a message may hold",  # refused unparsed
+        _json({**CALL, "id": 12, "params": {"name": "x", "arguments": {"a": [[]] * 60_000}}}),
+        400,
+        -32700,
+        12,
+    ),
     ("control: a request", _json(PING), 200, None, 5),
     ("control: a call", _json(CALL), 200, None, 6),
     ("control: a notification", _json({"jsonrpc": "2.0", "method": "x/y"}), 202, None, None),
