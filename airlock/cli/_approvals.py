@@ -292,11 +292,11 @@ def approve(
 
 def _approved_before(person: Approver, preview_id: str, fingerprint: str) -> Approval | None:
     """The approval of ``fingerprint`` the preview was given before (by a person, or by the
-    policy's rule), which no commit used yet, for ``approve --commit`` to commit as the
-    session that asked would have (it may have ended); ``None`` when there is none, or
-    ``person`` asked for the write and the policy does not allow self-approval."""
+    policy's rule), for ``approve --commit`` to commit as the session that asked would have
+    (it may have ended), or to replay its receipt once committed; ``None`` when there is
+    none, or ``person`` asked for the write and the policy does not allow self-approval."""
     preview, approval = person.ledger.preview(preview_id), person.ledger.approval(preview_id)
-    if preview is None or approval is None or preview.state != "approved":
+    if preview is None or approval is None or preview.state not in ("approved", "committed"):
         return None
     asked = preview.principal.user_id, f"{preview.principal.user_id}@{preview.principal.tenant_id}"
     if not person.self_approval and person.name in asked:

@@ -286,12 +286,26 @@ def test_approve_commit_sends_once_and_the_harness_gets_the_same_receipt(
     receipt = anyio.run(world.writes.commit, waiting.id, waiting.fingerprint, ALICE)
     assert receipt.replayed
     assert world.system.effects() == 1
+    # Asked again (the first answer lost, say): its receipt, replayed; nothing is sent.
     again = runner.invoke(
         approvals_app,
         _approve(world, waiting, *fp, "--commit", "--registry", tools, *_policy(world)),
     )
-    assert again.exit_code == 1
-    assert again.output.startswith("conflict: ")
+    assert again.exit_code == 0, again.output
+    assert again.output.startswith(f"already approved {waiting.id} ")
+    assert "already committed; receipt:" in again.output
+    assert world.system.effects() == 1
+    # Another fingerprint, or no --commit, is refused as before.
+    for args, code in (
+        (
+            ["--fingerprint", "0" * 64, "--as", "carol", "--commit", "--registry", tools],
+            "approval_mismatch",
+        ),
+        (fp, "conflict"),
+    ):
+        refused = runner.invoke(approvals_app, _approve(world, waiting, *args, *_policy(world)))
+        assert refused.exit_code == 1, refused.output
+        assert refused.output.startswith(f"{code}: "), refused.output
 
 
 def test_approve_commit_while_the_harness_commits_sends_once(

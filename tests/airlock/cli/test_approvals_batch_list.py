@@ -149,7 +149,8 @@ def test_a_preview_approved_without_commit_is_committed_by_approve_commit_later(
         assert "committed; receipt:" in committed.output
         assert world.system.effects() == 1
         again = runner.invoke(approvals_app, [*base, "--commit", *tools])
-        assert again.exit_code == 1, again.output  # committed: nothing to approve or commit
+        assert again.exit_code == 0, again.output  # committed: its receipt again, nothing sent
+        assert "already committed; receipt:" in again.output
         assert world.system.effects() == 1
     finally:
         world.close()
