@@ -10,10 +10,12 @@ two runs is what writing the log costs the bridge. The guest measures its own ca
 same audit log. 1,000 reads are made as a loop of single calls, as a gather of ``.aio`` calls
 bounded to 1, 4, 16 and 64 at a time (a semaphore in the program), as one plain gather and as
 one ``.batch``, interleaved run by run so that drift on a shared machine falls on all of them;
-each is compared with the loop measured in the same run. The last lines give the CPU each
-call cost over the whole run: the host's (every thread; then the event loop's and the audit
-writer's shares, from ``/proc`` on Linux) and the guest's (the program's own process, as the
-runner measures it).
+each is compared with the loop measured in the same run. A call of the loop's average time is
+printed beside the round trip's median, with the share of round trips over 1 ms: beside busy
+processes the few calls whose process waited for a processor set the loop's pace. The last
+lines give the CPU each call cost over the whole run: the host's (every thread; then the event
+loop's and the audit writer's shares, from ``/proc`` on Linux) and the guest's (the program's
+own process, as the runner measures it).
 
 The machine's own floor under a round trip is measured in the same run as well: an asyncio
 server on a Unix socket answering a blocking client in another process, with messages the
@@ -264,6 +266,12 @@ async def main(round_trips: int, image: str, runs: int, audit_store: str) -> Non
     print(
         f"the machine's floor ({ECHO}): {echo_median:.0f} us at the median; the bridge's round "
         f"trip is {round_trip / echo_median:.2f}x it, {round_trip - echo_median:.0f} us more"
+    )
+    slow = sum(1 for x in us if x > 1000) / len(us)
+    print(
+        f"a call of the loop: {sequential * 1e3:.0f} us on average, against the round trip's "
+        f"median of {round_trip:.0f} us; {slow:.1%} of the round trips took over 1 ms (a call "
+        "whose process waited for a processor: what sets the loop's pace beside busy ones)"
     )
     calls = session.calls
     print(
