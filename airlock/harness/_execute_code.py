@@ -6,19 +6,20 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Final, assert_never
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from airlock.harness._model_tools import ModelResult, ModelTool
 from airlock.harness._results import failure, success
 from airlock.policies import SandboxProfile
 from airlock.sandbox import MAX_PROGRAM_BYTES, LimitName, RunInput, RunResult
-from airlock.tools import PROGRAM_TOOL
+from airlock.tools import PROGRAM_TOOL, FieldIssue, InvalidInputError
 
 __all__ = [
     "EXECUTE_CODE",
     "ExecuteCodeArgs",
     "artifact_notes",
     "describe_execute_code",
+    "execute_code_args",
     "kept_notes",
     "program_result",
 ]
@@ -36,6 +37,22 @@ class ExecuteCodeArgs(BaseModel):
         description="A complete Python 3.11 program. Its last expression (or `result(value)`) "
         "is the answer and must be JSON: dicts, lists, strings, numbers, booleans, None."
     )
+
+
+def execute_code_args(arguments: Mapping[str, Any]) -> ExecuteCodeArgs:
+    """``execute_code``'s arguments, checked.
+
+    Raises:
+        InvalidInputError: they are not ``{code}`` (naming the fields at fault).
+    """
+    try:
+        return ExecuteCodeArgs.model_validate(dict(arguments))
+    except ValidationError as exc:
+        issues = tuple(
+            FieldIssue(".".join(str(p) for p in error["loc"]) or "(arguments)", error["msg"][:200])
+            for error in exc.errors()[:10]
+        )
+        raise InvalidInputError(issues=issues) from None
 
 
 def _schema() -> dict[str, Any]:

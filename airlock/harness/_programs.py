@@ -30,12 +30,11 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from pydantic import ValidationError
 
 from airlock.bridge import BridgeLimits, ToolSession
 from airlock.harness._batches import PausedBatches
 from airlock.harness._budget import Budget
-from airlock.harness._execute_code import ExecuteCodeArgs, kept_notes, program_result
+from airlock.harness._execute_code import execute_code_args, kept_notes, program_result
 from airlock.harness._model_tools import ModelResult
 from airlock.harness._program_endings import host_failure, unheld
 from airlock.harness._proposal_notes import as_now, nothing_new_note, split_proposed, unheld_note
@@ -51,13 +50,12 @@ from airlock.sandbox import (
     RunInput,
     RunResult,
     SandboxBackend,
+    SandboxClosed,
     input_effect,
     resolve_inputs,
 )
 from airlock.tools import (
     CallContext,
-    FieldIssue,
-    InvalidInputError,
     LedgerError,
     Observations,
     Registry,
@@ -103,6 +101,7 @@ class SessionPrograms:
     inputs: tuple[RunInput, ...] = field(init=False)
     """The session's inputs, checked: every program finds them under ``/data``."""
     _kept: KeptSandbox | None = field(init=False, default=None)
+    _closed: bool = field(init=False, default=False)
     _turns: anyio.Semaphore = field(init=False)
     """Turns to run a program: the budget's ``programs_at_once``."""
 
@@ -168,10 +167,7 @@ class SessionPrograms:
             InvalidInputError: the arguments are not ``{code}``.
             SandboxError: the sandbox could not run the program.
         """
-        try:
-            args = ExecuteCodeArgs.model_validate(dict(arguments))
-        except ValidationError as exc:
-            raise InvalidInputError(issues=_issues(exc)) from None
+        args = execute_code_args(arguments)
         digest = self.audit.program_text(args.code)
         effects: list[Effect] = []
         for name in sorted(inputs):
@@ -364,6 +360,9 @@ class SessionPrograms:
         return artifact_dir(self.artifact_root, call_id)
 
     def _kept_sandbox(self) -> KeptSandbox:
+        if self._closed:
+            # A program admitted just before close() would start a container nothing closes.
+            raise SandboxClosed("the session was closed before its program started")
         if self._kept is None:
             # Raises UsageError when the backend cannot keep (Harness.session checks first).
             self._kept = self.sandbox.keep(
@@ -375,7 +374,8 @@ class SessionPrograms:
         return self._kept
 
     async def close(self) -> None:
-        """Release the kept container, if there is one; kept, closed, it starts no other."""
+        """Release the kept container, if there is one; closed, it starts no other."""
+        self._closed = True
         if self._kept is not None:
             await self._kept.close()
 
@@ -390,10 +390,3 @@ def _refuse_files_if_restricted(inputs: Inputs | None, profile: SandboxProfile) 
             'language_mode = "full" in the policy file\'s [sandbox] table; the data image '
             "runs full mode)"
         )
-
-
-def _issues(exc: ValidationError) -> tuple[FieldIssue, ...]:
-    return tuple(
-        FieldIssue(".".join(str(p) for p in error["loc"]) or "(arguments)", error["msg"][:200])
-        for error in exc.errors()[:10]
-    )

@@ -6,6 +6,7 @@ sandbox closed by its backend used to refuse the call as the caller's mistake, a
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -81,3 +82,33 @@ async def test_a_closed_session_refuses_its_next_call_and_starts_no_container(
         after = backend.client.containers.list(all=True, filters=mine)
         assert [c.id for c in after] == [c.id for c in before]
         # (a second close, by _ran_once, is harmless)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("yields", [1, 2, 5])  # (with none, the call is after close)
+async def test_a_first_program_admitted_as_its_session_closes_leaves_no_container(
+    tmp_path: Path, yields: int
+) -> None:
+    """A kept session's first program, admitted but not yet in a container when the
+    session closes, starts none: it is answered ``sandbox_unavailable``, and no container
+    of the backend's is left (one used to start that nothing would close, until its idle
+    timeout)."""
+    require_docker()
+    backend = DockerBackend(image=IMAGE, profile=SandboxProfile(timeout_s=10), pool_size=0)
+    await backend.start()
+    world = World(tmp_path, backend)
+    mine = {"label": f"{OWNER_LABEL}={backend._owner}"}
+    try:
+        session = world.session(ALICE, keep_state=True)
+        call = asyncio.ensure_future(session.call("execute_code", {"code": "x = 1\nx"}))
+        for _ in range(yields):
+            await asyncio.sleep(0)
+        await session.close()
+
+        answer = await asyncio.wait_for(call, 30)
+
+        assert (answer.code, answer.retryable) == ("sandbox_unavailable", False), answer
+        assert backend.client.containers.list(all=True, filters=mine) == []
+    finally:
+        await backend.close()
+        world.close()
