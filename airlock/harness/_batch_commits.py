@@ -3,7 +3,8 @@ key, a few at a time; an item the session's authority no longer allows is denied
 (:class:`~airlock.harness._commit_authority.CommitAuthority`), or, when an earlier send of
 it got no definite answer, left to reconcile and not resent; and, with a deadline (the
 session's settling, a model's ``write_status``), no send started after it (one in progress
-is never cancelled)."""
+is never cancelled). An item whose key the system of record answered for another change (a
+receipt mismatch) is never sent again: it waits for an operator."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from airlock.tools import (
     BatchItem,
     ConflictError,
     Preview,
+    ReceiptMismatchError,
     ToolError,
     WritePath,
     batch_items,
@@ -47,6 +49,9 @@ class Committed:
     unjudged: dict[str, ConflictError] = field(default_factory=dict)
     """The items whose recorded effects do not read back, so nothing can judge them, by
     preview id: neither sent nor denied; they wait for the operator."""
+    mismatched: dict[str, ReceiptMismatchError] = field(default_factory=dict)
+    """The ``unknown`` items whose key the system of record answered for another change, by
+    preview id: never sent again (the same key fetches the same answer); an operator looks."""
 
 
 async def commit_items(
@@ -88,9 +93,10 @@ async def commit_items(
                 not_resent[preview.id] = refusal
         elif preview.state == "approved" or (resend and preview.state == "unknown"):
             sends.append(preview)
-    unsent = await _send(writes, sends, authority, until)
+    mismatched: dict[str, ReceiptMismatchError] = {}
+    unsent = await _send(writes, sends, authority, until, mismatched)
     items = batch_items(writes.ledger, batch.id, now=writes.clock())
-    return Committed(items, refused, not_resent, unsent, unjudged)
+    return Committed(items, refused, not_resent, unsent, unjudged, mismatched)
 
 
 def _previews(writes: WritePath, batch: Batch) -> list[Preview]:
@@ -104,8 +110,10 @@ async def _send(
     previews: Sequence[Preview],
     authority: CommitAuthority,
     until: float | None,
+    mismatched: dict[str, ReceiptMismatchError],
 ) -> int:
-    """Commit ``previews`` concurrently; how many sends did not start (``until`` came)."""
+    """Commit ``previews`` concurrently; how many sends did not start (``until`` came). The
+    items answered for another change go to ``mismatched``."""
     gate = anyio.CapacityLimiter(COMMITS_AT_ONCE)
     late = 0
     failed: list[Exception] = []
@@ -118,6 +126,8 @@ async def _send(
                 return
             try:
                 await writes.commit(preview.id, preview.fingerprint, authority.principal)
+            except ReceiptMismatchError as exc:  # (at once, sending nothing, once marked)
+                mismatched[preview.id] = exc
             except ToolError:
                 pass  # the item's state says how it ended (unknown, expired, failed)
             except Exception as exc:  # the ledger, say: raised once every send has ended

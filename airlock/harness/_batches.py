@@ -200,7 +200,7 @@ class PausedBatches:
         if done.unsent:
             return None  # the time is up: the rest are sent, and told, on a later settle
         if not gave_up and any(
-            i.state == "unknown" and i.preview_id not in done.not_resent for i in done.items
+            _resent(i.preview_id, done) for i in done.items if i.state == "unknown"
         ):
             tries = self._unknown_tries.get(batch_id, 0) + 1
             if tries < UNKNOWN_TRIES:
@@ -278,6 +278,12 @@ def _unjudged_answer(
     return failure(first.code, message, retryable=first.retryable, extra=extra)
 
 
+def _resent(preview_id: str, done: Committed) -> bool:
+    """Whether the session sends an ``unknown`` item again: not one it may no longer make,
+    nor one answered for another change (each waits for the operator)."""
+    return preview_id not in done.not_resent and preview_id not in done.mismatched
+
+
 def _summary(batch: Batch, done: Committed, *, gave_up: int = 0) -> dict[str, object]:
     """Where a batch's items stand, in short: counts and preview ids by state; ``gave_up``,
     the settles that resent its ``unknown`` items before settling stopped resending them.
@@ -288,7 +294,10 @@ def _summary(batch: Batch, done: Committed, *, gave_up: int = 0) -> dict[str, ob
         by_state.setdefault(item.state, []).append(item.preview_id)
     counts = {state: len(ids) for state, ids in by_state.items()}
     unknown = counts.get("unknown", 0)
-    resent = 0 if gave_up else unknown - len(done.not_resent)
+    unknown_ids = by_state.get("unknown", [])
+    resent = 0 if gave_up else sum(_resent(i, done) for i in unknown_ids)
+    mismatched = [i for i in unknown_ids if i in done.mismatched]
+    unsure_count = unknown - len(mismatched)
     undecided = counts.get("approved", 0) + counts.get("sending", 0) + resent
     if counts.get("committed") == len(items):
         status = "committed"
@@ -305,16 +314,22 @@ def _summary(batch: Batch, done: Committed, *, gave_up: int = 0) -> dict[str, ob
     # Not given up on, every unknown item is one this session does not resend: its own
     # note (below) says why and who settles it.
     unsure = (
-        f"{unknown} item(s) may or may not have happened: {gave_up} sends each got no "
+        f"{unsure_count} item(s) may or may not have happened: {gave_up} sends each got no "
         "definite answer. Do not propose them again: the operator's reconcile checks the "
         "system of record and settles them; tell the user their outcome is unknown"
         if gave_up
-        else f"{unknown} item(s) may or may not have happened; tell the user their outcome "
-        "is unknown, and do not propose them again"
+        else f"{unsure_count} item(s) may or may not have happened; tell the user their "
+        "outcome is unknown, and do not propose them again"
+    )
+    answered_for_another = (
+        f"{len(mismatched)} item(s) were answered for another change: the system of record's "
+        "answer under their key is not the approved change, so they are not recorded as "
+        "committed and are never sent again. Tell the user their outcome is unknown; do not "
+        "propose them again: an operator must look at the system of record"
     )
     messages = {
         "committed": "every item is committed, each once; do not propose them again",
-        "unknown": unsure
+        "unknown": (unsure if unsure_count else answered_for_another)
         + ("; some items still wait for a person" if counts.get("waiting") else ""),
         "waiting": "some items still wait for a person; tell the user",
         "undecided": f"{undecided} item(s) have no definite answer yet: the system may have "
@@ -351,5 +366,9 @@ def _summary(batch: Batch, done: Committed, *, gave_up: int = 0) -> dict[str, ob
             f"definite answer, and this session may no longer make them ({first.text}), so it "
             "does not send them again; the operator's reconcile settles them. Do not retry them"
         )
+    if mismatched:
+        body["mismatched"] = mismatched
+        if unsure_count or status != "unknown":
+            notes.append(answered_for_another)
     body["message"] = ". ".join(notes)
     return body
