@@ -38,6 +38,10 @@ class RichNarrator:
     def __init__(self, console: Console) -> None:
         self.console = console
 
+    @property
+    def columns(self) -> int:
+        return self.console.width - 4  # (a panel's borders and padding)
+
     def message(self, message: dict[str, Any]) -> None:
         content = message["content"]
         if isinstance(content, str):

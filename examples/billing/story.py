@@ -127,6 +127,10 @@ class DemoReport:
 class Narrator(Protocol):
     """Sees the story as it happens."""
 
+    @property
+    def columns(self) -> int:
+        """How wide a step's text may be (the command line's output is made to fit it)."""
+
     def message(self, message: dict[str, Any]) -> None:
         """A conversation message (the model's turn, or the answers to its calls)."""
 
@@ -259,7 +263,7 @@ async def _approve_and_commit(
         "airlock", "approvals", "approve", batch_id,
         "--ledger", str(ledger.path), "--fingerprint", fingerprint, "--as", APPROVER,
     ]  # fmt: skip
-    output = _airlock_cli(command[1:])
+    output = _airlock_cli(command[1:], columns=narrator.columns)
     narrator.step("a person approves the whole batch", "$ " + " ".join(command) + "\n" + output)
     billing.faults.drop_after_commit()
     narrator.step(
@@ -357,14 +361,15 @@ def _scan_result(transcript: Transcript) -> dict[str, Any]:
     return value
 
 
-def _airlock_cli(args: Sequence[str]) -> str:
-    """Run the ``airlock`` command line as a person would, in a process of its own."""
+def _airlock_cli(args: Sequence[str], *, columns: int) -> str:
+    """Run the ``airlock`` command line as a person would, in a process of its own, on a
+    terminal ``columns`` wide."""
     done = subprocess.run(
         [sys.executable, "-m", "airlock.cli", *args],
         capture_output=True,
         text=True,
         timeout=60,
-        env={**os.environ, "COLUMNS": "100", "NO_COLOR": "1"},
+        env={**os.environ, "COLUMNS": str(columns), "NO_COLOR": "1"},
         check=False,
     )
     if done.returncode != 0:

@@ -25,6 +25,8 @@ pytestmark = pytest.mark.docker
 class Recorder:
     """Keeps everything the story showed, to check what a person would have seen."""
 
+    columns = 72  # (narrower than the command line's own default)
+
     def __init__(self) -> None:
         self.shown: list[str] = []
 
@@ -119,6 +121,18 @@ def test_one_approval_commits_each_refund_once_and_the_service_holds_exactly_eig
         invoice = invoices[step.invoice_id]
         assert receipt["amount_minor"] == invoice["payments"][-1]["amount_minor"]
         assert stored["payment_id"] == invoice["payments"][-1]["id"]
+
+
+def test_the_approval_a_person_typed_is_shown_as_wide_as_the_screen_allows(
+    played: tuple[DemoReport, BillingServer, Recorder],
+) -> None:
+    """The command line's output fits the step it is shown in: a table made for a wider
+    terminal was folded again by the panel, each of its rows broken in two."""
+    _, _, recorder = played
+    [shown] = [s for s in recorder.shown if s.startswith("a person approves the whole batch:")]
+    _command, *output = shown.splitlines()
+    assert any("approved" in line for line in output)
+    assert max(len(line) for line in output) <= Recorder.columns
 
 
 def test_code_only_read_and_the_audit_log_holds_the_run(
