@@ -130,9 +130,12 @@ def _summary(console: Console, report: DemoReport) -> None:
         f"the program proposed {batch.proposal['count']} refunds ({total}) as batch "
         f"{batch.batch_id}; one approval of fingerprint {batch.fingerprint[:16]}… committed them"
     )
-    refunds = Table(title="refunds")
-    for column in ("invoice", "amount", "attempts", "refund", "held by the service"):
-        refunds.add_column(column)
+    # Ids are folded, never cut short (the tail is where a look-alike differs); short headers
+    # leave them room for a line of their own.
+    refunds = Table(title="refunds (held: how many of the invoice's the service holds)")
+    for column in ("invoice", "amount", "attempts", "refund", "held"):
+        numeric = column in ("amount", "held")
+        refunds.add_column(column, overflow="fold", justify="right" if numeric else "left")
     for step in report.refunds:
         receipt = step.receipt["receipt"]
         refunds.add_row(
@@ -146,7 +149,7 @@ def _summary(console: Console, report: DemoReport) -> None:
 
     effects = Table(title=f"effects exercised by {report.run_id} (from the audit log)")
     for column in ("tool", "callers", "calls", "effects"):
-        effects.add_column(column)
+        effects.add_column(column, overflow="fold")
     for found in report.effects:
         more = len(found.effects) - 2
         shown = "\n".join(found.effects[:2]) + (f"\n… {more} more" if more > 0 else "")
