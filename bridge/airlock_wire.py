@@ -53,7 +53,10 @@ by :data:`ARTIFACT_NAME` and the host refuses any other name. ``keep`` (``true``
 ``"clean"`` for a container reused with nothing kept) comes with a one-time ``token``: the
 runner then runs each program in a process of its own, on a new connection whose first frame
 is :data:`HELLO` ``{version, pid, token}``, and the host serves the program on that
-connection only.
+connection only. A kept runner that gives up on its container (it could not clear what a
+program left) or fails sends :data:`EXIT` ``{status, reason}`` on its first connection, its
+last frame, before it exits with ``status``: the host tells ``reason`` (at most
+:data:`MAX_EXIT_REASON_CHARS` characters) to the run that finds the runner gone.
 
 Host code that cannot import this module keeps its own copy of two values, pinned to these by
 tests: the default sandbox profile's allowed imports (:data:`WARM_UP_IMPORTS`) and the typed
@@ -83,6 +86,7 @@ RUN: Final = "run"
 RESULT: Final = "result"
 ABORT: Final = "abort"
 ARTIFACT: Final = "artifact"
+EXIT: Final = "exit"
 
 HEADER_FORMAT: Final = ">I"
 """The :mod:`struct` format of a frame's length prefix."""
@@ -102,6 +106,8 @@ MAX_IN_FLIGHT: Final = 256
 """Calls unanswered at once when the ``run`` frame does not say (``max_in_flight``)."""
 MAX_BATCH_ITEMS: Final = 1000
 """Items of one ``batch`` frame when the ``run`` frame does not say (``max_batch_items``)."""
+MAX_EXIT_REASON_CHARS: Final = 1000
+"""Characters of an ``exit`` frame's ``reason`` the guest sends and the host tells."""
 MAX_TOOL_NAME_CHARS: Final = 128
 """Characters of a tool name in a frame; a longer one is cut (``refused``) or refused."""
 

@@ -99,7 +99,7 @@ class SandboxContainer:
         self._listener = launched.listener
         """Open for the connections a kept runner opens, one per program."""
         self._links = ProgramLinks(
-            launched.writer,
+            (launched.reader, launched.writer),
             launched.listener,
             runtime=launched.runtime,
             runner_pid=launched.runner_pid,

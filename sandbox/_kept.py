@@ -202,12 +202,13 @@ class KeptSandbox:
         if container is not None:
             try:
                 return self._after(await self._run_in(container, *args), container, began)
-            except RunnerExited:
+            except RunnerExited as exited:
                 if self._closed:
                     raise
                 # The container ended between programs (under gVisor, what the one before
                 # left can run it out of memory): this program never reached it, and runs
                 # in a new one.
+                _log.warning("kept sandbox of %s: %s", self.owner.user_id, exited)
         started = await self._start_for(profile, began)
         if isinstance(started, RunResult):
             return started

@@ -29,7 +29,7 @@ from airlock.bridge import FrameError, RunEnd, ToolSession, encode_frame, read_f
 from airlock.bridge import airlock_wire as wire
 from airlock.sandbox._engine_thread import on_engine_thread
 from airlock.sandbox._errors import RunnerExited, SandboxFailure, map_docker_errors
-from airlock.sandbox._runner_end import hung_up, watch_end
+from airlock.sandbox._runner_end import hung_up, last_word, watch_end
 from airlock.sandbox._runtime import is_runner_peer
 
 __all__ = [
@@ -155,14 +155,15 @@ class ProgramLinks:
     been handed on), the runner ends what the previous program left (its process, having
     reported, stopped itself to wait for that, or for 10 ms at most; one that exited without
     reporting was cleared after at once), forks the next process and says ``hello`` for it,
-    so a run (:meth:`take`) finds it connected, checked and warm. It watches ``control`` for
-    the runner's end, without reading it. ``on_ready`` is called as each program's
+    so a run (:meth:`take`) finds it connected, checked and warm. It watches ``control`` (its
+    reader and writer) for the runner's end, and reads it only then, for the runner's last
+    word (``airlock_wire.EXIT``: why it gave up). ``on_ready`` is called as each program's
     connection comes, before its run takes it (between programs, off the run's path).
     """
 
     def __init__(
         self,
-        control: asyncio.StreamWriter,
+        control: tuple[asyncio.StreamReader, asyncio.StreamWriter],
         listener: socket.socket,
         *,
         runtime: str,
@@ -171,7 +172,7 @@ class ProgramLinks:
         hello_s: float,
         on_ready: Callable[[], object] | None = None,
     ) -> None:
-        self._control = control
+        self._control_reader, self._control = control
         self._on_ready = on_ready
         self._listener = listener
         self._runtime = runtime
@@ -184,7 +185,7 @@ class ProgramLinks:
         """The :meth:`prepare` due once the last result has gone on its way."""
         self._ended = asyncio.Event()
         """Set once the runner ended the control connection (it exited)."""
-        watch_end(control, self._ended)
+        watch_end(self._control, self._ended)
 
     @property
     def usable(self) -> bool:
@@ -253,7 +254,7 @@ class ProgramLinks:
                 # An exited runner opens no connection: waiting on would only use up the
                 # run's deadline.
                 _discard(ahead)
-                raise self._runner_exited()
+                raise await self._runner_exited()
         if ahead.cancelled() or ahead.exception() is not None:
             return None
         if hung_up(self._control):
@@ -261,17 +262,23 @@ class ProgramLinks:
             # programs) and the loop has not heard of it yet: the program must not be sent
             # into it, to be told its runner died.
             _discard(ahead)
-            raise self._runner_exited()
+            raise await self._runner_exited()
         link = ahead.result()
         if link is not None:
             self._serving = link[1]
         return link
 
-    def _runner_exited(self) -> RunnerExited:
+    async def _runner_exited(self) -> RunnerExited:
+        said = await last_word(self._control_reader)
+        why = (
+            f"it said: {said}"
+            if said
+            else "it could not end the previous program's processes, or it was killed"
+        )
         return RunnerExited(
             f"the kept runner of container {self._container_id[:12]!r} exited before it "
-            "opened the program's connection, or as it did (it could not end the previous "
-            "program's processes, or it was killed); the next run starts a new container"
+            f"opened the program's connection, or as it did ({why}); the next run starts a "
+            "new container"
         )
 
     async def serve(

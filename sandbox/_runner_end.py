@@ -1,6 +1,7 @@
 """The end of a kept runner's control connection, which the host holds while the container
-waits for its next program and reads nothing on: watched for (:func:`watch_end`), and
-checked at the moment a run needs to know (:func:`hung_up`).
+waits for its next program and reads nothing on: watched for (:func:`watch_end`), checked at
+the moment a run needs to know (:func:`hung_up`), and why the runner ended it, when it said
+(:func:`last_word`).
 """
 
 from __future__ import annotations
@@ -8,7 +9,15 @@ from __future__ import annotations
 import asyncio
 import select
 
-__all__ = ["hung_up", "watch_end"]
+from airlock.bridge import FrameError, read_frame
+from airlock.bridge import airlock_wire as wire
+
+__all__ = ["hung_up", "last_word", "watch_end"]
+
+_LAST_WORD_WAIT_S = 0.2
+"""How long a run that finds the runner gone waits for its last frame: it came before the
+end, so the loop has it, or reads it in its next turns (the kernel holds it already)."""
+_LAST_WORD_MAX_BYTES = 16 * wire.MAX_EXIT_REASON_CHARS
 
 
 class _EndWatch(asyncio.Protocol):
@@ -63,3 +72,18 @@ def hung_up(control: asyncio.StreamWriter) -> bool:
     waiting = select.poll()
     waiting.register(sock.fileno(), getattr(select, "POLLRDHUP", 0))  # (and HUP, ERR: always)
     return bool(waiting.poll(0))
+
+
+async def last_word(control: asyncio.StreamReader) -> str | None:
+    """Why the runner ended ``control``, as its last frame there says (``exit``), or ``None``
+    when it said nothing (it was killed) or anything else. Read only once the runner ended
+    the connection: it sends nothing on it before then."""
+    try:
+        async with asyncio.timeout(_LAST_WORD_WAIT_S):
+            frame = await read_frame(control, max_bytes=_LAST_WORD_MAX_BYTES)
+    except (TimeoutError, FrameError, OSError):
+        return None
+    if frame is None or frame.get("type") != wire.EXIT:
+        return None
+    reason = frame.get("reason")
+    return reason[: wire.MAX_EXIT_REASON_CHARS] if isinstance(reason, str) and reason else None

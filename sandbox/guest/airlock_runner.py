@@ -346,7 +346,11 @@ def main(argv: list[str]) -> int:
         backstops.drop()  # the zygote ends its programs and itself
         if not warmed:  # its programs' processes fork from this one
             warm_up(execute, wire.WARM_UP_IMPORTS)
-        return zygote.serve(connection, socket_path, request, _run_kept, kept_program.prepare)
+        try:
+            return zygote.serve(connection, socket_path, request, _run_kept, kept_program.prepare)
+        except Exception as exc:  # (a program's process never returns here: it exits)
+            zygote.tell_exit(connection, 1, f"{type(exc).__name__}: {exc}")
+            raise
     # The second seccomp layer, before any of the program's code runs; no layer, no run.
     confine(request.get("mode"), refuse=finish)
     backstops.end_by(request.get("deadline_s"))  # a backstop: the host ends it sooner

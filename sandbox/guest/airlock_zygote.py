@@ -16,7 +16,7 @@ how the next result is sent. So the runner, once warm, becomes a *zygote*:
    list (``/proc``) until it holds no process but its own and it has no thread but those it
    had when it began to serve (before any program ran: see :func:`serve`), and the
    container's Unix sockets (``/proc/net/unix``) until none is left but its own (see
-   :func:`foreign_sockets`); it empties ``/out`` (and, for a clean container, ``/tmp``);
+   ``airlock_leftovers``); it empties ``/out`` (and, for a clean container, ``/tmp``);
 3. then it opens a new bridge connection, says ``hello`` on it with the token (which no
    program's process has seen: the host sends it once the previous program's process was
    forked, and only this process reads the control connection, so the host can tell the
@@ -50,146 +50,37 @@ import gc
 import os
 import select
 import signal
-import socket
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from airlock.bridge import airlock_wire as wire
+    from airlock.sandbox.guest import airlock_leftovers as leftover
     from airlock.sandbox.guest.airlock_bridge import Connection
     from airlock.sandbox.guest.airlock_spare import RunProgram, Spare, fork_spare
 else:
+    import airlock_leftovers as leftover
     import airlock_wire as wire
     from airlock_bridge import Connection
     from airlock_spare import RunProgram, Spare, fork_spare
 
-_CLEAR_TIMEOUT_S = 3.0
-"""How long the zygote tries to end a program's leftovers before it gives up (and exits, so
-that the host drops the container)."""
-_SOCKETS_WAIT_S = 0.25
-"""How long, of the clearing's time, the zygote waits for the kernel to free sockets a
-program parked: Linux frees them at once when asked (:func:`_collect_unix_garbage`), gVisor
-never; a container the zygote gives up on goes sooner, before a next program comes to it."""
 _PR_SET_DUMPABLE = 4
 
 
-def other_processes(me: int) -> list[int]:
-    """Pids in the container's pid list other than ``me`` (and the init, when that is not
-    ``me``)."""
-    pids = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            pid = int(entry)
-            if pid != me and pid != 1:
-                pids.append(pid)
-    return pids
-
-
-def own_threads(me: int) -> frozenset[int]:
-    """The thread ids of process ``me`` (just ``me`` where ``/proc`` does not list them)."""
-    try:
-        return frozenset(int(tid) for tid in os.listdir(f"/proc/{me}/task"))
-    except (OSError, ValueError):
-        return frozenset({me})
-
-
-def foreign_sockets(bridge: str | None = None) -> list[str]:
-    """The inodes of the container's Unix sockets (``/proc/net/unix``) that are neither this
-    process's own (its descriptors') nor the host's ends of bridge connections (which
-    Linux lists here, named as the host's socket, ``bridge``). Once every other process is
-    gone, any left is one a program parked where no process holds it (sent with
-    ``SCM_RIGHTS`` over a socket itself in flight): it outlives the program, the next
-    program could read its name or count such sockets, and gVisor never frees their
-    memory."""
-    own = set()
-    for fd in os.listdir("/proc/self/fd"):
-        with contextlib.suppress(OSError):  # (the listing's own descriptor is gone)
-            link = os.readlink(f"/proc/self/fd/{fd}")
-            if link.startswith("socket:["):
-                own.add(link[len("socket:[") : -1])
-    with open("/proc/net/unix") as table:
-        # Num RefCount Protocol Flags Type St Inode [Path], under a heading line
-        rows = [line.split(None, 7) for line in table.read().splitlines()[1:]]
-    return [
-        row[6]
-        for row in rows
-        if len(row) > 6 and row[6] not in own and (len(row) < 8 or row[7] != bridge)
-    ]
-
-
-def bridge_name(control: Connection) -> str | None:
-    """The host's socket, as Linux names the host's ends of bridge connections."""
-    try:
-        with socket.socket(fileno=os.dup(control.fileno())) as duplicate:
-            name = duplicate.getpeername()
-    except OSError:
-        return None
-    return name if isinstance(name, str) and name else None
-
-
-def _collect_unix_garbage() -> None:
-    # Linux collects sockets that only hold each other in flight when a Unix socket is
-    # released after they became unreachable; a program's last holder may have gone first.
-    with contextlib.suppress(OSError):
-        socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)[0].close()
-
-
-def clear_processes(
-    timeout: float = _CLEAR_TIMEOUT_S,
-    wake: int | None = None,
-    *,
-    threads: frozenset[int] | None = None,
-    bridge: str | None = None,
-) -> bool:
-    """End every process in the container but this one and wait until the pid list shows
-    none (zombies reaped), this process has no thread outside ``threads`` (by default, none
-    but its main thread) and no Unix socket is left but its own and the host's ends of
-    bridge connections, named ``bridge`` (:func:`foreign_sockets`);
-    whether that happened within ``timeout`` seconds. ``wake`` is the read end of the
-    zygote's signal pipe: a child's exit wakes the wait at once."""
-    me = os.getpid()
-    allowed = threads if threads is not None else frozenset({me})
-    end = time.monotonic() + timeout
-    watch: tuple[Any, int] | None = None
-    if wake is not None:
-        poller = select.poll()
-        poller.register(wake, select.POLLIN)
-        watch = (poller, wake)
-    while True:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(-1, signal.SIGKILL)  # every process this user may signal, but init and me
-        _reap()
-        if not other_processes(me) and own_threads(me) <= allowed:
-            if not foreign_sockets(bridge):
-                return True
-            _collect_unix_garbage()
-            end = min(end, time.monotonic() + _SOCKETS_WAIT_S)
-        if time.monotonic() > end:
-            return False
-        if watch is None:
-            time.sleep(0.0005)
-        else:
-            # A process that is not our child (one the engine started) wakes nobody: look
-            # again after a millisecond whatever happens.
-            watch[0].poll(1)
-            _drain(watch[1])
-
-
-def _drain(fd: int) -> None:
-    with contextlib.suppress(BlockingIOError):
-        while os.read(fd, 512):
+def tell_exit(control: Connection, status: int, reason: str) -> int:
+    """Tell the host, on ``control``, why the runner exits with ``status`` (its last frame:
+    ``airlock_wire.EXIT``); ``status``. Nothing is lost if the host is gone already."""
+    frame = {"type": wire.EXIT, "status": status, "reason": reason[: wire.MAX_EXIT_REASON_CHARS]}
+    with contextlib.suppress(OSError, ValueError):
+        control.send(frame)
+        # A socket closed with bytes unread resets the host's end, and a reset drops what
+        # the host had not read yet (this frame): what the host sent meanwhile (a next
+        # token, of no use now) is read first.
+        unread = select.poll()
+        unread.register(control.fileno(), select.POLLIN)
+        while unread.poll(0) and os.read(control.fileno(), 1 << 16):
             pass
-
-
-def _reap() -> None:
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
+    return status
 
 
 def _not_dumpable() -> None:
@@ -215,7 +106,8 @@ def serve(
     or its deadline passes, or the next frame comes, or a moment after its process stopped
     itself, having reported; the next process is forked when the next frame comes. Returns
     the runner's exit status once the host closes ``control`` (0), or when the container
-    could not be cleared (5) or the frame holds no token (3)."""
+    could not be cleared (5) or the frame holds no token (3); before it gives up so, it tells
+    the host why (:func:`tell_exit`)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _not_dumpable()
     wake = os.pipe()
@@ -232,11 +124,16 @@ def serve(
     # CPU quota, which OpenBLAS ends before each fork and a program's process starts afresh).
     # No program's thread can join this process (programs run in processes forked from it):
     # a thread beyond these means the container is not what it should be, and clearing fails.
-    threads = own_threads(me)
-    bridge = bridge_name(control)
+    threads = leftover.own_threads(me)
+    bridge = leftover.bridge_name(control)
 
     def cleared() -> bool:
-        return clear_processes(wake=wake[0], threads=threads, bridge=bridge)
+        return leftover.clear_processes(wake=wake[0], threads=threads, bridge=bridge)
+
+    def give_up() -> int:
+        left = leftover.leftovers(me, threads, bridge)
+        why = f"it could not clear the container in {leftover.CLEAR_TIMEOUT_S:g} s: {left}"
+        return tell_exit(control, 5, why)
 
     def spare_after(ahead: dict[str, Any]) -> Spare | None:
         if not cleared():
@@ -249,12 +146,12 @@ def serve(
     while request is not None:
         token = request.get("token")
         if not isinstance(token, str) or not token:
-            return 3
+            return tell_exit(control, 3, "a run frame came without a token")
         ahead = {"keep": request.get("keep"), "mode": request.get("mode")}
         if spare is not None and (
             spare.ahead["keep"] != ahead["keep"]
-            or other_processes(me) != [spare.pid]
-            or not own_threads(me) <= threads
+            or leftover.other_processes(me) != [spare.pid]
+            or not leftover.own_threads(me) <= threads
         ):
             # The previous program's process still runs, the spare died, or it was made
             # for another kind of program: from nothing.
@@ -263,7 +160,7 @@ def serve(
         if spare is None:
             spare = spare_after(ahead)
             if spare is None:
-                return 5
+                return give_up()
         running: Spare | None = spare
         spare.start(token)
         spare = None
@@ -281,7 +178,7 @@ def serve(
                 running.countdown.close()
                 running = None
             if not cleared():
-                return 5
+                return give_up()
         if running is not None:
             running.countdown.close()  # a descriptor no later program's process may get
     if spare is not None:
@@ -321,7 +218,7 @@ def _next_event(
             if countdown.passed:
                 return "overdue"
         if wake in ready:
-            _drain(wake)
+            leftover.drain(wake)
             if running is not None:
                 state = _state(running.pid)
                 if state == "exited":
@@ -332,7 +229,7 @@ def _next_event(
                     # (A program that stops its own process before it reports is taken at its
                     # word: ended too, its run told its process ended before it reported.)
                     countdown.reported()
-            _reap()
+            leftover.reap()
         if control.fileno() in ready:
             try:
                 request = buffered if buffered is not None else control.recv()
@@ -356,4 +253,4 @@ def _state(child: int) -> str | None:
     return "stopped" if os.WIFSTOPPED(status) or os.WIFCONTINUED(status) else "exited"
 
 
-__all__ = ["clear_processes", "other_processes", "serve"]
+__all__ = ["serve", "tell_exit"]

@@ -10,6 +10,7 @@ never answers for a later program.
 
 from __future__ import annotations
 
+import logging
 import textwrap
 
 import pytest
@@ -80,6 +81,41 @@ async def test_a_reused_container_carries_no_socket_to_the_next_run(
     assert (second.status, len(second.value)) == ("ok", len(before.value)), (before, second)
     assert [row for row in second.value if row[1:2] and row[1].startswith("@")] == [], second
     assert (first.status, first.value) == ("ok", [1, 1, 1]), first  # EPERM: no names
+
+
+@pytest.mark.docker
+@pytest.mark.anyio
+async def test_a_runner_that_gives_up_on_its_container_says_why(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # gVisor never frees the sockets a program parks: the kept runner gives up on its
+    # container as the next program comes, and says so before it exits. The program never
+    # reached it and runs in a new container; the operator's log says what was left.
+    require_runtime("runsc")
+    profile = SandboxProfile(language_mode="full", timeout_s=8, runtime="runsc")
+    backend = DockerBackend(image=IMAGE, profile=profile, pool_size=0)
+    await backend.start()
+    registry = build_registry()
+    kept = backend.keep(ALICE, idle_timeout=60)
+    caplog.set_level(logging.WARNING, logger="airlock.sandbox")
+    try:
+        parks = await kept.run(
+            PARKS_SOCKETS, tools=ToolSession(registry=registry, principal=ALICE, grant=GRANT)
+        )
+        after = await kept.run(
+            "'after'", tools=ToolSession(registry=registry, principal=ALICE, grant=GRANT)
+        )
+        starts = kept.starts
+    finally:
+        await kept.close()
+        await backend.close()
+
+    assert parks.status == "ok", parks
+    assert (after.status, after.value, starts) == ("ok", "after", 2), after
+    told = [record.getMessage() for record in caplog.records if "exited" in record.getMessage()]
+    assert len(told) == 1, told
+    assert "it said: it could not clear the container in 3 s: " in told[0], told
+    assert "socket(s) no process holds" in told[0], told
 
 
 # How a program could have Linux name its socket: an option that passes credentials, then a

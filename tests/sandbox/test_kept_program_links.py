@@ -65,11 +65,11 @@ async def links() -> AsyncIterator[tuple[ProgramLinks, _Runner, socket.socket]]:
         listener.listen(16)
         listener.setblocking(False)
         host_end, runner_end = socket.socketpair()
-        _, control = await asyncio.open_unix_connection(sock=host_end)
+        said, control = await asyncio.open_unix_connection(sock=host_end)
         runner = _Runner(runner_end, path)
         task = asyncio.create_task(runner.serve())
         links = ProgramLinks(
-            control,
+            (said, control),
             listener,
             runtime="runc",
             runner_pid=os.getpid(),  # the runner's connections come from this process
@@ -153,19 +153,45 @@ async def test_close_before_the_next_token_sends_none(
     assert not _token_waiting(runner_end)
 
 
+EXIT_REASON = "it could not clear the container in 3 s: 1 thread(s) it did not begin with"
+LAST_FRAMES: dict[str, tuple[bytes, str]] = {
+    # what the runner sent last on its control connection -> what the run is told
+    "nothing": (b"", "or it was killed"),
+    "its reason": (
+        encode_frame({"type": wire.EXIT, "status": 5, "reason": EXIT_REASON}),
+        f"it said: {EXIT_REASON})",
+    ),
+    "another frame": (encode_frame({"type": wire.HELLO, "reason": "x"}), "or it was killed"),
+    "a cut frame": (encode_frame({"type": wire.EXIT, "reason": "x"})[:-3], "or it was killed"),
+    "a frame over the limit": (
+        encode_frame({"type": wire.EXIT, "reason": "x" * 20 * wire.MAX_EXIT_REASON_CHARS}),
+        "or it was killed",
+    ),
+    "a reason too long": (
+        encode_frame({"type": wire.EXIT, "reason": "y" * 5000}),
+        "it said: " + "y" * wire.MAX_EXIT_REASON_CHARS + ")",
+    ),
+}
+
+
+@pytest.mark.parametrize("last", list(LAST_FRAMES))
 @pytest.mark.parametrize("when", ["before the run", "while the run waits"])
-async def test_a_runner_that_exits_fails_the_wait_at_once_with_a_typed_error(when: str) -> None:
+async def test_a_runner_that_exits_fails_the_wait_at_once_with_a_typed_error(
+    when: str, last: str
+) -> None:
     # The runner's control connection ends (its zygote could not clear the container and
-    # exited): the run fails now, as a sandbox failure, not at the connection's deadline.
+    # exited): the run fails now, as a sandbox failure, not at the connection's deadline,
+    # and is told why when the runner said so.
+    sent, told = LAST_FRAMES[last]
     with tempfile.TemporaryDirectory() as directory:
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         listener.bind(str(Path(directory) / "bridge.sock"))
         listener.listen(16)
         listener.setblocking(False)
         host_end, runner_end = socket.socketpair()
-        _, control = await asyncio.open_unix_connection(sock=host_end)
+        said, control = await asyncio.open_unix_connection(sock=host_end)
         links = ProgramLinks(
-            control,
+            (said, control),
             listener,
             runtime="runc",
             runner_pid=os.getpid(),
@@ -174,11 +200,17 @@ async def test_a_runner_that_exits_fails_the_wait_at_once_with_a_typed_error(whe
         )
         try:
             links.prepare(keep=True, mode="full")
-            if when == "before the run":
+
+            def last_words() -> None:
+                runner_end.recv(1 << 16)  # the token, as the runner reads it
+                runner_end.sendall(sent)
                 runner_end.close()
+
+            if when == "before the run":
+                last_words()
                 await asyncio.sleep(0.05)
             else:
-                asyncio.get_running_loop().call_later(0.2, runner_end.close)
+                asyncio.get_running_loop().call_later(0.2, last_words)
             began = time.monotonic()
             with pytest.raises(SandboxFailure) as raised:
                 await asyncio.wait_for(links.take(time.monotonic() + 5.0), 3.0)
@@ -191,4 +223,5 @@ async def test_a_runner_that_exits_fails_the_wait_at_once_with_a_typed_error(whe
     assert took < 1.0, took
     assert "exited" in str(raised.value), raised.value
     assert "'c0ffee'" in str(raised.value), raised.value
+    assert told in str(raised.value), raised.value
     assert (raised.value.code, raised.value.retryable) == ("sandbox_runner_exited", True)

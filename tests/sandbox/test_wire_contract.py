@@ -95,7 +95,7 @@ def test_frame_types_are_the_strings_on_the_wire() -> None:
         name: getattr(airlock_wire, name)
         for name in (
             "HELLO", "RUN", "CALL", "BATCH", "LOG", "REFUSED", "RESULT", "ABORT", "DONE", "ARTIFACT",
-            "PROPOSE", "CANCEL",
+            "PROPOSE", "CANCEL", "EXIT",
         )
     }  # fmt: skip
     assert types == {
@@ -111,6 +111,7 @@ def test_frame_types_are_the_strings_on_the_wire() -> None:
         "DONE": "done",
         "PROPOSE": "propose",
         "CANCEL": "cancel",
+        "EXIT": "exit",
     }
 
 
