@@ -32,6 +32,8 @@ _SOCKETS_WAIT_S = 0.25
 program parked: Linux frees them at once when asked (:func:`_collect_unix_garbage`), gVisor
 never; a container the zygote gives up on goes sooner, before a next program comes to it."""
 
+_LISTINGS_AT_MOST = 100
+"""Listings of a process's threads taken until two in a row agree (:func:`own_threads`)."""
 _NAMED_AT_MOST = 8
 """Processes or threads named in what the host is told was left (the rest are counted)."""
 
@@ -49,7 +51,25 @@ def other_processes(me: int) -> list[int]:
 
 
 def own_threads(me: int) -> frozenset[int]:
-    """The thread ids of process ``me`` (just ``me`` where ``/proc`` does not list them)."""
+    """The thread ids of process ``me`` (just ``me`` where ``/proc`` does not list them).
+
+    Linux lists a process's threads by going from each to the next, and stops early when the
+    thread it reached exits meanwhile: every thread after it is left out. A listing that
+    missed one thread would have the zygote take the threads it begins to serve with for
+    fewer than they are (and give up on its container at its first clearing, the missed
+    thread one it "did not begin with"), or a clearing miss a thread. So a listing counts
+    once the next one agrees with it: a thread exits once, and a listing that begins after
+    that has it right."""
+    seen = _thread_list(me)
+    for _ in range(_LISTINGS_AT_MOST):
+        again = _thread_list(me)
+        if again == seen:
+            break
+        seen = again
+    return seen
+
+
+def _thread_list(me: int) -> frozenset[int]:
     try:
         return frozenset(int(tid) for tid in os.listdir(f"/proc/{me}/task"))
     except (OSError, ValueError):
