@@ -11,7 +11,7 @@ import socket
 
 import pytest
 
-from airlock.bridge import ToolSession, _server, encode_frame, serve_run
+from airlock.bridge import ToolSession, _runner, _server, encode_frame, serve_run
 from airlock.bridge._results import FLUSH_FRAMES
 from airlock.tools import AuditLog, MemoryAuditStore
 from tests.bridge.frames import decode_frames
@@ -27,10 +27,12 @@ def anyio_backend() -> str:
 
 @pytest.fixture(autouse=True)
 def turn_s(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A turn of the loop as long as the burst takes: how results are written together is
-    counted in frames here, whatever the machine's speed (the time a turn may take is
-    tested on its own, below)."""
+    """A turn of the loop as long as the burst takes, the server's reading frames and the
+    call runner's running calls: how results are written together is counted in frames
+    here, whatever the machine's speed (the time a turn may take is tested on its own,
+    below)."""
     monkeypatch.setattr(_server, "TURN_S", 60.0)
+    monkeypatch.setattr(_runner, "TURN_S", 60.0)
 
 
 class WriteLog:
