@@ -32,12 +32,22 @@ from __future__ import annotations
 
 TYPE_CHECKING = False  # typing's, which the guest does not import (see airlock.sandbox.guest)
 if TYPE_CHECKING:
+    from airlock.sandbox.guest.airlock_bridge_socket import HOST_GONE
     from airlock.sandbox.guest.airlock_connection import Connection
     from airlock.sandbox.guest.airlock_namespace import Proposals, Tools, unknown_tool
     from airlock.sandbox.guest.airlock_tool_functions import ProposalFunction, ToolFunction
 else:  # in the image, the guest's modules sit side by side on the runner's path
+    from airlock_bridge_socket import HOST_GONE
     from airlock_connection import Connection
     from airlock_namespace import Proposals, Tools, unknown_tool
     from airlock_tool_functions import ProposalFunction, ToolFunction
 
-__all__ = ["Connection", "ProposalFunction", "Proposals", "ToolFunction", "Tools", "unknown_tool"]
+__all__ = [
+    "HOST_GONE",
+    "Connection",
+    "ProposalFunction",
+    "Proposals",
+    "ToolFunction",
+    "Tools",
+    "unknown_tool",
+]

@@ -22,6 +22,15 @@ else:  # in the image, the guest's modules sit side by side on the runner's path
 _RECV_BYTES = 256 * 1024
 
 
+class HostGone(ConnectionError):
+    """The host closed its end of the bridge: every frame it sent has been read."""
+
+
+HOST_GONE = (HostGone, ConnectionResetError, BrokenPipeError)
+"""What reading or writing the bridge raises once the host has let it go (a reset: it closed
+with bytes of ours unread)."""
+
+
 class BridgeSocket:
     """The bridge socket at ``path``, connected; one reader at a time (the caller's lock)."""
 
@@ -84,7 +93,7 @@ class BridgeSocket:
             flags = _socket.MSG_DONTWAIT
         count = self._sock.recv_into(self._scratch, _RECV_BYTES, flags)
         if not count:
-            raise ConnectionError("the host closed the bridge")
+            raise HostGone("the host closed the bridge")
         self._received += self._scratch[:count]
 
     def _next_frame(self) -> dict[str, Any] | None:

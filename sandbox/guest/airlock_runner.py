@@ -18,7 +18,8 @@ Life of a runner (one per container, one program per runner):
    costs (not a base image's runner started for a run already waiting,
    ``airlock_wire.RUN_WAITING``, nor one the pool started while runs find it empty,
    ``airlock_wire.WARM_WHEN_IDLE``, which warms up after ``hello`` once it has waited idle);
-3. send ``hello`` (protocol version, pid) and wait for one ``run`` frame;
+3. send ``hello`` (protocol version, pid) and wait for one ``run`` frame; a host that lets it
+   go first (a pool's close) ends it with status 0, as its watch of the host's end would;
 4. run the program with stdout/stderr captured at the file-descriptor level and capped (a
    program with top-level ``await`` runs on an event loop of its own), ended (exit) if the
    host hangs up or the ``run`` frame's ``deadline_s`` passes (``airlock_deadline``);
@@ -59,7 +60,7 @@ if TYPE_CHECKING:
     from airlock.sandbox.guest import airlock_image as image
     from airlock.sandbox.guest import airlock_kept_program as kept_program  # noqa: F401
     from airlock.sandbox.guest import airlock_zygote as zygote  # noqa: F401
-    from airlock.sandbox.guest.airlock_bridge import Connection, Tools
+    from airlock.sandbox.guest.airlock_bridge import HOST_GONE, Connection, Tools
     from airlock.sandbox.guest.airlock_confine import confine
     from airlock.sandbox.guest.airlock_errors import ERRORS, RunAborted, ToolError
     from airlock.sandbox.guest.airlock_frames import limit_calls, to_json
@@ -98,7 +99,7 @@ else:
     import airlock_deadline as deadline
     import airlock_image as image
     import airlock_wire as wire
-    from airlock_bridge import Connection, Tools
+    from airlock_bridge import HOST_GONE, Connection, Tools
     from airlock_confine import confine
     from airlock_errors import ERRORS, RunAborted, ToolError
     from airlock_frames import limit_calls, to_json
@@ -325,10 +326,13 @@ def main(argv: list[str]) -> int:
     if warmed:
         warm_up(execute, wire.WARM_UP_IMPORTS, image_imports)
     image.settle()
-    connection.send({"type": wire.HELLO, "version": wire.PROTOCOL_VERSION, "pid": os.getpid()})
-    if not warmed and wire.WARM_WHEN_IDLE in later:
-        warmed = warm_up_when_idle(connection, execute, wire.WARM_UP_IMPORTS)
-    request = connection.recv()
+    try:
+        connection.send({"type": wire.HELLO, "version": wire.PROTOCOL_VERSION, "pid": os.getpid()})
+        if not warmed and wire.WARM_WHEN_IDLE in later:
+            warmed = warm_up_when_idle(connection, execute, wire.WARM_UP_IMPORTS)
+        request = connection.recv()
+    except HOST_GONE:  # let go before it had a program (a pool's close): its end, no error
+        return 0
     if request.get("type") != wire.RUN:
         return 3
     tools = Tools(connection, request.get("tools") or [])
