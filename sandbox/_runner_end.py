@@ -39,7 +39,10 @@ class _EndWatch(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._ended.set()
-        self._inner.connection_lost(exc)
+        # A runner that exits with the host's bytes unread (a token sent as it gave up)
+        # resets the connection; a stream that took the reset would refuse what it holds
+        # already, the runner's last word among it, so it is told of an end instead.
+        self._inner.connection_lost(None if isinstance(exc, ConnectionResetError) else exc)
 
     def pause_writing(self) -> None:
         self._inner.pause_writing()
