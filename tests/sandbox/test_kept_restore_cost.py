@@ -402,9 +402,10 @@ async def test_the_next_program_answers_in_time_whatever_the_file_costs(
 
 
 FORGED_SLOW = 8
-BUDGET_DEADLINE_S = 1.5
+BUDGET_DEADLINE_S = 1.8
 """A deadline that a trivial program meets unless restoring the names costs it more than its
-second (a forged file once cost it the child's second and as much again)."""
+second (a forged file once cost it the child's second and as much again): 0.8 s for the rest,
+which 0.5 s did not always leave beside one busy process."""
 
 
 @pytest.mark.docker
