@@ -84,7 +84,10 @@ async def _wait_for_container(backend: DockerBackend, timeout: float = 30.0) -> 
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         for entry in await asyncio.to_thread(labelled_containers, client, owner=backend._owner):
-            attrs = await asyncio.to_thread(client.api.inspect_container, entry["Id"])
+            try:
+                attrs = await asyncio.to_thread(client.api.inspect_container, entry["Id"])
+            except docker.errors.NotFound:  # removed since it was listed (a pool's spare)
+                continue
             if attrs["State"]["Running"] and attrs["State"]["Pid"]:
                 return str(entry["Id"]), int(attrs["State"]["Pid"])
         await asyncio.sleep(0.1)
