@@ -28,7 +28,7 @@ import pytest
 
 from airlock.bridge import ToolSession
 from airlock.policies import ContainerRuntime, SandboxProfile
-from airlock.sandbox import DockerBackend, KeptSandbox, RunResult, SandboxClosed
+from airlock.sandbox import DockerBackend, KeptSandbox, RunResult, SandboxClosed, StartTimedOut
 from airlock.tools import AuditLog, MemoryAuditStore, Registry
 from tests.bridge.records import ALICE, GRANT, build_registry
 from tests.conftest import IMAGE
@@ -478,6 +478,7 @@ async def test_a_program_that_stops_reading_holds_up_neither_the_next_nor_close(
         results = await asyncio.gather(
             kept.run(spins, tools=_session(registry)),
             kept.run("1 + 1", tools=_session(registry)),
+            return_exceptions=True,
         )
         took = time.monotonic() - began
         assert took < DEADLINE_S + MARGIN_S, took
@@ -493,9 +494,16 @@ async def test_a_program_that_stops_reading_holds_up_neither_the_next_nor_close(
         await kept.close()
     assert left.status in ("ok", "error"), left
     spun, waited = results
+    assert isinstance(spun, RunResult), spun
     assert (spun.status, spun.limit) == ("limit_exceeded", "timeout"), spun
-    # The second call waited for the first within its own deadline, then gave up.
-    assert waited.status == "limit_exceeded", waited
+    # The second call waited for the first within its own deadline, then gave up: as a
+    # timeout when less was left than the least a program is given; with more left (the
+    # first ended a little early on a loaded machine), its container's start was given what
+    # was left, too little, and it timed out.
+    if isinstance(waited, BaseException):
+        assert isinstance(waited, StartTimedOut), repr(waited)
+    else:
+        assert waited.status == "limit_exceeded", waited
     assert closed_in < MARGIN_S
 
 
