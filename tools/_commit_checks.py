@@ -20,10 +20,9 @@ from airlock.tools._errors import (
     PreviewExpiredError,
     ReceiptMismatchError,
 )
-from airlock.tools._in_flight import mismatched_here
 from airlock.tools._ledger import LedgerStore, StepStateError, own_receipt
 from airlock.tools._preview import Approval, Preview, Receipt
-from airlock.tools._receipt_check import MISMATCH_HOW
+from airlock.tools._receipt_check import mismatch_of
 from airlock.tools._reconcile import needs_resolving
 from airlock.tools._sealed import SecretVault, sealed_fields
 from airlock.tools._sender import Sender
@@ -133,13 +132,10 @@ def _stuck_here(ledger: LedgerStore, spec: ToolSpec, preview: Preview, now: floa
     would answer "in flight" forever, and this process alone knows its send is over. Another
     process's send, which may still wait for its answer (on another host, by another clock),
     and an approved read (reconcile ends an interrupted one ``failed``) are left to
-    reconcile, as is a step last marked for a receipt mismatch (a claim clears its error)."""
-    if spec.write is None or preview.owner != owner_token() or mismatched_here(preview.id):
+    reconcile, as is a step whose key answered for another change (never resent)."""
+    if spec.write is None or preview.owner != owner_token():
         return False
-    if not needs_resolving(preview, now):
-        return False
-    marks = [event.how for event in ledger.history(preview.id) if event.to_state == "unknown"]
-    return not (marks and marks[-1].startswith(MISMATCH_HOW))
+    return needs_resolving(preview, now) and mismatch_of(ledger, preview) is None
 
 
 def claim_for_commit(
@@ -159,10 +155,10 @@ def claim_for_commit(
             timeouts.
     """
     state = preview.state
-    if state == "unknown" and (preview.error or "").startswith("receipt_mismatch"):
-        # The key answers for another change (Sender.mismatched): the same key fetches the
-        # same answer, or, if the system changed meanwhile, a commit nobody looked at.
-        raise ReceiptMismatchError(detail=preview.error)
+    # The key answered for another change (Sender.mismatched): never sent again.
+    mismatch = mismatch_of(sender.ledger, preview) if state == "unknown" else None
+    if mismatch is not None:
+        raise ReceiptMismatchError(detail=mismatch)
     stale = state == "sending" and _stuck_here(sender.ledger, spec, preview, now)
     sends = spec.handler if spec.write is None else spec.write.commit  # (an approved read's)
     busy = refusal(spec, sends) if state in ("approved", "unknown") or stale else None

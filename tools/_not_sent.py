@@ -49,16 +49,20 @@ def unsent_why(thread: WorkerThread, exc: BaseException) -> str | None:
     return f"not sent: {type(exc).__name__} while it waited for a worker thread"
 
 
-def release(sender: Sender, claimed: Preview, why: str, *, what: str = "resend") -> Preview | None:
+def release(
+    sender: Sender, claimed: Preview, why: str, *, what: str = "resend", error: str | None = None
+) -> Preview | None:
     """Undo the claim of ``claimed``, whose call (a send, or reconcile's ``what``) never ran
-    (``why``): back to ``approved`` when it was its first send, else to ``unknown``. The step
-    as it now is; ``None`` when the ledger refused (the step was settled or taken over
-    meanwhile) or failed: logged, and the caller settles the step as it would have."""
+    (``why``): back to ``approved`` when it was its first send, else to ``unknown`` (with
+    ``error``, by default one that says its earlier send is undecided). The step as it now
+    is; ``None`` when the ledger refused (the step was settled or taken over meanwhile) or
+    failed: logged, and the caller settles the step as it would have."""
     # Only a step never sent before is claimed with its first attempt, and only from
     # ``approved`` (``unknown`` and ``sending`` follow a send): the ledger checks it again.
     back: ClaimedFrom = "approved" if claimed.attempts == 1 else "unknown"
     if claimed.owner is None:  # (every claim names its owner)
         return None
+    undecided = f"earlier send undecided; {what} {why}"
     try:
         return sender.ledger.release_claim(
             claimed.id,
@@ -68,7 +72,7 @@ def release(sender: Sender, claimed: Preview, why: str, *, what: str = "resend")
             at=sender.clock(),
             actor=owner_token(),
             how=why,
-            error=None if back == "approved" else f"earlier send undecided; {what} {why}"[:200],
+            error=None if back == "approved" else (error or undecided)[:200],
         )
     except Exception:
         _log.warning("could not give back the claim of %s", claimed.id, exc_info=True)

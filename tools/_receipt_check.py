@@ -9,21 +9,34 @@ approved effect on the fields both hold (``invoice_id``, ``amount_minor``...), w
 a write contract lets the write path compare without knowing the tool; fields marked
 ``Secret()`` are left out (the ledger holds their seals). A tool whose receipt shares no
 field with its effect is not checked.
+
+A key that once answered for another change is never sent again (:func:`mismatch_of`): the
+same key fetches the same answer, or, once the system has forgotten the key, commits a change
+nobody looked at (the other change may be this very intent, sent before under another step).
+A commit refuses such a step; reconcile may query it, not resend it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from airlock.tools._arguments import secret_fields_of
+from airlock.tools._in_flight import mismatched_here
 from airlock.tools._write_contract import WriteContract
 
-__all__ = ["MISMATCH_HOW", "receipt_mismatch"]
+if TYPE_CHECKING:
+    from airlock.tools._ledger import LedgerStore
+    from airlock.tools._preview import Preview
+
+__all__ = ["MISMATCH_ERROR", "MISMATCH_HOW", "mismatch_of", "receipt_mismatch"]
 
 MISMATCH_HOW = "answer not stored as its receipt"
 """How the ledger's history begins a step's ``unknown`` mark for an answer that
 :func:`receipt_mismatch` refused (its key answers for another change): a claim clears the
 step's error, the history keeps it."""
+MISMATCH_ERROR = "receipt_mismatch: "
+"""How a step's ``error`` begins while its key answers for another change."""
 
 _SHOWN = 5
 
@@ -48,6 +61,20 @@ def receipt_mismatch(
     )
     more = f"; and {len(differ) - _SHOWN} more" if len(differ) > _SHOWN else ""
     return f"the answer under its key is not a receipt of its approved effect: {shown}{more}"
+
+
+def mismatch_of(ledger: LedgerStore, preview: Preview) -> str | None:
+    """The ``error`` that says ``preview``'s key answered for another change, once it did: its
+    step's error says so, or its history does (a claim clears the error), or this process saw
+    it and the ledger refused to record it. ``None`` when its key never did."""
+    if (preview.error or "").startswith(MISMATCH_ERROR):
+        return preview.error
+    if mismatched_here(preview.id):
+        return f"{MISMATCH_ERROR}its key answered for another change (the ledger refused the mark)"
+    for event in reversed(ledger.history(preview.id)):
+        if event.how.startswith(MISMATCH_HOW):
+            return f"{MISMATCH_ERROR}{event.how[len(MISMATCH_HOW) :].lstrip(', ')}"[:200]
+    return None
 
 
 def _same(answer: object, approved: object) -> bool:

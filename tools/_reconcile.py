@@ -22,7 +22,8 @@ tool met its bound of threads as it was about to start, or its timeout passed wh
 for a worker thread: :mod:`airlock.tools._not_sent`) gives its claim back: the step is
 ``unknown`` as before, its attempt taken back, reported ``unresolved``.
 An answer that is not a receipt of the step's approved effect is never stored as its receipt
-(:mod:`airlock.tools._receipt_check`): the step stays ``unknown`` for a person to look at.
+(:mod:`airlock.tools._receipt_check`): the step stays ``unknown`` for a person to look at. A
+step whose key once answered so is queried again, never resent: its claim is given back.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ from airlock.tools._ledger import LedgerStore, StepRef, StepStateError
 from airlock.tools._not_sent import release, unsent_why
 from airlock.tools._preview import Preview, Receipt, StepState
 from airlock.tools._process import ProcessMark
+from airlock.tools._receipt_check import mismatch_of
 from airlock.tools._registry import Registry
 from airlock.tools._sender import Sender
 from airlock.tools._step_effect import effect_of
@@ -247,6 +249,7 @@ async def resolve(sender: Sender, registry: Registry, preview: Preview) -> Resol
     busy = next(filter(None, (refusal(spec, call) for call in calls)), None)
     if busy is not None:  # its sync calls run on past their timeouts: not claimed, left as is
         return result(preview, "unresolved", busy.detail or busy.message)
+    mismatch = mismatch_of(sender.ledger, preview)  # (read before the claim clears its error)
     try:
         claimed = sender.claim(spec, preview, how="claimed by reconcile", now=now)
     except StepStateError as exc:
@@ -287,7 +290,7 @@ async def resolve(sender: Sender, registry: Registry, preview: Preview) -> Resol
             how = f"query stopped by the runtime check: {first.action}"
             sender.audit(claimed, "execute", "deny", first.rule, "unknown", "denied", denial.detail)
         if how:
-            after = sender.mark(claimed, "unknown", how=how, error=how[:200])
+            after = sender.mark(claimed, "unknown", how=how, error=(mismatch or how)[:200])
             return result(after, "unresolved", how)
         if found is not None:
             try:
@@ -302,6 +305,12 @@ async def resolve(sender: Sender, registry: Registry, preview: Preview) -> Resol
             return result(
                 after, "committed", "queried: the system of record holds the key", receipt
             )
+    if mismatch is not None:
+        # Found nothing, or cannot look: the key answered for another change, so a resend
+        # fetches that answer again, or, if the system forgot the key, commits unlooked-at.
+        how = "not resent: its key answered for another change; look at the system of record"
+        back = release(sender, claimed, how, error=mismatch)
+        return result(back or load_preview(sender.ledger, claimed.id), "unresolved", how)
     try:
         receipt = await sender.send(spec, claimed, resolved_by="resend", actor="reconcile")
     except AmbiguousWriteError as exc:

@@ -37,7 +37,7 @@ from airlock.tools._in_flight import in_flight_here, mark_mismatched
 from airlock.tools._ledger import LedgerStore, StepStateError
 from airlock.tools._not_sent import given_back
 from airlock.tools._preview import Preview, Receipt, ResolvedBy, StepState
-from airlock.tools._receipt_check import MISMATCH_HOW, receipt_mismatch
+from airlock.tools._receipt_check import MISMATCH_ERROR, MISMATCH_HOW, receipt_mismatch
 from airlock.tools._shaping import shape_result
 from airlock.tools._spec import ToolSpec
 from airlock.tools._step_effect import contract_of, effect_of
@@ -329,7 +329,7 @@ class Sender:
         self.mark_unknown(
             claimed,
             how=f"{MISMATCH_HOW}, look at the system of record: {why}",
-            error=f"receipt_mismatch: {why}"[:200],
+            error=f"{MISMATCH_ERROR}{why}"[:200],
         )
         self.audit(claimed, "execute", "allow", claimed.rule, "unknown", "conflict", why)
         return ReceiptMismatchError(detail=why)

@@ -13,6 +13,7 @@ import dataclasses
 
 from airlock.tools._ledger import LedgerStore, StepStateError, own_receipt
 from airlock.tools._preview import Preview, Receipt
+from airlock.tools._receipt_check import MISMATCH_ERROR
 
 __all__ = ["settle_taken_over"]
 
@@ -37,7 +38,7 @@ def settle_taken_over(
         stored = own_receipt(ledger, claimed)
         if stored is not None:
             return dataclasses.replace(stored, replayed=True)
-        mismatch = (current.error or "").startswith("receipt_mismatch")
+        mismatch = (current.error or "").startswith(MISMATCH_ERROR)
         if current.state not in ("unknown", "sending") or mismatch:
             return None
         try:
