@@ -82,6 +82,8 @@ class KeptSandbox:
         self._waiting = 0
         self.starts = 0
         """Containers started so far; a new one means earlier state is gone."""
+        self._last_start_s = 0.0
+        """How long the last container start took (none yet: 0)."""
         self._start = start
         self._max_program_bytes = max_program_bytes
         self._settings = container_settings
@@ -260,16 +262,28 @@ class KeptSandbox:
         """A new container for the run that ``began`` (a ``time.perf_counter()``), within
         what is left of its deadline; the run's result when too little is left."""
         waited = time.perf_counter() - began
-        if profile.timeout_s - waited < LEAST_LEFT_S:  # no container starts that fast
+        left = profile.timeout_s - waited
+        if left < LEAST_LEFT_S:  # no container starts that fast
             return _timed_out(
                 f"this program's deadline of {profile.timeout_s:g} s was over before "
                 "a container could start for it; it did not run",
                 waited,
             )
+        if waited >= LEAST_LEFT_S and left < self._last_start_s:
+            # It spent its deadline waiting for the program before it, not on a slow engine:
+            # its timeout, not the engine's, and no start asked for that could not make it.
+            return _timed_out(
+                f"this program waited {waited:.2f} s of its deadline of {profile.timeout_s:g} s "
+                f"for the conversation's previous program, and the {left:.2f} s left were too "
+                f"few to start a new container (the last start took {self._last_start_s:.2f} "
+                "s); it did not run",
+                waited,
+            )
         # Waited for by what is left of this run's deadline, not by the kept profile's:
         # the harness shortens a run's to what its session has left.
-        left_s = {"timeout_s": profile.timeout_s - waited}
-        container = await self._start(self.profile.model_copy(update=left_s))
+        asked = time.perf_counter()
+        container = await self._start(self.profile.model_copy(update={"timeout_s": left}))
+        self._last_start_s = time.perf_counter() - asked
         if self._closed:
             # close() came during the start (which may take many seconds) and found
             # no container to remove: this one is nobody's, and nothing runs in it.

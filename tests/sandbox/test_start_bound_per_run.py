@@ -55,17 +55,19 @@ class _Container:
 
 
 class _Engine:
-    """Starts the first container at once when ``first_fast``, every other one only once
-    :attr:`release` is set (far past any run's deadline)."""
+    """Starts the first container at once (or in ``first_s``) when ``first_fast``, every
+    other one only once :attr:`release` is set (far past any run's deadline)."""
 
-    def __init__(self, *, first_fast: bool) -> None:
+    def __init__(self, *, first_fast: bool, first_s: float = 0.0) -> None:
         self.release = asyncio.Event()
         self.made: list[_Container] = []
         self._fast = 1 if first_fast else 0
+        self._first_s = first_s
 
     async def start(self, profile: object = None, inputs: object = None) -> _Container:
         if self._fast:
             self._fast -= 1
+            await asyncio.sleep(self._first_s)
         else:
             await self.release.wait()
         self.made.append(_Container())
@@ -161,3 +163,33 @@ async def test_a_kept_run_with_no_time_left_for_a_start_times_out_without_one(
         await backend.close()
     assert (result.status, result.limit) == ("limit_exceeded", "timeout"), result
     assert engine.made == []
+
+
+@pytest.mark.anyio
+async def test_a_kept_run_left_too_little_by_the_one_before_times_out_without_a_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The first program's container took 0.4 s to start, and its program 0.6 s: the second,
+    # sent with it, has about 0.2 s of its 1.2 s left, fewer than that start took. Its
+    # deadline went on waiting for the first, not on a slow engine: its own timeout, and no
+    # start asked for it.
+    engine = _Engine(first_fast=True, first_s=0.4)
+    backend = DockerBackend(profile=SandboxProfile(timeout_s=_BACKEND_S), reuse=True)
+    monkeypatch.setattr(backend, "_start_container", engine.start)
+    backend._started = True
+    try:
+        began = time.monotonic()
+        kept = backend.keep(ALICE)
+        first = asyncio.create_task(kept.run("'first'", profile=SandboxProfile(timeout_s=2.0)))
+        await asyncio.sleep(0)  # the first takes the sandbox
+        result = await kept.run("'second'", profile=SandboxProfile(timeout_s=1.2))
+        took = time.monotonic() - began
+        assert (await first).status == "ok"
+    finally:
+        await backend.close()
+    assert (result.status, result.limit) == ("limit_exceeded", "timeout"), result
+    assert result.error is not None
+    assert "for the conversation's previous program" in result.error.message
+    assert "did not run" in result.error.message
+    assert len(engine.made) == 1  # the first's only
+    assert took < 1.2 + _MARGIN_S, f"returned after {took:.1f} s"
