@@ -296,8 +296,8 @@ async def test_a_handler_denied_as_it_ran_on_says_its_thread_runs_on(blocked: Bl
     registry = Registry(audit=AuditLog(MemoryAuditStore()))
 
     @registry.tool(effects=[read("jobs:job/{job_id}")], scope="jobs.read",
-                   callers={"direct", "code"}, timeout=0.1)  # fmt: skip
-    def jobs_job_peek(job_id: JobId) -> Job:
+                   callers={"direct", "code"}, timeout=0.5)  # fmt: skip
+    def jobs_job_peek(job_id: JobId) -> Job:  # (0.5 s: its thread starts in time, loaded too)
         """Read one job, looking up a host it does not declare. Use it to test timeouts.
         It returns the job id only."""
         with contextlib.suppress(PermissionError):  # refused before any lookup is made
