@@ -1,6 +1,6 @@
-"""The runner's warm-up: import what a default profile's programs may import, then run a small
-program through the real path in each mode, so that the first real program pays no
-first-time costs.
+"""The runner's warm-up: make the seccomp filters ready to load (``airlock_confine``), import
+what a default profile's programs may import, then run a small program through the real path
+in each mode, so that the first real program pays no first-time costs.
 
 Standard library only. The runner warms up before it says ``hello``, unless its container was
 started for a run already waiting (``airlock_wire.RUN_WAITING``: its one program is on its
@@ -24,12 +24,14 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Iterator
     from typing import Any
 
+    from airlock.sandbox.guest import airlock_confine as confine
     from airlock.sandbox.guest import airlock_image as image
     from airlock.sandbox.guest.airlock_asyncio import import_asyncio
     from airlock.sandbox.guest.airlock_bridge import Connection
 
     Execute = Callable[..., dict[str, Any]]
 else:
+    import airlock_confine as confine
     import airlock_image as image
     from airlock_asyncio import import_asyncio
 
@@ -80,7 +82,8 @@ def readable(connection: Connection, wait_ms: int) -> bool:
 def _steps(
     execute: Execute, allowed_imports: Collection[str], image_imports: Collection[str]
 ) -> Iterator[Callable[[], object]]:
-    yield import_asyncio  # first: programs' "import asyncio" then finds it loaded without ssl
+    yield confine.ready  # a program's process forked from this one loads its layer at once
+    yield import_asyncio  # programs' "import asyncio" then finds it loaded without ssl
     for name in (*sorted(allowed_imports), *image_imports):
         yield _importing(name)
     programs = [("restricted", PROGRAM), ("full", PROGRAM)]

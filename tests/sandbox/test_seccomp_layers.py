@@ -312,8 +312,10 @@ def test_the_image_loads_the_filter_the_host_renders(runtime: ContainerRuntime) 
 
 
 # The image ships the layer compiled (airlock_confine loads it with one system call); where
-# a file is missing the runner compiles the rules itself. Each way, in a process of its own:
-# the modes loaded one after the other, and whether fork() and socket() are refused after.
+# a file is missing the runner compiles the rules itself; a runner that warmed up made the
+# files ready to load before it forked (the files gone after: what loads is what it made
+# ready, not a compilation). Each way, in a process of its own: the modes loaded one after
+# the other, and whether fork() and socket() are refused after.
 LOADED_LAYERS = {
     "full": (("full",), {"fork": "allowed", "socket": "EPERM"}),
     "restricted": (("restricted",), {"fork": "EPERM", "socket": "EPERM"}),
@@ -327,7 +329,12 @@ LAYER_PROBE = """
 import errno, os, socket, sys
 sys.path[:0] = ['/opt/airlock', '/opt/airlock/lib']
 import airlock_confine
-if sys.argv[1] == "compiled here":
+if sys.argv[1] == "made ready, then forked":
+    airlock_confine.ready()
+    child = os.fork()
+    if child:
+        os._exit(os.waitstatus_to_exitcode(os.waitpid(child, 0)[1]))
+if sys.argv[1] != "compiled in the image":
     airlock_confine.FILTER_DIR = "/nonexistent"
 for mode in sys.argv[2:]:
     airlock_confine.confine(mode, refuse=lambda result: print(result) or sys.exit(9))
@@ -352,7 +359,9 @@ print(sorted(outcome.items()), [m for m in ("airlock_seccomp", "pyseccomp") if m
 
 
 @pytest.mark.docker
-@pytest.mark.parametrize("source", ["compiled in the image", "compiled here"])
+@pytest.mark.parametrize(
+    "source", ["compiled in the image", "compiled here", "made ready, then forked"]
+)
 @pytest.mark.parametrize("layers", list(LOADED_LAYERS))
 def test_the_layer_holds_whether_compiled_in_the_image_or_by_the_runner(
     source: str, layers: str
