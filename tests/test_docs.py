@@ -50,6 +50,8 @@ README: Final = REPO / "README.md"
 GUIDE: Final = REPO / "docs" / "your-own-tools.md"
 DATA: Final = REPO / "docs" / "data.md"
 DEPLOY: Final = REPO / "docs" / "deploy.md"
+PERFORMANCE_LOG: Final = REPO / "docs" / "performance-log.md"
+"""Earlier benchmark runs, in prose: no block to run."""
 BIN: Final = REPO / ".venv" / "bin"
 STEP_TIMEOUT: Final = 120.0
 
@@ -450,6 +452,7 @@ spec:
             "Kubernetes manifests on paper: no Kubernetes backend exists yet"
         ),
     },
+    PERFORMANCE_LOG: {},
 }
 
 # -- how many blocks of each kind: a change to the docs shows here ------------------------
@@ -459,6 +462,7 @@ Kind = Literal["file", "python", "sh", "output", "not_run"]
 EXPECTED_KINDS: Final[dict[Path, dict[Kind, int]]] = {
     DATA: {"file": 3, "python": 3, "sh": 3, "output": 5, "not_run": 2},
     DEPLOY: {"file": 0, "python": 1, "sh": 0, "output": 1, "not_run": 4},
+    PERFORMANCE_LOG: {"file": 0, "python": 0, "sh": 0, "output": 0, "not_run": 0},
     README: {"file": 4, "python": 0, "sh": 8, "output": 0, "not_run": 15},
     GUIDE: {"file": 7, "python": 17, "sh": 7, "output": 20, "not_run": 1},
 }
@@ -567,7 +571,9 @@ def plan(doc: Path) -> list[Step]:
 
 
 @pytest.mark.parametrize(
-    "doc", [README, GUIDE, DATA, DEPLOY], ids=["README", "guide", "data", "deploy"]
+    "doc",
+    [README, GUIDE, DATA, DEPLOY, PERFORMANCE_LOG],
+    ids=["README", "guide", "data", "deploy", "performance log"],
 )
 def test_every_block_is_run_or_listed(doc: Path) -> None:
     steps = plan(doc)
@@ -585,8 +591,8 @@ def test_every_block_is_run_or_listed(doc: Path) -> None:
 
 def test_every_document_is_covered() -> None:
     # A new page under docs/ needs its entry in NOT_RUN and EXPECTED_KINDS, and a run test.
-    assert sorted(REPO.glob("docs/**/*.md")) == [DATA, DEPLOY, GUIDE]
-    assert set(NOT_RUN) == set(EXPECTED_KINDS) == {README, GUIDE, DATA, DEPLOY}
+    assert sorted(REPO.glob("docs/**/*.md")) == [DATA, DEPLOY, PERFORMANCE_LOG, GUIDE]
+    assert set(NOT_RUN) == set(EXPECTED_KINDS) == {README, GUIDE, DATA, DEPLOY, PERFORMANCE_LOG}
 
 
 def test_extract_reads_fences_in_order_with_their_info_strings(tmp_path: Path) -> None:
