@@ -21,7 +21,6 @@ import os
 import pwd
 import secrets
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -30,6 +29,8 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
+
+from tests.ports import free_port
 
 __all__ = [
     "ThrowawayPostgres",
@@ -51,12 +52,6 @@ def postgres_bin() -> Path | None:
         key=lambda p: int(p.parent.parent.name) if p.parent.parent.name.isdigit() else 0,
     )
     return found[-1].parent if found else None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class ThrowawayPostgres:
@@ -124,7 +119,7 @@ class ThrowawayPostgres:
                 "--no-sync",
             ]
         )
-        self.port = _free_port()
+        self.port = free_port()
         options = [
             "-c listen_addresses=127.0.0.1",
             f"-c port={self.port}",

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import html
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ from airlock.cli._approver import Approver
 from airlock.tools import Batch, Preview
 from tests.airlock.cli import commit_policy
 from tests.airlock.cli.hostile_text import INVISIBLE, INVISIBLE_IDS, hidden
+from tests.ports import free_port
 from tests.tools.test_write_world import ASK, Clock, World
 
 TOKEN = "t0ken-" + "x" * 20
@@ -450,17 +450,11 @@ def test_without_a_token_the_page_warns(world: World, waiting: Preview) -> None:
     assert waiting.id in shown.text
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.mark.parametrize("no_token", [False, True])
 def test_approvals_serve_prints_the_link_and_serves_the_page(
     world: World, waiting: Preview, no_token: bool
 ) -> None:
-    port = _free_port()
+    port = free_port()
     command = [
         str(Path(sys.executable).parent / "airlock"),
         "approvals",

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -25,6 +24,7 @@ from examples.billing import DEMO_POLICY
 from examples.billing.server import BillingServer, serve_billing
 from examples.billing.tools import build_billing_registry
 from tests.examples.billing.caller import ALICE, ASK, GRANT
+from tests.ports import free_port
 
 TOKEN = "browser-test-token-0123456789"
 
@@ -45,17 +45,11 @@ def require_browser() -> str:
     pytest.skip(problem)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 class PageServer:
     """The approval page on a free loopback port, in a thread."""
 
     def __init__(self, page: ApprovalPage) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.server = page_server(page.app(), host=LOOPBACK, port=self.port)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 

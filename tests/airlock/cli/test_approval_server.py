@@ -19,6 +19,7 @@ from airlock.cli._approval_page import COOKIE, LOOPBACK, ApprovalPage
 from airlock.cli._approval_server import page_server
 from airlock.cli._approver import Approver
 from airlock.tools import Preview
+from tests.ports import free_port
 from tests.tools.test_write_world import ASK, World
 
 TOKEN = "t0ken-" + "s" * 20
@@ -35,18 +36,12 @@ def world(tmp_path: Path) -> Iterator[World]:
     w.close()
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((LOOPBACK, 0))
-        return int(sock.getsockname()[1])
-
-
 @contextmanager
 def serving(
     page: ApprovalPage, *, head_timeout: float = DEADLINE, max_connections: int = 64
 ) -> Iterator[int]:
     """``page`` served in a thread, with short deadlines; its port."""
-    port = _free_port()
+    port = free_port()
     server = page_server(
         page.app(),
         host=LOOPBACK,

@@ -30,6 +30,7 @@ from airlock.tools import MemoryAuditStore
 from airlock.tools.testing import SystemOfRecord
 from tests.airlock.conversation_registry import ALICE, build_registry
 from tests.conftest import require_docker
+from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[3]
 SERVE = [
@@ -112,17 +113,11 @@ async def test_a_stdio_server_left_idle_still_serves_and_counts_its_budget(
     assert "budget of 2 tool calls" in _text(third)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def http_server(
     tmp_path: Path, request: pytest.FixtureRequest
 ) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "AIRLOCK_HOME": str(tmp_path), "AIRLOCK_POOL_SIZE": "0"}
     env.pop(TOKEN_ENV, None)
     env.update(getattr(request, "param", {}))
@@ -242,7 +237,7 @@ def test_inputs_refused_at_start_stop_an_http_server_as_they_stop_a_stdio_one(
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "sales.csv").write_text("a,b\n1,2\n")
     env = {**os.environ, "AIRLOCK_HOME": str(tmp_path), "AIRLOCK_POOL_SIZE": "0"}
-    for over in ([], ["--http", str(_free_port())]):
+    for over in ([], ["--http", str(free_port())]):
         ended = subprocess.run(
             [*SERVE, "--inputs", str(tmp_path / "in"), *over],
             cwd=ROOT,

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -23,6 +22,7 @@ from airlock.sandbox.testing import ScriptedBackend, ok_result
 from airlock.tools import MemoryAuditStore, SQLiteLedgerStore
 from airlock.tools.testing import SystemOfRecord
 from tests.airlock.conversation_registry import build_registry
+from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[3]
 TOKEN = "test-token-" + "x" * 16
@@ -38,12 +38,6 @@ HELLO = {
     },
 }
 ACCEPT = {"Accept": "application/json, text/event-stream"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((LOOPBACK, 0))
-        return int(s.getsockname()[1])
 
 
 def stored_files(folder: Path, sizes: dict[str, int]) -> list[ArtifactRef]:

@@ -8,7 +8,6 @@ import hashlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -50,6 +49,7 @@ from tests.airlock.cli.test_serve import SERVE
 from tests.airlock.conversation_registry import ALICE, DUPLICATES, build_registry
 from tests.airlock.fake_surface import INVOICE_TOOL, EchoSurface
 from tests.conftest import require_docker
+from tests.ports import free_port
 
 VOID_TOOL = ModelTool(
     name="billing_invoice_void",
@@ -111,12 +111,6 @@ async def test_a_call_goes_to_the_surface_and_its_result_comes_back_as_text() ->
     assert surface.calls[-1] == ("nope_tool", {})
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 TOKEN = "test-token-" + "x" * 16
 BEARER = {"Authorization": f"Bearer {TOKEN}"}
 
@@ -133,7 +127,7 @@ async def _wait_for(url: str) -> None:
 
 @pytest.mark.anyio
 async def test_streamable_http_serves_on_loopback_only() -> None:
-    port = _free_port()
+    port = free_port()
     async with anyio.create_task_group() as group:
         group.start_soon(
             functools.partial(serve_http, build_mcp_server(TwoTools()), port=port, token=TOKEN)
@@ -307,7 +301,7 @@ def test_sigterm_stops_serving_and_removes_the_sandbox_containers(
 ) -> None:
     require_docker()
     if transport:
-        transport = ["--http", str(_free_port())]
+        transport = ["--http", str(free_port())]
     process = subprocess.Popen(
         [
             str(Path(sys.executable).parent / "airlock"),
@@ -639,7 +633,7 @@ async def _per_client_http(
     tmp_path: Path, *, budget: Budget, limit: int = 4
 ) -> AsyncIterator[tuple[str, SessionsPerClient]]:
     harness = _harness(tmp_path, budget)
-    port = _free_port()
+    port = free_port()
     async with (
         sessions_per_client(lambda: harness.session(ALICE), limit=limit) as clients,
         anyio.create_task_group() as group,

@@ -27,10 +27,10 @@ from tests.airlock.frontends.mcp_servers import (
     HELLO,
     ROOT,
     TOKEN,
-    free_port,
     serving,
     wait_for,
 )
+from tests.ports import free_port
 
 HEAD = b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:PORT\r\n"
 AUTHORIZED = (
