@@ -18,14 +18,15 @@ import struct
 import tempfile
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 
 import docker
 import docker.errors
 
-__all__ = ["Floor", "floor"]
+__all__ = ["Floor", "FloorAnswer", "floor"]
 
 _GUEST = """
-import json, socket, struct
+import json, socket, struct, time
 s = socket.socket(socket.AF_UNIX)
 s.connect('/floor/floor.sock')
 f = s.makefile('rb')
@@ -36,10 +37,22 @@ while True:
     source = f.read(struct.unpack('>I', head)[0]).decode()
     body, _, last = source.rstrip('\\n').rpartition('\\n')
     names = {}
+    started = time.time()
     exec(compile(body, '<program>', 'exec'), names)
-    answer = json.dumps({'value': eval(compile(last, '<program>', 'eval'), names)}).encode()
+    value = eval(compile(last, '<program>', 'eval'), names)
+    answer = json.dumps({'value': value, 'started': started, 'ended': time.time()}).encode()
     s.sendall(struct.pack('>I', len(answer)) + answer)
 """
+
+
+@dataclass(frozen=True)
+class FloorAnswer:
+    """One round trip's answer: the program's value, and when (``time.time()``, the clock
+    the host and its containers share) the program began and ended in the container."""
+
+    value: object
+    started: float
+    ended: float
 
 
 class Floor:
@@ -49,13 +62,13 @@ class Floor:
         self._reader = reader
         self._writer = writer
 
-    async def run(self, program: str) -> object:
-        """Send ``program``, wait for its value."""
+    async def run(self, program: str) -> FloorAnswer:
+        """Send ``program``, wait for its answer."""
         data = program.encode()
         self._writer.write(struct.pack(">I", len(data)) + data)
         head = await self._reader.readexactly(4)
-        answer = await self._reader.readexactly(struct.unpack(">I", head)[0])
-        return json.loads(answer)["value"]
+        answer = json.loads(await self._reader.readexactly(struct.unpack(">I", head)[0]))
+        return FloorAnswer(answer["value"], answer["started"], answer["ended"])
 
 
 @contextlib.asynccontextmanager

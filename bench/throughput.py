@@ -28,13 +28,15 @@ of load falls on every case alike; a reuse case runs once, after them):
   fresh container (the pool refilled before each run). Against each reused row, its floor
   (``bench/_floor.py``): the same request -> result with a ``python3`` waiting in a container
   of the same image, nothing of airlock in between, in blocks taking turns with the reused
-  rows' so that they see the same machine. Beside them, what the first step of
-  each paused run alone took (building its :class:`ToolSession`, a few microseconds of the
-  host's own code), against the same step made again right after that run: after a pause,
-  every step a run takes costs more than when its code was just used, on a machine whose
-  processors idle in between (a virtual machine's especially), and the ratio of these two
-  rows says by how much the machine's idle state, not the code, moves the warm run's
-  figures.
+  rows' so that they see the same machine, and the paused runs' three steps against the
+  floor's (:data:`STEPS`): request -> the program's first line, the program, its last line
+  -> result, from the wall clock the host and its containers share. Beside them, what the
+  first step of each paused run alone took (building its :class:`ToolSession`, a few
+  microseconds of the host's own code), against the same step made again right after that
+  run: after a pause, every step a run takes costs more than when its code was just used, on
+  a machine whose processors idle in between (a virtual machine's especially), and the ratio
+  of these two rows says by how much the machine's idle state, not the code, moves the warm
+  run's figures.
 
     .venv/bin/python bench/throughput.py [--seconds 10] [--concurrency 8]
         [--principals 1,2,8,32] [--pools 0,2,4,8] [--warm-runs 200] [--runtime runc]
@@ -225,6 +227,15 @@ FLOOR_BACK_TO_BACK = "floor: waiting python3, back to back"
 FLOOR_PAUSED = f"floor, {WARM_PAUSE_S * 1000:g} ms apart"
 SESSION_PAUSED = f"a ToolSession built {WARM_PAUSE_S * 1000:g} ms after a run"
 SESSION_AT_ONCE = "the same, built right after"
+STEPS = ("request -> first line", "the program", "last line -> result")
+"""A paused run's steps, from the wall clock (``time.time()``) the host and its containers
+share: when the request began, when the program began and ended in the container (a run's
+``started_at`` and ``program_duration_s``; the floor's own stamps), and when the result came.
+A reused run's first step is the host's work before its ``run`` frame leaves, the frame
+reaching the program's process and that process's set-up; its last, the result reaching
+the host and the host judging it."""
+PAUSED_STEPS = tuple(f"reused: {step}" for step in STEPS)
+FLOOR_STEPS = tuple(f"floor: {step}" for step in STEPS)
 
 
 async def warm(runs: int, profile: SandboxProfile) -> dict[str, list[float]]:
@@ -236,32 +247,46 @@ async def warm(runs: int, profile: SandboxProfile) -> dict[str, list[float]]:
     owner = Principal(user_id="warm", tenant_id="bench")
     names = (FRESH, BACK_TO_BACK, PAUSED, FLOOR_BACK_TO_BACK, FLOOR_PAUSED)
     samples: dict[str, list[float]] = {
-        name: [] for name in (*names, SESSION_AT_ONCE, SESSION_PAUSED)
+        name: [] for name in (*names, SESSION_AT_ONCE, SESSION_PAUSED, *PAUSED_STEPS, *FLOOR_STEPS)
     }
+
+    def steps(step_names: tuple[str, ...], *stamps: float) -> None:
+        for name, start, end in zip(step_names, stamps, stamps[1:], strict=False):
+            samples[name].append(end - start)
+
     async with (
         DockerBackend(image=IMAGE, profile=profile, pool_size=1, reuse=True) as backend,
         floor(IMAGE, profile.runtime) as bare,
     ):
         for _ in range(20):
             _check(await backend.run(PROGRAM, tools=_session(owner)))
-            _check_floor(await bare.run(PROGRAM))
+            _check_floor((await bare.run(PROGRAM)).value)
 
         async def sandboxed(name: str, pause: float) -> None:
-            began = time.perf_counter()
+            began, wall = time.perf_counter(), time.time()
             session = _session(owner)
             built = time.perf_counter()
-            _check(await backend.run(PROGRAM, tools=session))
+            result = await backend.run(PROGRAM, tools=session)
             samples[name].append(time.perf_counter() - began)
+            ended = time.time()
+            _check(result)
             if pause:
                 again = time.perf_counter()
                 _session(owner)
                 samples[SESSION_AT_ONCE].append(time.perf_counter() - again)
                 samples[SESSION_PAUSED].append(built - began)
+                started, took = result.started_at, result.program_duration_s
+                if started is not None and took is not None:
+                    steps(PAUSED_STEPS, wall, started, started + took, ended)
 
         async def floored(name: str, pause: float) -> None:
-            began = time.perf_counter()
-            _check_floor(await bare.run(PROGRAM))
+            began, wall = time.perf_counter(), time.time()
+            answer = await bare.run(PROGRAM)
             samples[name].append(time.perf_counter() - began)
+            ended = time.time()
+            _check_floor(answer.value)
+            if pause:
+                steps(FLOOR_STEPS, wall, answer.started, answer.ended, ended)
 
         blocks = (
             (BACK_TO_BACK, 0.0, sandboxed),
@@ -424,6 +449,15 @@ async def _measure(args: argparse.Namespace) -> None:
             )
         ],
         "ms",
+    )
+    print_table(
+        f"the runs {WARM_PAUSE_S * 1000:g} ms apart, step by step, against the floor's steps",
+        [
+            (name, [s * 1e6 for s in warm_samples[name]], floor_name)
+            for pair in zip(FLOOR_STEPS, PAUSED_STEPS, strict=True)
+            for name, floor_name in ((pair[0], ""), (pair[1], pair[0]))
+        ],
+        "us",
     )
     print_table(
         "the machine after a pause: a run's first step alone",

@@ -4,6 +4,7 @@ served another principal."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import docker
@@ -107,7 +108,14 @@ async def test_the_warm_runs_floor_answers_as_a_sandboxed_run_and_leaves_nothing
     client = docker.from_env()
     before = _floor_containers(client)
     async with floor(IMAGE) as bare:
-        assert [await bare.run(PROGRAM) for _ in range(3)] == [1, 1, 1]
-        assert await bare.run("x = 20\nx * 2 + 2\n") == 42
+        assert [(await bare.run(PROGRAM)).value for _ in range(3)] == [1, 1, 1]
+        assert (await bare.run("x = 20\nx * 2 + 2\n")).value == 42
+        sent = time.time()
+        answer = await bare.run("import time\ntime.sleep(0.05)\n20 * 2 + 2\n")
+        came = time.time()
+        assert answer.value == 42
+        # Its stamps are the shared wall clock's, in order, around the program's own time.
+        assert sent <= answer.started < answer.ended <= came
+        assert answer.ended - answer.started >= 0.05
         assert len(_floor_containers(client) - before) == 1
     assert _floor_containers(client) == before
