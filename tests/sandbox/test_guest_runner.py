@@ -226,13 +226,23 @@ def test_hello_carries_the_hosts_protocol_version() -> None:
     assert hello[0]["version"] == PROTOCOL_VERSION
 
 
+# (the warm-up program: the runner's, a kept program's process's own; what it prints)
+WARM_UPS = [
+    ("runner", warm_up.PROGRAM, "50\n"),
+    ("kept_program", load_guest("airlock_kept_program")._WARM_UP, ""),
+]
+
+
 @pytest.mark.parametrize("mode", ["restricted", "full"])
-def test_the_warm_up_program_runs_with_the_warm_up_imports(mode: str) -> None:
+@pytest.mark.parametrize(("case", "program", "printed"), WARM_UPS, ids=[r[0] for r in WARM_UPS])
+def test_the_warm_up_program_runs_with_the_warm_up_imports(
+    case: str, program: str, printed: str, mode: str
+) -> None:
     # A warm-up refused in restricted mode would warm nothing, silently.
     imports = load_guest("airlock_wire").WARM_UP_IMPORTS
-    result = run_in_process(warm_up.PROGRAM, mode=mode, allowed_imports=imports)
-    assert result["status"] == "ok", result["error"]
-    assert result["stdout"] == "50\n"
+    result = run_in_process(program, mode=mode, allowed_imports=imports)
+    assert result["status"] == "ok", (case, result["error"])
+    assert result["stdout"] == printed
 
 
 # Modules a trivial program does not need, and that a runner does not load before its first
