@@ -7,7 +7,8 @@ Guest programs call read tools through the sandbox's Unix socket; the host side
 types, protocol version, error shapes); it is shipped into the sandbox image as it is.
 """
 
-from airlock.bridge._api import ParamStub, ToolStub, proposal_stubs, render_api, tool_stubs
+from airlock.bridge._api import ParamStub, ToolStub, proposal_stubs, tool_stubs
+from airlock.bridge._api_source import render_api
 from airlock.bridge._codec import (
     MAX_DEPTH,
     MAX_ELEMENTS,

@@ -1,11 +1,13 @@
 """The typed Python API of the tools a program may call, generated from the registry.
 
 One description, two renderings: :func:`tool_stubs` is what the guest receives in the ``run``
-frame (it builds functions with these signatures and docstrings), :func:`render_api` is the
-same API as Python source for the model's ``execute_code`` description. Only tools the
-principal can see from ``code`` appear: write tools never do, except as *proposals*
-(:func:`proposal_stubs`, ``tools.propose.NAME(...)``) when their contract and the run's grant
-allow it: a proposal stores a preview for a person to approve, and commits nothing.
+frame (it builds functions with these signatures and docstrings),
+:func:`~airlock.bridge._api_source.render_api` the same API as Python source for the model's
+``execute_code`` description. Only tools the principal can see from ``code`` appear: write
+tools never do, except as *proposals* (:func:`proposal_stubs`, ``tools.propose.NAME(...)``)
+when their contract and the run's grant allow it: a proposal stores a preview for a person to
+approve, and commits nothing. The stubs are made once for each principal's scopes and the names
+asked for, while the registry has the same tools (:mod:`._stub_cache`).
 """
 
 from __future__ import annotations
@@ -13,24 +15,23 @@ from __future__ import annotations
 import functools
 import json
 import keyword
-import textwrap
 from collections.abc import Collection
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass, fields
+from typing import Any, Final
 
 from pydantic import AliasChoices, AliasPath, BaseModel
 from pydantic.fields import FieldInfo
 
-from airlock.bridge.airlock_wire import ERRORS, MAX_BATCH_ITEMS, MAX_IN_FLIGHT
+from airlock.bridge._stub_cache import remembered
 from airlock.policies import Principal
 from airlock.tools import JSONObject, JSONValue, Registry, ToolDefinition
 
 __all__ = [
+    "BY_KEYWORD",
     "ParamStub",
     "ToolStub",
     "proposal_stubs",
-    "render_api",
-    "signature_text",
+    "python_name",
     "tool_stubs",
 ]
 
@@ -66,6 +67,9 @@ class ParamStub:
         return repr(self.default) if self.shown_default else "..."
 
 
+_PARAM_FIELDS: Final = tuple(f.name for f in fields(ParamStub))
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ToolStub:
     """One tool function as programs see it."""
@@ -78,8 +82,14 @@ class ToolStub:
     """A write the program may propose (``tools.propose.NAME``), not a tool it calls."""
 
     def to_wire(self) -> JSONObject:
-        """The stub as sent to the guest in the ``run`` frame."""
-        return json.loads(json.dumps(asdict(self)))  # type: ignore[no-any-return]
+        """The stub as sent to the guest in the ``run`` frame: its fields, as JSON."""
+        return {
+            "name": self.name,
+            "doc": self.doc,
+            "params": [{name: getattr(p, name) for name in _PARAM_FIELDS} for p in self.params],
+            "returns": self.returns,
+            "proposal": self.proposal,
+        }
 
 
 def _annotation(schema: Any, defs: dict[str, Any]) -> str:
@@ -140,10 +150,14 @@ def tool_stubs(
     ``names``, when given, narrows them further (a harness leaves out tools the run's grant
     cannot use).
     """
-    definitions = [
-        d for d in registry.visible(principal, "code") if names is None or d.name in names
-    ]
-    return _stubs(registry, definitions, proposal=False)
+
+    def made() -> list[ToolStub]:
+        definitions = [
+            d for d in registry.visible(principal, "code") if names is None or d.name in names
+        ]
+        return _stubs(registry, definitions, proposal=False)
+
+    return remembered(registry, (False, principal.scopes, names), made)
 
 
 _PROPOSAL_NOTE = (
@@ -160,12 +174,16 @@ def proposal_stubs(
     """Stubs of the write tools in ``names`` that ``principal`` may propose from code (the
     tool's contract says ``proposable``, the principal has its scope), sorted by name. The
     caller decides ``names`` from the run's grant (``Grant.allows_proposal``)."""
-    definitions = [
-        d
-        for d in registry.visible(principal, "direct")
-        if d.name in names and _proposable(registry, d.name)
-    ]
-    return _stubs(registry, definitions, proposal=True)
+
+    def made() -> list[ToolStub]:
+        definitions = [
+            d
+            for d in registry.visible(principal, "direct")
+            if d.name in names and _proposable(registry, d.name)
+        ]
+        return _stubs(registry, definitions, proposal=True)
+
+    return remembered(registry, (True, principal.scopes, names), made)
 
 
 def _proposable(registry: Registry, name: str) -> bool:
@@ -196,7 +214,7 @@ def _stubs(
         sections = [definition.description.strip()]
         if proposal:
             sections.append(_PROPOSAL_NOTE)
-        documented = [p for p in params if p.description or not _python_name(p.name)]
+        documented = [p for p in params if p.description or not python_name(p.name)]
         if documented:
             sections.append("Args:\n" + "\n".join(f"    {_arg_doc(p)}" for p in documented))
         returns = _PROPOSAL_RETURNS if proposal else _returns_section(registry, definition.name)
@@ -255,17 +273,17 @@ def _schema_name(field: str, info: FieldInfo) -> str:
     return info.alias or field
 
 
-def _python_name(name: str) -> bool:
+def python_name(name: str) -> bool:
     """Whether a parameter of this name can stand in a signature (an alias need not)."""
-    return name.isidentifier() and not keyword.iskeyword(name) and name != _BY_KEYWORD
+    return name.isidentifier() and not keyword.iskeyword(name) and name != BY_KEYWORD
 
 
-_BY_KEYWORD = "kwargs"
+BY_KEYWORD = "kwargs"
 """The ``**`` parameter of a signature that takes those whose names are not Python's."""
 
 
 def _arg_doc(param: ParamStub) -> str:
-    if _python_name(param.name):
+    if python_name(param.name):
         return f"{param.name}: {param.description}"
     how = f"pass it as **{{{json.dumps(param.name)}: ...}} (not a Python name)"
     if not param.required:
@@ -273,121 +291,3 @@ def _arg_doc(param: ParamStub) -> str:
     return f"{param.name}: {param.annotation}; {how}" + (
         f". {param.description}" if param.description else ""
     )
-
-
-def signature_text(params: tuple[ParamStub, ...]) -> str:
-    """The parameters as a signature shows them: a default after its annotation, and ``*``
-    before a required parameter that follows one with a default (keyword-only from there).
-    Those whose names are not Python's (a field's alias, ``from``) are taken by a last
-    ``**kwargs`` (the docstring names them): the text stays Python, as the guest's is."""
-    parts: list[str] = []
-    optional_seen = keyword_only = False
-    by_keyword = [p.annotation for p in params if not _python_name(p.name)]
-    for param in params:
-        if not _python_name(param.name):
-            continue
-        if param.required and optional_seen and not keyword_only:
-            parts.append("*")
-            keyword_only = True
-        text = f"{param.name}: {param.annotation}"
-        if not param.required:
-            optional_seen = True
-            text += f" = {param.default_text}"
-        parts.append(text)
-    if by_keyword:
-        parts.append(f"**{_BY_KEYWORD}: {' | '.join(dict.fromkeys(by_keyword))}")
-    return ", ".join(parts)
-
-
-_FIELD_NOTES = {
-    "issues": "a list of {'field': ..., 'reason': ...}",
-    "retry_after": "seconds to wait, or None",
-}
-
-
-def _errors_item() -> str:
-    """The preamble's list item on errors, from the contract's table of error classes."""
-    classes = []
-    for shape in ERRORS.values():
-        fields = ", ".join(
-            f"`.{name}`" + (f": {_FIELD_NOTES[name]}" if name in _FIELD_NOTES else "")
-            for name in shape.fields
-        )
-        classes.append(f"`tools.{shape.name}`" + (f" ({fields})" if fields else ""))
-    text = (
-        "A refused or failed call raises `tools.ToolError`, or the subclass for its code, "
-        "with `.code`, `.message`, `.retryable` and the typed attributes listed here: "
-        + "; ".join(classes)
-        + "."
-    )
-    return textwrap.fill(
-        text,
-        width=92,
-        initial_indent="- ",
-        subsequent_indent="  ",
-        break_long_words=False,
-        break_on_hyphens=False,
-    )
-
-
-_PREAMBLE = f'''\
-"""Tools a program can call as `tools.NAME(...)`. Every call is checked on the host.
-
-- `tools.NAME(**args)` calls and returns the result (a dict).
-- `await tools.NAME.aio(**args)` is the same call as a coroutine, sent at once: fan out
-  independent calls with `asyncio.gather(...)` (or tasks; `asyncio.wait` takes only
-  tasks). At most {MAX_IN_FLIGHT} calls wait for results at once
-  (the run's `max_in_flight`, counting calls from every thread); the rest are sent as
-  results come (a call from a thread waits its turn), so a gather of any size is fine.
-  Cancelling one (`asyncio.wait_for` timing out) cancels it on the host too.
-- `tools.NAME.batch([args, ...])` makes many calls of one tool in one round trip and
-  returns their results in order (`return_errors=True` puts failures in the list, an item
-  that does not fit the signature too). A list longer than {MAX_BATCH_ITEMS} items (the run's
-  `max_batch_items`), or too many bytes for one call, goes in several round trips, one
-  after another.
-{_errors_item()}
-- Set the program's answer with `result(value)` or end with an expression; only that value
-  (JSON) and capped stdout return.
-"""
-'''
-
-
-def render_api(
-    registry: Registry,
-    principal: Principal,
-    *,
-    names: Collection[str] | None = None,
-    proposals: Collection[str] = (),
-) -> str:
-    """The typed API ``principal``'s programs can call, as Python source with docstrings.
-
-    ``names``, when given, narrows the tools as in :func:`tool_stubs`; ``proposals`` names
-    the write tools the run's programs may propose (:func:`proposal_stubs`), rendered as the
-    ``propose`` namespace.
-    """
-    blocks = [_PREAMBLE]
-    for stub in tool_stubs(registry, principal, names=names):
-        blocks.append(_function(stub))
-    if len(blocks) == 1:
-        blocks.append("# No tools are callable from code for this principal.\n")
-    proposed = proposal_stubs(registry, principal, names=proposals) if proposals else []
-    if proposed:
-        functions = "\n".join(textwrap.indent(_function(stub), "    ") for stub in proposed)
-        blocks.append(f'class propose:\n    """{_PROPOSE_DOC}"""\n\n{functions}')
-    return "\n\n".join(blocks)
-
-
-_PROPOSE_DOC = """Writes a program may propose, never make: `tools.propose.NAME(**args)`.
-
-    Each proposal is admitted and prepared on the host as a direct call of the tool would be
-    (the amount and target come from the system of record) and returns its preview's id and
-    summary. When the program ends, its proposals wait as one batch for a person to approve;
-    the program's answer says how many there are. `await tools.propose.NAME.aio(**args)` and
-    `tools.propose.NAME.batch([args, ...])` work as for tools.
-    """
-
-
-def _function(stub: ToolStub) -> str:
-    params = signature_text(stub.params)
-    doc = textwrap.indent(stub.doc, "    ").lstrip()
-    return f'def {stub.name}({params}) -> {stub.returns}:\n    """{doc}\n    """\n'
