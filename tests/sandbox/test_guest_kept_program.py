@@ -19,13 +19,26 @@ RESULTS = [
 ]
 
 
+class _Connection:
+    """Where the rehearsal's tool functions would send their calls: they must send none."""
+
+    def __init__(self) -> None:
+        self.sent: list[object] = []
+
+    def send(self, message: object) -> None:
+        self.sent.append(message)
+
+
 @pytest.mark.parametrize(("case", "result"), RESULTS, ids=[row[0] for row in RESULTS])
-def test_a_kept_programs_rehearsal_leaves_no_descriptor_open(
+def test_a_kept_programs_rehearsal_leaves_no_descriptor_open_and_sends_nothing(
     case: str, result: dict[str, Any]
 ) -> None:
     # The process's descriptors are what the zygote checks and what its program inherits:
-    # the rehearsal's pipe, on which it reports a deadline to no one, must be gone.
+    # the rehearsal's pipe, on which it reports a deadline to no one, must be gone. The
+    # tools' functions it makes hold the program's connection: nothing may reach the host.
     kept_program = load_guest("airlock_kept_program")
+    connection = _Connection()
     before = sorted(os.listdir("/proc/self/fd"))
-    kept_program._rehearse(result)
+    kept_program._rehearse(connection, result)
     assert sorted(os.listdir("/proc/self/fd")) == before, case
+    assert connection.sent == [], case
