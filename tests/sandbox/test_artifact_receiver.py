@@ -153,3 +153,41 @@ async def test_a_discard_cancelled_meanwhile_still_removes_everything(
     assert _held(tmp_path) == []
     assert list(tmp_path.iterdir()) == []
     await busy
+
+
+# (case, pieces received as (name, offset, bytes, end), whether nothing is open, what finish
+# lists or refuses): with nothing open, finishing costs no file's close, and runs on the loop.
+FINISHES = [
+    ("no file", [], True, []),
+    ("one file ended", [("a.csv", 0, b"12", True)], True, ["a.csv"]),
+    (
+        "two pieces ended",
+        [("t/b.csv", 0, b"1", False), ("t/b.csv", 1, b"2", True)],
+        True,
+        ["t/b.csv"],
+    ),
+    ("one file begun", [("a.csv", 0, b"12", False)], False, None),
+    ("one ended, one begun", [("a.csv", 0, b"1", True), ("b.csv", 0, b"2", False)], False, None),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "pieces", "nothing_open", "listed"), FINISHES, ids=[row[0] for row in FINISHES]
+)
+def test_nothing_open_says_whether_finishing_has_files_to_close(
+    tmp_path: Path,
+    case: str,
+    pieces: list[tuple[str, int, bytes, bool]],
+    nothing_open: bool,
+    listed: list[str] | None,
+) -> None:
+    receiver = ArtifactReceiver(tmp_path / "run", max_files=4, max_bytes=100)
+    for name, offset, data, end in pieces:
+        receiver.receive(name, offset, data, end=end)
+    assert receiver.nothing_open is nothing_open, case
+    if listed is None:
+        with pytest.raises(ArtifactRefused, match="was never finished"):
+            receiver.finish()
+        assert receiver.nothing_open  # (the files begun are closed)
+    else:
+        assert [ref.name for ref in receiver.finish()] == listed, case
