@@ -180,13 +180,39 @@ def test_a_program_directory_is_named_after_its_call_id(tmp_path: Path) -> None:
     assert artifact_dir(root, "run_1:m3-abc") == root / "run_1-m3-abc"
 
 
-def test_a_link_at_a_program_directory_s_place_is_refused(tmp_path: Path) -> None:
+# (case, what stands at the program directory's place, refused): only a link that leads out
+# of the store is, whether or not its target exists.
+PLACES = [
+    ("nothing", None, False),
+    ("a directory", "directory", False),
+    ("a file", "file", False),
+    ("a link within the store", "store/other", False),
+    ("a dangling link within the store", "store/nowhere", False),
+    ("a link out of the store", "elsewhere", True),
+    ("a dangling link out of the store", "nowhere", True),
+    ("a link to the store's parent", ".", True),
+]
+
+
+@pytest.mark.parametrize(("case", "place", "refused"), PLACES, ids=[row[0] for row in PLACES])
+def test_a_link_out_of_the_store_at_a_program_directory_s_place_is_refused(
+    tmp_path: Path, case: str, place: str | None, refused: bool
+) -> None:
     root = tmp_path / "store"
-    root.mkdir()
+    (root / "other").mkdir(parents=True)
     (tmp_path / "elsewhere").mkdir()
-    (root / "run_1-m3-abc").symlink_to(tmp_path / "elsewhere")
-    with pytest.raises(UsageError, match="not be in the artifact store"):
-        artifact_dir(root, "run_1:m3-abc")
+    at = root / "run_1-m3-abc"
+    if place == "directory":
+        at.mkdir()
+    elif place == "file":
+        at.write_text("")
+    elif place is not None:
+        at.symlink_to(tmp_path / place)
+    if refused:
+        with pytest.raises(UsageError, match="not be in the artifact store"):
+            artifact_dir(root, "run_1:m3-abc")
+    else:
+        assert artifact_dir(root, "run_1:m3-abc") == at, case
 
 
 # (case, run ids stored, the run asked for, the files it has): ids that read the same once
