@@ -356,7 +356,8 @@ async def serve_run(
     ``deadline`` is on the :func:`time.monotonic` clock. ``artifacts`` takes the files the
     program left (without it, an ``artifact`` frame is a protocol error). Returns the ``done``
     frame, the :class:`RunEnd` that stopped the run, or ``None`` when the guest went away.
-    Durably flushes the session's audit events before returning.
+    Durably flushes the session's audit events before returning, unless the session's caller
+    does (``ToolSession.durable_by_caller``).
     """
     server = _RunServer(
         reader,
@@ -369,5 +370,5 @@ async def serve_run(
     try:
         return await server.serve()
     finally:
-        if session is not None:
+        if session is not None and not session.durable_by_caller:
             await session.registry.audit.wait_durable()

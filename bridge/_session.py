@@ -163,6 +163,11 @@ class ToolSession:
     proposable: frozenset[str] = frozenset()
     """Write tools the program is offered under ``tools.propose`` (a harness offers those
     the tool's contract and the grant allow); admission judges every proposal anyway."""
+    durable_by_caller: bool = False
+    """The caller waits for the registry's audit log to store what the run recorded before
+    it hands the run's result on (a harness does, before every answer it gives): the bridge
+    then does not wait as well, which spares the run a wait for the log's writer and a
+    synced commit."""
     proposed: int = field(default=0, init=False)
     """Proposals the program made so far, refused ones included."""
     _proposals: list[tuple[int, Preview]] = field(default_factory=list, init=False, repr=False)
