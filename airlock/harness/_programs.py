@@ -255,6 +255,7 @@ class SessionPrograms:
             call_prefix=call_id,  # the program's calls: RUN:mN:1, RUN:mN:2, ...
             writes=self.writes if self.proposable else None,
             proposable=self.proposable,
+            durable_by_caller=True,  # (every answer waits for the log: Session._call)
         )
         began = time.perf_counter()
         notes: dict[str, object] = {}
