@@ -71,6 +71,7 @@ test: lint types pytest
 bench: setup postgres
 	$(PY) bench/sandbox_start.py
 	$(PY) bench/throughput.py
+	$(PY) bench/harness_warm.py
 	$(PY) bench/admission.py
 	$(PY) bench/bridge.py
 	$(PY) bench/writes.py
