@@ -17,7 +17,7 @@ import pytest
 from airlock.bridge import BridgeLimits, ToolSession, _runner, encode_frame, serve_run
 from airlock.bridge._runner import SharedTurns
 from tests.bridge.records import ALICE, GRANT, build_registry
-from tests.bridge.test_fuzz import CollectingWriter, _results
+from tests.bridge.test_fuzz import CollectingWriter, _results, serving
 
 pytestmark = pytest.mark.anyio
 ITEMS = 40
@@ -57,16 +57,7 @@ async def test_the_items_of_a_batch_give_the_loop_away_after_their_turn(
         limits=BridgeLimits(max_concurrency=4),
     )
     reader = asyncio.StreamReader()
-    writer = CollectingWriter()
-    served = asyncio.create_task(
-        serve_run(
-            reader,
-            writer,  # type: ignore[arg-type]
-            session=session,
-            deadline=time.monotonic() + 30,
-            max_done_bytes=1 << 20,
-        )
-    )
+    served, writer = serving(reader, session, max_done_bytes=1 << 20)
     items = [{"record_id": f"rec_{n}"} for n in range(1, ITEMS + 1)]
     turns = Turns()
     for n in range(1, batches + 1):  # (a read brings them at once: one turn handles them)
@@ -141,16 +132,7 @@ async def _serve_batches(tool: str, batches: int, items: int, *, slow_s: float) 
         limits=BridgeLimits(max_concurrency=8),
     )
     reader = asyncio.StreamReader()
-    writer = CollectingWriter()
-    served = asyncio.create_task(
-        serve_run(
-            reader,
-            writer,  # type: ignore[arg-type]
-            session=session,
-            deadline=time.monotonic() + 30,
-            max_done_bytes=1 << 20,
-        )
-    )
+    served, writer = serving(reader, session, max_done_bytes=1 << 20)
     frames = [
         {"type": "batch", "id": n, "tool": tool,
          "items": [{"record_id": f"rec_{k}"} for k in range(1, items + 1)]}

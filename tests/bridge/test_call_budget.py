@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 import tracemalloc
 from collections.abc import Mapping
 from typing import Annotated, Any
@@ -20,13 +19,13 @@ import pytest
 from pydantic import BaseModel, Field
 
 import airlock.bridge._codec as codec
-from airlock.bridge import ToolSession, encode_frame, serve_run
+from airlock.bridge import ToolSession, encode_frame
 from airlock.bridge._call_budget import MAX_CALL_ELEMENTS, ArgumentsOverBudget
 from airlock.bridge._codec import OFF_LOOP_BYTES, decode_body
 from airlock.policies import read
 from airlock.tools import AuditLog, CallContext, MemoryAuditStore, Registry
 from tests.bridge.records import ALICE, GRANT
-from tests.bridge.test_fuzz import CollectingWriter, _results
+from tests.bridge.test_fuzz import _results, serving
 
 pytestmark = pytest.mark.anyio
 
@@ -112,16 +111,7 @@ async def _serve(
     session = ToolSession(registry=registry, principal=ALICE, grant=GRANT)
     reader = asyncio.StreamReader()
     reader.feed_data(b"".join(encode_frame(f) for f in frames))
-    writer = CollectingWriter()
-    served = asyncio.create_task(
-        serve_run(
-            reader,
-            writer,  # type: ignore[arg-type]
-            session=session,
-            deadline=time.monotonic() + 30,
-            max_done_bytes=1 << 20,
-        )
-    )
+    served, writer = serving(reader, session, max_done_bytes=1 << 20)
     async with asyncio.timeout(20):  # as a program does: its answers, then its end
         while len(_results(writer)) < (len(frames) if answers is None else answers):
             await asyncio.sleep(0.01)

@@ -18,7 +18,7 @@ from airlock.bridge._runner import CallRunner
 from airlock.policies import read
 from airlock.tools import AuditLog, MemoryAuditStore, Registry
 from tests.bridge.records import ALICE, GRANT, Record, RecordId, build_registry
-from tests.bridge.test_fuzz import CollectingWriter, _results
+from tests.bridge.test_fuzz import CollectingWriter, _results, serving
 
 pytestmark = pytest.mark.anyio
 
@@ -392,16 +392,7 @@ async def test_no_more_calls_run_at_once_than_the_limit(limit: int) -> None:
                 }
             )
         )
-    writer = CollectingWriter()
-    served = asyncio.create_task(
-        serve_run(
-            reader,
-            writer,  # type: ignore[arg-type]
-            session=session,
-            deadline=time.monotonic() + 30,
-            max_done_bytes=1 << 20,
-        )
-    )
+    served, writer = serving(reader, session, max_done_bytes=1 << 20)
     async with asyncio.timeout(10):
         while len(_results(writer)) < 20:
             await asyncio.sleep(0.01)

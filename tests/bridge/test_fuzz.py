@@ -50,6 +50,24 @@ class CollectingWriter:
         self.aborted = True
 
 
+def serving(
+    reader: asyncio.StreamReader, session: ToolSession, *, max_done_bytes: int = 16 << 20
+) -> tuple[asyncio.Task[Any], CollectingWriter]:
+    """``serve_run`` of what ``reader`` is fed (its deadline 30 s away), as a task, and what
+    it answers."""
+    writer = CollectingWriter()
+    served = asyncio.ensure_future(
+        serve_run(
+            reader,
+            writer,  # type: ignore[arg-type]
+            session=session,
+            deadline=asyncio.get_running_loop().time() + 30,
+            max_done_bytes=max_done_bytes,
+        )
+    )
+    return served, writer
+
+
 def _frame(body: bytes) -> bytes:
     return struct.pack(">I", len(body)) + body
 

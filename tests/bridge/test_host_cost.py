@@ -32,7 +32,7 @@ from airlock.bridge import (
 )
 from airlock.tools import AuditLog, MemoryAuditStore
 from tests.bridge.records import ALICE, GRANT, build_registry
-from tests.bridge.test_fuzz import CollectingWriter, _results
+from tests.bridge.test_fuzz import CollectingWriter, _results, serving
 
 pytestmark = pytest.mark.anyio
 
@@ -47,30 +47,13 @@ def _session() -> ToolSession:
     return ToolSession(registry=registry, principal=ALICE, grant=GRANT)
 
 
-def _serving(
-    reader: asyncio.StreamReader, session: ToolSession, *, max_done_bytes: int = 16 << 20
-) -> tuple[asyncio.Task[Any], CollectingWriter]:
-    """``serve_run`` of what ``reader`` is fed, as a task, and what it answers."""
-    writer = CollectingWriter()
-    served = asyncio.ensure_future(
-        serve_run(
-            reader,
-            writer,  # type: ignore[arg-type]
-            session=session,
-            deadline=asyncio.get_running_loop().time() + 30,
-            max_done_bytes=max_done_bytes,
-        )
-    )
-    return served, writer
-
-
 async def _serve(
     data: bytes, session: ToolSession, *, max_done_bytes: int = 16 << 20
 ) -> tuple[Any, CollectingWriter]:
     reader = asyncio.StreamReader()
     reader.feed_data(data)
     reader.feed_eof()
-    served, writer = _serving(reader, session, max_done_bytes=max_done_bytes)
+    served, writer = serving(reader, session, max_done_bytes=max_done_bytes)
     return await served, writer
 
 
@@ -82,7 +65,7 @@ async def _serve_answered(
     without their answers, whenever they would have come)."""
     reader = asyncio.StreamReader()
     reader.feed_data(calls)
-    served, writer = _serving(reader, session)
+    served, writer = serving(reader, session)
     async with asyncio.timeout(20):
         while len(_results(writer)) < answers and not served.done():
             await asyncio.sleep(0.001)

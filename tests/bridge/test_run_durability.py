@@ -5,14 +5,13 @@ harness does before every answer). The store here takes nothing until its gate o
 from __future__ import annotations
 
 import asyncio
-import time
 
 import pytest
 
-from airlock.bridge import ToolSession, encode_frame, serve_run
+from airlock.bridge import ToolSession, encode_frame
 from airlock.tools import AuditLog, Registry
 from tests.bridge.records import ALICE, GRANT
-from tests.bridge.test_fuzz import CollectingWriter, _results
+from tests.bridge.test_fuzz import _results, serving
 from tests.tools.test_audit import GatedStore
 
 pytestmark = pytest.mark.anyio
@@ -42,16 +41,7 @@ async def test_a_run_ends_once_its_events_are_stored_unless_its_caller_waits(
     )
     store.gate.clear()
     reader = asyncio.StreamReader()
-    writer = CollectingWriter()
-    served = asyncio.create_task(
-        serve_run(
-            reader,
-            writer,  # type: ignore[arg-type]
-            session=session,
-            deadline=time.monotonic() + 30,
-            max_done_bytes=1 << 20,
-        )
-    )
+    served, writer = serving(reader, session, max_done_bytes=1 << 20)
     try:
         # A call of a tool the registry does not have: refused, and recorded as such.
         reader.feed_data(encode_frame({"type": "call", "id": 1, "tool": "nope", "args": {}}))
